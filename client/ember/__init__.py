@@ -1,0 +1,52 @@
+"""Ember: a distributed runtime for Python with Ray's API.
+
+    import ember as ray
+
+    @ray.remote
+    def f(x):
+        return x * 2
+
+    print(ray.get([f.remote(i) for i in range(4)]))
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ember import exceptions
+from ember._private.object_ref import ObjectRef
+from ember._private.remote_function import RemoteFunction
+from ember._private.runtime_context import get_runtime_context
+from ember._private.worker import (available_resources, cancel, cluster_resources, get, get_gpu_ids,
+                                   init, is_initialized, nodes, put, shutdown, wait)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ObjectRef", "available_resources", "cancel", "cluster_resources", "exceptions", "get",
+    "get_gpu_ids", "get_runtime_context", "init", "is_initialized", "nodes", "put", "remote",
+    "shutdown", "wait", "__version__",
+]
+
+
+def remote(*args: Any, **options: Any) -> Any:
+    """Turns a function into a task: `@ember.remote` or `@ember.remote(num_cpus=2, ...)`."""
+    if len(args) == 1 and not options and callable(args[0]):
+        return _make_remote(args[0], {})
+    if args:
+        raise TypeError("The @ember.remote decorator must be applied either with no arguments and "
+                        "no parentheses, or with keyword arguments only, e.g. @ember.remote(num_cpus=1)")
+
+    def decorator(fn: Callable) -> Any:
+        return _make_remote(fn, options)
+
+    return decorator
+
+
+def _make_remote(obj: Any, options: dict[str, Any]) -> Any:
+    import inspect
+
+    if inspect.isclass(obj):
+        raise TypeError("actors (@ember.remote on a class) are not available yet")
+    if not callable(obj):
+        raise TypeError(f"@ember.remote expects a function or a class, got {type(obj).__name__}")
+    return RemoteFunction(obj, options)

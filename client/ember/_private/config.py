@@ -1,0 +1,70 @@
+"""Tunables shared by the client and the services, read from EMBER_* environment variables.
+
+Each field's unit is in its name. `Config.from_env()` reads `EMBER_<FIELD_NAME_UPPER>` and warns
+about EMBER_* variables it does not know (a typo should not pass silently).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+
+# Variables that are not tunables but are read elsewhere (addresses handed to child processes).
+_OTHER_VARS = {
+    "EMBER_ADDRESS", "EMBER_SESSION_DIR", "EMBER_NODE_ID", "EMBER_RAYLET_ADDRESS",
+    "EMBER_GCS_ADDRESS", "EMBER_OBJMGR_ADDRESS", "EMBER_STORE_DIR", "EMBER_WORKER_ID",
+    "EMBER_JOB_ID", "EMBER_TEMP_DIR",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    # Values at most this big travel inline with tasks and replies; bigger ones go to shared memory.
+    max_inline_bytes: int = 100 * 1024
+    # How often a raylet reports to the GCS.
+    heartbeat_period_s: float = 0.5
+    # A node silent for this long is marked DEAD.
+    node_death_timeout_s: float = 5.0
+    # A lease request no node can ever satisfy fails after this long (a node may join meanwhile).
+    infeasible_timeout_s: float = 10.0
+    # A leased worker with no more queued tasks is kept this long for the next task of its shape.
+    lease_linger_s: float = 0.02
+    # Lease requests in flight per scheduling shape, at most.
+    max_pending_lease_requests: int = 10
+    # Tasks pushed to one leased worker before the first one returns.
+    max_tasks_in_flight_per_worker: int = 1
+    # Default task retries after a worker crash (Ray's default is 3).
+    task_max_retries: int = 3
+    # Seconds to wait for a service process to come up.
+    start_timeout_s: float = 30.0
+    # Fraction of memory used for the object store when none is given.
+    object_store_memory_fraction: float = 0.3
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Config:
+        env = os.environ if environ is None else environ
+        kwargs = {}
+        known = set(_OTHER_VARS)
+        for f in dataclasses.fields(cls):
+            name = "EMBER_" + f.name.upper()
+            known.add(name)
+            if name in env:
+                raw = env[name]
+                try:
+                    kwargs[f.name] = type(getattr(cls, f.name))(raw)
+                except ValueError:
+                    raise ValueError(f"{name}={raw!r} is not a valid {f.type}") from None
+        for key in env:
+            if key.startswith("EMBER_") and key not in known and not key.startswith("EMBER_TEST_"):
+                warnings.warn(f"unknown environment variable {key} (ignored)", RuntimeWarning, stacklevel=2)
+        return cls(**kwargs)
+
+
+_config: Config | None = None
+
+
+def get_config() -> Config:
+    global _config
+    if _config is None:
+        _config = Config.from_env()
+    return _config

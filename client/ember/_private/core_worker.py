@@ -1,0 +1,471 @@
+"""CoreWorker: the runtime inside every driver and worker process.
+
+It owns the objects its process creates (an in-memory store for small values, locations for
+shared-memory ones), counts references, submits tasks (task_submitter.py) and serves its objects
+to borrowers over gRPC. All gRPC work runs on one asyncio loop in a background thread; the
+user-facing calls (get/put/wait/submit) come from user threads and hop onto the loop only when
+they must wait.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import socket
+import threading
+from typing import Any, Callable
+
+import grpc
+
+from ember import exceptions as exc
+from ember._proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, gcs_pb2, gcs_pb2_grpc
+from ember._proto import objmgr_pb2, objmgr_pb2_grpc, raylet_pb2, raylet_pb2_grpc
+
+from . import ids, plasma, rpc
+from .config import Config
+from .object_ref import ObjectRef, OwnerAddress
+from .serialization import ERROR_METADATA, SerializedValue, deserialize, deserialize_proto, serialize
+
+log = logging.getLogger(__name__)
+
+
+def node_ip() -> str:
+    return os.environ.get("EMBER_NODE_IP", "127.0.0.1")
+
+
+class CoreWorker:
+    """Per-process runtime. mode is "driver" or "worker"."""
+
+    def __init__(self, mode: str, *, gcs_address: str, raylet_address: str, objmgr_address: str,
+                 node_id: str, store_dir: str, job_id: bytes, session_dir: str,
+                 config: Config, worker_id: str | None = None) -> None:
+        self.mode = mode
+        self.config = config
+        self.gcs_address = gcs_address
+        self.raylet_address = raylet_address
+        self.objmgr_address = objmgr_address
+        self.node_id = node_id
+        self.store_dir = store_dir
+        self.job_id = job_id
+        self.session_dir = session_dir
+        self.worker_id = worker_id or ids.new_worker_id()
+        self.ip = node_ip()
+        # Object state. _objects/_waiters are touched on the loop thread; _objects is also read
+        # (and, for put, written) from user threads, which is safe for single dict operations.
+        self._objects: dict[bytes, common_pb2.ReturnObject] = {}
+        self._waiters: dict[bytes, list[asyncio.Future]] = {}
+        self._ref_lock = threading.Lock()
+        self._refcounts: dict[bytes, int] = {}
+        self._owned: set[bytes] = set()
+        self._escaped: set[bytes] = set()
+        self._nodes: dict[str, common_pb2.NodeInfo] = {}
+        self._blocked_depth = 0
+        self._shutdown = False
+        self.executor: Any = None  # set by the worker process (executor.TaskExecutor)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="ember-core", daemon=True)
+        self._thread.start()
+        self.port = self._call(self._async_init())
+        self.address: OwnerAddress = (self.ip, self.port, self.worker_id, self.node_id)
+
+    # ---------------------------------------------------------------- loop plumbing
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
+        """Runs a coroutine on the loop from a user thread and waits for it. A gRPC call must be
+        created on the loop, so pass it as a zero-argument callable (lambda: stub.Method(req))."""
+        return asyncio.run_coroutine_threadsafe(_as_coro(coro), self.loop).result(timeout)
+
+    def gcs_call(self, factory: Callable[[], Any], retry_for_s: float = 60.0) -> Any:
+        """Calls the GCS from a user thread, retrying while it is unreachable (it may be
+        restarting) for up to retry_for_s."""
+        return self._call(self._gcs_retry(factory, retry_for_s))
+
+    async def _gcs_retry(self, factory: Callable[[], Any], retry_for_s: float) -> Any:
+        deadline = self.loop.time() + retry_for_s
+        delay = 0.05
+        while True:
+            try:
+                return await factory()
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
+                        or self.loop.time() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def in_loop(self) -> bool:
+        return threading.get_ident() == self._thread.ident
+
+    async def _async_init(self) -> int:
+        from .task_submitter import TaskSubmitter
+
+        self._gcs_channel = rpc.aio_channel(self.gcs_address)
+        self.gcs = gcs_pb2_grpc.GcsStub(self._gcs_channel)
+        self._raylet_channel = rpc.aio_channel(self.raylet_address)
+        self.raylet = raylet_pb2_grpc.RayletStub(self._raylet_channel)
+        self._objmgr_channel = rpc.aio_channel(self.objmgr_address)
+        self.objmgr = objmgr_pb2_grpc.ObjectManagerStub(self._objmgr_channel)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.submitter = TaskSubmitter(self)
+        self._server, port, health = rpc.build_server(
+            [lambda s: core_worker_pb2_grpc.add_CoreWorkerServicer_to_server(CoreWorkerServicer(self), s)],
+            host="0.0.0.0", port=0)
+        await self._server.start()
+        await rpc.mark_serving(health, ["ember.CoreWorker"])
+        return port
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """A cached channel to another process (loop thread only)."""
+        ch = self._channels.get(address)
+        if ch is None:
+            ch = self._channels[address] = rpc.aio_channel(address)
+        return ch
+
+    def worker_stub(self, address: str) -> core_worker_pb2_grpc.CoreWorkerStub:
+        return core_worker_pb2_grpc.CoreWorkerStub(self.channel(address))
+
+    def raylet_stub(self, address: str) -> raylet_pb2_grpc.RayletStub:
+        if address == self.raylet_address:
+            return self.raylet
+        return raylet_pb2_grpc.RayletStub(self.channel(address))
+
+    def shutdown(self) -> None:
+        if self._shutdown:
+            return
+        self._shutdown = True
+        try:
+            self._call(self._async_shutdown(), timeout=10)
+        except Exception as e:  # the loop may already be gone at interpreter exit
+            log.debug("core worker shutdown: %s", e)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+    async def _async_shutdown(self) -> None:
+        await self.submitter.shutdown()
+        plasma_owned = [oid for oid in self._owned
+                        if (e := self._objects.get(oid)) is not None and e.in_plasma]
+        await self._free_plasma(plasma_owned)
+        await self._server.stop(0.5)
+        for ch in [self._gcs_channel, self._raylet_channel, self._objmgr_channel, *self._channels.values()]:
+            await ch.close()
+
+    # ---------------------------------------------------------------- reference counting
+    def add_local_ref(self, oid: bytes, owner: OwnerAddress) -> None:
+        with self._ref_lock:
+            self._refcounts[oid] = self._refcounts.get(oid, 0) + 1
+
+    def remove_local_ref(self, oid: bytes) -> None:
+        with self._ref_lock:
+            n = self._refcounts.get(oid, 0) - 1
+            if n > 0:
+                self._refcounts[oid] = n
+                return
+            self._refcounts.pop(oid, None)
+            owned = oid in self._owned
+            if owned and oid in self._escaped:
+                return  # a borrower may hold it: kept until this process exits
+            self._owned.discard(oid)
+        if self._shutdown:
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._release, oid, owned)
+        except RuntimeError:  # loop closed
+            pass
+
+    def _release(self, oid: bytes, owned: bool) -> None:
+        entry = self._objects.pop(oid, None)
+        if owned and entry is not None and entry.in_plasma:
+            asyncio.ensure_future(self._free_plasma([oid], entry.node_id))
+
+    async def _free_plasma(self, oids: list[bytes], node_id: str | None = None) -> None:
+        if not oids:
+            return
+        by_node: dict[str, list[bytes]] = {}
+        for oid in oids:
+            nid = node_id or self._objects[oid].node_id
+            by_node.setdefault(nid, []).append(oid)
+        for nid, group in by_node.items():
+            try:
+                stub = self.objmgr if nid == self.node_id else objmgr_pb2_grpc.ObjectManagerStub(
+                    self.channel((await self.node_info(nid)).objmgr_address))
+                await stub.Free(objmgr_pb2.FreeRequest(object_ids=group), timeout=5)
+            except Exception as e:  # node gone: its store went with it
+                log.debug("free on %s failed: %s", nid, e)
+
+    def mark_escaped(self, oid: bytes) -> None:
+        if oid in self._owned:
+            self._escaped.add(oid)
+
+    def register_owned(self, oid: bytes) -> None:
+        self._owned.add(oid)
+
+    def num_local_refs(self) -> int:
+        return len(self._refcounts)
+
+    # ---------------------------------------------------------------- memory store
+    def set_object(self, ret: common_pb2.ReturnObject) -> None:
+        """Loop thread: records an object's value/location and wakes waiters."""
+        oid = ret.object_id
+        if oid not in self._refcounts and oid not in self._escaped:
+            # Every reference was dropped while the task ran: free instead of storing.
+            self._owned.discard(oid)
+            if ret.in_plasma:
+                asyncio.ensure_future(self._free_plasma([oid], ret.node_id))
+            return
+        self._objects[oid] = ret
+        for fut in self._waiters.pop(oid, ()):
+            if not fut.done():
+                fut.set_result(ret)
+
+    def set_error(self, oid: bytes, error: BaseException) -> None:
+        sv = serialize(error, ERROR_METADATA)
+        self.set_object(common_pb2.ReturnObject(object_id=oid, value=sv.to_proto()))
+
+    async def wait_object(self, ref: ObjectRef, timeout: float | None) -> common_pb2.ReturnObject:
+        """Waits until the object is known locally (owned) or fetches it from its owner."""
+        oid = ref._id
+        entry = self._objects.get(oid)
+        if entry is not None:
+            return entry
+        if ref._owner[2] == self.worker_id or oid in self._owned:
+            fut = self.loop.create_future()
+            self._waiters.setdefault(oid, []).append(fut)
+            try:
+                return await asyncio.wait_for(fut, timeout)
+            except asyncio.TimeoutError:
+                raise exc.GetTimeoutError(f"Get timed out: object {oid.hex()} not ready after {timeout}s") from None
+        return await self._fetch_from_owner(ref, timeout)
+
+    async def _fetch_from_owner(self, ref: ObjectRef, timeout: float | None) -> common_pb2.ReturnObject:
+        ip, port, worker_id, _ = ref._owner
+        stub = self.worker_stub(f"{ip}:{port}")
+        try:
+            reply = await stub.GetObject(core_worker_pb2.GetObjectRequest(
+                object_id=ref._id, timeout_s=timeout if timeout is not None else -1))
+        except grpc.aio.AioRpcError as e:
+            raise exc.OwnerDiedError(ref.hex(), f"Object {ref.hex()} is lost: its owner (worker "
+                                     f"{worker_id} at {ip}:{port}) is unreachable ({e.code().name})") from None
+        if reply.status == core_worker_pb2.GetObjectReply.TIMEOUT:
+            raise exc.GetTimeoutError(f"Get timed out: object {ref.hex()} not ready after {timeout}s")
+        if reply.status == core_worker_pb2.GetObjectReply.NOT_FOUND:
+            raise exc.ObjectLostError(ref.hex(), f"Object {ref.hex()} is lost: its owner no longer has it")
+        if ref._id in self._refcounts:
+            self._objects[ref._id] = reply.object
+        return reply.object
+
+    # ---------------------------------------------------------------- nodes
+    async def node_info(self, node_id: str) -> common_pb2.NodeInfo:
+        info = self._nodes.get(node_id)
+        if info is None:
+            reply = await self.gcs.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=10)
+            self._nodes = {n.node_id: n for n in reply.nodes}
+            info = self._nodes.get(node_id)
+            if info is None:
+                raise exc.ObjectLostError(message=f"node {node_id} is unknown to the GCS")
+        return info
+
+    # ---------------------------------------------------------------- get / put / wait
+    def put_serialized(self, sv: SerializedValue, oid: bytes | None = None) -> ObjectRef:
+        oid = oid or ids.new_put_id()
+        self._owned.add(oid)
+        if sv.contained_refs:
+            for r in sv.contained_refs:
+                self.mark_escaped(r._id)
+        ref = ObjectRef(oid, self.address, self)
+        self._objects[oid] = self.store_value(oid, sv)
+        return ref
+
+    def store_value(self, oid: bytes, sv: SerializedValue) -> common_pb2.ReturnObject:
+        """Inline for small values; else written to this node's shared-memory store."""
+        if sv.size <= self.config.max_inline_bytes:
+            return common_pb2.ReturnObject(object_id=oid, value=sv.to_proto(), size=sv.size)
+        size = plasma.write(self.store_dir, oid, sv)
+        self._sync_or_call(lambda: self.objmgr.Seal(objmgr_pb2.SealRequest(object_id=oid, size=size), timeout=30))
+        return common_pb2.ReturnObject(object_id=oid, in_plasma=True, node_id=self.node_id, size=size)
+
+    def _sync_or_call(self, coro: Any) -> Any:
+        if self.in_loop():
+            raise RuntimeError("blocking call on the core loop")
+        return self._call(coro)
+
+    def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
+        entries: list[common_pb2.ReturnObject | None] = [self._objects.get(r._id) for r in refs]
+        missing = [r for r, e in zip(refs, entries) if e is None]
+        if missing:
+            got = self._blocking(self._wait_all(missing, timeout))
+            entries = [e if e is not None else got[r._id] for r, e in zip(refs, entries)]
+        return [self.materialize(e) for e in entries]  # type: ignore[arg-type]
+
+    async def _wait_all(self, refs: list[ObjectRef], timeout: float | None) -> dict[bytes, Any]:
+        results = await asyncio.gather(*(self.wait_object(r, timeout) for r in refs))
+        return {r._id: e for r, e in zip(refs, results)}
+
+    def _blocking(self, coro: Any) -> Any:
+        """Runs a wait on the loop; a worker tells its raylet it is blocked meanwhile."""
+        notify = self.mode == "worker" and self.executor is not None and self.executor.running
+        if notify:
+            self._notify_blocked(True)
+        try:
+            return self._call(coro)
+        finally:
+            if notify:
+                self._notify_blocked(False)
+
+    def _notify_blocked(self, blocked: bool) -> None:
+        self._blocked_depth += 1 if blocked else -1
+        if (blocked and self._blocked_depth == 1) or (not blocked and self._blocked_depth == 0):
+            asyncio.run_coroutine_threadsafe(_as_coro(lambda: self.raylet.NotifyWorkerBlocked(
+                raylet_pb2.NotifyWorkerBlockedRequest(worker_id=self.worker_id, blocked=blocked))),
+                self.loop)
+
+    def materialize(self, entry: common_pb2.ReturnObject) -> Any:
+        """Turns a stored entry into the user's value (or raises the stored error)."""
+        if entry.in_plasma:
+            data, buffers, meta = self._read_plasma(entry)
+            value = deserialize(data, buffers)
+        else:
+            meta = entry.value.metadata
+            value = deserialize_proto(entry.value)
+        if meta == ERROR_METADATA:
+            if isinstance(value, exc.RayTaskError):
+                raise value.as_instanceof_cause()
+            raise value
+        return value
+
+    def _read_plasma(self, entry: common_pb2.ReturnObject) -> tuple[Any, list[Any], str]:
+        path = plasma.object_path(self.store_dir, entry.object_id)
+        if entry.node_id != self.node_id and not os.path.exists(path):
+            self._sync_or_call(self._pull(entry))
+        try:
+            return plasma.read(path)
+        except FileNotFoundError:
+            raise exc.ObjectLostError(entry.object_id.hex(),
+                                      f"Object {entry.object_id.hex()} is lost: not in the store of "
+                                      f"node {entry.node_id}") from None
+
+    async def _pull(self, entry: common_pb2.ReturnObject) -> None:
+        try:
+            src = (await self.node_info(entry.node_id)).objmgr_address
+            await self.objmgr.Pull(objmgr_pb2.PullRequest(object_id=entry.object_id, source_address=src))
+        except grpc.aio.AioRpcError as e:
+            raise exc.ObjectLostError(entry.object_id.hex(),
+                                      f"Object {entry.object_id.hex()} is lost: pulling it from node "
+                                      f"{entry.node_id} failed: {e.details()}") from None
+
+    def get_future(self, ref: ObjectRef) -> concurrent.futures.Future:
+        async def resolve() -> Any:
+            entry = await self.wait_object(ref, None)
+            if entry.in_plasma and entry.node_id != self.node_id:
+                await self._pull(entry)
+            return self.materialize(entry)
+
+        return asyncio.run_coroutine_threadsafe(resolve(), self.loop)
+
+    def wait(self, refs: list[ObjectRef], num_returns: int, timeout: float | None,
+             fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        ready_ids = {r._id for r in refs if r._id in self._objects}
+        if len(ready_ids) < num_returns and timeout != 0:
+            ready_ids = self._blocking(self._wait_some(refs, ready_ids, num_returns, timeout))
+        ready, rest = [], []
+        for r in refs:
+            (ready if r._id in ready_ids and len(ready) < num_returns else rest).append(r)
+        return ready, rest
+
+    async def _wait_some(self, refs: list[ObjectRef], ready: set[bytes], num_returns: int,
+                         timeout: float | None) -> set[bytes]:
+        """Waits until num_returns of refs are ready. Owned objects share one wake-up future
+        (no task per ref); borrowed ones are fetched from their owners."""
+        ready = set(ready)
+        owned = [r for r in refs if r._id not in ready and
+                 (r._owner[2] == self.worker_id or r._id in self._owned)]
+        fetches = {asyncio.ensure_future(self.wait_object(r, None)): r for r in refs
+                   if r._id not in ready and not (r._owner[2] == self.worker_id or r._id in self._owned)}
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        try:
+            while True:
+                still = []
+                for r in owned:
+                    if r._id in self._objects:
+                        ready.add(r._id)
+                    else:
+                        still.append(r)
+                owned = still
+                if len(ready) >= num_returns or (not owned and not fetches):
+                    break
+                wake = loop.create_future()
+                for r in owned:
+                    self._waiters.setdefault(r._id, []).append(wake)
+                left = None if deadline is None else max(0.0, deadline - loop.time())
+                done, _ = await asyncio.wait([wake, *fetches], timeout=left,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                for r in owned:
+                    lst = self._waiters.get(r._id)
+                    if lst is not None and wake in lst:
+                        lst.remove(wake)
+                for t in done:
+                    r = fetches.pop(t, None)
+                    if r is not None:
+                        if not t.cancelled():
+                            t.exception()  # an error result is still "ready"
+                        ready.add(r._id)
+                if not done:
+                    break  # timed out
+        finally:
+            for t in fetches:
+                t.cancel()
+        return ready
+
+
+class CoreWorkerServicer(core_worker_pb2_grpc.CoreWorkerServicer):
+    """Thin gRPC shell over CoreWorker (owner side) and its TaskExecutor (worker side)."""
+
+    def __init__(self, core: CoreWorker) -> None:
+        self.core = core
+
+    async def PushTask(self, request: Any, context: Any) -> Any:
+        if self.core.executor is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this process executes no tasks")
+        return await self.core.executor.push(request.spec)
+
+    async def GetObject(self, request: Any, context: Any) -> Any:
+        oid = request.object_id
+        core = self.core
+        entry = core._objects.get(oid)
+        if entry is None:
+            if oid not in core._owned:
+                return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.NOT_FOUND)
+            fut = core.loop.create_future()
+            core._waiters.setdefault(oid, []).append(fut)
+            try:
+                entry = await asyncio.wait_for(fut, None if request.timeout_s < 0 else request.timeout_s)
+            except asyncio.TimeoutError:
+                return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.TIMEOUT)
+        core._escaped.add(oid)
+        return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.READY, object=entry)
+
+    async def CancelTask(self, request: Any, context: Any) -> Any:
+        ok = self.core.executor.cancel(request.task_id, request.force) if self.core.executor else False
+        return core_worker_pb2.CancelTaskReply(attempted=ok)
+
+    async def Exit(self, request: Any, context: Any) -> Any:
+        if self.core.executor is not None:
+            self.core.executor.request_exit()
+        return core_worker_pb2.ExitReply()
+
+
+async def _as_coro(obj: Any) -> Any:
+    if callable(obj):
+        obj = obj()
+    return await obj
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+OnDone = Callable[[Any], None]

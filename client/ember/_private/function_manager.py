@@ -1,0 +1,85 @@
+"""The function table: remote functions are pickled once by the driver into the GCS KV and
+loaded (and cached) by workers on first use. Keys are content hashes, so a redefined function
+gets a new entry and an unchanged one is exported once."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import threading
+from typing import Any
+
+from ember._proto import gcs_pb2
+
+from .serialization import dumps_function
+
+NAMESPACE = "fun"
+JOB_NAMESPACE = "job"
+
+
+class FunctionManager:
+    def __init__(self, core: Any) -> None:
+        self.core = core
+        self._exported: dict[int, str] = {}  # id(fn object) -> function_id
+        self._keepalive: dict[int, Any] = {}
+        self._loaded: dict[str, Any] = {}
+        self._jobs_loaded: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def export(self, fn: Any, what: str) -> str:
+        """Pickles fn into the GCS function table once; returns its function id."""
+        fid = self._exported.get(id(fn))
+        if fid is not None:
+            return fid
+        try:
+            blob = dumps_function(fn)
+        except Exception as e:
+            raise TypeError(f"cannot serialize {what}: {e}") from e
+        fid = hashlib.sha1(blob).hexdigest()
+        self.core.gcs_call(lambda: self.core.gcs.KVPut(gcs_pb2.KVPutRequest(
+            namespace=NAMESPACE, key=fid.encode(), value=blob, overwrite=False), timeout=30))
+        with self._lock:
+            self._exported[id(fn)] = fid
+            self._keepalive[id(fn)] = fn
+        return fid
+
+    def export_job_paths(self) -> None:
+        """Records the driver's import paths (script dir, cwd) so workers can import its modules."""
+        paths = [p for p in sys.path if p and "site-packages" not in p and "/lib/python" not in p]
+        import os
+
+        paths = [os.path.abspath(p) for p in paths] + [os.getcwd()]
+        self.core.gcs_call(lambda: self.core.gcs.KVPut(gcs_pb2.KVPutRequest(
+            namespace=JOB_NAMESPACE, key=self.core.job_id.hex().encode(),
+            value=json.dumps({"paths": paths}).encode(), overwrite=True), timeout=30))
+
+    def load(self, fid: str, job_id: bytes, name: str) -> Any:
+        """Worker side: the function for fid, fetched from the GCS on first use."""
+        fn = self._loaded.get(fid)
+        if fn is not None:
+            return fn
+        self._load_job_paths(job_id)
+        reply = self.core.gcs_call(lambda: self.core.gcs.KVGet(
+            gcs_pb2.KVGetRequest(namespace=NAMESPACE, key=fid.encode()), timeout=30))
+        if not reply.found:
+            raise RuntimeError(f"function {name} ({fid}) is missing from the function table")
+        import pickle
+
+        try:
+            fn = pickle.loads(reply.value)
+        except Exception as e:
+            raise ImportError(f"cannot load function {name} on this worker: {type(e).__name__}: {e}. "
+                              "Is its module importable on every node?") from e
+        self._loaded[fid] = fn
+        return fn
+
+    def _load_job_paths(self, job_id: bytes) -> None:
+        if job_id in self._jobs_loaded:
+            return
+        self._jobs_loaded.add(job_id)
+        reply = self.core.gcs_call(lambda: self.core.gcs.KVGet(
+            gcs_pb2.KVGetRequest(namespace=JOB_NAMESPACE, key=job_id.hex().encode()), timeout=30))
+        if reply.found:
+            for p in json.loads(reply.value)["paths"]:
+                if p not in sys.path:
+                    sys.path.append(p)

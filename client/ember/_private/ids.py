@@ -1,0 +1,30 @@
+"""Identifiers: random bytes, shown as hex. Object ids are the task id plus a return index."""
+from __future__ import annotations
+
+import os
+import struct
+
+TASK_ID_LEN = 16
+OBJECT_ID_LEN = TASK_ID_LEN + 4
+
+
+def new_task_id() -> bytes:
+    return os.urandom(TASK_ID_LEN)
+
+
+def object_id_for_return(task_id: bytes, index: int) -> bytes:
+    """Id of the index-th return value of a task (index >= 1; 0 is never used)."""
+    return task_id + struct.pack(">I", index)
+
+
+def new_put_id() -> bytes:
+    """Id of an object created by put(): a fresh random task id with index 0."""
+    return os.urandom(TASK_ID_LEN) + b"\x00\x00\x00\x00"
+
+
+def new_worker_id() -> str:
+    return os.urandom(8).hex()
+
+
+def new_node_id() -> str:
+    return os.urandom(14).hex()

@@ -1,0 +1,49 @@
+"""Driver side of log forwarding: prints what the job's tasks print, prefixed Ray-style with
+"(task_name pid=N)". Lines arrive on the GCS "logs" channel, published by each node's raylet
+log monitor, which tails the worker log files."""
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import grpc
+
+from ember._proto import gcs_pb2
+
+
+class LogPrinter:
+    def __init__(self, core: Any) -> None:
+        self.core = core
+        self._task = asyncio.run_coroutine_threadsafe(self._run(), core.loop)
+        self._node_id = core.node_id
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                stream = self.core.gcs.Subscribe(gcs_pb2.SubscribeRequest(
+                    channels=["logs"], job_id=self.core.job_id))
+                async for msg in stream:
+                    backoff = 0.1
+                    if msg.HasField("logs"):
+                        self._print(msg.logs)
+            except grpc.aio.AioRpcError:
+                pass  # GCS restarting: resubscribe
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    def _print(self, batch: gcs_pb2.LogBatch) -> None:
+        prefix = f"({batch.name or 'worker'} pid={batch.pid}"
+        if batch.node_id and batch.node_id != self._node_id:
+            prefix += f", node={batch.node_id[:8]}"
+        prefix += ")"
+        out = sys.stderr if batch.is_err else sys.stdout
+        try:
+            out.write("".join(f"{prefix} {line}\n" for line in batch.lines))
+            out.flush()
+        except ValueError:  # stream closed at exit
+            pass
+
+    def stop(self) -> None:
+        self._task.cancel()  # cancels the subscription task on the loop

@@ -1,0 +1,202 @@
+"""Starting and stopping Ember's service processes: the embedded cluster of `ember.init()` and
+the nodes of `ember start`.
+
+Every service binds its port itself (port 0 = any free one) and writes it to a port file, so
+there is no race over free ports. Logs go to <session_dir>/logs/<name>.{out,err}.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+
+EMBER_TMP = os.environ.get("EMBER_TEMP_DIR", os.path.join(tempfile.gettempdir(), "ember-sessions"))
+CURRENT_CLUSTER_FILE = os.path.join(EMBER_TMP, "ember_current_cluster")
+NODES_DIR = os.path.join(EMBER_TMP, "nodes")
+
+
+def new_session_dir() -> str:
+    name = time.strftime("session_%Y-%m-%d_%H-%M-%S_") + f"{os.getpid()}_{os.urandom(2).hex()}"
+    path = os.path.join(EMBER_TMP, name)
+    os.makedirs(os.path.join(path, "logs"), exist_ok=True)
+    return path
+
+
+def default_store_root() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else EMBER_TMP
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    pid: int
+    port: int
+    popen: subprocess.Popen | None = field(default=None, repr=False, compare=False)
+
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        try:
+            os.kill(self.pid, 0)
+            return True
+        except OSError:
+            return False
+
+
+def start_service(module: str, args: list[str], session_dir: str, name: str,
+                  timeout_s: float = 30.0, die_with_parent: bool = False,
+                  env: dict[str, str] | None = None) -> ServiceProcess:
+    """Starts `python -m module args...` and waits for it to report its bound port."""
+    logs = os.path.join(session_dir, "logs")
+    os.makedirs(logs, exist_ok=True)
+    port_file = os.path.join(session_dir, f"{name}.port")
+    if os.path.exists(port_file):
+        os.unlink(port_file)
+    cmd = [sys.executable, "-m", module, *args, "--port-file", port_file]
+    if die_with_parent:
+        cmd.append("--die-with-parent")
+    out = open(os.path.join(logs, f"{name}.out"), "ab")
+    err = open(os.path.join(logs, f"{name}.err"), "ab")
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    popen = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=full_env,
+                             start_new_session=not die_with_parent, close_fds=True)
+    out.close()
+    err.close()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.path.exists(port_file):
+            with open(port_file) as f:
+                return ServiceProcess(name, popen.pid, int(f.read()), popen)
+        if popen.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {popen.returncode} during start-up: "
+                               f"{_tail(os.path.join(logs, name + '.err'))}")
+        time.sleep(0.02)
+    popen.kill()
+    raise RuntimeError(f"{name} did not start within {timeout_s}s; see {logs}/{name}.err")
+
+
+def _tail(path: str, n: int = 5) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            lines = [ln for ln in f.read().splitlines() if ln.strip()]
+        return " | ".join(lines[-n:]) or "(no output)"
+    except OSError:
+        return "(no log)"
+
+
+def stop_process(pid: int, timeout_s: float = 5.0, popen: subprocess.Popen | None = None) -> None:
+    """SIGTERM, wait, then SIGKILL."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if popen is not None:
+            if popen.poll() is not None:
+                return
+        else:
+            try:
+                os.kill(pid, 0)
+                # reap if it is our child
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                        return
+                except ChildProcessError:
+                    pass
+            except ProcessLookupError:
+                return
+        time.sleep(0.02)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if popen is not None:
+        popen.wait(5)
+
+
+@dataclass
+class NodeRecord:
+    """What a started node looks like from outside (written under NODES_DIR for `ember stop`)."""
+
+    node_id: str
+    gcs_address: str
+    raylet_address: str
+    objmgr_address: str
+    store_dir: str
+    session_dir: str
+    pids: list[int]
+    is_head: bool
+
+    def save(self) -> None:
+        os.makedirs(NODES_DIR, exist_ok=True)
+        with open(os.path.join(NODES_DIR, f"{self.node_id}.json"), "w") as f:
+            json.dump(asdict(self), f)
+
+
+def start_gcs(session_dir: str, *, port: int = 0, storage: str = "memory", host: str = "0.0.0.0",
+              die_with_parent: bool = False, cluster_name: str = "default") -> ServiceProcess:
+    return start_service("ember_gcs", ["--port", str(port), "--host", host, "--storage", storage,
+                                       "--cluster-name", cluster_name, "--session-dir", session_dir],
+                         session_dir, "gcs", die_with_parent=die_with_parent)
+
+
+def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float],
+               object_store_memory: int, is_head: bool, node_ip: str = "127.0.0.1",
+               raylet_port: int = 0, die_with_parent: bool = False,
+               num_prestart_workers: int | None = None) -> tuple[NodeRecord, list[ServiceProcess]]:
+    """Starts an object manager and a raylet for one node."""
+    from .ids import new_node_id
+
+    node_id = new_node_id()
+    store_dir = os.path.join(default_store_root(), "ember-store", os.path.basename(session_dir), node_id)
+    objmgr = start_service("ember_objmgr", [
+        "--store-dir", store_dir, "--capacity-bytes", str(object_store_memory),
+        "--node-id", node_id, "--host", "0.0.0.0"], session_dir, f"objmgr-{node_id[:8]}",
+        die_with_parent=die_with_parent)
+    objmgr_address = f"{node_ip}:{objmgr.port}"
+    args = ["--gcs-address", gcs_address, "--objmgr-address", objmgr_address,
+            "--node-id", node_id, "--store-dir", store_dir, "--session-dir", session_dir,
+            "--resources", json.dumps(resources), "--object-store-memory", str(object_store_memory),
+            "--node-ip", node_ip, "--port", str(raylet_port)]
+    if is_head:
+        args.append("--head")
+    if num_prestart_workers is not None:
+        args += ["--num-prestart-workers", str(num_prestart_workers)]
+    try:
+        raylet = start_service("ember_raylet", args, session_dir, f"raylet-{node_id[:8]}",
+                               die_with_parent=die_with_parent)
+    except Exception:
+        stop_process(objmgr.pid, popen=objmgr.popen)
+        raise
+    record = NodeRecord(node_id, gcs_address, f"{node_ip}:{raylet.port}", objmgr_address, store_dir,
+                        session_dir, [raylet.pid, objmgr.pid], is_head)
+    return record, [raylet, objmgr]
+
+
+def remove_session_store(session_dir: str) -> None:
+    """Deletes a session's shared-memory objects (needed when an object manager was killed)."""
+    import shutil
+
+    shutil.rmtree(os.path.join(default_store_root(), "ember-store", os.path.basename(session_dir)),
+                  ignore_errors=True)
+
+
+def write_current_cluster(info: dict) -> None:
+    os.makedirs(EMBER_TMP, exist_ok=True)
+    with open(CURRENT_CLUSTER_FILE, "w") as f:
+        json.dump(info, f)
+
+
+def read_current_cluster() -> dict | None:
+    try:
+        with open(CURRENT_CLUSTER_FILE) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,79 @@
+"""ObjectRef: a future for a value in the cluster, with owner-based reference counting."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any, Generator
+
+# (ip, port, worker_id, node_id) of the process that owns an object.
+OwnerAddress = tuple[str, int, str, str]
+
+
+class ObjectRef:
+    """A reference to an object. Creating one counts a local reference; dropping it uncounts it."""
+
+    __slots__ = ("_id", "_owner", "_worker", "__weakref__")
+
+    def __init__(self, object_id: bytes, owner: OwnerAddress, worker: Any = None,
+                 _register: bool = True) -> None:
+        self._id = object_id
+        self._owner = owner
+        self._worker = worker
+        if worker is not None and _register:
+            worker.add_local_ref(object_id, owner)
+
+    def binary(self) -> bytes:
+        return self._id
+
+    def hex(self) -> str:
+        return self._id.hex()
+
+    def task_id(self) -> bytes:
+        return self._id[:16]
+
+    @property
+    def owner_address(self) -> OwnerAddress:
+        return self._owner
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self._id.hex()})"
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectRef) and other._id == self._id
+
+    def __del__(self) -> None:
+        w = self._worker
+        if w is not None:
+            try:
+                w.remove_local_ref(self._id)
+            except Exception:  # interpreter shutdown: nothing left to count
+                return
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from .serialization import contained_refs_sink
+
+        sink = contained_refs_sink()
+        if sink is not None:
+            sink.append(self)
+        if self._worker is not None:
+            self._worker.mark_escaped(self._id)
+        return (_rebuild_ref, (self._id, self._owner))
+
+    def future(self) -> concurrent.futures.Future:
+        """A concurrent.futures.Future that resolves to the value."""
+        from . import worker as _w
+
+        return _w.global_worker().core.get_future(self)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return asyncio.wrap_future(self.future()).__await__()
+
+
+def _rebuild_ref(object_id: bytes, owner: OwnerAddress) -> ObjectRef:
+    from . import worker as _w
+
+    w = _w.global_worker_or_none()
+    return ObjectRef(object_id, owner, w.core if w is not None else None)

@@ -1,0 +1,73 @@
+"""Validation of @remote / .options(...) arguments: unknown names and bad values fail at the
+call site with a message naming the option."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+TASK_OPTIONS = {
+    "num_cpus", "num_gpus", "memory", "resources", "max_retries", "retry_exceptions",
+    "num_returns", "name", "scheduling_strategy", "runtime_env", "accelerator_type",
+    "placement_group", "placement_group_bundle_index", "placement_group_capture_child_tasks",
+    "_metadata", "label_selector", "enable_task_events", "object_store_memory",
+}
+ACTOR_OPTIONS = {
+    "num_cpus", "num_gpus", "memory", "resources", "max_restarts", "max_task_retries",
+    "max_concurrency", "name", "namespace", "lifetime", "get_if_exists", "scheduling_strategy",
+    "runtime_env", "accelerator_type", "placement_group", "placement_group_bundle_index",
+    "placement_group_capture_child_tasks", "max_pending_calls", "concurrency_groups",
+    "_metadata", "label_selector", "enable_task_events", "object_store_memory",
+    "allow_out_of_order_execution",
+}
+
+
+def validate(options: dict[str, Any], allowed: set[str], what: str) -> None:
+    for k in options:
+        if k not in allowed:
+            raise ValueError(f"Invalid option keyword {k!r} for {what}. Valid ones are: "
+                             f"{', '.join(sorted(allowed))}")
+    for k in ("num_cpus", "num_gpus", "memory"):
+        v = options.get(k)
+        if v is not None:
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise TypeError(f"{k} must be a number, got {type(v).__name__}")
+            if not math.isfinite(v):
+                raise ValueError(f"{k} must be a finite number, got {v}")
+            if v < 0:
+                raise ValueError(f"{k} must be >= 0, got {v}")
+    g = options.get("num_gpus")
+    if g is not None and g > 1 and g != int(g):
+        raise ValueError(f"num_gpus above 1 must be a whole number, got {g}")
+    res = options.get("resources")
+    if res is not None:
+        if not isinstance(res, dict):
+            raise TypeError(f"resources must be a dict, got {type(res).__name__}")
+        for name, v in res.items():
+            if name in ("CPU", "GPU"):
+                raise ValueError(f"use num_cpus/num_gpus instead of resources={{'{name}': ...}}")
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"resource {name!r} must be a number >= 0, got {v!r}")
+    mr = options.get("max_retries")
+    if mr is not None and (not isinstance(mr, int) or isinstance(mr, bool) or mr < -1):
+        raise ValueError(f"max_retries must be an int >= -1, got {mr!r}")
+    nr = options.get("num_returns")
+    if nr is not None and nr not in ("streaming", "dynamic") and (
+            not isinstance(nr, int) or isinstance(nr, bool) or nr < 0):
+        raise ValueError(f"num_returns must be an int >= 0, got {nr!r}")
+
+
+def resource_request(options: dict[str, Any], default_cpus: float) -> dict[str, float]:
+    """The scheduling resources of a task or actor from its options."""
+    req: dict[str, float] = {}
+    cpus = options.get("num_cpus")
+    cpus = default_cpus if cpus is None else cpus
+    if cpus:
+        req["CPU"] = float(cpus)
+    if options.get("num_gpus"):
+        req["GPU"] = float(options["num_gpus"])
+    if options.get("memory"):
+        req["memory"] = float(options["memory"])
+    for k, v in (options.get("resources") or {}).items():
+        if v:
+            req[k] = float(v)
+    return req

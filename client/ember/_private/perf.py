@@ -1,0 +1,273 @@
+"""The engine of `ember microbenchmark`: Ray's `ray microbenchmark` workloads, for Ember or Ray.
+
+The workloads, their shapes, multipliers and printed names mirror Ray's
+`ray/_private/ray_perf.py`, so numbers can be compared line by line:
+
+    <name> per second <mean> +- <stddev>
+
+Every workload is written against a module object (`ember` or `ray`) passed in as a
+parameter, so the same code drives both runtimes:
+
+    python -m ember._private.perf --duration-s 1 --filter tasks
+    /tmp/rayvenv/bin/python client/ember/_private/perf.py --module ray
+
+This file imports nothing from Ember at module level, so another venv's interpreter can run
+it as a plain script. Workloads that need actors or placement groups are not here yet; add
+them to ACTOR_BENCHMARKS / PLACEMENT_GROUP_BENCHMARKS (see SUITES) when those exist.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":
+    # Run as a plain script, this file's directory is sys.path[0]; it holds modules such as
+    # worker.py and rpc.py that must not shadow top-level imports (nor reach Ray's workers).
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import argparse
+import importlib
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+Fn = Callable[[], Any]
+
+
+@dataclass
+class Benchmark:
+    """One workload: `make(mod)` does the setup and returns the function that is timed; each
+    call of it counts as `multiplier` operations (Ray's (name, fn, multiplier))."""
+
+    name: str
+    make: Callable[[Any], Fn]
+    multiplier: float = 1.0
+
+
+@dataclass
+class Suite:
+    """Benchmarks that share one cluster: `mod.init(num_cpus=..., **init_kwargs)` before them,
+    `mod.shutdown()` after."""
+
+    benchmarks: list[Benchmark]
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Workloads (same shapes as Ray's). Task bodies are closures over `mod`, so they are pickled by
+# value and import `ember` or `ray` by name on the worker.
+
+def _small_value(mod: Any) -> Any:
+    def small_value() -> bytes:
+        return b"ok"
+
+    return mod.remote(small_value)
+
+
+def _get_small(mod: Any) -> Fn:
+    value = mod.put(0)
+    return lambda: mod.get(value)
+
+
+def _put_small(mod: Any) -> Fn:
+    return lambda: mod.put(0)
+
+
+def _put_multi_small(mod: Any) -> Fn:
+    def do_put_small() -> None:
+        for _ in range(100):
+            mod.put(0)
+
+    task = mod.remote(do_put_small)
+    return lambda: mod.get([task.remote() for _ in range(10)])
+
+
+def _put_large(mod: Any) -> Fn:
+    import numpy as np
+
+    arr = np.zeros(100 * 1024 * 1024, dtype=np.int64)  # 800 MiB
+    return lambda: mod.put(arr)
+
+
+def _tasks_and_get_batch(mod: Any) -> Fn:
+    small_value = _small_value(mod)
+    return lambda: mod.get([small_value.remote() for _ in range(1000)])
+
+
+def _put_multi_large(mod: Any) -> Fn:
+    def do_put() -> None:
+        import numpy as np
+
+        for _ in range(10):
+            mod.put(np.zeros(10 * 1024 * 1024, dtype=np.int64))  # 80 MiB each
+
+    task = mod.remote(do_put)
+    return lambda: mod.get([task.remote() for _ in range(10)])
+
+
+def _get_containing_refs(mod: Any) -> Fn:
+    def create_object_containing_ref() -> list:
+        return [mod.put(1) for _ in range(10000)]
+
+    ref = mod.remote(create_object_containing_ref).remote()
+    return lambda: mod.get(ref)
+
+
+def _wait_1k_refs(mod: Any) -> Fn:
+    small_value = _small_value(mod)
+
+    def wait_multiple_refs() -> None:
+        not_ready = [small_value.remote() for _ in range(1000)]
+        fetch_local = True  # the first wait asks for all of them; later ones need not
+        for _ in range(1000):
+            _ready, not_ready = mod.wait(not_ready, fetch_local=fetch_local)
+            fetch_local = False
+
+    return wait_multiple_refs
+
+
+def _tasks_sync(mod: Any) -> Fn:
+    small_value = _small_value(mod)
+    return lambda: mod.get(small_value.remote())
+
+
+def _tasks_async(mod: Any) -> Fn:
+    small_value = _small_value(mod)
+    return lambda: mod.get([small_value.remote() for _ in range(1000)])
+
+
+TASK_AND_OBJECT_BENCHMARKS: list[Benchmark] = [
+    Benchmark("single client get calls (Plasma Store)", _get_small),
+    Benchmark("single client put calls (Plasma Store)", _put_small),
+    Benchmark("multi client put calls (Plasma Store)", _put_multi_small, 1000),
+    Benchmark("single client put gigabytes", _put_large, 8 * 0.1),
+    Benchmark("single client tasks and get batch", _tasks_and_get_batch),
+    Benchmark("multi client put gigabytes", _put_multi_large, 10 * 8 * 0.1),
+    Benchmark("single client get object containing 10k refs", _get_containing_refs),
+    Benchmark("single client wait 1k refs", _wait_1k_refs),
+    Benchmark("single client tasks sync", _tasks_sync),
+    Benchmark("single client tasks async", _tasks_async, 1000),
+]
+
+# Need actors (not in Ember yet): "multi client tasks async", "1:1 actor calls sync",
+# "1:1 actor calls async", "1:1 actor calls concurrent", "1:n actor calls async",
+# "n:n actor calls async", "n:n actor calls with arg async", "1:1 async-actor calls sync",
+# "1:1 async-actor calls async", "1:1 async-actor calls with args async",
+# "1:n async-actor calls async", "n:n async-actor calls async".
+ACTOR_BENCHMARKS: list[Benchmark] = []
+
+# Needs placement groups: "placement group create/removal" (100 per call, multiplier 100).
+PLACEMENT_GROUP_BENCHMARKS: list[Benchmark] = []
+
+SUITES: list[Suite] = [
+    Suite(TASK_AND_OBJECT_BENCHMARKS + ACTOR_BENCHMARKS),
+    Suite(PLACEMENT_GROUP_BENCHMARKS, {"resources": {"custom": 100}}),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing, like Ray's ray_microbenchmark_helpers.timeit (without its 10 s pre-sleep).
+
+def measure(fn: Fn, multiplier: float, duration_s: float, trials: int,
+            warmup_s: float) -> tuple[float, float]:
+    """Warms up for warmup_s, then runs `trials` trials of ~duration_s each, calling fn in steps
+    of ~0.1 s; returns (mean, population stddev) of multiplier * calls / second."""
+    start, count = time.perf_counter(), 0
+    while time.perf_counter() - start < warmup_s or count == 0:
+        fn()
+        count += 1
+    rate = count / max(time.perf_counter() - start, 1e-9)
+    step = int(rate / 10) + 1
+    stats = []
+    for _ in range(trials):
+        start, count = time.perf_counter(), 0
+        while time.perf_counter() - start < duration_s:
+            for _ in range(step):
+                fn()
+            count += step
+        stats.append(multiplier * count / (time.perf_counter() - start))
+    return statistics.fmean(stats), statistics.pstdev(stats)
+
+
+def init_kwargs(module_name: str, num_cpus: int) -> dict[str, Any]:
+    if module_name == "ray":
+        return {"num_cpus": num_cpus, "include_dashboard": False, "log_to_driver": False}
+    return {"num_cpus": num_cpus, "log_to_driver": False}
+
+
+def run(mod: Any, module_name: str, pattern: str, duration_s: float, trials: int,
+        warmup_s: float, num_cpus: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """Runs the benchmarks whose name contains `pattern`; returns (results, failed names)."""
+    results: list[dict[str, Any]] = []
+    failed: list[str] = []
+    for suite in SUITES:
+        chosen = [b for b in suite.benchmarks if pattern in b.name]
+        if not chosen:
+            continue
+        mod.init(**init_kwargs(module_name, num_cpus), **suite.init_kwargs)
+        try:
+            for b in chosen:
+                try:
+                    fn = b.make(mod)
+                    mean, sd = measure(fn, b.multiplier, duration_s, trials, warmup_s)
+                except Exception as e:  # report and go on with the others
+                    print(f"{b.name} FAILED: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                    failed.append(b.name)
+                    continue
+                finally:
+                    fn = None  # drop the workload's objects before the next one
+                print(b.name, "per second", round(mean, 2), "+-", round(sd, 2), flush=True)
+                results.append({"name": b.name, "per_second": mean, "stddev": sd})
+        finally:
+            mod.shutdown()
+    return results, failed
+
+
+def all_names() -> list[str]:
+    return [b.name for s in SUITES for b in s.benchmarks]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="ember microbenchmark",
+                                description="Ray's microbenchmark workloads on Ember (or Ray).")
+    p.add_argument("--duration-s", type=float, default=2.0, help="seconds per trial (default 2)")
+    p.add_argument("--trials", type=int, default=4, help="timed trials per workload (default 4)")
+    p.add_argument("--warmup-s", type=float, default=1.0, help="warm-up seconds (default 1)")
+    p.add_argument("--filter", default="", metavar="SUBSTRING",
+                   help="only run workloads whose name contains SUBSTRING")
+    p.add_argument("--json", metavar="PATH", help="write results as a JSON list to PATH")
+    p.add_argument("--module", default="ember", help='runtime to benchmark: "ember" or "ray"')
+    p.add_argument("--num-cpus", type=int, default=os.cpu_count() or 1,
+                   help="CPUs of the local cluster (default: all)")
+    p.add_argument("--list", action="store_true", help="print the workload names and exit")
+    args = p.parse_args(argv)
+    if args.duration_s <= 0 or args.trials < 1 or args.warmup_s < 0:
+        p.error("--duration-s must be > 0, --trials >= 1 and --warmup-s >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        print("\n".join(all_names()))
+        return 0
+    if not any(args.filter in n for n in all_names()):
+        print(f"no workload name contains {args.filter!r}; see --list", file=sys.stderr)
+        return 1
+    mod = importlib.import_module(args.module)
+    version = getattr(mod, "__version__", "?")
+    print(f"# {args.module} {version}: {args.trials} x {args.duration_s:g} s per workload, "
+          f"num_cpus={args.num_cpus}", file=sys.stderr, flush=True)
+    results, failed = run(mod, args.module, args.filter, args.duration_s, args.trials,
+                          args.warmup_s, args.num_cpus)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

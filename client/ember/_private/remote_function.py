@@ -1,0 +1,110 @@
+"""RemoteFunction: what @ember.remote makes of a function."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ember._proto import common_pb2
+
+from . import ids
+from .object_ref import ObjectRef
+from .options import TASK_OPTIONS, resource_request, validate
+from .serialization import serialize
+from .task_submitter import TaskEntry
+
+
+class RemoteFunction:
+    def __init__(self, function: Any, options: dict[str, Any]) -> None:
+        validate(options, TASK_OPTIONS, f"remote function {function.__qualname__}")
+        self._function = function
+        self._options = options
+        self._name = options.get("name") or function.__name__
+        functools.update_wrapper(self, function)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"Remote functions cannot be called directly. Instead of running "
+                        f"'{self._name}()', try '{self._name}.remote()'.")
+
+    def options(self, **options: Any) -> RemoteFunction:
+        merged = {**self._options, **options}
+        validate(options, TASK_OPTIONS, f"remote function {self._function.__qualname__}")
+        rf = RemoteFunction.__new__(RemoteFunction)
+        rf.__dict__.update(self.__dict__)
+        rf._options = merged
+        rf._name = merged.get("name") or self._function.__name__
+        return rf
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        from . import worker as _w
+
+        w = _w.global_worker()
+        return submit_task(w, self._function, self._name, self._options, args, kwargs)
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("DAG building with .bind() is not supported for tasks yet")
+
+
+def build_args(core: Any, args: tuple, kwargs: dict, what: str) -> tuple[list[common_pb2.TaskArg], list[str], list[ObjectRef]]:
+    """Serializes call arguments: top-level ObjectRefs by reference, others by value (big values
+    are put into the object store first and passed by reference)."""
+    task_args: list[common_pb2.TaskArg] = []
+    keep: list[ObjectRef] = []
+    values = list(args) + list(kwargs.values())
+    for i, v in enumerate(values):
+        if isinstance(v, ObjectRef):
+            keep.append(v)
+            task_args.append(_ref_arg(v))
+            continue
+        try:
+            sv = serialize(v)
+        except TypeError as e:
+            label = f"argument {i}" if i < len(args) else f"keyword argument {list(kwargs)[i - len(args)]!r}"
+            raise TypeError(f"Could not serialize {label} of {what}: {e.__cause__ or e}") from e
+        for r in sv.contained_refs:
+            core.mark_escaped(r._id)
+        if sv.size > core.config.max_inline_bytes:
+            ref = core.put_serialized(sv)
+            keep.append(ref)
+            task_args.append(_ref_arg(ref))
+        else:
+            task_args.append(common_pb2.TaskArg(value=sv.to_proto()))
+    return task_args, list(kwargs), keep
+
+
+def _ref_arg(ref: ObjectRef) -> common_pb2.TaskArg:
+    ip, port, worker_id, node_id = ref._owner
+    return common_pb2.TaskArg(ref=common_pb2.ObjectRefProto(
+        object_id=ref._id, owner=common_pb2.Address(ip=ip, port=port, worker_id=worker_id, node_id=node_id)))
+
+
+def submit_task(w: Any, function: Any, name: str, options: dict[str, Any], args: tuple,
+                kwargs: dict) -> Any:
+    core = w.core
+    num_returns = options.get("num_returns", 1)
+    if not isinstance(num_returns, int):
+        raise ValueError(f"num_returns={num_returns!r} (streaming generators) is not supported for tasks yet")
+    fid = w.functions.export(function, f"remote function {name}")
+    task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{name}()")
+    task_id = ids.new_task_id()
+    return_ids = [ids.object_id_for_return(task_id, i + 1) for i in range(max(num_returns, 1))]
+    max_retries = options.get("max_retries")
+    if max_retries is None:
+        max_retries = core.config.task_max_retries
+    spec = common_pb2.TaskSpec(
+        task_id=task_id, job_id=core.job_id, name=name,
+        function=common_pb2.FunctionDescriptor(module=function.__module__ or "",
+                                               qualname=function.__qualname__, function_id=fid),
+        args=task_args, kwarg_names=kwarg_names, return_ids=return_ids,
+        resources=resource_request(options, 1.0), max_retries=max_retries,
+        retry_exceptions=bool(options.get("retry_exceptions", False)),
+        caller=common_pb2.Address(ip=core.ip, port=core.port, worker_id=core.worker_id,
+                                  node_id=core.node_id))
+    refs = []
+    for oid in return_ids:
+        core.register_owned(oid)
+        refs.append(ObjectRef(oid, core.address, core))
+    entry = TaskEntry(spec, keep, max_retries)
+    core.loop.call_soon_threadsafe(core.submitter.submit, entry)
+    if num_returns == 0:
+        return None
+    return refs[0] if num_returns == 1 else refs

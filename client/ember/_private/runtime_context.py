@@ -1,0 +1,69 @@
+"""ember.get_runtime_context(): ids of the current job, node, worker and task."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class RuntimeContext:
+    def __init__(self, worker: Any) -> None:
+        self._worker = worker
+
+    def get_job_id(self) -> str:
+        return self._worker.core.job_id.hex()
+
+    def get_node_id(self) -> str:
+        return self._worker.core.node_id
+
+    def get_worker_id(self) -> str:
+        return self._worker.core.worker_id
+
+    def get_task_id(self) -> str | None:
+        ex = self._worker.core.executor
+        if ex is not None and ex.running is not None:
+            return ex.running.task_id.hex()
+        return None
+
+    def get_task_name(self) -> str | None:
+        ex = self._worker.core.executor
+        if ex is not None and ex.running is not None:
+            return ex.running.name
+        return None
+
+    def get_actor_id(self) -> str | None:
+        return None
+
+    def get_assigned_resources(self) -> dict[str, float]:
+        ex = self._worker.core.executor
+        if ex is not None and ex.running is not None:
+            return dict(ex.running.resources)
+        return {}
+
+    def get_accelerator_ids(self) -> dict[str, list[str]]:
+        from .worker import get_gpu_ids
+
+        return {"GPU": [str(g) for g in get_gpu_ids()]}
+
+    @property
+    def gcs_address(self) -> str:
+        return self._worker.core.gcs_address
+
+    @property
+    def namespace(self) -> str:
+        return self._worker.namespace
+
+    def get(self) -> dict[str, Any]:
+        return {"job_id": self.get_job_id(), "node_id": self.get_node_id(),
+                "task_id": self.get_task_id()}
+
+    @property
+    def worker(self) -> Any:
+        return self._worker
+
+    def was_current_actor_reconstructed(self) -> bool:
+        return False
+
+
+def get_runtime_context() -> RuntimeContext:
+    from .worker import global_worker
+
+    return RuntimeContext(global_worker())

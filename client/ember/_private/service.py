@@ -1,0 +1,49 @@
+"""What every service's main() shares: common flags, logging, dying with the parent, and a
+graceful stop on SIGTERM."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from typing import Any, Awaitable, Callable
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port-file", default=None, help="write the bound port here once serving")
+    parser.add_argument("--die-with-parent", action="store_true",
+                        help="exit when the parent process exits (embedded cluster)")
+    parser.add_argument("--log-level", default=os.environ.get("EMBER_LOG_LEVEL", "INFO"))
+
+
+def setup(ns: argparse.Namespace, name: str) -> None:
+    logging.basicConfig(level=getattr(logging, str(ns.log_level).upper(), logging.INFO),
+                        stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s {name} %(name)s: %(message)s")
+    if ns.die_with_parent:
+        try:
+            import ctypes
+            import signal
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def run(main: Callable[[asyncio.Event], Awaitable[Any]]) -> int:
+    """Runs an async main(stop_event); SIGTERM/SIGINT set the event. Start-up errors become a
+    one-line message and exit code 1."""
+    from .rpc import install_signal_stop
+
+    async def runner() -> Any:
+        stop = asyncio.Event()
+        install_signal_stop(asyncio.get_running_loop(), stop)
+        return await main(stop)
+
+    try:
+        asyncio.run(runner())
+    except (OSError, ValueError, ConnectionError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0

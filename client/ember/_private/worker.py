@@ -1,0 +1,365 @@
+"""Process-global state behind the public API: init/shutdown, get/put/wait, cluster queries."""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any, Sequence
+
+import grpc
+
+from ember import exceptions as exc
+from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+
+from . import node as node_mod
+from . import rpc
+from .config import Config, get_config
+from .core_worker import CoreWorker
+from .function_manager import FunctionManager
+from .object_ref import ObjectRef
+from .serialization import serialize
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    """One per process: the driver's or the worker's connection to the cluster."""
+
+    def __init__(self, core: CoreWorker, mode: str, cluster: EmbeddedCluster | None,
+                 namespace: str = "") -> None:
+        self.core = core
+        self.mode = mode
+        self.cluster = cluster
+        self.functions = FunctionManager(core)
+        self.namespace = namespace
+        self.log_printer: Any = None
+
+
+_global_worker: Worker | None = None
+_init_lock = threading.RLock()
+
+
+def global_worker() -> Worker:
+    w = _global_worker
+    if w is None:
+        init()
+        w = _global_worker
+    assert w is not None
+    return w
+
+
+def global_worker_or_none() -> Worker | None:
+    return _global_worker
+
+
+def set_global_worker(w: Worker | None) -> None:
+    global _global_worker
+    _global_worker = w
+
+
+class EmbeddedCluster:
+    """GCS (memory storage) + one raylet + one objmgr as child processes of the driver."""
+
+    def __init__(self, resources: dict[str, float], object_store_memory: int,
+                 config: Config) -> None:
+        self.session_dir = node_mod.new_session_dir()
+        self.procs: list[node_mod.ServiceProcess] = []
+        try:
+            gcs = node_mod.start_gcs(self.session_dir, port=0, storage="memory", host="127.0.0.1",
+                                     die_with_parent=True)
+            self.procs.append(gcs)
+            self.gcs_address = f"127.0.0.1:{gcs.port}"
+            self.node, procs = node_mod.start_node(
+                self.session_dir, self.gcs_address, resources=resources,
+                object_store_memory=object_store_memory, is_head=True, die_with_parent=True)
+            self.procs.extend(procs)
+        except Exception:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        # Raylet first (it stops its workers), then objmgr (removes the store), then GCS.
+        for p in self.procs[1:] + self.procs[:1]:
+            node_mod.stop_process(p.pid, popen=p.popen)
+        self.procs = []
+        node_mod.remove_session_store(self.session_dir)
+
+
+def _default_resources(num_cpus: float | None, num_gpus: float | None,
+                       resources: dict[str, float] | None, memory: int | None) -> dict[str, float]:
+    import psutil
+
+    res = {"CPU": float(num_cpus if num_cpus is not None else os.cpu_count() or 1)}
+    gpus = num_gpus if num_gpus is not None else _detect_gpus()
+    if gpus:
+        res["GPU"] = float(gpus)
+    res["memory"] = float(memory if memory is not None else int(psutil.virtual_memory().total * 0.7))
+    for k, v in (resources or {}).items():
+        if k in ("CPU", "GPU"):
+            raise ValueError(f"use num_cpus/num_gpus instead of resources={{'{k}': ...}}")
+        res[k] = float(v)
+    for k, v in res.items():
+        if v < 0:
+            raise ValueError(f"resource {k!r} must be >= 0, got {v}")
+    return res
+
+
+def _detect_gpus() -> int:
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        return len([d for d in vis.split(",") if d.strip()])
+    try:
+        return len([d for d in os.listdir("/dev") if d.startswith("nvidia") and d[6:].isdigit()])
+    except OSError:
+        return 0
+
+
+def _resolve_address(address: str | None) -> str | None:
+    if address is None:
+        address = os.environ.get("EMBER_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+    if address in ("local", ""):
+        return None
+    if address == "auto":
+        info = node_mod.read_current_cluster()
+        if info is None:
+            raise ConnectionError("address='auto' but no running Ember cluster was found "
+                                  "(start one with `ember start --head`)")
+        return info["gcs_address"]
+    if address is not None and address.startswith("ember://"):
+        address = address[len("ember://"):]
+    return address
+
+
+def _pick_node(gcs_address: str) -> common_pb2.NodeInfo:
+    """The alive node on this machine that a connecting driver attaches to (head first)."""
+    channel = rpc.sync_channel(gcs_address)
+    try:
+        stub = gcs_pb2_grpc.GcsStub(channel)
+        try:
+            nodes = stub.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=10).nodes
+        except grpc.RpcError as e:
+            raise ConnectionError(f"cannot reach the Ember GCS at {gcs_address}: {e.details()}") from None
+    finally:
+        channel.close()
+    alive = [n for n in nodes if n.state == common_pb2.NodeInfo.ALIVE]
+    local = [n for n in alive if os.path.isdir(n.store_dir)]
+    pool = local or alive
+    if not pool:
+        raise ConnectionError(f"the Ember cluster at {gcs_address} has no alive node")
+    pool.sort(key=lambda n: (not n.is_head, n.start_time))
+    return pool[0]
+
+
+def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus: float | None = None,
+         resources: dict[str, float] | None = None, object_store_memory: int | None = None,
+         memory: int | None = None, namespace: str | None = None, ignore_reinit_error: bool = False,
+         include_dashboard: bool | None = None, log_to_driver: bool = True,
+         runtime_env: dict | None = None, logging_level: int | str = logging.INFO,
+         configure_logging: bool = True, **kwargs: Any) -> Any:
+    """Connects to a cluster, or starts an embedded one (GCS, raylet, objmgr as child processes)."""
+    global _global_worker
+    for k in kwargs:
+        if k not in _IGNORED_INIT_ARGS:
+            raise TypeError(f"init() got an unexpected keyword argument {k!r}")
+    with _init_lock:
+        if _global_worker is not None:
+            if ignore_reinit_error:
+                return RuntimeContextInfo(_global_worker)
+            raise RuntimeError("Maybe you called ember.init twice by accident? Call ember.shutdown() "
+                               "first, or pass ignore_reinit_error=True.")
+        config = get_config()
+        gcs_address = _resolve_address(address)
+        cluster = None
+        if gcs_address is None:
+            import psutil
+
+            res = _default_resources(num_cpus, num_gpus, resources, memory)
+            store = object_store_memory or int(psutil.virtual_memory().total *
+                                               config.object_store_memory_fraction)
+            cluster = EmbeddedCluster(res, store, config)
+            gcs_address = cluster.gcs_address
+            node = cluster.node
+            node_id, raylet, objmgr, store_dir, session_dir = (
+                node.node_id, node.raylet_address, node.objmgr_address, node.store_dir, cluster.session_dir)
+        else:
+            if num_cpus is not None or num_gpus is not None or resources:
+                raise ValueError("num_cpus/num_gpus/resources describe a new cluster; they cannot be "
+                                 "given when connecting to an existing one (set them in `ember start`)")
+            n = _pick_node(gcs_address)
+            node_id, raylet, objmgr, store_dir = n.node_id, n.raylet_address, n.objmgr_address, n.store_dir
+            session_dir = os.path.dirname(os.path.dirname(store_dir))
+        try:
+            job_id = _add_job(gcs_address)
+            core = CoreWorker("driver", gcs_address=gcs_address, raylet_address=raylet,
+                              objmgr_address=objmgr, node_id=node_id, store_dir=store_dir,
+                              job_id=job_id, session_dir=session_dir, config=config)
+        except Exception:
+            if cluster is not None:
+                cluster.stop()
+            raise
+        w = Worker(core, "driver", cluster, namespace or "")
+        _global_worker = w
+        w.functions.export_job_paths()
+        if log_to_driver:
+            from .log_printer import LogPrinter
+
+            w.log_printer = LogPrinter(core)
+        atexit.register(shutdown)
+        return RuntimeContextInfo(w)
+
+
+_IGNORED_INIT_ARGS = {"dashboard_host", "dashboard_port", "local_mode", "_temp_dir", "_system_config",
+                      "job_config", "_node_ip_address", "log_to_driver"}
+
+
+def _add_job(gcs_address: str) -> bytes:
+    channel = rpc.sync_channel(gcs_address)
+    try:
+        stub = gcs_pb2_grpc.GcsStub(channel)
+        job = common_pb2.JobInfo(driver_pid=os.getpid(), start_time=time.time(),
+                                 entrypoint=" ".join(sys.argv)[:1000])
+        return stub.AddJob(gcs_pb2.AddJobRequest(job=job), timeout=30).job_id
+    finally:
+        channel.close()
+
+
+class RuntimeContextInfo(dict):
+    """What init() returns (Ray returns a context with address info)."""
+
+    def __init__(self, w: Worker) -> None:
+        super().__init__(address=w.core.gcs_address, node_id=w.core.node_id,
+                         session_dir=w.core.session_dir)
+        self.address_info = dict(self)
+
+    def __enter__(self) -> RuntimeContextInfo:
+        return self
+
+    def __exit__(self, *a: Any) -> None:
+        shutdown()
+
+
+def shutdown() -> None:
+    """Disconnects; stops the embedded cluster if this driver started it."""
+    global _global_worker
+    with _init_lock:
+        w = _global_worker
+        if w is None:
+            return
+        _global_worker = None
+        try:
+            if w.log_printer is not None:
+                w.log_printer.stop()
+            try:
+                w.core._call(lambda: w.core.gcs.MarkJobFinished(
+                    gcs_pb2.MarkJobFinishedRequest(job_id=w.core.job_id), timeout=5), timeout=6)
+            except Exception as e:  # the GCS may be gone already
+                log.debug("MarkJobFinished failed: %s", e)
+            w.core.shutdown()
+        finally:
+            if w.cluster is not None:
+                w.cluster.stop()
+
+
+def is_initialized() -> bool:
+    return _global_worker is not None
+
+
+def put(value: Any, *, _owner: Any = None) -> ObjectRef:
+    if isinstance(value, ObjectRef):
+        raise TypeError("Calling put() on an ObjectRef is not allowed: it is already a reference. "
+                        "Pass the ObjectRef itself, or get() its value first.")
+    w = global_worker()
+    return w.core.put_serialized(serialize(value))
+
+
+def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
+    w = global_worker()
+    if isinstance(object_refs, ObjectRef):
+        return w.core.get([object_refs], timeout)[0]
+    if not isinstance(object_refs, (list, tuple)):
+        raise ValueError(f"'object_refs' must either be an ObjectRef or a list of ObjectRefs, got "
+                         f"{type(object_refs).__name__}")
+    for r in object_refs:
+        if not isinstance(r, ObjectRef):
+            raise ValueError(f"'object_refs' must be ObjectRefs, got an element of type {type(r).__name__}")
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"timeout must be >= 0, got {timeout}")
+    return w.core.get(list(object_refs), timeout)
+
+
+def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | None = None,
+         fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
+    if isinstance(object_refs, ObjectRef) or not isinstance(object_refs, (list, tuple)):
+        raise TypeError(f"wait() expects a list of ObjectRefs, got {type(object_refs).__name__}")
+    refs = list(object_refs)
+    for r in refs:
+        if not isinstance(r, ObjectRef):
+            raise TypeError(f"wait() expects ObjectRefs, got an element of type {type(r).__name__}")
+    if len(set(refs)) != len(refs):
+        raise ValueError("wait() expects a list of unique ObjectRefs")
+    if num_returns <= 0 or num_returns > len(refs):
+        if not refs and num_returns == 1:
+            return [], []
+        raise ValueError(f"num_returns must be between 1 and len(object_refs)={len(refs)}, got {num_returns}")
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"timeout must be >= 0, got {timeout}")
+    w = global_worker()
+    return w.core.wait(refs, num_returns, timeout, fetch_local)
+
+
+def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+    if not isinstance(object_ref, ObjectRef):
+        raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
+    w = global_worker()
+    w.core._call(w.core.submitter.cancel(object_ref.task_id(), force))
+
+
+def _gcs_nodes() -> list[common_pb2.NodeInfo]:
+    w = global_worker()
+    return list(w.core._call(lambda: w.core.gcs.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=10)).nodes)
+
+
+def nodes() -> list[dict[str, Any]]:
+    """Every node the GCS knows, in Ray's format."""
+    out = []
+    for n in _gcs_nodes():
+        alive = n.state == common_pb2.NodeInfo.ALIVE
+        out.append({
+            "NodeID": n.node_id, "Alive": alive, "NodeManagerAddress": n.ip,
+            "NodeManagerHostname": n.hostname, "NodeManagerPort": int(n.raylet_address.rsplit(":", 1)[1]),
+            "ObjectManagerPort": int(n.objmgr_address.rsplit(":", 1)[1]),
+            "ObjectStoreSocketName": n.store_dir, "Resources": dict(n.total_resources) if alive else {},
+            "IsHead": n.is_head, "state": "ALIVE" if alive else "DEAD", "DeathReason": n.death_reason,
+        })
+    return out
+
+
+def _sum(field: str) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for n in _gcs_nodes():
+        if n.state != common_pb2.NodeInfo.ALIVE:
+            continue
+        for k, v in getattr(n, field).items():
+            total[k] = total.get(k, 0.0) + v
+    return total
+
+
+def cluster_resources() -> dict[str, float]:
+    return _sum("total_resources")
+
+
+def available_resources() -> dict[str, float]:
+    return {k: v for k, v in _sum("available_resources").items() if v > 0}
+
+
+def get_gpu_ids() -> list[int]:
+    w = global_worker()
+    ex = w.core.executor
+    if ex is not None and ex.running is not None:
+        return list(ex.running.gpu_ids)
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return [int(x) for x in vis.split(",") if x.strip().isdigit()] if w.mode == "worker" else []
+

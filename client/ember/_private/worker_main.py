@@ -1,0 +1,80 @@
+"""Entry point of a worker process (started by its node's raylet).
+
+Starts a CoreWorker (gRPC server on a background loop), registers with the raylet, then runs
+pushed tasks on the main thread until told to exit or until the raylet goes away.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+
+
+def _die_with_parent() -> None:
+    """Exit when the raylet (our parent) dies, even if it was SIGKILLed."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="ember-parent-watch").start()
+
+
+def main() -> None:
+    _die_with_parent()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import grpc
+
+    from ember._proto import raylet_pb2, raylet_pb2_grpc
+
+    from . import rpc
+    from . import worker as worker_mod
+    from .config import get_config
+    from .core_worker import CoreWorker
+    from .executor import TaskExecutor
+
+    raylet_address = os.environ["EMBER_RAYLET_ADDRESS"]
+    worker_id = os.environ["EMBER_WORKER_ID"]
+    channel = rpc.sync_channel(raylet_address)
+    stub = raylet_pb2_grpc.RayletStub(channel)
+    core = CoreWorker(
+        "worker", gcs_address=os.environ["EMBER_GCS_ADDRESS"], raylet_address=raylet_address,
+        objmgr_address=os.environ["EMBER_OBJMGR_ADDRESS"], node_id=os.environ["EMBER_NODE_ID"],
+        store_dir=os.environ["EMBER_STORE_DIR"], job_id=b"", session_dir=os.environ["EMBER_SESSION_DIR"],
+        config=get_config(), worker_id=worker_id)
+    w = worker_mod.Worker(core, "worker", None)
+    worker_mod.set_global_worker(w)
+    core.executor = TaskExecutor(core, w.functions)
+    try:
+        stub.RegisterWorker(raylet_pb2.RegisterWorkerRequest(
+            worker_id=worker_id, pid=os.getpid(), port=core.port), timeout=30)
+    except grpc.RpcError as e:
+        print(f"worker {worker_id}: cannot register with raylet {raylet_address}: {e.details()}",
+              file=sys.stderr)
+        os._exit(1)
+    channel.close()
+    try:
+        core.executor.run_forever()
+    except KeyboardInterrupt:
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Address(_message.Message):
+    __slots__ = ("node_id", "ip", "port", "worker_id")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    IP_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    ip: str
+    port: int
+    worker_id: str
+    def __init__(self, node_id: _Optional[str] = ..., ip: _Optional[str] = ..., port: _Optional[int] = ..., worker_id: _Optional[str] = ...) -> None: ...
+
+class SerializedObject(_message.Message):
+    __slots__ = ("data", "buffers", "metadata")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    BUFFERS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    buffers: _containers.RepeatedScalarFieldContainer[bytes]
+    metadata: str
+    def __init__(self, data: _Optional[bytes] = ..., buffers: _Optional[_Iterable[bytes]] = ..., metadata: _Optional[str] = ...) -> None: ...
+
+class ObjectRefProto(_message.Message):
+    __slots__ = ("object_id", "owner")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    owner: Address
+    def __init__(self, object_id: _Optional[bytes] = ..., owner: _Optional[_Union[Address, _Mapping]] = ...) -> None: ...
+
+class ReturnObject(_message.Message):
+    __slots__ = ("object_id", "value", "in_plasma", "node_id", "size")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    IN_PLASMA_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    value: SerializedObject
+    in_plasma: bool
+    node_id: str
+    size: int
+    def __init__(self, object_id: _Optional[bytes] = ..., value: _Optional[_Union[SerializedObject, _Mapping]] = ..., in_plasma: _Optional[bool] = ..., node_id: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class FunctionDescriptor(_message.Message):
+    __slots__ = ("module", "qualname", "function_id")
+    MODULE_FIELD_NUMBER: _ClassVar[int]
+    QUALNAME_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
+    module: str
+    qualname: str
+    function_id: str
+    def __init__(self, module: _Optional[str] = ..., qualname: _Optional[str] = ..., function_id: _Optional[str] = ...) -> None: ...
+
+class TaskArg(_message.Message):
+    __slots__ = ("value", "ref")
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    REF_FIELD_NUMBER: _ClassVar[int]
+    value: SerializedObject
+    ref: ObjectRefProto
+    def __init__(self, value: _Optional[_Union[SerializedObject, _Mapping]] = ..., ref: _Optional[_Union[ObjectRefProto, _Mapping]] = ...) -> None: ...
+
+class TaskSpec(_message.Message):
+    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "trace_context", "gpu_ids")
+    class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    KWARG_NAMES_FIELD_NUMBER: _ClassVar[int]
+    RETURN_IDS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    RETRY_EXCEPTIONS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    GPU_IDS_FIELD_NUMBER: _ClassVar[int]
+    task_id: bytes
+    job_id: bytes
+    name: str
+    function: FunctionDescriptor
+    args: _containers.RepeatedCompositeFieldContainer[TaskArg]
+    kwarg_names: _containers.RepeatedScalarFieldContainer[str]
+    return_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    resources: _containers.ScalarMap[str, float]
+    max_retries: int
+    retry_exceptions: bool
+    attempt: int
+    caller: Address
+    trace_context: _containers.ScalarMap[str, str]
+    gpu_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., gpu_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class NodeInfo(_message.Message):
+    __slots__ = ("node_id", "raylet_address", "objmgr_address", "ip", "hostname", "total_resources", "available_resources", "state", "start_time", "death_reason", "is_head", "store_dir", "object_store_memory")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ALIVE: _ClassVar[NodeInfo.State]
+        DEAD: _ClassVar[NodeInfo.State]
+    ALIVE: NodeInfo.State
+    DEAD: NodeInfo.State
+    class TotalResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class AvailableResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    RAYLET_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    OBJMGR_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    IP_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    DEATH_REASON_FIELD_NUMBER: _ClassVar[int]
+    IS_HEAD_FIELD_NUMBER: _ClassVar[int]
+    STORE_DIR_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_STORE_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    raylet_address: str
+    objmgr_address: str
+    ip: str
+    hostname: str
+    total_resources: _containers.ScalarMap[str, float]
+    available_resources: _containers.ScalarMap[str, float]
+    state: NodeInfo.State
+    start_time: float
+    death_reason: str
+    is_head: bool
+    store_dir: str
+    object_store_memory: int
+    def __init__(self, node_id: _Optional[str] = ..., raylet_address: _Optional[str] = ..., objmgr_address: _Optional[str] = ..., ip: _Optional[str] = ..., hostname: _Optional[str] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., state: _Optional[_Union[NodeInfo.State, str]] = ..., start_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., is_head: _Optional[bool] = ..., store_dir: _Optional[str] = ..., object_store_memory: _Optional[int] = ...) -> None: ...
+
+class JobInfo(_message.Message):
+    __slots__ = ("job_id", "driver_ip", "driver_pid", "start_time", "end_time", "is_dead", "entrypoint")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_IP_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_PID_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    IS_DEAD_FIELD_NUMBER: _ClassVar[int]
+    ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
+    job_id: bytes
+    driver_ip: str
+    driver_pid: int
+    start_time: float
+    end_time: float
+    is_dead: bool
+    entrypoint: str
+    def __init__(self, job_id: _Optional[bytes] = ..., driver_ip: _Optional[str] = ..., driver_pid: _Optional[int] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., is_dead: _Optional[bool] = ..., entrypoint: _Optional[str] = ...) -> None: ...

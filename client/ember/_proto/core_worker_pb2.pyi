@@ -1,0 +1,69 @@
+from . import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PushTaskRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: _common_pb2.TaskSpec
+    def __init__(self, spec: _Optional[_Union[_common_pb2.TaskSpec, _Mapping]] = ...) -> None: ...
+
+class PushTaskReply(_message.Message):
+    __slots__ = ("returns", "is_application_error")
+    RETURNS_FIELD_NUMBER: _ClassVar[int]
+    IS_APPLICATION_ERROR_FIELD_NUMBER: _ClassVar[int]
+    returns: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReturnObject]
+    is_application_error: bool
+    def __init__(self, returns: _Optional[_Iterable[_Union[_common_pb2.ReturnObject, _Mapping]]] = ..., is_application_error: _Optional[bool] = ...) -> None: ...
+
+class GetObjectRequest(_message.Message):
+    __slots__ = ("object_id", "timeout_s")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    timeout_s: float
+    def __init__(self, object_id: _Optional[bytes] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class GetObjectReply(_message.Message):
+    __slots__ = ("status", "object")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        READY: _ClassVar[GetObjectReply.Status]
+        TIMEOUT: _ClassVar[GetObjectReply.Status]
+        NOT_FOUND: _ClassVar[GetObjectReply.Status]
+    READY: GetObjectReply.Status
+    TIMEOUT: GetObjectReply.Status
+    NOT_FOUND: GetObjectReply.Status
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    status: GetObjectReply.Status
+    object: _common_pb2.ReturnObject
+    def __init__(self, status: _Optional[_Union[GetObjectReply.Status, str]] = ..., object: _Optional[_Union[_common_pb2.ReturnObject, _Mapping]] = ...) -> None: ...
+
+class CancelTaskRequest(_message.Message):
+    __slots__ = ("task_id", "force")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    task_id: bytes
+    force: bool
+    def __init__(self, task_id: _Optional[bytes] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class CancelTaskReply(_message.Message):
+    __slots__ = ("attempted",)
+    ATTEMPTED_FIELD_NUMBER: _ClassVar[int]
+    attempted: bool
+    def __init__(self, attempted: _Optional[bool] = ...) -> None: ...
+
+class ExitRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ExitReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,224 @@
+from . import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RegisterNodeRequest(_message.Message):
+    __slots__ = ("node",)
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    node: _common_pb2.NodeInfo
+    def __init__(self, node: _Optional[_Union[_common_pb2.NodeInfo, _Mapping]] = ...) -> None: ...
+
+class RegisterNodeReply(_message.Message):
+    __slots__ = ("cluster_id",)
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    def __init__(self, cluster_id: _Optional[str] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("node_id", "available_resources", "total_resources")
+    class AvailableResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class TotalResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    available_resources: _containers.ScalarMap[str, float]
+    total_resources: _containers.ScalarMap[str, float]
+    def __init__(self, node_id: _Optional[str] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., total_resources: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class HeartbeatReply(_message.Message):
+    __slots__ = ("known",)
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    known: bool
+    def __init__(self, known: _Optional[bool] = ...) -> None: ...
+
+class UnregisterNodeRequest(_message.Message):
+    __slots__ = ("node_id", "reason")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    reason: str
+    def __init__(self, node_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class UnregisterNodeReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetAllNodesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetAllNodesReply(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[_common_pb2.NodeInfo]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[_common_pb2.NodeInfo, _Mapping]]] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("channels", "job_id")
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    channels: _containers.RepeatedScalarFieldContainer[str]
+    job_id: bytes
+    def __init__(self, channels: _Optional[_Iterable[str]] = ..., job_id: _Optional[bytes] = ...) -> None: ...
+
+class LogBatch(_message.Message):
+    __slots__ = ("job_id", "node_id", "pid", "name", "is_err", "lines")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    IS_ERR_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    job_id: bytes
+    node_id: str
+    pid: int
+    name: str
+    is_err: bool
+    lines: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., pid: _Optional[int] = ..., name: _Optional[str] = ..., is_err: _Optional[bool] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PubMessage(_message.Message):
+    __slots__ = ("node", "logs")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    node: _common_pb2.NodeInfo
+    logs: LogBatch
+    def __init__(self, node: _Optional[_Union[_common_pb2.NodeInfo, _Mapping]] = ..., logs: _Optional[_Union[LogBatch, _Mapping]] = ...) -> None: ...
+
+class PublishLogsRequest(_message.Message):
+    __slots__ = ("batches",)
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[LogBatch]
+    def __init__(self, batches: _Optional[_Iterable[_Union[LogBatch, _Mapping]]] = ...) -> None: ...
+
+class PublishLogsReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AddJobRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.JobInfo
+    def __init__(self, job: _Optional[_Union[_common_pb2.JobInfo, _Mapping]] = ...) -> None: ...
+
+class AddJobReply(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: bytes
+    def __init__(self, job_id: _Optional[bytes] = ...) -> None: ...
+
+class MarkJobFinishedRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: bytes
+    def __init__(self, job_id: _Optional[bytes] = ...) -> None: ...
+
+class MarkJobFinishedReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetAllJobsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetAllJobsReply(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobInfo]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[_common_pb2.JobInfo, _Mapping]]] = ...) -> None: ...
+
+class KVGetRequest(_message.Message):
+    __slots__ = ("namespace", "key")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    key: bytes
+    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[bytes] = ...) -> None: ...
+
+class KVGetReply(_message.Message):
+    __slots__ = ("found", "value")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    value: bytes
+    def __init__(self, found: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class KVPutRequest(_message.Message):
+    __slots__ = ("namespace", "key", "value", "overwrite")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    OVERWRITE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    key: bytes
+    value: bytes
+    overwrite: bool
+    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., overwrite: _Optional[bool] = ...) -> None: ...
+
+class KVPutReply(_message.Message):
+    __slots__ = ("added",)
+    ADDED_FIELD_NUMBER: _ClassVar[int]
+    added: bool
+    def __init__(self, added: _Optional[bool] = ...) -> None: ...
+
+class KVDelRequest(_message.Message):
+    __slots__ = ("namespace", "key", "del_by_prefix")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    DEL_BY_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    key: bytes
+    del_by_prefix: bool
+    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[bytes] = ..., del_by_prefix: _Optional[bool] = ...) -> None: ...
+
+class KVDelReply(_message.Message):
+    __slots__ = ("deleted_num",)
+    DELETED_NUM_FIELD_NUMBER: _ClassVar[int]
+    deleted_num: int
+    def __init__(self, deleted_num: _Optional[int] = ...) -> None: ...
+
+class KVKeysRequest(_message.Message):
+    __slots__ = ("namespace", "prefix")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    prefix: bytes
+    def __init__(self, namespace: _Optional[str] = ..., prefix: _Optional[bytes] = ...) -> None: ...
+
+class KVKeysReply(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, keys: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class KVExistsRequest(_message.Message):
+    __slots__ = ("namespace", "key")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    key: bytes
+    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[bytes] = ...) -> None: ...
+
+class KVExistsReply(_message.Message):
+    __slots__ = ("exists",)
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    exists: bool
+    def __init__(self, exists: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,169 @@
+from . import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RegisterWorkerRequest(_message.Message):
+    __slots__ = ("worker_id", "pid", "port")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    pid: int
+    port: int
+    def __init__(self, worker_id: _Optional[str] = ..., pid: _Optional[int] = ..., port: _Optional[int] = ...) -> None: ...
+
+class RegisterWorkerReply(_message.Message):
+    __slots__ = ("node_id", "gcs_address", "objmgr_address", "store_dir", "session_dir")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GCS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    OBJMGR_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    STORE_DIR_FIELD_NUMBER: _ClassVar[int]
+    SESSION_DIR_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    gcs_address: str
+    objmgr_address: str
+    store_dir: str
+    session_dir: str
+    def __init__(self, node_id: _Optional[str] = ..., gcs_address: _Optional[str] = ..., objmgr_address: _Optional[str] = ..., store_dir: _Optional[str] = ..., session_dir: _Optional[str] = ...) -> None: ...
+
+class RequestWorkerLeaseRequest(_message.Message):
+    __slots__ = ("lease_id", "resources", "spillback_count", "job_id", "name")
+    class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    SPILLBACK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    lease_id: bytes
+    resources: _containers.ScalarMap[str, float]
+    spillback_count: int
+    job_id: bytes
+    name: str
+    def __init__(self, lease_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., spillback_count: _Optional[int] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ...) -> None: ...
+
+class RequestWorkerLeaseReply(_message.Message):
+    __slots__ = ("granted", "spillback", "infeasible", "cancelled")
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    SPILLBACK_FIELD_NUMBER: _ClassVar[int]
+    INFEASIBLE_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    granted: Grant
+    spillback: Spillback
+    infeasible: str
+    cancelled: bool
+    def __init__(self, granted: _Optional[_Union[Grant, _Mapping]] = ..., spillback: _Optional[_Union[Spillback, _Mapping]] = ..., infeasible: _Optional[str] = ..., cancelled: _Optional[bool] = ...) -> None: ...
+
+class Grant(_message.Message):
+    __slots__ = ("worker_address", "gpu_ids")
+    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GPU_IDS_FIELD_NUMBER: _ClassVar[int]
+    worker_address: _common_pb2.Address
+    gpu_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, worker_address: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Spillback(_message.Message):
+    __slots__ = ("node_id", "raylet_address")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    RAYLET_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    raylet_address: str
+    def __init__(self, node_id: _Optional[str] = ..., raylet_address: _Optional[str] = ...) -> None: ...
+
+class ReturnWorkerRequest(_message.Message):
+    __slots__ = ("lease_id", "disconnect")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    DISCONNECT_FIELD_NUMBER: _ClassVar[int]
+    lease_id: bytes
+    disconnect: bool
+    def __init__(self, lease_id: _Optional[bytes] = ..., disconnect: _Optional[bool] = ...) -> None: ...
+
+class ReturnWorkerReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CancelWorkerLeaseRequest(_message.Message):
+    __slots__ = ("lease_id",)
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: bytes
+    def __init__(self, lease_id: _Optional[bytes] = ...) -> None: ...
+
+class CancelWorkerLeaseReply(_message.Message):
+    __slots__ = ("cancelled",)
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    cancelled: bool
+    def __init__(self, cancelled: _Optional[bool] = ...) -> None: ...
+
+class NotifyWorkerBlockedRequest(_message.Message):
+    __slots__ = ("worker_id", "blocked")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    blocked: bool
+    def __init__(self, worker_id: _Optional[str] = ..., blocked: _Optional[bool] = ...) -> None: ...
+
+class NotifyWorkerBlockedReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetNodeStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerStats(_message.Message):
+    __slots__ = ("worker_id", "pid", "leased", "task_name")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    LEASED_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    pid: int
+    leased: bool
+    task_name: str
+    def __init__(self, worker_id: _Optional[str] = ..., pid: _Optional[int] = ..., leased: _Optional[bool] = ..., task_name: _Optional[str] = ...) -> None: ...
+
+class GetNodeStatsReply(_message.Message):
+    __slots__ = ("node_id", "total_resources", "available_resources", "workers", "queued_leases")
+    class TotalResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class AvailableResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_LEASES_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    total_resources: _containers.ScalarMap[str, float]
+    available_resources: _containers.ScalarMap[str, float]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerStats]
+    queued_leases: int
+    def __init__(self, node_id: _Optional[str] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., workers: _Optional[_Iterable[_Union[WorkerStats, _Mapping]]] = ..., queued_leases: _Optional[int] = ...) -> None: ...
+
+class ShutdownRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ShutdownReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,185 @@
+"""Ember's exception tree; the names and meanings follow `ray.exceptions`.
+
+    Exception
+     └── RayError
+          ├── RayTaskError            user code raised; also an instance of the user's type
+          ├── RayActorError
+          │    └── ActorDiedError
+          ├── WorkerCrashedError      the worker died and retries are exhausted
+          ├── NodeDiedError
+          ├── TaskCancelledError
+          ├── TaskUnschedulableError  no node can ever satisfy the resources (infeasible)
+          ├── ObjectLostError
+          │    └── OwnerDiedError
+          ├── ObjectStoreFullError
+          ├── GetTimeoutError         (also a TimeoutError)
+          └── RaySystemError          Ember itself failed (a bug or a lost service)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "RayError", "RayTaskError", "RayActorError", "ActorDiedError", "WorkerCrashedError",
+    "NodeDiedError", "TaskCancelledError", "TaskUnschedulableError", "ObjectLostError",
+    "OwnerDiedError", "ObjectStoreFullError", "GetTimeoutError", "RaySystemError",
+    "EmberError",
+]
+
+
+class RayError(Exception):
+    """Base of every error Ember raises for the user."""
+
+
+EmberError = RayError
+
+
+class RayTaskError(RayError):
+    """A task or actor method raised. `cause` is the original exception.
+
+    `ember.get` raises `as_instanceof_cause()`: an object that is both a RayTaskError and an
+    instance of the user's exception class, so `except ValueError:` works as it would locally.
+    """
+
+    def __init__(self, function_name: str, traceback_str: str, cause: BaseException | None,
+                 pid: int = 0, ip: str = "", trace_id: str = "") -> None:
+        self.function_name = function_name
+        self.traceback_str = traceback_str
+        self.cause = cause
+        self.pid = pid
+        self.ip = ip
+        self.trace_id = trace_id
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = f" (pid={self.pid}, ip={self.ip})" if self.pid else ""
+        trace = f" [trace_id={self.trace_id}]" if self.trace_id else ""
+        cause = type(self.cause).__name__ if self.cause is not None else "Error"
+        return f"{cause} in {self.function_name}(){where}{trace}\n{self.traceback_str.rstrip()}"
+
+    def __str__(self) -> str:
+        return self._message()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The cause travels as (class, args, attributes) and is rebuilt without calling its
+        # __init__, so exception classes whose __init__ takes other arguments than their `args`
+        # (a common pattern) survive the trip.
+        c = self.cause
+        cause_state = None if c is None else _portable(c)
+        return (_rebuild_task_error, (self.function_name, self.traceback_str, cause_state, self.pid,
+                                      self.ip, self.trace_id))
+
+    def as_instanceof_cause(self) -> RayTaskError:
+        """Returns an exception that is an instance of both RayTaskError and the cause's type."""
+        cause_cls = type(self.cause) if self.cause is not None else None
+        if cause_cls is None or issubclass(cause_cls, RayTaskError) or not _subclassable(cause_cls):
+            return self
+        name = f"RayTaskError({cause_cls.__name__})"
+        try:
+            cls = type(name, (RayTaskError, cause_cls), {
+                "__init__": lambda s, *a: None,
+                "__str__": RayTaskError.__str__,
+                "__reduce__": RayTaskError.__reduce__,
+                "__module__": __name__,
+            })
+            inst = cls.__new__(cls)
+        except TypeError:  # the cause's type cannot be mixed in (layout conflict)
+            return self
+        inst.__dict__.update(self.__dict__)
+        inst.args = (self._message(),)
+        if self.cause is not None:
+            # Keep the user's attributes (e.g. errno, custom fields) reachable on the new object.
+            for k, v in getattr(self.cause, "__dict__", {}).items():
+                inst.__dict__.setdefault(k, v)
+        return inst
+
+
+def _portable(c: BaseException) -> Any:
+    """The cause itself if it survives pickling as is (keeping C-level fields such as
+    OSError.filename), else (class, args, attributes) to rebuild it without its __init__."""
+    import pickle
+
+    import cloudpickle
+
+    try:
+        pickle.loads(cloudpickle.dumps(c))
+        return c
+    except Exception:
+        return (type(c), c.args, dict(getattr(c, "__dict__", {})))
+
+
+def _rebuild_task_error(function_name: str, traceback_str: str, cause_state: Any, pid: int,
+                        ip: str, trace_id: str) -> RayTaskError:
+    cause = None
+    if isinstance(cause_state, BaseException):
+        cause = cause_state
+    elif cause_state is not None:
+        cls, args, attrs = cause_state
+        try:
+            cause = cls.__new__(cls, *args)
+        except Exception:  # a __new__ with its own signature
+            cause = cls.__new__(cls)
+        cause.args = args
+        for k, v in attrs.items():
+            setattr(cause, k, v)
+    return RayTaskError(function_name, traceback_str, cause, pid, ip, trace_id)
+
+
+def _subclassable(cls: type) -> bool:
+    return issubclass(cls, Exception)
+
+
+class RayActorError(RayError):
+    """An actor died or could not be reached."""
+
+    def __init__(self, message: str = "The actor died unexpectedly.", actor_id: str = "") -> None:
+        self.actor_id = actor_id
+        super().__init__(message)
+
+
+class ActorDiedError(RayActorError):
+    """The actor died (killed, crashed, or its owner exited)."""
+
+
+class WorkerCrashedError(RayError):
+    """The worker running the task died; retries (max_retries) are exhausted."""
+
+
+class NodeDiedError(RayError):
+    """The node running the task died."""
+
+
+class TaskCancelledError(RayError):
+    """The task was cancelled with `ember.cancel`."""
+
+    def __init__(self, task_id: str = "", message: str | None = None) -> None:
+        self.task_id = task_id
+        super().__init__(message or f"Task {task_id} was cancelled.")
+
+
+class TaskUnschedulableError(RayError):
+    """No node in the cluster can ever satisfy the task's resource request."""
+
+
+class ObjectLostError(RayError):
+    """An object's value is gone (its node died, or its spill file is unreadable)."""
+
+    def __init__(self, object_id: str = "", message: str | None = None) -> None:
+        self.object_id = object_id
+        super().__init__(message or f"Object {object_id} is lost.")
+
+
+class OwnerDiedError(ObjectLostError):
+    """The process that owned the object exited."""
+
+
+class ObjectStoreFullError(RayError):
+    """The object store is full and nothing could be spilled."""
+
+
+class GetTimeoutError(RayError, TimeoutError):
+    """`ember.get` timed out."""
+
+
+class RaySystemError(RayError):
+    """Ember itself failed (a lost service or an internal bug)."""

@@ -1,0 +1,244 @@
+"""The `ember` command line: start/stop nodes, cluster status, microbenchmarks.
+
+    ember start --head [--port 6379] [--num-cpus N] [--num-gpus N] [--resources JSON]
+                [--gcs-storage memory|etcd://host:port] [--object-store-memory BYTES]
+    ember start --address HOST:PORT [--num-cpus N ...]     # add a node to a cluster
+    ember stop [--force]                                   # stop every node started here
+    ember status [--address HOST:PORT]                     # nodes and resources used/total
+    ember microbenchmark [--filter NAME] [--duration-s S]
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import sys
+from typing import Any
+
+
+def _resources(ns: argparse.Namespace) -> dict[str, float]:
+    import psutil
+
+    res: dict[str, float] = {"CPU": float(ns.num_cpus if ns.num_cpus is not None else os.cpu_count() or 1)}
+    if ns.num_gpus:
+        res["GPU"] = float(ns.num_gpus)
+    res["memory"] = float(ns.memory if ns.memory is not None else int(psutil.virtual_memory().total * 0.7))
+    if ns.resources:
+        try:
+            extra = json.loads(ns.resources)
+        except ValueError as e:
+            raise SystemExit(f"error: --resources is not valid JSON ({e}): {ns.resources!r}") from None
+        if not isinstance(extra, dict):
+            raise SystemExit(f"error: --resources must be a JSON object, got {ns.resources!r}")
+        for k, v in extra.items():
+            if k in ("CPU", "GPU"):
+                raise SystemExit(f"error: use --num-cpus/--num-gpus instead of {k} in --resources")
+            if not isinstance(v, (int, float)) or v < 0:
+                raise SystemExit(f"error: resource {k!r} must be a number >= 0, got {v!r}")
+            res[k] = float(v)
+    for k, v in res.items():
+        if v < 0:
+            raise SystemExit(f"error: resource {k!r} must be >= 0, got {v}")
+    return res
+
+
+def cmd_start(ns: argparse.Namespace) -> int:
+    import psutil
+
+    from ._private import node as node_mod
+    from ._private.config import get_config
+
+    if ns.head == bool(ns.address):
+        raise SystemExit("error: give exactly one of --head or --address HOST:PORT")
+    res = _resources(ns)
+    store = ns.object_store_memory or int(psutil.virtual_memory().total *
+                                          get_config().object_store_memory_fraction)
+    session_dir = node_mod.new_session_dir()
+    procs = []
+    try:
+        if ns.head:
+            gcs = node_mod.start_gcs(session_dir, port=ns.port, storage=ns.gcs_storage,
+                                     cluster_name=ns.cluster_name)
+            procs.append(gcs)
+            gcs_address = f"{ns.node_ip_address}:{gcs.port}"
+        else:
+            gcs_address = ns.address
+            _check_gcs(gcs_address)
+        record, node_procs = node_mod.start_node(
+            session_dir, gcs_address, resources=res, object_store_memory=store, is_head=ns.head,
+            node_ip=ns.node_ip_address)
+        procs.extend(node_procs)
+    except RuntimeError as e:
+        for p in procs:
+            node_mod.stop_process(p.pid, popen=p.popen)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    # Stop order: raylet, objmgr, then the GCS.
+    record.pids = [p.pid for p in node_procs] + [p.pid for p in procs if p not in node_procs]
+    record.save()
+    if ns.head:
+        node_mod.write_current_cluster({"gcs_address": gcs_address, "session_dir": session_dir})
+        print(f"Ember head node started: GCS at {gcs_address} (storage: {ns.gcs_storage}).")
+        print(f"  Add nodes:        ember start --address={gcs_address}")
+        print("  Connect drivers:  ember.init(address='auto')   or   "
+              f"ember.init(address='{gcs_address}')")
+    else:
+        print(f"Ember node {record.node_id[:8]} joined the cluster at {gcs_address}.")
+    print(f"  Resources: {res}")
+    print(f"  Logs: {session_dir}/logs    Stop: ember stop")
+    return 0
+
+
+def _check_gcs(address: str) -> None:
+    import grpc
+
+    from ._private import rpc
+    from ._proto import gcs_pb2, gcs_pb2_grpc
+
+    ch = rpc.sync_channel(address)
+    try:
+        gcs_pb2_grpc.GcsStub(ch).GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5)
+    except grpc.RpcError as e:
+        raise RuntimeError(f"cannot reach the GCS at {address}: {e.code().name}") from None
+    finally:
+        ch.close()
+
+
+def cmd_stop(ns: argparse.Namespace) -> int:
+    from ._private import node as node_mod
+
+    records = []
+    for path in glob.glob(os.path.join(node_mod.NODES_DIR, "*.json")):
+        try:
+            with open(path) as f:
+                records.append((path, json.load(f)))
+        except (OSError, ValueError):
+            os.unlink(path)
+    records.sort(key=lambda r: r[1].get("is_head", False))  # worker nodes first, head last
+    stopped = 0
+    for path, rec in records:
+        for pid in rec["pids"]:
+            if ns.force:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            else:
+                node_mod.stop_process(pid, timeout_s=10)
+            stopped += 1
+        shutil.rmtree(rec.get("store_dir", ""), ignore_errors=True)
+        os.unlink(path)
+    if os.path.exists(node_mod.CURRENT_CLUSTER_FILE):
+        os.unlink(node_mod.CURRENT_CLUSTER_FILE)
+    print(f"Stopped {len(records)} node(s) ({stopped} processes).")
+    return 0
+
+
+def cmd_status(ns: argparse.Namespace) -> int:
+    import grpc
+
+    from ._private import rpc
+    from ._private.worker import _resolve_address
+    from ._proto import common_pb2, gcs_pb2, gcs_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
+
+    try:
+        address = _resolve_address(ns.address or "auto")
+    except ConnectionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    ch = rpc.sync_channel(address)
+    try:
+        nodes = gcs_pb2_grpc.GcsStub(ch).GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes
+    except grpc.RpcError as e:
+        print(f"error: cannot reach the GCS at {address}: {e.code().name}", file=sys.stderr)
+        return 1
+    finally:
+        ch.close()
+    alive = [n for n in nodes if n.state == common_pb2.NodeInfo.ALIVE]
+    dead = [n for n in nodes if n.state != common_pb2.NodeInfo.ALIVE]
+    print(f"======== Cluster status ({address}) ========")
+    print(f"Nodes: {len(alive)} alive, {len(dead)} dead")
+    total: dict[str, float] = {}
+    avail: dict[str, float] = {}
+    for n in alive:
+        store = _store_stats(n.objmgr_address, objmgr_pb2, objmgr_pb2_grpc)
+        head = " (head)" if n.is_head else ""
+        print(f"  {n.node_id[:12]}{head}  ALIVE  {n.raylet_address}  {store}")
+        print(f"      {_usage(dict(n.total_resources), dict(n.available_resources))}")
+        for k, v in n.total_resources.items():
+            total[k] = total.get(k, 0.0) + v
+            avail[k] = avail.get(k, 0.0) + n.available_resources.get(k, 0.0)
+    for n in dead:
+        print(f"  {n.node_id[:12]}  DEAD   {n.raylet_address}  ({n.death_reason})")
+    print("Resources (used/total):")
+    print(f"  {_usage(total, avail)}")
+    return 0
+
+
+def _usage(total: dict[str, float], avail: dict[str, float]) -> str:
+    parts = []
+    for k in sorted(total):
+        used = max(total[k] - avail.get(k, 0.0), 0.0)
+        if k == "memory":
+            parts.append(f"memory {used / 2**30:.1f}/{total[k] / 2**30:.1f} GiB")
+        else:
+            parts.append(f"{used:g}/{total[k]:g} {k}")
+    return ", ".join(parts)
+
+
+def _store_stats(address: str, pb2: Any, pb2_grpc: Any) -> str:
+    import grpc
+
+    from ._private import rpc
+
+    ch = rpc.sync_channel(address)
+    try:
+        s = pb2_grpc.ObjectManagerStub(ch).GetStoreStats(pb2.GetStoreStatsRequest(), timeout=3)
+        return f"object store {s.used_bytes / 2**20:.1f}/{s.capacity_bytes / 2**20:.0f} MiB ({s.num_objects} objects)"
+    except grpc.RpcError:
+        return "object store unreachable"
+    finally:
+        ch.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ember", description="Ember cluster command line")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("start", help="start a head node or add a node to a cluster")
+    s.add_argument("--head", action="store_true")
+    s.add_argument("--address", default=None, help="GCS address HOST:PORT of the cluster to join")
+    s.add_argument("--port", type=int, default=6379, help="GCS port (head only)")
+    s.add_argument("--num-cpus", type=float, default=None)
+    s.add_argument("--num-gpus", type=float, default=None)
+    s.add_argument("--memory", type=int, default=None)
+    s.add_argument("--resources", default=None, help='custom resources as JSON, e.g. {"accel": 2}')
+    s.add_argument("--object-store-memory", type=int, default=None)
+    s.add_argument("--gcs-storage", default="memory", help="memory (default) or etcd://host:port")
+    s.add_argument("--cluster-name", default="default", help="etcd key prefix of this cluster")
+    s.add_argument("--node-ip-address", default="127.0.0.1")
+    st = sub.add_parser("stop", help="stop every Ember node started on this machine")
+    st.add_argument("--force", action="store_true")
+    ss = sub.add_parser("status", help="nodes and resource usage")
+    ss.add_argument("--address", default=None)
+    sub.add_parser("microbenchmark", help="Ray-compatible microbenchmarks", add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "microbenchmark":
+        from ._private import perf
+
+        return perf.main(argv[1:])
+    ns = build_parser().parse_args(argv)
+    if ns.cmd == "start":
+        return cmd_start(ns)
+    if ns.cmd == "stop":
+        return cmd_stop(ns)
+    return cmd_status(ns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

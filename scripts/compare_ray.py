@@ -1,0 +1,110 @@
+"""Runs Ray's microbenchmark workloads on Ember and on Ray, and prints them side by side.
+
+Both runs use the same code, client/ember/_private/perf.py: first with Ember
+(`<ember-python> -m ember._private.perf`), then with Ray, by running perf.py as a plain script
+under the Ray venv's interpreter (`<ray-python> .../perf.py --module ray`). Each writes its
+results as JSON; this script then prints one table: name, ember/s, ray/s, ember/ray.
+
+Ray lives in its own virtual environment so it never mixes with Ember's packages:
+
+    python -m venv /tmp/rayvenv && /tmp/rayvenv/bin/pip install ray==2.60.0 numpy
+
+Usage (from the repository root):
+
+    .venv/bin/python scripts/compare_ray.py --duration-s 2 --trials 2
+    .venv/bin/python scripts/compare_ray.py --filter tasks --ray-python /path/to/python
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PERF = os.path.join(ROOT, "client", "ember", "_private", "perf.py")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ray-python", default="/tmp/rayvenv/bin/python",
+                   help="python of a venv with ray installed (default /tmp/rayvenv/bin/python)")
+    p.add_argument("--ember-python", default=sys.executable,
+                   help="python of a venv with ember installed (default: this one)")
+    p.add_argument("--filter", default="", metavar="SUBSTRING",
+                   help="only workloads whose name contains SUBSTRING")
+    p.add_argument("--duration-s", type=float, default=2.0, help="seconds per trial (default 2)")
+    p.add_argument("--trials", type=int, default=4, help="trials per workload (default 4)")
+    p.add_argument("--warmup-s", type=float, default=1.0, help="warm-up seconds (default 1)")
+    return p.parse_args(argv)
+
+
+def run_perf(label: str, cmd: list[str], json_path: str, cwd: str) -> list[dict[str, Any]]:
+    """Runs one perf.py process (its output goes straight to the terminal); returns its results."""
+    print(f"\n=== {label}: {shlex.join(cmd)}", flush=True)
+    rc = subprocess.call(cmd + ["--json", json_path], cwd=cwd)
+    if rc != 0:
+        print(f"=== {label}: exited with status {rc}", flush=True)
+    try:
+        with open(json_path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return []
+
+
+def fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.2f}" if x < 100 else f"{x:,.0f}"
+
+
+def table(names: list[str], ember: dict[str, float], ray: dict[str, float]) -> str:
+    rows = [("workload", "ember/s", "ray/s", "ember/ray")]
+    for n in names:
+        e, r = ember.get(n), ray.get(n)
+        ratio = f"{e / r:.2f}x" if e is not None and r else "-"
+        rows.append((n, fmt(e), fmt(r), ratio))
+    w = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = []
+    for i, row in enumerate(rows):
+        lines.append(f"{row[0]:<{w[0]}}  {row[1]:>{w[1]}}  {row[2]:>{w[2]}}  {row[3]:>{w[3]}}")
+        if i == 0:
+            lines.append("-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not os.path.exists(args.ray_python):
+        print(f"no Ray interpreter at {args.ray_python}; make one with:\n"
+              "  python -m venv /tmp/rayvenv && /tmp/rayvenv/bin/pip install ray==2.60.0 numpy",
+              file=sys.stderr)
+        return 2
+    common = ["--duration-s", str(args.duration_s), "--trials", str(args.trials),
+              "--warmup-s", str(args.warmup_s)] + (["--filter", args.filter] if args.filter else [])
+    with tempfile.TemporaryDirectory(prefix="compare_ray_") as tmp:
+        # Both run from an empty directory: Ray puts the driver's cwd on its workers' sys.path.
+        ember = run_perf("ember", [args.ember_python, "-m", "ember._private.perf"] + common,
+                         os.path.join(tmp, "ember.json"), tmp)
+        ray = run_perf("ray", [args.ray_python, PERF, "--module", "ray"] + common,
+                       os.path.join(tmp, "ray.json"), tmp)
+    ember_rates = {r["name"]: r["per_second"] for r in ember}
+    ray_rates = {r["name"]: r["per_second"] for r in ray}
+    names = list(ember_rates) + [n for n in ray_rates if n not in ember_rates]
+    if not names:
+        print("no results", file=sys.stderr)
+        return 1
+    print("\n" + table(names, ember_rates, ray_rates))
+    slower = [n for n in names if n in ember_rates and ray_rates.get(n)
+              and ember_rates[n] < ray_rates[n]]
+    if slower:
+        print("\nEmber is slower than Ray on: " + ", ".join(slower))
+    return 0 if len(ember_rates) == len(ray_rates) == len(names) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""GcsCore: the GCS's state and rules, independent of gRPC.
+
+Node table (registration, heartbeats, death after `node_death_timeout_s` of silence), job table,
+internal KV and a publish/subscribe feed of node changes and worker logs. Every table lives in
+a Storage backend; a GCS restarted on the same etcd reloads it and gives surviving nodes a fresh
+heartbeat grace period.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from typing import AsyncIterator
+
+from ember._private.rpc import NotFound
+from ember._proto import common_pb2, gcs_pb2
+
+from .storage import Storage
+
+log = logging.getLogger(__name__)
+
+NODES = "nodes"
+JOBS = "jobs"
+
+
+def kv_table(namespace: str) -> str:
+    return f"kv:{namespace}"
+
+
+class Subscriber:
+    def __init__(self, channels: set[str], job_id: bytes) -> None:
+        self.channels = channels
+        self.job_id = job_id
+        self.queue: asyncio.Queue[gcs_pb2.PubMessage | None] = asyncio.Queue(maxsize=10000)
+
+
+class GcsCore:
+    def __init__(self, storage: Storage, node_death_timeout_s: float, cluster_id: str = "") -> None:
+        self.storage = storage
+        self.death_timeout_s = node_death_timeout_s
+        self.cluster_id = cluster_id
+        self.nodes: dict[str, common_pb2.NodeInfo] = {}
+        self._last_seen: dict[str, float] = {}
+        self._subs: list[Subscriber] = []
+
+    async def load(self) -> None:
+        """Reads the node table back (after a restart) and restarts every alive node's clock."""
+        now = time.monotonic()
+        for key, blob in (await self.storage.get_all(NODES)).items():
+            info = common_pb2.NodeInfo.FromString(blob)
+            self.nodes[info.node_id] = info
+            if info.state == common_pb2.NodeInfo.ALIVE:
+                self._last_seen[info.node_id] = now
+        log.info("loaded %d nodes from storage", len(self.nodes))
+
+    # ------------------------------------------------------------------ nodes
+    async def register_node(self, info: common_pb2.NodeInfo) -> None:
+        if not info.node_id:
+            raise ValueError("node_id is required")
+        for k, v in info.total_resources.items():
+            if v < 0:
+                raise ValueError(f"resource {k!r} is negative ({v})")
+        info.state = common_pb2.NodeInfo.ALIVE
+        info.death_reason = ""
+        await self.storage.put(NODES, info.node_id.encode(), info.SerializeToString())
+        self.nodes[info.node_id] = info
+        self._last_seen[info.node_id] = time.monotonic()
+        log.info("node %s registered (raylet %s, resources %s)", info.node_id[:8],
+                 info.raylet_address, dict(info.total_resources))
+        self._publish_node(info)
+
+    def heartbeat(self, node_id: str, available: dict[str, float], total: dict[str, float]) -> bool:
+        info = self.nodes.get(node_id)
+        if info is None or info.state != common_pb2.NodeInfo.ALIVE:
+            return False
+        self._last_seen[node_id] = time.monotonic()
+        changed = dict(info.available_resources) != available or (
+            total and dict(info.total_resources) != total)
+        if changed:
+            info.available_resources.clear()
+            info.available_resources.update(available)
+            if total:
+                info.total_resources.clear()
+                info.total_resources.update(total)
+            self._publish_node(info)
+        return True
+
+    async def mark_dead(self, node_id: str, reason: str) -> None:
+        info = self.nodes.get(node_id)
+        if info is None:
+            raise NotFound(f"node {node_id} is unknown")
+        if info.state == common_pb2.NodeInfo.DEAD:
+            return
+        info.state = common_pb2.NodeInfo.DEAD
+        info.death_reason = reason
+        info.available_resources.clear()
+        self._last_seen.pop(node_id, None)
+        await self.storage.put(NODES, node_id.encode(), info.SerializeToString())
+        log.warning("node %s marked DEAD: %s", node_id[:8], reason)
+        self._publish_node(info)
+
+    async def detect_deaths(self, stop: asyncio.Event) -> None:
+        period = min(0.5, self.death_timeout_s / 4)
+        while not stop.is_set():
+            now = time.monotonic()
+            for node_id, seen in list(self._last_seen.items()):
+                if now - seen > self.death_timeout_s:
+                    try:
+                        await self.mark_dead(node_id, f"no heartbeat for {self.death_timeout_s:g}s")
+                    except Exception as e:  # storage down: retry next round
+                        log.warning("cannot mark node %s dead yet: %s", node_id[:8], e)
+            try:
+                await asyncio.wait_for(stop.wait(), period)
+            except asyncio.TimeoutError:
+                pass
+
+    # ------------------------------------------------------------------ jobs
+    async def add_job(self, job: common_pb2.JobInfo) -> bytes:
+        n = await self.storage.increment("job")
+        job.job_id = struct.pack(">I", n)
+        job.start_time = job.start_time or time.time()
+        await self.storage.put(JOBS, job.job_id, job.SerializeToString())
+        return job.job_id
+
+    async def mark_job_finished(self, job_id: bytes) -> None:
+        blob = await self.storage.get(JOBS, job_id)
+        if blob is None:
+            raise NotFound(f"job {job_id.hex()} is unknown")
+        job = common_pb2.JobInfo.FromString(blob)
+        job.is_dead = True
+        job.end_time = time.time()
+        await self.storage.put(JOBS, job_id, job.SerializeToString())
+
+    async def all_jobs(self) -> list[common_pb2.JobInfo]:
+        return [common_pb2.JobInfo.FromString(b) for _, b in sorted((await self.storage.get_all(JOBS)).items())]
+
+    # ------------------------------------------------------------------ pub/sub
+    def _publish_node(self, info: common_pb2.NodeInfo) -> None:
+        msg = gcs_pb2.PubMessage(node=info)
+        self._deliver(msg, "nodes", None)
+
+    def publish_logs(self, batch: gcs_pb2.LogBatch) -> None:
+        self._deliver(gcs_pb2.PubMessage(logs=batch), "logs", batch.job_id)
+
+    def _deliver(self, msg: gcs_pb2.PubMessage, channel: str, job_id: bytes | None) -> None:
+        for sub in list(self._subs):
+            if channel not in sub.channels:
+                continue
+            if job_id is not None and sub.job_id and sub.job_id != job_id:
+                continue
+            try:
+                sub.queue.put_nowait(msg)
+            except asyncio.QueueFull:  # a stuck subscriber is dropped; it reconnects and resyncs
+                self._subs.remove(sub)
+                sub.queue = asyncio.Queue(maxsize=1)
+                sub.queue.put_nowait(None)
+
+    async def subscribe(self, channels: set[str], job_id: bytes) -> AsyncIterator[gcs_pb2.PubMessage]:
+        sub = Subscriber(channels, job_id)
+        self._subs.append(sub)
+        try:
+            if "nodes" in channels:
+                for info in list(self.nodes.values()):
+                    yield gcs_pb2.PubMessage(node=info)
+            while True:
+                msg = await sub.queue.get()
+                if msg is None:
+                    return
+                yield msg
+        finally:
+            if sub in self._subs:
+                self._subs.remove(sub)
+
+    def close_subscriptions(self) -> None:
+        for sub in self._subs:
+            try:
+                sub.queue.put_nowait(None)
+            except asyncio.QueueFull:
+                pass

@@ -1,0 +1,1 @@
+"""Ember object manager: the node's shared-memory object store and node-to-node transfer."""

@@ -1,0 +1,7 @@
+"""`python -m ember_raylet` / `ember-raylet`."""
+import sys
+
+from .server import main
+
+if __name__ == "__main__":
+    sys.exit(main())

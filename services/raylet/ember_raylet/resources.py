@@ -1,0 +1,94 @@
+"""Node resources: scalar amounts (CPU, memory, custom) plus GPUs as instances with fractions.
+
+Pure logic, no I/O. A request for num_gpus < 1 takes that fraction of one GPU (two 0.5 requests
+share GPU 0); a whole-number request takes that many entirely free GPUs. Allocations return the
+GPU ids so the worker can set CUDA_VISIBLE_DEVICES.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+EPS = 1e-9
+GPU = "GPU"
+
+
+def validate_request(request: dict[str, float]) -> None:
+    for k, v in request.items():
+        if not math.isfinite(v):
+            raise ValueError(f"resource {k!r} must be a finite number, got {v}")
+        if v < 0:
+            raise ValueError(f"resource {k!r} must be >= 0, got {v}")
+    g = request.get(GPU, 0.0)
+    if g > 1 and abs(g - round(g)) > EPS:
+        raise ValueError(f"num_gpus above 1 must be a whole number, got {g}")
+
+
+@dataclass
+class Allocation:
+    resources: dict[str, float]
+    gpu_ids: list[int] = field(default_factory=list)
+    # Share of each GPU taken (same order as gpu_ids).
+    gpu_shares: list[float] = field(default_factory=list)
+
+
+class NodeResources:
+    def __init__(self, total: dict[str, float]) -> None:
+        validate_request(total)
+        self.total = {k: float(v) for k, v in total.items() if v > 0}
+        self.available = dict(self.total)
+        self.gpus = [1.0] * int(self.total.get(GPU, 0))  # free fraction per GPU instance
+
+    def fits_total(self, request: dict[str, float]) -> bool:
+        """Could this node ever run the request (if it were idle)?"""
+        return all(self.total.get(k, 0.0) + EPS >= v for k, v in request.items() if v > 0)
+
+    def fits_now(self, request: dict[str, float]) -> bool:
+        return self._pick_gpus(request.get(GPU, 0.0)) is not None and all(
+            self.available.get(k, 0.0) + EPS >= v for k, v in request.items() if v > 0 and k != GPU)
+
+    def _pick_gpus(self, amount: float) -> list[tuple[int, float]] | None:
+        if amount <= EPS:
+            return []
+        if amount < 1 - EPS:
+            # Pack fractions: the fullest GPU that still has room.
+            best = None
+            for i, free in enumerate(self.gpus):
+                if free + EPS >= amount and (best is None or free < self.gpus[best]):
+                    best = i
+            return None if best is None else [(best, amount)]
+        need = int(round(amount))
+        whole = [i for i, free in enumerate(self.gpus) if free >= 1 - EPS]
+        return [(i, 1.0) for i in whole[:need]] if len(whole) >= need else None
+
+    def allocate(self, request: dict[str, float]) -> Allocation | None:
+        """Takes the resources if they fit now; returns None otherwise."""
+        if not self.fits_now(request):
+            return None
+        picks = self._pick_gpus(request.get(GPU, 0.0)) or []
+        for i, share in picks:
+            self.gpus[i] -= share
+        for k, v in request.items():
+            if v > 0:
+                self.available[k] = self.available.get(k, 0.0) - v
+        return Allocation(dict(request), [i for i, _ in picks], [s for _, s in picks])
+
+    def release(self, alloc: Allocation) -> None:
+        for i, share in zip(alloc.gpu_ids, alloc.gpu_shares):
+            self.gpus[i] = min(1.0, self.gpus[i] + share)
+        for k, v in alloc.resources.items():
+            if v > 0:
+                self.available[k] = min(self.total.get(k, 0.0), self.available.get(k, 0.0) + v)
+
+    def lend(self, resources: dict[str, float]) -> None:
+        """A blocked worker's CPUs become available to others."""
+        for k, v in resources.items():
+            self.available[k] = self.available.get(k, 0.0) + v
+
+    def reclaim(self, resources: dict[str, float]) -> None:
+        """The blocked worker resumes; availability may go below zero briefly (as in Ray)."""
+        for k, v in resources.items():
+            self.available[k] = self.available.get(k, 0.0) - v
+
+    def snapshot_available(self) -> dict[str, float]:
+        return {k: round(max(v, 0.0), 6) for k, v in self.available.items()}

@@ -1,0 +1,200 @@
+"""The raylet gRPC service and process: serves leases, registers the node with the GCS,
+heartbeats, follows the cluster view, and forwards worker output (log monitor)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import socket
+import time
+from typing import Any
+
+import grpc
+
+from ember._private import rpc, service
+from ember._private.config import get_config
+from ember._private.rpc import rpc_errors
+from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
+
+from .log_monitor import LogMonitor
+from .raylet import Raylet
+
+log = logging.getLogger(__name__)
+
+
+class RayletServicer(raylet_pb2_grpc.RayletServicer):
+    def __init__(self, raylet: Raylet, stop: asyncio.Event) -> None:
+        self.raylet = raylet
+        self.stop = stop
+
+    @rpc_errors
+    async def RegisterWorker(self, request: Any, context: Any) -> Any:
+        r = self.raylet
+        r.register_worker(request.worker_id, request.pid, request.port)
+        return raylet_pb2.RegisterWorkerReply(node_id=r.node_id, gcs_address=r.gcs_address,
+                                              objmgr_address=r.objmgr_address, store_dir=r.store_dir,
+                                              session_dir=r.session_dir)
+
+    @rpc_errors
+    async def RequestWorkerLease(self, request: Any, context: Any) -> Any:
+        return await self.raylet.request_lease(request)
+
+    @rpc_errors
+    async def ReturnWorker(self, request: Any, context: Any) -> Any:
+        self.raylet.return_worker(request.lease_id, request.disconnect)
+        return raylet_pb2.ReturnWorkerReply()
+
+    @rpc_errors
+    async def CancelWorkerLease(self, request: Any, context: Any) -> Any:
+        return raylet_pb2.CancelWorkerLeaseReply(cancelled=self.raylet.cancel_lease(request.lease_id))
+
+    @rpc_errors
+    async def NotifyWorkerBlocked(self, request: Any, context: Any) -> Any:
+        self.raylet.notify_blocked(request.worker_id, request.blocked)
+        return raylet_pb2.NotifyWorkerBlockedReply()
+
+    @rpc_errors
+    async def GetNodeStats(self, request: Any, context: Any) -> Any:
+        return self.raylet.stats()
+
+    @rpc_errors
+    async def Shutdown(self, request: Any, context: Any) -> Any:
+        self.stop.set()
+        return raylet_pb2.ShutdownReply()
+
+
+class GcsLink:
+    """Registration, heartbeats and the node feed; survives GCS restarts by retrying."""
+
+    def __init__(self, raylet: Raylet, node: common_pb2.NodeInfo) -> None:
+        self.raylet = raylet
+        self.node = node
+        self.channel = rpc.aio_channel(raylet.gcs_address)
+        self.gcs = gcs_pb2_grpc.GcsStub(self.channel)
+
+    async def register(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                await self.gcs.RegisterNode(gcs_pb2.RegisterNodeRequest(node=self.node), timeout=5)
+                return
+            except grpc.aio.AioRpcError as e:
+                if time.monotonic() > deadline:
+                    raise ConnectionError(f"cannot register with the GCS at {self.raylet.gcs_address}: "
+                                          f"{e.code().name} {e.details()}") from None
+                await asyncio.sleep(0.2)
+
+    async def heartbeat_loop(self, stop: asyncio.Event) -> None:
+        period = self.raylet.cfg.heartbeat_period_s
+        while not stop.is_set():
+            try:
+                reply = await self.gcs.Heartbeat(gcs_pb2.HeartbeatRequest(
+                    node_id=self.raylet.node_id,
+                    available_resources=self.raylet.resources.snapshot_available(),
+                    total_resources=self.raylet.resources.total), timeout=max(period * 4, 2))
+                if not reply.known:
+                    log.warning("the GCS does not know this node (restarted?): registering again")
+                    await self.gcs.RegisterNode(gcs_pb2.RegisterNodeRequest(node=self.node), timeout=5)
+            except grpc.aio.AioRpcError as e:
+                log.debug("heartbeat failed: %s", e.code().name)
+            try:
+                await asyncio.wait_for(stop.wait(), period)
+            except asyncio.TimeoutError:
+                pass
+
+    async def follow_nodes(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                async for msg in self.gcs.Subscribe(gcs_pb2.SubscribeRequest(channels=["nodes"])):
+                    if msg.HasField("node"):
+                        self.raylet.update_node(msg.node)
+            except grpc.aio.AioRpcError:
+                pass
+            try:
+                await asyncio.wait_for(stop.wait(), 0.5)
+            except asyncio.TimeoutError:
+                pass
+
+    async def publish_logs(self, batches: list[gcs_pb2.LogBatch]) -> None:
+        await self.gcs.PublishLogs(gcs_pb2.PublishLogsRequest(batches=batches), timeout=5)
+
+    async def unregister(self) -> None:
+        try:
+            await self.gcs.UnregisterNode(gcs_pb2.UnregisterNodeRequest(
+                node_id=self.raylet.node_id, reason="node stopped"), timeout=2)
+        except grpc.aio.AioRpcError as e:
+            log.warning("could not tell the GCS that this node stops: %s", e.code().name)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="ember-raylet", description="Ember raylet (one per node)")
+    p.add_argument("--gcs-address", required=True)
+    p.add_argument("--objmgr-address", required=True)
+    p.add_argument("--node-id", required=True)
+    p.add_argument("--store-dir", required=True)
+    p.add_argument("--session-dir", required=True)
+    p.add_argument("--resources", default="{}", help='JSON, e.g. {"CPU": 4, "GPU": 1, "custom": 2}')
+    p.add_argument("--object-store-memory", type=int, default=0)
+    p.add_argument("--node-ip", default="127.0.0.1")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--head", action="store_true")
+    p.add_argument("--num-prestart-workers", type=int, default=None)
+    service.add_common_flags(p)
+    return p.parse_args(argv)
+
+
+def parse_resources(raw: str) -> dict[str, float]:
+    try:
+        res = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"--resources is not valid JSON ({e}): {raw!r}") from None
+    if not isinstance(res, dict) or not all(isinstance(v, (int, float)) for v in res.values()):
+        raise ValueError(f"--resources must be a JSON object of numbers, got {raw!r}")
+    return {str(k): float(v) for k, v in res.items()}
+
+
+async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
+    cfg = get_config()
+    raylet = Raylet(node_id=ns.node_id, config=cfg, resources=parse_resources(ns.resources),
+                    gcs_address=ns.gcs_address, objmgr_address=ns.objmgr_address,
+                    store_dir=ns.store_dir, session_dir=ns.session_dir, node_ip=ns.node_ip,
+                    num_prestart_workers=ns.num_prestart_workers)
+    server, port, health = rpc.build_server(
+        [lambda s: raylet_pb2_grpc.add_RayletServicer_to_server(RayletServicer(raylet, stop), s)],
+        host=ns.host, port=ns.port)
+    await server.start()
+    raylet.address = f"{ns.node_ip}:{port}"
+    node = common_pb2.NodeInfo(
+        node_id=ns.node_id, raylet_address=raylet.address, objmgr_address=ns.objmgr_address,
+        ip=ns.node_ip, hostname=socket.gethostname(), total_resources=raylet.resources.total,
+        available_resources=raylet.resources.snapshot_available(), start_time=time.time(),
+        is_head=ns.head, store_dir=ns.store_dir, object_store_memory=ns.object_store_memory)
+    link = GcsLink(raylet, node)
+    await link.register(cfg.start_timeout_s / 2)
+    raylet._prestart()
+    loops = [asyncio.ensure_future(c) for c in (
+        raylet.reap_workers(stop), raylet.check_infeasible(stop), link.heartbeat_loop(stop),
+        link.follow_nodes(stop))]
+    monitor = LogMonitor(raylet.logs_dir, raylet.node_id, link.publish_logs,
+                         lambda wid: raylet.workers[wid].pid if wid in raylet.workers else None)
+    loops.append(asyncio.ensure_future(monitor.run(stop)))
+    await rpc.mark_serving(health, ["ember.Raylet"])
+    rpc.write_port_file(ns.port_file, port)
+    log.info("raylet %s serving on %s with %s", ns.node_id[:8], raylet.address, raylet.resources.total)
+    await stop.wait()
+    log.info("raylet stopping")
+    await raylet.shutdown_workers()
+    await link.unregister()
+    await server.stop(0.5)
+    for t in loops:
+        t.cancel()
+    await asyncio.gather(*loops, return_exceptions=True)
+    await link.channel.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = parse_args(argv)
+    service.setup(ns, "raylet")
+    return service.run(lambda stop: serve(ns, stop))

@@ -1,0 +1,43 @@
+"""Shared fixtures. Every module is checked for leaked processes and object-store directories
+when it ends (the autouse fixture below is set up first, so it is torn down last)."""
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+import psutil
+import pytest
+
+
+def _store_dirs() -> set[str]:
+    return set(glob.glob("/dev/shm/ember-store/*/*"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_leaks():
+    before_dirs = _store_dirs()
+    yield
+    me = psutil.Process()
+    deadline = time.monotonic() + 10
+    while True:
+        alive = [p for p in me.children(recursive=True)
+                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        leaked_dirs = _store_dirs() - before_dirs
+        if (not alive and not leaked_dirs) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    for p in alive:
+        p.kill()
+    assert not alive, f"processes leaked: {[(p.pid, ' '.join(p.cmdline()[:4])) for p in alive]}"
+    assert not leaked_dirs, f"object store dirs leaked: {sorted(leaked_dirs)}"
+
+
+@pytest.fixture(scope="module")
+def ray_start():
+    """An embedded cluster with 2 CPUs, 1 logical GPU and a custom resource; stopped at the end."""
+    import ember
+
+    ember.init(num_cpus=2, num_gpus=1, resources={"custom": 2}, object_store_memory=256 * 2**20)
+    yield ember
+    ember.shutdown()

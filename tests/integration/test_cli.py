@@ -1,0 +1,82 @@
+"""`ember start/status/stop` as a user runs them, with state isolated in a temporary dir."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+
+@pytest.fixture
+def cli_env(tmp_path):
+    env = dict(os.environ)
+    env["EMBER_TEMP_DIR"] = str(tmp_path / "ember-tmp")
+    yield env
+    # Whatever the test did, nothing it started may survive it.
+    subprocess.run([sys.executable, "-m", "ember.scripts", "stop", "--force"], env=env,
+                   capture_output=True, timeout=60)
+    leftovers = [p for p in psutil.process_iter(["cmdline"])
+                 if any(str(tmp_path) in part for part in (p.info["cmdline"] or []))]
+    assert not leftovers, f"processes left behind: {[p.pid for p in leftovers]}"
+
+
+def ember_cli(env, *args, check=True):
+    r = subprocess.run([sys.executable, "-m", "ember.scripts", *args], env=env, capture_output=True,
+                       text=True, timeout=120)
+    if check and r.returncode != 0:
+        raise AssertionError(f"ember {' '.join(args)} failed ({r.returncode}): {r.stdout}{r.stderr}")
+    return r
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_start_head_add_node_status_run_stop(cli_env, tmp_path):
+    port = _free_port()
+    out = ember_cli(cli_env, "start", "--head", "--port", str(port), "--num-cpus", "1",
+                    "--num-gpus", "1").stdout
+    assert f"127.0.0.1:{port}" in out
+    ember_cli(cli_env, "start", f"--address=127.0.0.1:{port}", "--num-cpus", "2",
+              "--resources", '{"accel": 3}')
+    status = ember_cli(cli_env, "status").stdout
+    assert "Nodes: 2 alive, 0 dead" in status and "0/3 CPU" in status and "0/3 accel" in status
+    driver = textwrap.dedent("""
+        import ember as ray
+        ray.init(address="auto")
+        @ray.remote(resources={"accel": 1})
+        def f(x):
+            return x + 1
+        print("RESULT", ray.get([f.remote(i) for i in range(10)]))
+        ray.shutdown()
+    """)
+    r = subprocess.run([sys.executable, "-c", driver], env=cli_env, capture_output=True, text=True,
+                       timeout=120)
+    assert "RESULT [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]" in r.stdout, r.stderr
+    stop = ember_cli(cli_env, "stop").stdout
+    assert "Stopped 2 node(s)" in stop
+    r = ember_cli(cli_env, "status", check=False)
+    assert r.returncode == 1 and "no running Ember cluster" in r.stderr
+
+
+def test_start_errors_are_one_line_and_clear(cli_env):
+    r = ember_cli(cli_env, "start", "--head", "--port", str(_free_port()), "--resources", "{bad",
+                  check=False)
+    assert r.returncode != 0 and "--resources is not valid JSON" in r.stderr
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        r = ember_cli(cli_env, "start", "--head", "--port", str(busy), check=False)
+    assert r.returncode == 1 and str(busy) in r.stderr
+    r = ember_cli(cli_env, "start", "--address", "127.0.0.1:1", check=False)
+    assert r.returncode == 1 and "127.0.0.1:1" in r.stderr

@@ -1,0 +1,104 @@
+"""The GCS on a real etcd: restart the GCS process mid-run and the cluster keeps working."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import ember
+from ember._proto import gcs_pb2, gcs_pb2_grpc
+from ember._private import rpc
+from ember.testing import EtcdProcess, LocalCluster, wait_for
+
+pytestmark = [pytest.mark.etcd, pytest.mark.chaos]
+
+
+@pytest.fixture(scope="module")
+def etcd():
+    with EtcdProcess() as e:
+        yield e
+
+
+def _gcs(address):
+    ch = rpc.sync_channel(address)
+    return ch, gcs_pb2_grpc.GcsStub(ch)
+
+
+def test_gcs_restart_keeps_cluster_working(etcd):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EMBER_NODE_DEATH_TIMEOUT_S", "3")
+    try:
+        with LocalCluster(gcs_storage=etcd.url) as c:
+            head = c.add_node({"CPU": 1}, is_head=True)
+            other = c.add_node({"CPU": 1, "special": 1})
+            ember.init(address=c.gcs_address)
+            try:
+                @ember.remote
+                def square(x):
+                    time.sleep(0.01)
+                    return x * x
+
+                @ember.remote(resources={"special": 1})
+                def special():
+                    return ember.get_runtime_context().get_node_id()
+
+                assert ember.get([square.remote(i) for i in range(20)]) == [i * i for i in range(20)]
+                ch, gcs = _gcs(c.gcs_address)
+                gcs.KVPut(gcs_pb2.KVPutRequest(namespace="test", key=b"k", value=b"v"), timeout=5)
+                jobs_before = len(gcs.GetAllJobs(gcs_pb2.GetAllJobsRequest(), timeout=5).jobs)
+                ch.close()
+
+                # Work in flight while the GCS is down: the task path never touches the GCS.
+                in_flight = [square.remote(i) for i in range(50)]
+                c.kill_gcs()
+                during = ember.get([square.remote(i) for i in range(10)], timeout=60)
+                assert during == [i * i for i in range(10)]
+                c.restart_gcs()
+                assert ember.get(in_flight, timeout=60) == [i * i for i in range(50)]
+
+                ch, gcs = _gcs(c.gcs_address)
+                try:
+                    # State came back from etcd: nodes, jobs, KV.
+                    nodes = gcs.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes
+                    assert {n.node_id for n in nodes} == {head.node_id, other.node_id}
+                    assert all(n.state == 0 for n in nodes)
+                    assert gcs.KVGet(gcs_pb2.KVGetRequest(namespace="test", key=b"k"), timeout=5).value == b"v"
+                    assert len(gcs.GetAllJobs(gcs_pb2.GetAllJobsRequest(), timeout=5).jobs) == jobs_before
+                finally:
+                    ch.close()
+                # Nodes keep heartbeating to the new GCS: still alive after the death timeout.
+                time.sleep(4)
+                assert sum(n["Alive"] for n in ember.nodes()) == 2
+                # New functions can be exported (function table in the GCS) and spillback works.
+                assert ember.get(special.remote(), timeout=30) == other.node_id
+
+                @ember.remote
+                def brand_new():
+                    return "new"
+
+                assert ember.get(brand_new.remote(), timeout=30) == "new"
+            finally:
+                ember.shutdown()
+    finally:
+        mp.undo()
+
+
+def test_gcs_start_fails_clearly_when_etcd_unreachable(tmp_path):
+    from ember._private import node as node_mod
+
+    with pytest.raises(RuntimeError, match="etcd.*127.0.0.1:1"):
+        node_mod.start_gcs(str(tmp_path), port=0, storage="etcd://127.0.0.1:1", host="127.0.0.1")
+
+
+def test_raylets_reregister_after_gcs_restart_on_new_storage_state(etcd):
+    """A node that the GCS marked dead while partitioned registers again once it is heard."""
+    with LocalCluster(gcs_storage=etcd.url) as c:
+        n = c.add_node({"CPU": 1}, is_head=True)
+        ch, gcs = _gcs(c.gcs_address)
+        try:
+            gcs.UnregisterNode(gcs_pb2.UnregisterNodeRequest(node_id=n.node_id, reason="test"), timeout=5)
+            wait_for(lambda: any(x.node_id == n.node_id and x.state == 0 for x in
+                                 gcs.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes),
+                     what="the node to register again")
+        finally:
+            ch.close()
