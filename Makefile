@@ -2,35 +2,38 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+DEV := $(VENV)/.dev-installed
 
 .PHONY: install demo test unit integration protos bench clean
 
-$(STAMP): pyproject.toml
+# What the tests and the demo need: the package (editable) with its dev extra.
+$(DEV): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(DEV)
+
+# Every extra, torch (pinned CPU-compatible 2.13.0) included.
+install: $(DEV)
 	$(PY) -m pip install -q -e '.[all]'
-	touch $(STAMP)
 
-install: $(STAMP)
-
-demo: $(STAMP)
+demo: $(DEV)
 	$(PY) examples/seed_demo.py
 
-test: $(STAMP)
-	@command -v etcd >/dev/null || echo "note: etcd not on PATH; etcd tests will fail (apt-get install -y etcd-server)"
+test: $(DEV)
+	@command -v etcd >/dev/null || { echo "etcd is not on PATH: apt-get install -y etcd-server"; exit 1; }
 	$(PY) -m pytest -q tests
 
-unit: $(STAMP)
+unit: $(DEV)
 	$(PY) -m pytest -q tests/unit
 
-integration: $(STAMP)
+integration: $(DEV)
 	$(PY) -m pytest -q tests/integration
 
-protos: $(STAMP)
+protos: $(DEV)
 	$(PY) scripts/gen_protos.py
 
-bench: $(STAMP)
+bench: $(DEV)
 	$(VENV)/bin/ember microbenchmark
 
 clean:
