@@ -12,19 +12,22 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ember import exceptions
+from ember import actor, exceptions
+from ember.actor import ActorClass, get_actor, kill, method
 from ember._private.object_ref import ObjectRef
 from ember._private.remote_function import RemoteFunction
 from ember._private.runtime_context import get_runtime_context
 from ember._private.worker import (available_resources, cancel, cluster_resources, get, get_gpu_ids,
                                    init, is_initialized, nodes, put, shutdown, wait)
 
+from ember import util  # noqa: E402  (imports ember.actor)
+
 __version__ = "0.1.0"
 
 __all__ = [
-    "ObjectRef", "available_resources", "cancel", "cluster_resources", "exceptions", "get",
-    "get_gpu_ids", "get_runtime_context", "init", "is_initialized", "nodes", "put", "remote",
-    "shutdown", "wait", "__version__",
+    "ObjectRef", "actor", "available_resources", "cancel", "cluster_resources", "exceptions",
+    "get", "get_actor", "get_gpu_ids", "get_runtime_context", "init", "is_initialized", "kill",
+    "method", "nodes", "put", "remote", "shutdown", "util", "wait", "__version__",
 ]
 
 
@@ -46,7 +49,7 @@ def _make_remote(obj: Any, options: dict[str, Any]) -> Any:
     import inspect
 
     if inspect.isclass(obj):
-        raise TypeError("actors (@ember.remote on a class) are not available yet")
+        return ActorClass(obj, options)
     if not callable(obj):
         raise TypeError(f"@ember.remote expects a function or a class, got {type(obj).__name__}")
     return RemoteFunction(obj, options)

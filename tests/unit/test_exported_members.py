@@ -6,10 +6,11 @@ import types
 import ember
 
 EXPECTED = {
-    "ObjectRef", "available_resources", "cancel", "cluster_resources", "exceptions", "get",
-    "get_gpu_ids", "get_runtime_context", "init", "is_initialized", "nodes", "put", "remote",
-    "shutdown", "wait", "__version__",
+    "ObjectRef", "actor", "available_resources", "cancel", "cluster_resources", "exceptions",
+    "get", "get_actor", "get_gpu_ids", "get_runtime_context", "init", "is_initialized", "kill",
+    "method", "nodes", "put", "remote", "shutdown", "util", "wait", "__version__",
 }
+MODULES = {"exceptions", "actor", "util"}
 
 
 def test_all_is_exactly_the_expected_set():
@@ -30,9 +31,10 @@ def test_star_import_gives_the_exported_names():
 
 
 def test_kinds_of_exported_members():
-    assert isinstance(ember.exceptions, types.ModuleType)
-    assert ember.exceptions.__name__ == "ember.exceptions"
+    for name in MODULES:
+        assert isinstance(getattr(ember, name), types.ModuleType)
+        assert getattr(ember, name).__name__ == f"ember.{name}"
     assert isinstance(ember.ObjectRef, type)
     assert isinstance(ember.__version__, str) and ember.__version__
-    for name in EXPECTED - {"exceptions", "ObjectRef", "__version__"}:
+    for name in EXPECTED - MODULES - {"ObjectRef", "__version__"}:
         assert callable(getattr(ember, name)), name

@@ -111,6 +111,9 @@ class CoreWorker:
         self.objmgr = objmgr_pb2_grpc.ObjectManagerStub(self._objmgr_channel)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self.submitter = TaskSubmitter(self)
+        from .actor_submitter import ActorSubmitter
+
+        self.actor_submitter = ActorSubmitter(self)
         self._server, port, health = rpc.build_server(
             [lambda s: core_worker_pb2_grpc.add_CoreWorkerServicer_to_server(CoreWorkerServicer(self), s)],
             host="0.0.0.0", port=0)
@@ -287,6 +290,21 @@ class CoreWorker:
         self._sync_or_call(lambda: self.objmgr.Seal(objmgr_pb2.SealRequest(object_id=oid, size=size), timeout=30))
         return common_pb2.ReturnObject(object_id=oid, in_plasma=True, node_id=self.node_id, size=size)
 
+    async def store_value_async(self, oid: bytes, sv: SerializedValue) -> common_pb2.ReturnObject:
+        """store_value for code running on the loop."""
+        if sv.size <= self.config.max_inline_bytes:
+            return common_pb2.ReturnObject(object_id=oid, value=sv.to_proto(), size=sv.size)
+        size = plasma.write(self.store_dir, oid, sv)
+        await self.objmgr.Seal(objmgr_pb2.SealRequest(object_id=oid, size=size), timeout=30)
+        return common_pb2.ReturnObject(object_id=oid, in_plasma=True, node_id=self.node_id, size=size)
+
+    async def get_async(self, ref: ObjectRef) -> Any:
+        """get() for code running on the loop."""
+        entry = await self.wait_object(ref, None)
+        if entry.in_plasma and entry.node_id != self.node_id:
+            await self._pull(entry)
+        return self.materialize(entry)
+
     def _sync_or_call(self, coro: Any) -> Any:
         if self.in_loop():
             raise RuntimeError("blocking call on the core loop")
@@ -357,13 +375,7 @@ class CoreWorker:
                                       f"{entry.node_id} failed: {e.details()}") from None
 
     def get_future(self, ref: ObjectRef) -> concurrent.futures.Future:
-        async def resolve() -> Any:
-            entry = await self.wait_object(ref, None)
-            if entry.in_plasma and entry.node_id != self.node_id:
-                await self._pull(entry)
-            return self.materialize(entry)
-
-        return asyncio.run_coroutine_threadsafe(resolve(), self.loop)
+        return asyncio.run_coroutine_threadsafe(self.get_async(ref), self.loop)
 
     def wait(self, refs: list[ObjectRef], num_returns: int, timeout: float | None,
              fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:

@@ -1,23 +1,30 @@
-"""Worker side: runs tasks pushed by owners, one at a time, on the process's main thread.
+"""Worker side: runs tasks and actor calls pushed by their owners/callers.
 
-Results small enough travel back inline in the PushTask reply; bigger ones are written to the
-node's shared-memory store. A user exception becomes a RayTaskError carrying the remote
-traceback. Before each task the executor writes a marker line to stdout/stderr so the raylet's
-log monitor can tell the driver which task printed what.
+Normal tasks and calls of a plain actor run one at a time on the process's main thread, in
+arrival order. Actor calls are first put back into each caller's submission order (sequence
+numbers, see `_actor_call`). A threaded actor (max_concurrency > 1) runs calls on a thread pool;
+an async actor (any `async def` method) runs them as coroutines on its own event loop thread, up
+to max_concurrency at once. Small results travel back inline in the PushTask reply; bigger ones
+are written to the node's shared-memory store. A user exception becomes a RayTaskError carrying
+the remote traceback. Before each task the executor writes a marker line to stdout/stderr so
+the raylet's log monitor can tell the driver which task printed what.
 """
 from __future__ import annotations
 
 import _thread
 import asyncio
+import concurrent.futures
 import inspect
 import os
 import queue
 import sys
+import threading
 import traceback
+from dataclasses import dataclass, field
 from typing import Any
 
 from ember import exceptions as exc
-from ember._proto import common_pb2, core_worker_pb2
+from ember._proto import common_pb2, core_worker_pb2, gcs_pb2
 
 from .object_ref import ObjectRef
 from .serialization import ERROR_METADATA, deserialize_proto, serialize, serialize_error
@@ -25,6 +32,16 @@ from .serialization import ERROR_METADATA, deserialize_proto, serialize, seriali
 # A line "\x1e<job hex>\x1f<task name>" announces whose output follows (see the log monitor).
 LOG_MARKER = "\x1e"
 LOG_SEP = "\x1f"
+
+
+class ActorExit(SystemExit):
+    """Raised by ember.actor.exit_actor() to end the actor after the current call."""
+
+
+@dataclass
+class _Caller:
+    next_seq: int
+    buffered: dict[int, tuple[common_pb2.TaskSpec, asyncio.Future]] = field(default_factory=dict)
 
 
 class TaskExecutor:
@@ -35,11 +52,52 @@ class TaskExecutor:
         self.running: common_pb2.TaskSpec | None = None
         self._cancel_requested: bytes | None = None
         self._last_marker: tuple[bytes, str] | None = None
+        # Actor state (set by the creation task).
+        self.actor: Any = None
+        self.actor_spec: common_pb2.TaskSpec | None = None
+        self.actor_gpu_ids: list[int] = []
+        self.actor_restarted = False
+        self._callers: dict[str, _Caller] = {}
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._user_loop: asyncio.AbstractEventLoop | None = None
+        self._sem: asyncio.Semaphore | None = None
 
+    # ------------------------------------------------------------------ entry (core loop)
     async def push(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         fut = asyncio.get_running_loop().create_future()
-        self._queue.put((spec, fut))
+        if spec.actor_id and not spec.HasField("actor_creation"):
+            self._actor_call(spec, fut)
+        else:
+            self._queue.put((spec, fut))
         return await fut
+
+    def _actor_call(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
+        """Runs calls of each caller in its submission order (seq_no), whatever order they
+        arrive in; a call resent after a failure (seq below the expected one) runs at once."""
+        if self.actor is None:
+            fut.set_result(self._error_reply(spec, exc.RayActorError(
+                "this worker hosts no actor (it was restarted?)")))
+            return
+        st = self._callers.get(spec.caller.worker_id)
+        if st is None:
+            st = self._callers[spec.caller.worker_id] = _Caller(spec.lowest_unacked)
+        if spec.seq_no < st.next_seq:
+            self._dispatch(spec, fut)
+            return
+        st.buffered[spec.seq_no] = (spec, fut)
+        while st.next_seq in st.buffered:
+            s, f = st.buffered.pop(st.next_seq)
+            st.next_seq += 1
+            self._dispatch(s, f)
+
+    def _dispatch(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
+        if self._user_loop is not None:
+            asyncio.ensure_future(self._run_async(spec, fut))
+        elif self._pool is not None:
+            cf = self._pool.submit(self.execute, spec)
+            cf.add_done_callback(lambda c: self.core.loop.call_soon_threadsafe(_resolve, fut, c.result()))
+        else:
+            self._queue.put((spec, fut))
 
     def request_exit(self) -> None:
         self._queue.put(None)
@@ -55,6 +113,7 @@ class TaskExecutor:
             _thread.interrupt_main()
         return True
 
+    # ------------------------------------------------------------------ main thread
     def run_forever(self) -> None:
         loop = self.core.loop
         while True:
@@ -69,79 +128,152 @@ class TaskExecutor:
             loop.call_soon_threadsafe(_resolve, fut, reply)
 
     def _mark(self, spec: common_pb2.TaskSpec) -> None:
-        key = (spec.job_id, spec.name)
+        name = self.actor_spec.actor_creation.class_name if self.actor_spec is not None else spec.name
+        key = (spec.job_id, name)
         if key != self._last_marker:
             self._last_marker = key
-            line = f"{LOG_MARKER}{spec.job_id.hex()}{LOG_SEP}{spec.name}\n"
+            line = f"{LOG_MARKER}{spec.job_id.hex()}{LOG_SEP}{name}\n"
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
                 stream.write(line)
                 stream.flush()
 
     def execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
-        self.running = spec
-        self._cancel_requested = None
+        creating = spec.HasField("actor_creation")
+        is_method = bool(spec.actor_id) and not creating
+        on_main = threading.current_thread() is threading.main_thread()
+        if on_main:
+            self.running = spec
+        if not is_method:
+            self._cancel_requested = None
+            if spec.gpu_ids:
+                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
+            elif "CUDA_VISIBLE_DEVICES" in os.environ:
+                os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        if creating:
+            self.actor_spec = spec
+            self.actor_gpu_ids = list(spec.gpu_ids)
+            self.actor_restarted = spec.attempt > 0
         self._mark(spec)
-        if spec.gpu_ids:
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
-        elif "CUDA_VISIBLE_DEVICES" in os.environ:
-            os.environ["CUDA_VISIBLE_DEVICES"] = ""
         try:
             try:
-                fn = self.functions.load(spec.function.function_id, spec.job_id, spec.name)
+                if is_method:
+                    fn = getattr(self.actor, spec.method_name)
+                else:
+                    fn = self.functions.load(spec.function.function_id, spec.job_id, spec.name)
                 args, kwargs = self._resolve_args(spec)
             except exc.RayError as e:  # a failed dependency: pass its error on unchanged
                 return self._error_reply(spec, e)
             except Exception as e:
-                return self._error_reply(spec, self._task_error(spec, e))
+                return self._error_reply(spec, self._task_error(spec, e), application=True)
             try:
                 result = fn(*args, **kwargs)
                 if inspect.iscoroutine(result):
                     result = asyncio.run(result)
+            except ActorExit:
+                return self._exit_actor(spec)
             except KeyboardInterrupt:
                 if self._cancel_requested == spec.task_id:
                     return self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex()))
                 raise
             except Exception as e:
+                if creating:
+                    self.actor_spec = None
                 return self._error_reply(spec, self._task_error(spec, e), application=True)
+            if creating:
+                self._become_actor(spec, result)
+                result = None
             return self._returns(spec, result)
         finally:
-            self.running = None
+            if on_main:
+                self.running = None
             sys.stdout.flush()
             sys.stderr.flush()
 
+    # ------------------------------------------------------------------ actors
+    def _become_actor(self, spec: common_pb2.TaskSpec, instance: Any) -> None:
+        c = spec.actor_creation
+        self.actor = instance
+        if c.is_async:
+            self._sem = asyncio.Semaphore(c.max_concurrency or 1000)
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="ember-actor-loop", daemon=True).start()
+            self._user_loop = loop
+        elif c.max_concurrency > 1:
+            self._pool = concurrent.futures.ThreadPoolExecutor(c.max_concurrency,
+                                                               thread_name_prefix="ember-actor")
+
+    async def _run_async(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
+        assert self._sem is not None and self._user_loop is not None
+        async with self._sem:
+            self._mark(spec)
+            try:
+                args, kwargs = await self._resolve_args_async(spec)
+                method = getattr(self.actor, spec.method_name)
+                if inspect.iscoroutinefunction(method):
+                    cf = asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._user_loop)
+                else:
+                    cf = asyncio.run_coroutine_threadsafe(_call_sync(method, args, kwargs), self._user_loop)
+                result = await asyncio.wrap_future(cf)
+                reply = await self._returns_async(spec, result)
+            except exc.RayError as e:
+                reply = self._error_reply(spec, e)
+            except ActorExit:
+                reply = self._exit_actor(spec)
+            except Exception as e:
+                reply = self._error_reply(spec, self._task_error(spec, e), application=True)
+        _resolve(fut, reply)
+
+    def _exit_actor(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
+        core = self.core
+
+        async def report_and_exit() -> None:
+            try:
+                await core.gcs.ReportWorkerFailure(gcs_pb2.ReportWorkerFailureRequest(
+                    worker_id=core.worker_id, node_id=core.node_id, reason="exit_actor()",
+                    intentional=True), timeout=10)
+            finally:
+                core.loop.call_later(0.1, os._exit, 0)
+
+        core.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(report_and_exit()))
+        return self._error_reply(spec, exc.ActorDiedError("The actor exited via exit_actor()."))
+
+    # ------------------------------------------------------------------ arguments and results
     def _resolve_args(self, spec: common_pb2.TaskSpec) -> tuple[list[Any], dict[str, Any]]:
         values: list[Any] = []
         for arg in spec.args:
             if arg.HasField("value"):
-                if arg.value.metadata == ERROR_METADATA:
-                    err = deserialize_proto(arg.value)
-                    raise err if isinstance(err, exc.RayError) else exc.RaySystemError(str(err))
-                values.append(deserialize_proto(arg.value))
+                values.append(_inline_arg(arg.value))
             else:
-                r = arg.ref
-                o = r.owner
-                ref = ObjectRef(r.object_id, (o.ip, o.port, o.worker_id, o.node_id), self.core)
-                values.append(self.core.get([ref])[0])
-        nk = len(spec.kwarg_names)
-        if nk:
-            return values[:-nk], dict(zip(spec.kwarg_names, values[-nk:]))
-        return values, {}
+                values.append(self.core.get([_arg_ref(arg.ref, self.core)])[0])
+        return _split(spec, values)
 
-    def _returns(self, spec: common_pb2.TaskSpec, result: Any) -> core_worker_pb2.PushTaskReply:
+    async def _resolve_args_async(self, spec: common_pb2.TaskSpec) -> tuple[list[Any], dict[str, Any]]:
+        values: list[Any] = []
+        for arg in spec.args:
+            if arg.HasField("value"):
+                values.append(_inline_arg(arg.value))
+            else:
+                values.append(await self.core.get_async(_arg_ref(arg.ref, self.core)))
+        return _split(spec, values)
+
+    def _results(self, spec: common_pb2.TaskSpec, result: Any) -> list[Any] | BaseException:
         n = len(spec.return_ids)
         if n == 1:
-            results = [result]
-        else:
-            try:
-                results = list(result)
-            except TypeError:
-                results = []
-            if len(results) != n:
-                return self._error_reply(spec, self._task_error(spec, ValueError(
-                    f"{spec.name}() declared num_returns={n} but returned "
-                    f"{type(result).__name__} of length {len(results) if results else 'n/a'}")),
-                    application=True)
+            return [result]
+        try:
+            results = list(result)
+        except TypeError:
+            results = []
+        if len(results) != n:
+            return ValueError(f"{spec.name}() declared num_returns={n} but returned "
+                              f"{type(result).__name__} of length {len(results) if results else 'n/a'}")
+        return results
+
+    def _returns(self, spec: common_pb2.TaskSpec, result: Any) -> core_worker_pb2.PushTaskReply:
+        results = self._results(spec, result)
+        if isinstance(results, BaseException):
+            return self._error_reply(spec, self._task_error(spec, results), application=True)
         reply = core_worker_pb2.PushTaskReply()
         for oid, value in zip(spec.return_ids, results):
             try:
@@ -153,20 +285,59 @@ class TaskExecutor:
             reply.returns.append(self.core.store_value(oid, sv))
         return reply
 
+    async def _returns_async(self, spec: common_pb2.TaskSpec, result: Any) -> core_worker_pb2.PushTaskReply:
+        results = self._results(spec, result)
+        if isinstance(results, BaseException):
+            return self._error_reply(spec, self._task_error(spec, results), application=True)
+        reply = core_worker_pb2.PushTaskReply()
+        for oid, value in zip(spec.return_ids, results):
+            try:
+                sv = serialize(value)
+            except TypeError as e:
+                return self._error_reply(spec, self._task_error(spec, e), application=True)
+            for r in sv.contained_refs:
+                self.core.mark_escaped(r._id)
+            reply.returns.append(await self.core.store_value_async(oid, sv))
+        return reply
+
     def _task_error(self, spec: common_pb2.TaskSpec, e: BaseException) -> exc.RayTaskError:
         tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        trace_id = spec.trace_context.get("traceparent", "").split("-")[1] if \
-            spec.trace_context.get("traceparent") else ""
+        tp = spec.trace_context.get("traceparent", "")
+        trace_id = tp.split("-")[1] if tp.count("-") >= 2 else ""
         return exc.RayTaskError(spec.name, tb, e, pid=os.getpid(), ip=self.core.ip, trace_id=trace_id)
 
     def _error_reply(self, spec: common_pb2.TaskSpec, error: BaseException,
                      application: bool = False) -> core_worker_pb2.PushTaskReply:
         sv = serialize_error(error)
         proto = sv.to_proto()
-        reply = core_worker_pb2.PushTaskReply(is_application_error=application)
+        reply = core_worker_pb2.PushTaskReply(is_application_error=application,
+                                              error_message=str(error) if application else "")
         for oid in spec.return_ids:
             reply.returns.append(common_pb2.ReturnObject(object_id=oid, value=proto, size=sv.size))
         return reply
+
+
+def _inline_arg(value: common_pb2.SerializedObject) -> Any:
+    if value.metadata == ERROR_METADATA:
+        err = deserialize_proto(value)
+        raise err if isinstance(err, exc.RayError) else exc.RaySystemError(str(err))
+    return deserialize_proto(value)
+
+
+def _arg_ref(r: common_pb2.ObjectRefProto, core: Any) -> ObjectRef:
+    o = r.owner
+    return ObjectRef(r.object_id, (o.ip, o.port, o.worker_id, o.node_id), core)
+
+
+def _split(spec: common_pb2.TaskSpec, values: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    nk = len(spec.kwarg_names)
+    if nk:
+        return values[:-nk], dict(zip(spec.kwarg_names, values[-nk:]))
+    return values, {}
+
+
+async def _call_sync(method: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    return method(*args, **kwargs)
 
 
 def _resolve(fut: asyncio.Future, reply: Any) -> None:

@@ -24,6 +24,7 @@ class FunctionManager:
         self._keepalive: dict[int, Any] = {}
         self._loaded: dict[str, Any] = {}
         self._jobs_loaded: set[bytes] = set()
+        self._job_namespaces: dict[bytes, str] = {}
         self._lock = threading.Lock()
 
     def export(self, fn: Any, what: str) -> str:
@@ -43,15 +44,17 @@ class FunctionManager:
             self._keepalive[id(fn)] = fn
         return fid
 
-    def export_job_paths(self) -> None:
-        """Records the driver's import paths (script dir, cwd) so workers can import its modules."""
+    def export_job_paths(self, namespace: str) -> None:
+        """Records the driver's import paths (script dir, cwd) so workers can import its modules,
+        and the job's namespace (named actors created by its tasks live there)."""
         paths = [p for p in sys.path if p and "site-packages" not in p and "/lib/python" not in p]
         import os
 
         paths = [os.path.abspath(p) for p in paths] + [os.getcwd()]
         self.core.gcs_call(lambda: self.core.gcs.KVPut(gcs_pb2.KVPutRequest(
             namespace=JOB_NAMESPACE, key=self.core.job_id.hex().encode(),
-            value=json.dumps({"paths": paths}).encode(), overwrite=True), timeout=30))
+            value=json.dumps({"paths": paths, "namespace": namespace}).encode(), overwrite=True),
+            timeout=30))
 
     def load(self, fid: str, job_id: bytes, name: str) -> Any:
         """Worker side: the function for fid, fetched from the GCS on first use."""
@@ -80,6 +83,13 @@ class FunctionManager:
         reply = self.core.gcs_call(lambda: self.core.gcs.KVGet(
             gcs_pb2.KVGetRequest(namespace=JOB_NAMESPACE, key=job_id.hex().encode()), timeout=30))
         if reply.found:
-            for p in json.loads(reply.value)["paths"]:
+            info = json.loads(reply.value)
+            self._job_namespaces[job_id] = info.get("namespace", "")
+            for p in info["paths"]:
                 if p not in sys.path:
                     sys.path.append(p)
+
+    def job_namespace(self, job_id: bytes) -> str:
+        """Worker side: the namespace of the job a task belongs to."""
+        self._load_job_paths(job_id)
+        return self._job_namespaces.get(job_id, "")

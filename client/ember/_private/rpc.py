@@ -42,6 +42,10 @@ class ResourceExhausted(Exception):
     """A capacity limit was hit."""
 
 
+class AlreadyExists(Exception):
+    """A unique name is taken."""
+
+
 # Core exception type -> gRPC status code. First match wins (order subclasses first).
 ERROR_TABLE: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (NotFound, grpc.StatusCode.NOT_FOUND),
@@ -49,6 +53,7 @@ ERROR_TABLE: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
 ]
 

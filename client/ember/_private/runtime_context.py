@@ -30,6 +30,9 @@ class RuntimeContext:
         return None
 
     def get_actor_id(self) -> str | None:
+        ex = self._worker.core.executor
+        if ex is not None and ex.actor_spec is not None:
+            return ex.actor_spec.actor_id.hex()
         return None
 
     def get_assigned_resources(self) -> dict[str, float]:
@@ -49,7 +52,10 @@ class RuntimeContext:
 
     @property
     def namespace(self) -> str:
-        return self._worker.namespace
+        return self._worker.current_namespace()
+
+    def get_namespace(self) -> str:
+        return self._worker.current_namespace()
 
     def get(self) -> dict[str, Any]:
         return {"job_id": self.get_job_id(), "node_id": self.get_node_id(),
@@ -60,7 +66,8 @@ class RuntimeContext:
         return self._worker
 
     def was_current_actor_reconstructed(self) -> bool:
-        return False
+        ex = self._worker.core.executor
+        return bool(ex is not None and ex.actor_spec is not None and ex.actor_restarted)
 
 
 def get_runtime_context() -> RuntimeContext:

@@ -12,7 +12,7 @@ import asyncio
 import collections
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import grpc
 
@@ -31,7 +31,7 @@ SchedulingKey = tuple[tuple[str, float], ...]
 class TaskEntry:
     __slots__ = ("spec", "arg_refs", "retries_left", "key", "cancelled", "lease", "pending_deps")
 
-    def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[ObjectRef], retries_left: int) -> None:
+    def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[ObjectRef], retries_left: int | None) -> None:
         self.spec = spec
         self.arg_refs = arg_refs  # keeps top-level argument objects alive until the task ends
         self.retries_left = retries_left
@@ -79,6 +79,11 @@ class TaskSubmitter:
     def submit(self, entry: TaskEntry) -> None:
         """Loop thread: resolves owned top-level arguments, then queues the task."""
         self.tasks[entry.spec.task_id] = entry
+        self.resolve_then(entry, self._enqueue)
+
+    def resolve_then(self, entry: TaskEntry, then: Callable[[TaskEntry], None]) -> None:
+        """Inlines the values of owned top-level ref arguments (waiting for them if needed),
+        then calls then(entry). Refs to shared-memory objects and borrowed refs stay refs."""
         waits = []
         for i, arg in enumerate(entry.spec.args):
             if arg.HasField("ref") and arg.ref.owner.worker_id == self.core.worker_id:
@@ -90,19 +95,21 @@ class TaskSubmitter:
                     entry.spec.args[i].value.CopyFrom(obj.value)
         if waits:
             entry.pending_deps = len(waits)
-            asyncio.ensure_future(self._resolve(entry, waits))
+            asyncio.ensure_future(self._resolve(entry, waits, then))
         else:
-            self._enqueue(entry)
+            then(entry)
 
-    async def _resolve(self, entry: TaskEntry, waits: list[tuple[int, bytes]]) -> None:
+    async def _resolve(self, entry: TaskEntry, waits: list[tuple[int, bytes]],
+                       then: Callable[[TaskEntry], None]) -> None:
         refs = {r._id: r for r in entry.arg_refs}
         for i, oid in waits:
             obj = await self.core.wait_object(refs[oid], None)
             if not obj.in_plasma:
                 entry.spec.args[i].value.CopyFrom(obj.value)
+        entry.pending_deps = 0
         if entry.cancelled:
             return
-        self._enqueue(entry)
+        then(entry)
 
     def _enqueue(self, entry: TaskEntry) -> None:
         q = self.queues.get(entry.key)

@@ -37,6 +37,14 @@ class Worker:
         self.namespace = namespace
         self.log_printer: Any = None
 
+    def current_namespace(self) -> str:
+        """The driver's namespace, or (in a worker) that of the job of the running task/actor."""
+        ex = self.core.executor
+        if ex is None:
+            return self.namespace
+        spec = ex.actor_spec or ex.running
+        return self.functions.job_namespace(spec.job_id) if spec is not None else self.namespace
+
 
 _global_worker: Worker | None = None
 _init_lock = threading.RLock()
@@ -200,9 +208,11 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             if cluster is not None:
                 cluster.stop()
             raise
-        w = Worker(core, "driver", cluster, namespace or "")
+        import uuid
+
+        w = Worker(core, "driver", cluster, namespace or f"anonymous-{uuid.uuid4()}")
         _global_worker = w
-        w.functions.export_job_paths()
+        w.functions.export_job_paths(w.namespace)
         if log_to_driver:
             from .log_printer import LogPrinter
 
@@ -358,6 +368,8 @@ def available_resources() -> dict[str, float]:
 def get_gpu_ids() -> list[int]:
     w = global_worker()
     ex = w.core.executor
+    if ex is not None and ex.actor_spec is not None:
+        return list(ex.actor_gpu_ids)
     if ex is not None and ex.running is not None:
         return list(ex.running.gpu_ids)
     vis = os.environ.get("CUDA_VISIBLE_DEVICES", "")

@@ -70,7 +70,7 @@ class TaskArg(_message.Message):
     def __init__(self, value: _Optional[_Union[SerializedObject, _Mapping]] = ..., ref: _Optional[_Union[ObjectRefProto, _Mapping]] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "trace_context", "gpu_ids")
+    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "trace_context", "gpu_ids", "actor_id", "actor_creation", "method_name", "seq_no", "lowest_unacked")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +99,11 @@ class TaskSpec(_message.Message):
     CALLER_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     GPU_IDS_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_CREATION_FIELD_NUMBER: _ClassVar[int]
+    METHOD_NAME_FIELD_NUMBER: _ClassVar[int]
+    SEQ_NO_FIELD_NUMBER: _ClassVar[int]
+    LOWEST_UNACKED_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     job_id: bytes
     name: str
@@ -113,7 +118,90 @@ class TaskSpec(_message.Message):
     caller: Address
     trace_context: _containers.ScalarMap[str, str]
     gpu_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., gpu_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    actor_id: bytes
+    actor_creation: ActorCreationSpec
+    method_name: str
+    seq_no: int
+    lowest_unacked: int
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[_Union[ActorCreationSpec, _Mapping]] = ..., method_name: _Optional[str] = ..., seq_no: _Optional[int] = ..., lowest_unacked: _Optional[int] = ...) -> None: ...
+
+class ActorMethod(_message.Message):
+    __slots__ = ("name", "num_returns", "is_async", "is_generator")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NUM_RETURNS_FIELD_NUMBER: _ClassVar[int]
+    IS_ASYNC_FIELD_NUMBER: _ClassVar[int]
+    IS_GENERATOR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    num_returns: int
+    is_async: bool
+    is_generator: bool
+    def __init__(self, name: _Optional[str] = ..., num_returns: _Optional[int] = ..., is_async: _Optional[bool] = ..., is_generator: _Optional[bool] = ...) -> None: ...
+
+class ActorCreationSpec(_message.Message):
+    __slots__ = ("max_restarts", "max_task_retries", "max_concurrency", "name", "namespace", "detached", "is_async", "class_name", "methods", "owner_node_id")
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TASK_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    DETACHED_FIELD_NUMBER: _ClassVar[int]
+    IS_ASYNC_FIELD_NUMBER: _ClassVar[int]
+    CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
+    METHODS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    max_restarts: int
+    max_task_retries: int
+    max_concurrency: int
+    name: str
+    namespace: str
+    detached: bool
+    is_async: bool
+    class_name: str
+    methods: _containers.RepeatedCompositeFieldContainer[ActorMethod]
+    owner_node_id: str
+    def __init__(self, max_restarts: _Optional[int] = ..., max_task_retries: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., detached: _Optional[bool] = ..., is_async: _Optional[bool] = ..., class_name: _Optional[str] = ..., methods: _Optional[_Iterable[_Union[ActorMethod, _Mapping]]] = ..., owner_node_id: _Optional[str] = ...) -> None: ...
+
+class ActorInfo(_message.Message):
+    __slots__ = ("actor_id", "state", "address", "name", "namespace", "class_name", "num_restarts", "job_id", "death_cause", "creation_spec", "incarnation", "lease_id", "raylet_address", "pid")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PENDING_CREATION: _ClassVar[ActorInfo.State]
+        ALIVE: _ClassVar[ActorInfo.State]
+        RESTARTING: _ClassVar[ActorInfo.State]
+        DEAD: _ClassVar[ActorInfo.State]
+    PENDING_CREATION: ActorInfo.State
+    ALIVE: ActorInfo.State
+    RESTARTING: ActorInfo.State
+    DEAD: ActorInfo.State
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
+    NUM_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DEATH_CAUSE_FIELD_NUMBER: _ClassVar[int]
+    CREATION_SPEC_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    RAYLET_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    actor_id: bytes
+    state: ActorInfo.State
+    address: Address
+    name: str
+    namespace: str
+    class_name: str
+    num_restarts: int
+    job_id: bytes
+    death_cause: str
+    creation_spec: TaskSpec
+    incarnation: int
+    lease_id: bytes
+    raylet_address: str
+    pid: int
+    def __init__(self, actor_id: _Optional[bytes] = ..., state: _Optional[_Union[ActorInfo.State, str]] = ..., address: _Optional[_Union[Address, _Mapping]] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., class_name: _Optional[str] = ..., num_restarts: _Optional[int] = ..., job_id: _Optional[bytes] = ..., death_cause: _Optional[str] = ..., creation_spec: _Optional[_Union[TaskSpec, _Mapping]] = ..., incarnation: _Optional[int] = ..., lease_id: _Optional[bytes] = ..., raylet_address: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
     __slots__ = ("node_id", "raylet_address", "objmgr_address", "ip", "hostname", "total_resources", "available_resources", "state", "start_time", "death_reason", "is_head", "store_dir", "object_store_memory")

@@ -15,12 +15,14 @@ class PushTaskRequest(_message.Message):
     def __init__(self, spec: _Optional[_Union[_common_pb2.TaskSpec, _Mapping]] = ...) -> None: ...
 
 class PushTaskReply(_message.Message):
-    __slots__ = ("returns", "is_application_error")
+    __slots__ = ("returns", "is_application_error", "error_message")
     RETURNS_FIELD_NUMBER: _ClassVar[int]
     IS_APPLICATION_ERROR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     returns: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReturnObject]
     is_application_error: bool
-    def __init__(self, returns: _Optional[_Iterable[_Union[_common_pb2.ReturnObject, _Mapping]]] = ..., is_application_error: _Optional[bool] = ...) -> None: ...
+    error_message: str
+    def __init__(self, returns: _Optional[_Iterable[_Union[_common_pb2.ReturnObject, _Mapping]]] = ..., is_application_error: _Optional[bool] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class GetObjectRequest(_message.Message):
     __slots__ = ("object_id", "timeout_s")

@@ -145,6 +145,82 @@ class GetAllJobsReply(_message.Message):
     jobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobInfo]
     def __init__(self, jobs: _Optional[_Iterable[_Union[_common_pb2.JobInfo, _Mapping]]] = ...) -> None: ...
 
+class RegisterActorRequest(_message.Message):
+    __slots__ = ("creation_spec",)
+    CREATION_SPEC_FIELD_NUMBER: _ClassVar[int]
+    creation_spec: _common_pb2.TaskSpec
+    def __init__(self, creation_spec: _Optional[_Union[_common_pb2.TaskSpec, _Mapping]] = ...) -> None: ...
+
+class RegisterActorReply(_message.Message):
+    __slots__ = ("actor",)
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    actor: _common_pb2.ActorInfo
+    def __init__(self, actor: _Optional[_Union[_common_pb2.ActorInfo, _Mapping]] = ...) -> None: ...
+
+class GetActorInfoRequest(_message.Message):
+    __slots__ = ("actor_id", "wait_for_change", "after_incarnation", "timeout_s")
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    actor_id: bytes
+    wait_for_change: bool
+    after_incarnation: int
+    timeout_s: float
+    def __init__(self, actor_id: _Optional[bytes] = ..., wait_for_change: _Optional[bool] = ..., after_incarnation: _Optional[int] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class GetActorInfoReply(_message.Message):
+    __slots__ = ("actor",)
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    actor: _common_pb2.ActorInfo
+    def __init__(self, actor: _Optional[_Union[_common_pb2.ActorInfo, _Mapping]] = ...) -> None: ...
+
+class GetNamedActorRequest(_message.Message):
+    __slots__ = ("name", "namespace")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    namespace: str
+    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
+
+class GetAllActorsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetAllActorsReply(_message.Message):
+    __slots__ = ("actors",)
+    ACTORS_FIELD_NUMBER: _ClassVar[int]
+    actors: _containers.RepeatedCompositeFieldContainer[_common_pb2.ActorInfo]
+    def __init__(self, actors: _Optional[_Iterable[_Union[_common_pb2.ActorInfo, _Mapping]]] = ...) -> None: ...
+
+class KillActorRequest(_message.Message):
+    __slots__ = ("actor_id", "no_restart")
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    NO_RESTART_FIELD_NUMBER: _ClassVar[int]
+    actor_id: bytes
+    no_restart: bool
+    def __init__(self, actor_id: _Optional[bytes] = ..., no_restart: _Optional[bool] = ...) -> None: ...
+
+class KillActorReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReportWorkerFailureRequest(_message.Message):
+    __slots__ = ("worker_id", "node_id", "reason", "intentional")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    INTENTIONAL_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    node_id: str
+    reason: str
+    intentional: bool
+    def __init__(self, worker_id: _Optional[str] = ..., node_id: _Optional[str] = ..., reason: _Optional[str] = ..., intentional: _Optional[bool] = ...) -> None: ...
+
+class ReportWorkerFailureReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class KVGetRequest(_message.Message):
     __slots__ = ("namespace", "key")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]

@@ -79,6 +79,36 @@ class GcsStub:
                 request_serializer=gcs__pb2.GetAllJobsRequest.SerializeToString,
                 response_deserializer=gcs__pb2.GetAllJobsReply.FromString,
                 _registered_method=True)
+        self.RegisterActor = channel.unary_unary(
+                '/ember.Gcs/RegisterActor',
+                request_serializer=gcs__pb2.RegisterActorRequest.SerializeToString,
+                response_deserializer=gcs__pb2.RegisterActorReply.FromString,
+                _registered_method=True)
+        self.GetActorInfo = channel.unary_unary(
+                '/ember.Gcs/GetActorInfo',
+                request_serializer=gcs__pb2.GetActorInfoRequest.SerializeToString,
+                response_deserializer=gcs__pb2.GetActorInfoReply.FromString,
+                _registered_method=True)
+        self.GetNamedActor = channel.unary_unary(
+                '/ember.Gcs/GetNamedActor',
+                request_serializer=gcs__pb2.GetNamedActorRequest.SerializeToString,
+                response_deserializer=gcs__pb2.GetActorInfoReply.FromString,
+                _registered_method=True)
+        self.GetAllActors = channel.unary_unary(
+                '/ember.Gcs/GetAllActors',
+                request_serializer=gcs__pb2.GetAllActorsRequest.SerializeToString,
+                response_deserializer=gcs__pb2.GetAllActorsReply.FromString,
+                _registered_method=True)
+        self.KillActor = channel.unary_unary(
+                '/ember.Gcs/KillActor',
+                request_serializer=gcs__pb2.KillActorRequest.SerializeToString,
+                response_deserializer=gcs__pb2.KillActorReply.FromString,
+                _registered_method=True)
+        self.ReportWorkerFailure = channel.unary_unary(
+                '/ember.Gcs/ReportWorkerFailure',
+                request_serializer=gcs__pb2.ReportWorkerFailureRequest.SerializeToString,
+                response_deserializer=gcs__pb2.ReportWorkerFailureReply.FromString,
+                _registered_method=True)
         self.KVGet = channel.unary_unary(
                 '/ember.Gcs/KVGet',
                 request_serializer=gcs__pb2.KVGetRequest.SerializeToString,
@@ -174,6 +204,51 @@ class GcsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterActor(self, request, context):
+        """Records an actor and starts creating it. Fails with ALREADY_EXISTS when the name is taken in
+        the namespace. Not idempotent for unnamed actors (a retry creates another actor).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetActorInfo(self, request, context):
+        """Actor state. With wait_for_change, blocks until the actor is ALIVE with an incarnation above
+        after_incarnation, or DEAD. Idempotent read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNamedActor(self, request, context):
+        """NOT_FOUND when no live actor has that name in the namespace. Idempotent read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAllActors(self, request, context):
+        """Idempotent read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KillActor(self, request, context):
+        """Kills an actor (restarting it unless no_restart). Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportWorkerFailure(self, request, context):
+        """A raylet reports that one of its workers exited (crash, kill, or intentional exit).
+        Idempotent: a second report of the same worker is ignored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def KVGet(self, request, context):
         """Internal KV with namespaces; all idempotent except Put with overwrite=false racing itself.
         """
@@ -252,6 +327,36 @@ def add_GcsServicer_to_server(servicer, server):
                     servicer.GetAllJobs,
                     request_deserializer=gcs__pb2.GetAllJobsRequest.FromString,
                     response_serializer=gcs__pb2.GetAllJobsReply.SerializeToString,
+            ),
+            'RegisterActor': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterActor,
+                    request_deserializer=gcs__pb2.RegisterActorRequest.FromString,
+                    response_serializer=gcs__pb2.RegisterActorReply.SerializeToString,
+            ),
+            'GetActorInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetActorInfo,
+                    request_deserializer=gcs__pb2.GetActorInfoRequest.FromString,
+                    response_serializer=gcs__pb2.GetActorInfoReply.SerializeToString,
+            ),
+            'GetNamedActor': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNamedActor,
+                    request_deserializer=gcs__pb2.GetNamedActorRequest.FromString,
+                    response_serializer=gcs__pb2.GetActorInfoReply.SerializeToString,
+            ),
+            'GetAllActors': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAllActors,
+                    request_deserializer=gcs__pb2.GetAllActorsRequest.FromString,
+                    response_serializer=gcs__pb2.GetAllActorsReply.SerializeToString,
+            ),
+            'KillActor': grpc.unary_unary_rpc_method_handler(
+                    servicer.KillActor,
+                    request_deserializer=gcs__pb2.KillActorRequest.FromString,
+                    response_serializer=gcs__pb2.KillActorReply.SerializeToString,
+            ),
+            'ReportWorkerFailure': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportWorkerFailure,
+                    request_deserializer=gcs__pb2.ReportWorkerFailureRequest.FromString,
+                    response_serializer=gcs__pb2.ReportWorkerFailureReply.SerializeToString,
             ),
             'KVGet': grpc.unary_unary_rpc_method_handler(
                     servicer.KVGet,
@@ -522,6 +627,168 @@ class Gcs:
             '/ember.Gcs/GetAllJobs',
             gcs__pb2.GetAllJobsRequest.SerializeToString,
             gcs__pb2.GetAllJobsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterActor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.Gcs/RegisterActor',
+            gcs__pb2.RegisterActorRequest.SerializeToString,
+            gcs__pb2.RegisterActorReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetActorInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.Gcs/GetActorInfo',
+            gcs__pb2.GetActorInfoRequest.SerializeToString,
+            gcs__pb2.GetActorInfoReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNamedActor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.Gcs/GetNamedActor',
+            gcs__pb2.GetNamedActorRequest.SerializeToString,
+            gcs__pb2.GetActorInfoReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAllActors(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.Gcs/GetAllActors',
+            gcs__pb2.GetAllActorsRequest.SerializeToString,
+            gcs__pb2.GetAllActorsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KillActor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.Gcs/KillActor',
+            gcs__pb2.KillActorRequest.SerializeToString,
+            gcs__pb2.KillActorReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportWorkerFailure(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.Gcs/ReportWorkerFailure',
+            gcs__pb2.ReportWorkerFailureRequest.SerializeToString,
+            gcs__pb2.ReportWorkerFailureReply.FromString,
             options,
             channel_credentials,
             insecure,

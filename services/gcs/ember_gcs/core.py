@@ -43,6 +43,9 @@ class GcsCore:
         self.nodes: dict[str, common_pb2.NodeInfo] = {}
         self._last_seen: dict[str, float] = {}
         self._subs: list[Subscriber] = []
+        from .actors import ActorManager
+
+        self.actors = ActorManager(storage, self.nodes)
 
     async def load(self) -> None:
         """Reads the node table back (after a restart) and restarts every alive node's clock."""
@@ -53,6 +56,7 @@ class GcsCore:
             if info.state == common_pb2.NodeInfo.ALIVE:
                 self._last_seen[info.node_id] = now
         log.info("loaded %d nodes from storage", len(self.nodes))
+        await self.actors.load()
 
     # ------------------------------------------------------------------ nodes
     async def register_node(self, info: common_pb2.NodeInfo) -> None:
@@ -99,6 +103,7 @@ class GcsCore:
         await self.storage.put(NODES, node_id.encode(), info.SerializeToString())
         log.warning("node %s marked DEAD: %s", node_id[:8], reason)
         self._publish_node(info)
+        await self.actors.on_node_dead(node_id)
 
     async def detect_deaths(self, stop: asyncio.Event) -> None:
         period = min(0.5, self.death_timeout_s / 4)
@@ -131,6 +136,7 @@ class GcsCore:
         job.is_dead = True
         job.end_time = time.time()
         await self.storage.put(JOBS, job_id, job.SerializeToString())
+        await self.actors.on_job_finished(job_id)
 
     async def all_jobs(self) -> list[common_pb2.JobInfo]:
         return [common_pb2.JobInfo.FromString(b) for _, b in sorted((await self.storage.get_all(JOBS)).items())]

@@ -65,6 +65,34 @@ class GcsServicer(gcs_pb2_grpc.GcsServicer):
         return gcs_pb2.GetAllJobsReply(jobs=await self.core.all_jobs())
 
     @rpc_errors
+    async def RegisterActor(self, request: Any, context: Any) -> Any:
+        return gcs_pb2.RegisterActorReply(actor=await self.core.actors.register(request.creation_spec))
+
+    @rpc_errors
+    async def GetActorInfo(self, request: Any, context: Any) -> Any:
+        a = await self.core.actors.get(request.actor_id, request.wait_for_change,
+                                       request.after_incarnation, request.timeout_s)
+        return gcs_pb2.GetActorInfoReply(actor=a)
+
+    @rpc_errors
+    async def GetNamedActor(self, request: Any, context: Any) -> Any:
+        return gcs_pb2.GetActorInfoReply(actor=self.core.actors.get_named(request.name, request.namespace))
+
+    @rpc_errors
+    async def GetAllActors(self, request: Any, context: Any) -> Any:
+        return gcs_pb2.GetAllActorsReply(actors=list(self.core.actors.actors.values()))
+
+    @rpc_errors
+    async def KillActor(self, request: Any, context: Any) -> Any:
+        await self.core.actors.kill(request.actor_id, request.no_restart)
+        return gcs_pb2.KillActorReply()
+
+    @rpc_errors
+    async def ReportWorkerFailure(self, request: Any, context: Any) -> Any:
+        await self.core.actors.on_worker_failure(request.worker_id, request.reason, request.intentional)
+        return gcs_pb2.ReportWorkerFailureReply()
+
+    @rpc_errors
     async def KVGet(self, request: Any, context: Any) -> Any:
         v = await self.core.storage.get(kv_table(request.namespace), request.key)
         return gcs_pb2.KVGetReply(found=v is not None, value=v or b"")
@@ -124,6 +152,7 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
     log.info("GCS stopping")
     core.close_subscriptions()
     await server.stop(1.0)
+    await core.actors.close()
     deaths.cancel()
     await storage.close()
 

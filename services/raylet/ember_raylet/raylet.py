@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ember._private import ids
 from ember._private.config import Config
@@ -84,6 +85,8 @@ class Raylet:
         self.num_prestart = cpus if num_prestart_workers is None else num_prestart_workers
         self.max_starting = max(2, min(cpus, 8))
         self.closing = False
+        # Called with (worker_id, reason) when a worker process exits (the GCS is told).
+        self.on_worker_death: Any = None
 
     # ------------------------------------------------------------------ workers
     def start_worker(self) -> WorkerProc:
@@ -129,6 +132,8 @@ class Raylet:
             self._release(w.lease)
         if not self.closing:
             code = w.popen.returncode
+            if self.on_worker_death is not None:
+                self.on_worker_death(w.worker_id, f"exit code {code}")
             if w.port == 0:
                 log.error("worker %s exited with code %s before registering; see %s/worker-%s.err",
                           w.worker_id, code, self.logs_dir, w.worker_id)

@@ -116,6 +116,18 @@ class GcsLink:
             except asyncio.TimeoutError:
                 pass
 
+    def report_worker_death(self, worker_id: str, reason: str) -> None:
+        asyncio.ensure_future(self._report(worker_id, reason))
+
+    async def _report(self, worker_id: str, reason: str) -> None:
+        for attempt in range(30):  # the GCS may be restarting
+            try:
+                await self.gcs.ReportWorkerFailure(gcs_pb2.ReportWorkerFailureRequest(
+                    worker_id=worker_id, node_id=self.raylet.node_id, reason=reason), timeout=5)
+                return
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(min(0.2 * (attempt + 1), 2.0))
+
     async def publish_logs(self, batches: list[gcs_pb2.LogBatch]) -> None:
         await self.gcs.PublishLogs(gcs_pb2.PublishLogsRequest(batches=batches), timeout=5)
 
@@ -172,6 +184,7 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
         available_resources=raylet.resources.snapshot_available(), start_time=time.time(),
         is_head=ns.head, store_dir=ns.store_dir, object_store_memory=ns.object_store_memory)
     link = GcsLink(raylet, node)
+    raylet.on_worker_death = link.report_worker_death
     await link.register(cfg.start_timeout_s / 2)
     raylet._prestart()
     loops = [asyncio.ensure_future(c) for c in (

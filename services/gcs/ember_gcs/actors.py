@@ -1,0 +1,277 @@
+"""ActorManager: the GCS side of actors — registration, placement, restarts, names, death.
+
+Creation: RegisterActor records the actor (state PENDING_CREATION, persisted) and starts a
+creation loop: lease a dedicated worker from the creator's node's raylet (following spillback),
+push the creation task (the worker runs __init__ and becomes the actor), then mark it ALIVE with
+the worker's address and a new incarnation. Callers long-poll GetActorInfo for the next
+incarnation. When the worker dies (reported by its raylet) or its node dies, the actor restarts
+while max_restarts allows (-1: forever), else it is DEAD with the cause. The lease is held for the
+actor's lifetime; killing the actor returns it as broken, which kills the worker.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+import grpc
+
+from ember._private import rpc
+from ember._private.rpc import AlreadyExists, NotFound
+from ember._proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, raylet_pb2, raylet_pb2_grpc
+
+from .storage import Storage
+
+log = logging.getLogger(__name__)
+
+ACTORS = "actors"
+A = common_pb2.ActorInfo
+
+
+class ActorManager:
+    def __init__(self, storage: Storage, nodes: dict[str, common_pb2.NodeInfo]) -> None:
+        self.storage = storage
+        self.nodes = nodes  # the GCS node table (shared with GcsCore)
+        self.actors: dict[bytes, common_pb2.ActorInfo] = {}
+        self.names: dict[tuple[str, str], bytes] = {}
+        self.by_worker: dict[str, bytes] = {}
+        self._changed = asyncio.Condition()
+        self._creating: dict[bytes, asyncio.Task] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        ch = self._channels.get(address)
+        if ch is None:
+            ch = self._channels[address] = rpc.aio_channel(address)
+        return ch
+
+    async def close(self) -> None:
+        for t in self._creating.values():
+            t.cancel()
+        for ch in self._channels.values():
+            await ch.close()
+
+    async def load(self) -> None:
+        """After a restart: reload every actor; resume creations that were under way."""
+        for blob in (await self.storage.get_all(ACTORS)).values():
+            a = common_pb2.ActorInfo.FromString(blob)
+            self.actors[a.actor_id] = a
+            if a.state != A.DEAD:
+                if a.name:
+                    self.names[(a.namespace, a.name)] = a.actor_id
+                if a.state == A.ALIVE:
+                    self.by_worker[a.address.worker_id] = a.actor_id
+                else:
+                    self._start_creation(a)
+        log.info("loaded %d actors from storage", len(self.actors))
+
+    async def _save(self, a: common_pb2.ActorInfo) -> None:
+        await self.storage.put(ACTORS, a.actor_id, a.SerializeToString())
+        async with self._changed:
+            self._changed.notify_all()
+
+    # ------------------------------------------------------------------ API
+    async def register(self, spec: common_pb2.TaskSpec) -> common_pb2.ActorInfo:
+        c = spec.actor_creation
+        if not spec.actor_id:
+            raise ValueError("actor_id is required")
+        if spec.actor_id in self.actors:
+            return self.actors[spec.actor_id]
+        key = (c.namespace, c.name)
+        if c.name and key in self.names:
+            raise AlreadyExists(f"Actor with name '{c.name}' already exists in the namespace "
+                                f"'{c.namespace}'")
+        a = common_pb2.ActorInfo(actor_id=spec.actor_id, state=A.PENDING_CREATION, name=c.name,
+                                 namespace=c.namespace, class_name=c.class_name, job_id=spec.job_id,
+                                 creation_spec=spec)
+        if c.name:
+            self.names[key] = a.actor_id
+        self.actors[a.actor_id] = a
+        await self._save(a)
+        self._start_creation(a)
+        return a
+
+    async def get(self, actor_id: bytes, wait: bool, after: int, timeout_s: float) -> common_pb2.ActorInfo:
+        a = self.actors.get(actor_id)
+        if a is None:
+            raise NotFound(f"actor {actor_id.hex()} is unknown")
+        if not wait:
+            return a
+
+        def ready() -> bool:
+            return a.state == A.DEAD or (a.state == A.ALIVE and a.incarnation > after)
+
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(ready), timeout_s if timeout_s > 0 else None)
+            except asyncio.TimeoutError:
+                pass
+        return a
+
+    def get_named(self, name: str, namespace: str) -> common_pb2.ActorInfo:
+        actor_id = self.names.get((namespace, name))
+        if actor_id is None:
+            raise NotFound(f"Failed to look up actor with name '{name}' in namespace '{namespace}'")
+        return self.actors[actor_id]
+
+    async def kill(self, actor_id: bytes, no_restart: bool) -> None:
+        a = self.actors.get(actor_id)
+        if a is None:
+            raise NotFound(f"actor {actor_id.hex()} is unknown")
+        if a.state == A.DEAD:
+            return
+        if no_restart:
+            await self._mark_dead(a, "killed by ember.kill()")
+        elif a.state == A.ALIVE:
+            # The worker's death (reported by its raylet) restarts the actor if it may.
+            pass
+        await self._release_lease(a)
+
+    async def on_worker_failure(self, worker_id: str, reason: str, intentional: bool) -> None:
+        actor_id = self.by_worker.pop(worker_id, None)
+        if actor_id is not None:
+            a = self.actors[actor_id]
+            if a.state == A.ALIVE and a.address.worker_id == worker_id:
+                if intentional:
+                    await self._mark_dead(a, "the actor exited via exit_actor()")
+                else:
+                    await self._restart_or_die(a, f"the actor's worker process died ({reason})")
+        # Actors whose owner was this worker die with it (unless detached).
+        for a in list(self.actors.values()):
+            if (a.state != A.DEAD and not a.creation_spec.actor_creation.detached
+                    and a.creation_spec.caller.worker_id == worker_id):
+                await self._mark_dead(a, "its owner (the worker that created it) died")
+                await self._release_lease(a)
+
+    async def on_node_dead(self, node_id: str) -> None:
+        for a in list(self.actors.values()):
+            if a.state == A.ALIVE and a.address.node_id == node_id:
+                self.by_worker.pop(a.address.worker_id, None)
+                await self._restart_or_die(a, f"its node {node_id[:8]} died")
+
+    async def on_job_finished(self, job_id: bytes) -> None:
+        for a in list(self.actors.values()):
+            if a.job_id == job_id and a.state != A.DEAD and not a.creation_spec.actor_creation.detached:
+                await self._mark_dead(a, "its job finished (the driver exited)")
+                await self._release_lease(a)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def _restart_or_die(self, a: common_pb2.ActorInfo, why: str) -> None:
+        max_restarts = a.creation_spec.actor_creation.max_restarts
+        if max_restarts == -1 or a.num_restarts < max_restarts:
+            a.num_restarts += 1
+            a.state = A.RESTARTING
+            a.ClearField("address")
+            log.info("actor %s (%s) restarting (%d): %s", a.actor_id.hex()[:8], a.class_name,
+                     a.num_restarts, why)
+            await self._save(a)
+            self._start_creation(a)
+        else:
+            await self._mark_dead(a, why + (f"; restarts exhausted ({max_restarts})" if max_restarts else ""))
+
+    async def _mark_dead(self, a: common_pb2.ActorInfo, cause: str) -> None:
+        t = self._creating.pop(a.actor_id, None)
+        if t is not None and t is not asyncio.current_task():
+            t.cancel()
+        self.by_worker.pop(a.address.worker_id, None)
+        a.state = A.DEAD
+        a.death_cause = cause
+        if a.name and self.names.get((a.namespace, a.name)) == a.actor_id:
+            del self.names[(a.namespace, a.name)]
+        log.info("actor %s (%s) is DEAD: %s", a.actor_id.hex()[:8], a.class_name, cause.splitlines()[0])
+        await self._save(a)
+
+    async def _release_lease(self, a: common_pb2.ActorInfo) -> None:
+        if not a.lease_id or not a.raylet_address:
+            return
+        lease_id, addr = a.lease_id, a.raylet_address
+        a.lease_id = b""
+        try:
+            await raylet_pb2_grpc.RayletStub(self._channel(addr)).ReturnWorker(
+                raylet_pb2.ReturnWorkerRequest(lease_id=lease_id, disconnect=True), timeout=5)
+        except grpc.aio.AioRpcError as e:  # its node is gone: so is the worker
+            log.debug("returning actor lease failed: %s", e.code().name)
+
+    def _start_creation(self, a: common_pb2.ActorInfo) -> None:
+        task = asyncio.ensure_future(self._create(a))
+        self._creating[a.actor_id] = task
+        task.add_done_callback(lambda t, aid=a.actor_id: self._creating.pop(aid, None)
+                               if self._creating.get(aid) is t else None)
+
+    def _first_raylet(self, a: common_pb2.ActorInfo) -> str | None:
+        owner = self.nodes.get(a.creation_spec.actor_creation.owner_node_id)
+        if owner is not None and owner.state == common_pb2.NodeInfo.ALIVE:
+            return owner.raylet_address
+        alive = [n for n in self.nodes.values() if n.state == common_pb2.NodeInfo.ALIVE]
+        return alive[0].raylet_address if alive else None
+
+    async def _create(self, a: common_pb2.ActorInfo) -> None:
+        spec = a.creation_spec
+        delay = 0.1
+        while a.state != A.DEAD:
+            addr = self._first_raylet(a)
+            if addr is None:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            lease_id = os.urandom(16)
+            grant, addr, err = await self._lease(a, lease_id, addr)
+            if err is not None:
+                await self._mark_dead(a, err)
+                return
+            if grant is None:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            w = grant.worker_address
+            spec.gpu_ids[:] = list(grant.gpu_ids)
+            spec.attempt = a.num_restarts
+            a.lease_id, a.raylet_address = lease_id, addr
+            stub = core_worker_pb2_grpc.CoreWorkerStub(self._channel(f"{w.ip}:{w.port}"))
+            try:
+                reply = await stub.PushTask(core_worker_pb2.PushTaskRequest(spec=spec))
+            except grpc.aio.AioRpcError as e:
+                log.warning("actor %s: worker died during creation (%s)", a.actor_id.hex()[:8], e.code().name)
+                await self._release_lease(a)
+                max_restarts = spec.actor_creation.max_restarts
+                if max_restarts != -1 and a.num_restarts >= max_restarts:
+                    await self._mark_dead(a, f"the worker died while running __init__ ({e.code().name})")
+                    return
+                a.num_restarts += 1
+                continue
+            if reply.is_application_error:
+                await self._release_lease(a)
+                await self._mark_dead(a, "The actor died because of an error raised in its creation "
+                                         f"task: {reply.error_message}")
+                return
+            a.state = A.ALIVE
+            a.address.CopyFrom(w)
+            a.incarnation += 1
+            self.by_worker[w.worker_id] = a.actor_id
+            await self._save(a)
+            return
+
+    async def _lease(self, a: common_pb2.ActorInfo, lease_id: bytes, addr: str) -> tuple[Any, str, str | None]:
+        """Leases a worker for the actor. Returns (grant, raylet address, fatal error)."""
+        spec = a.creation_spec
+        spillback = 0
+        while True:
+            try:
+                reply = await raylet_pb2_grpc.RayletStub(self._channel(addr)).RequestWorkerLease(
+                    raylet_pb2.RequestWorkerLeaseRequest(
+                        lease_id=lease_id, resources=spec.resources, spillback_count=spillback,
+                        job_id=spec.job_id, name=spec.name, actor_id=a.actor_id))
+            except grpc.aio.AioRpcError as e:
+                log.info("actor %s: lease request to %s failed (%s)", a.actor_id.hex()[:8], addr, e.code().name)
+                return None, addr, None
+            which = reply.WhichOneof("result")
+            if which == "spillback":
+                addr, spillback = reply.spillback.raylet_address, spillback + 1
+                continue
+            if which == "granted":
+                return reply.granted, addr, None
+            if which == "infeasible":
+                return None, addr, f"The actor {a.class_name} cannot be scheduled: {reply.infeasible}"
+            return None, addr, None
+
