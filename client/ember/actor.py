@@ -21,11 +21,13 @@ from ember._private import ids
 from ember._private.executor import ActorExit
 from ember._private.object_ref import ObjectRef
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
-from ember._private.remote_function import build_args
+from ember._private.remote_function import build_args, streaming_default
 from ember._private.task_submitter import TaskEntry
 from ember._proto import common_pb2, gcs_pb2
 
 __all__ = ["ActorClass", "ActorHandle", "exit_actor", "method"]
+
+STREAMING = -1  # ActorMethod.num_returns of a streaming generator method
 
 
 def method(*args: Any, **options: Any) -> Any:
@@ -37,7 +39,7 @@ def method(*args: Any, **options: Any) -> Any:
             raise ValueError(f"Invalid option keyword {k!r} for ember.method")
 
     def decorate(fn: Callable) -> Callable:
-        fn.__ember_num_returns__ = options.get("num_returns", 1)  # type: ignore[attr-defined]
+        fn.__ember_num_returns__ = options.get("num_returns")  # type: ignore[attr-defined]
         return fn
 
     return decorate
@@ -50,11 +52,9 @@ def _methods(cls: type) -> list[common_pb2.ActorMethod]:
             continue
         if not (inspect.isfunction(member) or inspect.ismethod(member)):
             continue
-        nr = getattr(member, "__ember_num_returns__", 1)
-        if not isinstance(nr, int):
-            raise ValueError(f"num_returns={nr!r} on {cls.__name__}.{name} is not supported yet")
+        nr = streaming_default(member, getattr(member, "__ember_num_returns__", None))
         out.append(common_pb2.ActorMethod(
-            name=name, num_returns=nr,
+            name=name, num_returns=STREAMING if nr == "streaming" else nr,
             is_async=inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member),
             is_generator=inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member)))
     return out
@@ -206,7 +206,8 @@ class ActorMethod:
         for k in options:
             if k not in ("num_returns", "name"):
                 raise ValueError(f"Invalid option keyword {k!r} for actor method {self._meta.name}")
-        return ActorMethod(self._handle, self._meta, options.get("num_returns", self._num_returns))
+        nr = options.get("num_returns", self._num_returns)
+        return ActorMethod(self._handle, self._meta, STREAMING if nr == "streaming" else nr)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         from ember._private import worker as _w
@@ -217,18 +218,25 @@ class ActorMethod:
         task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{name}()")
         task_id = ids.new_task_id()
         n = self._num_returns
-        return_ids = [ids.object_id_for_return(task_id, i + 1) for i in range(max(n, 1))]
+        streaming = n == STREAMING
+        return_ids = [] if streaming else [ids.object_id_for_return(task_id, i + 1) for i in range(max(n, 1))]
         spec = common_pb2.TaskSpec(
             task_id=task_id, job_id=core.job_id, name=name, args=task_args, kwarg_names=kwarg_names,
             return_ids=return_ids, actor_id=h._ember_actor_id, method_name=self._meta.name,
             caller=common_pb2.Address(ip=core.ip, port=core.port, worker_id=core.worker_id,
-                                      node_id=core.node_id))
+                                      node_id=core.node_id), streaming=streaming)
         refs = []
         for oid in return_ids:
             core.register_owned(oid)
             refs.append(ObjectRef(oid, core.address, core))
         entry = TaskEntry(spec, keep, None)
-        core.loop.call_soon_threadsafe(core.actor_submitter.submit, entry, h._ember_max_task_retries)
+        if streaming:
+            from ember._private.generator import GeneratorState, ObjectRefGenerator
+
+            core.generators[task_id] = GeneratorState()
+            core.post(core.actor_submitter.submit, entry, h._ember_max_task_retries)
+            return ObjectRefGenerator(task_id, core)
+        core.post(core.actor_submitter.submit, entry, h._ember_max_task_retries)
         if n == 0:
             return None
         return refs[0] if n == 1 else refs

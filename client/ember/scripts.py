@@ -4,7 +4,8 @@
                 [--gcs-storage memory|etcd://host:port] [--object-store-memory BYTES]
     ember start --address HOST:PORT [--num-cpus N ...]     # add a node to a cluster
     ember stop [--force]                                   # stop every node started here
-    ember status [--address HOST:PORT]                     # nodes and resources used/total
+    ember status [--address HOST:PORT]                     # nodes, resources used/total, actors
+    ember list actors|nodes|jobs [--detail]
     ember microbenchmark [--filter NAME] [--duration-s S]
 """
 from __future__ import annotations
@@ -172,8 +173,74 @@ def cmd_status(ns: argparse.Namespace) -> int:
             avail[k] = avail.get(k, 0.0) + n.available_resources.get(k, 0.0)
     for n in dead:
         print(f"  {n.node_id[:12]}  DEAD   {n.raylet_address}  ({n.death_reason})")
+    actors = _actors(address)
+    if actors is not None:
+        states: dict[str, int] = {}
+        for a in actors:
+            name = common_pb2.ActorInfo.State.Name(a.state)
+            states[name] = states.get(name, 0) + 1
+        print("Actors: " + (", ".join(f"{v} {k}" for k, v in sorted(states.items())) or "none"))
     print("Resources (used/total):")
     print(f"  {_usage(total, avail)}")
+    return 0
+
+
+def _actors(address: str) -> list[Any] | None:
+    import grpc
+
+    from ._private import rpc
+    from ._proto import gcs_pb2, gcs_pb2_grpc
+
+    ch = rpc.sync_channel(address)
+    try:
+        return list(gcs_pb2_grpc.GcsStub(ch).GetAllActors(gcs_pb2.GetAllActorsRequest(), timeout=5).actors)
+    except grpc.RpcError:
+        return None
+    finally:
+        ch.close()
+
+
+def cmd_list(ns: argparse.Namespace) -> int:
+    """`ember list actors|nodes|jobs`: one line per entry."""
+    import grpc
+
+    from ._private import rpc
+    from ._private.worker import _resolve_address
+    from ._proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+
+    try:
+        address = _resolve_address(ns.address or "auto")
+    except ConnectionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    ch = rpc.sync_channel(address)
+    stub = gcs_pb2_grpc.GcsStub(ch)
+    try:
+        if ns.what == "actors":
+            nodes = {n.node_id: n for n in stub.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes}
+            print(f"{'ACTOR_ID':34} {'CLASS':20} {'STATE':17} {'NAME':20} {'NODE':14} {'PID':>7} RESTARTS")
+            for a in stub.GetAllActors(gcs_pb2.GetAllActorsRequest(), timeout=5).actors:
+                state = common_pb2.ActorInfo.State.Name(a.state)
+                node = a.address.node_id[:12] if a.address.node_id in nodes else "-"
+                name = f"{a.namespace}/{a.name}" if a.name else "-"
+                print(f"{a.actor_id.hex():34} {a.class_name[:20]:20} {state:17} {name[:20]:20} "
+                      f"{node:14} {a.pid or '-':>7} {a.num_restarts}")
+                if a.state == common_pb2.ActorInfo.DEAD and ns.detail:
+                    print(f"    death cause: {a.death_cause.splitlines()[0] if a.death_cause else '-'}")
+        elif ns.what == "nodes":
+            for n in stub.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes:
+                state = "ALIVE" if n.state == common_pb2.NodeInfo.ALIVE else "DEAD"
+                print(f"{n.node_id} {state:6} {n.raylet_address:22} head={n.is_head} "
+                      f"{dict(n.total_resources)}")
+        else:
+            for j in stub.GetAllJobs(gcs_pb2.GetAllJobsRequest(), timeout=5).jobs:
+                print(f"{j.job_id.hex()} {'FINISHED' if j.is_dead else 'RUNNING':9} pid={j.driver_pid} "
+                      f"{j.entrypoint[:60]}")
+    except grpc.RpcError as e:
+        print(f"error: cannot reach the GCS at {address}: {e.code().name}", file=sys.stderr)
+        return 1
+    finally:
+        ch.close()
     return 0
 
 
@@ -222,6 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--force", action="store_true")
     ss = sub.add_parser("status", help="nodes and resource usage")
     ss.add_argument("--address", default=None)
+    ls = sub.add_parser("list", help="list actors, nodes or jobs")
+    ls.add_argument("what", choices=["actors", "nodes", "jobs"])
+    ls.add_argument("--address", default=None)
+    ls.add_argument("--detail", action="store_true", help="also print death causes")
     sub.add_parser("microbenchmark", help="Ray-compatible microbenchmarks", add_help=False)
     return p
 
@@ -237,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_start(ns)
     if ns.cmd == "stop":
         return cmd_stop(ns)
+    if ns.cmd == "list":
+        return cmd_list(ns)
     return cmd_status(ns)
 
 

@@ -18,8 +18,16 @@ def cli_env(tmp_path):
     # Whatever the test did, nothing it started may survive it.
     subprocess.run([sys.executable, "-m", "ember.scripts", "stop", "--force"], env=env,
                    capture_output=True, timeout=60)
-    leftovers = [p for p in psutil.process_iter(["cmdline"])
-                 if any(str(tmp_path) in part for part in (p.info["cmdline"] or []))]
+    import time
+
+    deadline = time.monotonic() + 10
+    while True:  # killed processes take a moment to disappear
+        leftovers = [p for p in psutil.process_iter(["cmdline", "status"])
+                     if p.info["status"] != psutil.STATUS_ZOMBIE
+                     and any(str(tmp_path) in part for part in (p.info["cmdline"] or []))]
+        if not leftovers or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert not leftovers, f"processes left behind: {[p.pid for p in leftovers]}"
 
 

@@ -79,9 +79,7 @@ class ActorQueue:
             return
         self.inflight.pop(entry.spec.seq_no, None)
         self.finish(entry.spec.seq_no)
-        self.sub.submitter.tasks.pop(entry.spec.task_id, None)
-        for ret in reply.returns:
-            self.sub.core.set_object(ret)
+        self.sub.submitter.complete(entry, reply)
         self.flush()
 
     def _on_failure(self, entry: TaskEntry, incarnation: int, err: grpc.aio.AioRpcError) -> None:

@@ -9,6 +9,7 @@ they must wait.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import os
@@ -60,10 +61,13 @@ class CoreWorker:
         self._owned: set[bytes] = set()
         self._escaped: set[bytes] = set()
         self._nodes: dict[str, common_pb2.NodeInfo] = {}
+        self.generators: dict[bytes, Any] = {}  # task_id -> generator.GeneratorState
         self._blocked_depth = 0
         self._shutdown = False
         self.executor: Any = None  # set by the worker process (executor.TaskExecutor)
         self.loop = asyncio.new_event_loop()
+        self._inbox: collections.deque = collections.deque()
+        self._wakeup_pending = False
         self._thread = threading.Thread(target=self._run_loop, name="ember-core", daemon=True)
         self._thread.start()
         self.port = self._call(self._async_init())
@@ -96,6 +100,24 @@ class CoreWorker:
                     raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Runs fn(*args) on the loop soon. Posts from user threads share one wake-up of the
+        loop (a system call) until the loop has drained them."""
+        self._inbox.append((fn, args))
+        if not self._wakeup_pending:
+            self._wakeup_pending = True
+            try:
+                self.loop.call_soon_threadsafe(self._drain_inbox)
+            except RuntimeError:  # loop closed at exit
+                pass
+
+    def _drain_inbox(self) -> None:
+        self._wakeup_pending = False
+        inbox = self._inbox
+        while inbox:
+            fn, args = inbox.popleft()
+            fn(*args)
 
     def in_loop(self) -> bool:
         return threading.get_ident() == self._thread.ident
@@ -174,10 +196,7 @@ class CoreWorker:
             self._owned.discard(oid)
         if self._shutdown:
             return
-        try:
-            self.loop.call_soon_threadsafe(self._release, oid, owned)
-        except RuntimeError:  # loop closed
-            pass
+        self.post(self._release, oid, owned)
 
     def _release(self, oid: bytes, owned: bool) -> None:
         entry = self._objects.pop(oid, None)
@@ -198,6 +217,14 @@ class CoreWorker:
                 await stub.Free(objmgr_pb2.FreeRequest(object_ids=group), timeout=5)
             except Exception as e:  # node gone: its store went with it
                 log.debug("free on %s failed: %s", nid, e)
+
+    def drop_generator(self, task_id: bytes) -> None:
+        """Loop thread: the ObjectRefGenerator is gone; free the items nobody took."""
+        st = self.generators.pop(task_id, None)
+        if st is not None:
+            plasma_items = [(i.object_id, i.node_id) for i in st.items.values() if i.in_plasma]
+            for oid, nid in plasma_items:
+                asyncio.ensure_future(self._free_plasma([oid], nid))
 
     def mark_escaped(self, oid: bytes) -> None:
         if oid in self._owned:
@@ -459,6 +486,14 @@ class CoreWorkerServicer(core_worker_pb2_grpc.CoreWorkerServicer):
                 return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.TIMEOUT)
         core._escaped.add(oid)
         return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.READY, object=entry)
+
+    async def ReportGeneratorItem(self, request: Any, context: Any) -> Any:
+        st = self.core.generators.get(request.task_id)
+        if st is not None:
+            st.add(request.index, request.item)
+        elif request.item.in_plasma:  # the generator was dropped: nobody will read it
+            await self.core._free_plasma([request.item.object_id], request.item.node_id)
+        return core_worker_pb2.ReportGeneratorItemReply()
 
     async def CancelTask(self, request: Any, context: Any) -> Any:
         ok = self.core.executor.cancel(request.task_id, request.force) if self.core.executor else False

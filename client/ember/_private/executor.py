@@ -26,8 +26,11 @@ from typing import Any
 from ember import exceptions as exc
 from ember._proto import common_pb2, core_worker_pb2, gcs_pb2
 
+from . import ids
 from .object_ref import ObjectRef
 from .serialization import ERROR_METADATA, deserialize_proto, serialize, serialize_error
+
+_PRIVATE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 # A line "\x1e<job hex>\x1f<task name>" announces whose output follows (see the log monitor).
 LOG_MARKER = "\x1e"
@@ -95,7 +98,7 @@ class TaskExecutor:
             asyncio.ensure_future(self._run_async(spec, fut))
         elif self._pool is not None:
             cf = self._pool.submit(self.execute, spec)
-            cf.add_done_callback(lambda c: self.core.loop.call_soon_threadsafe(_resolve, fut, c.result()))
+            cf.add_done_callback(lambda c: self.core.post(_resolve, fut, c.result()))
         else:
             self._queue.put((spec, fut))
 
@@ -115,7 +118,6 @@ class TaskExecutor:
 
     # ------------------------------------------------------------------ main thread
     def run_forever(self) -> None:
-        loop = self.core.loop
         while True:
             item = self._queue.get()
             if item is None:
@@ -125,7 +127,7 @@ class TaskExecutor:
                 reply = self.execute(spec)
             except KeyboardInterrupt:  # a cancel that landed after the task finished
                 reply = self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex()))
-            loop.call_soon_threadsafe(_resolve, fut, reply)
+            self.core.post(_resolve, fut, reply)
 
     def _mark(self, spec: common_pb2.TaskSpec) -> None:
         name = self.actor_spec.actor_creation.class_name if self.actor_spec is not None else spec.name
@@ -183,6 +185,8 @@ class TaskExecutor:
             if creating:
                 self._become_actor(spec, result)
                 result = None
+            if spec.streaming:
+                return self._stream(spec, result)
             return self._returns(spec, result)
         finally:
             if on_main:
@@ -210,6 +214,10 @@ class TaskExecutor:
             try:
                 args, kwargs = await self._resolve_args_async(spec)
                 method = getattr(self.actor, spec.method_name)
+                if spec.streaming:
+                    reply = await self._stream_async(spec, method(*args, **kwargs))
+                    _resolve(fut, reply)
+                    return
                 if inspect.iscoroutinefunction(method):
                     cf = asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._user_loop)
                 else:
@@ -237,6 +245,80 @@ class TaskExecutor:
 
         core.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(report_and_exit()))
         return self._error_reply(spec, exc.ActorDiedError("The actor exited via exit_actor()."))
+
+    # ------------------------------------------------------------------ streaming generators
+    def _item(self, spec: common_pb2.TaskSpec, index: int, value: Any) -> common_pb2.ReturnObject:
+        oid = ids.object_id_for_return(spec.task_id, index + 1)
+        try:
+            sv = serialize(value)
+        except TypeError as e:
+            sv = serialize_error(self._task_error(spec, e))
+        for r in sv.contained_refs:
+            self.core.mark_escaped(r._id)
+        return self.core.store_value(oid, sv)
+
+    def _report(self, spec: common_pb2.TaskSpec, index: int, item: common_pb2.ReturnObject) -> None:
+        """Sends one item to the caller (blocking off the loop, in the background on it)."""
+        c = spec.caller
+        req = core_worker_pb2.ReportGeneratorItemRequest(task_id=spec.task_id, index=index, item=item)
+        call = lambda: self.core.worker_stub(f"{c.ip}:{c.port}").ReportGeneratorItem(req, timeout=60)  # noqa: E731
+        if self.core.in_loop():
+            asyncio.ensure_future(_ignore_errors(call()))
+        else:
+            try:
+                self.core._call(call)
+            except Exception:  # the caller is gone: nobody reads the rest
+                raise _CallerGone() from None
+
+    def _stream(self, spec: common_pb2.TaskSpec, gen: Any) -> core_worker_pb2.PushTaskReply:
+        index = 0
+        try:
+            if inspect.isasyncgen(gen):
+                loop = asyncio.new_event_loop()
+                try:
+                    while True:
+                        try:
+                            value = loop.run_until_complete(gen.__anext__())
+                        except StopAsyncIteration:
+                            break
+                        self._report(spec, index, self._item(spec, index, value))
+                        index += 1
+                finally:
+                    loop.close()
+            else:
+                if not hasattr(gen, "__next__"):
+                    raise TypeError(f"{spec.name}() was called with num_returns='streaming' but "
+                                    f"returned {type(gen).__name__}, not a generator")
+                for value in gen:
+                    self._report(spec, index, self._item(spec, index, value))
+                    index += 1
+        except _CallerGone:
+            return core_worker_pb2.PushTaskReply(num_streamed=index)
+        except Exception as e:
+            return self._error_reply(spec, self._task_error(spec, e), application=True, index=index)
+        return core_worker_pb2.PushTaskReply(num_streamed=index)
+
+    async def _stream_async(self, spec: common_pb2.TaskSpec, gen: Any) -> core_worker_pb2.PushTaskReply:
+        assert self._user_loop is not None
+        c = spec.caller
+        stub = self.core.worker_stub(f"{c.ip}:{c.port}")
+        index = 0
+        step = gen.__anext__ if inspect.isasyncgen(gen) else (lambda: _next_sync(gen))
+        try:
+            while True:
+                try:
+                    value = await asyncio.wrap_future(
+                        asyncio.run_coroutine_threadsafe(step(), self._user_loop))
+                except StopAsyncIteration:
+                    break
+                sv = serialize(value)
+                item = await self.core.store_value_async(ids.object_id_for_return(spec.task_id, index + 1), sv)
+                await stub.ReportGeneratorItem(core_worker_pb2.ReportGeneratorItemRequest(
+                    task_id=spec.task_id, index=index, item=item), timeout=60)
+                index += 1
+        except Exception as e:
+            return self._error_reply(spec, self._task_error(spec, e), application=True, index=index)
+        return core_worker_pb2.PushTaskReply(num_streamed=index)
 
     # ------------------------------------------------------------------ arguments and results
     def _resolve_args(self, spec: common_pb2.TaskSpec) -> tuple[list[Any], dict[str, Any]]:
@@ -301,17 +383,29 @@ class TaskExecutor:
         return reply
 
     def _task_error(self, spec: common_pb2.TaskSpec, e: BaseException) -> exc.RayTaskError:
-        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        frames = e.__traceback__
+        while frames is not None and frames.tb_frame.f_code.co_filename.startswith(_PRIVATE_DIR):
+            frames = frames.tb_next  # Ember's own frames above the user's code
+        tb = "".join(traceback.format_exception(type(e), e, frames))
         tp = spec.trace_context.get("traceparent", "")
         trace_id = tp.split("-")[1] if tp.count("-") >= 2 else ""
         return exc.RayTaskError(spec.name, tb, e, pid=os.getpid(), ip=self.core.ip, trace_id=trace_id)
 
     def _error_reply(self, spec: common_pb2.TaskSpec, error: BaseException,
-                     application: bool = False) -> core_worker_pb2.PushTaskReply:
+                     application: bool = False, index: int = 0) -> core_worker_pb2.PushTaskReply:
         sv = serialize_error(error)
         proto = sv.to_proto()
         reply = core_worker_pb2.PushTaskReply(is_application_error=application,
                                               error_message=str(error) if application else "")
+        if spec.streaming:  # the error is the stream's last item
+            item = common_pb2.ReturnObject(object_id=ids.object_id_for_return(spec.task_id, index + 1),
+                                           value=proto, size=sv.size)
+            try:
+                self._report(spec, index, item)
+            except _CallerGone:
+                pass
+            reply.num_streamed = index + 1
+            return reply
         for oid in spec.return_ids:
             reply.returns.append(common_pb2.ReturnObject(object_id=oid, value=proto, size=sv.size))
         return reply
@@ -334,6 +428,24 @@ def _split(spec: common_pb2.TaskSpec, values: list[Any]) -> tuple[list[Any], dic
     if nk:
         return values[:-nk], dict(zip(spec.kwarg_names, values[-nk:]))
     return values, {}
+
+
+class _CallerGone(Exception):
+    """The caller of a streaming generator cannot be reached."""
+
+
+async def _ignore_errors(call: Any) -> None:
+    try:
+        await call
+    except Exception:  # the caller is gone
+        pass
+
+
+async def _next_sync(gen: Any) -> Any:
+    try:
+        return next(gen)
+    except StopIteration:
+        raise StopAsyncIteration from None
 
 
 async def _call_sync(method: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:

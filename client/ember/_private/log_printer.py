@@ -1,6 +1,10 @@
-"""Driver side of log forwarding: prints what the job's tasks print, prefixed Ray-style with
-"(task_name pid=N)". Lines arrive on the GCS "logs" channel, published by each node's raylet
-log monitor, which tails the worker log files."""
+"""The driver's subscription to the GCS.
+
+Its "driver" channel tells the GCS the driver is alive: when the stream ends and the driver does
+not come back within a few seconds, the GCS finishes the job (its non-detached actors die).
+With log_to_driver it also prints what the job's tasks print, prefixed Ray-style with
+"(task_name pid=N)"; the lines come on the "logs" channel, published by each node's raylet log
+monitor, which tails the worker log files."""
 from __future__ import annotations
 
 import asyncio
@@ -13,8 +17,9 @@ from ember._proto import gcs_pb2
 
 
 class LogPrinter:
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: Any, print_logs: bool = True) -> None:
         self.core = core
+        self._channels = ["driver", "logs"] if print_logs else ["driver"]
         self._task = asyncio.run_coroutine_threadsafe(self._run(), core.loop)
         self._node_id = core.node_id
 
@@ -23,7 +28,7 @@ class LogPrinter:
         while True:
             try:
                 stream = self.core.gcs.Subscribe(gcs_pb2.SubscribeRequest(
-                    channels=["logs"], job_id=self.core.job_id))
+                    channels=self._channels, job_id=self.core.job_id))
                 async for msg in stream:
                     backoff = 0.1
                     if msg.HasField("logs"):

@@ -12,8 +12,9 @@ parameter, so the same code drives both runtimes:
     /tmp/rayvenv/bin/python client/ember/_private/perf.py --module ray
 
 This file imports nothing from Ember at module level, so another venv's interpreter can run
-it as a plain script. Workloads that need actors or placement groups are not here yet; add
-them to ACTOR_BENCHMARKS / PLACEMENT_GROUP_BENCHMARKS (see SUITES) when those exist.
+it as a plain script. The actor workloads live in perf_actors.py, next to this file, which is
+loaded by path for the same reason. Workloads that need placement groups are not here yet; add
+them to PLACEMENT_GROUP_BENCHMARKS (see SUITES) when those exist.
 """
 from __future__ import annotations
 
@@ -152,12 +153,23 @@ TASK_AND_OBJECT_BENCHMARKS: list[Benchmark] = [
     Benchmark("single client tasks async", _tasks_async, 1000),
 ]
 
-# Need actors (not in Ember yet): "multi client tasks async", "1:1 actor calls sync",
-# "1:1 actor calls async", "1:1 actor calls concurrent", "1:n actor calls async",
-# "n:n actor calls async", "n:n actor calls with arg async", "1:1 async-actor calls sync",
-# "1:1 async-actor calls async", "1:1 async-actor calls with args async",
-# "1:n async-actor calls async", "n:n async-actor calls async".
-ACTOR_BENCHMARKS: list[Benchmark] = []
+
+def _load_sibling(name: str) -> Any:
+    """Loads <name>.py from this file's directory by path, without importing the ember package
+    (so it works when this file runs as a plain script under Ray's interpreter). It is not put
+    in sys.modules, so the remote code it defines is always pickled by value."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location(f"_ember_perf_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# "multi client tasks async" and the "1:1/1:n/n:n (async-)actor calls" workloads.
+ACTOR_BENCHMARKS: list[Benchmark] = [Benchmark(*b) for b in _load_sibling("perf_actors").BENCHMARKS]
 
 # Needs placement groups: "placement group create/removal" (100 per call, multiplier 100).
 PLACEMENT_GROUP_BENCHMARKS: list[Benchmark] = []
@@ -198,6 +210,17 @@ def init_kwargs(module_name: str, num_cpus: int) -> dict[str, Any]:
     return {"num_cpus": num_cpus, "log_to_driver": False}
 
 
+def release(mod: Any, fn: Fn | None) -> None:
+    """Kills the actors a workload made (listed on fn.actors), as Ray does when their handles
+    go out of scope, so they do not linger through the later workloads."""
+    for actor in getattr(fn, "actors", ()):
+        try:
+            mod.kill(actor)
+        except Exception as e:
+            print(f"  (could not kill {actor!r}: {type(e).__name__}: {e})", file=sys.stderr,
+                  flush=True)
+
+
 def run(mod: Any, module_name: str, pattern: str, duration_s: float, trials: int,
         warmup_s: float, num_cpus: int) -> tuple[list[dict[str, Any]], list[str]]:
     """Runs the benchmarks whose name contains `pattern`; returns (results, failed names)."""
@@ -210,6 +233,7 @@ def run(mod: Any, module_name: str, pattern: str, duration_s: float, trials: int
         mod.init(**init_kwargs(module_name, num_cpus), **suite.init_kwargs)
         try:
             for b in chosen:
+                fn = None
                 try:
                     fn = b.make(mod)
                     mean, sd = measure(fn, b.multiplier, duration_s, trials, warmup_s)
@@ -218,6 +242,7 @@ def run(mod: Any, module_name: str, pattern: str, duration_s: float, trials: int
                     failed.append(b.name)
                     continue
                 finally:
+                    release(mod, fn)
                     fn = None  # drop the workload's objects before the next one
                 print(b.name, "per second", round(mean, 2), "+-", round(sd, 2), flush=True)
                 results.append({"name": b.name, "per_second": mean, "stddev": sd})

@@ -77,16 +77,29 @@ def _ref_arg(ref: ObjectRef) -> common_pb2.TaskArg:
         object_id=ref._id, owner=common_pb2.Address(ip=ip, port=port, worker_id=worker_id, node_id=node_id)))
 
 
+def streaming_default(fn: Any, num_returns: Any) -> Any:
+    """Generator functions stream by default (Ray's behaviour); "dynamic" is not supported."""
+    import inspect
+
+    if num_returns is None:
+        gen = inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
+        return "streaming" if gen else 1
+    if num_returns == "dynamic":
+        raise ValueError("num_returns='dynamic' is not supported; use num_returns='streaming' "
+                         "(an ObjectRefGenerator)")
+    return num_returns
+
+
 def submit_task(w: Any, function: Any, name: str, options: dict[str, Any], args: tuple,
                 kwargs: dict) -> Any:
     core = w.core
-    num_returns = options.get("num_returns", 1)
-    if not isinstance(num_returns, int):
-        raise ValueError(f"num_returns={num_returns!r} (streaming generators) is not supported for tasks yet")
+    num_returns = streaming_default(function, options.get("num_returns"))
+    streaming = num_returns == "streaming"
     fid = w.functions.export(function, f"remote function {name}")
     task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{name}()")
     task_id = ids.new_task_id()
-    return_ids = [ids.object_id_for_return(task_id, i + 1) for i in range(max(num_returns, 1))]
+    return_ids = [] if streaming else [ids.object_id_for_return(task_id, i + 1)
+                                       for i in range(max(num_returns, 1))]
     max_retries = options.get("max_retries")
     if max_retries is None:
         max_retries = core.config.task_max_retries
@@ -96,7 +109,7 @@ def submit_task(w: Any, function: Any, name: str, options: dict[str, Any], args:
                                                qualname=function.__qualname__, function_id=fid),
         args=task_args, kwarg_names=kwarg_names, return_ids=return_ids,
         resources=resource_request(options, 1.0), max_retries=max_retries,
-        retry_exceptions=bool(options.get("retry_exceptions", False)),
+        retry_exceptions=bool(options.get("retry_exceptions", False)), streaming=streaming,
         caller=common_pb2.Address(ip=core.ip, port=core.port, worker_id=core.worker_id,
                                   node_id=core.node_id))
     refs = []
@@ -104,7 +117,13 @@ def submit_task(w: Any, function: Any, name: str, options: dict[str, Any], args:
         core.register_owned(oid)
         refs.append(ObjectRef(oid, core.address, core))
     entry = TaskEntry(spec, keep, max_retries)
-    core.loop.call_soon_threadsafe(core.submitter.submit, entry)
+    if streaming:
+        from .generator import GeneratorState, ObjectRefGenerator
+
+        core.generators[task_id] = GeneratorState()
+        core.post(core.submitter.submit, entry)
+        return ObjectRefGenerator(task_id, core)
+    core.post(core.submitter.submit, entry)
     if num_returns == 0:
         return None
     return refs[0] if num_returns == 1 else refs

@@ -260,7 +260,16 @@ class TaskSubmitter:
             entry.spec.attempt += 1
             q.tasks.appendleft(entry)
             return
+        self.complete(entry, reply)
+
+    def complete(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
+        """Records a finished task's results (or, for a generator, its item count)."""
         self.tasks.pop(entry.spec.task_id, None)
+        if entry.spec.streaming:
+            st = self.core.generators.get(entry.spec.task_id)
+            if st is not None:
+                st.finish(reply.num_streamed)
+            return
         for ret in reply.returns:
             self.core.set_object(ret)
 
@@ -285,6 +294,11 @@ class TaskSubmitter:
 
     def _finish_with_error(self, entry: TaskEntry, error: BaseException) -> None:
         self.tasks.pop(entry.spec.task_id, None)
+        if entry.spec.streaming:
+            st = self.core.generators.get(entry.spec.task_id)
+            if st is not None:
+                st.fail(entry.spec.task_id, error)
+            return
         for oid in entry.spec.return_ids:
             self.core.set_error(oid, error)
 

@@ -213,10 +213,9 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
         w = Worker(core, "driver", cluster, namespace or f"anonymous-{uuid.uuid4()}")
         _global_worker = w
         w.functions.export_job_paths(w.namespace)
-        if log_to_driver:
-            from .log_printer import LogPrinter
+        from .log_printer import LogPrinter
 
-            w.log_printer = LogPrinter(core)
+        w.log_printer = LogPrinter(core, print_logs=log_to_driver)
         atexit.register(shutdown)
         return RuntimeContextInfo(w)
 

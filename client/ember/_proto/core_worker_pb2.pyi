@@ -15,14 +15,30 @@ class PushTaskRequest(_message.Message):
     def __init__(self, spec: _Optional[_Union[_common_pb2.TaskSpec, _Mapping]] = ...) -> None: ...
 
 class PushTaskReply(_message.Message):
-    __slots__ = ("returns", "is_application_error", "error_message")
+    __slots__ = ("returns", "is_application_error", "error_message", "num_streamed")
     RETURNS_FIELD_NUMBER: _ClassVar[int]
     IS_APPLICATION_ERROR_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    NUM_STREAMED_FIELD_NUMBER: _ClassVar[int]
     returns: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReturnObject]
     is_application_error: bool
     error_message: str
-    def __init__(self, returns: _Optional[_Iterable[_Union[_common_pb2.ReturnObject, _Mapping]]] = ..., is_application_error: _Optional[bool] = ..., error_message: _Optional[str] = ...) -> None: ...
+    num_streamed: int
+    def __init__(self, returns: _Optional[_Iterable[_Union[_common_pb2.ReturnObject, _Mapping]]] = ..., is_application_error: _Optional[bool] = ..., error_message: _Optional[str] = ..., num_streamed: _Optional[int] = ...) -> None: ...
+
+class ReportGeneratorItemRequest(_message.Message):
+    __slots__ = ("task_id", "index", "item")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    task_id: bytes
+    index: int
+    item: _common_pb2.ReturnObject
+    def __init__(self, task_id: _Optional[bytes] = ..., index: _Optional[int] = ..., item: _Optional[_Union[_common_pb2.ReturnObject, _Mapping]] = ...) -> None: ...
+
+class ReportGeneratorItemReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class GetObjectRequest(_message.Message):
     __slots__ = ("object_id", "timeout_s")

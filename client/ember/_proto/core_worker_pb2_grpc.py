@@ -49,6 +49,11 @@ class CoreWorkerStub:
                 request_serializer=core__worker__pb2.CancelTaskRequest.SerializeToString,
                 response_deserializer=core__worker__pb2.CancelTaskReply.FromString,
                 _registered_method=True)
+        self.ReportGeneratorItem = channel.unary_unary(
+                '/ember.CoreWorker/ReportGeneratorItem',
+                request_serializer=core__worker__pb2.ReportGeneratorItemRequest.SerializeToString,
+                response_deserializer=core__worker__pb2.ReportGeneratorItemReply.FromString,
+                _registered_method=True)
         self.Exit = channel.unary_unary(
                 '/ember.CoreWorker/Exit',
                 request_serializer=core__worker__pb2.ExitRequest.SerializeToString,
@@ -82,6 +87,14 @@ class CoreWorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportGeneratorItem(self, request, context):
+        """A streaming generator task reports one yielded item to its caller (the owner). Idempotent:
+        an item index already known (a retried task reporting again) is ignored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Exit(self, request, context):
         """Asks the process to exit (raylet shutting the worker down). Idempotent.
         """
@@ -106,6 +119,11 @@ def add_CoreWorkerServicer_to_server(servicer, server):
                     servicer.CancelTask,
                     request_deserializer=core__worker__pb2.CancelTaskRequest.FromString,
                     response_serializer=core__worker__pb2.CancelTaskReply.SerializeToString,
+            ),
+            'ReportGeneratorItem': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportGeneratorItem,
+                    request_deserializer=core__worker__pb2.ReportGeneratorItemRequest.FromString,
+                    response_serializer=core__worker__pb2.ReportGeneratorItemReply.SerializeToString,
             ),
             'Exit': grpc.unary_unary_rpc_method_handler(
                     servicer.Exit,
@@ -194,6 +212,33 @@ class CoreWorker:
             '/ember.CoreWorker/CancelTask',
             core__worker__pb2.CancelTaskRequest.SerializeToString,
             core__worker__pb2.CancelTaskReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportGeneratorItem(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.CoreWorker/ReportGeneratorItem',
+            core__worker__pb2.ReportGeneratorItemRequest.SerializeToString,
+            core__worker__pb2.ReportGeneratorItemReply.FromString,
             options,
             channel_credentials,
             insecure,

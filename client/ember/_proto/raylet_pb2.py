@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import common_pb2 as common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0craylet.proto\x12\x05\x65mber\x1a\x0c\x63ommon.proto\"E\n\x15RegisterWorkerRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0c\n\x04port\x18\x03 \x01(\x05\"{\n\x13RegisterWorkerReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x13\n\x0bgcs_address\x18\x02 \x01(\t\x12\x16\n\x0eobjmgr_address\x18\x03 \x01(\t\x12\x11\n\tstore_dir\x18\x04 \x01(\t\x12\x13\n\x0bsession_dir\x18\x05 \x01(\t\"\xec\x01\n\x19RequestWorkerLeaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\x0c\x12\x42\n\tresources\x18\x02 \x03(\x0b\x32/.ember.RequestWorkerLeaseRequest.ResourcesEntry\x12\x17\n\x0fspillback_count\x18\x03 \x01(\x05\x12\x0e\n\x06job_id\x18\x04 \x01(\x0c\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x06 \x01(\x0c\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x96\x01\n\x17RequestWorkerLeaseReply\x12\x1f\n\x07granted\x18\x01 \x01(\x0b\x32\x0c.ember.GrantH\x00\x12%\n\tspillback\x18\x02 \x01(\x0b\x32\x10.ember.SpillbackH\x00\x12\x14\n\ninfeasible\x18\x03 \x01(\tH\x00\x12\x13\n\tcancelled\x18\x04 \x01(\x08H\x00\x42\x08\n\x06result\"@\n\x05Grant\x12&\n\x0eworker_address\x18\x01 \x01(\x0b\x32\x0e.ember.Address\x12\x0f\n\x07gpu_ids\x18\x02 \x03(\x05\"4\n\tSpillback\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x16\n\x0eraylet_address\x18\x02 \x01(\t\";\n\x13ReturnWorkerRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\x0c\x12\x12\n\ndisconnect\x18\x02 \x01(\x08\"\x13\n\x11ReturnWorkerReply\",\n\x18\x43\x61ncelWorkerLeaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\x0c\"+\n\x16\x43\x61ncelWorkerLeaseReply\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"@\n\x1aNotifyWorkerBlockedRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62locked\x18\x02 \x01(\x08\"\x1a\n\x18NotifyWorkerBlockedReply\"\x15\n\x13GetNodeStatsRequest\"P\n\x0bWorkerStats\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0e\n\x06leased\x18\x03 \x01(\x08\x12\x11\n\ttask_name\x18\x04 \x01(\t\"\xe8\x02\n\x11GetNodeStatsReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x45\n\x0ftotal_resources\x18\x02 \x03(\x0b\x32,.ember.GetNodeStatsReply.TotalResourcesEntry\x12M\n\x13\x61vailable_resources\x18\x03 \x03(\x0b\x32\x30.ember.GetNodeStatsReply.AvailableResourcesEntry\x12#\n\x07workers\x18\x04 \x03(\x0b\x32\x12.ember.WorkerStats\x12\x15\n\rqueued_leases\x18\x05 \x01(\x05\x1a\x35\n\x13TotalResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x39\n\x17\x41vailableResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x11\n\x0fShutdownRequest\"\x0f\n\rShutdownReply2\xa2\x04\n\x06Raylet\x12J\n\x0eRegisterWorker\x12\x1c.ember.RegisterWorkerRequest\x1a\x1a.ember.RegisterWorkerReply\x12V\n\x12RequestWorkerLease\x12 .ember.RequestWorkerLeaseRequest\x1a\x1e.ember.RequestWorkerLeaseReply\x12\x44\n\x0cReturnWorker\x12\x1a.ember.ReturnWorkerRequest\x1a\x18.ember.ReturnWorkerReply\x12S\n\x11\x43\x61ncelWorkerLease\x12\x1f.ember.CancelWorkerLeaseRequest\x1a\x1d.ember.CancelWorkerLeaseReply\x12Y\n\x13NotifyWorkerBlocked\x12!.ember.NotifyWorkerBlockedRequest\x1a\x1f.ember.NotifyWorkerBlockedReply\x12\x44\n\x0cGetNodeStats\x12\x1a.ember.GetNodeStatsRequest\x1a\x18.ember.GetNodeStatsReply\x12\x38\n\x08Shutdown\x12\x16.ember.ShutdownRequest\x1a\x14.ember.ShutdownReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0craylet.proto\x12\x05\x65mber\x1a\x0c\x63ommon.proto\"E\n\x15RegisterWorkerRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0c\n\x04port\x18\x03 \x01(\x05\"{\n\x13RegisterWorkerReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x13\n\x0bgcs_address\x18\x02 \x01(\t\x12\x16\n\x0eobjmgr_address\x18\x03 \x01(\t\x12\x11\n\tstore_dir\x18\x04 \x01(\t\x12\x13\n\x0bsession_dir\x18\x05 \x01(\t\"\xec\x01\n\x19RequestWorkerLeaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\x0c\x12\x42\n\tresources\x18\x02 \x03(\x0b\x32/.ember.RequestWorkerLeaseRequest.ResourcesEntry\x12\x17\n\x0fspillback_count\x18\x03 \x01(\x05\x12\x0e\n\x06job_id\x18\x04 \x01(\x0c\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x06 \x01(\x0c\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x96\x01\n\x17RequestWorkerLeaseReply\x12\x1f\n\x07granted\x18\x01 \x01(\x0b\x32\x0c.ember.GrantH\x00\x12%\n\tspillback\x18\x02 \x01(\x0b\x32\x10.ember.SpillbackH\x00\x12\x14\n\ninfeasible\x18\x03 \x01(\tH\x00\x12\x13\n\tcancelled\x18\x04 \x01(\x08H\x00\x42\x08\n\x06result\"M\n\x05Grant\x12&\n\x0eworker_address\x18\x01 \x01(\x0b\x32\x0e.ember.Address\x12\x0f\n\x07gpu_ids\x18\x02 \x03(\x05\x12\x0b\n\x03pid\x18\x03 \x01(\x05\"4\n\tSpillback\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x16\n\x0eraylet_address\x18\x02 \x01(\t\";\n\x13ReturnWorkerRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\x0c\x12\x12\n\ndisconnect\x18\x02 \x01(\x08\"\x13\n\x11ReturnWorkerReply\",\n\x18\x43\x61ncelWorkerLeaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\x0c\"+\n\x16\x43\x61ncelWorkerLeaseReply\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"@\n\x1aNotifyWorkerBlockedRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62locked\x18\x02 \x01(\x08\"\x1a\n\x18NotifyWorkerBlockedReply\"\x15\n\x13GetNodeStatsRequest\"P\n\x0bWorkerStats\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0e\n\x06leased\x18\x03 \x01(\x08\x12\x11\n\ttask_name\x18\x04 \x01(\t\"\xe8\x02\n\x11GetNodeStatsReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x45\n\x0ftotal_resources\x18\x02 \x03(\x0b\x32,.ember.GetNodeStatsReply.TotalResourcesEntry\x12M\n\x13\x61vailable_resources\x18\x03 \x03(\x0b\x32\x30.ember.GetNodeStatsReply.AvailableResourcesEntry\x12#\n\x07workers\x18\x04 \x03(\x0b\x32\x12.ember.WorkerStats\x12\x15\n\rqueued_leases\x18\x05 \x01(\x05\x1a\x35\n\x13TotalResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x39\n\x17\x41vailableResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x11\n\x0fShutdownRequest\"\x0f\n\rShutdownReply2\xa2\x04\n\x06Raylet\x12J\n\x0eRegisterWorker\x12\x1c.ember.RegisterWorkerRequest\x1a\x1a.ember.RegisterWorkerReply\x12V\n\x12RequestWorkerLease\x12 .ember.RequestWorkerLeaseRequest\x1a\x1e.ember.RequestWorkerLeaseReply\x12\x44\n\x0cReturnWorker\x12\x1a.ember.ReturnWorkerRequest\x1a\x18.ember.ReturnWorkerReply\x12S\n\x11\x43\x61ncelWorkerLease\x12\x1f.ember.CancelWorkerLeaseRequest\x1a\x1d.ember.CancelWorkerLeaseReply\x12Y\n\x13NotifyWorkerBlocked\x12!.ember.NotifyWorkerBlockedRequest\x1a\x1f.ember.NotifyWorkerBlockedReply\x12\x44\n\x0cGetNodeStats\x12\x1a.ember.GetNodeStatsRequest\x1a\x18.ember.GetNodeStatsReply\x12\x38\n\x08Shutdown\x12\x16.ember.ShutdownRequest\x1a\x14.ember.ShutdownReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,35 +49,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REQUESTWORKERLEASEREPLY']._serialized_start=473
   _globals['_REQUESTWORKERLEASEREPLY']._serialized_end=623
   _globals['_GRANT']._serialized_start=625
-  _globals['_GRANT']._serialized_end=689
-  _globals['_SPILLBACK']._serialized_start=691
-  _globals['_SPILLBACK']._serialized_end=743
-  _globals['_RETURNWORKERREQUEST']._serialized_start=745
-  _globals['_RETURNWORKERREQUEST']._serialized_end=804
-  _globals['_RETURNWORKERREPLY']._serialized_start=806
-  _globals['_RETURNWORKERREPLY']._serialized_end=825
-  _globals['_CANCELWORKERLEASEREQUEST']._serialized_start=827
-  _globals['_CANCELWORKERLEASEREQUEST']._serialized_end=871
-  _globals['_CANCELWORKERLEASEREPLY']._serialized_start=873
-  _globals['_CANCELWORKERLEASEREPLY']._serialized_end=916
-  _globals['_NOTIFYWORKERBLOCKEDREQUEST']._serialized_start=918
-  _globals['_NOTIFYWORKERBLOCKEDREQUEST']._serialized_end=982
-  _globals['_NOTIFYWORKERBLOCKEDREPLY']._serialized_start=984
-  _globals['_NOTIFYWORKERBLOCKEDREPLY']._serialized_end=1010
-  _globals['_GETNODESTATSREQUEST']._serialized_start=1012
-  _globals['_GETNODESTATSREQUEST']._serialized_end=1033
-  _globals['_WORKERSTATS']._serialized_start=1035
-  _globals['_WORKERSTATS']._serialized_end=1115
-  _globals['_GETNODESTATSREPLY']._serialized_start=1118
-  _globals['_GETNODESTATSREPLY']._serialized_end=1478
-  _globals['_GETNODESTATSREPLY_TOTALRESOURCESENTRY']._serialized_start=1366
-  _globals['_GETNODESTATSREPLY_TOTALRESOURCESENTRY']._serialized_end=1419
-  _globals['_GETNODESTATSREPLY_AVAILABLERESOURCESENTRY']._serialized_start=1421
-  _globals['_GETNODESTATSREPLY_AVAILABLERESOURCESENTRY']._serialized_end=1478
-  _globals['_SHUTDOWNREQUEST']._serialized_start=1480
-  _globals['_SHUTDOWNREQUEST']._serialized_end=1497
-  _globals['_SHUTDOWNREPLY']._serialized_start=1499
-  _globals['_SHUTDOWNREPLY']._serialized_end=1514
-  _globals['_RAYLET']._serialized_start=1517
-  _globals['_RAYLET']._serialized_end=2063
+  _globals['_GRANT']._serialized_end=702
+  _globals['_SPILLBACK']._serialized_start=704
+  _globals['_SPILLBACK']._serialized_end=756
+  _globals['_RETURNWORKERREQUEST']._serialized_start=758
+  _globals['_RETURNWORKERREQUEST']._serialized_end=817
+  _globals['_RETURNWORKERREPLY']._serialized_start=819
+  _globals['_RETURNWORKERREPLY']._serialized_end=838
+  _globals['_CANCELWORKERLEASEREQUEST']._serialized_start=840
+  _globals['_CANCELWORKERLEASEREQUEST']._serialized_end=884
+  _globals['_CANCELWORKERLEASEREPLY']._serialized_start=886
+  _globals['_CANCELWORKERLEASEREPLY']._serialized_end=929
+  _globals['_NOTIFYWORKERBLOCKEDREQUEST']._serialized_start=931
+  _globals['_NOTIFYWORKERBLOCKEDREQUEST']._serialized_end=995
+  _globals['_NOTIFYWORKERBLOCKEDREPLY']._serialized_start=997
+  _globals['_NOTIFYWORKERBLOCKEDREPLY']._serialized_end=1023
+  _globals['_GETNODESTATSREQUEST']._serialized_start=1025
+  _globals['_GETNODESTATSREQUEST']._serialized_end=1046
+  _globals['_WORKERSTATS']._serialized_start=1048
+  _globals['_WORKERSTATS']._serialized_end=1128
+  _globals['_GETNODESTATSREPLY']._serialized_start=1131
+  _globals['_GETNODESTATSREPLY']._serialized_end=1491
+  _globals['_GETNODESTATSREPLY_TOTALRESOURCESENTRY']._serialized_start=1379
+  _globals['_GETNODESTATSREPLY_TOTALRESOURCESENTRY']._serialized_end=1432
+  _globals['_GETNODESTATSREPLY_AVAILABLERESOURCESENTRY']._serialized_start=1434
+  _globals['_GETNODESTATSREPLY_AVAILABLERESOURCESENTRY']._serialized_end=1491
+  _globals['_SHUTDOWNREQUEST']._serialized_start=1493
+  _globals['_SHUTDOWNREQUEST']._serialized_end=1510
+  _globals['_SHUTDOWNREPLY']._serialized_start=1512
+  _globals['_SHUTDOWNREPLY']._serialized_end=1527
+  _globals['_RAYLET']._serialized_start=1530
+  _globals['_RAYLET']._serialized_end=2076
 # @@protoc_insertion_point(module_scope)

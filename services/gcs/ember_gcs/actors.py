@@ -247,6 +247,7 @@ class ActorManager:
                 return
             a.state = A.ALIVE
             a.address.CopyFrom(w)
+            a.pid = grant.pid
             a.incarnation += 1
             self.by_worker[w.worker_id] = a.actor_id
             await self._save(a)

@@ -46,6 +46,9 @@ class GcsCore:
         from .actors import ActorManager
 
         self.actors = ActorManager(storage, self.nodes)
+        # Open "driver" streams per job: a job whose driver is gone for DRIVER_GRACE_S ends.
+        self._drivers: dict[bytes, int] = {}
+        self.driver_grace_s = 3.0
 
     async def load(self) -> None:
         """Reads the node table back (after a restart) and restarts every alive node's clock."""
@@ -57,6 +60,10 @@ class GcsCore:
                 self._last_seen[info.node_id] = now
         log.info("loaded %d nodes from storage", len(self.nodes))
         await self.actors.load()
+        for job in await self.all_jobs():
+            if not job.is_dead:  # its driver must reconnect after our restart
+                asyncio.get_running_loop().call_later(
+                    10 * self.driver_grace_s, lambda j=job.job_id: asyncio.ensure_future(self._check_driver(j)))
 
     # ------------------------------------------------------------------ nodes
     async def register_node(self, info: common_pb2.NodeInfo) -> None:
@@ -162,9 +169,32 @@ class GcsCore:
                 sub.queue = asyncio.Queue(maxsize=1)
                 sub.queue.put_nowait(None)
 
+    async def _check_driver(self, job_id: bytes) -> None:
+        if self._drivers.get(job_id, 0) > 0:
+            return
+        try:
+            blob = await self.storage.get(JOBS, job_id)
+            if blob is not None and not common_pb2.JobInfo.FromString(blob).is_dead:
+                log.info("job %s: its driver disconnected; finishing the job", job_id.hex())
+                await self.mark_job_finished(job_id)
+        except Exception as e:  # storage down: the job stays open until its next check
+            log.warning("cannot check the driver of job %s: %s", job_id.hex(), e)
+
+    def _driver_gone(self, job_id: bytes) -> None:
+        n = self._drivers.get(job_id, 1) - 1
+        if n > 0:
+            self._drivers[job_id] = n
+            return
+        self._drivers.pop(job_id, None)
+        asyncio.get_running_loop().call_later(
+            self.driver_grace_s, lambda: asyncio.ensure_future(self._check_driver(job_id)))
+
     async def subscribe(self, channels: set[str], job_id: bytes) -> AsyncIterator[gcs_pb2.PubMessage]:
         sub = Subscriber(channels, job_id)
         self._subs.append(sub)
+        is_driver = "driver" in channels and bool(job_id)
+        if is_driver:
+            self._drivers[job_id] = self._drivers.get(job_id, 0) + 1
         try:
             if "nodes" in channels:
                 for info in list(self.nodes.values()):
@@ -177,6 +207,8 @@ class GcsCore:
         finally:
             if sub in self._subs:
                 self._subs.remove(sub)
+            if is_driver:
+                self._driver_gone(job_id)
 
     def close_subscriptions(self) -> None:
         for sub in self._subs:

@@ -213,7 +213,7 @@ class Raylet:
             p.future.set_result(raylet_pb2.RequestWorkerLeaseReply(granted=raylet_pb2.Grant(
                 worker_address=common_pb2.Address(ip=self.node_ip, port=w.port, worker_id=w.worker_id,
                                                   node_id=self.node_id),
-                gpu_ids=alloc.gpu_ids)))
+                gpu_ids=alloc.gpu_ids, pid=w.pid)))
         to_start = min(need_workers, self.max_starting) - self.starting()
         for _ in range(max(0, to_start)):
             self.start_worker()
