@@ -11,7 +11,10 @@ import pytest
 
 
 def _store_dirs() -> set[str]:
-    return set(glob.glob("/dev/shm/ember-store/*/*"))
+    """Object store arenas and spill directories of sessions this test process started."""
+    mine = f"session_*_{os.getpid()}_*"
+    return (set(glob.glob(f"/dev/shm/ember-store/{mine}/*"))
+            | set(glob.glob(f"/tmp/ember-sessions/{mine}/spill/*")))
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -1,8 +1,8 @@
-"""serialize/deserialize (pickle 5, out-of-band buffers) and the plasma on-disk object format."""
+"""serialize/deserialize (pickle 5, out-of-band buffers) and the plasma object layout inside a
+shared-memory arena."""
 from __future__ import annotations
 
 import mmap
-import os
 import struct
 import threading
 
@@ -14,25 +14,10 @@ from ember._private import plasma
 from ember._private.serialization import (ERROR_METADATA, SerializedValue, deserialize,
                                           deserialize_proto, serialize, serialize_error)
 
-OID = bytes(range(20))
-
 
 def roundtrip(value):
     v = serialize(value)
     return deserialize(v.data, v.buffers)
-
-
-def to_plasma(tmp_path, value, metadata: str = "", oid: bytes = OID):
-    v = serialize(value, metadata)
-    size = plasma.write(str(tmp_path), oid, v)
-    return plasma.object_path(str(tmp_path), oid), size, v
-
-
-def base_of(arr: np.ndarray):
-    b = arr
-    while isinstance(b, np.ndarray):
-        b = b.base
-    return b
 
 
 @pytest.mark.parametrize("value", [
@@ -131,84 +116,182 @@ def test_proto_round_trip_keeps_buffers_and_metadata():
     np.testing.assert_array_equal(out["arr"], arr)
 
 
-def test_plasma_round_trip_of_plain_value_and_metadata(tmp_path):
+class Arena:
+    """A stand-in for the object manager's arena: a tmp file mapped with mmap, filled with junk
+    so that nothing depends on the space being zeroed."""
+
+    JUNK = 0xA5
+
+    def __init__(self, tmp_path, size: int = 4 * 2**20) -> None:
+        path = tmp_path / "arena"
+        with open(path, "wb") as f:
+            f.truncate(size)
+        with open(path, "r+b") as f:
+            self.mm = mmap.mmap(f.fileno(), size)
+        self.size = size
+        self.view = memoryview(self.mm)
+        self.view[:] = bytes([self.JUNK]) * size
+        self.ro = self.view.toreadonly()
+        self.np = np.frombuffer(self.ro, dtype=np.uint8)  # the whole arena, for overlap checks
+        self.base = self.np.ctypes.data
+
+    def put(self, value, metadata: str = "", offset: int = 0):
+        """Writes value at offset like PlasmaClient.put; returns (uint8 array of the object,
+        its total size, the SerializedValue)."""
+        assert offset % plasma.ALIGN == 0
+        v = serialize(value, metadata)
+        total, header, data_offset, spans = plasma.layout(v)
+        assert offset + total <= self.size
+        plasma.write_into(self.view[offset:offset + total], v, header, data_offset, spans)
+        return self.obj(offset, total), total, v
+
+    def obj(self, offset: int, total: int) -> np.ndarray:
+        return np.frombuffer(self.ro[offset:offset + total], dtype=np.uint8)
+
+    def inside(self, address: int, nbytes: int) -> bool:
+        return self.base <= address and address + nbytes <= self.base + self.size
+
+
+@pytest.fixture
+def arena(tmp_path):
+    return Arena(tmp_path)
+
+
+def plasma_value(obj):
+    data, buffers, meta = plasma.parse(obj)
+    return deserialize(data, buffers), meta
+
+
+def test_plasma_round_trip_of_plain_value_and_metadata(arena):
     value = {"a": [1, 2, 3], "b": "x" * 1000}
-    path, size, _ = to_plasma(tmp_path, value, metadata="RAW")
-    assert path == os.path.join(str(tmp_path), OID.hex())
-    assert os.path.getsize(path) == size
-    assert not os.path.exists(path + ".tmp")
-    out, meta = plasma.read_value(path)
+    obj, total, v = arena.put(value, metadata="RAW", offset=3 * plasma.ALIGN)
+    assert total >= len(v.data)
+    out, meta = plasma_value(obj)
     assert out == value
     assert meta == "RAW"
+    # The write stays inside its range: the junk around it is untouched.
+    assert not (arena.np[:3 * plasma.ALIGN] != Arena.JUNK).any()
+    assert not (arena.np[3 * plasma.ALIGN + total:] != Arena.JUNK).any()
+
+
+def test_plasma_layout_is_aligned_and_large_enough():
+    for value in [None, b"", "x" * 5000, np.arange(3, dtype=np.uint8),
+                  [np.arange(n, dtype=np.uint8) for n in (0, 1, 63, 64, 65)]]:
+        v = serialize(value, "meta")
+        total, header, data_offset, spans = plasma.layout(v)
+        assert header[:4] == plasma.MAGIC
+        assert data_offset % plasma.ALIGN == 0 and data_offset >= len(header)
+        assert total >= data_offset + len(v.data)
+        assert len(spans) == len(v.buffers)
+        prev_end = data_offset + len(v.data)
+        for (o, ln), b in zip(spans, v.buffers):
+            assert o % plasma.ALIGN == 0 and o >= prev_end and ln == b.nbytes
+            prev_end = o + ln
+        assert total >= prev_end
 
 
 @pytest.mark.parametrize("meta", ["", "ERROR", "ünï ✓", "m" * 1000])
-def test_plasma_metadata_round_trips(tmp_path, meta):
-    path, _, _ = to_plasma(tmp_path, np.ones(3), metadata=meta)
-    data, buffers, got = plasma.read(path)
+def test_plasma_metadata_round_trips(arena, meta):
+    obj, _, _ = arena.put(np.ones(3), metadata=meta, offset=plasma.ALIGN)
+    data, buffers, got = plasma.parse(obj)
     assert got == meta
     assert len(buffers) == 1
 
 
-def test_plasma_numpy_arrays_are_read_only_views_of_the_mapping(tmp_path):
+def test_plasma_numpy_arrays_are_read_only_views_of_the_arena(arena):
     arr = np.arange(100_000, dtype=np.float64).reshape(100, 1000)
-    path, size, _ = to_plasma(tmp_path, {"arr": arr, "n": 1})
-    assert size >= arr.nbytes
-    out, meta = plasma.read_value(path)
+    obj, total, _ = arena.put({"arr": arr, "n": 1}, offset=5 * plasma.ALIGN)
+    assert total >= arr.nbytes
+    out, meta = plasma_value(obj)
     assert meta == ""
     got = out["arr"]
     np.testing.assert_array_equal(got, arr)
     assert got.flags.writeable is False
     with pytest.raises(ValueError):
         got[0, 0] = 1.0
-    base = base_of(got)
-    assert isinstance(base, memoryview)
-    assert isinstance(base.obj, mmap.mmap)  # not a copy: a view of the mapped file
-    assert base.readonly
+    # Not a copy: the array's memory lies inside the object's range of the arena.
+    assert np.shares_memory(got, arena.np)
+    assert np.shares_memory(got, obj)
+    assert not np.shares_memory(got, arr)
+    assert arena.inside(got.ctypes.data, got.nbytes)
+    start = arena.base + 5 * plasma.ALIGN
+    assert start <= got.ctypes.data and got.ctypes.data + got.nbytes <= start + total
     assert got.ctypes.data % plasma.ALIGN == 0
     assert out["n"] == 1
 
 
-def test_plasma_buffers_are_aligned_and_match_the_source(tmp_path):
+def test_plasma_buffers_are_aligned_and_match_the_source(arena):
     arrays = [np.arange(n, dtype=np.uint8) for n in (1, 63, 64, 65, 1000)]
-    path, _, v = to_plasma(tmp_path, arrays)
-    data, buffers, _ = plasma.read(path)
+    offset = 7 * plasma.ALIGN
+    obj, total, v = arena.put(arrays, offset=offset)
+    data, buffers, _ = plasma.parse(obj)
     assert bytes(data) == v.data
     assert [bytes(b) for b in buffers] == [bytes(b) for b in v.buffers]
-    with open(path, "rb") as f:
-        raw = f.read()
+    for b in buffers:
+        assert isinstance(b, np.ndarray) and not b.flags.writeable
+        assert b.ctypes.data % plasma.ALIGN == 0
+        assert arena.inside(b.ctypes.data, b.nbytes)
+    raw = bytes(obj)
     assert raw[:4] == plasma.MAGIC
     (n,) = struct.unpack_from("<I", raw, 8 + 16)
     assert n == len(arrays)
     for i in range(n):
-        offset, length = struct.unpack_from("<QQ", raw, 8 + 20 + 16 * i)
-        assert offset % plasma.ALIGN == 0
-        assert raw[offset:offset + length] == arrays[i].tobytes()
+        o, length = struct.unpack_from("<QQ", raw, 8 + 20 + 16 * i)
+        assert o % plasma.ALIGN == 0
+        assert o + length <= total
+        assert raw[o:o + length] == arrays[i].tobytes()
+    out = deserialize(data, buffers)
+    for got, want in zip(out, arrays):
+        np.testing.assert_array_equal(got, want)
 
 
-def test_plasma_write_copies_so_later_mutation_does_not_change_the_object(tmp_path):
+def test_plasma_write_copies_so_later_mutation_does_not_change_the_object(arena):
     arr = np.zeros(1000)
-    path, _, _ = to_plasma(tmp_path, arr)
+    obj, _, _ = arena.put(arr, offset=plasma.ALIGN)
     arr[:] = 7
-    out, _ = plasma.read_value(path)
+    out, _ = plasma_value(obj)
     assert not out.any()
+    assert not np.shares_memory(out, arr)
 
 
-def test_plasma_rejects_a_foreign_file(tmp_path):
-    path = tmp_path / "junk"
-    path.write_bytes(b"NOPE" + bytes(100))
-    with pytest.raises(ValueError, match="not an Ember object"):
-        plasma.read(str(path))
+def test_plasma_parse_of_bytes_like_object(arena):
+    """The remote path parses a plain bytes copy of the object."""
+    value = {"arr": np.arange(1000, dtype=np.int32), "s": "hi"}
+    obj, _, _ = arena.put(value, metadata="M", offset=0)
+    raw = bytes(obj)
+    out, meta = plasma_value(raw)
+    assert meta == "M" and out["s"] == "hi"
+    np.testing.assert_array_equal(out["arr"], value["arr"])
+    out, meta = plasma_value(bytearray(raw))
+    np.testing.assert_array_equal(out["arr"], value["arr"])
 
 
-def test_plasma_overwrite_same_id(tmp_path):
-    to_plasma(tmp_path, "first")
-    path, _, _ = to_plasma(tmp_path, "second")
-    assert plasma.read_value(path) == ("second", "")
-    assert sorted(os.listdir(tmp_path)) == [OID.hex()]
+@pytest.mark.parametrize("junk", [b"NOPE" + bytes(100), bytes(200), b"EMB", b""])
+def test_plasma_rejects_a_region_without_the_magic(arena, junk):
+    from ember.exceptions import ObjectLostError
+
+    with pytest.raises(ObjectLostError, match="bad magic"):
+        plasma.parse(junk)
+    with pytest.raises(ObjectLostError):
+        plasma.parse(np.frombuffer(junk, dtype=np.uint8))
+    # A range of the arena nobody wrote to (junk bytes).
+    with pytest.raises(ObjectLostError):
+        plasma.parse(arena.obj(0, 256))
 
 
-def test_pyarrow_table_round_trip_through_plasma(tmp_path):
+def test_plasma_region_reused_for_another_object(arena):
+    """Space is reused once freed: the newer object is read, and neighbours are untouched."""
+    first, total1, _ = arena.put("first" * 100, offset=0)
+    second_off = (total1 + plasma.ALIGN - 1) // plasma.ALIGN * plasma.ALIGN
+    second, _, _ = arena.put(np.arange(10.0), metadata="2", offset=second_off)
+    again, _, _ = arena.put("third", offset=0)
+    assert plasma_value(again) == ("third", "")
+    out, meta = plasma_value(second)
+    np.testing.assert_array_equal(out, np.arange(10.0))
+    assert meta == "2"
+
+
+def test_pyarrow_table_round_trip_through_plasma(arena):
     table = pa.table({
         "x": pa.array(range(10_000), type=pa.int64()),
         "y": pa.array([f"s{i}" for i in range(10_000)]),
@@ -217,22 +300,24 @@ def test_pyarrow_table_round_trip_through_plasma(tmp_path):
     v = serialize(table)
     assert v.buffers, "Arrow buffers should be out-of-band"
     assert len(v.data) < 10_000 * 8
-    path = plasma.object_path(str(tmp_path), OID)
-    plasma.write(str(tmp_path), OID, v)
-    out, meta = plasma.read_value(path)
+    offset = 11 * plasma.ALIGN
+    obj, total, _ = arena.put(table, offset=offset)
+    out, meta = plasma_value(obj)
     assert isinstance(out, pa.Table)
     assert out.equals(table)
     assert out.schema == table.schema
     assert meta == ""
 
-    # Zero-copy: the int column's data buffer lies inside the mapped file.
-    data, buffers, _ = plasma.read(path)
+    # Zero-copy: the int column's data buffer lies inside the object's range of the arena.
+    data, buffers, _ = plasma.parse(obj)
     out = deserialize(data, buffers)
     assert out.equals(table)
-    spans = [(np.frombuffer(b, dtype=np.uint8).ctypes.data, b.nbytes) for b in buffers]
     buf = out.column("x").chunk(0).buffers()[1]
     assert not buf.is_mutable
-    assert any(start <= buf.address and buf.address + buf.size <= start + n for start, n in spans)
+    start = arena.base + offset
+    assert start <= buf.address and buf.address + buf.size <= start + total
+    spans = [(b.ctypes.data, b.nbytes) for b in buffers]
+    assert any(s <= buf.address and buf.address + buf.size <= s + n for s, n in spans)
 
 
 def test_serialized_value_defaults():

@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Any, Callable
 
 import grpc
@@ -56,6 +57,8 @@ class CoreWorker:
         # (and, for put, written) from user threads, which is safe for single dict operations.
         self._objects: dict[bytes, common_pb2.ReturnObject] = {}
         self._waiters: dict[bytes, list[asyncio.Future]] = {}
+        # User threads blocked in get() on owned objects wait on these (no loop hop needed).
+        self._sync_waiters: dict[bytes, list[threading.Event]] = {}
         self._ref_lock = threading.Lock()
         self._refcounts: dict[bytes, int] = {}
         self._owned: set[bytes] = set()
@@ -133,6 +136,9 @@ class CoreWorker:
         self.objmgr = objmgr_pb2_grpc.ObjectManagerStub(self._objmgr_channel)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self.submitter = TaskSubmitter(self)
+        from .plasma import PlasmaClient
+
+        self.plasma = PlasmaClient(self)
         from .actor_submitter import ActorSubmitter
 
         self.actor_submitter = ActorSubmitter(self)
@@ -250,6 +256,11 @@ class CoreWorker:
         for fut in self._waiters.pop(oid, ()):
             if not fut.done():
                 fut.set_result(ret)
+        if self._sync_waiters:
+            with self._ref_lock:
+                events = self._sync_waiters.pop(oid, ())
+            for ev in events:
+                ev.set()
 
     def set_error(self, oid: bytes, error: BaseException) -> None:
         sv = serialize(error, ERROR_METADATA)
@@ -309,53 +320,85 @@ class CoreWorker:
         self._objects[oid] = self.store_value(oid, sv)
         return ref
 
-    def store_value(self, oid: bytes, sv: SerializedValue) -> common_pb2.ReturnObject:
-        """Inline for small values; else written to this node's shared-memory store."""
+    def store_value(self, oid: bytes, sv: SerializedValue, owner: str | None = None) -> common_pb2.ReturnObject:
+        """Inline for small values; else written to this node's shared-memory store. `owner` is
+        the worker id of the object's owner (this process unless given)."""
         if sv.size <= self.config.max_inline_bytes:
             return common_pb2.ReturnObject(object_id=oid, value=sv.to_proto(), size=sv.size)
-        size = plasma.write(self.store_dir, oid, sv)
-        self._sync_or_call(lambda: self.objmgr.Seal(objmgr_pb2.SealRequest(object_id=oid, size=size), timeout=30))
+        if self.in_loop():
+            raise RuntimeError("store_value() on the core loop; use store_value_async()")
+        size = self.plasma.put(oid, sv, owner or self.worker_id)
         return common_pb2.ReturnObject(object_id=oid, in_plasma=True, node_id=self.node_id, size=size)
 
-    async def store_value_async(self, oid: bytes, sv: SerializedValue) -> common_pb2.ReturnObject:
+    async def store_value_async(self, oid: bytes, sv: SerializedValue,
+                                owner: str | None = None) -> common_pb2.ReturnObject:
         """store_value for code running on the loop."""
         if sv.size <= self.config.max_inline_bytes:
             return common_pb2.ReturnObject(object_id=oid, value=sv.to_proto(), size=sv.size)
-        size = plasma.write(self.store_dir, oid, sv)
-        await self.objmgr.Seal(objmgr_pb2.SealRequest(object_id=oid, size=size), timeout=30)
+        size = await self.plasma.put_async(oid, sv, owner or self.worker_id)
         return common_pb2.ReturnObject(object_id=oid, in_plasma=True, node_id=self.node_id, size=size)
 
     async def get_async(self, ref: ObjectRef) -> Any:
         """get() for code running on the loop."""
-        entry = await self.wait_object(ref, None)
-        if entry.in_plasma and entry.node_id != self.node_id:
-            await self._pull(entry)
-        return self.materialize(entry)
-
-    def _sync_or_call(self, coro: Any) -> Any:
-        if self.in_loop():
-            raise RuntimeError("blocking call on the core loop")
-        return self._call(coro)
+        return await self.materialize_async(await self.wait_object(ref, None))
 
     def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
         entries: list[common_pb2.ReturnObject | None] = [self._objects.get(r._id) for r in refs]
         missing = [r for r, e in zip(refs, entries) if e is None]
         if missing:
-            got = self._blocking(self._wait_all(missing, timeout))
-            entries = [e if e is not None else got[r._id] for r, e in zip(refs, entries)]
+            if all(r._id in self._owned for r in missing):
+                self._blocking(None, lambda: self._wait_owned(missing, timeout))
+                entries = [self._objects[r._id] for r in refs]
+            else:
+                got = self._blocking(self._wait_all(missing, timeout))
+                entries = [e if e is not None else got[r._id] for r, e in zip(refs, entries)]
+        if any(e.in_plasma for e in entries):  # type: ignore[union-attr]
+            return self._call(self._materialize_all(entries))
         return [self.materialize(e) for e in entries]  # type: ignore[arg-type]
+
+    async def _materialize_all(self, entries: list[Any]) -> list[Any]:
+        return [await self.materialize_async(e) for e in entries]
 
     async def _wait_all(self, refs: list[ObjectRef], timeout: float | None) -> dict[bytes, Any]:
         results = await asyncio.gather(*(self.wait_object(r, timeout) for r in refs))
         return {r._id: e for r, e in zip(refs, results)}
 
-    def _blocking(self, coro: Any) -> Any:
-        """Runs a wait on the loop; a worker tells its raylet it is blocked meanwhile."""
+    def _wait_owned(self, refs: list[ObjectRef], timeout: float | None) -> None:
+        """User thread: waits until owned objects are stored, without a trip through the loop."""
+        ev = threading.Event()
+        ids_ = [r._id for r in refs]
+        with self._ref_lock:
+            for oid in ids_:
+                self._sync_waiters.setdefault(oid, []).append(ev)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while True:
+                pending = [oid for oid in ids_ if oid not in self._objects]
+                if not pending:
+                    return
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise exc.GetTimeoutError(f"Get timed out: {len(pending)} object(s) not ready "
+                                              f"after {timeout}s (first: {pending[0].hex()})")
+                ev.wait(left)
+                ev.clear()
+        finally:
+            with self._ref_lock:
+                for oid in ids_:
+                    lst = self._sync_waiters.get(oid)
+                    if lst is not None and ev in lst:
+                        lst.remove(ev)
+                        if not lst:
+                            del self._sync_waiters[oid]
+
+    def _blocking(self, coro: Any, fn: Callable[[], Any] | None = None) -> Any:
+        """Runs a wait (a coroutine on the loop, or fn here); a worker tells its raylet it is
+        blocked meanwhile so that its CPU can go to other tasks."""
         notify = self.mode == "worker" and self.executor is not None and self.executor.running
         if notify:
             self._notify_blocked(True)
         try:
-            return self._call(coro)
+            return fn() if fn is not None else self._call(coro)
         finally:
             if notify:
                 self._notify_blocked(False)
@@ -368,40 +411,32 @@ class CoreWorker:
                 self.loop)
 
     def materialize(self, entry: common_pb2.ReturnObject) -> Any:
-        """Turns a stored entry into the user's value (or raises the stored error)."""
+        """Turns an inline entry into the user's value (or raises the stored error)."""
         if entry.in_plasma:
-            data, buffers, meta = self._read_plasma(entry)
-            value = deserialize(data, buffers)
-        else:
-            meta = entry.value.metadata
-            value = deserialize_proto(entry.value)
-        if meta == ERROR_METADATA:
-            if isinstance(value, exc.RayTaskError):
-                raise value.as_instanceof_cause()
-            raise value
-        return value
+            return self._call(self.materialize_async(entry))
+        return _raise_or_return(deserialize_proto(entry.value), entry.value.metadata)
 
-    def _read_plasma(self, entry: common_pb2.ReturnObject) -> tuple[Any, list[Any], str]:
-        path = plasma.object_path(self.store_dir, entry.object_id)
-        if entry.node_id != self.node_id and not os.path.exists(path):
-            self._sync_or_call(self._pull(entry))
-        try:
-            return plasma.read(path)
-        except FileNotFoundError:
-            raise exc.ObjectLostError(entry.object_id.hex(),
-                                      f"Object {entry.object_id.hex()} is lost: not in the store of "
-                                      f"node {entry.node_id}") from None
+    async def materialize_async(self, entry: common_pb2.ReturnObject) -> Any:
+        """Any entry, shared-memory ones included (pulled from their node first)."""
+        if not entry.in_plasma:
+            return _raise_or_return(deserialize_proto(entry.value), entry.value.metadata)
+        if entry.node_id != self.node_id:
+            await self._pull(entry)
+        data, buffers, meta = await self.plasma.get_async(entry.object_id)
+        return _raise_or_return(deserialize(data, buffers), meta)
 
     async def _pull(self, entry: common_pb2.ReturnObject) -> None:
         try:
             src = (await self.node_info(entry.node_id)).objmgr_address
-            await self.objmgr.Pull(objmgr_pb2.PullRequest(object_id=entry.object_id, source_address=src))
+            await self.objmgr.Pull(objmgr_pb2.PullRequest(object_id=entry.object_id, source_address=src,
+                                                          owner_worker_id=self.worker_id))
         except grpc.aio.AioRpcError as e:
             raise exc.ObjectLostError(entry.object_id.hex(),
                                       f"Object {entry.object_id.hex()} is lost: pulling it from node "
                                       f"{entry.node_id} failed: {e.details()}") from None
 
     def get_future(self, ref: ObjectRef) -> concurrent.futures.Future:
+        """A future for the value (resolved on the loop)."""
         return asyncio.run_coroutine_threadsafe(self.get_async(ref), self.loop)
 
     def wait(self, refs: list[ObjectRef], num_returns: int, timeout: float | None,
@@ -503,6 +538,14 @@ class CoreWorkerServicer(core_worker_pb2_grpc.CoreWorkerServicer):
         if self.core.executor is not None:
             self.core.executor.request_exit()
         return core_worker_pb2.ExitReply()
+
+
+def _raise_or_return(value: Any, meta: str) -> Any:
+    if meta == ERROR_METADATA:
+        if isinstance(value, exc.RayTaskError):
+            raise value.as_instanceof_cause()
+        raise value
+    return value
 
 
 async def _as_coro(obj: Any) -> Any:

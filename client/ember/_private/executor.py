@@ -255,7 +255,7 @@ class TaskExecutor:
             sv = serialize_error(self._task_error(spec, e))
         for r in sv.contained_refs:
             self.core.mark_escaped(r._id)
-        return self.core.store_value(oid, sv)
+        return self.core.store_value(oid, sv, spec.caller.worker_id)
 
     def _report(self, spec: common_pb2.TaskSpec, index: int, item: common_pb2.ReturnObject) -> None:
         """Sends one item to the caller (blocking off the loop, in the background on it)."""
@@ -312,7 +312,8 @@ class TaskExecutor:
                 except StopAsyncIteration:
                     break
                 sv = serialize(value)
-                item = await self.core.store_value_async(ids.object_id_for_return(spec.task_id, index + 1), sv)
+                item = await self.core.store_value_async(ids.object_id_for_return(spec.task_id, index + 1),
+                                                         sv, spec.caller.worker_id)
                 await stub.ReportGeneratorItem(core_worker_pb2.ReportGeneratorItemRequest(
                     task_id=spec.task_id, index=index, item=item), timeout=60)
                 index += 1
@@ -326,6 +327,8 @@ class TaskExecutor:
         for arg in spec.args:
             if arg.HasField("value"):
                 values.append(_inline_arg(arg.value))
+            elif arg.ref.HasField("resolved"):  # in shared memory, kept alive by the caller
+                values.append(self.core.materialize(arg.ref.resolved))
             else:
                 values.append(self.core.get([_arg_ref(arg.ref, self.core)])[0])
         return _split(spec, values)
@@ -335,6 +338,8 @@ class TaskExecutor:
         for arg in spec.args:
             if arg.HasField("value"):
                 values.append(_inline_arg(arg.value))
+            elif arg.ref.HasField("resolved"):
+                values.append(await self.core.materialize_async(arg.ref.resolved))
             else:
                 values.append(await self.core.get_async(_arg_ref(arg.ref, self.core)))
         return _split(spec, values)
@@ -364,7 +369,7 @@ class TaskExecutor:
                 return self._error_reply(spec, self._task_error(spec, e), application=True)
             for r in sv.contained_refs:
                 self.core.mark_escaped(r._id)
-            reply.returns.append(self.core.store_value(oid, sv))
+            reply.returns.append(self.core.store_value(oid, sv, spec.caller.worker_id))
         return reply
 
     async def _returns_async(self, spec: common_pb2.TaskSpec, result: Any) -> core_worker_pb2.PushTaskReply:
@@ -379,7 +384,7 @@ class TaskExecutor:
                 return self._error_reply(spec, self._task_error(spec, e), application=True)
             for r in sv.contained_refs:
                 self.core.mark_escaped(r._id)
-            reply.returns.append(await self.core.store_value_async(oid, sv))
+            reply.returns.append(await self.core.store_value_async(oid, sv, spec.caller.worker_id))
         return reply
 
     def _task_error(self, spec: common_pb2.TaskSpec, e: BaseException) -> exc.RayTaskError:

@@ -150,15 +150,17 @@ def start_gcs(session_dir: str, *, port: int = 0, storage: str = "memory", host:
 def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float],
                object_store_memory: int, is_head: bool, node_ip: str = "127.0.0.1",
                raylet_port: int = 0, die_with_parent: bool = False,
-               num_prestart_workers: int | None = None) -> tuple[NodeRecord, list[ServiceProcess]]:
+               num_prestart_workers: int | None = None, spill_dir: str | None = None) -> tuple[NodeRecord, list[ServiceProcess]]:
     """Starts an object manager and a raylet for one node."""
     from .ids import new_node_id
 
     node_id = new_node_id()
     store_dir = os.path.join(default_store_root(), "ember-store", os.path.basename(session_dir), node_id)
+    spill = spill_dir or os.path.join(session_dir, "spill", node_id)
     objmgr = start_service("ember_objmgr", [
         "--store-dir", store_dir, "--capacity-bytes", str(object_store_memory),
-        "--node-id", node_id, "--host", "0.0.0.0"], session_dir, f"objmgr-{node_id[:8]}",
+        "--node-id", node_id, "--host", "0.0.0.0", "--gcs-address", gcs_address,
+        "--spill-dir", spill], session_dir, f"objmgr-{node_id[:8]}",
         die_with_parent=die_with_parent)
     objmgr_address = f"{node_ip}:{objmgr.port}"
     args = ["--gcs-address", gcs_address, "--objmgr-address", objmgr_address,
@@ -186,6 +188,7 @@ def remove_session_store(session_dir: str) -> None:
 
     shutil.rmtree(os.path.join(default_store_root(), "ember-store", os.path.basename(session_dir)),
                   ignore_errors=True)
+    shutil.rmtree(os.path.join(session_dir, "spill"), ignore_errors=True)
 
 
 def write_current_cluster(info: dict) -> None:

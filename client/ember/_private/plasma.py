@@ -1,86 +1,217 @@
-"""The on-node shared-memory object format: one file per object in the node's store dir.
+"""Client side of the node's shared-memory object store (the arena of ember_objmgr).
 
-The store dir sits on a tmpfs (/dev/shm), so a file there *is* shared memory. The creator writes
-`<id>.tmp` and renames it to `<id>` (sealing is atomic: a reader never sees a partial object),
-then tells the object manager (Seal RPC). Readers mmap the file read-only: numpy arrays and Arrow
-buffers come back as zero-copy, read-only views of the mapping.
+Layout of one object inside its arena range: b"EMB1" | u32 header_len | header | data | buffers,
+each part 64-byte aligned. header = u64 data_offset, u64 data_len, u32 n, n x (u64 offset,
+u64 len), u16 meta_len, meta (offsets relative to the object's start).
 
-Layout: b"EMB1" | u32 header_len | header | padding | data | buffers, each buffer 64-byte aligned.
-header = u64 data_offset, u64 data_len, u32 n, n x (u64 offset, u64 len), u16 meta_len, meta.
+put: Create (the object manager reserves space, spilling others if needed) -> one copy of the
+pickle stream and each out-of-band buffer into the mapped arena -> Seal.
+get: Get (pins the object; restores it from spill) -> zero-copy read-only views. All views of an
+object hang off one read-only numpy array; when the last view is garbage collected the pin is
+released (batched Release RPCs), after which the space may be reused.
+A process that cannot map the arena (a remote client) streams bytes with WriteObject/ReadObject.
 """
 from __future__ import annotations
 
+import asyncio
 import mmap
 import os
 import struct
-from typing import Any
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import numpy as np
+
+from ember import exceptions as exc
+from ember._proto import objmgr_pb2
 
 from .serialization import SerializedValue
 
+if TYPE_CHECKING:
+    from .core_worker import CoreWorker
+
 MAGIC = b"EMB1"
 ALIGN = 64
+CHUNK_BYTES = 4 * 1024 * 1024
 
 
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def object_path(store_dir: str, object_id: bytes) -> str:
-    return os.path.join(store_dir, object_id.hex())
-
-
-def write(store_dir: str, object_id: bytes, value: SerializedValue) -> int:
-    """Writes and seals the object; returns its size in bytes on disk."""
-    meta = value.metadata.encode()
-    n = len(value.buffers)
+def layout(sv: SerializedValue) -> tuple[int, bytes, int, list[tuple[int, int]]]:
+    """(total size, header, data offset, buffer spans) of a value's object."""
+    meta = sv.metadata.encode()
+    n = len(sv.buffers)
     header_len = 8 + 8 + 4 + 16 * n + 2 + len(meta)
-    offset = _align(8 + header_len)
-    data_offset = offset
-    offset = _align(offset + len(value.data))
+    data_offset = _align(8 + header_len)
+    offset = _align(data_offset + len(sv.data))
     spans = []
-    for b in value.buffers:
+    for b in sv.buffers:
         spans.append((offset, b.nbytes))
         offset = _align(offset + b.nbytes)
-    header = struct.pack("<QQI", data_offset, len(value.data), n)
+    header = struct.pack("<QQI", data_offset, len(sv.data), n)
     header += b"".join(struct.pack("<QQ", o, ln) for o, ln in spans)
     header += struct.pack("<H", len(meta)) + meta
-    path = object_path(store_dir, object_id)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(MAGIC + struct.pack("<I", len(header)) + header)
-        f.seek(data_offset)
-        f.write(value.data)
-        for (o, _), b in zip(spans, value.buffers):
-            f.seek(o)
-            f.write(b)
-        f.truncate(max(offset, 8))
-    os.replace(tmp, path)
-    return offset
+    return max(offset, 8 + len(header)), MAGIC + struct.pack("<I", len(header)) + header, data_offset, spans
 
 
-def read(path: str) -> tuple[memoryview, list[memoryview], str]:
-    """Maps a sealed object read-only. Returns (data, buffers, metadata); views keep the map alive."""
-    with open(path, "rb") as f:
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    view = memoryview(mm)
+def write_into(view: memoryview, sv: SerializedValue, header: bytes, data_offset: int,
+               spans: list[tuple[int, int]]) -> None:
+    view[:len(header)] = header
+    view[data_offset:data_offset + len(sv.data)] = sv.data
+    for (o, ln), b in zip(spans, sv.buffers):
+        view[o:o + ln] = b
+
+
+def parse(obj: Any) -> tuple[Any, list[Any], str]:
+    """(data, buffers, metadata) of an object given as a uint8 array or bytes-like."""
+    try:
+        return _parse(obj)
+    except struct.error:
+        raise exc.ObjectLostError(message="shared-memory object is corrupt (truncated header)") from None
+
+
+def _parse(obj: Any) -> tuple[Any, list[Any], str]:
+    view = memoryview(obj)
     if bytes(view[:4]) != MAGIC:
-        raise ValueError(f"{path} is not an Ember object")
-    (hlen,) = struct.unpack_from("<I", view, 4)
+        raise exc.ObjectLostError(message="shared-memory object is corrupt (bad magic)")
     data_offset, data_len, n = struct.unpack_from("<QQI", view, 8)
     pos = 8 + 20
     buffers = []
     for _ in range(n):
         o, ln = struct.unpack_from("<QQ", view, pos)
         pos += 16
-        buffers.append(view[o:o + ln])
+        buffers.append(obj[o:o + ln])
     (mlen,) = struct.unpack_from("<H", view, pos)
     meta = bytes(view[pos + 2:pos + 2 + mlen]).decode()
-    return view[data_offset:data_offset + data_len], buffers, meta
+    return obj[data_offset:data_offset + data_len], buffers, meta
 
 
-def read_value(path: str) -> tuple[Any, str]:
-    """Deserializes the object at path; returns (value, metadata)."""
-    from .serialization import deserialize
+class PlasmaClient:
+    def __init__(self, core: CoreWorker) -> None:
+        self.core = core
+        self.client_id = core.worker_id
+        self._view: memoryview | None = None
+        self._ro: memoryview | None = None
+        self._remote: bool | None = None
+        self._to_release: list[bytes] = []
+        self._release_scheduled = False
 
-    data, buffers, meta = read(path)
-    return deserialize(data, buffers), meta
+    def _arena(self) -> bool:
+        """Maps the arena once; False if this process cannot (remote client)."""
+        if self._remote is None:
+            path = os.path.join(self.core.store_dir, "arena")
+            try:
+                with open(path, "r+b") as f:
+                    mm = mmap.mmap(f.fileno(), 0)
+                self._view = memoryview(mm)
+                self._ro = self._view.toreadonly()
+                self._remote = False
+            except OSError:
+                self._remote = True
+        return not self._remote
+
+    # ------------------------------------------------------------------ put
+    def put(self, oid: bytes, sv: SerializedValue, owner: str) -> int:
+        """Writes a value (user thread). Returns its size in the store."""
+        total, header, data_offset, spans = layout(sv)
+        core = self.core
+        if not self._arena():
+            core._call(self._write_remote(oid, sv, owner, total, header, data_offset, spans))
+            return total
+        reply = self._call_store(lambda: core.objmgr.Create(objmgr_pb2.CreateRequest(
+            object_id=oid, size=total, owner_worker_id=owner), timeout=120))
+        assert self._view is not None
+        write_into(self._view[reply.offset:reply.offset + total], sv, header, data_offset, spans)
+        self._call_store(lambda: core.objmgr.Seal(objmgr_pb2.SealRequest(object_id=oid), timeout=30))
+        return total
+
+    async def put_async(self, oid: bytes, sv: SerializedValue, owner: str) -> int:
+        """put() for code on the core loop."""
+        total, header, data_offset, spans = layout(sv)
+        if not self._arena():
+            await self._write_remote(oid, sv, owner, total, header, data_offset, spans)
+            return total
+        try:
+            reply = await self.core.objmgr.Create(objmgr_pb2.CreateRequest(
+                object_id=oid, size=total, owner_worker_id=owner), timeout=120)
+            assert self._view is not None
+            write_into(self._view[reply.offset:reply.offset + total], sv, header, data_offset, spans)
+            await self.core.objmgr.Seal(objmgr_pb2.SealRequest(object_id=oid), timeout=30)
+        except grpc.aio.AioRpcError as e:
+            raise _store_error(e) from None
+        return total
+
+    def _call_store(self, factory: Any) -> Any:
+        try:
+            return self.core._call(factory)
+        except grpc.aio.AioRpcError as e:
+            raise _store_error(e) from None
+
+    async def _write_remote(self, oid: bytes, sv: SerializedValue, owner: str, total: int,
+                            header: bytes, data_offset: int, spans: list[tuple[int, int]]) -> None:
+        buf = bytearray(total)
+        write_into(memoryview(buf), sv, header, data_offset, spans)
+
+        async def chunks() -> Any:
+            for pos in range(0, total, CHUNK_BYTES):
+                yield objmgr_pb2.ObjectChunk(total_size=total, offset=pos, data=bytes(buf[pos:pos + CHUNK_BYTES]),
+                                             object_id=oid if pos == 0 else b"", owner_worker_id=owner)
+        try:
+            await self.core.objmgr.WriteObject(chunks(), timeout=600)
+        except grpc.aio.AioRpcError as e:
+            raise _store_error(e) from None
+
+    # ------------------------------------------------------------------ get
+    async def get_async(self, oid: bytes) -> tuple[Any, list[Any], str]:
+        """Zero-copy (data, buffers, metadata) of a local object, pinned until its views die."""
+        if not self._arena():
+            return parse(await self._read_remote(oid))
+        try:
+            reply = await self.core.objmgr.Get(objmgr_pb2.GetRequest(object_ids=[oid], client_id=self.client_id))
+        except grpc.aio.AioRpcError as e:
+            if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.DATA_LOSS):
+                raise exc.ObjectLostError(oid.hex(), f"Object {oid.hex()} is lost: {e.details()}") from None
+            raise _store_error(e) from None
+        loc = reply.objects[0]
+        assert self._ro is not None
+        base = np.frombuffer(self._ro[loc.offset:loc.offset + loc.size], dtype=np.uint8)
+        weakref.finalize(base, self._release_later, oid)
+        return parse(base)
+
+    async def _read_remote(self, oid: bytes) -> bytes:
+        parts = []
+        try:
+            async for chunk in self.core.objmgr.ReadObject(objmgr_pb2.ReadObjectRequest(object_id=oid)):
+                parts.append(chunk.data)
+        except grpc.aio.AioRpcError as e:
+            raise exc.ObjectLostError(oid.hex(), f"Object {oid.hex()} is lost: {e.details()}") from None
+        return b"".join(parts)
+
+    def _release_later(self, oid: bytes) -> None:
+        # Runs wherever the last view was collected: batch the pins and release them on the loop.
+        self._to_release.append(oid)
+        if not self._release_scheduled and not self.core._shutdown:
+            self._release_scheduled = True
+            self.core.post(self._schedule_release)
+
+    def _schedule_release(self) -> None:
+        self.core.loop.call_later(0.01, lambda: asyncio.ensure_future(self._flush_releases()))
+
+    async def _flush_releases(self) -> None:
+        self._release_scheduled = False
+        oids, self._to_release = self._to_release, []
+        if oids:
+            try:
+                await self.core.objmgr.Release(objmgr_pb2.ReleaseRequest(
+                    object_ids=oids, client_id=self.client_id), timeout=10)
+            except grpc.aio.AioRpcError:
+                pass  # the object manager is gone, and its pins with it
+
+
+def _store_error(e: grpc.aio.AioRpcError) -> Exception:
+    if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return exc.ObjectStoreFullError(e.details())
+    return exc.RaySystemError(f"object store: {e.code().name}: {e.details()}")

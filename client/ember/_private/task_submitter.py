@@ -91,8 +91,8 @@ class TaskSubmitter:
                 obj = self.core._objects.get(oid)
                 if obj is None:
                     waits.append((i, oid))
-                elif not obj.in_plasma:
-                    entry.spec.args[i].value.CopyFrom(obj.value)
+                else:
+                    _resolve_arg(entry.spec.args[i], obj)
         if waits:
             entry.pending_deps = len(waits)
             asyncio.ensure_future(self._resolve(entry, waits, then))
@@ -103,9 +103,7 @@ class TaskSubmitter:
                        then: Callable[[TaskEntry], None]) -> None:
         refs = {r._id: r for r in entry.arg_refs}
         for i, oid in waits:
-            obj = await self.core.wait_object(refs[oid], None)
-            if not obj.in_plasma:
-                entry.spec.args[i].value.CopyFrom(obj.value)
+            _resolve_arg(entry.spec.args[i], await self.core.wait_object(refs[oid], None))
         entry.pending_deps = 0
         if entry.cancelled:
             return
@@ -337,6 +335,14 @@ class TaskSubmitter:
             for lease_id, addr in list(q.pending_requests.items()):
                 pending.append(self._cancel_lease_request(addr, lease_id))
         await asyncio.gather(*pending)
+
+
+def _resolve_arg(arg: common_pb2.TaskArg, obj: common_pb2.ReturnObject) -> None:
+    """An owned argument is ready: inline small values; tell the worker where big ones are."""
+    if obj.in_plasma:
+        arg.ref.resolved.CopyFrom(obj)
+    else:
+        arg.value.CopyFrom(obj.value)
 
 
 def _addr(a: common_pb2.Address) -> str:

@@ -200,10 +200,14 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             node_id, raylet, objmgr, store_dir = n.node_id, n.raylet_address, n.objmgr_address, n.store_dir
             session_dir = os.path.dirname(os.path.dirname(store_dir))
         try:
-            job_id = _add_job(gcs_address)
+            from .ids import new_worker_id
+
+            worker_id = new_worker_id()
+            job_id = _add_job(gcs_address, worker_id)
             core = CoreWorker("driver", gcs_address=gcs_address, raylet_address=raylet,
                               objmgr_address=objmgr, node_id=node_id, store_dir=store_dir,
-                              job_id=job_id, session_dir=session_dir, config=config)
+                              job_id=job_id, session_dir=session_dir, config=config,
+                              worker_id=worker_id)
         except Exception:
             if cluster is not None:
                 cluster.stop()
@@ -224,12 +228,12 @@ _IGNORED_INIT_ARGS = {"dashboard_host", "dashboard_port", "local_mode", "_temp_d
                       "job_config", "_node_ip_address", "log_to_driver"}
 
 
-def _add_job(gcs_address: str) -> bytes:
+def _add_job(gcs_address: str, worker_id: str) -> bytes:
     channel = rpc.sync_channel(gcs_address)
     try:
         stub = gcs_pb2_grpc.GcsStub(channel)
         job = common_pb2.JobInfo(driver_pid=os.getpid(), start_time=time.time(),
-                                 entrypoint=" ".join(sys.argv)[:1000])
+                                 entrypoint=" ".join(sys.argv)[:1000], driver_worker_id=worker_id)
         return stub.AddJob(gcs_pb2.AddJobRequest(job=job), timeout=30).job_id
     finally:
         channel.close()

@@ -30,12 +30,14 @@ class SerializedObject(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., buffers: _Optional[_Iterable[bytes]] = ..., metadata: _Optional[str] = ...) -> None: ...
 
 class ObjectRefProto(_message.Message):
-    __slots__ = ("object_id", "owner")
+    __slots__ = ("object_id", "owner", "resolved")
     OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_FIELD_NUMBER: _ClassVar[int]
     object_id: bytes
     owner: Address
-    def __init__(self, object_id: _Optional[bytes] = ..., owner: _Optional[_Union[Address, _Mapping]] = ...) -> None: ...
+    resolved: ReturnObject
+    def __init__(self, object_id: _Optional[bytes] = ..., owner: _Optional[_Union[Address, _Mapping]] = ..., resolved: _Optional[_Union[ReturnObject, _Mapping]] = ...) -> None: ...
 
 class ReturnObject(_message.Message):
     __slots__ = ("object_id", "value", "in_plasma", "node_id", "size")
@@ -256,7 +258,7 @@ class NodeInfo(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., raylet_address: _Optional[str] = ..., objmgr_address: _Optional[str] = ..., ip: _Optional[str] = ..., hostname: _Optional[str] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., state: _Optional[_Union[NodeInfo.State, str]] = ..., start_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., is_head: _Optional[bool] = ..., store_dir: _Optional[str] = ..., object_store_memory: _Optional[int] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("job_id", "driver_ip", "driver_pid", "start_time", "end_time", "is_dead", "entrypoint")
+    __slots__ = ("job_id", "driver_ip", "driver_pid", "start_time", "end_time", "is_dead", "entrypoint", "driver_worker_id")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     DRIVER_IP_FIELD_NUMBER: _ClassVar[int]
     DRIVER_PID_FIELD_NUMBER: _ClassVar[int]
@@ -264,6 +266,7 @@ class JobInfo(_message.Message):
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     IS_DEAD_FIELD_NUMBER: _ClassVar[int]
     ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     job_id: bytes
     driver_ip: str
     driver_pid: int
@@ -271,4 +274,5 @@ class JobInfo(_message.Message):
     end_time: float
     is_dead: bool
     entrypoint: str
-    def __init__(self, job_id: _Optional[bytes] = ..., driver_ip: _Optional[str] = ..., driver_pid: _Optional[int] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., is_dead: _Optional[bool] = ..., entrypoint: _Optional[str] = ...) -> None: ...
+    driver_worker_id: str
+    def __init__(self, job_id: _Optional[bytes] = ..., driver_ip: _Optional[str] = ..., driver_pid: _Optional[int] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., is_dead: _Optional[bool] = ..., entrypoint: _Optional[str] = ..., driver_worker_id: _Optional[str] = ...) -> None: ...

@@ -95,13 +95,25 @@ class LogBatch(_message.Message):
     lines: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, job_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., pid: _Optional[int] = ..., name: _Optional[str] = ..., is_err: _Optional[bool] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class WorkerDeath(_message.Message):
+    __slots__ = ("worker_id", "node_id", "reason")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    node_id: str
+    reason: str
+    def __init__(self, worker_id: _Optional[str] = ..., node_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class PubMessage(_message.Message):
-    __slots__ = ("node", "logs")
+    __slots__ = ("node", "logs", "worker_death")
     NODE_FIELD_NUMBER: _ClassVar[int]
     LOGS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_DEATH_FIELD_NUMBER: _ClassVar[int]
     node: _common_pb2.NodeInfo
     logs: LogBatch
-    def __init__(self, node: _Optional[_Union[_common_pb2.NodeInfo, _Mapping]] = ..., logs: _Optional[_Union[LogBatch, _Mapping]] = ...) -> None: ...
+    worker_death: WorkerDeath
+    def __init__(self, node: _Optional[_Union[_common_pb2.NodeInfo, _Mapping]] = ..., logs: _Optional[_Union[LogBatch, _Mapping]] = ..., worker_death: _Optional[_Union[WorkerDeath, _Mapping]] = ...) -> None: ...
 
 class PublishLogsRequest(_message.Message):
     __slots__ = ("batches",)

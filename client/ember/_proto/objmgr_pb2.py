@@ -24,33 +24,55 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cobjmgr.proto\x12\x05\x65mber\".\n\x0bSealRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x0c\n\x04size\x18\x02 \x01(\x03\"\x0b\n\tSealReply\"8\n\x0bPullRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x16\n\x0esource_address\x18\x02 \x01(\t\"\x19\n\tPullReply\x12\x0c\n\x04size\x18\x01 \x01(\x03\"&\n\x11ReadObjectRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\"?\n\x0bObjectChunk\x12\x12\n\ntotal_size\x18\x01 \x01(\x03\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"!\n\x0b\x46reeRequest\x12\x12\n\nobject_ids\x18\x01 \x03(\x0c\"\x0b\n\tFreeReply\"\x16\n\x14GetStoreStatsRequest\"U\n\x12GetStoreStatsReply\x12\x12\n\nused_bytes\x18\x01 \x01(\x03\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x02 \x01(\x03\x12\x13\n\x0bnum_objects\x18\x03 \x01(\x03\x32\xa0\x02\n\rObjectManager\x12,\n\x04Seal\x12\x12.ember.SealRequest\x1a\x10.ember.SealReply\x12,\n\x04Pull\x12\x12.ember.PullRequest\x1a\x10.ember.PullReply\x12<\n\nReadObject\x12\x18.ember.ReadObjectRequest\x1a\x12.ember.ObjectChunk0\x01\x12,\n\x04\x46ree\x12\x12.ember.FreeRequest\x1a\x10.ember.FreeReply\x12G\n\rGetStoreStats\x12\x1b.ember.GetStoreStatsRequest\x1a\x19.ember.GetStoreStatsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cobjmgr.proto\x12\x05\x65mber\"I\n\rCreateRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x17\n\x0fowner_worker_id\x18\x03 \x01(\t\"\x1d\n\x0b\x43reateReply\x12\x0e\n\x06offset\x18\x01 \x01(\x03\" \n\x0bSealRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\"\x0b\n\tSealReply\"3\n\nGetRequest\x12\x12\n\nobject_ids\x18\x01 \x03(\x0c\x12\x11\n\tclient_id\x18\x02 \x01(\t\"A\n\x0eObjectLocation\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04size\x18\x03 \x01(\x03\"2\n\x08GetReply\x12&\n\x07objects\x18\x01 \x03(\x0b\x32\x15.ember.ObjectLocation\"7\n\x0eReleaseRequest\x12\x12\n\nobject_ids\x18\x01 \x03(\x0c\x12\x11\n\tclient_id\x18\x02 \x01(\t\"\x0e\n\x0cReleaseReply\"Q\n\x0bPullRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x16\n\x0esource_address\x18\x02 \x01(\t\x12\x17\n\x0fowner_worker_id\x18\x03 \x01(\t\"\x19\n\tPullReply\x12\x0c\n\x04size\x18\x01 \x01(\x03\"&\n\x11ReadObjectRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\"k\n\x0bObjectChunk\x12\x12\n\ntotal_size\x18\x01 \x01(\x03\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x11\n\tobject_id\x18\x04 \x01(\x0c\x12\x17\n\x0fowner_worker_id\x18\x05 \x01(\t\"\x12\n\x10WriteObjectReply\"!\n\x0b\x46reeRequest\x12\x12\n\nobject_ids\x18\x01 \x03(\x0c\"\x0b\n\tFreeReply\"\x16\n\x14GetStoreStatsRequest\"\xa9\x01\n\x12GetStoreStatsReply\x12\x12\n\nused_bytes\x18\x01 \x01(\x03\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x02 \x01(\x03\x12\x13\n\x0bnum_objects\x18\x03 \x01(\x03\x12\x15\n\rspilled_bytes\x18\x04 \x01(\x03\x12\x13\n\x0bnum_spilled\x18\x05 \x01(\x03\x12\x12\n\narena_path\x18\x06 \x01(\t\x12\x12\n\nnum_pinned\x18\x07 \x01(\x03\"\x14\n\x12ListObjectsRequest\"c\n\nObjectStat\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x17\n\x0fowner_worker_id\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x0c\n\x04pins\x18\x05 \x01(\x05\"G\n\x10ListObjectsReply\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\"\n\x07objects\x18\x02 \x03(\x0b\x32\x11.ember.ObjectStat2\xb7\x04\n\rObjectManager\x12\x32\n\x06\x43reate\x12\x14.ember.CreateRequest\x1a\x12.ember.CreateReply\x12,\n\x04Seal\x12\x12.ember.SealRequest\x1a\x10.ember.SealReply\x12)\n\x03Get\x12\x11.ember.GetRequest\x1a\x0f.ember.GetReply\x12\x35\n\x07Release\x12\x15.ember.ReleaseRequest\x1a\x13.ember.ReleaseReply\x12,\n\x04Pull\x12\x12.ember.PullRequest\x1a\x10.ember.PullReply\x12<\n\nReadObject\x12\x18.ember.ReadObjectRequest\x1a\x12.ember.ObjectChunk0\x01\x12<\n\x0bWriteObject\x12\x12.ember.ObjectChunk\x1a\x17.ember.WriteObjectReply(\x01\x12,\n\x04\x46ree\x12\x12.ember.FreeRequest\x1a\x10.ember.FreeReply\x12G\n\rGetStoreStats\x12\x1b.ember.GetStoreStatsRequest\x1a\x19.ember.GetStoreStatsReply\x12\x41\n\x0bListObjects\x12\x19.ember.ListObjectsRequest\x1a\x17.ember.ListObjectsReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'objmgr_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SEALREQUEST']._serialized_start=23
-  _globals['_SEALREQUEST']._serialized_end=69
-  _globals['_SEALREPLY']._serialized_start=71
-  _globals['_SEALREPLY']._serialized_end=82
-  _globals['_PULLREQUEST']._serialized_start=84
-  _globals['_PULLREQUEST']._serialized_end=140
-  _globals['_PULLREPLY']._serialized_start=142
-  _globals['_PULLREPLY']._serialized_end=167
-  _globals['_READOBJECTREQUEST']._serialized_start=169
-  _globals['_READOBJECTREQUEST']._serialized_end=207
-  _globals['_OBJECTCHUNK']._serialized_start=209
-  _globals['_OBJECTCHUNK']._serialized_end=272
-  _globals['_FREEREQUEST']._serialized_start=274
-  _globals['_FREEREQUEST']._serialized_end=307
-  _globals['_FREEREPLY']._serialized_start=309
-  _globals['_FREEREPLY']._serialized_end=320
-  _globals['_GETSTORESTATSREQUEST']._serialized_start=322
-  _globals['_GETSTORESTATSREQUEST']._serialized_end=344
-  _globals['_GETSTORESTATSREPLY']._serialized_start=346
-  _globals['_GETSTORESTATSREPLY']._serialized_end=431
-  _globals['_OBJECTMANAGER']._serialized_start=434
-  _globals['_OBJECTMANAGER']._serialized_end=722
+  _globals['_CREATEREQUEST']._serialized_start=23
+  _globals['_CREATEREQUEST']._serialized_end=96
+  _globals['_CREATEREPLY']._serialized_start=98
+  _globals['_CREATEREPLY']._serialized_end=127
+  _globals['_SEALREQUEST']._serialized_start=129
+  _globals['_SEALREQUEST']._serialized_end=161
+  _globals['_SEALREPLY']._serialized_start=163
+  _globals['_SEALREPLY']._serialized_end=174
+  _globals['_GETREQUEST']._serialized_start=176
+  _globals['_GETREQUEST']._serialized_end=227
+  _globals['_OBJECTLOCATION']._serialized_start=229
+  _globals['_OBJECTLOCATION']._serialized_end=294
+  _globals['_GETREPLY']._serialized_start=296
+  _globals['_GETREPLY']._serialized_end=346
+  _globals['_RELEASEREQUEST']._serialized_start=348
+  _globals['_RELEASEREQUEST']._serialized_end=403
+  _globals['_RELEASEREPLY']._serialized_start=405
+  _globals['_RELEASEREPLY']._serialized_end=419
+  _globals['_PULLREQUEST']._serialized_start=421
+  _globals['_PULLREQUEST']._serialized_end=502
+  _globals['_PULLREPLY']._serialized_start=504
+  _globals['_PULLREPLY']._serialized_end=529
+  _globals['_READOBJECTREQUEST']._serialized_start=531
+  _globals['_READOBJECTREQUEST']._serialized_end=569
+  _globals['_OBJECTCHUNK']._serialized_start=571
+  _globals['_OBJECTCHUNK']._serialized_end=678
+  _globals['_WRITEOBJECTREPLY']._serialized_start=680
+  _globals['_WRITEOBJECTREPLY']._serialized_end=698
+  _globals['_FREEREQUEST']._serialized_start=700
+  _globals['_FREEREQUEST']._serialized_end=733
+  _globals['_FREEREPLY']._serialized_start=735
+  _globals['_FREEREPLY']._serialized_end=746
+  _globals['_GETSTORESTATSREQUEST']._serialized_start=748
+  _globals['_GETSTORESTATSREQUEST']._serialized_end=770
+  _globals['_GETSTORESTATSREPLY']._serialized_start=773
+  _globals['_GETSTORESTATSREPLY']._serialized_end=942
+  _globals['_LISTOBJECTSREQUEST']._serialized_start=944
+  _globals['_LISTOBJECTSREQUEST']._serialized_end=964
+  _globals['_OBJECTSTAT']._serialized_start=966
+  _globals['_OBJECTSTAT']._serialized_end=1065
+  _globals['_LISTOBJECTSREPLY']._serialized_start=1067
+  _globals['_LISTOBJECTSREPLY']._serialized_end=1138
+  _globals['_OBJECTMANAGER']._serialized_start=1141
+  _globals['_OBJECTMANAGER']._serialized_end=1708
 # @@protoc_insertion_point(module_scope)

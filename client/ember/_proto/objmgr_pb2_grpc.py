@@ -34,10 +34,25 @@ class ObjectManagerStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.Create = channel.unary_unary(
+                '/ember.ObjectManager/Create',
+                request_serializer=objmgr__pb2.CreateRequest.SerializeToString,
+                response_deserializer=objmgr__pb2.CreateReply.FromString,
+                _registered_method=True)
         self.Seal = channel.unary_unary(
                 '/ember.ObjectManager/Seal',
                 request_serializer=objmgr__pb2.SealRequest.SerializeToString,
                 response_deserializer=objmgr__pb2.SealReply.FromString,
+                _registered_method=True)
+        self.Get = channel.unary_unary(
+                '/ember.ObjectManager/Get',
+                request_serializer=objmgr__pb2.GetRequest.SerializeToString,
+                response_deserializer=objmgr__pb2.GetReply.FromString,
+                _registered_method=True)
+        self.Release = channel.unary_unary(
+                '/ember.ObjectManager/Release',
+                request_serializer=objmgr__pb2.ReleaseRequest.SerializeToString,
+                response_deserializer=objmgr__pb2.ReleaseReply.FromString,
                 _registered_method=True)
         self.Pull = channel.unary_unary(
                 '/ember.ObjectManager/Pull',
@@ -49,6 +64,11 @@ class ObjectManagerStub:
                 request_serializer=objmgr__pb2.ReadObjectRequest.SerializeToString,
                 response_deserializer=objmgr__pb2.ObjectChunk.FromString,
                 _registered_method=True)
+        self.WriteObject = channel.stream_unary(
+                '/ember.ObjectManager/WriteObject',
+                request_serializer=objmgr__pb2.ObjectChunk.SerializeToString,
+                response_deserializer=objmgr__pb2.WriteObjectReply.FromString,
+                _registered_method=True)
         self.Free = channel.unary_unary(
                 '/ember.ObjectManager/Free',
                 request_serializer=objmgr__pb2.FreeRequest.SerializeToString,
@@ -59,13 +79,41 @@ class ObjectManagerStub:
                 request_serializer=objmgr__pb2.GetStoreStatsRequest.SerializeToString,
                 response_deserializer=objmgr__pb2.GetStoreStatsReply.FromString,
                 _registered_method=True)
+        self.ListObjects = channel.unary_unary(
+                '/ember.ObjectManager/ListObjects',
+                request_serializer=objmgr__pb2.ListObjectsRequest.SerializeToString,
+                response_deserializer=objmgr__pb2.ListObjectsReply.FromString,
+                _registered_method=True)
 
 
 class ObjectManagerServicer:
     """Missing associated documentation comment in .proto file."""
 
+    def Create(self, request, context):
+        """Reserves size bytes for a new object. Idempotent for the same object id (returns the same
+        offset while the object is unsealed). Spills other objects if needed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Seal(self, request, context):
-        """Records an object that a local process wrote and sealed in store_dir. Idempotent.
+        """Marks a created object complete and readable. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Get(self, request, context):
+        """Where sealed objects are in the arena (restoring spilled ones); pins each once for
+        client_id. Not idempotent: each successful call must be matched by a Release.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Release(self, request, context):
+        """Drops pins taken by Get. Idempotent per pin count (extra releases are ignored).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -80,14 +128,23 @@ class ObjectManagerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReadObject(self, request, context):
-        """Streams an object's bytes in chunks to another object manager. Idempotent read.
+        """Streams an object's bytes in chunks (to another object manager or a remote client).
+        Idempotent read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteObject(self, request_iterator, context):
+        """Creates and seals an object from streamed chunks (a client with no access to the arena).
+        Idempotent for the same object id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Free(self, request, context):
-        """Deletes local copies. Idempotent.
+        """Deletes objects (their space is reused once unpinned; spill files are removed). Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -100,13 +157,35 @@ class ObjectManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListObjects(self, request, context):
+        """Every object in this store. Idempotent read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObjectManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Create': grpc.unary_unary_rpc_method_handler(
+                    servicer.Create,
+                    request_deserializer=objmgr__pb2.CreateRequest.FromString,
+                    response_serializer=objmgr__pb2.CreateReply.SerializeToString,
+            ),
             'Seal': grpc.unary_unary_rpc_method_handler(
                     servicer.Seal,
                     request_deserializer=objmgr__pb2.SealRequest.FromString,
                     response_serializer=objmgr__pb2.SealReply.SerializeToString,
+            ),
+            'Get': grpc.unary_unary_rpc_method_handler(
+                    servicer.Get,
+                    request_deserializer=objmgr__pb2.GetRequest.FromString,
+                    response_serializer=objmgr__pb2.GetReply.SerializeToString,
+            ),
+            'Release': grpc.unary_unary_rpc_method_handler(
+                    servicer.Release,
+                    request_deserializer=objmgr__pb2.ReleaseRequest.FromString,
+                    response_serializer=objmgr__pb2.ReleaseReply.SerializeToString,
             ),
             'Pull': grpc.unary_unary_rpc_method_handler(
                     servicer.Pull,
@@ -118,6 +197,11 @@ def add_ObjectManagerServicer_to_server(servicer, server):
                     request_deserializer=objmgr__pb2.ReadObjectRequest.FromString,
                     response_serializer=objmgr__pb2.ObjectChunk.SerializeToString,
             ),
+            'WriteObject': grpc.stream_unary_rpc_method_handler(
+                    servicer.WriteObject,
+                    request_deserializer=objmgr__pb2.ObjectChunk.FromString,
+                    response_serializer=objmgr__pb2.WriteObjectReply.SerializeToString,
+            ),
             'Free': grpc.unary_unary_rpc_method_handler(
                     servicer.Free,
                     request_deserializer=objmgr__pb2.FreeRequest.FromString,
@@ -127,6 +211,11 @@ def add_ObjectManagerServicer_to_server(servicer, server):
                     servicer.GetStoreStats,
                     request_deserializer=objmgr__pb2.GetStoreStatsRequest.FromString,
                     response_serializer=objmgr__pb2.GetStoreStatsReply.SerializeToString,
+            ),
+            'ListObjects': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListObjects,
+                    request_deserializer=objmgr__pb2.ListObjectsRequest.FromString,
+                    response_serializer=objmgr__pb2.ListObjectsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -138,6 +227,33 @@ def add_ObjectManagerServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class ObjectManager:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Create(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.ObjectManager/Create',
+            objmgr__pb2.CreateRequest.SerializeToString,
+            objmgr__pb2.CreateReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def Seal(request,
@@ -156,6 +272,60 @@ class ObjectManager:
             '/ember.ObjectManager/Seal',
             objmgr__pb2.SealRequest.SerializeToString,
             objmgr__pb2.SealReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Get(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.ObjectManager/Get',
+            objmgr__pb2.GetRequest.SerializeToString,
+            objmgr__pb2.GetReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Release(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.ObjectManager/Release',
+            objmgr__pb2.ReleaseRequest.SerializeToString,
+            objmgr__pb2.ReleaseReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -221,6 +391,33 @@ class ObjectManager:
             _registered_method=True)
 
     @staticmethod
+    def WriteObject(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/ember.ObjectManager/WriteObject',
+            objmgr__pb2.ObjectChunk.SerializeToString,
+            objmgr__pb2.WriteObjectReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Free(request,
             target,
             options=(),
@@ -264,6 +461,33 @@ class ObjectManager:
             '/ember.ObjectManager/GetStoreStats',
             objmgr__pb2.GetStoreStatsRequest.SerializeToString,
             objmgr__pb2.GetStoreStatsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListObjects(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.ObjectManager/ListObjects',
+            objmgr__pb2.ListObjectsRequest.SerializeToString,
+            objmgr__pb2.ListObjectsReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -144,6 +144,8 @@ class GcsCore:
         job.end_time = time.time()
         await self.storage.put(JOBS, job_id, job.SerializeToString())
         await self.actors.on_job_finished(job_id)
+        if job.driver_worker_id:  # object managers free what the driver owned
+            self.publish_worker_death(job.driver_worker_id, "", "driver exited")
 
     async def all_jobs(self) -> list[common_pb2.JobInfo]:
         return [common_pb2.JobInfo.FromString(b) for _, b in sorted((await self.storage.get_all(JOBS)).items())]
@@ -152,6 +154,10 @@ class GcsCore:
     def _publish_node(self, info: common_pb2.NodeInfo) -> None:
         msg = gcs_pb2.PubMessage(node=info)
         self._deliver(msg, "nodes", None)
+
+    def publish_worker_death(self, worker_id: str, node_id: str, reason: str) -> None:
+        self._deliver(gcs_pb2.PubMessage(worker_death=gcs_pb2.WorkerDeath(
+            worker_id=worker_id, node_id=node_id, reason=reason)), "workers", None)
 
     def publish_logs(self, batch: gcs_pb2.LogBatch) -> None:
         self._deliver(gcs_pb2.PubMessage(logs=batch), "logs", batch.job_id)

@@ -90,6 +90,7 @@ class GcsServicer(gcs_pb2_grpc.GcsServicer):
     @rpc_errors
     async def ReportWorkerFailure(self, request: Any, context: Any) -> Any:
         await self.core.actors.on_worker_failure(request.worker_id, request.reason, request.intentional)
+        self.core.publish_worker_death(request.worker_id, request.node_id, request.reason)
         return gcs_pb2.ReportWorkerFailureReply()
 
     @rpc_errors

@@ -1,91 +1,140 @@
-"""The object manager gRPC service: Seal, Pull (deduplicated, chunked), ReadObject, Free."""
+"""The object manager gRPC service: a thin shell over ObjectStore, plus node-to-node pulls
+(chunked gRPC streams, concurrent pulls of one object merged) and the GCS "workers" feed
+(objects owned by a dead process are freed, its pins dropped)."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
 import os
+import sys
 from typing import Any, AsyncIterator
 
 import grpc
 
 from ember._private import rpc, service
 from ember._private.rpc import NotFound, Unavailable, rpc_errors
-from ember._proto import objmgr_pb2, objmgr_pb2_grpc
+from ember._proto import gcs_pb2, gcs_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 
-from .store import ObjectStore
+from .store import DataLoss, ObjectStore
 
 log = logging.getLogger(__name__)
 CHUNK_BYTES = 4 * 1024 * 1024
 
 
 class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: ObjectStore, node_id: str) -> None:
         self.store = store
+        self.node_id = node_id
         self._pulls: dict[bytes, asyncio.Future] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     @rpc_errors
+    async def Create(self, request: Any, context: Any) -> Any:
+        offset = self.store.create(request.object_id, request.size, request.owner_worker_id)
+        return objmgr_pb2.CreateReply(offset=offset)
+
+    @rpc_errors
     async def Seal(self, request: Any, context: Any) -> Any:
-        self.store.seal(request.object_id, request.size)
+        self.store.seal(request.object_id)
         return objmgr_pb2.SealReply()
+
+    async def Get(self, request: Any, context: Any) -> Any:
+        reply = objmgr_pb2.GetReply()
+        taken: list[bytes] = []
+        try:
+            for oid in request.object_ids:
+                e = self.store.get(oid, request.client_id)
+                taken.append(oid)
+                reply.objects.append(objmgr_pb2.ObjectLocation(object_id=oid, offset=e.offset, size=e.size))
+        except (NotFound, DataLoss, rpc.ResourceExhausted) as e:
+            for oid in taken:
+                self.store.release(oid, request.client_id)
+            code = {NotFound: grpc.StatusCode.NOT_FOUND, DataLoss: grpc.StatusCode.DATA_LOSS}.get(
+                type(e), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            await context.abort(code, str(e))
+        return reply
+
+    @rpc_errors
+    async def Release(self, request: Any, context: Any) -> Any:
+        for oid in request.object_ids:
+            self.store.release(oid, request.client_id)
+        return objmgr_pb2.ReleaseReply()
 
     @rpc_errors
     async def Pull(self, request: Any, context: Any) -> Any:
         oid = request.object_id
-        if oid in self.store.sizes:
-            return objmgr_pb2.PullReply(size=self.store.sizes[oid])
+        if self.store.contains(oid):
+            return objmgr_pb2.PullReply(size=self.store.objects[oid].size)
         fut = self._pulls.get(oid)
         if fut is None:
-            fut = self._pulls[oid] = asyncio.ensure_future(self._pull(oid, request.source_address))
+            fut = self._pulls[oid] = asyncio.ensure_future(
+                self._pull(oid, request.source_address, request.owner_worker_id))
             fut.add_done_callback(lambda _f: self._pulls.pop(oid, None))
         size = await asyncio.shield(fut)
         return objmgr_pb2.PullReply(size=size)
 
-    async def _pull(self, oid: bytes, source: str) -> int:
+    async def _pull(self, oid: bytes, source: str, owner: str) -> int:
         ch = self._channels.get(source)
         if ch is None:
             ch = self._channels[source] = rpc.aio_channel(source)
         stub = objmgr_pb2_grpc.ObjectManagerStub(ch)
-        path = self.store.path(oid)
-        tmp = path + ".pull"
-        total = 0
+        created = False
         try:
-            with open(tmp, "wb") as f:
-                async for chunk in stub.ReadObject(objmgr_pb2.ReadObjectRequest(object_id=oid)):
-                    if total == 0 and chunk.offset == 0:
-                        self.store.reserve_check(chunk.total_size)
-                    f.seek(chunk.offset)
-                    f.write(chunk.data)
-                    total = chunk.total_size
-            os.replace(tmp, path)
+            async for chunk in stub.ReadObject(objmgr_pb2.ReadObjectRequest(object_id=oid)):
+                if not created:
+                    offset = self.store.create(oid, chunk.total_size, owner, primary=False)
+                    created = True
+                n = len(chunk.data)
+                self.store.view[offset + chunk.offset:offset + chunk.offset + n] = chunk.data
+            if not created:
+                raise NotFound(f"object {oid.hex()} is empty at {source}")
         except grpc.aio.AioRpcError as e:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            if e.code() == grpc.StatusCode.NOT_FOUND:
-                raise NotFound(f"object {oid.hex()} is not at {source}") from None
+            if created:
+                self.store.abort(oid)
+            if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.DATA_LOSS):
+                raise NotFound(f"object {oid.hex()} is not at {source}: {e.details()}") from None
             raise Unavailable(f"pulling {oid.hex()} from {source} failed: {e.code().name}") from None
-        self.store.seal(oid, total)
-        return total
+        self.store.seal(oid)
+        return self.store.objects[oid].size
 
     async def ReadObject(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        path = self.store.path(request.object_id)
+        client = f"read-{id(context)}"
         try:
-            f = open(path, "rb")
-        except FileNotFoundError:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"object {request.object_id.hex()} not here")
+            e = self.store.get(request.object_id, client)
+        except NotFound as err:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
             return
-        with f:
-            total = os.fstat(f.fileno()).st_size
-            offset = 0
+        except DataLoss as err:
+            await context.abort(grpc.StatusCode.DATA_LOSS, str(err))
+            return
+        try:
+            total, pos = e.size, 0
             while True:
-                data = f.read(CHUNK_BYTES)
-                if not data and offset > 0:
+                n = min(CHUNK_BYTES, total - pos)
+                yield objmgr_pb2.ObjectChunk(total_size=total, offset=pos,
+                                             data=bytes(self.store.view[e.offset + pos:e.offset + pos + n]))
+                pos += n
+                if pos >= total:
                     break
-                yield objmgr_pb2.ObjectChunk(total_size=total, offset=offset, data=data)
-                offset += len(data)
-                if not data:
-                    break
+        finally:
+            self.store.release(request.object_id, client)
+
+    @rpc_errors
+    async def WriteObject(self, request_iterator: Any, context: Any) -> Any:
+        oid = b""
+        offset = 0
+        async for chunk in request_iterator:
+            if not oid:
+                oid = chunk.object_id
+                if self.store.contains(oid):
+                    return objmgr_pb2.WriteObjectReply()
+                offset = self.store.create(oid, chunk.total_size, chunk.owner_worker_id)
+            n = len(chunk.data)
+            self.store.view[offset + chunk.offset:offset + chunk.offset + n] = chunk.data
+        if oid:
+            self.store.seal(oid)
+        return objmgr_pb2.WriteObjectReply()
 
     @rpc_errors
     async def Free(self, request: Any, context: Any) -> Any:
@@ -95,8 +144,45 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
 
     @rpc_errors
     async def GetStoreStats(self, request: Any, context: Any) -> Any:
-        return objmgr_pb2.GetStoreStatsReply(used_bytes=self.store.used, capacity_bytes=self.store.capacity,
-                                             num_objects=len(self.store.sizes))
+        s = self.store
+        spilled = [e for e in s.objects.values() if e.state == "SPILLED"]
+        return objmgr_pb2.GetStoreStatsReply(
+            used_bytes=s.alloc.used, capacity_bytes=s.capacity, num_objects=len(s.objects),
+            spilled_bytes=sum(e.size for e in spilled), num_spilled=len(spilled),
+            arena_path=s.arena_path, num_pinned=sum(1 for e in s.objects.values() if e.pinned))
+
+    @rpc_errors
+    async def ListObjects(self, request: Any, context: Any) -> Any:
+        reply = objmgr_pb2.ListObjectsReply(node_id=self.node_id)
+        for e in self.store.objects.values():
+            reply.objects.append(objmgr_pb2.ObjectStat(object_id=e.object_id, size=e.size,
+                                                       owner_worker_id=e.owner, state=e.state,
+                                                       pins=sum(e.pins.values())))
+        return reply
+
+    async def follow_worker_deaths(self, gcs_address: str, stop: asyncio.Event) -> None:
+        """Frees objects owned by dead processes and drops their pins."""
+        if not gcs_address:
+            return
+        ch = rpc.aio_channel(gcs_address)
+        gcs = gcs_pb2_grpc.GcsStub(ch)
+        try:
+            while not stop.is_set():
+                try:
+                    async for msg in gcs.Subscribe(gcs_pb2.SubscribeRequest(channels=["workers"])):
+                        if msg.HasField("worker_death"):
+                            n = self.store.client_died(msg.worker_death.worker_id)
+                            if n:
+                                log.info("freed %d objects of dead worker %s", n,
+                                         msg.worker_death.worker_id)
+                except grpc.aio.AioRpcError:
+                    pass
+                try:
+                    await asyncio.wait_for(stop.wait(), 0.5)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            await ch.close()
 
     async def close(self) -> None:
         for ch in self._channels.values():
@@ -107,6 +193,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="ember-objmgr", description="Ember object manager (one per node)")
     p.add_argument("--store-dir", required=True, help="directory on a tmpfs (e.g. under /dev/shm)")
     p.add_argument("--capacity-bytes", type=int, default=0)
+    p.add_argument("--spill-dir", default=None,
+                   help="where full-store objects go: a directory or a pyarrow.fs URI (s3://...)")
+    p.add_argument("--gcs-address", default="", help="GCS to follow for worker deaths")
     p.add_argument("--node-id", default="")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=0)
@@ -115,20 +204,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
-    store = ObjectStore(ns.store_dir, ns.capacity_bytes)
-    servicer = ObjectManagerServicer(store)
+    store = ObjectStore(ns.store_dir, ns.capacity_bytes, ns.spill_dir)
+    servicer = ObjectManagerServicer(store, ns.node_id)
     server, port, health = rpc.build_server(
         [lambda s: objmgr_pb2_grpc.add_ObjectManagerServicer_to_server(servicer, s)],
         host=ns.host, port=ns.port)
     await server.start()
     await rpc.mark_serving(health, ["ember.ObjectManager"])
+    follow = asyncio.ensure_future(servicer.follow_worker_deaths(ns.gcs_address, stop))
     rpc.write_port_file(ns.port_file, port)
-    log.info("object manager serving on %s:%d, store %s (%d bytes)", ns.host, port, ns.store_dir,
-             ns.capacity_bytes)
+    log.info("object manager serving on %s:%d, arena %s (%d bytes), spill %s", ns.host, port,
+             store.arena_path, store.capacity, store.spill_uri)
     try:
         await stop.wait()
     finally:
         await server.stop(0.5)
+        follow.cancel()
+        await asyncio.gather(follow, return_exceptions=True)
         await servicer.close()
         store.destroy()
 
@@ -136,4 +228,8 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args(argv)
     service.setup(ns, "objmgr")
+    if ns.capacity_bytes <= 0:
+        print("error: --capacity-bytes must be > 0", file=sys.stderr)
+        return 1
+    os.makedirs(ns.store_dir, exist_ok=True)
     return service.run(lambda stop: serve(ns, stop))

@@ -1,56 +1,213 @@
-"""ObjectStore: bookkeeping of the sealed objects in this node's store dir (a tmpfs directory).
+"""ObjectStore: this node's objects in one shared-memory arena (a file on a tmpfs, mapped by every
+process on the node), with pinning, spilling and restoring.
 
-Creators write and seal object files themselves (ember._private.plasma) and then report them
-here; this class tracks sizes against the capacity and deletes files when objects are freed.
+States: CREATED (space reserved, creator writing) -> SEALED (readable) <-> SPILLED (bytes on
+disk, space reused). Readers pin an object while they hold views of it (Get/Release); its space
+is reused only once it is freed *and* unpinned. When an allocation does not fit, sealed
+unpinned objects are spilled, least recently used first; secondary copies (pulled from other
+nodes) are simply dropped. If even that cannot make room, the request fails with a clear
+ResourceExhausted (ObjectStoreFullError on the client), never a retry loop.
 """
 from __future__ import annotations
 
+import logging
+import mmap
 import os
 import shutil
+import time
+from dataclasses import dataclass, field
 
 from ember._private.rpc import NotFound, ResourceExhausted
 
+from .allocator import ArenaAllocator
+from .spill import SpillError, Spiller, SpillReadError
+
+log = logging.getLogger(__name__)
+
+
+class DataLoss(Exception):
+    """A spilled object cannot be read back."""
+
+
+@dataclass
+class Entry:
+    object_id: bytes
+    size: int
+    owner: str
+    offset: int = -1
+    state: str = "CREATED"
+    primary: bool = True
+    pins: dict[str, int] = field(default_factory=dict)
+    freed: bool = False
+    spill_path: str = ""
+    last_access: float = field(default_factory=time.monotonic)
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.pins)
+
 
 class ObjectStore:
-    def __init__(self, store_dir: str, capacity_bytes: int) -> None:
+    def __init__(self, store_dir: str, capacity_bytes: int, spill_uri: str | None = None) -> None:
         self.store_dir = store_dir
-        self.capacity = capacity_bytes
-        self.sizes: dict[bytes, int] = {}
-        self.used = 0
         os.makedirs(store_dir, exist_ok=True)
+        self.alloc = ArenaAllocator(capacity_bytes)
+        self.capacity = self.alloc.capacity
+        self.arena_path = os.path.join(store_dir, "arena")
+        with open(self.arena_path, "wb") as f:
+            f.truncate(max(self.capacity, 1))
+        with open(self.arena_path, "r+b") as f:
+            self._map = mmap.mmap(f.fileno(), max(self.capacity, 1))
+        self.view = memoryview(self._map)
+        self.spiller = Spiller(spill_uri or os.path.join(store_dir + "-spill"))
+        self.spill_uri = self.spiller.uri
+        self.objects: dict[bytes, Entry] = {}
+        self.spilled_bytes = 0
 
-    def path(self, object_id: bytes) -> str:
-        return os.path.join(self.store_dir, object_id.hex())
+    # ------------------------------------------------------------------ creation
+    def create(self, object_id: bytes, size: int, owner: str, primary: bool = True) -> int:
+        e = self.objects.get(object_id)
+        if e is not None:
+            if e.state == "CREATED":
+                return e.offset
+            raise ValueError(f"object {object_id.hex()} already exists")
+        if size > self.capacity:
+            raise ResourceExhausted(f"object store full: an object of {size} bytes is larger than "
+                                    f"the whole store ({self.capacity} bytes); raise "
+                                    "object_store_memory")
+        offset = self._allocate(size, object_id)
+        self.objects[object_id] = Entry(object_id, size, owner, offset, primary=primary)
+        return offset
 
-    def seal(self, object_id: bytes, size: int) -> None:
-        if object_id in self.sizes:
+    def seal(self, object_id: bytes) -> None:
+        e = self._entry(object_id)
+        if e.state == "CREATED":
+            e.state = "SEALED"
+            if e.freed and not e.pinned:  # freed while its creator was still writing
+                self._delete(e)
+
+    def abort(self, object_id: bytes) -> None:
+        """The creator gives up an unsealed object: its space is reusable at once."""
+        e = self.objects.get(object_id)
+        if e is not None and e.state == "CREATED":
+            self._delete(e)
+
+    def _allocate(self, size: int, for_id: bytes) -> int:
+        offset = self.alloc.alloc(size)
+        if offset is not None:
+            return offset
+        victims = sorted((e for e in self.objects.values()
+                          if e.state == "SEALED" and not e.pinned and e.object_id != for_id),
+                         key=lambda e: (e.primary, e.last_access))
+        for v in victims:
+            self._evict(v)
+            offset = self.alloc.alloc(size)
+            if offset is not None:
+                return offset
+        pinned = sum(e.size for e in self.objects.values() if e.pinned or e.state == "CREATED")
+        raise ResourceExhausted(
+            f"object store full: {size} bytes requested; {self.alloc.used} of {self.capacity} bytes "
+            f"used, {pinned} bytes in objects being written or read, nothing more can be spilled")
+
+    def _evict(self, e: Entry) -> None:
+        """Spills a primary copy (drops a secondary one) and frees its space."""
+        if e.primary:
+            if not e.spill_path:
+                try:
+                    e.spill_path = self.spiller.write(e.object_id, self.view[e.offset:e.offset + e.size])
+                except SpillError as err:
+                    raise ResourceExhausted(f"object store full and spilling failed: {err}") from None
+            e.state = "SPILLED"
+            self.spilled_bytes += e.size
+            log.debug("spilled %s (%d bytes)", e.object_id.hex(), e.size)
+        else:
+            del self.objects[e.object_id]
+        self.alloc.free(e.offset)
+        e.offset = -1
+
+    # ------------------------------------------------------------------ reading
+    def get(self, object_id: bytes, client: str) -> Entry:
+        """Pins the object for client (restoring it from spill first); NotFound if unknown."""
+        e = self._entry(object_id)
+        if e.state == "CREATED":
+            raise NotFound(f"object {object_id.hex()} is not sealed yet")
+        if e.state == "SPILLED":
+            self._restore(e)
+        e.pins[client] = e.pins.get(client, 0) + 1
+        e.last_access = time.monotonic()
+        return e
+
+    def _restore(self, e: Entry) -> None:
+        offset = self._allocate(e.size, e.object_id)
+        try:
+            self.spiller.read_into(e.spill_path, self.view[offset:offset + e.size])
+        except SpillReadError as err:
+            self.alloc.free(offset)
+            raise DataLoss(str(err)) from None
+        e.offset = offset
+        e.state = "SEALED"
+        self.spilled_bytes -= e.size
+
+    def release(self, object_id: bytes, client: str) -> None:
+        e = self.objects.get(object_id)
+        if e is None or client not in e.pins:
             return
-        if not os.path.exists(self.path(object_id)):
-            raise NotFound(f"object {object_id.hex()} was not written to {self.store_dir}")
-        self.sizes[object_id] = size
-        self.used += size
+        e.pins[client] -= 1
+        if e.pins[client] <= 0:
+            del e.pins[client]
+        if e.freed and not e.pinned:
+            self._delete(e)
 
-    def reserve_check(self, size: int) -> None:
-        if self.capacity and self.used + size > self.capacity:
-            raise ResourceExhausted(f"object store full: {size} bytes requested, "
-                                    f"{self.capacity - self.used} of {self.capacity} free")
+    # ------------------------------------------------------------------ freeing
+    def free(self, object_id: bytes) -> None:
+        e = self.objects.get(object_id)
+        if e is None:
+            return
+        e.freed = True
+        if not e.pinned and e.state != "CREATED":  # a creator still writing: deleted at seal
+            self._delete(e)
+
+    def _delete(self, e: Entry) -> None:
+        self.objects.pop(e.object_id, None)
+        if e.offset >= 0:
+            self.alloc.free(e.offset)
+            e.offset = -1
+        if e.state == "SPILLED":
+            self.spilled_bytes -= e.size
+        if e.spill_path:
+            self.spiller.delete(e.spill_path)
+
+    def client_died(self, client: str) -> int:
+        """Drops a dead process's pins and frees the objects it owned. Returns how many freed."""
+        freed = 0
+        for e in list(self.objects.values()):
+            e.pins.pop(client, None)
+            if e.owner == client:
+                e.freed = True
+            if e.freed and not e.pinned and e.state != "CREATED":
+                self._delete(e)
+                freed += 1
+        return freed
+
+    def _entry(self, object_id: bytes) -> Entry:
+        e = self.objects.get(object_id)
+        if e is None:
+            raise NotFound(f"object {object_id.hex()} is not in this store")
+        return e
 
     def contains(self, object_id: bytes) -> bool:
-        return object_id in self.sizes or os.path.exists(self.path(object_id))
-
-    def free(self, object_id: bytes) -> None:
-        size = self.sizes.pop(object_id, None)
-        if size is not None:
-            self.used -= size
-        try:
-            os.unlink(self.path(object_id))
-        except FileNotFoundError:
-            pass
+        e = self.objects.get(object_id)
+        return e is not None and e.state != "CREATED"
 
     def destroy(self) -> None:
-        shutil.rmtree(self.store_dir, ignore_errors=True)
-        parent = os.path.dirname(self.store_dir)
         try:
-            os.rmdir(parent)  # the session's store root, once its last node is gone
+            self.view.release()
+            self._map.close()
+        except BufferError:  # a transfer still holds a slice; the process is exiting anyway
+            pass
+        self.spiller.destroy()
+        shutil.rmtree(self.store_dir, ignore_errors=True)
+        try:
+            os.rmdir(os.path.dirname(self.store_dir))  # the session's store root, once empty
         except OSError:
             pass

@@ -1,0 +1,65 @@
+"""Spill storage: where objects go when the arena is full. A local directory by default, or any
+pyarrow.fs URI (e.g. s3://bucket/prefix). One file per object, removed when it is freed and,
+for local directories, the whole directory when the node stops."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pyarrow.fs as pafs
+
+
+class SpillError(Exception):
+    """Writing a spill file failed (disk full, permissions): the store is full."""
+
+
+class SpillReadError(Exception):
+    """A spill file is missing or unreadable: the object is lost."""
+
+
+class Spiller:
+    def __init__(self, uri: str) -> None:
+        if "://" not in uri:
+            os.makedirs(uri, exist_ok=True)
+            self.fs: pafs.FileSystem = pafs.LocalFileSystem()
+            self.root = os.path.abspath(uri)
+            self.local = True
+        else:
+            self.fs, self.root = pafs.FileSystem.from_uri(uri)
+            self.local = False
+        self.uri = uri
+
+    def path(self, object_id: bytes) -> str:
+        return f"{self.root.rstrip('/')}/{object_id.hex()}"
+
+    def write(self, object_id: bytes, data: memoryview) -> str:
+        path = self.path(object_id)
+        try:
+            with self.fs.open_output_stream(path) as f:
+                f.write(data)
+        except OSError as e:
+            try:
+                self.fs.delete_file(path)
+            except OSError:
+                pass
+            raise SpillError(f"cannot spill {len(data)} bytes to {self.uri}: {e}") from None
+        return path
+
+    def read_into(self, path: str, dest: memoryview) -> None:
+        try:
+            with self.fs.open_input_stream(path) as f:
+                n = f.readinto(dest)
+        except OSError as e:
+            raise SpillReadError(f"spill file {path} is unreadable: {e}") from None
+        if n != len(dest):
+            raise SpillReadError(f"spill file {path} is truncated ({n} of {len(dest)} bytes)")
+
+    def delete(self, path: str) -> None:
+        try:
+            self.fs.delete_file(path)
+        except OSError:
+            pass
+
+    def destroy(self) -> None:
+        if self.local:
+            shutil.rmtree(self.root, ignore_errors=True)

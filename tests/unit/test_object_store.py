@@ -1,0 +1,466 @@
+"""ObjectStore: one arena with pinning, LRU spilling and restoring, in tmp dirs (no processes)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from ember._private.rpc import NotFound, ResourceExhausted
+from ember_objmgr.allocator import ALIGN
+from ember_objmgr.store import DataLoss, ObjectStore
+
+OBJ = 1024  # bytes per test object
+CAP = 4 * OBJ  # the arena holds exactly four of them
+
+
+def oid(i: int) -> bytes:
+    return i.to_bytes(20, "big")
+
+
+def pattern(i: int, size: int = OBJ) -> bytes:
+    return bytes((i * 31 + k * 7) % 251 for k in range(size))
+
+
+@pytest.fixture
+def make_store(tmp_path):
+    stores = []
+
+    def make(capacity: int = CAP, spill_uri: str | None = "default", sub: str = "a") -> ObjectStore:
+        if spill_uri == "default":
+            spill_uri = str(tmp_path / f"spill-{sub}")
+        s = ObjectStore(str(tmp_path / "root" / f"store-{sub}"), capacity, spill_uri)
+        stores.append(s)
+        return s
+
+    yield make
+    for s in stores:
+        s.destroy()
+
+
+@pytest.fixture
+def store(make_store):
+    return make_store()
+
+
+def put(store: ObjectStore, i: int, size: int = OBJ, owner: str = "w1", primary: bool = True) -> bytes:
+    """Create, write and seal object i; returns the bytes written."""
+    data = pattern(i, size)
+    off = store.create(oid(i), size, owner, primary=primary)
+    assert off % ALIGN == 0 and off + size <= store.capacity
+    store.view[off:off + size] = data
+    store.seal(oid(i))
+    return data
+
+
+def read(store: ObjectStore, i: int, client: str = "reader") -> bytes:
+    """get (pins) -> the object's bytes at the returned offset -> release."""
+    e = store.get(oid(i), client)
+    assert e.state == "SEALED" and e.offset >= 0
+    try:
+        return bytes(store.view[e.offset:e.offset + e.size])
+    finally:
+        store.release(oid(i), client)
+
+
+def state(store: ObjectStore, i: int) -> str | None:
+    e = store.objects.get(oid(i))
+    return e.state if e is not None else None
+
+
+def spill_file(store: ObjectStore, i: int) -> str:
+    return store.spiller.path(oid(i))
+
+
+def assert_no_overlap(store: ObjectStore) -> None:
+    spans = sorted((e.offset, e.offset + e.size) for e in store.objects.values() if e.offset >= 0)
+    assert all(e1 <= s2 for (_, e1), (s2, _) in zip(spans, spans[1:])), spans
+    assert all(0 <= s and e <= store.capacity for s, e in spans)
+
+
+# ------------------------------------------------------------------ create / seal / get
+
+def test_create_seal_get_returns_the_written_bytes(store):
+    assert store.capacity == CAP
+    assert os.path.getsize(store.arena_path) == CAP
+    written = {i: put(store, i, size) for i, size in [(1, 100), (2, OBJ), (3, 1)]}
+    offsets = {i: store.objects[oid(i)].offset for i in written}
+    assert len(set(offsets.values())) == 3
+    assert_no_overlap(store)
+    for i, data in written.items():
+        e = store.get(oid(i), "c1")
+        assert e.offset == offsets[i] and e.size == len(data)
+        assert bytes(store.view[e.offset:e.offset + e.size]) == data
+        assert e.pins == {"c1": 1}
+        store.release(oid(i), "c1")
+        assert e.pins == {}
+    # The arena file is what other processes map: the bytes are there too.
+    with open(store.arena_path, "rb") as f:
+        f.seek(offsets[2])
+        assert f.read(OBJ) == written[2]
+
+
+def test_contains_and_get_of_unsealed_or_unknown_objects(store):
+    off = store.create(oid(1), 10, "w1")
+    assert store.create(oid(1), 10, "w1") == off  # a retried Create gets the same space
+    assert not store.contains(oid(1))
+    with pytest.raises(NotFound, match="not sealed"):
+        store.get(oid(1), "c")
+    store.seal(oid(1))
+    assert store.contains(oid(1))
+    with pytest.raises(ValueError, match="already exists"):
+        store.create(oid(1), 10, "w1")
+    assert not store.contains(oid(2))
+    with pytest.raises(NotFound):
+        store.get(oid(2), "c")
+    with pytest.raises(NotFound):
+        store.seal(oid(2))
+    store.release(oid(2), "c")  # unknown: ignored
+    store.free(oid(2))  # unknown: ignored
+
+
+def test_pins_are_counted_per_client(store):
+    put(store, 1)
+    store.get(oid(1), "a")
+    store.get(oid(1), "a")
+    store.get(oid(1), "b")
+    e = store.objects[oid(1)]
+    assert e.pins == {"a": 2, "b": 1}
+    store.release(oid(1), "a")
+    store.release(oid(1), "b")
+    store.release(oid(1), "b")  # more releases than gets: ignored
+    assert e.pins == {"a": 1}
+    store.release(oid(1), "a")
+    assert not e.pinned
+
+
+# ------------------------------------------------------------------ spilling
+
+def test_full_store_spills_the_least_recently_used_object_and_get_restores_it(store):
+    data = {i: put(store, i) for i in range(1, 5)}
+    assert store.alloc.used == CAP
+    assert read(store, 1) == data[1]  # 1 is now the most recently used; 2 the least
+    data[5] = put(store, 5)
+    assert state(store, 2) == "SPILLED"
+    assert store.objects[oid(2)].offset == -1
+    assert [state(store, i) for i in (1, 3, 4, 5)] == ["SEALED"] * 4
+    path = spill_file(store, 2)
+    assert store.objects[oid(2)].spill_path == path
+    assert os.path.isfile(path) and os.path.getsize(path) == OBJ
+    with open(path, "rb") as f:
+        assert f.read() == data[2]
+    assert store.spilled_bytes == OBJ
+    assert store.contains(oid(2))  # spilled objects are still in the store
+    assert_no_overlap(store)
+
+    # get restores it (spilling the now least recently used one, 3) with identical bytes.
+    assert read(store, 2) == data[2]
+    assert state(store, 2) == "SEALED"
+    assert state(store, 3) == "SPILLED"
+    assert store.spilled_bytes == OBJ
+    assert_no_overlap(store)
+    for i in (1, 2, 3, 4, 5):
+        assert read(store, i) == data[i]
+    assert store.alloc.used == CAP
+
+
+def test_spilling_makes_room_for_a_bigger_object(store):
+    data = {i: put(store, i) for i in range(1, 5)}
+    data[9] = put(store, 9, size=2 * OBJ)  # needs two adjacent slots: 1 and 2 are the LRU
+    assert state(store, 1) == state(store, 2) == "SPILLED"
+    assert store.spilled_bytes == 2 * OBJ
+    assert_no_overlap(store)
+    for i, d in data.items():
+        assert read(store, i) == d
+    assert_no_overlap(store)
+
+
+def test_pinned_objects_are_never_spilled(store):
+    data = {i: put(store, i) for i in range(1, 5)}
+    entries = {i: store.get(oid(i), "holder") for i in (1, 2, 3)}  # 1..3 pinned; 4 is the newest
+    offsets = {i: e.offset for i, e in entries.items()}
+    data[5] = put(store, 5)
+    assert state(store, 4) == "SPILLED"
+    data[6] = put(store, 6)
+    assert state(store, 5) == "SPILLED"
+    for i, e in entries.items():
+        assert e.state == "SEALED" and e.offset == offsets[i]
+        assert bytes(store.view[e.offset:e.offset + OBJ]) == data[i]
+    for i in (1, 2, 3):
+        store.release(oid(i), "holder")
+    data[7] = put(store, 7)  # unpinned now: 1 (the LRU) can go
+    assert state(store, 1) == "SPILLED"
+
+
+def test_everything_pinned_raises_resource_exhausted_naming_sizes(store):
+    for i in range(1, 5):
+        put(store, i)
+        store.get(oid(i), "holder")
+    with pytest.raises(ResourceExhausted) as ei:
+        store.create(oid(5), 100, "w1")
+    msg = str(ei.value)
+    assert "100 bytes requested" in msg
+    assert f"{CAP} of {CAP} bytes used" in msg
+    assert f"{CAP} bytes in objects being written or read" in msg
+    assert oid(5) not in store.objects
+    assert all(state(store, i) == "SEALED" for i in range(1, 5))
+    assert store.spilled_bytes == 0
+    # Releasing one pin is enough to make room again.
+    store.release(oid(3), "holder")
+    put(store, 5, size=100)
+    assert state(store, 3) == "SPILLED"
+
+
+def test_objects_being_written_are_never_spilled(store):
+    for i in range(1, 5):
+        store.create(oid(i), OBJ, "w1")  # never sealed
+    with pytest.raises(ResourceExhausted, match="nothing more can be spilled"):
+        store.create(oid(5), OBJ, "w1")
+    assert all(state(store, i) == "CREATED" for i in range(1, 5))
+
+
+def test_restore_when_nothing_can_be_spilled_raises_and_can_be_retried(store):
+    data = {i: put(store, i) for i in range(1, 6)}  # 1 spilled
+    assert state(store, 1) == "SPILLED"
+    for i in range(2, 6):
+        store.get(oid(i), "holder")
+    with pytest.raises(ResourceExhausted):
+        store.get(oid(1), "c")
+    assert state(store, 1) == "SPILLED"
+    assert store.objects[oid(1)].pins == {}
+    store.release(oid(5), "holder")
+    assert read(store, 1) == data[1]
+    assert state(store, 5) == "SPILLED"
+
+
+def test_secondary_copies_are_dropped_rather_than_spilled(store):
+    put(store, 1, primary=False)
+    data = {i: put(store, i) for i in range(2, 5)}
+    read(store, 1)  # the secondary is the most recently used, and still goes first
+    data[5] = put(store, 5)
+    assert oid(1) not in store.objects
+    assert not store.contains(oid(1))
+    assert not os.path.exists(spill_file(store, 1))
+    assert store.spilled_bytes == 0
+    with pytest.raises(NotFound):
+        store.get(oid(1), "c")
+    assert all(state(store, i) == "SEALED" for i in range(2, 6))
+    for i, d in data.items():
+        assert read(store, i) == d
+
+
+def test_object_larger_than_the_store_is_rejected_without_spilling(store):
+    for i in range(1, 5):
+        put(store, i)
+    with pytest.raises(ResourceExhausted, match=f"larger than the whole store \\({CAP} bytes\\)") as ei:
+        store.create(oid(9), CAP + 1, "w1")
+    assert str(CAP + 1) in str(ei.value)
+    assert oid(9) not in store.objects
+    assert all(state(store, i) == "SEALED" for i in range(1, 5))
+    assert store.spilled_bytes == 0
+    put(store, 10, size=CAP)  # exactly the capacity fits, by spilling everything else
+    assert all(state(store, i) == "SPILLED" for i in range(1, 5))
+
+
+# ------------------------------------------------------------------ freeing
+
+def test_free_while_pinned_defers_deletion_until_release(store):
+    put(store, 1)
+    store.get(oid(1), "a")
+    store.get(oid(1), "b")
+    store.free(oid(1))
+    assert store.contains(oid(1))
+    assert store.alloc.used == OBJ
+    store.release(oid(1), "a")
+    assert store.contains(oid(1)) and store.alloc.used == OBJ
+    store.release(oid(1), "b")
+    assert not store.contains(oid(1))
+    assert oid(1) not in store.objects
+    assert store.alloc.used == 0
+
+
+def test_free_removes_the_spill_file(store):
+    for i in range(1, 6):
+        put(store, i)
+    path = spill_file(store, 1)
+    assert state(store, 1) == "SPILLED" and os.path.isfile(path)
+    store.free(oid(1))
+    assert oid(1) not in store.objects
+    assert not os.path.exists(path)
+    assert store.spilled_bytes == 0
+    assert store.alloc.used == CAP  # a spilled object holds no arena space
+
+
+def test_free_of_a_restored_object_removes_its_spill_file_and_space(store):
+    data = {i: put(store, i) for i in range(1, 6)}
+    assert read(store, 1) == data[1]  # restored; 2 spilled
+    store.free(oid(1))
+    store.free(oid(2))
+    assert not os.path.exists(spill_file(store, 1))
+    assert not os.path.exists(spill_file(store, 2))
+    assert store.spilled_bytes == 0
+    assert store.alloc.used == 3 * OBJ
+    assert sorted(os.listdir(store.spiller.root)) == []
+
+
+def test_client_died_drops_pins_and_frees_owned_objects(store):
+    put(store, 1, owner="dead")
+    put(store, 2, owner="dead")
+    put(store, 3, owner="alive")
+    store.get(oid(1), "alive")  # another process still reads 1
+    store.get(oid(3), "dead")
+    store.get(oid(3), "dead")
+    assert store.client_died("dead") == 1  # 2; 1 waits for its reader
+    assert oid(2) not in store.objects
+    assert store.contains(oid(1))
+    assert store.objects[oid(3)].pins == {}  # the dead reader's pins are gone
+    assert store.alloc.used == 2 * OBJ
+    store.release(oid(1), "alive")
+    assert oid(1) not in store.objects
+    assert store.contains(oid(3))
+    assert store.alloc.used == OBJ
+    assert store.client_died("dead") == 0
+
+
+@pytest.mark.parametrize("how", ["client_died", "free"])
+def test_space_of_an_object_being_written_is_not_reused_while_the_writer_writes(store, how):
+    """A CREATED object's range belongs to the process writing it (an executor writing a return
+    value for its caller, or a pull) until Seal. If the owner dies (or frees it) meanwhile, the
+    range must not be handed to a new object: the writer's in-flight copy would overwrite it."""
+    a_off = store.create(oid(1), OBJ, "owner")  # a writer is now copying into [a_off, +OBJ)
+    if how == "client_died":
+        store.client_died("owner")
+    else:
+        store.free(oid(1))
+    b = put(store, 2, owner="other")  # someone else's object, sealed and readable
+    b_off = store.objects[oid(2)].offset
+    store.view[a_off:a_off + OBJ] = pattern(1)  # the writer finishes its copy
+    assert not (a_off < b_off + OBJ and b_off < a_off + OBJ), (
+        f"object 2 got range {b_off} of object 1, which was still being written at {a_off}")
+    assert read(store, 2) == b
+
+
+def test_client_died_removes_spill_files_of_its_objects(store):
+    for i in range(1, 6):
+        put(store, i, owner="dead" if i == 1 else "w1")
+    assert state(store, 1) == "SPILLED"
+    assert store.client_died("dead") == 1
+    assert not os.path.exists(spill_file(store, 1))
+    assert store.spilled_bytes == 0
+
+
+# ------------------------------------------------------------------ failures
+
+@pytest.mark.parametrize("damage", ["delete", "truncate"])
+def test_unreadable_spill_file_raises_data_loss_and_the_store_keeps_working(store, damage):
+    data = {i: put(store, i) for i in range(1, 6)}
+    path = spill_file(store, 1)
+    assert state(store, 1) == "SPILLED"
+    if damage == "delete":
+        os.remove(path)
+    else:
+        with open(path, "r+b") as f:
+            f.truncate(OBJ // 2)
+    used = store.alloc.used
+    with pytest.raises(DataLoss, match="spill file"):
+        store.get(oid(1), "c")
+    # No space leaked, no pin taken; the other objects are intact.
+    assert_no_overlap(store)
+    assert store.alloc.used <= used
+    assert store.objects[oid(1)].pins == {}
+    with pytest.raises(DataLoss):
+        store.get(oid(1), "c")
+    store.free(oid(1))
+    assert oid(1) not in store.objects
+    assert store.spilled_bytes == sum(OBJ for e in store.objects.values() if e.state == "SPILLED")
+    for i in range(2, 6):
+        assert read(store, i) == data[i]
+    data[6] = put(store, 6)
+    data[7] = put(store, 7)
+    for i in range(2, 8):
+        assert read(store, i) == data[i]
+    assert_no_overlap(store)
+
+
+def test_spill_to_an_unwritable_uri_raises_resource_exhausted(make_store, tmp_path):
+    """A spill location that cannot be written (a path below a regular file; root ignores
+    permissions) behaves like a full disk: a clear error, not a retry loop."""
+    (tmp_path / "afile").write_bytes(b"x")
+    store = make_store(spill_uri=f"file://{tmp_path}/afile/spill")
+    data = {i: put(store, i) for i in range(1, 5)}
+    with pytest.raises(ResourceExhausted, match="spilling failed") as ei:
+        store.create(oid(5), OBJ, "w1")
+    assert "object store full" in str(ei.value)
+    assert oid(5) not in store.objects
+    assert all(state(store, i) == "SEALED" for i in range(1, 5))
+    assert store.spilled_bytes == 0 and store.alloc.used == CAP
+    for i, d in data.items():
+        assert read(store, i) == d
+    # Freeing space still works.
+    store.free(oid(1))
+    put(store, 5)
+    assert read(store, 5) == pattern(5)
+
+
+def test_local_spill_dir_that_became_unwritable_raises_resource_exhausted(store):
+    data = {i: put(store, i) for i in range(1, 6)}  # 1 spilled fine
+    root = store.spiller.root
+    os.remove(spill_file(store, 1))
+    os.rmdir(root)
+    with open(root, "wb") as f:  # "disk full": the directory is now a regular file
+        f.write(b"x")
+    with pytest.raises(ResourceExhausted, match="spilling failed"):
+        store.create(oid(6), OBJ, "w1")
+    assert all(state(store, i) == "SEALED" for i in range(2, 6))
+    for i in range(2, 6):
+        assert read(store, i) == data[i]
+    os.remove(root)
+
+
+def test_spill_through_a_pyarrow_uri(make_store, tmp_path):
+    spill = tmp_path / "uri-spill"
+    spill.mkdir()
+    store = make_store(spill_uri=f"file://{spill}")
+    assert not store.spiller.local
+    data = {i: put(store, i) for i in range(1, 6)}
+    assert os.listdir(spill) == [oid(1).hex()]
+    assert read(store, 1) == data[1]
+    store.free(oid(1))
+    assert oid(1).hex() not in os.listdir(spill)
+    store.destroy()
+    assert spill.is_dir()  # a remote (URI) location is not removed wholesale
+
+
+# ------------------------------------------------------------------ destroy
+
+def test_destroy_removes_the_store_dir_and_the_local_spill_dir(make_store, tmp_path):
+    store = make_store()
+    for i in range(1, 6):
+        put(store, i)
+    spill_root = store.spiller.root
+    assert os.listdir(spill_root) == [oid(1).hex()]
+    store.destroy()
+    assert not os.path.exists(store.store_dir)
+    assert not os.path.exists(spill_root)
+    assert not os.path.exists(tmp_path / "root")  # the store root, once empty
+    assert tmp_path.is_dir()
+
+
+def test_destroy_with_the_default_spill_dir(tmp_path):
+    store = ObjectStore(str(tmp_path / "root" / "store"), CAP)
+    assert store.spill_uri == str(tmp_path / "root" / "store-spill")
+    for i in range(1, 6):
+        put(store, i)
+    assert os.path.isfile(spill_file(store, 1))
+    store.destroy()
+    assert not os.path.exists(tmp_path / "root" / "store")
+    assert not os.path.exists(tmp_path / "root" / "store-spill")
+    assert not os.path.exists(tmp_path / "root")
+
+
+def test_destroy_keeps_a_store_root_that_is_not_empty(make_store, tmp_path):
+    a = make_store(sub="a")
+    b = make_store(sub="b")
+    a.destroy()
+    assert os.path.isdir(b.store_dir)
+    assert os.path.getsize(b.arena_path) == CAP
+    put(b, 1)
+    assert read(b, 1) == pattern(1)
