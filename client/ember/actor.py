@@ -78,6 +78,9 @@ class ActorClass:
         self.__qualname__ = cls.__qualname__
         self.__doc__ = cls.__doc__
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ActorClass, (self._cls, self._options))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"Actors cannot be instantiated directly. Instead of '{self.__name__}()', "
                         f"use '{self.__name__}.remote()'.")

@@ -5,7 +5,8 @@
     ember start --address HOST:PORT [--num-cpus N ...]     # add a node to a cluster
     ember stop [--force]                                   # stop every node started here
     ember status [--address HOST:PORT]                     # nodes, resources used/total, actors
-    ember list actors|nodes|jobs [--detail]
+    ember list actors|nodes|jobs|objects [--detail]
+    ember memory                                           # objects in the stores
     ember microbenchmark [--filter NAME] [--duration-s S]
 """
 from __future__ import annotations
@@ -227,6 +228,8 @@ def cmd_list(ns: argparse.Namespace) -> int:
                       f"{node:14} {a.pid or '-':>7} {a.num_restarts}")
                 if a.state == common_pb2.ActorInfo.DEAD and ns.detail:
                     print(f"    death cause: {a.death_cause.splitlines()[0] if a.death_cause else '-'}")
+        elif ns.what == "objects":
+            _print_objects(stub)
         elif ns.what == "nodes":
             for n in stub.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes:
                 state = "ALIVE" if n.state == common_pb2.NodeInfo.ALIVE else "DEAD"
@@ -242,6 +245,34 @@ def cmd_list(ns: argparse.Namespace) -> int:
     finally:
         ch.close()
     return 0
+
+
+def _print_objects(gcs: Any) -> None:
+    """Every object in every node's store: id, size, state, owner, pins."""
+    from ._private import rpc
+    from ._proto import common_pb2, gcs_pb2, objmgr_pb2, objmgr_pb2_grpc
+
+    print(f"{'OBJECT_ID':42} {'SIZE':>12} {'STATE':8} {'NODE':14} {'OWNER':18} PINS")
+    total = 0
+    for n in gcs.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes:
+        if n.state != common_pb2.NodeInfo.ALIVE:
+            continue
+        ch = rpc.sync_channel(n.objmgr_address)
+        try:
+            reply = objmgr_pb2_grpc.ObjectManagerStub(ch).ListObjects(objmgr_pb2.ListObjectsRequest(), timeout=5)
+        finally:
+            ch.close()
+        for o in reply.objects:
+            total += o.size
+            print(f"{o.object_id.hex():42} {o.size:>12} {o.state:8} {n.node_id[:12]:14} "
+                  f"{o.owner_worker_id[:16]:18} {o.pins}")
+    print(f"total {total / 2**20:.1f} MiB in shared memory and spill")
+
+
+def cmd_memory(ns: argparse.Namespace) -> int:
+    ns.what = "objects"
+    ns.detail = False
+    return cmd_list(ns)
 
 
 def _usage(total: dict[str, float], avail: dict[str, float]) -> str:
@@ -263,7 +294,9 @@ def _store_stats(address: str, pb2: Any, pb2_grpc: Any) -> str:
     ch = rpc.sync_channel(address)
     try:
         s = pb2_grpc.ObjectManagerStub(ch).GetStoreStats(pb2.GetStoreStatsRequest(), timeout=3)
-        return f"object store {s.used_bytes / 2**20:.1f}/{s.capacity_bytes / 2**20:.0f} MiB ({s.num_objects} objects)"
+        return (f"object store {s.used_bytes / 2**20:.1f}/{s.capacity_bytes / 2**20:.0f} MiB "
+                f"({s.num_objects} objects), spilled {s.spilled_bytes / 2**20:.1f} MiB "
+                f"({s.num_spilled} objects)")
     except grpc.RpcError:
         return "object store unreachable"
     finally:
@@ -290,9 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
     ss = sub.add_parser("status", help="nodes and resource usage")
     ss.add_argument("--address", default=None)
     ls = sub.add_parser("list", help="list actors, nodes or jobs")
-    ls.add_argument("what", choices=["actors", "nodes", "jobs"])
+    ls.add_argument("what", choices=["actors", "nodes", "jobs", "objects"])
     ls.add_argument("--address", default=None)
     ls.add_argument("--detail", action="store_true", help="also print death causes")
+    mm = sub.add_parser("memory", help="objects in the object stores (= ember list objects)")
+    mm.add_argument("--address", default=None)
     sub.add_parser("microbenchmark", help="Ray-compatible microbenchmarks", add_help=False)
     return p
 
@@ -310,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_stop(ns)
     if ns.cmd == "list":
         return cmd_list(ns)
+    if ns.cmd == "memory":
+        return cmd_memory(ns)
     return cmd_status(ns)
 
 

@@ -15,7 +15,7 @@ import pytest
 import ember
 from ember import exceptions as ex
 from ember._private import rpc
-from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 from ember.testing import wait_for
 
 A = common_pb2.ActorInfo
@@ -45,10 +45,31 @@ def _wait_state(handle, state, num_restarts=None, timeout_s=20.0) -> common_pb2.
                     what=f"actor to be {A.State.Name(state)} (restarts={num_restarts})")
 
 
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def _sigkill(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
-             timeout_s=10, what=f"process {pid} to die")
+    wait_for(lambda: _gone(pid), timeout_s=10, what=f"process {pid} to die")
+
+
+def _leased_task_names() -> list[str]:
+    """What the leased workers of every raylet run (straight from the raylets)."""
+    names = []
+    for n in ember.nodes():
+        if not n["Alive"]:
+            continue
+        ch = rpc.sync_channel(f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}")
+        try:
+            stats = raylet_pb2_grpc.RayletStub(ch).GetNodeStats(raylet_pb2.GetNodeStatsRequest(), timeout=5)
+        finally:
+            ch.close()
+        names += [w.task_name for w in stats.workers if w.leased]
+    return names
 
 
 def _kill_all(*handles) -> None:
@@ -219,6 +240,10 @@ def test_seed_section_6_2_async_actor_awaits_another_actor_no_deadlock(ray_start
         assert ember.get(a.method.remote(), timeout=T) == "b"
         assert ember.get(a.method_with_callback.remote(a), timeout=T) == ("b", "a")
         assert ember.get([a.from_task.remote(i) for i in range(5)], timeout=T) == [0, 1, 4, 9, 16]
+        # Let A give back the worker leases of its tasks before it is killed: leases of a dead
+        # owner are never released (see test_tasks_of_a_killed_actor_release_their_resources).
+        wait_for(lambda: "square" not in _leased_task_names(), timeout_s=10,
+                 what="A's task leases to be returned")
     finally:
         _kill_all(a, b)
 
@@ -615,8 +640,12 @@ def test_actor_pool_map_map_unordered_submit(ray_start):
 
 
 # ---------------------------------------------------------------------------------- resources
+def _available(resource: str) -> float:
+    return ember.available_resources().get(resource, 0)
+
+
 def _gpus_available() -> float:
-    return ember.available_resources().get("GPU", 0)
+    return _available("GPU")
 
 
 def test_gpu_actor_holds_gpu_until_killed(ray_start):
@@ -635,3 +664,27 @@ def test_gpu_actor_holds_gpu_until_killed(ray_start):
     finally:
         ember.kill(g)
     wait_for(lambda: _gpus_available() == 1, timeout_s=10, what="the GPU to be released after kill")
+
+
+def test_tasks_of_a_killed_actor_release_their_resources(ray_start):
+    """Ray fate-shares a task with its owner: when the actor that submitted a task dies, the
+    task's worker lease is released. (Uses the custom resource so that a leak here cannot starve
+    the CPU of other tests.)"""
+    @ember.remote(num_cpus=0, resources={"custom": 1})
+    def hold(t):
+        time.sleep(t)
+        return t
+
+    @ember.remote
+    class Spawner:
+        def spawn(self):
+            self.ref = hold.remote(3)
+            return "started"
+
+    wait_for(lambda: _available("custom") == 2, timeout_s=10, what="the custom resource to be free")
+    s = Spawner.remote()
+    assert ember.get(s.spawn.remote(), timeout=T) == "started"
+    wait_for(lambda: _available("custom") == 1, timeout_s=10, what="the task to hold custom=1")
+    ember.kill(s)
+    wait_for(lambda: _available("custom") == 2 and "hold" not in _leased_task_names(), timeout_s=10,
+             what="the lease of the killed actor's task to be released")

@@ -89,8 +89,10 @@ class ActorQueue:
                      err.code().name)
             self.stub = None
             self.address = None
-        if entry.retries_left != 0 and self.dead_cause is None:
-            entry.retries_left -= 1
+        undelivered = _never_delivered(err)
+        if (undelivered or entry.retries_left != 0) and self.dead_cause is None:
+            if not undelivered:  # it may have run: this costs one of its retries
+                entry.retries_left -= 1
             self.waiting[entry.spec.seq_no] = entry
             self.send_ptr = min(self.send_ptr, entry.spec.seq_no)
         else:
@@ -117,10 +119,12 @@ class ActorQueue:
         try:
             delay = 0.05
             while True:
+                if not self.waiting:
+                    return  # nothing to send; the next call resolves the actor again
                 try:
                     reply = await core.gcs.GetActorInfo(gcs_pb2.GetActorInfoRequest(
                         actor_id=self.actor_id, wait_for_change=True,
-                        after_incarnation=self.incarnation, timeout_s=30), timeout=40)
+                        after_incarnation=self.incarnation, timeout_s=5), timeout=15)
                 except grpc.aio.AioRpcError as e:
                     if e.code() == grpc.StatusCode.NOT_FOUND:
                         self._set_dead(f"the GCS does not know it ({e.details()})")
@@ -132,7 +136,12 @@ class ActorQueue:
                 if a.state == A.DEAD:
                     self._set_dead(a.death_cause)
                     return
-                if a.state == A.ALIVE and a.incarnation > self.incarnation:
+                if a.state == A.ALIVE and a.incarnation >= self.incarnation:
+                    # A newer incarnation, or (after 5 s with no change) the same worker, which
+                    # the GCS still thinks alive: the failure was the network's; try it again.
+                    if a.incarnation == self.incarnation:
+                        log.info("actor %s: still alive at the same address; resending",
+                                 self.actor_id.hex()[:8])
                     self.incarnation = a.incarnation
                     self.address = f"{a.address.ip}:{a.address.port}"
                     self.stub = core.worker_stub(self.address)
@@ -148,6 +157,15 @@ class ActorQueue:
         err = exc.ActorDiedError(self._died_msg(), self.actor_id.hex())
         for seq in sorted(self.waiting):
             self._fail(self.waiting.pop(seq), err)
+
+
+def _never_delivered(err: grpc.aio.AioRpcError) -> bool:
+    """True when the call failed to connect at all (the worker was already gone), so it cannot
+    have run: it is resent without spending a retry."""
+    if err.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    d = (err.details() or "").lower()
+    return "failed to connect" in d or "connection refused" in d
 
 
 class ActorSubmitter:

@@ -78,8 +78,8 @@ class TaskExecutor:
         """Runs calls of each caller in its submission order (seq_no), whatever order they
         arrive in; a call resent after a failure (seq below the expected one) runs at once."""
         if self.actor is None:
-            fut.set_result(self._error_reply(spec, exc.RayActorError(
-                "this worker hosts no actor (it was restarted?)")))
+            fut.set_result(self._error_reply(spec, exc.ActorDiedError(
+                "This worker hosts no actor (it exited or was never created here).")))
             return
         st = self._callers.get(spec.caller.worker_id)
         if st is None:
@@ -160,6 +160,9 @@ class TaskExecutor:
         try:
             try:
                 if is_method:
+                    if self.actor is None:
+                        return self._error_reply(spec, exc.ActorDiedError(
+                            "The actor exited (exit_actor()) before this call ran."))
                     fn = getattr(self.actor, spec.method_name)
                 else:
                     fn = self.functions.load(spec.function.function_id, spec.job_id, spec.name)
@@ -234,6 +237,7 @@ class TaskExecutor:
 
     def _exit_actor(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         core = self.core
+        self.actor = None  # calls still queued or arriving fail from now on
 
         async def report_and_exit() -> None:
             try:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 MAGIC = b"EMB1"
 ALIGN = 64
-CHUNK_BYTES = 4 * 1024 * 1024
+CHUNK_BYTES = 16 * 1024 * 1024
 
 
 def _align(n: int) -> int:

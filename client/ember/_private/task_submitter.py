@@ -153,7 +153,7 @@ class TaskSubmitter:
                 reply = await self.core.raylet_stub(addr).RequestWorkerLease(
                     raylet_pb2.RequestWorkerLeaseRequest(
                         lease_id=lease_id, resources=resources, spillback_count=spillback,
-                        job_id=self.core.job_id, name=name))
+                        job_id=self.core.job_id, name=name, owner_worker_id=self.core.worker_id))
                 break
             except grpc.aio.AioRpcError as e:
                 attempts += 1

@@ -32,7 +32,7 @@ class RegisterWorkerReply(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gcs_address: _Optional[str] = ..., objmgr_address: _Optional[str] = ..., store_dir: _Optional[str] = ..., session_dir: _Optional[str] = ...) -> None: ...
 
 class RequestWorkerLeaseRequest(_message.Message):
-    __slots__ = ("lease_id", "resources", "spillback_count", "job_id", "name", "actor_id")
+    __slots__ = ("lease_id", "resources", "spillback_count", "job_id", "name", "actor_id", "owner_worker_id")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -46,13 +46,15 @@ class RequestWorkerLeaseRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     lease_id: bytes
     resources: _containers.ScalarMap[str, float]
     spillback_count: int
     job_id: bytes
     name: str
     actor_id: bytes
-    def __init__(self, lease_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., spillback_count: _Optional[int] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., actor_id: _Optional[bytes] = ...) -> None: ...
+    owner_worker_id: str
+    def __init__(self, lease_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., spillback_count: _Optional[int] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., owner_worker_id: _Optional[str] = ...) -> None: ...
 
 class RequestWorkerLeaseReply(_message.Message):
     __slots__ = ("granted", "spillback", "infeasible", "cancelled")

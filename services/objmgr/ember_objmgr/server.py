@@ -19,7 +19,7 @@ from ember._proto import gcs_pb2, gcs_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 from .store import DataLoss, ObjectStore
 
 log = logging.getLogger(__name__)
-CHUNK_BYTES = 4 * 1024 * 1024
+CHUNK_BYTES = 16 * 1024 * 1024
 
 
 class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):

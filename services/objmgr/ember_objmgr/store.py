@@ -23,6 +23,7 @@ from .allocator import ArenaAllocator
 from .spill import SpillError, Spiller, SpillReadError
 
 log = logging.getLogger(__name__)
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
 class DataLoss(Exception):
@@ -59,6 +60,7 @@ class ObjectStore:
         with open(self.arena_path, "r+b") as f:
             self._map = mmap.mmap(f.fileno(), max(self.capacity, 1))
         self.view = memoryview(self._map)
+        self._populated = 0  # arena bytes below this are backed by pages in our mapping
         self.spiller = Spiller(spill_uri or os.path.join(store_dir + "-spill"))
         self.spill_uri = self.spiller.uri
         self.objects: dict[bytes, Entry] = {}
@@ -93,6 +95,21 @@ class ObjectStore:
             self._delete(e)
 
     def _allocate(self, size: int, for_id: bytes) -> int:
+        offset = self._alloc_space(size, for_id)
+        end = offset + size
+        if end > self._populated:
+            # Back never-used arena pages in one go: much cheaper than a fault per page when
+            # the object's bytes arrive (pulls, remote writes), and other processes' mappings
+            # then only map existing pages.
+            start = self._populated - self._populated % mmap.PAGESIZE
+            try:
+                self._map.madvise(_MADV_POPULATE_WRITE, start, min(end, self.capacity) - start)
+            except (OSError, ValueError):
+                pass  # older kernels: pages are faulted in on first write instead
+            self._populated = end
+        return offset
+
+    def _alloc_space(self, size: int, for_id: bytes) -> int:
         offset = self.alloc.alloc(size)
         if offset is not None:
             return offset

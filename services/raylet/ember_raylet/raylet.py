@@ -51,6 +51,7 @@ class Lease:
     alloc: Allocation
     name: str
     blocked: bool = False
+    owner: str = ""  # worker id of the process using the lease
 
 
 @dataclass
@@ -121,6 +122,17 @@ class Raylet:
         self.idle.append(w)
         self.dispatch()
 
+    def owner_died(self, worker_id: str) -> None:
+        """A process that held leases here died (anywhere in the cluster): take them back; their
+        workers ran tasks whose results nobody can receive, so they are replaced."""
+        for p in list(self.queue) + list(self.infeasible):
+            if p.request.owner_worker_id == worker_id and not p.future.done():
+                p.future.set_result(raylet_pb2.RequestWorkerLeaseReply(cancelled=True))
+        for lease in [l for l in self.leases.values() if l.owner == worker_id]:
+            log.info("lease %s: its owner %s died; reclaiming worker %s", lease.lease_id.hex()[:8],
+                     worker_id, lease.worker.worker_id)
+            self.return_worker(lease.lease_id, disconnect=True)
+
     def on_worker_exit(self, w: WorkerProc) -> None:
         if w.dead:
             return
@@ -134,6 +146,7 @@ class Raylet:
             code = w.popen.returncode
             if self.on_worker_death is not None:
                 self.on_worker_death(w.worker_id, f"exit code {code}")
+            self.owner_died(w.worker_id)
             if w.port == 0:
                 log.error("worker %s exited with code %s before registering; see %s/worker-%s.err",
                           w.worker_id, code, self.logs_dir, w.worker_id)
@@ -206,7 +219,7 @@ class Raylet:
                 continue
             alloc = self.resources.allocate(p.resources)
             assert alloc is not None
-            lease = Lease(p.request.lease_id, w, alloc, p.request.name)
+            lease = Lease(p.request.lease_id, w, alloc, p.request.name, owner=p.request.owner_worker_id)
             w.lease = lease
             self.leases[lease.lease_id] = lease
             self.queue.remove(p)

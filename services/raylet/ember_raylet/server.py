@@ -106,9 +106,11 @@ class GcsLink:
     async def follow_nodes(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                async for msg in self.gcs.Subscribe(gcs_pb2.SubscribeRequest(channels=["nodes"])):
+                async for msg in self.gcs.Subscribe(gcs_pb2.SubscribeRequest(channels=["nodes", "workers"])):
                     if msg.HasField("node"):
                         self.raylet.update_node(msg.node)
+                    elif msg.HasField("worker_death"):
+                        self.raylet.owner_died(msg.worker_death.worker_id)
             except grpc.aio.AioRpcError:
                 pass
             try:
