@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 A = common_pb2.ActorInfo
-# Calls to one actor in flight at once from one caller (they hold a gRPC stream each).
-MAX_INFLIGHT = 64
+# Calls to one actor in flight at once from one caller (all on one task stream).
+MAX_INFLIGHT = 1000
 
 
 class ActorQueue:
@@ -35,7 +35,6 @@ class ActorQueue:
         self.max_task_retries = max_task_retries
         self.next_seq = 0
         self.address: str | None = None
-        self.stub: Any = None
         self.incarnation = 0
         self.dead_cause: str | None = None
         self.waiting: dict[int, TaskEntry] = {}   # ready to send (arguments resolved), by seq
@@ -56,7 +55,7 @@ class ActorQueue:
         """Sends ready calls in seq order, at most MAX_INFLIGHT at once. A call whose arguments
         are still being resolved holds back the later ones, so the worker never waits for a
         call that cannot be sent."""
-        if self.stub is None:
+        if self.address is None:
             if self.waiting and self.dead_cause is None:
                 self._resolve()
             return
@@ -69,14 +68,17 @@ class ActorQueue:
             self.send_ptr += 1
             self.inflight[entry.spec.seq_no] = entry
             entry.spec.lowest_unacked = self.low
-            asyncio.ensure_future(self._push(entry, self.stub, self.incarnation))
+            fut = self.sub.core.task_streams.push_nowait(self.address, entry.spec)
+            fut.add_done_callback(lambda f, e=entry, inc=self.incarnation: self._pushed(e, inc, f))
 
-    async def _push(self, entry: TaskEntry, stub: Any, incarnation: int) -> None:
-        try:
-            reply = await stub.PushTask(core_worker_pb2.PushTaskRequest(spec=entry.spec))
-        except grpc.aio.AioRpcError as e:
-            self._on_failure(entry, incarnation, e)
+    def _pushed(self, entry: TaskEntry, incarnation: int, fut: asyncio.Future) -> None:
+        err = fut.exception()
+        if err is not None:
+            if not isinstance(err, grpc.aio.AioRpcError):
+                raise err
+            self._on_failure(entry, incarnation, err)
             return
+        reply = fut.result()
         self.inflight.pop(entry.spec.seq_no, None)
         self.finish(entry.spec.seq_no)
         self.sub.submitter.complete(entry, reply)
@@ -84,10 +86,9 @@ class ActorQueue:
 
     def _on_failure(self, entry: TaskEntry, incarnation: int, err: grpc.aio.AioRpcError) -> None:
         self.inflight.pop(entry.spec.seq_no, None)
-        if incarnation == self.incarnation and self.stub is not None:
+        if incarnation == self.incarnation and self.address is not None:
             log.info("actor %s unreachable (%s); waiting for a restart", self.actor_id.hex()[:8],
                      err.code().name)
-            self.stub = None
             self.address = None
         undelivered = _never_delivered(err)
         if (undelivered or entry.retries_left != 0) and self.dead_cause is None:
@@ -144,7 +145,6 @@ class ActorQueue:
                                  self.actor_id.hex()[:8])
                     self.incarnation = a.incarnation
                     self.address = f"{a.address.ip}:{a.address.port}"
-                    self.stub = core.worker_stub(self.address)
                     if self.waiting:
                         self.send_ptr = min(self.send_ptr, min(self.waiting))
                     self.flush()

@@ -137,6 +137,9 @@ class CoreWorker:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self.submitter = TaskSubmitter(self)
         from .plasma import PlasmaClient
+        from .task_stream import TaskStreams
+
+        self.task_streams = TaskStreams(self)
 
         self.plasma = PlasmaClient(self)
         from .actor_submitter import ActorSubmitter
@@ -177,6 +180,7 @@ class CoreWorker:
 
     async def _async_shutdown(self) -> None:
         await self.submitter.shutdown()
+        self.task_streams.close()
         plasma_owned = [oid for oid in self._owned
                         if (e := self._objects.get(oid)) is not None and e.in_plasma]
         await self._free_plasma(plasma_owned)
@@ -505,6 +509,14 @@ class CoreWorkerServicer(core_worker_pb2_grpc.CoreWorkerServicer):
         if self.core.executor is None:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this process executes no tasks")
         return await self.core.executor.push(request.spec)
+
+    async def TaskStream(self, request_iterator: Any, context: Any) -> Any:
+        from .task_stream import serve_stream
+
+        if self.core.executor is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this process executes no tasks")
+        async for msg in serve_stream(self.core.executor, request_iterator, context):
+            yield msg
 
     async def GetObject(self, request: Any, context: Any) -> Any:
         oid = request.object_id

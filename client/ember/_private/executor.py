@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import _thread
 import asyncio
-import concurrent.futures
 import inspect
 import os
 import queue
@@ -61,18 +60,22 @@ class TaskExecutor:
         self.actor_gpu_ids: list[int] = []
         self.actor_restarted = False
         self._callers: dict[str, _Caller] = {}
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool: queue.SimpleQueue | None = None  # threaded actor: calls for its threads
         self._user_loop: asyncio.AbstractEventLoop | None = None
         self._sem: asyncio.Semaphore | None = None
 
     # ------------------------------------------------------------------ entry (core loop)
     async def push(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         fut = asyncio.get_running_loop().create_future()
+        self.submit(spec, fut)
+        return await fut
+
+    def submit(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
+        """Core loop: runs a pushed task; fut gets its PushTaskReply."""
         if spec.actor_id and not spec.HasField("actor_creation"):
             self._actor_call(spec, fut)
         else:
             self._queue.put((spec, fut))
-        return await fut
 
     def _actor_call(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
         """Runs calls of each caller in its submission order (seq_no), whatever order they
@@ -97,8 +100,7 @@ class TaskExecutor:
         if self._user_loop is not None:
             asyncio.ensure_future(self._run_async(spec, fut))
         elif self._pool is not None:
-            cf = self._pool.submit(self.execute, spec)
-            cf.add_done_callback(lambda c: self.core.post(_resolve, fut, c.result()))
+            self._pool.put((spec, fut))
         else:
             self._queue.put((spec, fut))
 
@@ -117,9 +119,11 @@ class TaskExecutor:
         return True
 
     # ------------------------------------------------------------------ main thread
-    def run_forever(self) -> None:
+    def run_forever(self, q: queue.SimpleQueue | None = None) -> None:
+        """Runs tasks from q (the main queue by default) until a None arrives."""
+        q = self._queue if q is None else q
         while True:
-            item = self._queue.get()
+            item = q.get()
             if item is None:
                 return
             spec, fut = item
@@ -207,8 +211,10 @@ class TaskExecutor:
             threading.Thread(target=loop.run_forever, name="ember-actor-loop", daemon=True).start()
             self._user_loop = loop
         elif c.max_concurrency > 1:
-            self._pool = concurrent.futures.ThreadPoolExecutor(c.max_concurrency,
-                                                               thread_name_prefix="ember-actor")
+            self._pool = queue.SimpleQueue()
+            for i in range(c.max_concurrency):
+                threading.Thread(target=self.run_forever, args=(self._pool,), daemon=True,
+                                 name=f"ember-actor-{i}").start()
 
     async def _run_async(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
         assert self._sem is not None and self._user_loop is not None

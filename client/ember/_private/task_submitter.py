@@ -233,7 +233,7 @@ class TaskSubmitter:
 
     async def _do_push(self, q: SchedulingQueue, lease: Lease, entry: TaskEntry) -> None:
         try:
-            reply = await lease.stub.PushTask(core_worker_pb2.PushTaskRequest(spec=entry.spec))
+            reply = await self.core.task_streams.push(lease.worker_address, entry.spec)
         except grpc.aio.AioRpcError as e:
             reply = None
             err = e

@@ -40,6 +40,14 @@ class ReportGeneratorItemReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class TaskStreamReply(_message.Message):
+    __slots__ = ("task_id", "reply")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLY_FIELD_NUMBER: _ClassVar[int]
+    task_id: bytes
+    reply: PushTaskReply
+    def __init__(self, task_id: _Optional[bytes] = ..., reply: _Optional[_Union[PushTaskReply, _Mapping]] = ...) -> None: ...
+
 class GetObjectRequest(_message.Message):
     __slots__ = ("object_id", "timeout_s")
     OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
