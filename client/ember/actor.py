@@ -19,9 +19,8 @@ import grpc
 
 from ember._private import ids
 from ember._private.executor import ActorExit
-from ember._private.object_ref import ObjectRef
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
-from ember._private.remote_function import build_args, streaming_default
+from ember._private.remote_function import build_args, hand_over, streaming_default
 from ember._private.task_submitter import TaskEntry
 from ember._proto import common_pb2, gcs_pb2
 
@@ -119,8 +118,7 @@ def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
         args=task_args, kwarg_names=kwarg_names,
         return_ids=[ids.object_id_for_return(task_id, 1)],
         resources=resource_request(opts, 0.0),
-        caller=common_pb2.Address(ip=core.ip, port=core.port, worker_id=core.worker_id,
-                                  node_id=core.node_id),
+        caller=core.address_proto,
         actor_id=os.urandom(16),
         actor_creation=common_pb2.ActorCreationSpec(
             max_restarts=opts.get("max_restarts") or 0, max_task_retries=max_task_retries,
@@ -226,23 +224,9 @@ class ActorMethod:
         spec = common_pb2.TaskSpec(
             task_id=task_id, job_id=core.job_id, name=name, args=task_args, kwarg_names=kwarg_names,
             return_ids=return_ids, actor_id=h._ember_actor_id, method_name=self._meta.name,
-            caller=common_pb2.Address(ip=core.ip, port=core.port, worker_id=core.worker_id,
-                                      node_id=core.node_id), streaming=streaming)
-        refs = []
-        for oid in return_ids:
-            core.register_owned(oid)
-            refs.append(ObjectRef(oid, core.address, core))
-        entry = TaskEntry(spec, keep, None)
-        if streaming:
-            from ember._private.generator import GeneratorState, ObjectRefGenerator
-
-            core.generators[task_id] = GeneratorState()
-            core.post(core.actor_submitter.submit, entry, h._ember_max_task_retries)
-            return ObjectRefGenerator(task_id, core)
-        core.post(core.actor_submitter.submit, entry, h._ember_max_task_retries)
-        if n == 0:
-            return None
-        return refs[0] if n == 1 else refs
+            caller=core.address_proto, streaming=streaming)
+        return hand_over(core, TaskEntry(spec, keep, None), n, core.actor_submitter.submit,
+                         h._ember_max_task_retries)
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:

@@ -138,17 +138,26 @@ def cmd_stop(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_address(ns: argparse.Namespace) -> str | None:
+    """The GCS address from --address or the cluster `ember start` made; None (after printing
+    why) when there is none."""
+    from ._private.worker import _resolve_address
+
+    try:
+        return _resolve_address(ns.address or "auto")
+    except ConnectionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
+
+
 def cmd_status(ns: argparse.Namespace) -> int:
     import grpc
 
     from ._private import rpc
-    from ._private.worker import _resolve_address
     from ._proto import common_pb2, gcs_pb2, gcs_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 
-    try:
-        address = _resolve_address(ns.address or "auto")
-    except ConnectionError as e:
-        print(f"error: {e}", file=sys.stderr)
+    address = _cluster_address(ns)
+    if address is None:
         return 1
     ch = rpc.sync_channel(address)
     try:
@@ -206,13 +215,10 @@ def cmd_list(ns: argparse.Namespace) -> int:
     import grpc
 
     from ._private import rpc
-    from ._private.worker import _resolve_address
     from ._proto import common_pb2, gcs_pb2, gcs_pb2_grpc
 
-    try:
-        address = _resolve_address(ns.address or "auto")
-    except ConnectionError as e:
-        print(f"error: {e}", file=sys.stderr)
+    address = _cluster_address(ns)
+    if address is None:
         return 1
     ch = rpc.sync_channel(address)
     stub = gcs_pb2_grpc.GcsStub(ch)

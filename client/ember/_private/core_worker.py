@@ -75,6 +75,8 @@ class CoreWorker:
         self._thread.start()
         self.port = self._call(self._async_init())
         self.address: OwnerAddress = (self.ip, self.port, self.worker_id, self.node_id)
+        self.address_proto = common_pb2.Address(ip=self.ip, port=self.port, worker_id=self.worker_id,
+                                                node_id=self.node_id)
 
     # ---------------------------------------------------------------- loop plumbing
     def _run_loop(self) -> None:

@@ -11,9 +11,9 @@ import asyncio
 import sys
 from typing import Any
 
-import grpc
-
 from ember._proto import gcs_pb2
+
+from . import rpc
 
 
 class LogPrinter:
@@ -24,19 +24,12 @@ class LogPrinter:
         self._node_id = core.node_id
 
     async def _run(self) -> None:
-        backoff = 0.1
-        while True:
-            try:
-                stream = self.core.gcs.Subscribe(gcs_pb2.SubscribeRequest(
-                    channels=self._channels, job_id=self.core.job_id))
-                async for msg in stream:
-                    backoff = 0.1
-                    if msg.HasField("logs"):
-                        self._print(msg.logs)
-            except grpc.aio.AioRpcError:
-                pass  # GCS restarting: resubscribe
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+        def on_message(msg: gcs_pb2.PubMessage) -> None:
+            if msg.HasField("logs"):
+                self._print(msg.logs)
+
+        await rpc.follow(self.core.gcs, gcs_pb2.SubscribeRequest(
+            channels=self._channels, job_id=self.core.job_id), on_message)
 
     def _print(self, batch: gcs_pb2.LogBatch) -> None:
         prefix = f"({batch.name or 'worker'} pid={batch.pid}"

@@ -110,20 +110,25 @@ def submit_task(w: Any, function: Any, name: str, options: dict[str, Any], args:
         args=task_args, kwarg_names=kwarg_names, return_ids=return_ids,
         resources=resource_request(options, 1.0), max_retries=max_retries,
         retry_exceptions=bool(options.get("retry_exceptions", False)), streaming=streaming,
-        caller=common_pb2.Address(ip=core.ip, port=core.port, worker_id=core.worker_id,
-                                  node_id=core.node_id))
-    refs = []
-    for oid in return_ids:
-        core.register_owned(oid)
-        refs.append(ObjectRef(oid, core.address, core))
-    entry = TaskEntry(spec, keep, max_retries)
-    if streaming:
+        caller=core.address_proto)
+    return hand_over(core, TaskEntry(spec, keep, max_retries), num_returns, core.submitter.submit)
+
+
+def hand_over(core: Any, entry: TaskEntry, num_returns: Any, submit: Any, *submit_args: Any) -> Any:
+    """Registers the caller's ownership of the results, hands the task to the core loop, and
+    returns what .remote() returns: None, one ObjectRef, a list, or an ObjectRefGenerator."""
+    spec = entry.spec
+    if spec.streaming:
         from .generator import GeneratorState, ObjectRefGenerator
 
-        core.generators[task_id] = GeneratorState()
-        core.post(core.submitter.submit, entry)
-        return ObjectRefGenerator(task_id, core)
-    core.post(core.submitter.submit, entry)
+        core.generators[spec.task_id] = GeneratorState()
+        core.post(submit, entry, *submit_args)
+        return ObjectRefGenerator(spec.task_id, core)
+    refs = []
+    for oid in spec.return_ids:
+        core.register_owned(oid)
+        refs.append(ObjectRef(oid, core.address, core))
+    core.post(submit, entry, *submit_args)
     if num_returns == 0:
         return None
     return refs[0] if num_returns == 1 else refs

@@ -142,6 +142,25 @@ def write_port_file(path: str | None, port: int) -> None:
     os.replace(tmp, path)
 
 
+async def follow(gcs: Any, request: Any, handle: Callable[[Any], None],
+                 stop: asyncio.Event | None = None, retry_s: float = 0.5) -> None:
+    """Reads a GCS Subscribe stream, passing each message to handle; reconnects after errors
+    (the GCS may restart) until stop is set or the task is cancelled."""
+    while stop is None or not stop.is_set():
+        try:
+            async for msg in gcs.Subscribe(request):
+                handle(msg)
+        except grpc.aio.AioRpcError:
+            pass
+        if stop is None:
+            await asyncio.sleep(retry_s)
+            continue
+        try:
+            await asyncio.wait_for(stop.wait(), retry_s)
+        except asyncio.TimeoutError:
+            pass
+
+
 def install_signal_stop(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
     """SIGTERM/SIGINT set `stop` so that main() can shut down gracefully."""
     import signal

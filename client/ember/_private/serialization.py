@@ -64,8 +64,14 @@ def contained_refs_sink() -> list[Any] | None:
     return getattr(_ctx, "refs", None)
 
 
+# Values of these exact types pickle the same with the C pickler, far faster than a CloudPickler.
+_PRIMITIVES = frozenset({type(None), bool, int, float, str, bytes})
+
+
 def serialize(value: Any, metadata: str = "") -> SerializedValue:
     """Pickles value. Raises TypeError naming the problem if it cannot be pickled."""
+    if type(value) in _PRIMITIVES:
+        return SerializedValue(pickle.dumps(value, protocol=5), [], metadata)
     buffers: list[pickle.PickleBuffer] = []
     prev = getattr(_ctx, "refs", None)
     _ctx.refs = refs = []

@@ -23,7 +23,7 @@ class _Conn:
         self.address = address
         self.call = streams.core.worker_stub(address).TaskStream()
         self.pending: dict[bytes, asyncio.Future] = {}
-        self.outbox: collections.deque[core_worker_pb2.PushTaskRequest] = collections.deque()
+        self.outbox: collections.deque[common_pb2.TaskSpec] = collections.deque()
         self.wake = asyncio.Event()
         self.broken: BaseException | None = None
         self._writer = asyncio.ensure_future(self._write_loop())
@@ -35,7 +35,7 @@ class _Conn:
             fut.set_exception(self.broken)
             return fut
         self.pending[spec.task_id] = fut
-        self.outbox.append(core_worker_pb2.PushTaskRequest(spec=spec))
+        self.outbox.append(spec)
         self.wake.set()
         return fut
 
@@ -120,11 +120,11 @@ async def serve_stream(executor: Any, request_iterator: Any, context: Any) -> An
 
     async def read() -> None:
         try:
-            async for req in request_iterator:
+            async for spec in request_iterator:
                 fut = loop.create_future()
                 state["inflight"] += 1
-                fut.add_done_callback(lambda f, tid=req.spec.task_id: done(f, tid))
-                executor.submit(req.spec, fut)
+                fut.add_done_callback(lambda f, tid=spec.task_id: done(f, tid))
+                executor.submit(spec, fut)
         finally:
             state["reading"] = False
             out.put_nowait(None)

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from . import common_pb2 as common__pb2
 from . import core_worker_pb2 as core__worker__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -41,7 +42,7 @@ class CoreWorkerStub:
                 _registered_method=True)
         self.TaskStream = channel.stream_stream(
                 '/ember.CoreWorker/TaskStream',
-                request_serializer=core__worker__pb2.PushTaskRequest.SerializeToString,
+                request_serializer=common__pb2.TaskSpec.SerializeToString,
                 response_deserializer=core__worker__pb2.TaskStreamReply.FromString,
                 _registered_method=True)
         self.GetObject = channel.unary_unary(
@@ -127,7 +128,7 @@ def add_CoreWorkerServicer_to_server(servicer, server):
             ),
             'TaskStream': grpc.stream_stream_rpc_method_handler(
                     servicer.TaskStream,
-                    request_deserializer=core__worker__pb2.PushTaskRequest.FromString,
+                    request_deserializer=common__pb2.TaskSpec.FromString,
                     response_serializer=core__worker__pb2.TaskStreamReply.SerializeToString,
             ),
             'GetObject': grpc.unary_unary_rpc_method_handler(
@@ -203,7 +204,7 @@ class CoreWorker:
             request_iterator,
             target,
             '/ember.CoreWorker/TaskStream',
-            core__worker__pb2.PushTaskRequest.SerializeToString,
+            common__pb2.TaskSpec.SerializeToString,
             core__worker__pb2.TaskStreamReply.FromString,
             options,
             channel_credentials,

@@ -164,23 +164,16 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
         """Frees objects owned by dead processes and drops their pins."""
         if not gcs_address:
             return
+        def on_message(msg: Any) -> None:
+            if msg.HasField("worker_death"):
+                n = self.store.client_died(msg.worker_death.worker_id)
+                if n:
+                    log.info("freed %d objects of dead worker %s", n, msg.worker_death.worker_id)
+
         ch = rpc.aio_channel(gcs_address)
-        gcs = gcs_pb2_grpc.GcsStub(ch)
         try:
-            while not stop.is_set():
-                try:
-                    async for msg in gcs.Subscribe(gcs_pb2.SubscribeRequest(channels=["workers"])):
-                        if msg.HasField("worker_death"):
-                            n = self.store.client_died(msg.worker_death.worker_id)
-                            if n:
-                                log.info("freed %d objects of dead worker %s", n,
-                                         msg.worker_death.worker_id)
-                except grpc.aio.AioRpcError:
-                    pass
-                try:
-                    await asyncio.wait_for(stop.wait(), 0.5)
-                except asyncio.TimeoutError:
-                    pass
+            await rpc.follow(gcs_pb2_grpc.GcsStub(ch), gcs_pb2.SubscribeRequest(channels=["workers"]),
+                             on_message, stop)
         finally:
             await ch.close()
 

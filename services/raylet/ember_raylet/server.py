@@ -104,19 +104,15 @@ class GcsLink:
                 pass
 
     async def follow_nodes(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                async for msg in self.gcs.Subscribe(gcs_pb2.SubscribeRequest(channels=["nodes", "workers"])):
-                    if msg.HasField("node"):
-                        self.raylet.update_node(msg.node)
-                    elif msg.HasField("worker_death"):
-                        self.raylet.owner_died(msg.worker_death.worker_id)
-            except grpc.aio.AioRpcError:
-                pass
-            try:
-                await asyncio.wait_for(stop.wait(), 0.5)
-            except asyncio.TimeoutError:
-                pass
+        """The cluster view (nodes) and deaths of lease owners (workers), from the GCS."""
+        def on_message(msg: Any) -> None:
+            if msg.HasField("node"):
+                self.raylet.update_node(msg.node)
+            elif msg.HasField("worker_death"):
+                self.raylet.owner_died(msg.worker_death.worker_id)
+
+        await rpc.follow(self.gcs, gcs_pb2.SubscribeRequest(channels=["nodes", "workers"]),
+                         on_message, stop)
 
     def report_worker_death(self, worker_id: str, reason: str) -> None:
         asyncio.ensure_future(self._report(worker_id, reason))
