@@ -64,6 +64,7 @@ class CoreWorker:
         self._owned: set[bytes] = set()
         self._escaped: set[bytes] = set()
         self._nodes: dict[str, common_pb2.NodeInfo] = {}
+        self._nodes_at = 0.0
         self.generators: dict[bytes, Any] = {}  # task_id -> generator.GeneratorState
         self._blocked_depth = 0
         self._shutdown = False
@@ -213,30 +214,31 @@ class CoreWorker:
     def _release(self, oid: bytes, owned: bool) -> None:
         entry = self._objects.pop(oid, None)
         if owned and entry is not None and entry.in_plasma:
-            asyncio.ensure_future(self._free_plasma([oid], entry.node_id))
+            asyncio.ensure_future(self._free_plasma([oid]))
 
-    async def _free_plasma(self, oids: list[bytes], node_id: str | None = None) -> None:
+    async def _free_plasma(self, oids: list[bytes]) -> None:
+        """Deletes shared-memory objects on every node: the primary copy lives where it was
+        created, and any node whose workers read it may hold a pulled copy."""
         if not oids:
             return
-        by_node: dict[str, list[bytes]] = {}
-        for oid in oids:
-            nid = node_id or self._objects[oid].node_id
-            by_node.setdefault(nid, []).append(oid)
-        for nid, group in by_node.items():
-            try:
-                stub = self.objmgr if nid == self.node_id else objmgr_pb2_grpc.ObjectManagerStub(
-                    self.channel((await self.node_info(nid)).objmgr_address))
-                await stub.Free(objmgr_pb2.FreeRequest(object_ids=group), timeout=5)
-            except Exception as e:  # node gone: its store went with it
-                log.debug("free on %s failed: %s", nid, e)
+        await self._refresh_nodes(max_age_s=5.0)
+        stubs = [self.objmgr] + [
+            objmgr_pb2_grpc.ObjectManagerStub(self.channel(n.objmgr_address))
+            for n in self._nodes.values()
+            if n.node_id != self.node_id and n.state == common_pb2.NodeInfo.ALIVE]
+        req = objmgr_pb2.FreeRequest(object_ids=oids)
+        results = await asyncio.gather(*(stub.Free(req, timeout=5) for stub in stubs),
+                                       return_exceptions=True)
+        for r in results:
+            if isinstance(r, Exception):  # that node is gone, and its store with it
+                log.debug("free failed: %s", r)
 
     def drop_generator(self, task_id: bytes) -> None:
         """Loop thread: the ObjectRefGenerator is gone; free the items nobody took."""
         st = self.generators.pop(task_id, None)
         if st is not None:
-            plasma_items = [(i.object_id, i.node_id) for i in st.items.values() if i.in_plasma]
-            for oid, nid in plasma_items:
-                asyncio.ensure_future(self._free_plasma([oid], nid))
+            asyncio.ensure_future(self._free_plasma(
+                [i.object_id for i in st.items.values() if i.in_plasma]))
 
     def mark_escaped(self, oid: bytes) -> None:
         if oid in self._owned:
@@ -256,7 +258,7 @@ class CoreWorker:
             # Every reference was dropped while the task ran: free instead of storing.
             self._owned.discard(oid)
             if ret.in_plasma:
-                asyncio.ensure_future(self._free_plasma([oid], ret.node_id))
+                asyncio.ensure_future(self._free_plasma([oid]))
             return
         self._objects[oid] = ret
         for fut in self._waiters.pop(oid, ()):
@@ -305,11 +307,20 @@ class CoreWorker:
         return reply.object
 
     # ---------------------------------------------------------------- nodes
+    async def _refresh_nodes(self, max_age_s: float = 0.0) -> None:
+        if max_age_s and time.monotonic() - self._nodes_at < max_age_s:
+            return
+        try:
+            reply = await self.gcs.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=10)
+        except grpc.aio.AioRpcError:
+            return  # the GCS is restarting: keep the view we have
+        self._nodes = {n.node_id: n for n in reply.nodes}
+        self._nodes_at = time.monotonic()
+
     async def node_info(self, node_id: str) -> common_pb2.NodeInfo:
         info = self._nodes.get(node_id)
         if info is None:
-            reply = await self.gcs.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=10)
-            self._nodes = {n.node_id: n for n in reply.nodes}
+            await self._refresh_nodes()
             info = self._nodes.get(node_id)
             if info is None:
                 raise exc.ObjectLostError(message=f"node {node_id} is unknown to the GCS")
@@ -318,12 +329,12 @@ class CoreWorker:
     # ---------------------------------------------------------------- get / put / wait
     def put_serialized(self, sv: SerializedValue, oid: bytes | None = None) -> ObjectRef:
         oid = oid or ids.new_put_id()
+        entry = self.store_value(oid, sv)  # may raise ObjectStoreFullError: nothing to undo
         self._owned.add(oid)
-        if sv.contained_refs:
-            for r in sv.contained_refs:
-                self.mark_escaped(r._id)
+        for r in sv.contained_refs:
+            self.mark_escaped(r._id)
         ref = ObjectRef(oid, self.address, self)
-        self._objects[oid] = self.store_value(oid, sv)
+        self._objects[oid] = entry
         return ref
 
     def store_value(self, oid: bytes, sv: SerializedValue, owner: str | None = None) -> common_pb2.ReturnObject:
@@ -541,7 +552,7 @@ class CoreWorkerServicer(core_worker_pb2_grpc.CoreWorkerServicer):
         if st is not None:
             st.add(request.index, request.item)
         elif request.item.in_plasma:  # the generator was dropped: nobody will read it
-            await self.core._free_plasma([request.item.object_id], request.item.node_id)
+            await self.core._free_plasma([request.item.object_id])
         return core_worker_pb2.ReportGeneratorItemReply()
 
     async def CancelTask(self, request: Any, context: Any) -> Any:
