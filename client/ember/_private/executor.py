@@ -61,6 +61,10 @@ class TaskExecutor:
         self.actor_restarted = False
         self._callers: dict[str, _Caller] = {}
         self._pool: queue.SimpleQueue | None = None  # threaded actor: calls for its threads
+        self._pool_threads = 0  # started so far (grown on demand up to max_concurrency)
+        self._pool_idle = 0
+        self._pool_waiting = 0  # calls put but not yet taken by a thread
+        self._pool_lock = threading.Lock()
         self._user_loop: asyncio.AbstractEventLoop | None = None
         self._sem: asyncio.Semaphore | None = None
 
@@ -100,7 +104,19 @@ class TaskExecutor:
         if self._user_loop is not None:
             asyncio.ensure_future(self._run_async(spec, fut))
         elif self._pool is not None:
+            # Start threads only as calls pile up: for short calls one or two threads do the
+            # work, and fewer threads fight over the GIL.
+            with self._pool_lock:
+                self._pool_waiting += 1
+                start = (self._pool_waiting > self._pool_idle and
+                         self._pool_threads < self.actor_spec.actor_creation.max_concurrency)
+                if start:
+                    self._pool_threads += 1
+                    self._pool_idle += 1
             self._pool.put((spec, fut))
+            if start:
+                threading.Thread(target=self._pool_thread, daemon=True,
+                                 name=f"ember-actor-{self._pool_threads}").start()
         else:
             self._queue.put((spec, fut))
 
@@ -119,11 +135,10 @@ class TaskExecutor:
         return True
 
     # ------------------------------------------------------------------ main thread
-    def run_forever(self, q: queue.SimpleQueue | None = None) -> None:
-        """Runs tasks from q (the main queue by default) until a None arrives."""
-        q = self._queue if q is None else q
+    def run_forever(self) -> None:
+        """Runs tasks from the main queue until a None arrives."""
         while True:
-            item = q.get()
+            item = self._queue.get()
             if item is None:
                 return
             spec, fut = item
@@ -131,6 +146,20 @@ class TaskExecutor:
                 reply = self.execute(spec)
             except KeyboardInterrupt:  # a cancel that landed after the task finished
                 reply = self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex()))
+            self.core.post(_resolve, fut, reply)
+
+    def _pool_thread(self) -> None:
+        assert self._pool is not None
+        while True:
+            spec, fut = self._pool.get()
+            with self._pool_lock:
+                self._pool_idle -= 1
+                self._pool_waiting -= 1
+            try:
+                reply = self.execute(spec)
+            finally:
+                with self._pool_lock:
+                    self._pool_idle += 1
             self.core.post(_resolve, fut, reply)
 
     def _mark(self, spec: common_pb2.TaskSpec) -> None:
@@ -212,9 +241,6 @@ class TaskExecutor:
             self._user_loop = loop
         elif c.max_concurrency > 1:
             self._pool = queue.SimpleQueue()
-            for i in range(c.max_concurrency):
-                threading.Thread(target=self.run_forever, args=(self._pool,), daemon=True,
-                                 name=f"ember-actor-{i}").start()
 
     async def _run_async(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
         assert self._sem is not None and self._user_loop is not None

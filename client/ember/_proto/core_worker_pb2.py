@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import common_pb2 as common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11\x63ore_worker.proto\x12\x05\x65mber\x1a\x0c\x63ommon.proto\"0\n\x0fPushTaskRequest\x12\x1d\n\x04spec\x18\x01 \x01(\x0b\x32\x0f.ember.TaskSpec\"\x80\x01\n\rPushTaskReply\x12$\n\x07returns\x18\x01 \x03(\x0b\x32\x13.ember.ReturnObject\x12\x1c\n\x14is_application_error\x18\x02 \x01(\x08\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x14\n\x0cnum_streamed\x18\x04 \x01(\x03\"_\n\x1aReportGeneratorItemRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\r\n\x05index\x18\x02 \x01(\x03\x12!\n\x04item\x18\x03 \x01(\x0b\x32\x13.ember.ReturnObject\"\x1a\n\x18ReportGeneratorItemReply\"G\n\x0fTaskStreamReply\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12#\n\x05reply\x18\x02 \x01(\x0b\x32\x14.ember.PushTaskReply\"8\n\x10GetObjectRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x11\n\ttimeout_s\x18\x02 \x01(\x01\"\x94\x01\n\x0eGetObjectReply\x12,\n\x06status\x18\x01 \x01(\x0e\x32\x1c.ember.GetObjectReply.Status\x12#\n\x06object\x18\x02 \x01(\x0b\x32\x13.ember.ReturnObject\"/\n\x06Status\x12\t\n\x05READY\x10\x00\x12\x0b\n\x07TIMEOUT\x10\x01\x12\r\n\tNOT_FOUND\x10\x02\"3\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"$\n\x0f\x43\x61ncelTaskReply\x12\x11\n\tattempted\x18\x01 \x01(\x08\"\r\n\x0b\x45xitRequest\"\x0b\n\tExitReply2\x87\x03\n\nCoreWorker\x12\x38\n\x08PushTask\x12\x16.ember.PushTaskRequest\x1a\x14.ember.PushTaskReply\x12\x39\n\nTaskStream\x12\x0f.ember.TaskSpec\x1a\x16.ember.TaskStreamReply(\x01\x30\x01\x12;\n\tGetObject\x12\x17.ember.GetObjectRequest\x1a\x15.ember.GetObjectReply\x12>\n\nCancelTask\x12\x18.ember.CancelTaskRequest\x1a\x16.ember.CancelTaskReply\x12Y\n\x13ReportGeneratorItem\x12!.ember.ReportGeneratorItemRequest\x1a\x1f.ember.ReportGeneratorItemReply\x12,\n\x04\x45xit\x12\x12.ember.ExitRequest\x1a\x10.ember.ExitReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11\x63ore_worker.proto\x12\x05\x65mber\x1a\x0c\x63ommon.proto\"0\n\x0fPushTaskRequest\x12\x1d\n\x04spec\x18\x01 \x01(\x0b\x32\x0f.ember.TaskSpec\"\x80\x01\n\rPushTaskReply\x12$\n\x07returns\x18\x01 \x03(\x0b\x32\x13.ember.ReturnObject\x12\x1c\n\x14is_application_error\x18\x02 \x01(\x08\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x14\n\x0cnum_streamed\x18\x04 \x01(\x03\"_\n\x1aReportGeneratorItemRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\r\n\x05index\x18\x02 \x01(\x03\x12!\n\x04item\x18\x03 \x01(\x0b\x32\x13.ember.ReturnObject\"\x1a\n\x18ReportGeneratorItemReply\"+\n\tTaskBatch\x12\x1e\n\x05specs\x18\x01 \x03(\x0b\x32\x0f.ember.TaskSpec\"G\n\x0fTaskStreamReply\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12#\n\x05reply\x18\x02 \x01(\x0b\x32\x14.ember.PushTaskReply\"9\n\x0eTaskReplyBatch\x12\'\n\x07replies\x18\x01 \x03(\x0b\x32\x16.ember.TaskStreamReply\"8\n\x10GetObjectRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x11\n\ttimeout_s\x18\x02 \x01(\x01\"\x94\x01\n\x0eGetObjectReply\x12,\n\x06status\x18\x01 \x01(\x0e\x32\x1c.ember.GetObjectReply.Status\x12#\n\x06object\x18\x02 \x01(\x0b\x32\x13.ember.ReturnObject\"/\n\x06Status\x12\t\n\x05READY\x10\x00\x12\x0b\n\x07TIMEOUT\x10\x01\x12\r\n\tNOT_FOUND\x10\x02\"3\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"$\n\x0f\x43\x61ncelTaskReply\x12\x11\n\tattempted\x18\x01 \x01(\x08\"\r\n\x0b\x45xitRequest\"\x0b\n\tExitReply2\x87\x03\n\nCoreWorker\x12\x38\n\x08PushTask\x12\x16.ember.PushTaskRequest\x1a\x14.ember.PushTaskReply\x12\x39\n\nTaskStream\x12\x10.ember.TaskBatch\x1a\x15.ember.TaskReplyBatch(\x01\x30\x01\x12;\n\tGetObject\x12\x17.ember.GetObjectRequest\x1a\x15.ember.GetObjectReply\x12>\n\nCancelTask\x12\x18.ember.CancelTaskRequest\x1a\x16.ember.CancelTaskReply\x12Y\n\x13ReportGeneratorItem\x12!.ember.ReportGeneratorItemRequest\x1a\x1f.ember.ReportGeneratorItemReply\x12,\n\x04\x45xit\x12\x12.ember.ExitRequest\x1a\x10.ember.ExitReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,22 +40,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTGENERATORITEMREQUEST']._serialized_end=318
   _globals['_REPORTGENERATORITEMREPLY']._serialized_start=320
   _globals['_REPORTGENERATORITEMREPLY']._serialized_end=346
-  _globals['_TASKSTREAMREPLY']._serialized_start=348
-  _globals['_TASKSTREAMREPLY']._serialized_end=419
-  _globals['_GETOBJECTREQUEST']._serialized_start=421
-  _globals['_GETOBJECTREQUEST']._serialized_end=477
-  _globals['_GETOBJECTREPLY']._serialized_start=480
-  _globals['_GETOBJECTREPLY']._serialized_end=628
-  _globals['_GETOBJECTREPLY_STATUS']._serialized_start=581
-  _globals['_GETOBJECTREPLY_STATUS']._serialized_end=628
-  _globals['_CANCELTASKREQUEST']._serialized_start=630
-  _globals['_CANCELTASKREQUEST']._serialized_end=681
-  _globals['_CANCELTASKREPLY']._serialized_start=683
-  _globals['_CANCELTASKREPLY']._serialized_end=719
-  _globals['_EXITREQUEST']._serialized_start=721
-  _globals['_EXITREQUEST']._serialized_end=734
-  _globals['_EXITREPLY']._serialized_start=736
-  _globals['_EXITREPLY']._serialized_end=747
-  _globals['_COREWORKER']._serialized_start=750
-  _globals['_COREWORKER']._serialized_end=1141
+  _globals['_TASKBATCH']._serialized_start=348
+  _globals['_TASKBATCH']._serialized_end=391
+  _globals['_TASKSTREAMREPLY']._serialized_start=393
+  _globals['_TASKSTREAMREPLY']._serialized_end=464
+  _globals['_TASKREPLYBATCH']._serialized_start=466
+  _globals['_TASKREPLYBATCH']._serialized_end=523
+  _globals['_GETOBJECTREQUEST']._serialized_start=525
+  _globals['_GETOBJECTREQUEST']._serialized_end=581
+  _globals['_GETOBJECTREPLY']._serialized_start=584
+  _globals['_GETOBJECTREPLY']._serialized_end=732
+  _globals['_GETOBJECTREPLY_STATUS']._serialized_start=685
+  _globals['_GETOBJECTREPLY_STATUS']._serialized_end=732
+  _globals['_CANCELTASKREQUEST']._serialized_start=734
+  _globals['_CANCELTASKREQUEST']._serialized_end=785
+  _globals['_CANCELTASKREPLY']._serialized_start=787
+  _globals['_CANCELTASKREPLY']._serialized_end=823
+  _globals['_EXITREQUEST']._serialized_start=825
+  _globals['_EXITREQUEST']._serialized_end=838
+  _globals['_EXITREPLY']._serialized_start=840
+  _globals['_EXITREPLY']._serialized_end=851
+  _globals['_COREWORKER']._serialized_start=854
+  _globals['_COREWORKER']._serialized_end=1245
 # @@protoc_insertion_point(module_scope)

@@ -40,6 +40,12 @@ class ReportGeneratorItemReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class TaskBatch(_message.Message):
+    __slots__ = ("specs",)
+    SPECS_FIELD_NUMBER: _ClassVar[int]
+    specs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TaskSpec]
+    def __init__(self, specs: _Optional[_Iterable[_Union[_common_pb2.TaskSpec, _Mapping]]] = ...) -> None: ...
+
 class TaskStreamReply(_message.Message):
     __slots__ = ("task_id", "reply")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +53,12 @@ class TaskStreamReply(_message.Message):
     task_id: bytes
     reply: PushTaskReply
     def __init__(self, task_id: _Optional[bytes] = ..., reply: _Optional[_Union[PushTaskReply, _Mapping]] = ...) -> None: ...
+
+class TaskReplyBatch(_message.Message):
+    __slots__ = ("replies",)
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    replies: _containers.RepeatedCompositeFieldContainer[TaskStreamReply]
+    def __init__(self, replies: _Optional[_Iterable[_Union[TaskStreamReply, _Mapping]]] = ...) -> None: ...
 
 class GetObjectRequest(_message.Message):
     __slots__ = ("object_id", "timeout_s")

@@ -3,7 +3,6 @@
 import grpc
 import warnings
 
-from . import common_pb2 as common__pb2
 from . import core_worker_pb2 as core__worker__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -42,8 +41,8 @@ class CoreWorkerStub:
                 _registered_method=True)
         self.TaskStream = channel.stream_stream(
                 '/ember.CoreWorker/TaskStream',
-                request_serializer=common__pb2.TaskSpec.SerializeToString,
-                response_deserializer=core__worker__pb2.TaskStreamReply.FromString,
+                request_serializer=core__worker__pb2.TaskBatch.SerializeToString,
+                response_deserializer=core__worker__pb2.TaskReplyBatch.FromString,
                 _registered_method=True)
         self.GetObject = channel.unary_unary(
                 '/ember.CoreWorker/GetObject',
@@ -80,9 +79,9 @@ class CoreWorkerServicer:
 
     def TaskStream(self, request_iterator, context):
         """The same as PushTask for many tasks over one long-lived stream per caller and worker: each
-        message carries one task, each reply (in completion order) names the task it answers. Much
-        cheaper per task than a unary call. If the stream breaks, every task without a reply is
-        treated as a failed PushTask.
+        message carries the tasks queued since the last one (in order), each reply message the
+        replies ready since the last one, each naming its task. Much cheaper per task than a unary
+        call. If the stream breaks, every task without a reply is treated as a failed PushTask.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,8 +127,8 @@ def add_CoreWorkerServicer_to_server(servicer, server):
             ),
             'TaskStream': grpc.stream_stream_rpc_method_handler(
                     servicer.TaskStream,
-                    request_deserializer=common__pb2.TaskSpec.FromString,
-                    response_serializer=core__worker__pb2.TaskStreamReply.SerializeToString,
+                    request_deserializer=core__worker__pb2.TaskBatch.FromString,
+                    response_serializer=core__worker__pb2.TaskReplyBatch.SerializeToString,
             ),
             'GetObject': grpc.unary_unary_rpc_method_handler(
                     servicer.GetObject,
@@ -204,8 +203,8 @@ class CoreWorker:
             request_iterator,
             target,
             '/ember.CoreWorker/TaskStream',
-            common__pb2.TaskSpec.SerializeToString,
-            core__worker__pb2.TaskStreamReply.FromString,
+            core__worker__pb2.TaskBatch.SerializeToString,
+            core__worker__pb2.TaskReplyBatch.FromString,
             options,
             channel_credentials,
             insecure,
