@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import grpc
 
-from ember._private import ids
+from ember._private import ids, tracing
 from ember._private.executor import ActorExit
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
 from ember._private.remote_function import build_args, hand_over, streaming_default
@@ -125,9 +125,12 @@ def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
             max_concurrency=max_concurrency, name=name, namespace=namespace,
             detached=opts.get("lifetime") == "detached", is_async=is_async, class_name=ac.__name__,
             methods=ac._methods, owner_node_id=core.node_id))
+    if tracing.enabled():
+        tracing.inject(spec.trace_context)
+    md = tracing.metadata()
     try:
         core.gcs_call(lambda: core.gcs.RegisterActor(
-            gcs_pb2.RegisterActorRequest(creation_spec=spec), timeout=30))
+            gcs_pb2.RegisterActorRequest(creation_spec=spec), timeout=30, metadata=md))
     except grpc.aio.AioRpcError as e:
         if e.code() == grpc.StatusCode.ALREADY_EXISTS:
             if opts.get("get_if_exists"):
@@ -211,6 +214,14 @@ class ActorMethod:
         return ActorMethod(self._handle, self._meta, STREAMING if nr == "streaming" else nr)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
+        if tracing.enabled():
+            h = self._handle
+            with tracing.span(f"submit {h._ember_class_name}.{self._meta.name}", kind="PRODUCER",
+                              **{"ember.actor_id": h._ember_actor_id.hex()}):
+                return self._remote(args, kwargs)
+        return self._remote(args, kwargs)
+
+    def _remote(self, args: tuple, kwargs: dict) -> Any:
         from ember._private import worker as _w
 
         core = _w.global_worker().core
@@ -225,6 +236,8 @@ class ActorMethod:
             task_id=task_id, job_id=core.job_id, name=name, args=task_args, kwarg_names=kwarg_names,
             return_ids=return_ids, actor_id=h._ember_actor_id, method_name=self._meta.name,
             caller=core.address_proto, streaming=streaming)
+        if tracing.enabled():
+            tracing.inject(spec.trace_context)
         return hand_over(core, TaskEntry(spec, keep, None), n, core.actor_submitter.submit,
                          h._ember_max_task_retries)
 

@@ -7,6 +7,7 @@
     ember status [--address HOST:PORT]                     # nodes, resources used/total, actors
     ember list actors|nodes|jobs|objects [--detail]
     ember memory                                           # objects in the stores
+    ember trace show TRACE_ID [--dir SPAN_DIR]             # one trace as a tree
     ember microbenchmark [--filter NAME] [--duration-s S]
 """
 from __future__ import annotations
@@ -281,6 +282,26 @@ def cmd_memory(ns: argparse.Namespace) -> int:
     return cmd_list(ns)
 
 
+def cmd_trace(ns: argparse.Namespace) -> int:
+    """`ember trace show <trace-id>`: one trace as an indented tree of spans."""
+    from ._private import tracing
+
+    if not ns.dir or not os.path.isdir(ns.dir):
+        print("error: no span directory: run with OTEL_TRACES_EXPORTER=ember_file and "
+              "EMBER_TRACE_DIR=<dir>, then pass --dir <dir>", file=sys.stderr)
+        return 1
+    trace_id = ns.trace_id.lower().replace("-", "")
+    spans = tracing.read_trace(ns.dir, trace_id)
+    if not spans:
+        print(f"error: no spans of trace {trace_id} in {ns.dir}", file=sys.stderr)
+        return 1
+    services = sorted({s["service"] for s in spans})
+    print(f"trace {trace_id}: {len(spans)} spans from {', '.join(services)}")
+    for line in tracing.render_tree(spans):
+        print(line)
+    return 0
+
+
 def _usage(total: dict[str, float], avail: dict[str, float]) -> str:
     parts = []
     for k in sorted(total):
@@ -334,6 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--detail", action="store_true", help="also print death causes")
     mm = sub.add_parser("memory", help="objects in the object stores (= ember list objects)")
     mm.add_argument("--address", default=None)
+    tr = sub.add_parser("trace", help="show a trace")
+    tr.add_argument("action", choices=["show"])
+    tr.add_argument("trace_id")
+    tr.add_argument("--dir", default=os.environ.get("EMBER_TRACE_DIR"),
+                    help="span directory of the ember_file exporter (default $EMBER_TRACE_DIR)")
     sub.add_parser("microbenchmark", help="Ray-compatible microbenchmarks", add_help=False)
     return p
 
@@ -353,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_list(ns)
     if ns.cmd == "memory":
         return cmd_memory(ns)
+    if ns.cmd == "trace":
+        return cmd_trace(ns)
     return cmd_status(ns)
 
 

@@ -13,7 +13,7 @@ import warnings
 _OTHER_VARS = {
     "EMBER_ADDRESS", "EMBER_SESSION_DIR", "EMBER_NODE_ID", "EMBER_RAYLET_ADDRESS",
     "EMBER_GCS_ADDRESS", "EMBER_OBJMGR_ADDRESS", "EMBER_STORE_DIR", "EMBER_WORKER_ID",
-    "EMBER_JOB_ID", "EMBER_TEMP_DIR", "EMBER_NODE_IP", "EMBER_LOG_LEVEL",
+    "EMBER_JOB_ID", "EMBER_TEMP_DIR", "EMBER_NODE_IP", "EMBER_LOG_LEVEL", "EMBER_TRACE_DIR",
 }
 
 
@@ -28,7 +28,7 @@ class Config:
     # A lease request no node can ever satisfy fails after this long (a node may join meanwhile).
     infeasible_timeout_s: float = 10.0
     # A leased worker with no more queued tasks is kept this long for the next task of its shape.
-    lease_linger_s: float = 0.02
+    lease_linger_s: float = 0.002
     # Lease requests in flight per scheduling shape, at most.
     max_pending_lease_requests: int = 10
     # Tasks pushed to one leased worker before the first one returns.

@@ -25,7 +25,7 @@ from typing import Any
 from ember import exceptions as exc
 from ember._proto import common_pb2, core_worker_pb2, gcs_pb2
 
-from . import ids
+from . import ids, tracing
 from .object_ref import ObjectRef
 from .serialization import ERROR_METADATA, deserialize_proto, serialize, serialize_error
 
@@ -174,6 +174,24 @@ class TaskExecutor:
                 stream.flush()
 
     def execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
+        if tracing.enabled() and spec.trace_context:
+            with self._span(spec) as sp:
+                reply = self._execute(spec)
+                if reply.is_application_error:
+                    tracing.set_error(sp, reply.error_message)
+                return reply
+        return self._execute(spec)
+
+    def _span(self, spec: common_pb2.TaskSpec) -> Any:
+        """The execution span, child of the submission that travelled with the task."""
+        core = self.core
+        return tracing.span(
+            f"execute {spec.name}", context=tracing.extract(spec.trace_context), kind="CONSUMER",
+            **{"ember.task_id": spec.task_id.hex(), "ember.job_id": spec.job_id.hex(),
+               "ember.node_id": core.node_id, "ember.worker_id": core.worker_id,
+               "ember.attempt": spec.attempt, "ember.actor_id": spec.actor_id.hex() or None})
+
+    def _execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         creating = spec.HasField("actor_creation")
         is_method = bool(spec.actor_id) and not creating
         on_main = threading.current_thread() is threading.main_thread()
@@ -243,29 +261,37 @@ class TaskExecutor:
             self._pool = queue.SimpleQueue()
 
     async def _run_async(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
-        assert self._sem is not None and self._user_loop is not None
+        assert self._sem is not None
         async with self._sem:
-            self._mark(spec)
-            try:
-                args, kwargs = await self._resolve_args_async(spec)
-                method = getattr(self.actor, spec.method_name)
-                if spec.streaming:
-                    reply = await self._stream_async(spec, method(*args, **kwargs))
-                    _resolve(fut, reply)
-                    return
-                if inspect.iscoroutinefunction(method):
-                    cf = asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._user_loop)
-                else:
-                    cf = asyncio.run_coroutine_threadsafe(_call_sync(method, args, kwargs), self._user_loop)
-                result = await asyncio.wrap_future(cf)
-                reply = await self._returns_async(spec, result)
-            except exc.RayError as e:
-                reply = self._error_reply(spec, e)
-            except ActorExit:
-                reply = self._exit_actor(spec)
-            except Exception as e:
-                reply = self._error_reply(spec, self._task_error(spec, e), application=True)
+            if tracing.enabled() and spec.trace_context:
+                with self._span(spec) as sp:
+                    reply = await self._run_async_call(spec)
+                    if reply.is_application_error:
+                        tracing.set_error(sp, reply.error_message)
+            else:
+                reply = await self._run_async_call(spec)
         _resolve(fut, reply)
+
+    async def _run_async_call(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
+        assert self._user_loop is not None
+        self._mark(spec)
+        try:
+            args, kwargs = await self._resolve_args_async(spec)
+            method = getattr(self.actor, spec.method_name)
+            if spec.streaming:
+                return await self._stream_async(spec, method(*args, **kwargs))
+            if inspect.iscoroutinefunction(method):
+                cf = asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._user_loop)
+            else:
+                cf = asyncio.run_coroutine_threadsafe(_call_sync(method, args, kwargs), self._user_loop)
+            result = await asyncio.wrap_future(cf)
+            return await self._returns_async(spec, result)
+        except exc.RayError as e:
+            return self._error_reply(spec, e)
+        except ActorExit:
+            return self._exit_actor(spec)
+        except Exception as e:
+            return self._error_reply(spec, self._task_error(spec, e), application=True)
 
     def _exit_actor(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         core = self.core

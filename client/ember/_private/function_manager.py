@@ -11,6 +11,7 @@ from typing import Any
 
 from ember._proto import gcs_pb2
 
+from . import tracing
 from .serialization import dumps_function
 
 NAMESPACE = "fun"
@@ -37,8 +38,10 @@ class FunctionManager:
         except Exception as e:
             raise TypeError(f"cannot serialize {what}: {e}") from e
         fid = hashlib.sha1(blob).hexdigest()
+        md = tracing.metadata()
         self.core.gcs_call(lambda: self.core.gcs.KVPut(gcs_pb2.KVPutRequest(
-            namespace=NAMESPACE, key=fid.encode(), value=blob, overwrite=False), timeout=30))
+            namespace=NAMESPACE, key=fid.encode(), value=blob, overwrite=False), timeout=30,
+            metadata=md))
         with self._lock:
             self._exported[id(fn)] = fid
             self._keepalive[id(fn)] = fn

@@ -26,6 +26,7 @@ import numpy as np
 from ember import exceptions as exc
 from ember._proto import objmgr_pb2
 
+from . import tracing
 from .serialization import SerializedValue
 
 if TYPE_CHECKING:
@@ -121,11 +122,13 @@ class PlasmaClient:
         if not self._arena():
             core._call(self._write_remote(oid, sv, owner, total, header, data_offset, spans))
             return total
+        md = tracing.metadata()
         reply = self._call_store(lambda: core.objmgr.Create(objmgr_pb2.CreateRequest(
-            object_id=oid, size=total, owner_worker_id=owner), timeout=120))
+            object_id=oid, size=total, owner_worker_id=owner), timeout=120, metadata=md))
         assert self._view is not None
         write_into(self._view[reply.offset:reply.offset + total], sv, header, data_offset, spans)
-        self._call_store(lambda: core.objmgr.Seal(objmgr_pb2.SealRequest(object_id=oid), timeout=30))
+        self._call_store(lambda: core.objmgr.Seal(objmgr_pb2.SealRequest(object_id=oid), timeout=30,
+                                                  metadata=md))
         return total
 
     async def put_async(self, oid: bytes, sv: SerializedValue, owner: str) -> int:

@@ -6,7 +6,7 @@ from typing import Any
 
 from ember._proto import common_pb2
 
-from . import ids
+from . import ids, tracing
 from .object_ref import ObjectRef
 from .options import TASK_OPTIONS, resource_request, validate
 from .serialization import serialize
@@ -19,6 +19,7 @@ class RemoteFunction:
         self._function = function
         self._options = options
         self._name = options.get("name") or function.__name__
+        self._template: tuple[Any, ...] | None = None  # (core, spec template, num_returns, key)
         functools.update_wrapper(self, function)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -32,13 +33,20 @@ class RemoteFunction:
         rf.__dict__.update(self.__dict__)
         rf._options = merged
         rf._name = merged.get("name") or self._function.__name__
+        rf._template = None
         return rf
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         from . import worker as _w
 
         w = _w.global_worker()
-        return submit_task(w, self._function, self._name, self._options, args, kwargs)
+        t = self._template
+        if t is None or t[0] is not w.core:
+            t = self._template = (w.core, *spec_template(w, self._function, self._name, self._options))
+        if tracing.enabled():
+            with tracing.span(f"submit {self._name}", kind="PRODUCER") as sp:
+                return submit_from_template(w.core, t[1], t[2], t[3], args, kwargs, sp)
+        return submit_from_template(w.core, t[1], t[2], t[3], args, kwargs, None)
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("DAG building with .bind() is not supported for tasks yet")
@@ -90,28 +98,42 @@ def streaming_default(fn: Any, num_returns: Any) -> Any:
     return num_returns
 
 
-def submit_task(w: Any, function: Any, name: str, options: dict[str, Any], args: tuple,
-                kwargs: dict) -> Any:
+def spec_template(w: Any, function: Any, name: str, options: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """What every call of a remote function shares: (TaskSpec template, num_returns, queue key).
+    Built once per function and process, so a call only fills in ids and arguments."""
     core = w.core
     num_returns = streaming_default(function, options.get("num_returns"))
-    streaming = num_returns == "streaming"
     fid = w.functions.export(function, f"remote function {name}")
-    task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{name}()")
-    task_id = ids.new_task_id()
-    return_ids = [] if streaming else [ids.object_id_for_return(task_id, i + 1)
-                                       for i in range(max(num_returns, 1))]
     max_retries = options.get("max_retries")
     if max_retries is None:
         max_retries = core.config.task_max_retries
     spec = common_pb2.TaskSpec(
-        task_id=task_id, job_id=core.job_id, name=name,
+        job_id=core.job_id, name=name,
         function=common_pb2.FunctionDescriptor(module=function.__module__ or "",
                                                qualname=function.__qualname__, function_id=fid),
-        args=task_args, kwarg_names=kwarg_names, return_ids=return_ids,
         resources=resource_request(options, 1.0), max_retries=max_retries,
-        retry_exceptions=bool(options.get("retry_exceptions", False)), streaming=streaming,
-        caller=core.address_proto)
-    return hand_over(core, TaskEntry(spec, keep, max_retries), num_returns, core.submitter.submit)
+        retry_exceptions=bool(options.get("retry_exceptions", False)),
+        streaming=num_returns == "streaming", caller=core.address_proto)
+    return spec, num_returns, tuple(sorted(spec.resources.items()))
+
+
+def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, args: tuple,
+                         kwargs: dict, sp: Any) -> Any:
+    task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{template.name}()")
+    task_id = ids.new_task_id()
+    spec = common_pb2.TaskSpec()
+    spec.CopyFrom(template)
+    spec.task_id = task_id
+    spec.args.extend(task_args)
+    spec.kwarg_names.extend(kwarg_names)
+    if not template.streaming:
+        spec.return_ids.extend(ids.object_id_for_return(task_id, i + 1)
+                               for i in range(max(num_returns, 1)))
+    if sp is not None:
+        sp.set_attribute("ember.task_id", task_id.hex())
+        tracing.inject(spec.trace_context)
+    return hand_over(core, TaskEntry(spec, keep, template.max_retries, key), num_returns,
+                     core.submitter.submit)
 
 
 def hand_over(core: Any, entry: TaskEntry, num_returns: Any, submit: Any, *submit_args: Any) -> Any:

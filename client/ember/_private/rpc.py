@@ -93,6 +93,14 @@ def status_to_exception(err: grpc.aio.AioRpcError | grpc.RpcError) -> Exception:
     return Unavailable(details) if code == grpc.StatusCode.UNAVAILABLE else RuntimeError(f"{code.name}: {details}")
 
 
+class _AioInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, impl: Any) -> None:
+        self.impl = impl
+
+    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        return await self.impl.intercept_service(continuation, handler_call_details)
+
+
 def build_server(
     add_servicers: list[Callable[[grpc.aio.Server], None]],
     host: str = "0.0.0.0",
@@ -103,7 +111,10 @@ def build_server(
 
     Returns (server, bound_port, health_servicer). Binding a port in use raises OSError naming it.
     """
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    from . import tracing
+
+    interceptors = [_AioInterceptor(tracing.ServerInterceptor())] if tracing.enabled() else None
+    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors)
     for add in add_servicers:
         add(server)
     health_servicer = health.aio.HealthServicer()

@@ -21,6 +21,9 @@ def setup(ns: argparse.Namespace, name: str) -> None:
     logging.basicConfig(level=getattr(logging, str(ns.log_level).upper(), logging.INFO),
                         stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s {name} %(name)s: %(message)s")
+    from . import tracing
+
+    tracing.setup(f"ember-{name}")
     if ns.die_with_parent:
         try:
             import ctypes
@@ -41,9 +44,13 @@ def run(main: Callable[[asyncio.Event], Awaitable[Any]]) -> int:
         install_signal_stop(asyncio.get_running_loop(), stop)
         return await main(stop)
 
+    from . import tracing
+
     try:
         asyncio.run(runner())
     except (OSError, ValueError, ConnectionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    finally:
+        tracing.shutdown()  # flush spans before exiting
     return 0

@@ -19,6 +19,8 @@ import grpc
 from ember import exceptions as exc
 from ember._proto import common_pb2, core_worker_pb2, raylet_pb2
 
+from . import tracing
+
 if TYPE_CHECKING:
     from .core_worker import CoreWorker
     from .object_ref import ObjectRef
@@ -31,11 +33,12 @@ SchedulingKey = tuple[tuple[str, float], ...]
 class TaskEntry:
     __slots__ = ("spec", "arg_refs", "retries_left", "key", "cancelled", "lease", "pending_deps")
 
-    def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[ObjectRef], retries_left: int | None) -> None:
+    def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[ObjectRef], retries_left: int | None,
+                 key: SchedulingKey = ()) -> None:
         self.spec = spec
         self.arg_refs = arg_refs  # keeps top-level argument objects alive until the task ends
         self.retries_left = retries_left
-        self.key: SchedulingKey = tuple(sorted(spec.resources.items()))
+        self.key: SchedulingKey = key  # resource shape (tasks only)
         self.cancelled = False
         self.lease: Lease | None = None
         self.pending_deps = 0
@@ -153,7 +156,8 @@ class TaskSubmitter:
                 reply = await self.core.raylet_stub(addr).RequestWorkerLease(
                     raylet_pb2.RequestWorkerLeaseRequest(
                         lease_id=lease_id, resources=resources, spillback_count=spillback,
-                        job_id=self.core.job_id, name=name, owner_worker_id=self.core.worker_id))
+                        job_id=self.core.job_id, name=name, owner_worker_id=self.core.worker_id),
+                    metadata=tracing.metadata_from(q.tasks[0].spec.trace_context) if q.tasks else None)
                 break
             except grpc.aio.AioRpcError as e:
                 attempts += 1

@@ -179,6 +179,9 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             raise RuntimeError("Maybe you called ember.init twice by accident? Call ember.shutdown() "
                                "first, or pass ignore_reinit_error=True.")
         config = get_config()
+        from . import tracing
+
+        tracing.setup("ember-driver")
         gcs_address = _resolve_address(address)
         cluster = None
         if gcs_address is None:
@@ -271,6 +274,9 @@ def shutdown() -> None:
             except Exception as e:  # the GCS may be gone already
                 log.debug("MarkJobFinished failed: %s", e)
             w.core.shutdown()
+            from . import tracing
+
+            tracing.flush()
         finally:
             if w.cluster is not None:
                 w.cluster.stop()

@@ -47,6 +47,17 @@ def main() -> None:
     from .core_worker import CoreWorker
     from .executor import TaskExecutor
 
+    from . import tracing
+
+    tracing.setup("ember-worker")
+
+    def on_term(*_: object) -> None:
+        tracing.shutdown()
+        os._exit(0)
+
+    import signal
+
+    signal.signal(signal.SIGTERM, on_term)
     raylet_address = os.environ["EMBER_RAYLET_ADDRESS"]
     worker_id = os.environ["EMBER_WORKER_ID"]
     channel = rpc.sync_channel(raylet_address)
@@ -71,6 +82,7 @@ def main() -> None:
         core.executor.run_forever()
     except KeyboardInterrupt:
         pass
+    tracing.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
