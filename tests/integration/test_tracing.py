@@ -144,3 +144,30 @@ def test_trace_show_renders_the_tree(traced):
     job = next(i for i, ln in enumerate(lines) if ln.strip().startswith("ember-driver") and " job " in ln + " ")
     nested = [ln for ln in lines if "execute leaf" in ln]
     assert nested and len(nested[0]) - len(nested[0].lstrip()) > len(lines[job]) - len(lines[job].lstrip())
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_otlp_export_to_a_real_receiver(tmp_path, protocol):
+    """The same traced driver, exporting OTLP to a receiver process on loopback."""
+    from ember.testing.otlp_receiver import OtlpReceiver
+
+    with OtlpReceiver(str(tmp_path)) as rx:
+        endpoint = rx.grpc_endpoint if protocol == "grpc" else rx.http_endpoint + "/v1/traces"
+        env = dict(os.environ, OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+                   OTEL_BSP_SCHEDULE_DELAY="100")
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" if protocol != "grpc" else "OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+        r = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True,
+                           timeout=180)
+        assert r.returncode == 0, r.stderr[-3000:]
+        trace_id = json.loads(r.stdout.strip().splitlines()[-1])["trace_id"]
+        from ember.testing import wait_for
+
+        def services():
+            got = {s["service"] for s in rx.spans() if s["trace_id"] == trace_id}
+            want = {"ember-driver", "ember-worker", "ember-raylet", "ember-objmgr", "ember-gcs"}
+            return want <= got
+
+        wait_for(services, timeout_s=20, what="spans from every service at the OTLP receiver")
+        spans = [s for s in rx.spans() if s["trace_id"] == trace_id]
+        ids = {s["span_id"] for s in spans}
+        assert [s["name"] for s in spans if s["parent_id"] not in ids] == ["job"]
