@@ -214,14 +214,6 @@ class ActorMethod:
         return ActorMethod(self._handle, self._meta, STREAMING if nr == "streaming" else nr)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        if tracing.enabled():
-            h = self._handle
-            with tracing.span(f"submit {h._ember_class_name}.{self._meta.name}", kind="PRODUCER",
-                              **{"ember.actor_id": h._ember_actor_id.hex()}):
-                return self._remote(args, kwargs)
-        return self._remote(args, kwargs)
-
-    def _remote(self, args: tuple, kwargs: dict) -> Any:
         from ember._private import worker as _w
 
         core = _w.global_worker().core
@@ -237,7 +229,8 @@ class ActorMethod:
             return_ids=return_ids, actor_id=h._ember_actor_id, method_name=self._meta.name,
             caller=core.address_proto, streaming=streaming)
         if tracing.enabled():
-            tracing.inject(spec.trace_context)
+            tracing.submit_span(f"submit {name}", spec.trace_context,
+                                **{"ember.actor_id": h._ember_actor_id.hex()})
         return hand_over(core, TaskEntry(spec, keep, None), n, core.actor_submitter.submit,
                          h._ember_max_task_retries)
 

@@ -43,10 +43,7 @@ class RemoteFunction:
         t = self._template
         if t is None or t[0] is not w.core:
             t = self._template = (w.core, *spec_template(w, self._function, self._name, self._options))
-        if tracing.enabled():
-            with tracing.span(f"submit {self._name}", kind="PRODUCER") as sp:
-                return submit_from_template(w.core, t[1], t[2], t[3], args, kwargs, sp)
-        return submit_from_template(w.core, t[1], t[2], t[3], args, kwargs, None)
+        return submit_from_template(w.core, t[1], t[2], t[3], args, kwargs)
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("DAG building with .bind() is not supported for tasks yet")
@@ -118,7 +115,7 @@ def spec_template(w: Any, function: Any, name: str, options: dict[str, Any]) -> 
 
 
 def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, args: tuple,
-                         kwargs: dict, sp: Any) -> Any:
+                         kwargs: dict) -> Any:
     task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{template.name}()")
     task_id = ids.new_task_id()
     spec = common_pb2.TaskSpec()
@@ -129,9 +126,9 @@ def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, a
     if not template.streaming:
         spec.return_ids.extend(ids.object_id_for_return(task_id, i + 1)
                                for i in range(max(num_returns, 1)))
-    if sp is not None:
-        sp.set_attribute("ember.task_id", task_id.hex())
-        tracing.inject(spec.trace_context)
+    if tracing.enabled():
+        tracing.submit_span(f"submit {template.name}", spec.trace_context,
+                            **{"ember.task_id": task_id.hex()})
     return hand_over(core, TaskEntry(spec, keep, template.max_retries, key), num_returns,
                      core.submitter.submit)
 

@@ -115,6 +115,17 @@ def span(name: str, context: Any = None, kind: str = "INTERNAL", **attributes: A
                                          attributes={k: v for k, v in attributes.items() if v is not None})
 
 
+def submit_span(name: str, carrier: Any, **attributes: Any) -> None:
+    """A zero-length PRODUCER span for a submission, child of the current span; its context is
+    written into carrier (the TaskSpec's trace_context) so that the execution span hangs off it.
+    Cheaper than a current-span context manager: nothing is attached or detached."""
+    from opentelemetry.trace import SpanKind, set_span_in_context
+
+    sp = _tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attributes or None)
+    inject(carrier, context=set_span_in_context(sp))
+    sp.end()
+
+
 def set_error(span_obj: Any, message: str) -> None:
     from opentelemetry.trace import Status, StatusCode
 
