@@ -1,12 +1,14 @@
-"""Runs the code examples of the seed article (Ray: the distributed computing base of the LLM era)
-that need no actors, on Ember: `import ember as ray` is the only change to the article's code,
+"""Runs the core code examples of the seed article (Ray: the distributed computing base of the
+LLM era) on Ember: `import ember as ray` is the only change to the article's code,
 plus one fix in section 3.3 (marked below) and small real stand-ins for its placeholder
 functions (heavy_computation, split_data, inference, load_dataset, analyze, load_data, ...).
 
 Sections: 2.3 GPU scheduling, 3.1 tasks (100 process_chunk tasks; gpu_task with
 num_cpus=2, num_gpus=0.5, max_retries=3; two num_gpus=0.5 tasks sharing one GPU at once),
-3.3 objects (one large array read by 10 tasks), 6.2 pass by reference with ray.put,
+3.2 the ModelServer actor, 3.3 objects (one large array read by 10 tasks) and the round-robin
+Worker actor pool, 6.2 pass by reference with ray.put and async actors awaiting each other,
 6.4 the ray.wait loop. Every section's result is checked; exit status 0 means all passed.
+(Train, Serve, Data and Tune examples wait for those libraries.)
 
     .venv/bin/python examples/seed_demo.py
 """
@@ -185,11 +187,91 @@ def section_6_4():
           f"(first ones: {results[:5]})")
 
 
+# ---- 3.2 Actor: a stateful remote object (the article's ModelServer) -----------------------
+@ray.remote(num_gpus=1)
+class ModelServer:
+    def __init__(self, model_path):
+        self.model = lambda x: {"model": model_path, "echo": x}  # stand-in for load_model(path)
+        self.request_count = 0
+
+    def predict(self, input_data):
+        self.request_count += 1
+        return self.model(input_data)
+
+    def get_stats(self):
+        return {"total_requests": self.request_count}
+
+
+def section_3_2():
+    server = ModelServer.remote("/models/llama-7b")
+    result = ray.get(server.predict.remote("hello"))
+    stats = ray.get(server.get_stats.remote())
+    check(result["echo"] == "hello" and stats == {"total_requests": 1}, "3.2 ModelServer state")
+    print(f"3.2 actors: ModelServer(num_gpus=1) answered {result} and kept state {stats}")
+    ray.kill(server)
+
+
+# ---- 3.3 Three primitives together: a round-robin pool of Worker actors -------------------
+def expensive_computation(item):
+    return item * item
+
+
+@ray.remote
+class Worker:
+    def __init__(self, worker_id):
+        self.id = worker_id
+        self.processed = 0
+
+    def process(self, item):
+        result = expensive_computation(item)
+        self.processed += 1
+        return result
+
+    def count(self):
+        return self.processed
+
+
+def section_3_3_pool():
+    work_items = list(range(40))
+    workers = [Worker.remote(i) for i in range(4)]
+    futures = []
+    for i, item in enumerate(work_items):
+        worker = workers[i % len(workers)]
+        futures.append(worker.process.remote(item))
+    results = ray.get(futures)
+    counts = ray.get([w.count.remote() for w in workers])
+    check(results == [x * x for x in work_items] and counts == [10] * 4, "3.3 worker pool")
+    print(f"3.3 actors: 4 Worker actors, round-robin over 40 items, {counts} each")
+
+
+# ---- 6.2 Actor deadlock pitfall: the safe async version --------------------------------------
+@ray.remote
+class B:
+    async def method(self):
+        return "from B"
+
+
+@ray.remote
+class A:
+    def __init__(self, b):
+        self.b = b
+
+    async def method(self):
+        return await self.b.method.remote()  # awaits without blocking the actor
+
+
+def section_6_2_async():
+    a = A.remote(B.remote())
+    check(ray.get(a.method.remote(), timeout=30) == "from B", "6.2 async actors")
+    print("6.2 actors: async actor A awaited actor B's call without deadlock")
+
+
 def main() -> int:
     t0 = time.perf_counter()
     ray.init(num_cpus=2, num_gpus=1)
     try:
-        sections = [section_2_3, section_3_1, section_3_3, section_6_2, section_6_4]
+        sections = [section_2_3, section_3_1, section_3_2, section_3_3, section_3_3_pool, section_6_2,
+                    section_6_2_async, section_6_4]
         for section in sections:
             section()
     finally:
