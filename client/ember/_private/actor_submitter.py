@@ -74,9 +74,7 @@ class ActorQueue:
     def _pushed(self, entry: TaskEntry, incarnation: int, fut: asyncio.Future) -> None:
         err = fut.exception()
         if err is not None:
-            if not isinstance(err, grpc.aio.AioRpcError):
-                raise err
-            self._on_failure(entry, incarnation, err)
+            self._on_failure(entry, incarnation, err)  # stream errors are all AioRpcError
             return
         reply = fut.result()
         self.inflight.pop(entry.spec.seq_no, None)

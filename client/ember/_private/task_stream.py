@@ -26,16 +26,18 @@ class _Conn:
         self.pending: dict[bytes, asyncio.Future] = {}
         self.outbox: collections.deque[common_pb2.TaskSpec] = collections.deque()
         self.wake = asyncio.Event()
-        self.broken: BaseException | None = None
+        self.broken: grpc.aio.AioRpcError | None = None
+        self.unwritten: set[bytes] = set()  # queued tasks not yet handed to gRPC
         self._writer = asyncio.ensure_future(self._write_loop())
         self._reader = asyncio.ensure_future(self._read_loop())
 
     def push(self, spec: common_pb2.TaskSpec) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
         if self.broken is not None:
-            fut.set_exception(self.broken)
+            fut.set_exception(_StreamEnded(self.address, delivered=False))
             return fut
         self.pending[spec.task_id] = fut
+        self.unwritten.add(spec.task_id)
         self.outbox.append(spec)
         self.wake.set()
         return fut
@@ -47,10 +49,14 @@ class _Conn:
                 self.wake.clear()
                 while self.outbox:
                     batch = core_worker_pb2.TaskBatch(specs=self.outbox)
+                    written = [spec.task_id for spec in self.outbox]
                     self.outbox.clear()
                     await self.call.write(batch)
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
+                    self.unwritten.difference_update(written)
+        except grpc.aio.AioRpcError as e:
             self._fail(e)
+        except asyncio.InvalidStateError:  # the RPC had already ended (the worker died)
+            self._fail(_StreamEnded(self.address))
         except asyncio.CancelledError:
             pass
 
@@ -67,28 +73,35 @@ class _Conn:
         except asyncio.CancelledError:
             pass
 
-    def _fail(self, err: BaseException) -> None:
+    def _fail(self, err: grpc.aio.AioRpcError) -> None:
+        """Fails every unanswered task: with err if it went out (it may have run), with a
+        never-delivered error if it was still queued here (safe to resend)."""
         if self.broken is None:
             self.broken = err
             self.streams.conns.pop(self.address, None)
             self._writer.cancel()
             self.call.cancel()
         pending, self.pending = self.pending, {}
-        for fut in pending.values():
+        unsent = _StreamEnded(self.address, delivered=False)
+        for task_id, fut in pending.items():
             if not fut.done():
-                fut.set_exception(err)
+                fut.set_exception(unsent if task_id in self.unwritten else err)
+        self.unwritten.clear()
 
     def close(self) -> None:
-        self._fail(asyncio.CancelledError())
+        self._fail(_StreamEnded(self.address))
         self._reader.cancel()
 
 
 class _StreamEnded(grpc.aio.AioRpcError):
-    """The worker closed the stream (it is exiting) with replies outstanding."""
+    """The stream to a worker ended with tasks outstanding. delivered=False: the task never
+    left this process (its details say "failed to connect", which callers treat as not run)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, delivered: bool = True) -> None:
+        details = (f"task stream to {address} ended" if delivered else
+                   f"failed to connect: the task stream to {address} ended before the task was sent")
         super().__init__(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
-                         details=f"task stream to {address} ended")
+                         details=details)
 
 
 class TaskStreams:
