@@ -134,3 +134,17 @@ def test_resource_request_zero_cpus_overrides_default():
 def test_resource_request_ignores_zero_gpus_and_memory():
     assert resource_request({"num_gpus": 0, "memory": 0, "resources": {}}, 1) == {"CPU": 1.0}
     assert resource_request({"resources": None}, 1) == {"CPU": 1.0}
+
+
+@pytest.mark.parametrize("opts", [
+    {"placement_group": object()}, {"runtime_env": {"pip": ["x"]}},
+    {"scheduling_strategy": "NODE_AFFINITY"},
+])
+def test_known_but_unsupported_options_fail_clearly(opts):
+    with pytest.raises(ValueError, match="not supported|only 'DEFAULT'"):
+        validate(opts, TASK_OPTIONS, "remote function f")
+
+
+def test_default_values_of_unsupported_options_pass():
+    validate({"scheduling_strategy": "SPREAD", "placement_group": None, "runtime_env": {}},
+             TASK_OPTIONS, "remote function f")

@@ -21,11 +21,24 @@ ACTOR_OPTIONS = {
 }
 
 
+# Ray options Ember knows but does not implement yet: setting them must not pass silently.
+UNSUPPORTED = {"placement_group": "placement groups", "runtime_env": "runtime environments",
+               "label_selector": "label selectors", "concurrency_groups": "concurrency groups"}
+
+
 def validate(options: dict[str, Any], allowed: set[str], what: str) -> None:
     for k in options:
         if k not in allowed:
             raise ValueError(f"Invalid option keyword {k!r} for {what}. Valid ones are: "
                              f"{', '.join(sorted(allowed))}")
+    for k, feature in UNSUPPORTED.items():
+        v = options.get(k)
+        if v not in (None, "default", {}, []):
+            raise ValueError(f"{k}={v!r} for {what}: {feature} are not supported by Ember yet")
+    strategy = options.get("scheduling_strategy")
+    if strategy not in (None, "DEFAULT", "SPREAD"):
+        raise ValueError(f"scheduling_strategy={strategy!r} for {what}: only 'DEFAULT' and 'SPREAD' "
+                         "are supported (SPREAD is scheduled like DEFAULT)")
     for k in ("num_cpus", "num_gpus", "memory"):
         v = options.get(k)
         if v is not None:
