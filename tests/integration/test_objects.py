@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from types import SimpleNamespace
 
 import numpy as np

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 
 from ember import exceptions as exc
-from ember._proto import common_pb2, core_worker_pb2, gcs_pb2
+from ember._proto import common_pb2, gcs_pb2
 
 if TYPE_CHECKING:
     from .core_worker import CoreWorker

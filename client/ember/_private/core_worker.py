@@ -13,7 +13,6 @@ import collections
 import concurrent.futures
 import logging
 import os
-import socket
 import threading
 import time
 from typing import Any, Callable
@@ -24,7 +23,7 @@ from ember import exceptions as exc
 from ember._proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, gcs_pb2, gcs_pb2_grpc
 from ember._proto import objmgr_pb2, objmgr_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 
-from . import ids, plasma, rpc
+from . import ids, rpc
 from .config import Config
 from .object_ref import ObjectRef, OwnerAddress
 from .serialization import ERROR_METADATA, SerializedValue, deserialize, deserialize_proto, serialize
@@ -148,6 +147,8 @@ class CoreWorker:
         from .actor_submitter import ActorSubmitter
 
         self.actor_submitter = ActorSubmitter(self)
+        from .core_worker_server import CoreWorkerServicer
+
         self._server, port, health = rpc.build_server(
             [lambda s: core_worker_pb2_grpc.add_CoreWorkerServicer_to_server(CoreWorkerServicer(self), s)],
             host="0.0.0.0", port=0)
@@ -512,59 +513,6 @@ class CoreWorker:
         return ready
 
 
-class CoreWorkerServicer(core_worker_pb2_grpc.CoreWorkerServicer):
-    """Thin gRPC shell over CoreWorker (owner side) and its TaskExecutor (worker side)."""
-
-    def __init__(self, core: CoreWorker) -> None:
-        self.core = core
-
-    async def PushTask(self, request: Any, context: Any) -> Any:
-        if self.core.executor is None:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this process executes no tasks")
-        return await self.core.executor.push(request.spec)
-
-    async def TaskStream(self, request_iterator: Any, context: Any) -> Any:
-        from .task_stream import serve_stream
-
-        if self.core.executor is None:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this process executes no tasks")
-        async for msg in serve_stream(self.core.executor, request_iterator, context):
-            yield msg
-
-    async def GetObject(self, request: Any, context: Any) -> Any:
-        oid = request.object_id
-        core = self.core
-        entry = core._objects.get(oid)
-        if entry is None:
-            if oid not in core._owned:
-                return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.NOT_FOUND)
-            fut = core.loop.create_future()
-            core._waiters.setdefault(oid, []).append(fut)
-            try:
-                entry = await asyncio.wait_for(fut, None if request.timeout_s < 0 else request.timeout_s)
-            except asyncio.TimeoutError:
-                return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.TIMEOUT)
-        core._escaped.add(oid)
-        return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.READY, object=entry)
-
-    async def ReportGeneratorItem(self, request: Any, context: Any) -> Any:
-        st = self.core.generators.get(request.task_id)
-        if st is not None:
-            st.add(request.index, request.item)
-        elif request.item.in_plasma:  # the generator was dropped: nobody will read it
-            await self.core._free_plasma([request.item.object_id])
-        return core_worker_pb2.ReportGeneratorItemReply()
-
-    async def CancelTask(self, request: Any, context: Any) -> Any:
-        ok = self.core.executor.cancel(request.task_id, request.force) if self.core.executor else False
-        return core_worker_pb2.CancelTaskReply(attempted=ok)
-
-    async def Exit(self, request: Any, context: Any) -> Any:
-        if self.core.executor is not None:
-            self.core.executor.request_exit()
-        return core_worker_pb2.ExitReply()
-
-
 def _raise_or_return(value: Any, meta: str) -> Any:
     if meta == ERROR_METADATA:
         if isinstance(value, exc.RayTaskError):
@@ -578,9 +526,3 @@ async def _as_coro(obj: Any) -> Any:
         obj = obj()
     return await obj
 
-
-def hostname() -> str:
-    return socket.gethostname()
-
-
-OnDone = Callable[[Any], None]

@@ -11,7 +11,6 @@ from typing import Any, Sequence
 
 import grpc
 
-from ember import exceptions as exc
 from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 from . import node as node_mod
