@@ -104,11 +104,17 @@ def _actor_concurrent(mod: Any) -> Fn:
     return _actor_async(mod, max_concurrency=16)
 
 
-def _one_client_n_actors(mod: Any) -> Fn:
-    actor_cls, _, client_cls = _classes(mod)
-    actors = [actor_cls.remote() for _ in range(_n_cpu())]
+def _one_client_n(mod: Any, use_async: bool) -> Fn:
+    """One client actor calling n_cpu actors (plain or async) 5000 times."""
+    actor_cls, async_cls, client_cls = _classes(mod)
+    cls = async_cls if use_async else actor_cls
+    actors = [cls.remote() for _ in range(_n_cpu())]
     client = client_cls.remote(actors)
     return _timed(lambda: mod.get(client.small_value_batch.remote(5000)), client, *actors)
+
+
+def _one_client_n_actors(mod: Any) -> Fn:
+    return _one_client_n(mod, use_async=False)
 
 
 def _n_tasks_n_actors(mod: Any) -> Fn:
@@ -146,10 +152,7 @@ def _async_actor_args_async(mod: Any) -> Fn:
 
 
 def _one_client_n_async_actors(mod: Any) -> Fn:
-    _, async_cls, client_cls = _classes(mod)
-    actors = [async_cls.remote() for _ in range(_n_cpu())]
-    client = client_cls.remote(actors)
-    return _timed(lambda: mod.get(client.small_value_batch.remote(5000)), client, *actors)
+    return _one_client_n(mod, use_async=True)
 
 
 def _n_tasks_n_async_actors(mod: Any) -> Fn:
