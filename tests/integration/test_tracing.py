@@ -146,6 +146,106 @@ def test_trace_show_renders_the_tree(traced):
     assert nested and len(nested[0]) - len(nested[0].lstrip()) > len(lines[job]) - len(lines[job].lstrip())
 
 
+def test_object_and_actor_spans(traced):
+    span_dir, out = traced
+    spans = tracing.read_trace(span_dir, out["trace_id"])
+    ids = {s["span_id"]: s for s in spans}
+    put = [s for s in spans if s["name"] == "put" and s["service"] == "ember-driver"]
+    assert put and put[0]["attributes"]["ember.object.size"] >= 10 * 2**20
+    assert any(s["name"] == "get" for s in spans)
+    # The actor's creation, in the GCS, within the trace that created it; __init__ below it.
+    create = [s for s in spans if s["name"] == "actor create Counter"]
+    assert create and create[0]["service"] == "ember-gcs"
+    assert create[0]["attributes"]["ember.actor.state"] == "ALIVE"
+    lease = [s for s in spans if s["parent_id"] == create[0]["span_id"]
+             and s["name"].endswith("RequestWorkerLease")]
+    assert lease and lease[0]["attributes"]["ember.lease.decision"] == "local"
+    assert lease[0]["attributes"]["ember.lease.result"] == "granted"
+    init = [s for s in spans if s["service"] == "ember-worker" and "__init__" in s["name"]
+            and ids.get(s["parent_id"], {}).get("service") == "ember-gcs"]
+    assert init, "the actor's __init__ runs under its creation span"
+
+
+SPILL_DRIVER = textwrap.dedent("""
+    import json, os, time, numpy as np
+    import ember
+    import ember.exceptions
+    from ember.testing import LocalCluster, wait_for
+    from opentelemetry import trace
+
+    with LocalCluster(object_store_memory=64 * 2**20) as c:
+        c.add_node({"CPU": 1}, is_head=True)
+        other = c.add_node({"CPU": 1, "other": 1})
+        ember.init(address=c.gcs_address)
+
+        @ember.remote(resources={"other": 1})
+        def total(refs):
+            return int(sum(int(ember.get(r)[0]) for r in refs))
+
+        @ember.remote(max_restarts=1)
+        class Phoenix:
+            def pid(self):
+                return os.getpid()
+
+            def die(self):
+                os._exit(1)
+
+        tracer = trace.get_tracer("test")
+        with tracer.start_as_current_span("job2") as root:
+            trace_id = format(root.get_span_context().trace_id, "032x")
+            refs = [ember.put(np.full(20 * 2**20, i, dtype=np.uint8)) for i in range(4)]
+            assert ember.get(total.remote([refs[0]])) == 0   # pulled by the other node
+            assert ember.get(refs[0])[0] == 0                 # restored if spilled
+            p = Phoenix.remote()
+            first = ember.get(p.pid.remote())
+            p.die.remote()
+            def restarted():
+                try:
+                    return ember.get(p.pid.remote()) != first
+                except ember.exceptions.RayActorError:  # calls during the restart fail
+                    return False
+
+            wait_for(restarted, timeout_s=60, what="the actor's restart")
+        print(json.dumps({"trace_id": trace_id, "other": other.node_id}))
+        ember.shutdown()
+""")
+
+
+def test_spill_restore_pull_and_restart_spans(tmp_path):
+    env = dict(os.environ, OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path),
+               OTEL_BSP_SCHEDULE_DELAY="100")
+    r = subprocess.run([sys.executable, "-c", SPILL_DRIVER], env=env, capture_output=True,
+                       text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    spans = tracing.read_trace(str(tmp_path), out["trace_id"])
+    spill = [s for s in spans if s["name"] == "objmgr spill"]
+    assert spill and spill[0]["service"] == "ember-objmgr"
+    assert spill[0]["attributes"]["ember.object.size"] >= 20 * 2**20
+    assert spill[0]["attributes"]["ember.node_id"]
+    # The lease for `total` (needs the other node) was spilled back by the head's raylet and
+    # granted by the other one: one server span per hop, both under the task's submission.
+    hops = sorted((s for s in spans if s["name"].endswith("RequestWorkerLease")
+                   and s["attributes"].get("ember.lease.name") == "total"),
+                  key=lambda s: s["attributes"]["ember.lease.spillback_count"])
+    assert [h["attributes"]["ember.lease.decision"] for h in hops] == ["spill", "local"]
+    assert hops[0]["attributes"]["ember.lease.spill_to"] == out["other"]
+    assert hops[1]["attributes"]["ember.node_id"] == out["other"]
+    assert hops[1]["attributes"]["ember.lease.result"] == "granted"
+    submit = {s["span_id"]: s for s in spans if s["name"] == "submit total"}
+    assert all(h["parent_id"] in submit for h in hops)
+    restart = [s for s in spans if s["name"] == "actor restart Phoenix"]
+    assert restart and restart[0]["attributes"]["ember.actor.restarts"] == 1
+    assert restart[0]["attributes"]["ember.actor.state"] == "ALIVE"
+    # Pulls and restores are made by the object managers for their callers: each is a span with
+    # the object's size and the node, in the trace of the get that needed it.
+    pulls = [s for s in spans if s["name"] == "objmgr pull"]
+    assert pulls and pulls[0]["attributes"]["ember.node_id"] == out["other"]
+    assert pulls[0]["attributes"]["ember.object.size"] >= 20 * 2**20
+    restores = [s for s in spans if s["name"] == "objmgr restore"]
+    assert restores and restores[0]["attributes"]["ember.object.size"] >= 20 * 2**20
+
+
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_otlp_export_to_a_real_receiver(tmp_path, protocol):
     """The same traced driver, exporting OTLP to a receiver process on loopback."""
@@ -171,3 +271,69 @@ def test_otlp_export_to_a_real_receiver(tmp_path, protocol):
         spans = [s for s in rx.spans() if s["trace_id"] == trace_id]
         ids = {s["span_id"] for s in spans}
         assert [s["name"] for s in spans if s["parent_id"] not in ids] == ["job"]
+
+
+FAST_PATHS = textwrap.dedent("""
+    import json
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+    from ember._private import otlp_encoding, tracing
+
+    assert tracing.setup("ember-test", node_id="n1")
+    got = []
+
+    class Keep(SpanExporter):
+        def export(self, spans):
+            got.extend(spans)
+            return SpanExportResult.SUCCESS
+
+    tracing._provider.add_span_processor(SimpleSpanProcessor(Keep()))
+    tracer = trace.get_tracer("test")
+    with tracer.start_as_current_span("root", attributes={"b": True, "i": -5, "f": 1.5,
+                                                          "s": "é", "l": [1, 2]}) as root:
+        root.add_event("event", {"k": 1})
+        carrier = {}
+        tracing.submit_span("submit f", carrier, **{"ember.task_id": "t1"})
+    carrier["tracestate"] = "vendor=x"
+    with tracing.execute_span("execute f", carrier, **{"ember.attempt": 0, "none": None}) as sp:
+        sp.set_attribute("user", "v")
+        sp.add_event("hello")
+        with tracer.start_as_current_span("user child"):
+            pass
+        nested = {}
+        tracing.submit_span("submit g", nested)
+    try:
+        with tracing.execute_span("execute g", nested):
+            raise KeyError("x")
+    except KeyError:
+        pass
+    by = {s.name: s for s in got}
+    print(json.dumps({
+        "same_encoding": sdk_encode(got) == otlp_encoding.encode_spans(got),
+        "light": type(sp).__name__,
+        "parents": {s.name: (by_id.name if (by_id := next((p for p in got if s.parent and p.context.span_id == s.parent.span_id), None)) else None) for s in got},
+        "one_trace": len({s.context.trace_id for s in got}) == 1,
+        "error": [by["execute g"].status.status_code.name, by["execute g"].status.description,
+                  [e.name for e in by["execute g"].events]],
+        "attrs": dict(by["execute f"].attributes),
+        "tracestate": nested.get("tracestate"),
+    }))
+""")
+
+
+def test_fast_paths_match_the_sdk(tmp_path):
+    """The per-task fast paths (submit/execute spans, OTLP encoding) give what the SDK's generic
+    path gives: the same parent links, statuses, events and the same OTLP request."""
+    env = dict(os.environ, OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", FAST_PATHS], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["same_encoding"] and out["one_trace"] and out["light"] == "LightSpan"
+    assert out["parents"] == {"root": None, "submit f": "root", "execute f": "submit f",
+                              "user child": "execute f", "submit g": "execute f",
+                              "execute g": "submit g"}
+    assert out["error"] == ["ERROR", "KeyError: 'x'", ["exception"]]
+    assert out["attrs"] == {"ember.attempt": 0, "user": "v"}
+    assert out["tracestate"] == "vendor=x"

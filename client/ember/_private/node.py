@@ -140,18 +140,36 @@ class NodeRecord:
             json.dump(asdict(self), f)
 
 
+def metrics_ports(base: int) -> dict[str, int]:
+    """The metrics ports of one node from `--metrics-export-port N`: raylet N, object manager
+    N+1, and the GCS N+2 on the head node (0 = metrics off)."""
+    if not base:
+        return {"raylet": 0, "objmgr": 0, "gcs": 0}
+    if not 0 < base <= 65533:
+        raise ValueError(f"metrics export port must be in 1..65533 (it uses N, N+1, N+2), got {base}")
+    return {"raylet": base, "objmgr": base + 1, "gcs": base + 2}
+
+
+def _metrics_args(port: int) -> list[str]:
+    return ["--metrics-export-port", str(port)] if port else []
+
+
 def start_gcs(session_dir: str, *, port: int = 0, storage: str = "memory", host: str = "0.0.0.0",
-              die_with_parent: bool = False, cluster_name: str = "default") -> ServiceProcess:
+              die_with_parent: bool = False, cluster_name: str = "default",
+              metrics_export_port: int = 0) -> ServiceProcess:
     return start_service("ember_gcs", ["--port", str(port), "--host", host, "--storage", storage,
-                                       "--cluster-name", cluster_name, "--session-dir", session_dir],
+                                       "--cluster-name", cluster_name, "--session-dir", session_dir,
+                                       *_metrics_args(metrics_export_port)],
                          session_dir, "gcs", die_with_parent=die_with_parent)
 
 
 def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float],
                object_store_memory: int, is_head: bool, node_ip: str = "127.0.0.1",
                raylet_port: int = 0, die_with_parent: bool = False,
-               num_prestart_workers: int | None = None, spill_dir: str | None = None) -> tuple[NodeRecord, list[ServiceProcess]]:
-    """Starts an object manager and a raylet for one node."""
+               num_prestart_workers: int | None = None, spill_dir: str | None = None,
+               metrics_export_port: int = 0) -> tuple[NodeRecord, list[ServiceProcess]]:
+    """Starts an object manager and a raylet for one node (metrics on ports
+    `metrics_ports(metrics_export_port)` when it is not 0)."""
     from .ids import new_node_id
 
     node_id = new_node_id()
@@ -160,13 +178,15 @@ def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float
     objmgr = start_service("ember_objmgr", [
         "--store-dir", store_dir, "--capacity-bytes", str(object_store_memory),
         "--node-id", node_id, "--host", "0.0.0.0", "--gcs-address", gcs_address,
-        "--spill-dir", spill], session_dir, f"objmgr-{node_id[:8]}",
+        "--spill-dir", spill, *_metrics_args(metrics_ports(metrics_export_port)["objmgr"])],
+        session_dir, f"objmgr-{node_id[:8]}",
         die_with_parent=die_with_parent)
     objmgr_address = f"{node_ip}:{objmgr.port}"
     args = ["--gcs-address", gcs_address, "--objmgr-address", objmgr_address,
             "--node-id", node_id, "--store-dir", store_dir, "--session-dir", session_dir,
             "--resources", json.dumps(resources), "--object-store-memory", str(object_store_memory),
             "--node-ip", node_ip, "--port", str(raylet_port)]
+    args += _metrics_args(metrics_ports(metrics_export_port)["raylet"])
     if is_head:
         args.append("--head")
     if num_prestart_workers is not None:

@@ -107,14 +107,21 @@ def build_server(
     port: int = 0,
     service_names: list[str] | None = None,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    """Creates an asyncio gRPC server with the given servicers and the standard health service.
+    """Creates an asyncio gRPC server with the given servicers, the standard health service and
+    the tracing / metrics interceptors when those are on (nothing is added when they are off).
 
     Returns (server, bound_port, health_servicer). Binding a port in use raises OSError naming it.
     """
-    from . import tracing
+    from . import metrics, tracing
 
-    interceptors = [_AioInterceptor(tracing.ServerInterceptor())] if tracing.enabled() else None
-    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors)
+    # Tracing outside, metrics inside: the metrics interceptor then sees the registered handler
+    # (the same object on every call) and wraps each method once.
+    interceptors = []
+    if tracing.enabled():
+        interceptors.append(_AioInterceptor(tracing.ServerInterceptor()))
+    if metrics.enabled():
+        interceptors.append(_AioInterceptor(metrics.ServerInterceptor()))
+    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors or None)
     for add in add_servicers:
         add(server)
     health_servicer = health.aio.HealthServicer()

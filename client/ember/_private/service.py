@@ -1,5 +1,5 @@
-"""What every service's main() shares: common flags, logging, dying with the parent, and a
-graceful stop on SIGTERM."""
+"""What every service's main() shares: common flags, logging, tracing and metrics set-up, dying
+with the parent, and a graceful stop on SIGTERM."""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +15,8 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--die-with-parent", action="store_true",
                         help="exit when the parent process exits (embedded cluster)")
     parser.add_argument("--log-level", default=os.environ.get("EMBER_LOG_LEVEL", "INFO"))
+    parser.add_argument("--metrics-export-port", type=int, default=0,
+                        help="serve Prometheus metrics at http://HOST:PORT/metrics (0 = off)")
 
 
 def setup(ns: argparse.Namespace, name: str) -> None:
@@ -23,7 +25,12 @@ def setup(ns: argparse.Namespace, name: str) -> None:
                         format=f"%(asctime)s %(levelname)s {name} %(name)s: %(message)s")
     from . import tracing
 
-    tracing.setup(f"ember-{name}")
+    tracing.setup(f"ember-{name}", node_id=getattr(ns, "node_id", "") or "")
+    from . import metrics
+
+    metrics.configure(getattr(ns, "metrics_export_port", 0), name)
+    global _metrics_host
+    _metrics_host = getattr(ns, "host", "0.0.0.0") or "0.0.0.0"  # same interface as the gRPC port
     if ns.die_with_parent:
         try:
             import ctypes
@@ -34,15 +41,23 @@ def setup(ns: argparse.Namespace, name: str) -> None:
             pass
 
 
+_metrics_host = "0.0.0.0"
+
+
 def run(main: Callable[[asyncio.Event], Awaitable[Any]]) -> int:
     """Runs an async main(stop_event); SIGTERM/SIGINT set the event. Start-up errors become a
-    one-line message and exit code 1."""
+    one-line message and exit code 1. Serves metrics (when configured) on the same loop."""
+    from . import metrics
     from .rpc import install_signal_stop
 
     async def runner() -> Any:
         stop = asyncio.Event()
         install_signal_stop(asyncio.get_running_loop(), stop)
-        return await main(stop)
+        await metrics.start_server(_metrics_host)
+        try:
+            return await main(stop)
+        finally:
+            await metrics.stop_server()
 
     from . import tracing
 

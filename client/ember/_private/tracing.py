@@ -13,6 +13,10 @@ A hand-built TracerProvider does not read OTEL_TRACES_EXPORTER (only auto-instru
 so `setup()` does. With tracing off, `enabled()` is False and the hot paths skip every tracing
 call. The trace context travels as W3C `traceparent` in gRPC metadata and in TaskSpec.trace_context,
 so a task's execution span is the child of its submission wherever and whenever it runs.
+
+With tracing on, every task makes two spans, so `submit_span` / `execute_span` have fast paths
+for the default configuration (see "Per-task fast paths" below) and the OTLP exporters encode
+with `otlp_encoding` (same messages as the SDK's encoder, about three times faster).
 """
 from __future__ import annotations
 
@@ -20,11 +24,13 @@ import json
 import logging
 import os
 import threading
+import time
 from typing import Any, Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
 _enabled = False
+node_id = ""  # the node of this process (raylet, objmgr), for span attributes
 _provider: Any = None
 _tracer: Any = None
 _lock = threading.Lock()
@@ -41,10 +47,13 @@ def _exporter_names() -> list[str]:
     return [n.strip().lower() for n in raw.split(",") if n.strip() and n.strip().lower() != "none"]
 
 
-def setup(default_service_name: str) -> bool:
-    """Configures the SDK once per process from the environment. Returns whether tracing is on."""
+def setup(default_service_name: str, node_id: str = "") -> bool:
+    """Configures the SDK once per process from the environment. Returns whether tracing is on.
+    node_id (raylet, objmgr, workers) becomes the resource attribute `ember.node_id`."""
     global _enabled, _provider, _tracer
     with _lock:
+        if node_id:
+            globals()["node_id"] = node_id
         if _provider is not None:
             return _enabled
         names = _exporter_names()
@@ -57,10 +66,16 @@ def setup(default_service_name: str) -> bool:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         service = os.environ.get("OTEL_SERVICE_NAME") or default_service_name
-        provider = TracerProvider(resource=Resource.create({"service.name": service,
-                                                            "process.pid": os.getpid()}))
+        attrs: dict[str, Any] = {"service.name": service, "process.pid": os.getpid()}
+        if node_id:
+            attrs["ember.node_id"] = node_id
+        provider = TracerProvider(resource=Resource.create(attrs))
         for name in names:
-            provider.add_span_processor(BatchSpanProcessor(_make_exporter(name, service)))
+            provider.add_span_processor(BatchSpanProcessor(
+                _make_exporter(name, service),
+                # A task makes two spans; the SDK's default queue (2048) drops spans at a few
+                # thousand tasks a second. OTEL_BSP_MAX_QUEUE_SIZE still wins when set.
+                max_queue_size=None if "OTEL_BSP_MAX_QUEUE_SIZE" in os.environ else 16384))
         trace.set_tracer_provider(provider)
         import atexit
 
@@ -68,21 +83,32 @@ def setup(default_service_name: str) -> bool:
         _provider = provider
         _tracer = trace.get_tracer("ember")
         _enabled = True
+        _init_fast_path(provider)
         return True
 
 
 def _make_exporter(name: str, service: str) -> Any:
     if name == "otlp":
+        from . import otlp_encoding
+
         proto = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
                                os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"))
         if proto == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        elif proto == "http/protobuf":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
-        else:
-            raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={proto!r} is not supported "
-                             "(use grpc or http/protobuf)")
-        return OTLPSpanExporter()
+
+            class FastOTLPSpanExporter(OTLPSpanExporter):
+                def _translate_data(self, data: Any) -> Any:
+                    return otlp_encoding.encode_spans(data)
+
+            return FastOTLPSpanExporter()
+        if proto == "http/protobuf":
+            from opentelemetry.exporter.otlp.proto.http import trace_exporter as http_exporter
+
+            # The HTTP exporter calls its module's encode_spans; ours makes the same message.
+            http_exporter.encode_spans = otlp_encoding.encode_spans  # type: ignore[attr-defined]
+            return http_exporter.OTLPSpanExporter()
+        raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={proto!r} is not supported "
+                         "(use grpc or http/protobuf)")
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
@@ -107,6 +133,151 @@ def flush() -> None:
         _provider.force_flush(5000)
 
 
+# ---------------------------------------------------------------------------------------------
+# Per-task fast paths. A task makes two spans (submit in the caller, execute in the worker), so
+# their cost is the tracing overhead of the task hot path. The SDK's generic path (start_span +
+# propagator inject/extract + start_as_current_span) costs ~40-50 µs per span; these do the
+# same for the common configuration — W3C trace context propagation and a parent-based
+# sampler (the SDK default) — in a fraction of it, and fall back to the generic path otherwise
+# (another propagator or sampler, baggage, a malformed header).
+
+_fast = False
+_sampler: Any = None
+_id_gen: Any = None
+_processor: Any = None
+_resource: Any = None
+_scope: Any = None
+_random_flag = 0
+_otel: Any = None  # namespace of OpenTelemetry names the fast paths use
+
+
+def _init_fast_path(provider: Any) -> None:
+    global _fast, _sampler, _id_gen, _processor, _resource, _scope, _random_flag, _otel
+    import types
+
+    from opentelemetry import baggage, context, propagate, trace
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.sampling import ParentBased
+    from opentelemetry.trace import (NonRecordingSpan, SpanContext, SpanKind, TraceFlags,
+                                     TraceState, set_span_in_context)
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    try:
+        sampler, id_gen = provider.sampler, provider.id_generator
+        processor, resource = provider._active_span_processor, provider.resource
+        scope = _tracer._instrumentation_scope
+    except AttributeError:  # another SDK version: the generic path still works
+        return
+    prop = propagate.get_global_textmap()
+    parts = getattr(prop, "_propagators", [prop])
+    w3c = all(isinstance(p, (TraceContextTextMapPropagator, W3CBaggagePropagator)) for p in parts)
+    w3c = w3c and any(isinstance(p, TraceContextTextMapPropagator) for p in parts)
+    _sampler, _id_gen, _processor, _resource, _scope = sampler, id_gen, processor, resource, scope
+    _random_flag = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+    _otel = types.SimpleNamespace(
+        baggage=baggage, context=context, ReadableSpan=ReadableSpan,
+        NonRecordingSpan=NonRecordingSpan, SpanContext=SpanContext, SpanKind=SpanKind,
+        TraceFlags=TraceFlags, TraceState=TraceState, set_span_in_context=set_span_in_context,
+        get_current_span=trace.get_current_span, parent_based=isinstance(sampler, ParentBased))
+    _fast = w3c
+    global _LightSpan
+    _LightSpan = _light_span_class()
+
+
+_LightSpan: Any = None
+_VALUE_TYPES = (str, bool, int, float)
+
+
+def _light_span_class() -> Any:
+    """A recording span with the SDK Span's behaviour for what code does with a current span
+    (attributes, events, exceptions, status, name), made without its locks, limits and
+    per-span bookkeeping; on end it goes to the span processors as a ReadableSpan. Span
+    processors' on_start is not called for it (Ember's own processors do nothing there)."""
+    import traceback
+
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.trace import Span, Status, StatusCode
+
+    class LightSpan(Span):
+        __slots__ = ("_name", "_ctx", "_parent", "_attrs", "_kind", "_events", "_status",
+                     "_start", "_end")
+
+        def __init__(self, name: str, ctx: Any, parent: Any, attributes: dict[str, Any],
+                     kind: Any) -> None:
+            self._name, self._ctx, self._parent, self._attrs = name, ctx, parent, attributes
+            self._kind, self._events, self._status = kind, [], Status(StatusCode.UNSET)
+            self._end: int | None = None
+            self._start = time.time_ns()
+
+        def get_span_context(self) -> Any:
+            return self._ctx
+
+        def is_recording(self) -> bool:
+            return self._end is None
+
+        def set_attribute(self, key: str, value: Any) -> None:
+            if self._end is not None or not key or not isinstance(key, str):
+                return
+            if isinstance(value, _VALUE_TYPES):
+                self._attrs[key] = value
+            elif isinstance(value, (list, tuple)) and all(isinstance(v, _VALUE_TYPES) for v in value):
+                self._attrs[key] = tuple(value)
+            else:
+                log.warning("invalid span attribute %s=%r (not a str/bool/int/float or a sequence "
+                            "of them): dropped", key, value)
+
+        def set_attributes(self, attributes: Any) -> None:
+            for k, v in attributes.items():
+                self.set_attribute(k, v)
+
+        def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+            if self._end is None:
+                self._events.append(Event(name, attributes, timestamp or time.time_ns()))
+
+        def add_link(self, context: Any, attributes: Any = None) -> None:
+            log.warning("links can only be added when a span starts: dropped")
+
+        def update_name(self, name: str) -> None:
+            if self._end is None:
+                self._name = name
+
+        def set_status(self, status: Any, description: str | None = None) -> None:
+            if self._end is not None or self._status.status_code is StatusCode.OK:
+                return  # OK is final, as in the SDK
+            if isinstance(status, Status):
+                self._status = status
+            elif status is not StatusCode.UNSET:
+                self._status = Status(status, description if status is StatusCode.ERROR else None)
+
+        def record_exception(self, exception: BaseException, attributes: Any = None,
+                             timestamp: int | None = None, escaped: bool = False) -> None:
+            typ = type(exception)
+            module = typ.__module__
+            attrs = {"exception.type": f"{module}.{typ.__qualname__}"
+                     if module and module != "builtins" else typ.__qualname__,
+                     "exception.message": str(exception),
+                     "exception.stacktrace": "".join(traceback.format_exception(exception)),
+                     "exception.escaped": str(escaped)}
+            attrs.update(attributes or {})
+            self.add_event("exception", attrs, timestamp)
+
+        def end(self, end_time: int | None = None) -> None:
+            if self._end is not None:
+                return
+            self._end = end_time or time.time_ns()
+            _processor.on_end(ReadableSpan(
+                name=self._name, context=self._ctx, parent=self._parent, resource=_resource,
+                attributes=self._attrs, events=tuple(self._events), kind=self._kind,
+                status=self._status, start_time=self._start, end_time=self._end,
+                instrumentation_scope=_scope))
+
+        def __repr__(self) -> str:
+            return f"LightSpan(name={self._name!r}, context={self._ctx!r})"
+
+    return LightSpan
+
+
 def span(name: str, context: Any = None, kind: str = "INTERNAL", **attributes: Any) -> Any:
     """A context manager for a span made current (only call when enabled())."""
     from opentelemetry.trace import SpanKind
@@ -118,12 +289,124 @@ def span(name: str, context: Any = None, kind: str = "INTERNAL", **attributes: A
 def submit_span(name: str, carrier: Any, **attributes: Any) -> None:
     """A zero-length PRODUCER span for a submission, child of the current span; its context is
     written into carrier (the TaskSpec's trace_context) so that the execution span hangs off it.
-    Cheaper than a current-span context manager: nothing is attached or detached."""
+    Nothing is attached or detached; on the fast path no SDK Span is made either: the finished
+    span goes straight to the span processors."""
+    o = _otel
+    if not _fast or o.baggage.get_all():
+        _submit_span_generic(name, carrier, attributes)
+        return
+    parent = o.get_current_span().get_span_context()
+    if parent.is_valid:
+        if not o.parent_based:
+            _submit_span_generic(name, carrier, attributes)
+            return
+        trace_id, flags, state = parent.trace_id, int(parent.trace_flags), parent.trace_state
+        sampled = flags & 1
+        parent_ctx: Any = parent
+    else:
+        trace_id = _id_gen.generate_trace_id()
+        result = _sampler.should_sample(None, trace_id, name, o.SpanKind.PRODUCER, attributes)
+        if result.trace_state:
+            _submit_span_generic(name, carrier, attributes)
+            return
+        if result.attributes and result.attributes != attributes:  # the sampler added some
+            attributes = dict(result.attributes)
+        sampled = 1 if result.decision.is_sampled() else 0
+        flags = sampled | (_random_flag if _id_gen.is_trace_id_random() else 0)
+        state, parent_ctx = None, None
+    if not sampled:  # propagate the decision; nothing is recorded
+        span_id = parent.span_id if parent.is_valid else _id_gen.generate_span_id()
+    else:
+        span_id = _id_gen.generate_span_id()
+        ctx = o.SpanContext(trace_id, span_id, False, o.TraceFlags(flags), state)
+        now = time.time_ns()
+        _processor.on_end(o.ReadableSpan(
+            name=name, context=ctx, parent=parent_ctx, resource=_resource,
+            attributes=attributes, kind=o.SpanKind.PRODUCER, start_time=now, end_time=now,
+            instrumentation_scope=_scope))
+    carrier["traceparent"] = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+    if state:
+        carrier["tracestate"] = state.to_header()
+
+
+def _submit_span_generic(name: str, carrier: Any, attributes: dict[str, Any]) -> None:
     from opentelemetry.trace import SpanKind, set_span_in_context
 
     sp = _tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attributes or None)
     inject(carrier, context=set_span_in_context(sp))
     sp.end()
+
+
+def execute_span(name: str, carrier: Any, **attributes: Any) -> Any:
+    """A context manager: the CONSUMER span of a task's execution, child of the submission
+    whose context is in carrier, made current for the task's own spans and submissions.
+    Exceptions are recorded and set the status to ERROR."""
+    parent = _parse_traceparent(carrier) if _fast else None
+    if parent is None:
+        return span(name, context=extract(carrier), kind="CONSUMER", **attributes)
+    return _CurrentSpan(name, parent, {k: v for k, v in attributes.items() if v is not None})
+
+
+def _parse_traceparent(carrier: Any) -> Any:
+    """The remote parent context from a W3C traceparent, or None (use the generic path)."""
+    tp = carrier.get("traceparent")
+    if not tp or len(carrier) != ("tracestate" in carrier) + 1:
+        return None  # none, or baggage / other headers too
+    parts = tp.split("-")
+    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16 \
+            or len(parts[3]) != 2:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id:
+        return None
+    o = _otel
+    state = o.TraceState.from_header([carrier["tracestate"]]) if "tracestate" in carrier else None
+    return o.SpanContext(trace_id, span_id, True, o.TraceFlags(flags), state)
+
+
+class _CurrentSpan:
+    """start_span + attach, end + detach: what start_as_current_span does, without its
+    generator-based context managers."""
+
+    __slots__ = ("name", "parent", "attributes", "span", "token")
+
+    def __init__(self, name: str, parent: Any, attributes: dict[str, Any]) -> None:
+        self.name, self.parent, self.attributes = name, parent, attributes
+
+    def __enter__(self) -> Any:
+        o, parent = _otel, self.parent
+        if not o.parent_based:  # the sampler must decide: the SDK's own span
+            ctx = o.set_span_in_context(o.NonRecordingSpan(parent))
+            sp = _tracer.start_span(self.name, context=ctx, kind=o.SpanKind.CONSUMER,
+                                    attributes=self.attributes)
+        else:  # parent-based sampling: the remote parent's flag decides
+            ctx = o.SpanContext(parent.trace_id, _id_gen.generate_span_id(), False,
+                                parent.trace_flags, parent.trace_state)
+            sp = (_LightSpan(self.name, ctx, parent, self.attributes, o.SpanKind.CONSUMER)
+                  if parent.trace_flags & 1 else o.NonRecordingSpan(ctx))
+        self.span = sp
+        self.token = o.context.attach(o.set_span_in_context(sp))
+        return sp
+
+    def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
+        sp = self.span
+        try:
+            if exc is not None and sp.is_recording():
+                sp.record_exception(exc)
+                set_error(sp, f"{typ.__name__}: {exc}")
+        finally:
+            sp.end()
+            _otel.context.detach(self.token)
+
+
+def annotate(**attributes: Any) -> None:
+    """Adds attributes to the current span (only call when enabled())."""
+    from opentelemetry import trace
+
+    trace.get_current_span().set_attributes({k: v for k, v in attributes.items() if v is not None})
 
 
 def set_error(span_obj: Any, message: str) -> None:
@@ -154,6 +437,19 @@ class ServerInterceptor:
         return grpc.unary_unary_rpc_method_handler(
             traced, request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer)
+
+
+def server_span(method: str, invocation_metadata: Any) -> Any:
+    """A SERVER span for a streaming RPC handler (the interceptor traces unary ones), child of
+    the caller's traceparent; a no-op context when tracing is off or the caller sent none."""
+    import contextlib
+
+    if not _enabled:
+        return contextlib.nullcontext()
+    md = {k: v for k, v in (invocation_metadata or ()) if isinstance(v, str)}
+    if "traceparent" not in md:
+        return contextlib.nullcontext()
+    return span(method, context=extract(md), kind="SERVER", **{"rpc.method": method})
 
 
 def tracer() -> Any:

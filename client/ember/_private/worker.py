@@ -14,7 +14,7 @@ import grpc
 from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 from . import node as node_mod
-from . import rpc
+from . import rpc, tracing
 from .config import Config, get_config
 from .core_worker import CoreWorker
 from .function_manager import FunctionManager
@@ -71,17 +71,19 @@ class EmbeddedCluster:
     """GCS (memory storage) + one raylet + one objmgr as child processes of the driver."""
 
     def __init__(self, resources: dict[str, float], object_store_memory: int,
-                 config: Config) -> None:
+                 config: Config, metrics_export_port: int = 0) -> None:
         self.session_dir = node_mod.new_session_dir()
         self.procs: list[node_mod.ServiceProcess] = []
         try:
             gcs = node_mod.start_gcs(self.session_dir, port=0, storage="memory", host="127.0.0.1",
-                                     die_with_parent=True)
+                                     die_with_parent=True,
+                                     metrics_export_port=node_mod.metrics_ports(metrics_export_port)["gcs"])
             self.procs.append(gcs)
             self.gcs_address = f"127.0.0.1:{gcs.port}"
             self.node, procs = node_mod.start_node(
                 self.session_dir, self.gcs_address, resources=resources,
-                object_store_memory=object_store_memory, is_head=True, die_with_parent=True)
+                object_store_memory=object_store_memory, is_head=True, die_with_parent=True,
+                metrics_export_port=metrics_export_port)
             self.procs.extend(procs)
         except Exception:
             self.stop()
@@ -189,7 +191,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             res = _default_resources(num_cpus, num_gpus, resources, memory)
             store = object_store_memory or int(psutil.virtual_memory().total *
                                                config.object_store_memory_fraction)
-            cluster = EmbeddedCluster(res, store, config)
+            # Ray's private _metrics_export_port: raylet N, objmgr N+1, GCS N+2.
+            cluster = EmbeddedCluster(res, store, config, int(kwargs.get("_metrics_export_port") or 0))
             gcs_address = cluster.gcs_address
             node = cluster.node
             node_id, raylet, objmgr, store_dir, session_dir = (
@@ -227,7 +230,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
 
 
 _IGNORED_INIT_ARGS = {"dashboard_host", "dashboard_port", "local_mode", "_temp_dir", "_system_config",
-                      "job_config", "_node_ip_address", "log_to_driver"}
+                      "job_config", "_node_ip_address", "log_to_driver",
+                      "_metrics_export_port"}
 
 
 def _add_job(gcs_address: str, worker_id: str) -> bytes:
@@ -290,10 +294,26 @@ def put(value: Any, *, _owner: Any = None) -> ObjectRef:
         raise TypeError("Calling put() on an ObjectRef is not allowed: it is already a reference. "
                         "Pass the ObjectRef itself, or get() its value first.")
     w = global_worker()
+    if tracing.enabled():
+        with tracing.span("put") as sp:
+            ser = serialize(value)
+            ref = w.core.put_serialized(ser)
+            sp.set_attributes({"ember.object_id": ref.hex(), "ember.object.size": ser.size,
+                               "ember.node_id": w.core.node_id})
+            return ref
     return w.core.put_serialized(serialize(value))
 
 
 def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
+    if tracing.enabled():
+        n = 1 if isinstance(object_refs, ObjectRef) else len(object_refs) if isinstance(
+            object_refs, (list, tuple)) else None
+        with tracing.span("get", **{"ember.get.num_refs": n, "ember.get.timeout_s": timeout}):
+            return _get(object_refs, timeout)
+    return _get(object_refs, timeout)
+
+
+def _get(object_refs: ObjectRef | Sequence[ObjectRef], timeout: float | None) -> Any:
     w = global_worker()
     if isinstance(object_refs, ObjectRef):
         return w.core.get([object_refs], timeout)[0]

@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from ember._private import rpc
+from ember._private import rpc, tracing
 from ember._private.rpc import AlreadyExists, NotFound
 from ember._proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 
@@ -207,6 +207,24 @@ class ActorManager:
         return alive[0].raylet_address if alive else None
 
     async def _create(self, a: common_pb2.ActorInfo) -> None:
+        if not tracing.enabled():
+            await self._create_untraced(a)
+            return
+        # In the trace of the call that created the actor, restarts included.
+        what = "restart" if a.num_restarts else "create"
+        with tracing.span(f"actor {what} {a.class_name}",
+                          context=tracing.extract(a.creation_spec.trace_context),
+                          **{"ember.actor_id": a.actor_id.hex(), "ember.actor.class": a.class_name,
+                             "ember.actor.restarts": a.num_restarts}) as sp:
+            await self._create_untraced(a)
+            sp.set_attribute("ember.actor.state", A.State.Name(a.state))
+            if a.state == A.ALIVE:
+                sp.set_attribute("ember.worker_id", a.address.worker_id)
+                sp.set_attribute("ember.node_id", a.address.node_id)
+            elif a.state == A.DEAD:
+                tracing.set_error(sp, a.death_cause)
+
+    async def _create_untraced(self, a: common_pb2.ActorInfo) -> None:
         spec = a.creation_spec
         delay = 0.1
         while a.state != A.DEAD:
@@ -229,8 +247,15 @@ class ActorManager:
             spec.attempt = a.num_restarts
             a.lease_id, a.raylet_address = lease_id, addr
             stub = core_worker_pb2_grpc.CoreWorkerStub(self._channel(f"{w.ip}:{w.port}"))
+            push = spec
+            if tracing.enabled():  # __init__ runs as a child of this creation span
+                push = common_pb2.TaskSpec()
+                push.CopyFrom(spec)
+                push.trace_context.clear()
+                tracing.inject(push.trace_context)
             try:
-                reply = await stub.PushTask(core_worker_pb2.PushTaskRequest(spec=spec))
+                reply = await stub.PushTask(core_worker_pb2.PushTaskRequest(spec=push),
+                                            metadata=tracing.metadata())
             except grpc.aio.AioRpcError as e:
                 log.warning("actor %s: worker died during creation (%s)", a.actor_id.hex()[:8], e.code().name)
                 await self._release_lease(a)
@@ -262,7 +287,8 @@ class ActorManager:
                 reply = await raylet_pb2_grpc.RayletStub(self._channel(addr)).RequestWorkerLease(
                     raylet_pb2.RequestWorkerLeaseRequest(
                         lease_id=lease_id, resources=spec.resources, spillback_count=spillback,
-                        job_id=spec.job_id, name=spec.name, actor_id=a.actor_id))
+                        job_id=spec.job_id, name=spec.name, actor_id=a.actor_id),
+                    metadata=tracing.metadata())
             except grpc.aio.AioRpcError as e:
                 log.info("actor %s: lease request to %s failed (%s)", a.actor_id.hex()[:8], addr, e.code().name)
                 return None, addr, None

@@ -50,9 +50,16 @@ class GcsCore:
         self._drivers: dict[bytes, int] = {}
         self.driver_grace_s = 3.0
 
+    # After a restart, raylets need a while to notice and reconnect (their own backoff, a loaded
+    # machine, a restarted container). Declaring them dead meanwhile would kill every actor they
+    # host, detached ones included, so reloaded nodes get at least this long for a first heartbeat.
+    RESTART_GRACE_S = 30.0
+
     async def load(self) -> None:
-        """Reads the node table back (after a restart) and restarts every alive node's clock."""
-        now = time.monotonic()
+        """Reads the node table back (after a restart) and gives every alive node a grace period
+        of max(node_death_timeout_s, RESTART_GRACE_S) to send its first heartbeat."""
+        # _last_seen in the future: detect_deaths measures silence from this point on.
+        now = time.monotonic() + max(0.0, self.RESTART_GRACE_S - self.death_timeout_s)
         for key, blob in (await self.storage.get_all(NODES)).items():
             info = common_pb2.NodeInfo.FromString(blob)
             self.nodes[info.node_id] = info

@@ -6,10 +6,10 @@ import asyncio
 import logging
 from typing import Any
 
-from ember._private import rpc, service
+from ember._private import metrics, rpc, service
 from ember._private.config import get_config
 from ember._private.rpc import rpc_errors
-from ember._proto import gcs_pb2, gcs_pb2_grpc
+from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 from .core import GcsCore, kv_table
 from .storage import open_storage
@@ -138,14 +138,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
     cfg = get_config()
     storage = open_storage(ns.storage, ns.cluster_name)
-    await storage.start()
+    try:
+        await storage.start()
+    except rpc.Unavailable as e:  # e.g. etcd unreachable: one line and exit 1 (service.run)
+        raise ConnectionError(str(e)) from None
     core = GcsCore(storage, cfg.node_death_timeout_s, cluster_id=ns.cluster_name)
     await core.load()
+    register_metrics(core)
     server, port, health = rpc.build_server(
         [lambda s: gcs_pb2_grpc.add_GcsServicer_to_server(GcsServicer(core), s)],
         host=ns.host, port=ns.port)
     await server.start()
     await rpc.mark_serving(health, ["ember.Gcs"])
+    if metrics.bound_port:  # "" host: the GCS's own address (ember status fills it in)
+        host = "" if ns.host in ("0.0.0.0", "::") else ns.host
+        await core.storage.put(kv_table(metrics.KV_NAMESPACE), b"gcs",
+                               f"{host}:{metrics.bound_port}".encode(), True)
     rpc.write_port_file(ns.port_file, port)
     log.info("GCS serving on %s:%d (storage %s)", ns.host, port, ns.storage)
     deaths = asyncio.ensure_future(core.detect_deaths(stop))
@@ -156,6 +164,23 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
     await core.actors.close()
     deaths.cancel()
     await storage.close()
+
+
+def register_metrics(core: GcsCore) -> None:
+    """Live gauges of the cluster tables (no-op unless --metrics-export-port is set)."""
+    if not metrics.enabled():
+        return
+
+    def by_state(items: Any, names: Any) -> dict[tuple[str, ...], float]:
+        counts = {(name,): 0.0 for name in names.keys()}
+        for item in items:
+            counts[(names.Name(item.state),)] += 1
+        return counts
+
+    metrics.gauge("ember_actors_total", "Actors by state",
+                  lambda: by_state(core.actors.actors.values(), common_pb2.ActorInfo.State), ("state",))
+    metrics.gauge("ember_nodes_total", "Nodes by state",
+                  lambda: by_state(core.nodes.values(), common_pb2.NodeInfo.State), ("state",))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ember._private import ids
+from ember._private import ids, tracing
 from ember._private.config import Config
 from ember._private.rpc import NotFound
 from ember._proto import common_pb2, raylet_pb2
@@ -52,6 +52,7 @@ class Lease:
     name: str
     blocked: bool = False
     owner: str = ""  # worker id of the process using the lease
+    actor: bool = False  # a dedicated actor worker (not counted as a running task)
 
 
 @dataclass
@@ -181,6 +182,11 @@ class Raylet:
         resources = dict(req.resources)
         validate_request(resources)
         d = decide(self.resources, self.cluster, self.node_id, resources, req.spillback_count)
+        if tracing.enabled():  # on this RPC's server span: the scheduling decision, hop by hop
+            tracing.annotate(**{"ember.lease.name": req.name, "ember.node_id": self.node_id,
+                                "ember.lease.spillback_count": req.spillback_count,
+                                "ember.lease.decision": d.kind,
+                                "ember.lease.spill_to": d.node.node_id if d.node else None})
         if d.kind == "spill":
             assert d.node is not None
             return raylet_pb2.RequestWorkerLeaseReply(spillback=raylet_pb2.Spillback(
@@ -194,7 +200,13 @@ class Raylet:
         else:
             self.queue.append(p)
             self.dispatch()
-        return await fut
+        reply = await fut
+        if tracing.enabled():
+            which = reply.WhichOneof("result")
+            tracing.annotate(**{"ember.lease.result": which,
+                                "ember.worker_id": reply.granted.worker_address.worker_id
+                                if which == "granted" else None})
+        return reply
 
     def dispatch(self) -> None:
         """Grants queued requests that fit now and have a worker; starts workers as needed."""
@@ -219,7 +231,8 @@ class Raylet:
                 continue
             alloc = self.resources.allocate(p.resources)
             assert alloc is not None
-            lease = Lease(p.request.lease_id, w, alloc, p.request.name, owner=p.request.owner_worker_id)
+            lease = Lease(p.request.lease_id, w, alloc, p.request.name, owner=p.request.owner_worker_id,
+                          actor=bool(p.request.actor_id))
             w.lease = lease
             self.leases[lease.lease_id] = lease
             self.queue.remove(p)

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from ember._private import rpc, service
+from ember._private import metrics, rpc, service
 from ember._private.config import get_config
 from ember._private.rpc import rpc_errors
 from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
@@ -171,6 +171,7 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
                     gcs_address=ns.gcs_address, objmgr_address=ns.objmgr_address,
                     store_dir=ns.store_dir, session_dir=ns.session_dir, node_ip=ns.node_ip,
                     num_prestart_workers=ns.num_prestart_workers)
+    register_metrics(raylet)
     server, port, health = rpc.build_server(
         [lambda s: raylet_pb2_grpc.add_RayletServicer_to_server(RayletServicer(raylet, stop), s)],
         host=ns.host, port=ns.port)
@@ -192,6 +193,7 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
                          lambda wid: raylet.workers[wid].pid if wid in raylet.workers else None)
     loops.append(asyncio.ensure_future(monitor.run(stop)))
     await rpc.mark_serving(health, ["ember.Raylet"])
+    await metrics.advertise(ns.gcs_address, f"raylet/{ns.node_id}", ns.node_ip)
     rpc.write_port_file(ns.port_file, port)
     log.info("raylet %s serving on %s with %s", ns.node_id[:8], raylet.address, raylet.resources.total)
     await stop.wait()
@@ -203,6 +205,28 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
         t.cancel()
     await asyncio.gather(*loops, return_exceptions=True)
     await link.channel.close()
+
+
+def register_metrics(raylet: Raylet) -> None:
+    """Live gauges of this node (no-op unless --metrics-export-port is set)."""
+    if not metrics.enabled():
+        return
+    key = (raylet.node_id,)
+    metrics.node_gauges(raylet.node_id, lambda: [1.0 - free for free in raylet.resources.gpus])
+    metrics.gauge("ember_tasks_running", "Workers leased to tasks (each runs one task at a time)",
+                  lambda: {key: sum(1 for ls in raylet.leases.values() if not ls.actor)}, ("node_id",))
+    metrics.gauge("ember_tasks_queued", "Lease requests waiting for resources or a worker",
+                  lambda: {key: len(raylet.queue) + len(raylet.infeasible)}, ("node_id",))
+
+    def workers() -> dict[tuple[str, ...], float]:
+        leased = sum(1 for w in raylet.workers.values() if w.lease is not None and not w.dead)
+        starting = raylet.starting()
+        alive = sum(1 for w in raylet.workers.values() if not w.dead)
+        return {(raylet.node_id, "leased"): leased, (raylet.node_id, "starting"): starting,
+                (raylet.node_id, "idle"): max(0, alive - leased - starting)}
+
+    metrics.gauge("ember_workers", "Worker processes of this node by state", workers,
+                  ("node_id", "state"))
 
 
 def main(argv: list[str] | None = None) -> int:
