@@ -105,7 +105,8 @@ def test_large_array_put_once_read_by_ten_tasks_zero_copy(store):
     def nested(lst):
         return type(lst[0]).__name__, isinstance(lst[0], ember.ObjectRef), int(ember.get(lst[0]).sum())
 
-    # A small value: a ref that escapes into another process stays until this driver exits.
+    # A small (inline) value nested in a list: the task borrows it (test_refcount.py checks the
+    # freeing of nested refs).
     small = ember.put(np.arange(10))
     assert ember.get(nested.remote([small])) == ("ObjectRef", True, 45)
 

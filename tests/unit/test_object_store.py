@@ -464,3 +464,45 @@ def test_destroy_keeps_a_store_root_that_is_not_empty(make_store, tmp_path):
     assert os.path.getsize(b.arena_path) == CAP
     put(b, 1)
     assert read(b, 1) == pattern(1)
+
+
+def test_spill_to_a_full_disk_raises_resource_exhausted_and_leaves_no_file(store):
+    """A disk that takes no more bytes: with a file size limit every spill write fails (EFBIG,
+    as ENOSPC would on a full disk). The caller gets a clear error at once - no retry loop - and
+    no partial spill file is left behind."""
+    import resource
+    import time
+
+    data = {i: put(store, i) for i in range(1, 5)}
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (OBJ // 2, hard))
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ResourceExhausted, match="spilling failed") as ei:
+            store.create(oid(5), OBJ, "w1")
+        assert time.monotonic() - t0 < 5
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert "object store full" in str(ei.value)
+    assert os.listdir(store.spiller.root) == []
+    assert all(state(store, i) == "SEALED" for i in range(1, 5)) and store.spilled_bytes == 0
+    for i, d in data.items():
+        assert read(store, i) == d
+    put(store, 5)  # once the disk takes bytes again, spilling works
+    assert state(store, 5) == "SEALED" and store.spilled_bytes == OBJ
+    assert read(store, 5) == pattern(5)
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 300_000])
+def test_hand_encoded_transfer_chunks_are_protobuf_data_chunks(size):
+    """transfer.py writes DataChunk's wire format by hand and reads it without protobuf: both
+    directions agree with the generated code."""
+    from ember._proto import objmgr_pb2
+    from ember_objmgr.transfer import encode_chunk, parse_chunk
+
+    payload = pattern(3, size)
+    for total in (None, size, 2**40 + 5):
+        msg = objmgr_pb2.DataChunk.FromString(encode_chunk(memoryview(payload), total))
+        assert msg.data == payload and msg.total_size == (total or 0)
+        data, got_total = parse_chunk(objmgr_pb2.DataChunk(data=payload, total_size=total or 0).SerializeToString())
+        assert bytes(data) == payload and got_total == (total or 0)

@@ -1,10 +1,10 @@
 """CoreWorker: the runtime inside every driver and worker process.
 
 It owns the objects its process creates (an in-memory store for small values, locations for
-shared-memory ones), counts references, submits tasks (task_submitter.py) and serves its objects
-to borrowers over gRPC. All gRPC work runs on one asyncio loop in a background thread; the
-user-facing calls (get/put/wait/submit) come from user threads and hop onto the loop only when
-they must wait.
+shared-memory ones), counts references (local ones here, borrowers in references.py), submits
+tasks (task_submitter.py) and serves its objects to borrowers over gRPC. All gRPC work runs on
+one asyncio loop in a background thread; the user-facing calls (get/put/wait/submit) come from
+user threads and hop onto the loop only when they must wait.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from ember import exceptions as exc
 from ember._proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, gcs_pb2, gcs_pb2_grpc
 from ember._proto import objmgr_pb2, objmgr_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 
-from . import ids, rpc
+from . import ids, rpc, tracing
 from .config import Config
 from .object_ref import ObjectRef, OwnerAddress
 from .serialization import ERROR_METADATA, SerializedValue, deserialize, deserialize_proto, serialize
@@ -61,7 +61,17 @@ class CoreWorker:
         self._ref_lock = threading.Lock()
         self._refcounts: dict[bytes, int] = {}
         self._owned: set[bytes] = set()
+        # Owned objects pinned until this process exits (refs pickled outside Ember's serializer,
+        # actor creation arguments).
         self._escaped: set[bytes] = set()
+        # outer object id -> the ObjectRefs nested in it, held while the outer object is kept.
+        self._contained: dict[bytes, list[ObjectRef]] = {}
+        # Shared-memory object -> other nodes holding a copy (owner: reported by readers;
+        # borrower: as the owner told us, plus our own node once we pulled it).
+        self._copies: dict[bytes, set[str]] = {}
+        from .references import References
+
+        self.refs = References(self)
         self._nodes: dict[str, common_pb2.NodeInfo] = {}
         self._nodes_at = 0.0
         self.generators: dict[bytes, Any] = {}  # task_id -> generator.GeneratorState
@@ -185,6 +195,7 @@ class CoreWorker:
     async def _async_shutdown(self) -> None:
         await self.submitter.shutdown()
         self.task_streams.close()
+        await self.refs.close()
         plasma_owned = [oid for oid in self._owned
                         if (e := self._objects.get(oid)) is not None and e.in_plasma]
         await self._free_plasma(plasma_owned)
@@ -195,7 +206,10 @@ class CoreWorker:
     # ---------------------------------------------------------------- reference counting
     def add_local_ref(self, oid: bytes, owner: OwnerAddress) -> None:
         with self._ref_lock:
-            self._refcounts[oid] = self._refcounts.get(oid, 0) + 1
+            n = self._refcounts.get(oid, 0) + 1
+            self._refcounts[oid] = n
+            if n == 1 and owner[2] != self.worker_id:
+                self.refs.first_ref(oid, owner)  # we borrow it: tell its owner
 
     def remove_local_ref(self, oid: bytes) -> None:
         with self._ref_lock:
@@ -205,15 +219,22 @@ class CoreWorker:
                 return
             self._refcounts.pop(oid, None)
             owned = oid in self._owned
-            if owned and oid in self._escaped:
-                return  # a borrower may hold it: kept until this process exits
-            self._owned.discard(oid)
+            if owned:
+                if oid in self._escaped or oid in self.refs.borrowers:
+                    return  # kept for its borrowers (or until this process exits)
+                self._owned.discard(oid)
+            elif self.refs.borrowed:
+                self.refs.last_ref(oid)
         if self._shutdown:
             return
         self.post(self._release, oid, owned)
 
     def _release(self, oid: bytes, owned: bool) -> None:
         entry = self._objects.pop(oid, None)
+        if self._contained:
+            self._contained.pop(oid, None)  # drops the refs nested in it
+        if self._copies:
+            self._copies.pop(oid, None)
         if owned and entry is not None and entry.in_plasma:
             asyncio.ensure_future(self._free_plasma([oid]))
 
@@ -238,12 +259,22 @@ class CoreWorker:
         """Loop thread: the ObjectRefGenerator is gone; free the items nobody took."""
         st = self.generators.pop(task_id, None)
         if st is not None:
+            for i in st.items.values():
+                self._contained.pop(i.object_id, None)
             asyncio.ensure_future(self._free_plasma(
                 [i.object_id for i in st.items.values() if i.in_plasma]))
 
     def mark_escaped(self, oid: bytes) -> None:
-        if oid in self._owned:
-            self._escaped.add(oid)
+        """Pins a ref until this process exits: it was pickled where no borrower can be tracked
+        (pickle.dumps by the user, actor creation arguments the GCS may replay)."""
+        with self._ref_lock:
+            if oid in self._escaped:
+                return
+            if oid in self._owned:
+                self._escaped.add(oid)
+            elif oid in self._refcounts:  # borrowed: keep our registration with its owner
+                self._escaped.add(oid)
+                self._refcounts[oid] += 1
 
     def register_owned(self, oid: bytes) -> None:
         self._owned.add(oid)
@@ -255,9 +286,11 @@ class CoreWorker:
     def set_object(self, ret: common_pb2.ReturnObject) -> None:
         """Loop thread: records an object's value/location and wakes waiters."""
         oid = ret.object_id
-        if oid not in self._refcounts and oid not in self._escaped:
+        if oid not in self._refcounts and oid not in self._escaped and oid not in self.refs.borrowers:
             # Every reference was dropped while the task ran: free instead of storing.
             self._owned.discard(oid)
+            if self._contained:
+                self._contained.pop(oid, None)
             if ret.in_plasma:
                 asyncio.ensure_future(self._free_plasma([oid]))
             return
@@ -305,6 +338,8 @@ class CoreWorker:
             raise exc.ObjectLostError(ref.hex(), f"Object {ref.hex()} is lost: its owner no longer has it")
         if ref._id in self._refcounts:
             self._objects[ref._id] = reply.object
+            if reply.copy_node_ids:
+                self._copies.setdefault(ref._id, set()).update(reply.copy_node_ids)
         return reply.object
 
     # ---------------------------------------------------------------- nodes
@@ -332,8 +367,8 @@ class CoreWorker:
         oid = oid or ids.new_put_id()
         entry = self.store_value(oid, sv)  # may raise ObjectStoreFullError: nothing to undo
         self._owned.add(oid)
-        for r in sv.contained_refs:
-            self.mark_escaped(r._id)
+        if sv.contained_refs:  # the outer object holds the refs nested in it
+            self._contained[oid] = list(sv.contained_refs)
         ref = ObjectRef(oid, self.address, self)
         self._objects[oid] = entry
         return ref
@@ -358,7 +393,7 @@ class CoreWorker:
 
     async def get_async(self, ref: ObjectRef) -> Any:
         """get() for code running on the loop."""
-        return await self.materialize_async(await self.wait_object(ref, None))
+        return await self.materialize_async(await self.wait_object(ref, None), ref._owner)
 
     def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
         entries: list[common_pb2.ReturnObject | None] = [self._objects.get(r._id) for r in refs]
@@ -371,11 +406,11 @@ class CoreWorker:
                 got = self._blocking(self._wait_all(missing, timeout))
                 entries = [e if e is not None else got[r._id] for r, e in zip(refs, entries)]
         if any(e.in_plasma for e in entries):  # type: ignore[union-attr]
-            return self._call(self._materialize_all(entries))
+            return self._call(self._materialize_all(entries, refs))
         return [self.materialize(e) for e in entries]  # type: ignore[arg-type]
 
-    async def _materialize_all(self, entries: list[Any]) -> list[Any]:
-        return [await self.materialize_async(e) for e in entries]
+    async def _materialize_all(self, entries: list[Any], refs: list[ObjectRef]) -> list[Any]:
+        return [await self.materialize_async(e, r._owner) for e, r in zip(entries, refs)]
 
     async def _wait_all(self, refs: list[ObjectRef], timeout: float | None) -> dict[bytes, Any]:
         results = await asyncio.gather(*(self.wait_object(r, timeout) for r in refs))
@@ -428,30 +463,62 @@ class CoreWorker:
                 raylet_pb2.NotifyWorkerBlockedRequest(worker_id=self.worker_id, blocked=blocked))),
                 self.loop)
 
-    def materialize(self, entry: common_pb2.ReturnObject) -> Any:
+    def materialize(self, entry: common_pb2.ReturnObject, owner: OwnerAddress | None = None) -> Any:
         """Turns an inline entry into the user's value (or raises the stored error)."""
         if entry.in_plasma:
-            return self._call(self.materialize_async(entry))
+            return self._call(self.materialize_async(entry, owner))
         return _raise_or_return(deserialize_proto(entry.value), entry.value.metadata)
 
-    async def materialize_async(self, entry: common_pb2.ReturnObject) -> Any:
-        """Any entry, shared-memory ones included (pulled from their node first)."""
+    async def materialize_async(self, entry: common_pb2.ReturnObject,
+                                owner: OwnerAddress | None = None) -> Any:
+        """Any entry, shared-memory ones included (pulled from the nearest copy first; the
+        copy made here is reported to owner)."""
         if not entry.in_plasma:
             return _raise_or_return(deserialize_proto(entry.value), entry.value.metadata)
         if entry.node_id != self.node_id:
-            await self._pull(entry)
+            await self._pull(entry, owner)
         data, buffers, meta = await self.plasma.get_async(entry.object_id)
         return _raise_or_return(deserialize(data, buffers), meta)
 
-    async def _pull(self, entry: common_pb2.ReturnObject) -> None:
-        try:
-            src = (await self.node_info(entry.node_id)).objmgr_address
-            await self.objmgr.Pull(objmgr_pb2.PullRequest(object_id=entry.object_id, source_address=src,
-                                                          owner_worker_id=self.worker_id))
-        except grpc.aio.AioRpcError as e:
-            raise exc.ObjectLostError(entry.object_id.hex(),
-                                      f"Object {entry.object_id.hex()} is lost: pulling it from node "
-                                      f"{entry.node_id} failed: {e.details()}") from None
+    async def _pull(self, entry: common_pb2.ReturnObject, owner: OwnerAddress | None) -> None:
+        """Makes the object local: the node's own copy if there is one, else a pull from the
+        nearest live node known to hold it (same IP first, the primary copy before secondary
+        ones, which may be dropped), falling back to the next when one fails."""
+        oid = entry.object_id
+        here = self._copies.get(oid, ())
+        others = [n for n in here if n not in (entry.node_id, self.node_id)]
+        if others:
+            await self._refresh_nodes(max_age_s=1.0)
+        cands = []
+        for rank, nid in enumerate([entry.node_id, *others]):
+            info = self._nodes.get(nid) or (await self.node_info(nid) if rank == 0 else None)
+            if info is not None and info.state == common_pb2.NodeInfo.ALIVE:
+                cands.append((info.ip != self.ip, rank, info))
+        failure = f"node {entry.node_id} is dead"
+        for _, _, info in sorted(cands, key=lambda c: c[:2]):
+            try:
+                await self.objmgr.Pull(objmgr_pb2.PullRequest(
+                    object_id=oid, source_address=info.objmgr_address, owner_worker_id=self.worker_id),
+                    metadata=tracing.metadata())  # the objmgr's pull span joins the caller's trace
+                break
+            except grpc.aio.AioRpcError as e:
+                failure = f"pulling it from node {info.node_id} failed: {e.details()}"
+        else:
+            raise exc.ObjectLostError(oid.hex(), f"Object {oid.hex()} is lost: {failure}")
+        if owner is not None and self.node_id not in here:
+            self._record_copy(oid, owner)
+
+    def _record_copy(self, oid: bytes, owner: OwnerAddress) -> None:
+        """Loop thread: this node now holds a copy; the owner tells later readers."""
+        if owner[2] == self.worker_id:
+            if oid in self._owned:
+                self._copies.setdefault(oid, set()).add(self.node_id)
+            return
+        if oid in self._refcounts:
+            self._copies.setdefault(oid, set()).add(self.node_id)
+        req = core_worker_pb2.AddObjectLocationRequest(object_id=oid, node_id=self.node_id)
+        stub = self.worker_stub(f"{owner[0]}:{owner[1]}")
+        asyncio.ensure_future(_ignore_rpc_error(stub.AddObjectLocation(req, timeout=10)))
 
     def get_future(self, ref: ObjectRef) -> concurrent.futures.Future:
         """A future for the value (resolved on the loop)."""
@@ -519,6 +586,13 @@ def _raise_or_return(value: Any, meta: str) -> Any:
             raise value.as_instanceof_cause()
         raise value
     return value
+
+
+async def _ignore_rpc_error(call: Any) -> None:
+    try:
+        await call
+    except grpc.aio.AioRpcError:  # the owner is gone: nobody asks for locations any more
+        pass
 
 
 async def _as_coro(obj: Any) -> Any:

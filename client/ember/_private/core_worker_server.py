@@ -46,16 +46,34 @@ class CoreWorkerServicer(core_worker_pb2_grpc.CoreWorkerServicer):
                 entry = await asyncio.wait_for(fut, None if request.timeout_s < 0 else request.timeout_s)
             except asyncio.TimeoutError:
                 return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.TIMEOUT)
-        core._escaped.add(oid)
-        return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.READY, object=entry)
+        return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.READY, object=entry,
+                                              copy_node_ids=core._copies.get(oid, ()))
 
     async def ReportGeneratorItem(self, request: Any, context: Any) -> Any:
         st = self.core.generators.get(request.task_id)
+        if request.nested:
+            self.core.refs.take_nested(request.nested)
         if st is not None:
             st.add(request.index, request.item)
-        elif request.item.in_plasma:  # the generator was dropped: nobody will read it
-            await self.core._free_plasma([request.item.object_id])
+        else:  # the generator was dropped: nobody will read it
+            self.core._contained.pop(request.item.object_id, None)
+            if request.item.in_plasma:
+                await self.core._free_plasma([request.item.object_id])
         return core_worker_pb2.ReportGeneratorItemReply()
+
+    async def AddBorrower(self, request: Any, context: Any) -> Any:
+        unknown = self.core.refs.add_borrowers(request.object_ids, request.borrower_worker_id)
+        return core_worker_pb2.AddBorrowerReply(unknown_ids=unknown)
+
+    async def RemoveBorrower(self, request: Any, context: Any) -> Any:
+        self.core.refs.remove_borrowers(request.object_ids, request.borrower_worker_id)
+        return core_worker_pb2.RemoveBorrowerReply()
+
+    async def AddObjectLocation(self, request: Any, context: Any) -> Any:
+        core = self.core
+        if request.object_id in core._owned:
+            core._copies.setdefault(request.object_id, set()).add(request.node_id)
+        return core_worker_pb2.AddObjectLocationReply()
 
     async def CancelTask(self, request: Any, context: Any) -> Any:
         ok = self.core.executor.cancel(request.task_id, request.force) if self.core.executor else False

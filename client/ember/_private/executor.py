@@ -179,14 +179,18 @@ class TaskExecutor:
                 reply = self._execute(spec)
                 if reply.is_application_error:
                     tracing.set_error(sp, reply.error_message)
-                return reply
-        return self._execute(spec)
+        else:
+            reply = self._execute(spec)
+        refs = self.core.refs
+        if refs.to_add or refs.adding:  # refs borrowed by this task and still held: register first
+            self.core._call(refs.flush())
+        return reply
 
     def _span(self, spec: common_pb2.TaskSpec) -> Any:
         """The execution span, child of the submission that travelled with the task."""
         core = self.core
-        return tracing.span(
-            f"execute {spec.name}", context=tracing.extract(spec.trace_context), kind="CONSUMER",
+        return tracing.execute_span(
+            f"execute {spec.name}", spec.trace_context,
             **{"ember.task_id": spec.task_id.hex(), "ember.job_id": spec.job_id.hex(),
                "ember.node_id": core.node_id, "ember.worker_id": core.worker_id,
                "ember.attempt": spec.attempt, "ember.actor_id": spec.actor_id.hex() or None})
@@ -270,6 +274,8 @@ class TaskExecutor:
                         tracing.set_error(sp, reply.error_message)
             else:
                 reply = await self._run_async_call(spec)
+        if self.core.refs.unacked():
+            await self.core.refs.flush()
         _resolve(fut, reply)
 
     async def _run_async_call(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
@@ -315,14 +321,24 @@ class TaskExecutor:
             sv = serialize(value)
         except TypeError as e:
             sv = serialize_error(self._task_error(spec, e))
-        for r in sv.contained_refs:
-            self.core.mark_escaped(r._id)
-        return self.core.store_value(oid, sv, spec.caller.worker_id)
+        item = self.core.store_value(oid, sv, spec.caller.worker_id)
+        return item, self._hand_over(sv, oid, spec)
 
-    def _report(self, spec: common_pb2.TaskSpec, index: int, item: common_pb2.ReturnObject) -> None:
+    def _hand_over(self, sv: Any, oid: bytes, spec: common_pb2.TaskSpec) -> Any:
+        """Refs nested in a result: the caller becomes their borrower (references.py)."""
+        if not sv.contained_refs:
+            return ()
+        nested, register = self.core.refs.hand_over(sv.contained_refs, oid, spec.caller)
+        if register is not None:
+            self.core._call(register)
+        return nested
+
+    def _report(self, spec: common_pb2.TaskSpec, index: int, item: common_pb2.ReturnObject,
+                nested: Any = ()) -> None:
         """Sends one item to the caller (blocking off the loop, in the background on it)."""
         c = spec.caller
-        req = core_worker_pb2.ReportGeneratorItemRequest(task_id=spec.task_id, index=index, item=item)
+        req = core_worker_pb2.ReportGeneratorItemRequest(task_id=spec.task_id, index=index, item=item,
+                                                         nested=nested)
         call = lambda: self.core.worker_stub(f"{c.ip}:{c.port}").ReportGeneratorItem(req, timeout=60)  # noqa: E731
         if self.core.in_loop():
             asyncio.ensure_future(_ignore_errors(call()))
@@ -343,7 +359,7 @@ class TaskExecutor:
                             value = loop.run_until_complete(gen.__anext__())
                         except StopAsyncIteration:
                             break
-                        self._report(spec, index, self._item(spec, index, value))
+                        self._report(spec, index, *self._item(spec, index, value))
                         index += 1
                 finally:
                     loop.close()
@@ -352,7 +368,7 @@ class TaskExecutor:
                     raise TypeError(f"{spec.name}() was called with num_returns='streaming' but "
                                     f"returned {type(gen).__name__}, not a generator")
                 for value in gen:
-                    self._report(spec, index, self._item(spec, index, value))
+                    self._report(spec, index, *self._item(spec, index, value))
                     index += 1
         except _CallerGone:
             return core_worker_pb2.PushTaskReply(num_streamed=index)
@@ -374,10 +390,15 @@ class TaskExecutor:
                 except StopAsyncIteration:
                     break
                 sv = serialize(value)
-                item = await self.core.store_value_async(ids.object_id_for_return(spec.task_id, index + 1),
-                                                         sv, spec.caller.worker_id)
+                oid = ids.object_id_for_return(spec.task_id, index + 1)
+                item = await self.core.store_value_async(oid, sv, spec.caller.worker_id)
+                nested: Any = ()
+                if sv.contained_refs:
+                    nested, register = self.core.refs.hand_over(sv.contained_refs, oid, spec.caller)
+                    if register is not None:
+                        await register
                 await stub.ReportGeneratorItem(core_worker_pb2.ReportGeneratorItemRequest(
-                    task_id=spec.task_id, index=index, item=item), timeout=60)
+                    task_id=spec.task_id, index=index, item=item, nested=nested), timeout=60)
                 index += 1
         except Exception as e:
             return self._error_reply(spec, self._task_error(spec, e), application=True, index=index)
@@ -390,7 +411,7 @@ class TaskExecutor:
             if arg.HasField("value"):
                 values.append(_inline_arg(arg.value))
             elif arg.ref.HasField("resolved"):  # in shared memory, kept alive by the caller
-                values.append(self.core.materialize(arg.ref.resolved))
+                values.append(self.core.materialize(arg.ref.resolved, _owner(arg.ref)))
             else:
                 values.append(self.core.get([_arg_ref(arg.ref, self.core)])[0])
         return _split(spec, values)
@@ -401,7 +422,7 @@ class TaskExecutor:
             if arg.HasField("value"):
                 values.append(_inline_arg(arg.value))
             elif arg.ref.HasField("resolved"):
-                values.append(await self.core.materialize_async(arg.ref.resolved))
+                values.append(await self.core.materialize_async(arg.ref.resolved, _owner(arg.ref)))
             else:
                 values.append(await self.core.get_async(_arg_ref(arg.ref, self.core)))
         return _split(spec, values)
@@ -429,9 +450,9 @@ class TaskExecutor:
                 sv = serialize(value)
             except TypeError as e:
                 return self._error_reply(spec, self._task_error(spec, e), application=True)
-            for r in sv.contained_refs:
-                self.core.mark_escaped(r._id)
             reply.returns.append(self.core.store_value(oid, sv, spec.caller.worker_id))
+            if sv.contained_refs:
+                reply.nested.extend(self._hand_over(sv, oid, spec))
         return reply
 
     async def _returns_async(self, spec: common_pb2.TaskSpec, result: Any) -> core_worker_pb2.PushTaskReply:
@@ -444,9 +465,12 @@ class TaskExecutor:
                 sv = serialize(value)
             except TypeError as e:
                 return self._error_reply(spec, self._task_error(spec, e), application=True)
-            for r in sv.contained_refs:
-                self.core.mark_escaped(r._id)
             reply.returns.append(await self.core.store_value_async(oid, sv, spec.caller.worker_id))
+            if sv.contained_refs:
+                nested, register = self.core.refs.hand_over(sv.contained_refs, oid, spec.caller)
+                if register is not None:
+                    await register
+                reply.nested.extend(nested)
         return reply
 
     def _task_error(self, spec: common_pb2.TaskSpec, e: BaseException) -> exc.RayTaskError:
@@ -486,8 +510,12 @@ def _inline_arg(value: common_pb2.SerializedObject) -> Any:
 
 
 def _arg_ref(r: common_pb2.ObjectRefProto, core: Any) -> ObjectRef:
+    return ObjectRef(r.object_id, _owner(r), core)
+
+
+def _owner(r: common_pb2.ObjectRefProto) -> tuple[str, int, str, str]:
     o = r.owner
-    return ObjectRef(r.object_id, (o.ip, o.port, o.worker_id, o.node_id), core)
+    return (o.ip, o.port, o.worker_id, o.node_id)
 
 
 def _split(spec: common_pb2.TaskSpec, values: list[Any]) -> tuple[list[Any], dict[str, Any]]:

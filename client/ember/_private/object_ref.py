@@ -57,8 +57,8 @@ class ObjectRef:
 
         sink = contained_refs_sink()
         if sink is not None:
-            sink.append(self)
-        if self._worker is not None:
+            sink.append(self)  # the serializer's caller hands it over (references.py)
+        elif self._worker is not None:  # pickled out of band: nobody can track the copy
             self._worker.mark_escaped(self._id)
         return (_rebuild_ref, (self._id, self._owner))
 

@@ -55,6 +55,7 @@ class Suite:
 
     benchmarks: list[Benchmark]
     init_kwargs: dict[str, Any] = field(default_factory=dict)
+    only_module: str | None = None  # runs only for this runtime (needs its internals)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,6 +155,52 @@ TASK_AND_OBJECT_BENCHMARKS: list[Benchmark] = [
 ]
 
 
+def _node_to_node_transfer(mod: Any) -> Fn:
+    """Ember only: a second node joins the embedded cluster and makes a 1 GiB object; each call
+    has the head's object manager pull it (parallel ReadRange streams over loopback) and then
+    drops the pulled copy, so the next call transfers it again."""
+    import numpy as np
+
+    from ember._private import node as node_mod
+    from ember._private import rpc
+    from ember._private import worker as worker_mod
+    from ember._proto import objmgr_pb2, objmgr_pb2_grpc
+
+    w = worker_mod.global_worker()
+    cluster = w.cluster
+    if cluster is None:
+        raise RuntimeError("needs the embedded cluster of ember.init()")
+    size = 2**30
+    node, procs = node_mod.start_node(cluster.session_dir, cluster.gcs_address,
+                                      resources={"CPU": 1, "transfer_node": 1},
+                                      object_store_memory=size + 2**28, is_head=False,
+                                      die_with_parent=True)
+    cluster.procs[1:1] = procs  # stopped (before the GCS) by mod.shutdown()
+
+    def produce() -> Any:
+        return np.ones(size, dtype=np.uint8)
+
+    ref = mod.remote(resources={"transfer_node": 1})(produce).remote()
+    mod.wait([ref], timeout=300)
+    head = objmgr_pb2_grpc.ObjectManagerStub(rpc.sync_channel(w.core.objmgr_address))
+    pull = objmgr_pb2.PullRequest(object_id=ref.binary(), source_address=node.objmgr_address,
+                                  owner_worker_id=w.core.worker_id)
+    free = objmgr_pb2.FreeRequest(object_ids=[ref.binary()])
+
+    def transfer() -> None:
+        head.Pull(pull, timeout=300)
+        head.Free(free, timeout=30)
+
+    transfer.keep = ref  # type: ignore[attr-defined]
+    return transfer
+
+
+# Ember only (no Ray name): 1 GiB pulled from a second node on this machine per call.
+TRANSFER_BENCHMARKS: list[Benchmark] = [
+    Benchmark("node-to-node transfer gigabytes", _node_to_node_transfer, 1.0),
+]
+
+
 def _load_sibling(name: str) -> Any:
     """Loads <name>.py from this file's directory by path, without importing the ember package
     (so it works when this file runs as a plain script under Ray's interpreter). It is not put
@@ -177,6 +224,7 @@ PLACEMENT_GROUP_BENCHMARKS: list[Benchmark] = []
 SUITES: list[Suite] = [
     Suite(TASK_AND_OBJECT_BENCHMARKS + ACTOR_BENCHMARKS),
     Suite(PLACEMENT_GROUP_BENCHMARKS, {"resources": {"custom": 100}}),
+    Suite(TRANSFER_BENCHMARKS, only_module="ember"),
 ]
 
 
@@ -228,7 +276,7 @@ def run(mod: Any, module_name: str, pattern: str, duration_s: float, trials: int
     failed: list[str] = []
     for suite in SUITES:
         chosen = [b for b in suite.benchmarks if pattern in b.name]
-        if not chosen:
+        if not chosen or suite.only_module not in (None, module_name):
             continue
         mod.init(**init_kwargs(module_name, num_cpus), **suite.init_kwargs)
         try:

@@ -9,7 +9,8 @@ pickle stream and each out-of-band buffer into the mapped arena -> Seal.
 get: Get (pins the object; restores it from spill) -> zero-copy read-only views. All views of an
 object hang off one read-only numpy array; when the last view is garbage collected the pin is
 released (batched Release RPCs), after which the space may be reused.
-A process that cannot map the arena (a remote client) streams bytes with WriteObject/ReadObject.
+A process that cannot map the arena (a remote client) writes with WriteObject and reads over
+parallel ObjectTransfer.ReadRange streams into one read-only buffer.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import grpc
 import numpy as np
 
 from ember import exceptions as exc
-from ember._proto import objmgr_pb2
+from ember._proto import objmgr_pb2, objmgr_pb2_grpc
 
 from . import tracing
 from .serialization import SerializedValue
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 MAGIC = b"EMB1"
 ALIGN = 64
 CHUNK_BYTES = 16 * 1024 * 1024
+# Remote clients read objects over ReadRange: the first range, then up to this many in parallel.
+REMOTE_FIRST_BYTES = 8 * 1024 * 1024
+REMOTE_STREAMS = 4
 
 
 def _align(n: int) -> int:
@@ -173,7 +177,8 @@ class PlasmaClient:
         if not self._arena():
             return parse(await self._read_remote(oid))
         try:
-            reply = await self.core.objmgr.Get(objmgr_pb2.GetRequest(object_ids=[oid], client_id=self.client_id))
+            reply = await self.core.objmgr.Get(objmgr_pb2.GetRequest(object_ids=[oid], client_id=self.client_id),
+                                               metadata=tracing.metadata())  # restore spans join the trace
         except grpc.aio.AioRpcError as e:
             if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.DATA_LOSS):
                 raise exc.ObjectLostError(oid.hex(), f"Object {oid.hex()} is lost: {e.details()}") from None
@@ -184,14 +189,38 @@ class PlasmaClient:
         weakref.finalize(base, self._release_later, oid)
         return parse(base)
 
-    async def _read_remote(self, oid: bytes) -> bytes:
-        parts = []
+    async def _read_remote(self, oid: bytes) -> Any:
+        """The object's bytes over ObjectTransfer.ReadRange streams (several at once for big
+        objects), each chunk copied straight into one buffer; returned as a read-only array."""
+        stub = objmgr_pb2_grpc.ObjectTransferStub(self.core._objmgr_channel)
+        buf: np.ndarray | None = None
+
+        async def fetch(lo: int, length: int) -> None:
+            nonlocal buf
+            pos = lo
+            async for chunk in stub.ReadRange(objmgr_pb2.ReadRangeRequest(object_id=oid, offset=lo,
+                                                                          length=length)):
+                if buf is None:
+                    buf = np.empty(chunk.total_size, dtype=np.uint8)
+                    step = -(-(chunk.total_size - REMOTE_FIRST_BYTES) // REMOTE_STREAMS)
+                    if step > 0:
+                        rest.extend(asyncio.ensure_future(fetch(o, step)) for o in
+                                    range(REMOTE_FIRST_BYTES, chunk.total_size, step))
+                n = len(chunk.data)
+                buf[pos:pos + n] = np.frombuffer(chunk.data, dtype=np.uint8)
+                pos += n
+
+        rest: list[asyncio.Future] = []
         try:
-            async for chunk in self.core.objmgr.ReadObject(objmgr_pb2.ReadObjectRequest(object_id=oid)):
-                parts.append(chunk.data)
+            await fetch(0, REMOTE_FIRST_BYTES)
+            await asyncio.gather(*rest)
         except grpc.aio.AioRpcError as e:
+            for f in rest:
+                f.cancel()
             raise exc.ObjectLostError(oid.hex(), f"Object {oid.hex()} is lost: {e.details()}") from None
-        return b"".join(parts)
+        assert buf is not None
+        buf.flags.writeable = False
+        return buf
 
     def _release_later(self, oid: bytes) -> None:
         # Runs wherever the last view was collected: batch the pins and release them on the loop.

@@ -65,8 +65,7 @@ def build_args(core: Any, args: tuple, kwargs: dict, what: str) -> tuple[list[co
         except TypeError as e:
             label = f"argument {i}" if i < len(args) else f"keyword argument {list(kwargs)[i - len(args)]!r}"
             raise TypeError(f"Could not serialize {label} of {what}: {e.__cause__ or e}") from e
-        for r in sv.contained_refs:
-            core.mark_escaped(r._id)
+        keep.extend(sv.contained_refs)  # nested refs stay alive until the task ends
         if sv.size > core.config.max_inline_bytes:
             ref = core.put_serialized(sv)
             keep.append(ref)

@@ -272,6 +272,8 @@ class TaskSubmitter:
             if st is not None:
                 st.finish(reply.num_streamed)
             return
+        if reply.nested:  # refs nested in the results: the results hold them
+            self.core.refs.take_nested(reply.nested)
         for ret in reply.returns:
             self.core.set_object(ret)
 

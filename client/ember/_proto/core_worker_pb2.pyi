@@ -8,6 +8,46 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class AddObjectLocationRequest(_message.Message):
+    __slots__ = ("object_id", "node_id")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    node_id: str
+    def __init__(self, object_id: _Optional[bytes] = ..., node_id: _Optional[str] = ...) -> None: ...
+
+class AddObjectLocationReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NestedRefs(_message.Message):
+    __slots__ = ("outer_id", "owner", "object_ids")
+    OUTER_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_IDS_FIELD_NUMBER: _ClassVar[int]
+    outer_id: bytes
+    owner: _common_pb2.Address
+    object_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, outer_id: _Optional[bytes] = ..., owner: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., object_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class BorrowerRequest(_message.Message):
+    __slots__ = ("object_ids", "borrower_worker_id")
+    OBJECT_IDS_FIELD_NUMBER: _ClassVar[int]
+    BORROWER_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    object_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    borrower_worker_id: str
+    def __init__(self, object_ids: _Optional[_Iterable[bytes]] = ..., borrower_worker_id: _Optional[str] = ...) -> None: ...
+
+class AddBorrowerReply(_message.Message):
+    __slots__ = ("unknown_ids",)
+    UNKNOWN_IDS_FIELD_NUMBER: _ClassVar[int]
+    unknown_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, unknown_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class RemoveBorrowerReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class PushTaskRequest(_message.Message):
     __slots__ = ("spec",)
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -15,26 +55,30 @@ class PushTaskRequest(_message.Message):
     def __init__(self, spec: _Optional[_Union[_common_pb2.TaskSpec, _Mapping]] = ...) -> None: ...
 
 class PushTaskReply(_message.Message):
-    __slots__ = ("returns", "is_application_error", "error_message", "num_streamed")
+    __slots__ = ("returns", "is_application_error", "error_message", "num_streamed", "nested")
     RETURNS_FIELD_NUMBER: _ClassVar[int]
     IS_APPLICATION_ERROR_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     NUM_STREAMED_FIELD_NUMBER: _ClassVar[int]
+    NESTED_FIELD_NUMBER: _ClassVar[int]
     returns: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReturnObject]
     is_application_error: bool
     error_message: str
     num_streamed: int
-    def __init__(self, returns: _Optional[_Iterable[_Union[_common_pb2.ReturnObject, _Mapping]]] = ..., is_application_error: _Optional[bool] = ..., error_message: _Optional[str] = ..., num_streamed: _Optional[int] = ...) -> None: ...
+    nested: _containers.RepeatedCompositeFieldContainer[NestedRefs]
+    def __init__(self, returns: _Optional[_Iterable[_Union[_common_pb2.ReturnObject, _Mapping]]] = ..., is_application_error: _Optional[bool] = ..., error_message: _Optional[str] = ..., num_streamed: _Optional[int] = ..., nested: _Optional[_Iterable[_Union[NestedRefs, _Mapping]]] = ...) -> None: ...
 
 class ReportGeneratorItemRequest(_message.Message):
-    __slots__ = ("task_id", "index", "item")
+    __slots__ = ("task_id", "index", "item", "nested")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ITEM_FIELD_NUMBER: _ClassVar[int]
+    NESTED_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     index: int
     item: _common_pb2.ReturnObject
-    def __init__(self, task_id: _Optional[bytes] = ..., index: _Optional[int] = ..., item: _Optional[_Union[_common_pb2.ReturnObject, _Mapping]] = ...) -> None: ...
+    nested: _containers.RepeatedCompositeFieldContainer[NestedRefs]
+    def __init__(self, task_id: _Optional[bytes] = ..., index: _Optional[int] = ..., item: _Optional[_Union[_common_pb2.ReturnObject, _Mapping]] = ..., nested: _Optional[_Iterable[_Union[NestedRefs, _Mapping]]] = ...) -> None: ...
 
 class ReportGeneratorItemReply(_message.Message):
     __slots__ = ()
@@ -69,7 +113,7 @@ class GetObjectRequest(_message.Message):
     def __init__(self, object_id: _Optional[bytes] = ..., timeout_s: _Optional[float] = ...) -> None: ...
 
 class GetObjectReply(_message.Message):
-    __slots__ = ("status", "object")
+    __slots__ = ("status", "object", "copy_node_ids")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         READY: _ClassVar[GetObjectReply.Status]
@@ -80,9 +124,11 @@ class GetObjectReply(_message.Message):
     NOT_FOUND: GetObjectReply.Status
     STATUS_FIELD_NUMBER: _ClassVar[int]
     OBJECT_FIELD_NUMBER: _ClassVar[int]
+    COPY_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
     status: GetObjectReply.Status
     object: _common_pb2.ReturnObject
-    def __init__(self, status: _Optional[_Union[GetObjectReply.Status, str]] = ..., object: _Optional[_Union[_common_pb2.ReturnObject, _Mapping]] = ...) -> None: ...
+    copy_node_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[GetObjectReply.Status, str]] = ..., object: _Optional[_Union[_common_pb2.ReturnObject, _Mapping]] = ..., copy_node_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CancelTaskRequest(_message.Message):
     __slots__ = ("task_id", "force")

@@ -64,6 +64,21 @@ class CoreWorkerStub:
                 request_serializer=core__worker__pb2.ExitRequest.SerializeToString,
                 response_deserializer=core__worker__pb2.ExitReply.FromString,
                 _registered_method=True)
+        self.AddBorrower = channel.unary_unary(
+                '/ember.CoreWorker/AddBorrower',
+                request_serializer=core__worker__pb2.BorrowerRequest.SerializeToString,
+                response_deserializer=core__worker__pb2.AddBorrowerReply.FromString,
+                _registered_method=True)
+        self.RemoveBorrower = channel.unary_unary(
+                '/ember.CoreWorker/RemoveBorrower',
+                request_serializer=core__worker__pb2.BorrowerRequest.SerializeToString,
+                response_deserializer=core__worker__pb2.RemoveBorrowerReply.FromString,
+                _registered_method=True)
+        self.AddObjectLocation = channel.unary_unary(
+                '/ember.CoreWorker/AddObjectLocation',
+                request_serializer=core__worker__pb2.AddObjectLocationRequest.SerializeToString,
+                response_deserializer=core__worker__pb2.AddObjectLocationReply.FromString,
+                _registered_method=True)
 
 
 class CoreWorkerServicer:
@@ -117,6 +132,33 @@ class CoreWorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddBorrower(self, request, context):
+        """Owner side: borrower_worker_id now holds references to these owned objects; they stay alive
+        until it calls RemoveBorrower or dies (GCS "workers" feed). Idempotent (a set per object).
+        Replies with the ids this process no longer owns (already freed). On failure the caller
+        retries while the owner is reachable; an unreachable owner means its objects are lost.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveBorrower(self, request, context):
+        """Owner side: borrower_worker_id holds no more references to these objects; an object with no
+        local reference and no borrower left is freed on every node. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddObjectLocation(self, request, context):
+        """Owner side: node_id now holds a copy of this owned shared-memory object (a reader pulled it
+        there); GetObject tells later readers, who pull from the nearest live copy. Idempotent; the
+        caller does not wait for it (a lost report only costs a farther pull).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoreWorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -149,6 +191,21 @@ def add_CoreWorkerServicer_to_server(servicer, server):
                     servicer.Exit,
                     request_deserializer=core__worker__pb2.ExitRequest.FromString,
                     response_serializer=core__worker__pb2.ExitReply.SerializeToString,
+            ),
+            'AddBorrower': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddBorrower,
+                    request_deserializer=core__worker__pb2.BorrowerRequest.FromString,
+                    response_serializer=core__worker__pb2.AddBorrowerReply.SerializeToString,
+            ),
+            'RemoveBorrower': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveBorrower,
+                    request_deserializer=core__worker__pb2.BorrowerRequest.FromString,
+                    response_serializer=core__worker__pb2.RemoveBorrowerReply.SerializeToString,
+            ),
+            'AddObjectLocation': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddObjectLocation,
+                    request_deserializer=core__worker__pb2.AddObjectLocationRequest.FromString,
+                    response_serializer=core__worker__pb2.AddObjectLocationReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -313,6 +370,87 @@ class CoreWorker:
             '/ember.CoreWorker/Exit',
             core__worker__pb2.ExitRequest.SerializeToString,
             core__worker__pb2.ExitReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddBorrower(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.CoreWorker/AddBorrower',
+            core__worker__pb2.BorrowerRequest.SerializeToString,
+            core__worker__pb2.AddBorrowerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveBorrower(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.CoreWorker/RemoveBorrower',
+            core__worker__pb2.BorrowerRequest.SerializeToString,
+            core__worker__pb2.RemoveBorrowerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddObjectLocation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.CoreWorker/AddObjectLocation',
+            core__worker__pb2.AddObjectLocationRequest.SerializeToString,
+            core__worker__pb2.AddObjectLocationReply.FromString,
             options,
             channel_credentials,
             insecure,

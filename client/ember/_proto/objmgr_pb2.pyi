@@ -6,6 +6,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ReadRangeRequest(_message.Message):
+    __slots__ = ("object_id", "offset", "length")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    offset: int
+    length: int
+    def __init__(self, object_id: _Optional[bytes] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
+
+class DataChunk(_message.Message):
+    __slots__ = ("data", "total_size")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    total_size: int
+    def __init__(self, data: _Optional[bytes] = ..., total_size: _Optional[int] = ...) -> None: ...
+
 class CreateRequest(_message.Message):
     __slots__ = ("object_id", "size", "owner_worker_id")
     OBJECT_ID_FIELD_NUMBER: _ClassVar[int]

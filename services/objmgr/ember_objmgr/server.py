@@ -12,11 +12,12 @@ from typing import Any, AsyncIterator
 
 import grpc
 
-from ember._private import rpc, service
-from ember._private.rpc import NotFound, Unavailable, rpc_errors
+from ember._private import metrics, rpc, service, tracing
+from ember._private.rpc import NotFound, rpc_errors
 from ember._proto import gcs_pb2, gcs_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 
 from .store import DataLoss, ObjectStore
+from .transfer import Puller, TransferServicer
 
 log = logging.getLogger(__name__)
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -27,7 +28,7 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
         self.store = store
         self.node_id = node_id
         self._pulls: dict[bytes, asyncio.Future] = {}
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.puller = Puller(store)
 
     @rpc_errors
     async def Create(self, request: Any, context: Any) -> Any:
@@ -75,28 +76,13 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
         return objmgr_pb2.PullReply(size=size)
 
     async def _pull(self, oid: bytes, source: str, owner: str) -> int:
-        ch = self._channels.get(source)
-        if ch is None:
-            ch = self._channels[source] = rpc.aio_channel(source)
-        stub = objmgr_pb2_grpc.ObjectManagerStub(ch)
-        created = False
-        try:
-            async for chunk in stub.ReadObject(objmgr_pb2.ReadObjectRequest(object_id=oid)):
-                if not created:
-                    offset = self.store.create(oid, chunk.total_size, owner, primary=False)
-                    created = True
-                n = len(chunk.data)
-                self.store.view[offset + chunk.offset:offset + chunk.offset + n] = chunk.data
-            if not created:
-                raise NotFound(f"object {oid.hex()} is empty at {source}")
-        except grpc.aio.AioRpcError as e:
-            if created:
-                self.store.abort(oid)
-            if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.DATA_LOSS):
-                raise NotFound(f"object {oid.hex()} is not at {source}: {e.details()}") from None
-            raise Unavailable(f"pulling {oid.hex()} from {source} failed: {e.code().name}") from None
-        self.store.seal(oid)
-        return self.store.objects[oid].size
+        if not tracing.enabled():
+            return await self.puller.pull(oid, source, owner)  # parallel ReadRange streams
+        with tracing.span("objmgr pull", **{"ember.object_id": oid.hex(), "ember.node_id": self.node_id,
+                                            "ember.pull.source": source}) as sp:
+            size = await self.puller.pull(oid, source, owner)
+            sp.set_attribute("ember.object.size", size)
+            return size
 
     async def ReadObject(self, request: Any, context: Any) -> AsyncIterator[Any]:
         client = f"read-{id(context)}"
@@ -178,8 +164,7 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
             await ch.close()
 
     async def close(self) -> None:
-        for ch in self._channels.values():
-            await ch.close()
+        await self.puller.close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -199,12 +184,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
     store = ObjectStore(ns.store_dir, ns.capacity_bytes, ns.spill_dir)
     servicer = ObjectManagerServicer(store, ns.node_id)
+    register_metrics(store, ns.node_id)
     server, port, health = rpc.build_server(
-        [lambda s: objmgr_pb2_grpc.add_ObjectManagerServicer_to_server(servicer, s)],
+        [lambda s: objmgr_pb2_grpc.add_ObjectManagerServicer_to_server(servicer, s),
+         lambda s: s.add_generic_rpc_handlers([TransferServicer(store).handler()])],
         host=ns.host, port=ns.port)
     await server.start()
     await rpc.mark_serving(health, ["ember.ObjectManager"])
     follow = asyncio.ensure_future(servicer.follow_worker_deaths(ns.gcs_address, stop))
+    await metrics.advertise(ns.gcs_address, f"objmgr/{ns.node_id}",
+                            metrics.advertise_host(ns.host, ns.gcs_address))
     rpc.write_port_file(ns.port_file, port)
     log.info("object manager serving on %s:%d, arena %s (%d bytes), spill %s", ns.host, port,
              store.arena_path, store.capacity, store.spill_uri)
@@ -216,6 +205,28 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
         await asyncio.gather(follow, return_exceptions=True)
         await servicer.close()
         store.destroy()
+
+
+def register_metrics(store: ObjectStore, node_id: str) -> None:
+    """Live gauges of the store (no-op unless --metrics-export-port is set)."""
+    if not metrics.enabled():
+        return
+    key = (node_id,)
+    metrics.gauge("ember_object_store_used_bytes", "Bytes allocated in the shared-memory arena",
+                  lambda: {key: store.alloc.used}, ("node_id",))
+    metrics.gauge("ember_object_store_capacity_bytes", "Size of the shared-memory arena",
+                  lambda: {key: store.capacity}, ("node_id",))
+    metrics.gauge("ember_object_store_spilled_bytes", "Bytes of objects spilled to disk",
+                  lambda: {key: store.spilled_bytes}, ("node_id",))
+
+    def objects() -> dict[tuple[str, ...], float]:
+        counts: dict[tuple[str, ...], float] = {}
+        for e in list(store.objects.values()):
+            counts[(node_id, e.state)] = counts.get((node_id, e.state), 0) + 1
+        return counts
+
+    metrics.gauge("ember_object_store_num_objects", "Objects in this node's store by state",
+                  objects, ("node_id", "state"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import Any
 
 import pyarrow.fs as pafs
+
+from ember._private import tracing
 
 
 class SpillError(Exception):
@@ -33,6 +36,16 @@ class Spiller:
         return f"{self.root.rstrip('/')}/{object_id.hex()}"
 
     def write(self, object_id: bytes, data: memoryview) -> str:
+        if tracing.enabled():
+            with tracing.span("objmgr spill", **self._attrs(object_id, len(data))):
+                return self._write(object_id, data)
+        return self._write(object_id, data)
+
+    def _attrs(self, object_id: bytes, size: int) -> dict[str, Any]:
+        return {"ember.object_id": object_id.hex(), "ember.object.size": size,
+                "ember.node_id": tracing.node_id or None, "ember.spill.uri": self.uri}
+
+    def _write(self, object_id: bytes, data: memoryview) -> str:
         path = self.path(object_id)
         try:
             with self.fs.open_output_stream(path) as f:
@@ -45,7 +58,14 @@ class Spiller:
             raise SpillError(f"cannot spill {len(data)} bytes to {self.uri}: {e}") from None
         return path
 
-    def read_into(self, path: str, dest: memoryview) -> None:
+    def read_into(self, path: str, dest: memoryview, object_id: bytes = b"") -> None:
+        if tracing.enabled():
+            with tracing.span("objmgr restore", **self._attrs(object_id, len(dest))):
+                self._read_into(path, dest)
+        else:
+            self._read_into(path, dest)
+
+    def _read_into(self, path: str, dest: memoryview) -> None:
         try:
             with self.fs.open_input_stream(path) as f:
                 n = f.readinto(dest)

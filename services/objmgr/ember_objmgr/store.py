@@ -157,7 +157,7 @@ class ObjectStore:
     def _restore(self, e: Entry) -> None:
         offset = self._allocate(e.size, e.object_id)
         try:
-            self.spiller.read_into(e.spill_path, self.view[offset:offset + e.size])
+            self.spiller.read_into(e.spill_path, self.view[offset:offset + e.size], e.object_id)
         except SpillReadError as err:
             self.alloc.free(offset)
             raise DataLoss(str(err)) from None
