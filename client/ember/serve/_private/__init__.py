@@ -1,0 +1,1 @@
+"""Serve internals: pure decision cores (autoscaling, reconciliation, routing) and the actors."""

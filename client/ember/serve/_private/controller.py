@@ -1,0 +1,302 @@
+"""ServeController: the detached actor that owns Serve's desired state and reconciles it.
+
+Applications and their deployments arrive from `serve.run` (deploy_app); a control loop ticks
+every deployment (autoscaling, rolling updates, health checks, replacing dead replicas); every
+change bumps a version that routers (the proxy, DeploymentHandles) long-poll with `listen`, so
+no request path ever asks the controller anything. The desired state is written to the GCS KV
+(namespace "serve"), so a restarted controller (max_restarts=-1) picks up its applications and
+re-attaches to the replicas that are still alive. The controller also starts the embedded HTTP
+proxy (`python -m ember_serve_proxy`, a child process of the controller's worker) on request.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+import cloudpickle
+
+import ember
+from ember._proto import gcs_pb2
+
+from .deployment_state import NAMESPACE, DeploymentSpec, DeploymentState, Replica
+from .reconcile import RUNNING
+
+log = logging.getLogger(__name__)
+CONTROLLER_NAME = "SERVE_CONTROLLER"
+KV_KEY = b"controller_state"
+TICK_S = 0.05
+
+
+def _kick() -> None:
+    """After a restart, call this controller once so that its control loop (and the embedded
+    proxy) start even if no driver or router calls it soon."""
+    for _ in range(100):
+        try:
+            ember.get(ember.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).ping.remote(), timeout=30)
+            return
+        except Exception as e:
+            log.debug("controller kick: %s", e)
+            time.sleep(0.2)
+
+
+class ServeController:
+    def __init__(self) -> None:
+        self.apps: dict[str, dict[str, Any]] = {}  # name → {route_prefix, ingress, deployments: {name: state}}
+        self.version = 0
+        self._cond: asyncio.Condition | None = None
+        self._loop_task: asyncio.Task | None = None
+        self.proxy: subprocess.Popen | None = None
+        self.proxy_opts: dict[str, Any] | None = None
+        self.proxy_port = 0
+        self._dirty = False
+        self._stopped = False
+        self._proxy_lock = asyncio.Lock()
+        self._restore()
+
+    # ------------------------------------------------------------------ persistence
+    def _core(self) -> Any:
+        from ember._private.worker import global_worker
+
+        return global_worker().core
+
+    def _restore(self) -> None:
+        core = self._core()
+        reply = core.gcs_call(lambda: core.gcs.KVGet(gcs_pb2.KVGetRequest(namespace=NAMESPACE, key=KV_KEY),
+                                                    timeout=10))
+        if not reply.found:
+            return
+        saved = cloudpickle.loads(reply.value)
+        for name, app in saved["apps"].items():
+            deps = {}
+            for dname, d in app["deployments"].items():
+                st = DeploymentState(d["spec"], d["target"], self._changed)
+                st.update(d["spec"])
+                st.target = d["target"]
+                for rid, (actor_name, version) in d["replicas"].items():
+                    try:
+                        h = ember.get_actor(actor_name, namespace=NAMESPACE)
+                    except Exception:
+                        continue  # gone while the controller was down: the reconciler replaces it
+                    st.replicas[rid] = Replica(rid, actor_name, version, RUNNING, time.monotonic(), h)
+                deps[dname] = st
+            self.apps[name] = {"route_prefix": app["route_prefix"], "ingress": app["ingress"], "deployments": deps}
+        self.proxy_opts = saved.get("proxy")
+        log.info("controller restored %d application(s) from the GCS KV", len(self.apps))
+        threading.Thread(target=_kick, name="serve-controller-kick", daemon=True).start()
+
+    def _persist(self) -> None:
+        state = {"apps": {
+            name: {"route_prefix": a["route_prefix"], "ingress": a["ingress"], "deployments": {
+                dn: {"spec": st.spec, "target": st.target,
+                     "replicas": {r.replica_id: (r.actor_name, r.version) for r in st.replicas.values()}}
+                for dn, st in a["deployments"].items()}}
+            for name, a in self.apps.items()}, "proxy": self.proxy_opts}
+        data = cloudpickle.dumps(state)
+        core = self._core()
+        core.gcs_call(lambda: core.gcs.KVPut(gcs_pb2.KVPutRequest(namespace=NAMESPACE, key=KV_KEY, value=data,
+                                                                  overwrite=True), timeout=10))
+
+    # ------------------------------------------------------------------ loop
+    def _ensure_started(self) -> None:
+        if self._loop_task is None:
+            self._cond = asyncio.Condition()
+            self._loop_task = asyncio.ensure_future(self._run())
+            if self.proxy_opts is not None and self.proxy is None:
+                asyncio.ensure_future(self._restart_proxy(dict(self.proxy_opts)))
+
+    async def _restart_proxy(self, opts: dict[str, Any]) -> None:
+        try:
+            async with self._proxy_lock:
+                if self.proxy is None or self.proxy.poll() is not None:
+                    await self._start_proxy(**opts)
+        except Exception as e:
+            log.warning("could not restart the HTTP proxy: %s", e)
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self._cond is not None:
+            asyncio.ensure_future(self._notify())
+        self._dirty = True
+
+    async def _notify(self) -> None:
+        assert self._cond is not None
+        async with self._cond:
+            self._cond.notify_all()
+
+    async def _run(self) -> None:
+        while not self._stopped:
+            try:
+                now = time.monotonic()
+                for app_name, app in list(self.apps.items()):
+                    for dname, st in list(app["deployments"].items()):
+                        st.tick(now)
+                        if st.deleting and not st.replicas and not app.get("deleting"):
+                            del app["deployments"][dname]  # removed by a redeploy, now drained
+                            self._changed()
+                    if app.get("deleting") and not any(st.replicas for st in app["deployments"].values()):
+                        del self.apps[app_name]
+                        self._changed()
+                if self._dirty:
+                    self._dirty = False
+                    self._persist()
+            except Exception:
+                log.exception("serve control loop")
+            await asyncio.sleep(TICK_S)
+
+    # ------------------------------------------------------------------ API for serve.* and routers
+    async def ping(self) -> int:
+        self._ensure_started()
+        return os.getpid()
+
+    async def deploy_app(self, name: str, route_prefix: str | None, ingress: str,
+                         specs: list[DeploymentSpec]) -> None:
+        self._ensure_started()
+        for other, a in self.apps.items():
+            if other != name and route_prefix is not None and a["route_prefix"] == route_prefix \
+                    and not a.get("deleting"):
+                raise ValueError(f"route_prefix {route_prefix!r} is already used by application {other!r}")
+        app = self.apps.get(name)
+        if app is None:
+            app = {"route_prefix": route_prefix, "ingress": ingress, "deployments": {}}
+            self.apps[name] = app
+        app["deleting"] = False  # a redeploy while it was being deleted takes its replicas back
+        app["route_prefix"], app["ingress"] = route_prefix, ingress
+        deps: dict[str, DeploymentState] = app["deployments"]
+        wanted = {s.name for s in specs}
+        for s in specs:
+            st = deps.get(s.name)
+            if st is None:
+                st = DeploymentState(s, s.config.initial_target(), self._changed)
+                st.update(s)
+                deps[s.name] = st
+            else:
+                st.deleting = False
+                st.update(s)
+        for dname, st in deps.items():
+            if dname not in wanted:
+                st.deleting = True
+        self._changed()
+
+    async def delete_app(self, name: str) -> None:
+        self._ensure_started()
+        app = self.apps.get(name)
+        if app is None:
+            return
+        app["deleting"] = True
+        for st in app["deployments"].values():
+            st.deleting = True
+        self._changed()
+
+    async def status(self) -> dict[str, Any]:
+        self._ensure_started()
+        out = {}
+        for name, app in self.apps.items():
+            deps = {}
+            for dname, st in app["deployments"].items():
+                counts: dict[str, int] = {}
+                for r in st.replicas.values():
+                    counts[r.state] = counts.get(r.state, 0) + 1
+                deps[dname] = {"status": st.status(), "message": st.message, "replica_states": counts,
+                               "target": st.target}
+            statuses = {d["status"] for d in deps.values()}
+            status = ("DELETING" if app.get("deleting") else "DEPLOY_FAILED" if "DEPLOY_FAILED" in statuses
+                      else "RUNNING" if statuses <= {"HEALTHY"} else "DEPLOYING")
+            msg = "; ".join(d["message"] for d in deps.values() if d["message"])
+            out[name] = {"status": status, "message": msg, "route_prefix": app["route_prefix"],
+                         "deployments": deps, "ingress": app["ingress"]}
+        return out
+
+    def _snapshot(self) -> dict[str, Any]:
+        apps, deps = {}, {}
+        for name, app in self.apps.items():
+            if not app.get("deleting"):
+                apps[name] = {"route_prefix": app["route_prefix"], "ingress": f"{name}#{app['ingress']}"}
+            for st in app["deployments"].values():
+                c = st.spec.config
+                deps[st.dep_id] = {"max_ongoing": c.max_ongoing_requests, "max_queued": c.max_queued_requests,
+                                   "replicas": st.running_handles()}
+        return {"version": self.version, "apps": apps, "deployments": deps}
+
+    async def listen(self, after_version: int, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Long poll: returns the routing snapshot once its version is above after_version."""
+        self._ensure_started()
+        assert self._cond is not None
+        if self.version <= after_version:
+            async with self._cond:
+                try:
+                    await asyncio.wait_for(self._cond.wait_for(lambda: self.version > after_version), timeout_s)
+                except asyncio.TimeoutError:
+                    pass
+        return self._snapshot()
+
+    async def record_demand(self, dep_id: str, router_id: str, queued: int) -> None:
+        """A router has requests queued (no replica with room, or none at all: scale from zero);
+        autoscaling adds them to the replicas' ongoing requests. 0 clears the report."""
+        app, _, dname = dep_id.partition("#")
+        st = self.apps.get(app, {}).get("deployments", {}).get(dname)
+        if st is not None:
+            if queued > 0:
+                st.demand[router_id] = (time.monotonic(), queued)
+            else:
+                st.demand.pop(router_id, None)
+
+    # ------------------------------------------------------------------ HTTP proxy
+    async def start_proxy(self, host: str, port: int) -> int:
+        """Starts the embedded proxy (once); returns its port."""
+        self._ensure_started()
+        async with self._proxy_lock:
+            if self.proxy is not None and self.proxy.poll() is None:
+                return self.proxy_port
+            return await self._start_proxy(host, port)
+
+    async def _start_proxy(self, host: str, port: int) -> int:
+        core = self._core()
+        fd, port_file = tempfile.mkstemp(prefix="ember-serve-proxy-", suffix=".port")
+        os.close(fd)
+        os.unlink(port_file)
+        cmd = [sys.executable, "-m", "ember_serve_proxy", "--gcs-address", core.gcs_address, "--host", host,
+               "--port", str(port), "--port-file", port_file, "--die-with-parent"]
+        self.proxy = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if os.path.exists(port_file):
+                with open(port_file) as f:
+                    text = f.read().strip()
+                if text:
+                    os.unlink(port_file)
+                    self.proxy_port = int(text)
+                    self.proxy_opts = {"host": host, "port": self.proxy_port}
+                    self._persist()
+                    return self.proxy_port
+            if self.proxy.poll() is not None:
+                raise RuntimeError(f"the Serve HTTP proxy exited with code {self.proxy.returncode} "
+                                   f"(is port {port} on {host} already in use?)")
+            await asyncio.sleep(0.02)
+        raise RuntimeError("the Serve HTTP proxy did not start within 60 s")
+
+    async def shutdown(self) -> None:
+        """Stops every application and the proxy; waits (bounded) for replicas to go."""
+        self._ensure_started()
+        for name in list(self.apps):
+            await self.delete_app(name)
+        deadline = time.monotonic() + 30
+        while self.apps and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.proxy is not None and self.proxy.poll() is None:
+            self.proxy.terminate()
+            try:
+                self.proxy.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proxy.kill()
+        self.proxy = None
+        self.proxy_opts = None
+        self._stopped = True
+        core = self._core()
+        core.gcs_call(lambda: core.gcs.KVDel(gcs_pb2.KVDelRequest(namespace=NAMESPACE, key=KV_KEY), timeout=10))

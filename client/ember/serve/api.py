@@ -1,0 +1,248 @@
+"""serve.run / start / status / delete / shutdown / get_app_handle / get_deployment_handle."""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+import ember
+
+from ._private.controller import CONTROLLER_NAME, ServeController
+from ._private.deployment_state import NAMESPACE, DeploymentSpec
+from .deployment import Application, Deployment
+from .handle import DeploymentHandle, _reset_runtime
+
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
+_proxy_address: tuple[str, int] | None = None
+_proxy_session = 0  # the cluster connection _proxy_address belongs to
+
+
+def _set_proxy(addr: tuple[str, int] | None) -> None:
+    global _proxy_address, _proxy_session
+    from .handle import _session
+
+    _proxy_address = addr
+    _proxy_session = _session() if addr is not None else 0
+
+
+def _current_proxy() -> tuple[str, int] | None:
+    from .handle import _session
+
+    if _proxy_address is None or not ember.is_initialized():
+        return None
+    return _proxy_address if _proxy_address is not None and _proxy_session == _session() else None
+
+
+def _controller(create: bool = True) -> Any:
+    if not ember.is_initialized():
+        if not create:
+            return None
+        ember.init()
+    try:
+        return ember.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+    except ValueError:
+        if not create:
+            return None
+    c = ember.remote(ServeController).options(
+        name=CONTROLLER_NAME, namespace=NAMESPACE, lifetime="detached", max_restarts=-1, max_task_retries=-1,
+        max_concurrency=1000, num_cpus=0, get_if_exists=True).remote()
+    ember.get(c.ping.remote(), timeout=60)
+    return c
+
+
+def start(http_options: dict[str, Any] | None = None, *, detached: bool = True,
+          proxy_location: str | None = None, **_ignored: Any) -> None:
+    """Starts Serve (the controller, and the HTTP proxy unless proxy_location is "Disabled")."""
+    opts = dict(http_options or {})
+    c = _controller()
+    if proxy_location in ("Disabled", "NoServer"):
+        return
+    host, port = opts.get("host", DEFAULT_HOST), int(opts.get("port", DEFAULT_PORT))
+    bound = ember.get(c.start_proxy.remote(host, port), timeout=90)
+    _set_proxy((host, bound))
+
+
+def _use_or_start_proxy() -> None:
+    """A proxy already registered in the cluster (a standalone one under compose, or one an
+    earlier driver started) serves the new application; otherwise start the embedded one."""
+    from ._private import proxies
+
+    found = proxies.running()
+    if found:
+        _set_proxy((found[0]["host"], int(found[0]["port"])))
+    else:
+        start({"host": DEFAULT_HOST, "port": DEFAULT_PORT})
+
+
+def proxy_address() -> tuple[str, int] | None:
+    """(host, port) of the HTTP proxy this driver started or found (port 0 asks for any free port)."""
+    return _current_proxy()
+
+
+def _flatten(root: Application, app_name: str) -> list[DeploymentSpec]:
+    """Every deployment of the application graph; bound Applications among the arguments become
+    DeploymentHandles."""
+    specs: dict[str, DeploymentSpec] = {}
+    seen: dict[int, str] = {}
+
+    def visit(node: Application) -> DeploymentHandle:
+        if id(node) in seen:
+            return DeploymentHandle(seen[id(node)], app_name)
+        d = node.deployment
+        if d.name in specs:
+            raise ValueError(f"application {app_name!r} has two deployments named {d.name!r}; "
+                             f"give one another name with .options(name=...)")
+        seen[id(node)] = d.name
+        args = tuple(_convert(a) for a in node.args)
+        kwargs = {k: _convert(v) for k, v in node.kwargs.items()}
+        try:
+            ser = cloudpickle.dumps(d.func_or_class)
+            arg_bytes = cloudpickle.dumps((args, kwargs))
+        except Exception as e:
+            raise TypeError(f"deployment {d.name!r} or its bound arguments cannot be pickled: {e}") from e
+        h = hashlib.sha1(ser + arg_bytes + repr(sorted(d.config.ray_actor_options.items())).encode())
+        version = d.version or h.hexdigest()[:16]
+        specs[d.name] = DeploymentSpec(app_name, d.name, ser, args, kwargs, d.config, version)
+        return DeploymentHandle(d.name, app_name)
+
+    def _convert(v: Any) -> Any:
+        if isinstance(v, Application):
+            return visit(v)
+        if isinstance(v, Deployment):
+            raise TypeError(f"pass {v.name}.bind(...) rather than the deployment {v.name} itself")
+        if isinstance(v, (list, tuple)):
+            return type(v)(_convert(x) for x in v)
+        if isinstance(v, dict):
+            return {k: _convert(x) for k, x in v.items()}
+        return v
+
+    visit(root)
+    return list(specs.values())
+
+
+def run(target: Application, *, blocking: bool = False, name: str = "default",
+        route_prefix: str | None = "/", host: str | None = None, port: int | None = None,
+        _timeout_s: float = 120.0, **_ignored: Any) -> DeploymentHandle:
+    """Deploys (or updates) an application and waits until it is RUNNING; returns its handle.
+    host/port (as in the seed article) start the HTTP proxy there; default 127.0.0.1:8000."""
+    if isinstance(target, Deployment):
+        target = target.bind()
+    if not isinstance(target, Application):
+        raise TypeError(f"serve.run expects an application (MyDeployment.bind(...)), got {type(target).__name__}")
+    if route_prefix is not None and not route_prefix.startswith("/"):
+        raise ValueError(f"route_prefix must start with '/', got {route_prefix!r}")
+    if route_prefix is not None and len(route_prefix) > 1:
+        route_prefix = route_prefix.rstrip("/")
+    if target.deployment.route_prefix is not None and route_prefix == "/":
+        route_prefix = target.deployment.route_prefix
+    specs = _flatten(target, name)
+    c = _controller()
+    if route_prefix is not None and (host is not None or port is not None):
+        start({"host": host or DEFAULT_HOST, "port": DEFAULT_PORT if port is None else port})
+    elif route_prefix is not None and _current_proxy() is None:
+        _use_or_start_proxy()
+    ember.get(c.deploy_app.remote(name, route_prefix, target.deployment.name, specs), timeout=60)
+    _wait_running(c, name, _timeout_s)
+    handle = DeploymentHandle(target.deployment.name, name)
+    if blocking:
+        while True:
+            time.sleep(3600)
+    return handle
+
+
+def _wait_running(c: Any, name: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = ember.get(c.status.remote(), timeout=30).get(name)
+        if st is not None and st["status"] == "RUNNING":
+            return
+        if st is not None and st["status"] == "DEPLOY_FAILED":
+            raise RuntimeError(f"application {name!r} failed to deploy: {st['message']}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"application {name!r} is not RUNNING after {timeout_s}s: {st}")
+        time.sleep(0.05)
+
+
+@dataclass
+class DeploymentStatus:
+    name: str
+    status: str
+    message: str
+    replica_states: dict[str, int]
+
+
+@dataclass
+class ApplicationStatus:
+    status: str
+    message: str
+    route_prefix: str | None
+    deployments: dict[str, DeploymentStatus] = field(default_factory=dict)
+
+
+@dataclass
+class ServeStatus:
+    applications: dict[str, ApplicationStatus] = field(default_factory=dict)
+    proxies: dict[str, str] = field(default_factory=dict)
+
+
+def status() -> ServeStatus:
+    c = _controller(create=False)
+    if c is None:
+        return ServeStatus()
+    raw = ember.get(c.status.remote(), timeout=30)
+    out = ServeStatus()
+    for name, a in raw.items():
+        deps = {d: DeploymentStatus(d, v["status"], v["message"], v["replica_states"])
+                for d, v in a["deployments"].items()}
+        out.applications[name] = ApplicationStatus(a["status"], a["message"], a["route_prefix"], deps)
+    if _current_proxy() is not None:
+        out.proxies["local"] = "HEALTHY"
+    return out
+
+
+def delete(name: str, _blocking: bool = True) -> None:
+    """Deletes an application; waits until its replicas are gone."""
+    c = _controller(create=False)
+    if c is None:
+        return
+    ember.get(c.delete_app.remote(name), timeout=30)
+    deadline = time.monotonic() + 60
+    while _blocking and name in ember.get(c.status.remote(), timeout=30) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def shutdown() -> None:
+    """Deletes every application, stops the proxy and the controller."""
+    c = _controller(create=False)
+    _reset_runtime()
+    _set_proxy(None)
+    if c is None:
+        return
+    try:
+        ember.get(c.shutdown.remote(), timeout=60)
+    finally:
+        ember.kill(c, no_restart=True)
+
+
+def get_app_handle(name: str) -> DeploymentHandle:
+    c = _controller(create=False)
+    st = ember.get(c.status.remote(), timeout=30).get(name) if c is not None else None
+    if st is None:
+        raise ValueError(f"Application {name!r} does not exist")
+    return DeploymentHandle(st["ingress"], name)
+
+
+def get_deployment_handle(deployment_name: str, app_name: str | None = None) -> DeploymentHandle:
+    c = _controller(create=False)
+    apps = ember.get(c.status.remote(), timeout=30) if c is not None else {}
+    if app_name is None:
+        from ._private.replica import _context
+
+        app_name = _context.app_name if _context is not None else ("default" if "default" in apps else
+                                                                   next(iter(apps), "default"))
+    if app_name not in apps or deployment_name not in apps[app_name]["deployments"]:
+        raise ValueError(f"Deployment {deployment_name!r} does not exist in application {app_name!r}")
+    return DeploymentHandle(deployment_name, app_name)

@@ -1,0 +1,155 @@
+"""Deployment and autoscaling configuration (Ray Serve's names, defaults and units).
+
+Every option is validated when the deployment is declared, so a typo or a bad value fails at the
+call site with a message naming the option, not later inside a replica.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_MAX_ONGOING_REQUESTS = 5
+DEFAULT_MAX_QUEUED_REQUESTS = -1  # unbounded, as in Ray
+
+
+@dataclass(frozen=True)
+class AutoscalingConfig:
+    """Ray Serve's autoscaling_config: replicas follow ongoing requests / target_ongoing_requests."""
+
+    min_replicas: int = 1
+    max_replicas: int = 1
+    initial_replicas: int | None = None
+    target_ongoing_requests: float = 2.0
+    upscale_delay_s: float = 30.0
+    downscale_delay_s: float = 600.0
+    downscale_to_zero_delay_s: float | None = None
+    upscaling_factor: float | None = None
+    downscaling_factor: float | None = None
+    metrics_interval_s: float = 10.0
+    look_back_period_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.min_replicas, int) or self.min_replicas < 0:
+            raise ValueError(f"autoscaling_config.min_replicas must be an int >= 0, got {self.min_replicas!r}")
+        if not isinstance(self.max_replicas, int) or self.max_replicas < 1:
+            raise ValueError(f"autoscaling_config.max_replicas must be an int >= 1, got {self.max_replicas!r}")
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"autoscaling_config.min_replicas ({self.min_replicas}) must be <= "
+                             f"max_replicas ({self.max_replicas})")
+        if self.initial_replicas is not None and not (
+                self.min_replicas <= self.initial_replicas <= self.max_replicas):
+            raise ValueError("autoscaling_config.initial_replicas must be between min_replicas and max_replicas")
+        if self.target_ongoing_requests <= 0:
+            raise ValueError(f"autoscaling_config.target_ongoing_requests must be > 0, "
+                             f"got {self.target_ongoing_requests!r}")
+        for name in ("upscale_delay_s", "downscale_delay_s", "metrics_interval_s", "look_back_period_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"autoscaling_config.{name} must be >= 0, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_any(cls, value: Any) -> AutoscalingConfig | None:
+        """Accepts None, an AutoscalingConfig or a dict of its fields (unknown keys fail)."""
+        if value is None or isinstance(value, AutoscalingConfig):
+            return value
+        if not isinstance(value, dict):
+            raise TypeError(f"autoscaling_config must be a dict or AutoscalingConfig, got {type(value).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(value) - known - {"target_num_ongoing_requests_per_replica"})
+        if unknown:
+            raise ValueError(f"unknown autoscaling_config option(s) {unknown}; known: {sorted(known)}")
+        value = dict(value)
+        if "target_num_ongoing_requests_per_replica" in value:  # the older Ray name
+            value.setdefault("target_ongoing_requests", value.pop("target_num_ongoing_requests_per_replica"))
+        return cls(**value)
+
+
+@dataclass(frozen=True)
+class DeploymentConfig:
+    """What a deployment's replicas run with. `version_fields` decide whether a change restarts
+    replicas (rolling update) or is applied in place."""
+
+    num_replicas: int | None = 1
+    max_ongoing_requests: int = DEFAULT_MAX_ONGOING_REQUESTS
+    max_queued_requests: int = DEFAULT_MAX_QUEUED_REQUESTS
+    autoscaling_config: AutoscalingConfig | None = None
+    user_config: Any = None
+    health_check_period_s: float = 10.0
+    health_check_timeout_s: float = 30.0
+    graceful_shutdown_wait_loop_s: float = 2.0
+    graceful_shutdown_timeout_s: float = 20.0
+    ray_actor_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.num_replicas is not None and self.num_replicas != "auto" and (
+                not isinstance(self.num_replicas, int) or self.num_replicas < 0):
+            raise ValueError(f"num_replicas must be an int >= 0, got {self.num_replicas!r}")
+        if not isinstance(self.max_ongoing_requests, int) or self.max_ongoing_requests < 1:
+            raise ValueError(f"max_ongoing_requests must be an int >= 1, got {self.max_ongoing_requests!r}")
+        if not isinstance(self.max_queued_requests, int) or self.max_queued_requests < -1:
+            raise ValueError(f"max_queued_requests must be -1 (no limit) or an int >= 0, "
+                             f"got {self.max_queued_requests!r}")
+        for name in ("health_check_period_s", "health_check_timeout_s", "graceful_shutdown_wait_loop_s",
+                     "graceful_shutdown_timeout_s"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+        if not isinstance(self.ray_actor_options, dict):
+            raise TypeError(f"ray_actor_options must be a dict, got {type(self.ray_actor_options).__name__}")
+        bad = sorted(set(self.ray_actor_options) - RAY_ACTOR_OPTIONS)
+        if bad:
+            raise ValueError(f"ray_actor_options {bad} are not supported; allowed: {sorted(RAY_ACTOR_OPTIONS)}")
+
+    def initial_target(self) -> int:
+        a = self.autoscaling_config
+        if a is not None:
+            return a.initial_replicas if a.initial_replicas is not None else a.min_replicas
+        return int(self.num_replicas or 0)
+
+
+RAY_ACTOR_OPTIONS = {"num_cpus", "num_gpus", "memory", "resources", "runtime_env", "accelerator_type",
+                     "object_store_memory"}
+
+DEPLOYMENT_OPTIONS = {
+    "name", "num_replicas", "ray_actor_options", "max_ongoing_requests", "max_queued_requests",
+    "autoscaling_config", "user_config", "health_check_period_s", "health_check_timeout_s",
+    "graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s", "version", "route_prefix",
+    "placement_group_bundles", "placement_group_strategy", "max_replicas_per_node", "logging_config",
+    "max_concurrent_queries", "request_router_config",
+}
+
+
+def build_config(options: dict[str, Any], base: DeploymentConfig | None = None) -> DeploymentConfig:
+    """A DeploymentConfig from @serve.deployment / .options() keyword arguments."""
+    unknown = sorted(set(options) - DEPLOYMENT_OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown deployment option(s) {unknown}; known: {sorted(DEPLOYMENT_OPTIONS)}")
+    for unsupported in ("placement_group_bundles", "placement_group_strategy", "request_router_config"):
+        if options.get(unsupported) is not None:
+            raise ValueError(f"deployment option {unsupported!r} is not supported by Ember Serve yet")
+    kw: dict[str, Any] = {}
+    for name in ("num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config",
+                 "health_check_period_s", "health_check_timeout_s", "graceful_shutdown_wait_loop_s",
+                 "graceful_shutdown_timeout_s", "ray_actor_options"):
+        if name in options:
+            kw[name] = options[name]
+    if "max_concurrent_queries" in options and "max_ongoing_requests" not in options:
+        kw["max_ongoing_requests"] = options["max_concurrent_queries"]
+    if kw.get("ray_actor_options") is None and "ray_actor_options" in kw:
+        kw["ray_actor_options"] = {}
+    if "autoscaling_config" in options:
+        kw["autoscaling_config"] = AutoscalingConfig.from_any(options["autoscaling_config"])
+    if kw.get("num_replicas") == "auto":
+        kw["num_replicas"] = None
+        if kw.get("autoscaling_config") is None:
+            kw["autoscaling_config"] = AutoscalingConfig(min_replicas=1, max_replicas=100)
+    if kw.get("autoscaling_config") is not None and kw.get("num_replicas") not in (None, "auto") \
+            and "num_replicas" in options:
+        raise ValueError("num_replicas and autoscaling_config cannot both be set")
+    if kw.get("autoscaling_config") is not None:
+        kw["num_replicas"] = None
+    if base is None:
+        return DeploymentConfig(**kw)
+    if kw.get("num_replicas") is not None:
+        kw.setdefault("autoscaling_config", None)
+    return dataclasses.replace(base, **kw)

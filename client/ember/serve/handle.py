@@ -1,0 +1,241 @@
+"""DeploymentHandle: call a deployment from Python (the driver, or another deployment).
+
+    handle = serve.get_app_handle("default")
+    resp = handle.translate.remote("hello")      # DeploymentResponse
+    resp.result()  /  await resp
+    for chunk in handle.options(stream=True).generate.remote(prompt): ...
+
+Calls are routed in the process by a background event loop ("the handle runtime") that keeps a
+RouteTable (long poll on the controller) and picks replicas by power of two choices. A
+DeploymentResponse passed as an argument of another call is resolved before that call is sent,
+so pipelines compose without blocking the caller.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, AsyncIterator, Iterator
+
+from ember.exceptions import ActorDiedError, RayActorError
+
+from ._private.router import RouteTable
+
+_MAX_ATTEMPTS = 3
+
+
+class _HandleRuntime:
+    """A background event loop thread owning this process's RouteTable."""
+
+    def __init__(self) -> None:
+        self.session = _session()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="ember-serve-handles", daemon=True)
+        self.thread.start()
+        self.table: RouteTable = asyncio.run_coroutine_threadsafe(self._make_table(), self.loop).result()
+
+    async def _make_table(self) -> RouteTable:
+        t = RouteTable()
+        t.start()
+        return t
+
+    def submit(self, coro: Any) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        """Cancels the loop's tasks, stops it and closes it."""
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(10)
+        except Exception:
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+_runtime: _HandleRuntime | None = None
+_runtime_lock = threading.Lock()
+
+
+def _session() -> int:
+    """Identifies this process's connection to a cluster (a new ember.init() is a new one)."""
+    from ember._private.worker import global_worker
+
+    return id(global_worker().core)
+
+
+def _get_runtime() -> _HandleRuntime:
+    global _runtime
+    with _runtime_lock:
+        if _runtime is not None and _runtime.session != _session():
+            _runtime.stop()  # routes of a cluster this process is no longer connected to
+            _runtime = None
+        if _runtime is None:
+            _runtime = _HandleRuntime()
+        return _runtime
+
+
+def _reset_runtime() -> None:
+    global _runtime
+    with _runtime_lock:
+        if _runtime is not None:
+            _runtime.stop()
+        _runtime = None
+
+
+async def _resolve(v: Any) -> Any:
+    if isinstance(v, DeploymentResponse):
+        return await asyncio.wrap_future(v._fut)
+    return v
+
+
+async def _call(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs: dict) -> Any:
+    args = tuple([await _resolve(a) for a in args])
+    kwargs = {k: await _resolve(v) for k, v in kwargs.items()}
+    await asyncio.wait_for(table.ready.wait(), 60)
+    router = table.router(dep_id)
+    for attempt in range(_MAX_ATTEMPTS):
+        k, h = await router.acquire()
+        try:
+            return await h.handle_request.remote(method, args, kwargs)
+        except (ActorDiedError, RayActorError):
+            router.drop(k)  # a replica that died or was stopped: try another one
+            if attempt == _MAX_ATTEMPTS - 1:
+                raise
+        finally:
+            router.release(k)
+
+
+async def _stream(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs: dict,
+                  q: asyncio.Queue) -> None:
+    try:
+        args = tuple([await _resolve(a) for a in args])
+        kwargs = {k: await _resolve(v) for k, v in kwargs.items()}
+        await asyncio.wait_for(table.ready.wait(), 60)
+        router = table.router(dep_id)
+        k, h = await router.acquire()
+        try:
+            gen = h.handle_request_streaming.remote(method, args, kwargs)
+            async for ref in gen:
+                await q.put(("item", await ref))
+        finally:
+            router.release(k)
+        await q.put(("end", None))
+    except BaseException as e:
+        await q.put(("error", e))
+
+
+class DeploymentResponse:
+    """The future result of a handle call: `.result(timeout_s=...)` or `await`."""
+
+    def __init__(self, fut: concurrent.futures.Future) -> None:
+        self._fut = fut
+
+    def result(self, timeout_s: float | None = None) -> Any:
+        return self._fut.result(timeout_s)
+
+    def __await__(self) -> Any:
+        return asyncio.wrap_future(self._fut).__await__()
+
+    def cancel(self) -> None:
+        self._fut.cancel()
+
+    def cancelled(self) -> bool:
+        return self._fut.cancelled()
+
+
+class DeploymentResponseGenerator:
+    """The items of a streaming handle call (`handle.options(stream=True)`), as they are produced;
+    iterate with `for` or `async for`."""
+
+    def __init__(self, runtime: _HandleRuntime, q: asyncio.Queue, fut: concurrent.futures.Future) -> None:
+        self._rt = runtime
+        self._q = q
+        self._fut = fut
+        self._done = False
+
+    def _take(self, kind: str, value: Any) -> Any:
+        if kind == "item":
+            return value
+        self._done = True
+        if kind == "error":
+            raise value
+        raise StopIteration
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        return self._take(*self._rt.submit(self._q.get()).result())
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            return self._take(*await asyncio.wrap_future(self._rt.submit(self._q.get())))
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    def cancel(self) -> None:
+        self._fut.cancel()
+
+
+class DeploymentHandle:
+    """A handle to a deployment of an application; `handle.method.remote(...)`."""
+
+    def __init__(self, deployment_name: str, app_name: str = "default", *, method_name: str = "__call__",
+                 stream: bool = False) -> None:
+        self.deployment_name = deployment_name
+        self.app_name = app_name
+        self._method = method_name
+        self._stream = stream
+
+    @property
+    def deployment_id(self) -> str:
+        return f"{self.app_name}#{self.deployment_name}"
+
+    def options(self, *, method_name: str | None = None, stream: bool | None = None,
+                **_ignored: Any) -> DeploymentHandle:
+        return DeploymentHandle(self.deployment_name, self.app_name,
+                                method_name=method_name or self._method,
+                                stream=self._stream if stream is None else stream)
+
+    def __getattr__(self, name: str) -> DeploymentHandle:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.options(method_name=name)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        rt = _get_runtime()
+        if self._stream:
+            q_fut = rt.submit(_make_queue())
+            q = q_fut.result()
+            fut = rt.submit(_stream(rt.table, self.deployment_id, self._method, args, kwargs, q))
+            return DeploymentResponseGenerator(rt, q, fut)
+        return DeploymentResponse(rt.submit(_call(rt.table, self.deployment_id, self._method, args, kwargs)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self.deployment_name, self.app_name, self._method, self._stream))
+
+    def __repr__(self) -> str:
+        return f"DeploymentHandle(deployment={self.deployment_name!r}, app={self.app_name!r})"
+
+
+async def _make_queue() -> asyncio.Queue:
+    return asyncio.Queue()
+
+
+def _rebuild(dep: str, app: str, method: str, stream: bool) -> DeploymentHandle:
+    return DeploymentHandle(dep, app, method_name=method, stream=stream)

@@ -1,0 +1,240 @@
+"""The proxy's ASGI app: `/-/healthz`, `/-/routes`, and every other path routed by prefix.
+
+Per request: match the longest route prefix (RouteTable, refreshed by a long poll on the
+controller, never per request), buffer the body, take a replica from the deployment's Router
+(power of two choices; queue while every replica is at max_ongoing_requests; 503 past
+max_queued_requests), call `handle_http` on it, and answer. A streamed reply is relayed chunk by
+chunk from `stream_http`. If the client disconnects first, the replica is told to cancel the
+request. An incoming `traceparent` header becomes the parent of the proxy's span (when tracing
+is on), which is the parent of the replica call.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+from typing import Any
+
+from ember._private import tracing
+from ember.exceptions import ActorDiedError, RayActorError
+from ember.serve._private.router import BackPressureError, RouteTable
+
+log = logging.getLogger(__name__)
+_ATTEMPTS = 3
+_TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
+_ids = itertools.count()
+_id_prefix = f"{os.getpid():x}-{os.urandom(3).hex()}-"
+
+
+async def _simple(send: Any, status: int, text: str, headers: list | None = None) -> None:
+    body = text.encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": (headers or _TEXT) + [(b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive: Any) -> bytes | None:
+    chunks = []
+    while True:
+        m = await receive()
+        if m["type"] == "http.disconnect":
+            return None
+        chunks.append(m.get("body", b""))
+        if not m.get("more_body", False):
+            return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+
+class ProxyApp:
+    """ASGI application; one per proxy process."""
+
+    def __init__(self) -> None:
+        self.table: RouteTable | None = None
+        self._latency: Any = None
+
+    def register_metrics(self) -> None:
+        """Prometheus series (only called when metrics are on): in-flight and queued requests per
+        deployment, and request latency by application and status."""
+        from ember._private import metrics
+
+        def per_router(attr: str) -> Any:
+            def read() -> dict[tuple[str, ...], float]:
+                routers = dict(self.table.routers) if self.table is not None else {}
+                return {(dep,): float(r.core.queued if attr == "queued" else r.core.total_inflight())
+                        for dep, r in routers.items()}
+            return read
+
+        metrics.gauge("ember_serve_proxy_inflight_requests", "requests sent to replicas and not answered yet",
+                      per_router("inflight"), ("deployment",))
+        metrics.gauge("ember_serve_proxy_queued_requests", "requests waiting for a replica with room",
+                      per_router("queued"), ("deployment",))
+        self._latency = metrics.histogram("ember_serve_proxy_request_seconds", "HTTP request latency",
+                                          ("application", "status"))
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            if tracing.enabled():
+                hdrs = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+                with tracing.span(f"proxy {scope['method']} {scope['path']}", context=tracing.extract(hdrs),
+                                  kind="SERVER", **{"http.method": scope["method"], "http.target": scope["path"]}):
+                    await self._http(scope, receive, send)
+            else:
+                await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        elif kind == "websocket":
+            await send({"type": "websocket.close", "code": 1003})
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            m = await receive()
+            if m["type"] == "lifespan.startup":
+                self.table = RouteTable()
+                self.table.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif m["type"] == "lifespan.shutdown":
+                if self.table is not None:
+                    self.table.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path: str = scope["path"]
+        table = self.table
+        assert table is not None, "the proxy app needs the ASGI lifespan protocol"
+        if path.startswith("/-/"):
+            if path == "/-/healthz":
+                return await _simple(send, 200, "success")
+            if path == "/-/routes":
+                routes = {p: a for p, a in table.prefixes}
+                return await _simple(send, 200, json.dumps(routes), [(b"content-type", b"application/json")])
+        if not table.ready.is_set():
+            try:
+                await asyncio.wait_for(table.ready.wait(), 10)
+            except asyncio.TimeoutError:
+                return await _simple(send, 503, "Serve is not ready (no controller answered)")
+        m = table.match(path)
+        if m is None:
+            return await _simple(send, 404, f"Path '{path}' not found. Ping http://.../-/routes for routing table.")
+        prefix, app = m
+        router = table.router(table.apps[app]["ingress"])
+        body = await _read_body(receive)
+        if body is None:
+            return
+        child = {"type": "http", "http_version": scope.get("http_version", "1.1"), "method": scope["method"],
+                 "scheme": scope.get("scheme", "http"), "path": path, "raw_path": scope.get("raw_path"),
+                 "root_path": "" if prefix == "/" else prefix, "query_string": scope.get("query_string", b""),
+                 "headers": scope["headers"], "client": scope.get("client"), "server": scope.get("server")}
+        request_id = _id_prefix + str(next(_ids))
+        disconnect = asyncio.ensure_future(receive())
+        if self._latency is not None:
+            send = _StatusRecorder(send, self._latency, app)
+        try:
+            await self._forward(router, request_id, child, body, send, disconnect)
+        finally:
+            if not disconnect.done():
+                disconnect.cancel()
+            if self._latency is not None:
+                send.observe()
+
+    async def _forward(self, router: Any, request_id: str, child: dict[str, Any], body: bytes, send: Any,
+                       disconnect: asyncio.Future) -> None:
+        for attempt in range(_ATTEMPTS):
+            try:
+                key, h = await router.acquire(timeout_s=60.0)
+            except BackPressureError as e:
+                return await _simple(send, 503, str(e))
+            except asyncio.TimeoutError:
+                return await _simple(send, 503, f"no replica of {router.dep_id} became available within 60 s")
+            streaming = False
+            try:
+                fut = asyncio.wrap_future(h.handle_http.remote(request_id, child, body).future())
+                if not await _first(fut, disconnect):
+                    h.cancel.remote(request_id)
+                    fut.cancel()
+                    return
+                reply = fut.result()
+                if reply[0] == "full":
+                    _, status, headers, data = reply
+                    await send({"type": "http.response.start", "status": status, "headers": headers})
+                    await send({"type": "http.response.body", "body": data})
+                    return
+                if reply[0] == "stream":
+                    streaming = True
+                    await self._relay(router, key, h, request_id, reply, send, disconnect)
+                return
+            except (ActorDiedError, RayActorError) as e:
+                router.drop(key)
+                if attempt == _ATTEMPTS - 1:
+                    return await _simple(send, 503, f"replica of {router.dep_id} died: {e}")
+            except Exception as e:
+                log.exception("request %s failed", request_id)
+                return await _simple(send, 500, f"{type(e).__name__}: {e}")
+            finally:
+                if not streaming:
+                    router.release(key)
+
+    async def _relay(self, router: Any, key: str, h: Any, request_id: str, reply: tuple, send: Any,
+                     disconnect: asyncio.Future) -> None:
+        """Streams the rest of the body chunk by chunk as the replica produces it."""
+        try:
+            _, status, headers, first = reply
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            if first:
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+            gen = h.stream_http.remote(request_id)
+            it = gen.__aiter__()
+            while True:
+                nxt = asyncio.ensure_future(it.__anext__())
+                if not await _first(nxt, disconnect):
+                    nxt.cancel()
+                    h.cancel.remote(request_id)
+                    return
+                try:
+                    ref = nxt.result()
+                except StopAsyncIteration:
+                    break
+                chunk = await ref
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            router.release(key)
+
+
+class _StatusRecorder:
+    """Wraps send() to remember the status, for the latency histogram."""
+
+    def __init__(self, send: Any, hist: Any, app: str) -> None:
+        self.send, self.hist, self.app = send, hist, app
+        self.status = 0
+        self.t0 = asyncio.get_running_loop().time()
+
+    async def __call__(self, msg: dict[str, Any]) -> None:
+        if msg["type"] == "http.response.start":
+            self.status = msg["status"]
+        await self.send(msg)
+
+    def observe(self) -> None:
+        elapsed = asyncio.get_running_loop().time() - self.t0
+        self.hist.labels(self.app, str(self.status or 499)).observe(elapsed)
+
+
+async def _first(work: asyncio.Future, disconnect: asyncio.Future) -> bool:
+    """Waits for work or a client disconnect; True if work finished first."""
+    if not work.done():
+        waiter = asyncio.get_running_loop().create_future()
+
+        def wake(_: Any) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        work.add_done_callback(wake)
+        disconnect.add_done_callback(wake)
+        try:
+            await waiter
+        finally:
+            disconnect.remove_done_callback(wake)
+    return work.done()
