@@ -4,13 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEV := $(VENV)/.dev-installed
 
-.PHONY: install demo test unit integration protos bench clean
+.PHONY: install demo test unit integration e2e images protos bench clean
 
 # What the tests and the demo need: the package (editable) with its dev extra.
 $(DEV): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,serve]'
 	touch $(DEV)
 
 # Every extra, torch (pinned CPU-compatible 2.13.0) included.
@@ -20,8 +20,11 @@ install: $(DEV)
 demo: $(DEV)
 	$(PY) examples/seed_demo.py
 
+# With a Docker engine, the images are (re)built first (cached) so the e2e tests run on this tree;
+# without one the e2e tests skip, saying so.
 test: $(DEV)
 	@command -v etcd >/dev/null || { echo "etcd is not on PATH: apt-get install -y etcd-server"; exit 1; }
+	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images; fi
 	$(PY) -m pytest -q tests
 
 unit: $(DEV)
@@ -29,6 +32,13 @@ unit: $(DEV)
 
 integration: $(DEV)
 	$(PY) -m pytest -q tests/integration
+
+e2e: images
+	$(PY) -m pytest -q tests/e2e
+
+# Service images, offline: debootstrap base + wheelhouse (docker/build-offline.sh).
+images: $(DEV)
+	PYTHON=$(PY) bash docker/build-offline.sh
 
 protos: $(DEV)
 	$(PY) scripts/gen_protos.py

@@ -2,6 +2,7 @@
 
     ember start --head [--port 6379] [--num-cpus N] [--num-gpus N] [--resources JSON]
                 [--gcs-storage memory|etcd://host:port] [--object-store-memory BYTES]
+                [--metrics-export-port N]  # Prometheus: raylet N, objmgr N+1, GCS N+2 (head)
     ember start --address HOST:PORT [--num-cpus N ...]     # add a node to a cluster
     ember stop [--force]                                   # stop every node started here
     ember status [--address HOST:PORT]                     # nodes, resources used/total, actors
@@ -58,12 +59,16 @@ def cmd_start(ns: argparse.Namespace) -> int:
     res = _resources(ns)
     store = ns.object_store_memory or int(psutil.virtual_memory().total *
                                           get_config().object_store_memory_fraction)
+    try:
+        mports = node_mod.metrics_ports(ns.metrics_export_port)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     session_dir = node_mod.new_session_dir()
     procs = []
     try:
         if ns.head:
             gcs = node_mod.start_gcs(session_dir, port=ns.port, storage=ns.gcs_storage,
-                                     cluster_name=ns.cluster_name)
+                                     cluster_name=ns.cluster_name, metrics_export_port=mports["gcs"])
             procs.append(gcs)
             gcs_address = f"{ns.node_ip_address}:{gcs.port}"
         else:
@@ -71,7 +76,7 @@ def cmd_start(ns: argparse.Namespace) -> int:
             _check_gcs(gcs_address)
         record, node_procs = node_mod.start_node(
             session_dir, gcs_address, resources=res, object_store_memory=store, is_head=ns.head,
-            node_ip=ns.node_ip_address)
+            node_ip=ns.node_ip_address, metrics_export_port=ns.metrics_export_port)
         procs.extend(node_procs)
     except RuntimeError as e:
         for p in procs:
@@ -90,6 +95,9 @@ def cmd_start(ns: argparse.Namespace) -> int:
     else:
         print(f"Ember node {record.node_id[:8]} joined the cluster at {gcs_address}.")
     print(f"  Resources: {res}")
+    if ns.metrics_export_port:
+        print("  Metrics:   " + ", ".join(f"{k} http://{ns.node_ip_address}:{v}/metrics"
+                                          for k, v in mports.items() if v and (ns.head or k != "gcs")))
     print(f"  Logs: {session_dir}/logs    Stop: ember stop")
     return 0
 
@@ -193,7 +201,40 @@ def cmd_status(ns: argparse.Namespace) -> int:
         print("Actors: " + (", ".join(f"{v} {k}" for k, v in sorted(states.items())) or "none"))
     print("Resources (used/total):")
     print(f"  {_usage(total, avail)}")
+    endpoints = _metrics_endpoints(address, {n.node_id for n in alive})
+    if endpoints:
+        print("Metrics (Prometheus):")
+        for key, url in endpoints:
+            print(f"  {key:28} {url}")
     return 0
+
+
+def _metrics_endpoints(address: str, alive: set[str]) -> list[tuple[str, str]]:
+    """(service/node, URL) of the metrics endpoints recorded in the GCS KV (alive nodes only)."""
+    import grpc
+
+    from ._private import metrics, rpc
+    from ._proto import gcs_pb2, gcs_pb2_grpc
+
+    ch = rpc.sync_channel(address)
+    out = []
+    try:
+        gcs = gcs_pb2_grpc.GcsStub(ch)
+        keys = gcs.KVKeys(gcs_pb2.KVKeysRequest(namespace=metrics.KV_NAMESPACE), timeout=5).keys
+        for key in sorted(keys):
+            value = gcs.KVGet(gcs_pb2.KVGetRequest(namespace=metrics.KV_NAMESPACE, key=key),
+                              timeout=5).value.decode()
+            host, _, port = value.rpartition(":")
+            host = host or address.rsplit(":", 1)[0]  # "" = the GCS's own host
+            name = key.decode()
+            if "/" in name and name.split("/", 1)[1] not in alive:
+                continue
+            out.append((name[:15] if "/" in name else name, f"http://{host}:{port}/metrics"))
+    except grpc.RpcError:
+        return []
+    finally:
+        ch.close()
+    return out
 
 
 def _actors(address: str) -> list[Any] | None:
@@ -345,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gcs-storage", default="memory", help="memory (default) or etcd://host:port")
     s.add_argument("--cluster-name", default="default", help="etcd key prefix of this cluster")
     s.add_argument("--node-ip-address", default="127.0.0.1")
+    s.add_argument("--metrics-export-port", type=int, default=0,
+                   help="serve Prometheus metrics: raylet on N, object manager on N+1, GCS on "
+                        "N+2 (head); 0 = off")
     st = sub.add_parser("stop", help="stop every Ember node started on this machine")
     st.add_argument("--force", action="store_true")
     ss = sub.add_parser("status", help="nodes and resource usage")
@@ -361,6 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--dir", default=os.environ.get("EMBER_TRACE_DIR"),
                     help="span directory of the ember_file exporter (default $EMBER_TRACE_DIR)")
     sub.add_parser("microbenchmark", help="Ray-compatible microbenchmarks", add_help=False)
+    from ._private import job_submission
+
+    job_submission.add_parser(sub)
     return p
 
 
@@ -381,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_memory(ns)
     if ns.cmd == "trace":
         return cmd_trace(ns)
+    if ns.cmd == "job":
+        from ._private import job_submission
+
+        return job_submission.main(ns)
     return cmd_status(ns)
 
 

@@ -1,0 +1,202 @@
+#!/opt/ember/bin/python
+"""Container entry point: `ember-container ROLE [extra flags...]` turns the container's
+environment into the service's command line, then execs it (same PID, so SIGTERM from
+`docker stop` reaches the service, which stops gracefully).
+
+Settings come as NAME=value arguments right after ROLE (how docker-compose.yml passes them, so
+that they stay out of the environment of programs run with `docker compose exec`), else from the
+environment. ROLE is gcs | raylet | objmgr | serve-proxy | otlp | driver (`driver CMD...` runs CMD, a user
+program, with EMBER_NODE_IP set to this container's address). Variables (default):
+
+    all           EMBER_GCS_ADDRESS (gcs:6379)   EMBER_CLUSTER_NAME (default)   EMBER_LOG_LEVEL (INFO)
+    gcs           EMBER_GCS_PORT (6379)          EMBER_GCS_STORAGE (etcd://etcd:2379)
+    objmgr        EMBER_OBJMGR_PORT (8076)       EMBER_OBJECT_STORE_BYTES (268435456)
+                  EMBER_SPILL_DIR (/var/lib/ember/spill)
+    raylet        EMBER_RAYLET_PORT (8077)       EMBER_NUM_CPUS (the container's CPU count)
+                  EMBER_NUM_GPUS (0)             EMBER_RESOURCES (extra custom resources, JSON, {})
+                  EMBER_HEAD (0; 1 = head node)  EMBER_OBJMGR_PORT, EMBER_OBJECT_STORE_BYTES (as objmgr)
+    raylet+objmgr EMBER_NODE_ID (derived from the node's IP, so the raylet and the objmgr of a node,
+                  which share a network namespace, agree)   EMBER_NODE_IP (the IP the GCS is reached
+                  from: what other nodes and drivers connect to)
+    serve-proxy   EMBER_HTTP_PORT (8000)
+    metrics       EMBER_METRICS_EXPORT_PORT (0 = off): Prometheus /metrics of the service on this
+                  port plus an offset per role, the scheme of `ember start --metrics-export-port`
+                  (raylet +0, objmgr +1, gcs +2, serve-proxy +3), so the raylet and the objmgr of
+                  a node, which share one network namespace, never collide
+    otlp          EMBER_TRACE_OUT (/var/lib/ember/traces/spans.jsonl)
+
+The object store lives in /dev/shm/ember-store/<cluster>/<node id>, which the raylet and the
+objmgr of a node share through their shared IPC namespace. A bad value ends the container with
+exit code 2 and one line on stderr naming the variable.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import sys
+
+PORT_FILE = "/tmp/ember-service.port"  # read by ember-healthcheck
+_CONTAINER_VARS = ("EMBER_CLUSTER_NAME", "EMBER_GCS_PORT", "EMBER_GCS_STORAGE", "EMBER_OBJMGR_PORT",
+                   "EMBER_OBJECT_STORE_BYTES", "EMBER_SPILL_DIR", "EMBER_RAYLET_PORT", "EMBER_NUM_CPUS",
+                   "EMBER_NUM_GPUS", "EMBER_RESOURCES", "EMBER_HEAD", "EMBER_HTTP_PORT", "EMBER_TRACE_OUT",
+                   "EMBER_METRICS_EXPORT_PORT")
+METRICS_OFFSET = {"raylet": 0, "objmgr": 1, "gcs": 2, "serve-proxy": 3}
+
+
+class ConfigError(Exception):
+    pass
+
+
+SETTINGS: dict[str, str] = {}  # NAME=value arguments (compose passes them so), then the environment
+
+
+def env(name: str, default: str) -> str:
+    return (SETTINGS.get(name) or os.environ.get(name, "")).strip() or default
+
+
+def env_int(name: str, default: int) -> int:
+    raw = env(name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if value < 0:
+        raise ConfigError(f"{name}={raw!r} is negative")
+    return value
+
+
+def env_float(name: str, default: float) -> float:
+    raw = env(name, str(default))
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if value < 0:
+        raise ConfigError(f"{name}={raw!r} is negative")
+    return value
+
+
+def gcs_address() -> str:
+    addr = env("EMBER_GCS_ADDRESS", "gcs:6379")
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"EMBER_GCS_ADDRESS={addr!r} is not HOST:PORT")
+    return addr
+
+
+def node_ip(gcs: str) -> str:
+    """The local address the GCS is reached from (what this node advertises)."""
+    if env("EMBER_NODE_IP", ""):
+        return env("EMBER_NODE_IP", "")
+    host, _, port = gcs.rpartition(":")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((socket.gethostbyname(host), int(port)))  # UDP: no packet is sent
+            return s.getsockname()[0]
+    except OSError as e:
+        raise ConfigError(f"cannot resolve the GCS host {host!r} from EMBER_GCS_ADDRESS ({e})") from None
+
+
+def node_id(ip: str) -> str:
+    return env("EMBER_NODE_ID", hashlib.sha1(ip.encode()).hexdigest()[:28])
+
+
+def store_dir(nid: str) -> str:
+    return f"/dev/shm/ember-store/{env('EMBER_CLUSTER_NAME', 'default')}/{nid}"
+
+
+def command(role: str) -> list[str]:
+    args = _command(role)
+    base = env_int("EMBER_METRICS_EXPORT_PORT", 0)
+    if base and role in METRICS_OFFSET:
+        if base + METRICS_OFFSET[role] > 65535:
+            raise ConfigError(f"EMBER_METRICS_EXPORT_PORT={base} is too large (ports end at 65535)")
+        args += ["--metrics-export-port", str(base + METRICS_OFFSET[role])]
+    return args
+
+
+def _command(role: str) -> list[str]:
+    cluster = env("EMBER_CLUSTER_NAME", "default")
+    if role == "gcs":
+        return ["ember-gcs", "--host", "0.0.0.0", "--port", str(env_int("EMBER_GCS_PORT", 6379)),
+                "--storage", env("EMBER_GCS_STORAGE", "etcd://etcd:2379"), "--cluster-name", cluster,
+                "--session-dir", "/var/lib/ember", "--port-file", PORT_FILE]
+    if role == "objmgr":
+        gcs = gcs_address()
+        nid = node_id(node_ip(gcs))
+        return ["ember-objmgr", "--host", "0.0.0.0", "--port", str(env_int("EMBER_OBJMGR_PORT", 8076)),
+                "--store-dir", store_dir(nid),
+                "--capacity-bytes", str(env_int("EMBER_OBJECT_STORE_BYTES", 256 * 2**20)),
+                "--node-id", nid, "--gcs-address", gcs,
+                "--spill-dir", env("EMBER_SPILL_DIR", "/var/lib/ember/spill"), "--port-file", PORT_FILE]
+    if role == "raylet":
+        gcs = gcs_address()
+        ip = node_ip(gcs)
+        nid = node_id(ip)
+        resources = {"CPU": env_float("EMBER_NUM_CPUS", float(os.cpu_count() or 1))}
+        gpus = env_float("EMBER_NUM_GPUS", 0)
+        if gpus:
+            resources["GPU"] = gpus
+        raw = env("EMBER_RESOURCES", "{}")
+        try:
+            extra = json.loads(raw)
+        except ValueError as e:
+            raise ConfigError(f"EMBER_RESOURCES is not valid JSON ({e}): {raw!r}") from None
+        if not isinstance(extra, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in extra.values()):
+            raise ConfigError(f"EMBER_RESOURCES must be a JSON object of numbers, got {raw!r}")
+        resources.update(extra)
+        args = ["ember-raylet", "--host", "0.0.0.0", "--port", str(env_int("EMBER_RAYLET_PORT", 8077)),
+                "--gcs-address", gcs, "--objmgr-address", f"{ip}:{env_int('EMBER_OBJMGR_PORT', 8076)}",
+                "--node-id", nid, "--node-ip", ip, "--store-dir", store_dir(nid),
+                "--session-dir", "/var/lib/ember", "--resources", json.dumps(resources),
+                "--object-store-memory", str(env_int("EMBER_OBJECT_STORE_BYTES", 256 * 2**20)),
+                "--port-file", PORT_FILE]
+        if env("EMBER_HEAD", "0") not in ("0", "false", "no"):
+            args.append("--head")
+        return args
+    if role == "serve-proxy":  # a cluster client: workers must reach it at this container's IP
+        os.environ["EMBER_NODE_IP"] = node_ip(gcs_address())
+        return [sys.executable, "-m", "ember_serve_proxy", "--gcs-address", gcs_address(),
+                "--host", "0.0.0.0", "--port", str(env_int("EMBER_HTTP_PORT", 8000))]
+    if role == "driver":  # a user program in its own container: advertise the container's IP
+        os.environ["EMBER_NODE_IP"] = node_ip(env("EMBER_ADDRESS", "gcs:6379"))
+        return []
+    if role == "otlp":
+        return ["ember-otlp-sink", "--out", env("EMBER_TRACE_OUT", "/var/lib/ember/traces/spans.jsonl"),
+                "--port-file", PORT_FILE]
+    raise ConfigError(f"unknown role {role!r} (gcs | raylet | objmgr | serve-proxy | otlp | driver)")
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: ember-container gcs|raylet|objmgr|serve-proxy|otlp [extra flags]", file=sys.stderr)
+        return 2
+    role, extra = argv[0], argv[1:]
+    while extra and re.match(r"^EMBER_[A-Z0-9_]+=", extra[0]):
+        name, _, value = extra.pop(0).partition("=")
+        SETTINGS[name] = value
+    try:
+        cmd = command(role) + extra
+        if not cmd:
+            raise ConfigError("driver needs a command, e.g. driver python my_program.py")
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if role == "driver":
+        os.execvp(cmd[0], cmd)
+    if os.path.exists(PORT_FILE):  # left by this container's previous run
+        os.unlink(PORT_FILE)
+    with open("/tmp/ember-service.role", "w") as f:
+        f.write(role)
+    for name in _CONTAINER_VARS:  # container-level settings; the services do not know them
+        os.environ.pop(name, None)
+    os.execvp(cmd[0], cmd)
+    return 1  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

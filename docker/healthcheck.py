@@ -1,0 +1,77 @@
+#!/opt/ember/bin/python
+"""Container healthcheck: `ember-healthcheck [HOST:PORT [SERVICE]]`.
+
+With no arguments it checks the service this container runs (written by ember-container): the
+port comes from the service's port file, which the service writes once it is serving. gRPC
+services are asked through grpc.health.v1 (SERVING for their own service name); HTTP ones
+(serve-proxy, otlp) must answer an HTTP request. Exit 0 = healthy, 1 = not, with one line why.
+Imports only grpc, so it costs little every few seconds.
+"""
+from __future__ import annotations
+
+import sys
+
+SERVICES = {"gcs": "ember.Gcs", "raylet": "ember.Raylet", "objmgr": "ember.ObjectManager"}
+
+
+def check_grpc(address: str, service: str) -> str | None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as ch:
+        try:
+            reply = health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=3)
+        except grpc.RpcError as e:
+            return f"{address} {service or '(server)'}: {e.code().name} {e.details()}"
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        return f"{address} {service}: {health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}"
+    return None
+
+
+def check_http(address: str) -> str | None:
+    import http.client
+
+    host, _, port = address.rpartition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=3)
+    try:
+        conn.request("GET", "/-/healthz")
+        conn.getresponse().read()  # any HTTP answer means the server is up
+    except OSError as e:
+        return f"{address}: {e}"
+    finally:
+        conn.close()
+    return None
+
+
+def main(argv: list[str]) -> int:
+    import os
+
+    if argv:
+        problem = check_grpc(argv[0], argv[1] if len(argv) > 1 else "")
+    else:
+        try:
+            with open("/tmp/ember-service.role") as f:
+                role = f.read().strip()
+        except OSError:
+            print("unhealthy: the service has not started", file=sys.stderr)
+            return 1
+        if role == "serve-proxy":
+            problem = check_http(f"127.0.0.1:{os.environ.get('EMBER_HTTP_PORT') or 8000}")
+        else:
+            try:
+                with open("/tmp/ember-service.port") as f:
+                    port = int(f.read())
+            except (OSError, ValueError):
+                print(f"unhealthy: {role} is not serving yet (no port file)", file=sys.stderr)
+                return 1
+            problem = (check_http(f"127.0.0.1:{port}") if role == "otlp"
+                       else check_grpc(f"127.0.0.1:{port}", SERVICES.get(role, "")))
+    if problem:
+        print(f"unhealthy: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
