@@ -7,8 +7,10 @@ Sections: 2.3 GPU scheduling, 3.1 tasks (100 process_chunk tasks; gpu_task with
 num_cpus=2, num_gpus=0.5, max_retries=3; two num_gpus=0.5 tasks sharing one GPU at once),
 3.2 the ModelServer actor, 3.3 objects (one large array read by 10 tasks) and the round-robin
 Worker actor pool, 6.2 pass by reference with ray.put and async actors awaiting each other,
-6.4 the ray.wait loop. Every section's result is checked; exit status 0 means all passed.
-(Train, Serve, Data and Tune examples wait for those libraries.)
+6.4 the ray.wait loop, then 4.2 Ray Serve (examples/serve_llm.py: two replicas with one logical
+GPU each behind the HTTP proxy, on a cluster of its own with 2 logical GPUs). Every section's
+result is checked; exit status 0 means all passed. (Train, Data and Tune examples wait for those
+libraries.)
 
     .venv/bin/python examples/seed_demo.py
 """
@@ -266,6 +268,20 @@ def section_6_2_async():
     print("6.2 actors: async actor A awaited actor B's call without deadlock")
 
 
+def section_4_2_serve():
+    import os
+    import socket
+    import subprocess
+
+    with socket.socket() as s:  # a free port on loopback for the demo's HTTP proxy
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # Run as a program of its own, as a user would (it starts its own cluster with 2 GPUs).
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_llm.py")
+    subprocess.run([sys.executable, script, str(port)], check=True, timeout=300)
+    print("4.2 serve: LLMService answered POST / through the proxy (2 replicas, 1 GPU each)")
+
+
 def main() -> int:
     t0 = time.perf_counter()
     ray.init(num_cpus=2, num_gpus=1)
@@ -276,7 +292,8 @@ def main() -> int:
             section()
     finally:
         ray.shutdown()
-    print(f"all {len(sections)} sections checked in {time.perf_counter() - t0:.1f} s")
+    section_4_2_serve()
+    print(f"all {len(sections) + 1} sections checked in {time.perf_counter() - t0:.1f} s")
     return 0
 
 

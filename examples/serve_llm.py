@@ -56,8 +56,12 @@ def main(port: int = 8000) -> None:
     req = urllib.request.Request(f"http://127.0.0.1:{port}/", data=json.dumps({"prompt": "world hello"}).encode(),
                                  headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(req, timeout=30) as r:
-        print(r.status, json.loads(r.read()))
-    print(serve.status().applications["default"].status)
+        status, body = r.status, json.loads(r.read())
+    print(status, body)
+    app_status = serve.status().applications["default"].status
+    print(app_status)
+    if status != 200 or body["text"] != "hello world" or str(app_status) != "RUNNING":
+        raise SystemExit(f"unexpected answer: {status} {body} {app_status}")
     serve.shutdown()
     ray.shutdown()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import textwrap
 import threading
 import time
 
@@ -188,6 +189,41 @@ def test_seed_example_script_runs():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "200 {'text': 'hello world'" in out.stdout and "RUNNING" in out.stdout
+
+
+def test_deployment_from_a_module_next_to_the_driver(tmp_path):
+    """A deployment class imported from a module beside the driver's script (run from another
+    directory) loads in the replicas, as on Ray: the driver's import paths travel with it."""
+    import socket
+    import subprocess
+    import sys
+
+    (tmp_path / "greeter.py").write_text(textwrap.dedent("""
+        from ember import serve
+
+        @serve.deployment
+        class Greeter:
+            def __call__(self, request):
+                return "hi from greeter"
+    """))
+    (tmp_path / "main.py").write_text(textwrap.dedent("""
+        import sys, urllib.request
+        import ember
+        from ember import serve
+        from greeter import Greeter
+        ember.init(num_cpus=2)
+        serve.run(Greeter.bind(), host="127.0.0.1", port=int(sys.argv[1]))
+        print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/", timeout=30).read().decode())
+        serve.shutdown()
+        ember.shutdown()
+    """))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = subprocess.run([sys.executable, str(tmp_path / "main.py"), str(port)], cwd="/",
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("hi from greeter"), out.stdout
 
 
 def test_rolling_update_when_every_gpu_is_taken(url):

@@ -105,7 +105,8 @@ def _flatten(root: Application, app_name: str) -> list[DeploymentSpec]:
             raise TypeError(f"deployment {d.name!r} or its bound arguments cannot be pickled: {e}") from e
         h = hashlib.sha1(ser + arg_bytes + repr(sorted(d.config.ray_actor_options.items())).encode())
         version = d.version or h.hexdigest()[:16]
-        specs[d.name] = DeploymentSpec(app_name, d.name, ser, args, kwargs, d.config, version)
+        specs[d.name] = DeploymentSpec(app_name, d.name, ser, args, kwargs, d.config, version,
+                                       import_paths=_driver_import_paths())
         return DeploymentHandle(d.name, app_name)
 
     def _convert(v: Any) -> Any:
@@ -121,6 +122,15 @@ def _flatten(root: Application, app_name: str) -> list[DeploymentSpec]:
 
     visit(root)
     return list(specs.values())
+
+
+def _driver_import_paths() -> tuple[str, ...]:
+    """This process's own import paths (not the interpreter's): script dir and cwd."""
+    import os
+    import sys
+
+    paths = [os.path.abspath(p) for p in sys.path if p and "site-packages" not in p and "/lib/python" not in p]
+    return tuple(dict.fromkeys(paths + [os.getcwd()]))
 
 
 def run(target: Application, *, blocking: bool = False, name: str = "default",

@@ -112,12 +112,20 @@ class ServeController:
                 asyncio.ensure_future(self._restart_proxy(dict(self.proxy_opts)))
 
     async def _restart_proxy(self, opts: dict[str, Any]) -> None:
-        try:
-            async with self._proxy_lock:
-                if self.proxy is None or self.proxy.poll() is not None:
-                    await self._start_proxy(**opts)
-        except Exception as e:
-            log.warning("could not restart the HTTP proxy: %s", e)
+        """Brings the proxy back on its old port. The previous controller's proxy may still hold
+        that port for a moment while it stops (it dies with its parent), so retry for a while."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                async with self._proxy_lock:
+                    if self.proxy is None or self.proxy.poll() is not None:
+                        await self._start_proxy(**opts)
+                return
+            except Exception as e:
+                if time.monotonic() > deadline or self._stopped:
+                    log.warning("could not restart the HTTP proxy: %s", e)
+                    return
+                await asyncio.sleep(0.5)
 
     def _changed(self) -> None:
         self.version += 1

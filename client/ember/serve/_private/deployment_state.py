@@ -44,6 +44,9 @@ class DeploymentSpec:
     init_kwargs: dict
     config: DeploymentConfig
     version: str
+    # The deploying driver's import paths (script dir, cwd): replicas add them before loading the
+    # class, so deployments defined in modules next to the driver's script import as on Ray.
+    import_paths: tuple[str, ...] = ()
 
 
 @dataclass
@@ -140,7 +143,8 @@ class DeploymentState:
         cls = ember.remote(ServeReplica).options(
             name=name, namespace=NAMESPACE, lifetime="detached", max_restarts=0,
             max_concurrency=max(1000, s.config.max_ongoing_requests * 2), **opts)
-        handle = cls.remote(s.app, s.name, rid, s.serialized_def, s.init_args, s.init_kwargs, s.config.user_config)
+        handle = cls.remote(s.app, s.name, rid, s.serialized_def, s.init_args, s.init_kwargs, s.config.user_config,
+                            s.import_paths)
         r = Replica(rid, name, s.version, STARTING, now, handle)
         self.replicas[rid] = r
         r.task = asyncio.ensure_future(self._wait_ready(r))

@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
@@ -46,8 +47,12 @@ class ServeReplica:
     """One replica. Created by the controller with the deployment's pickled class and args."""
 
     def __init__(self, app_name: str, deployment: str, replica_id: str, serialized_def: bytes,
-                 init_args: tuple, init_kwargs: dict, user_config: Any) -> None:
+                 init_args: tuple, init_kwargs: dict, user_config: Any,
+                 import_paths: tuple[str, ...] = ()) -> None:
         global _context
+        for p in import_paths:  # the deploying driver's modules (see DeploymentSpec.import_paths)
+            if p not in sys.path:
+                sys.path.append(p)
         target = cloudpickle.loads(serialized_def)
         self._is_function = not inspect.isclass(target)
         _context = ReplicaContext(app_name, deployment, replica_id)
