@@ -6,7 +6,6 @@ import os
 import signal
 import textwrap
 import threading
-import time
 
 import httpx
 import pytest
@@ -14,17 +13,11 @@ import pytest
 import ember
 from ember import serve
 from ember.serve import api as serve_api
+from ember.testing import wait_for as _wait_for
 
 
 def wait_for(cond, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return _wait_for(cond, timeout_s=timeout, interval_s=0.05, what=what)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import time
 
 import httpx
 import pytest
@@ -13,25 +12,16 @@ from starlette.responses import StreamingResponse
 
 import ember
 from ember import serve
-from ember.serve import api as serve_api
+from ember.testing import wait_for as _wait_for
 
 
 def wait_for(cond, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return _wait_for(cond, timeout_s=timeout, interval_s=0.05, what=what)
 
 
 @pytest.fixture(scope="module")
-def url():
-    ember.init(num_cpus=2, object_store_memory=128 * 2**20)
-    serve.start(http_options={"host": "127.0.0.1", "port": 0})
-    host, port = serve_api.proxy_address()
-    yield f"http://{host}:{port}"
-    serve.shutdown()
-    ember.shutdown()
+def url(serve_url):
+    return serve_url
 
 
 @serve.deployment

@@ -15,28 +15,16 @@ import pytest
 
 import ember
 from ember import serve
-from ember.serve import api as serve_api
+from ember.testing import wait_for as _wait_for
 
 
 def wait_for(cond, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return _wait_for(cond, timeout_s=timeout, interval_s=0.05, what=what)
 
 
 @pytest.fixture(scope="module")
-def url():
-    ember.init(num_cpus=2, object_store_memory=128 * 2**20)
-    serve.start(http_options={"host": "127.0.0.1", "port": 0})
-    host, port = serve_api.proxy_address()
-    yield f"http://{host}:{port}"
-    serve.shutdown()
-    ember.shutdown()
+def url(serve_url):
+    return serve_url
 
 
 class _Load:
@@ -175,11 +163,12 @@ def test_controller_restart_resumes(url):
     pid = httpx.get(url + "/echo", timeout=30).json()["pid"]
     ctrl = ember.get_actor("SERVE_CONTROLLER", namespace="serve")
     ember.kill(ctrl, no_restart=False)  # the controller restarts and reloads its state from the GCS KV
-    host, port = serve_api.proxy_address()
-    # nobody calls the controller: it restarts its loop and the embedded proxy by itself
-    wait_for(lambda: _ok(f"http://{host}:{port}/echo"), 60, "the proxy to serve again")
-    assert serve.status().applications["echo"].status == "RUNNING"
-    assert httpx.get(url + "/echo", timeout=30).json()["pid"] == pid  # the same replica was re-attached
+    # The old proxy (a child of the old controller's worker) may answer for a moment while it
+    # stops, so first wait for the restarted controller, then for the proxy on the same port.
+    wait_for(lambda: _status_or_none("echo") == "RUNNING", 60, "the restarted controller")
+    # the restarted controller brings the embedded proxy back on its old port, and re-attaches
+    # the running replica instead of replacing it, so the pid is unchanged
+    wait_for(lambda: _echo_pid(url) == pid, 60, "the proxy to serve the same replica again")
     serve.delete("echo")
 
 
@@ -189,6 +178,20 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _status_or_none(app: str) -> str | None:
+    try:
+        return serve.status().applications[app].status
+    except Exception:  # the controller is restarting
+        return None
+
+
+def _echo_pid(url: str) -> int | None:
+    try:
+        return httpx.get(url + "/echo", timeout=5).json()["pid"]
+    except httpx.HTTPError:
+        return None
 
 
 def _read(path: str) -> str:
