@@ -17,7 +17,7 @@ from ember._private.rpc import NotFound, rpc_errors
 from ember._proto import gcs_pb2, gcs_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 
 from .store import DataLoss, ObjectStore
-from .transfer import Puller, TransferServicer
+from .transfer import Puller, TransferServicer, pin_for_stream
 
 log = logging.getLogger(__name__)
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -86,13 +86,8 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
 
     async def ReadObject(self, request: Any, context: Any) -> AsyncIterator[Any]:
         client = f"read-{id(context)}"
-        try:
-            e = self.store.get(request.object_id, client)
-        except NotFound as err:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
-            return
-        except DataLoss as err:
-            await context.abort(grpc.StatusCode.DATA_LOSS, str(err))
+        e = await pin_for_stream(self.store, request.object_id, client, context)
+        if e is None:
             return
         try:
             total, pos = e.size, 0

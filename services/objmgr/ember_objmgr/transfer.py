@@ -74,6 +74,18 @@ def parse_chunk(msg: bytes) -> tuple[memoryview, int]:
     return data, total
 
 
+async def pin_for_stream(store: ObjectStore, oid: bytes, client: str, context: Any) -> Any:
+    """Pins oid for a streaming reader (restoring it from spill first). On failure aborts the
+    RPC with NOT_FOUND / DATA_LOSS and returns None."""
+    try:
+        return store.get(oid, client)
+    except NotFound as err:
+        await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
+    except DataLoss as err:
+        await context.abort(grpc.StatusCode.DATA_LOSS, str(err))
+    return None
+
+
 class TransferServicer:
     """Source side: ReadRange over this node's store."""
 
@@ -89,14 +101,9 @@ class TransferServicer:
     async def read_range(self, request: Any, context: Any) -> AsyncIterator[bytes]:
         store, oid = self.store, request.object_id
         client = f"range-{id(context)}"
-        try:
-            with tracing.server_span("ember.ObjectTransfer/ReadRange", context.invocation_metadata()):
-                e = store.get(oid, client)  # restores a spilled object first
-        except NotFound as err:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
-            return
-        except DataLoss as err:
-            await context.abort(grpc.StatusCode.DATA_LOSS, str(err))
+        with tracing.server_span("ember.ObjectTransfer/ReadRange", context.invocation_metadata()):
+            e = await pin_for_stream(store, oid, client, context)
+        if e is None:
             return
         try:
             total = e.size
