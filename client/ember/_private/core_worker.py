@@ -518,7 +518,7 @@ class CoreWorker:
             self._copies.setdefault(oid, set()).add(self.node_id)
         req = core_worker_pb2.AddObjectLocationRequest(object_id=oid, node_id=self.node_id)
         stub = self.worker_stub(f"{owner[0]}:{owner[1]}")
-        asyncio.ensure_future(_ignore_rpc_error(stub.AddObjectLocation(req, timeout=10)))
+        rpc.best_effort(stub.AddObjectLocation(req, timeout=10))
 
     def get_future(self, ref: ObjectRef) -> concurrent.futures.Future:
         """A future for the value (resolved on the loop)."""
@@ -586,13 +586,6 @@ def _raise_or_return(value: Any, meta: str) -> Any:
             raise value.as_instanceof_cause()
         raise value
     return value
-
-
-async def _ignore_rpc_error(call: Any) -> None:
-    try:
-        await call
-    except grpc.aio.AioRpcError:  # the owner is gone: nobody asks for locations any more
-        pass
 
 
 async def _as_coro(obj: Any) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 from ember import exceptions as exc
 from ember._proto import common_pb2, core_worker_pb2, gcs_pb2
 
-from . import ids, tracing
+from . import ids, rpc, tracing
 from .object_ref import ObjectRef
 from .serialization import ERROR_METADATA, deserialize_proto, serialize, serialize_error
 
@@ -181,9 +181,8 @@ class TaskExecutor:
                     tracing.set_error(sp, reply.error_message)
         else:
             reply = self._execute(spec)
-        refs = self.core.refs
-        if refs.to_add or refs.adding:  # refs borrowed by this task and still held: register first
-            self.core._call(refs.flush())
+        if self.core.refs.unacked():  # refs borrowed by this task and still held: register first
+            self.core._call(self.core.refs.flush())
         return reply
 
     def _span(self, spec: common_pb2.TaskSpec) -> Any:
@@ -341,7 +340,7 @@ class TaskExecutor:
                                                          nested=nested)
         call = lambda: self.core.worker_stub(f"{c.ip}:{c.port}").ReportGeneratorItem(req, timeout=60)  # noqa: E731
         if self.core.in_loop():
-            asyncio.ensure_future(_ignore_errors(call()))
+            rpc.best_effort(call())
         else:
             try:
                 self.core._call(call)
@@ -527,13 +526,6 @@ def _split(spec: common_pb2.TaskSpec, values: list[Any]) -> tuple[list[Any], dic
 
 class _CallerGone(Exception):
     """The caller of a streaming generator cannot be reached."""
-
-
-async def _ignore_errors(call: Any) -> None:
-    try:
-        await call
-    except Exception:  # the caller is gone
-        pass
 
 
 async def _next_sync(gen: Any) -> Any:

@@ -179,6 +179,18 @@ async def follow(gcs: Any, request: Any, handle: Callable[[Any], None],
             pass
 
 
+def best_effort(call: Awaitable[Any]) -> asyncio.Future:
+    """Runs an RPC in the background whose failure only means the peer is gone (a report to an
+    owner or caller that exited): nothing to retry, nobody to tell."""
+    async def run() -> None:
+        try:
+            await call
+        except (grpc.RpcError, grpc.aio.UsageError):  # failed, or the channel already closed
+            pass
+
+    return asyncio.ensure_future(run())
+
+
 def install_signal_stop(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
     """SIGTERM/SIGINT set `stop` so that main() can shut down gracefully."""
     import signal
