@@ -32,7 +32,10 @@ def _spans(request: Any) -> list[dict[str, str]]:
     return out
 
 
-def serve(out_path: str, port_file: str) -> None:
+def start(out_path: str, host: str = "127.0.0.1", grpc_port: int = 0,
+          http_port: int = 0) -> tuple[Any, ThreadingHTTPServer, int, int]:
+    """Starts the gRPC and HTTP receivers (threads), appending spans to out_path; returns
+    (grpc_server, http_server, grpc_port, http_port). The compose trace sink uses it too."""
     import grpc
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as pbg
@@ -51,7 +54,7 @@ def serve(out_path: str, port_file: str) -> None:
 
     server = grpc.server(futures.ThreadPoolExecutor(4))
     pbg.add_TraceServiceServicer_to_server(TraceService(), server)
-    grpc_port = server.add_insecure_port("127.0.0.1:0")
+    bound_grpc = server.add_insecure_port(f"{host}:{grpc_port}")
     server.start()
 
     class Handler(BaseHTTPRequestHandler):
@@ -65,14 +68,24 @@ def serve(out_path: str, port_file: str) -> None:
             self.end_headers()
             self.wfile.write(payload)
 
+        def do_GET(self) -> None:  # health probe
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
         def log_message(self, *args: Any) -> None:
             pass
 
-    http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    http = ThreadingHTTPServer((host, http_port), Handler)
     threading.Thread(target=http.serve_forever, daemon=True).start()
+    return server, http, bound_grpc, http.server_address[1]
+
+
+def serve(out_path: str, port_file: str) -> None:
+    server, _, grpc_port, http_port = start(out_path)
     tmp = port_file + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"grpc": grpc_port, "http": http.server_address[1]}, f)
+        json.dump({"grpc": grpc_port, "http": http_port}, f)
     os.replace(tmp, port_file)
     server.wait_for_termination()
 
