@@ -20,7 +20,8 @@ import grpc
 from ember._private import ids, tracing
 from ember._private.executor import ActorExit
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
-from ember._private.remote_function import build_args, hand_over, streaming_default
+from ember._private.remote_function import (build_args, by_reference, hand_over, import_object,
+                                            streaming_default)
 from ember._private.task_submitter import TaskEntry
 from ember._proto import common_pb2, gcs_pb2
 
@@ -78,6 +79,9 @@ class ActorClass:
         self.__doc__ = cls.__doc__
 
     def __reduce__(self) -> tuple[Any, ...]:
+        target = by_reference(self, self._cls)
+        if target is not None:
+            return (import_object, target)
         return (ActorClass, (self._cls, self._options))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -197,10 +201,14 @@ def _rebuild_handle(actor_id: bytes, class_name: str, methods: list[bytes], retr
 
 
 class ActorMethod:
-    def __init__(self, handle: ActorHandle, meta: common_pb2.ActorMethod, num_returns: int) -> None:
+    def __init__(self, handle: ActorHandle, meta: common_pb2.ActorMethod | bytes,
+                 num_returns: int) -> None:
         self._handle = handle
-        self._meta = meta
+        self._meta = common_pb2.ActorMethod.FromString(meta) if isinstance(meta, bytes) else meta
         self._num_returns = num_returns
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ActorMethod, (self._handle, self._meta.SerializeToString(), self._num_returns))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"Actor methods cannot be called directly. Instead of "

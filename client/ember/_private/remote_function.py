@@ -22,6 +22,16 @@ class RemoteFunction:
         self._template: tuple[Any, ...] | None = None  # (core, spec template, num_returns, key)
         functools.update_wrapper(self, function)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles by reference when this object is importable as module.qualname (so the
+        receiver imports it), else by value as (function, options). Never carries the per-process
+        submission template (a core worker and protobuf objects): a remote function that was
+        already called must still travel inside other functions, classes and closures."""
+        target = by_reference(self, self._function)
+        if target is not None:
+            return (import_object, target)
+        return (_rebuild_remote_function, (self._function, self._options))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"Remote functions cannot be called directly. Instead of running "
                         f"'{self._name}()', try '{self._name}.remote()'.")
@@ -47,6 +57,36 @@ class RemoteFunction:
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("DAG building with .bind() is not supported for tasks yet")
+
+
+def _rebuild_remote_function(function: Any, options: dict[str, Any]) -> RemoteFunction:
+    return RemoteFunction(function, options)
+
+
+def by_reference(obj: Any, wrapped: Any) -> tuple[str, str] | None:
+    """(module, qualname) when obj is what importing wrapped's module and walking its qualname
+    gives (so the receiver can import it instead of unpickling a copy); None for objects
+    defined in __main__, inside functions, or replaced (e.g. by .options())."""
+    import sys
+
+    module = getattr(wrapped, "__module__", None)
+    qualname = getattr(wrapped, "__qualname__", "")
+    if not module or module == "__main__" or "<locals>" in qualname:
+        return None
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return (module, qualname) if found is obj else None
+
+
+def import_object(module: str, qualname: str) -> Any:
+    """The receiving side of by_reference."""
+    import importlib
+
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
 
 
 def build_args(core: Any, args: tuple, kwargs: dict, what: str) -> tuple[list[common_pb2.TaskArg], list[str], list[ObjectRef]]:
