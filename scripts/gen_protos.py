@@ -1,4 +1,4 @@
-"""Regenerates the Python gRPC stubs from proto/*.proto into client/ember/_proto.
+"""Regenerates the Python gRPC stubs from proto/*.proto into common/ember_common/proto.
 
 Usage: python scripts/gen_protos.py [--out DIR]
 
@@ -15,7 +15,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
-DEFAULT_OUT = ROOT / "client" / "ember" / "_proto"
+DEFAULT_OUT = ROOT / "common" / "ember_common" / "proto"
 _IMPORT_RE = re.compile(r"^import (\w+_pb2)( as \w+)?$", re.M)
 
 

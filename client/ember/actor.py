@@ -17,13 +17,13 @@ from typing import Any, Callable
 
 import grpc
 
-from ember._private import ids, tracing
+from ember_common import ids, tracing
 from ember._private.executor import ActorExit
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
 from ember._private.remote_function import (build_args, by_reference, hand_over, import_object,
                                             streaming_default)
 from ember._private.task_submitter import TaskEntry
-from ember._proto import common_pb2, gcs_pb2
+from ember_common.proto import common_pb2, gcs_pb2
 
 __all__ = ["ActorClass", "ActorHandle", "exit_actor", "method"]
 

@@ -52,7 +52,7 @@ def cmd_start(ns: argparse.Namespace) -> int:
     import psutil
 
     from ._private import node as node_mod
-    from ._private.config import get_config
+    from ember_common.config import get_config
 
     if ns.head == bool(ns.address):
         raise SystemExit("error: give exactly one of --head or --address HOST:PORT")
@@ -105,8 +105,8 @@ def cmd_start(ns: argparse.Namespace) -> int:
 def _check_gcs(address: str) -> None:
     import grpc
 
-    from ._private import rpc
-    from ._proto import gcs_pb2, gcs_pb2_grpc
+    from ember_common import rpc
+    from ember_common.proto import gcs_pb2, gcs_pb2_grpc
 
     ch = rpc.sync_channel(address)
     try:
@@ -162,8 +162,8 @@ def _cluster_address(ns: argparse.Namespace) -> str | None:
 def cmd_status(ns: argparse.Namespace) -> int:
     import grpc
 
-    from ._private import rpc
-    from ._proto import common_pb2, gcs_pb2, gcs_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
+    from ember_common import rpc
+    from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 
     address = _cluster_address(ns)
     if address is None:
@@ -213,8 +213,8 @@ def _metrics_endpoints(address: str, alive: set[str]) -> list[tuple[str, str]]:
     """(service/node, URL) of the metrics endpoints recorded in the GCS KV (alive nodes only)."""
     import grpc
 
-    from ._private import metrics, rpc
-    from ._proto import gcs_pb2, gcs_pb2_grpc
+    from ember_common import metrics, rpc
+    from ember_common.proto import gcs_pb2, gcs_pb2_grpc
 
     ch = rpc.sync_channel(address)
     out = []
@@ -240,8 +240,8 @@ def _metrics_endpoints(address: str, alive: set[str]) -> list[tuple[str, str]]:
 def _actors(address: str) -> list[Any] | None:
     import grpc
 
-    from ._private import rpc
-    from ._proto import gcs_pb2, gcs_pb2_grpc
+    from ember_common import rpc
+    from ember_common.proto import gcs_pb2, gcs_pb2_grpc
 
     ch = rpc.sync_channel(address)
     try:
@@ -256,8 +256,8 @@ def cmd_list(ns: argparse.Namespace) -> int:
     """`ember list actors|nodes|jobs`: one line per entry."""
     import grpc
 
-    from ._private import rpc
-    from ._proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+    from ember_common import rpc
+    from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc
 
     address = _cluster_address(ns)
     if address is None:
@@ -297,8 +297,8 @@ def cmd_list(ns: argparse.Namespace) -> int:
 
 def _print_objects(gcs: Any) -> None:
     """Every object in every node's store: id, size, state, owner, pins."""
-    from ._private import rpc
-    from ._proto import common_pb2, gcs_pb2, objmgr_pb2, objmgr_pb2_grpc
+    from ember_common import rpc
+    from ember_common.proto import common_pb2, gcs_pb2, objmgr_pb2, objmgr_pb2_grpc
 
     print(f"{'OBJECT_ID':42} {'SIZE':>12} {'STATE':8} {'NODE':14} {'OWNER':18} PINS")
     total = 0
@@ -325,7 +325,7 @@ def cmd_memory(ns: argparse.Namespace) -> int:
 
 def cmd_trace(ns: argparse.Namespace) -> int:
     """`ember trace show <trace-id>`: one trace as an indented tree of spans."""
-    from ._private import tracing
+    from ember_common import tracing
 
     if not ns.dir or not os.path.isdir(ns.dir):
         print("error: no span directory: run with OTEL_TRACES_EXPORTER=ember_file and "
@@ -357,7 +357,7 @@ def _usage(total: dict[str, float], avail: dict[str, float]) -> str:
 def _store_stats(address: str, pb2: Any, pb2_grpc: Any) -> str:
     import grpc
 
-    from ._private import rpc
+    from ember_common import rpc
 
     ch = rpc.sync_channel(address)
     try:

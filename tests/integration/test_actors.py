@@ -14,8 +14,8 @@ import pytest
 
 import ember
 from ember import exceptions as ex
-from ember._private import rpc
-from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
+from ember_common import rpc
+from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 from ember.testing import wait_for
 
 A = common_pb2.ActorInfo

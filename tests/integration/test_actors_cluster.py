@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 import ember
-from ember._private import rpc
-from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+from ember_common import rpc
+from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc
 from ember.testing import EtcdProcess, LocalCluster, wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.etcd]

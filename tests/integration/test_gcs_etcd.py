@@ -6,8 +6,8 @@ import time
 import pytest
 
 import ember
-from ember._proto import gcs_pb2, gcs_pb2_grpc
-from ember._private import rpc
+from ember_common.proto import gcs_pb2, gcs_pb2_grpc
+from ember_common import rpc
 from ember.testing import EtcdProcess, LocalCluster, wait_for
 
 pytestmark = [pytest.mark.etcd, pytest.mark.chaos]

@@ -216,7 +216,7 @@ def test_bad_metrics_port_is_a_clear_error(tmp_path):
 
 HOOK = """
 import sys, urllib.request
-from ember._private import metrics
+from ember_common import metrics
 assert metrics.configure(int(sys.argv[1]), "serve-proxy")
 h = metrics.histogram("ember_serve_http_latency_seconds", "HTTP latency", ("route",))
 h.labels("/hello").observe(0.01)

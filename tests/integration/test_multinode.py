@@ -108,8 +108,8 @@ def test_killed_raylet_node_marked_dead_and_tasks_retried(cluster):
 
 
 def _stats(node):
-    from ember._private import rpc
-    from ember._proto import raylet_pb2, raylet_pb2_grpc
+    from ember_common import rpc
+    from ember_common.proto import raylet_pb2, raylet_pb2_grpc
 
     ch = rpc.sync_channel(node.record.raylet_address)
     try:

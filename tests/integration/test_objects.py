@@ -21,9 +21,9 @@ import pytest
 import ember
 from ember import exceptions as ex
 from ember._private import node as node_mod
-from ember._private import rpc
+from ember_common import rpc
 from ember._private import worker as ember_worker
-from ember._proto import objmgr_pb2, objmgr_pb2_grpc
+from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 from ember.testing import LocalCluster, wait_for
 
 MiB = 2**20
@@ -356,8 +356,9 @@ def test_pulled_copy_is_freed_with_the_last_ref(cluster2):
         import gc, json, sys, time
         import numpy as np
         import ember
-        from ember._private import rpc, worker
-        from ember._proto import objmgr_pb2, objmgr_pb2_grpc
+        from ember_common import rpc
+        from ember._private import worker
+        from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 
         def stats(addr):
             ch = rpc.sync_channel(addr)

@@ -14,10 +14,10 @@ import pytest
 
 import ember
 from ember import exceptions as ex
-from ember._private import rpc
+from ember_common import rpc
 from ember._private import worker as ember_worker
 from ember._private.references import REMOVE_DELAY_S
-from ember._proto import objmgr_pb2, objmgr_pb2_grpc
+from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 from ember.testing import wait_for
 
 MiB = 2**20

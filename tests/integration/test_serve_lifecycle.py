@@ -209,7 +209,7 @@ def _ok(u: str) -> bool:
 def test_standalone_proxy_continues_the_incoming_trace(url):
     """The proxy as compose runs it (python -m ember_serve_proxy with the same flags), tracing to
     files: an incoming traceparent becomes the parent of the proxy's span and of the replica call."""
-    from ember._private import tracing
+    from ember_common import tracing
 
     serve.run(Echo.bind(), name="echo2", route_prefix="/e2")
     gcs = ember.get_runtime_context().gcs_address

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from ember._private import tracing
+from ember_common import tracing
 
 DRIVER = textwrap.dedent("""
     import asyncio, functools, json, numpy as np
@@ -278,7 +278,7 @@ FAST_PATHS = textwrap.dedent("""
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-    from ember._private import otlp_encoding, tracing
+    from ember_common import otlp_encoding, tracing
 
     assert tracing.setup("ember-test", node_id="n1")
     got = []

@@ -11,9 +11,9 @@ import grpc
 import numpy as np
 import pytest
 
-from ember._private import rpc
-from ember._private.rpc import NotFound
-from ember._proto import objmgr_pb2
+from ember_common import rpc
+from ember_common.rpc import NotFound
+from ember_common.proto import objmgr_pb2
 from ember_objmgr.server import ObjectManagerServicer
 from ember_objmgr.store import ObjectStore
 from ember_objmgr.transfer import CHUNK_BYTES, FIRST_RANGE_BYTES, TransferServicer, _ranges

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from ember._private.config import Config
+from ember_common.config import Config
 
 
 def no_warnings_from_env(env: dict[str, str]) -> Config:

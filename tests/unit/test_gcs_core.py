@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ember._proto import common_pb2
+from ember_common.proto import common_pb2
 from ember_gcs.core import GcsCore
 from ember_gcs.storage import MemoryStorage
 

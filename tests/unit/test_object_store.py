@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from ember._private.rpc import NotFound, ResourceExhausted
+from ember_common.rpc import NotFound, ResourceExhausted
 from ember_objmgr.allocator import ALIGN
 from ember_objmgr.store import DataLoss, ObjectStore
 
@@ -497,7 +497,7 @@ def test_spill_to_a_full_disk_raises_resource_exhausted_and_leaves_no_file(store
 def test_hand_encoded_transfer_chunks_are_protobuf_data_chunks(size):
     """transfer.py writes DataChunk's wire format by hand and reads it without protobuf: both
     directions agree with the generated code."""
-    from ember._proto import objmgr_pb2
+    from ember_common.proto import objmgr_pb2
     from ember_objmgr.transfer import encode_chunk, parse_chunk
 
     payload = pattern(3, size)

@@ -1,11 +1,11 @@
-"""The committed stubs in client/ember/_proto are exactly what scripts/gen_protos.py generates."""
+"""The committed stubs in common/ember_common/proto are exactly what scripts/gen_protos.py generates."""
 from __future__ import annotations
 
 import importlib.util
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-COMMITTED = ROOT / "client" / "ember" / "_proto"
+COMMITTED = ROOT / "common" / "ember_common" / "proto"
 SCRIPT = ROOT / "scripts" / "gen_protos.py"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from ember._private.references import References
-from ember._proto import gcs_pb2
+from ember_common.proto import gcs_pb2
 
 OWNER = ("127.0.0.1", 5000, "owner-worker", "node-1")
 

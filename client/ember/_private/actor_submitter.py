@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from ember import exceptions as exc
-from ember._proto import common_pb2, gcs_pb2
+from ember_common.proto import common_pb2, gcs_pb2
 
 if TYPE_CHECKING:
     from .core_worker import CoreWorker

@@ -20,11 +20,11 @@ from typing import Any, Callable
 import grpc
 
 from ember import exceptions as exc
-from ember._proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, gcs_pb2, gcs_pb2_grpc
-from ember._proto import objmgr_pb2, objmgr_pb2_grpc, raylet_pb2, raylet_pb2_grpc
+from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, gcs_pb2, gcs_pb2_grpc
+from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 
-from . import ids, rpc, tracing
-from .config import Config
+from ember_common import ids, rpc, tracing
+from ember_common.config import Config
 from .object_ref import ObjectRef, OwnerAddress
 from .serialization import ERROR_METADATA, SerializedValue, deserialize, deserialize_proto, serialize
 

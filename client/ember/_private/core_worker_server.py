@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from ember._proto import core_worker_pb2, core_worker_pb2_grpc
+from ember_common.proto import core_worker_pb2, core_worker_pb2_grpc
 
 if TYPE_CHECKING:
     from .core_worker import CoreWorker

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember import exceptions as exc
-from ember._proto import common_pb2, core_worker_pb2, gcs_pb2
+from ember_common.proto import common_pb2, core_worker_pb2, gcs_pb2
 
-from . import ids, rpc, tracing
+from ember_common import ids, rpc, tracing
 from .object_ref import ObjectRef
 from .serialization import ERROR_METADATA, deserialize_proto, serialize, serialize_error
 

@@ -9,9 +9,9 @@ import sys
 import threading
 from typing import Any
 
-from ember._proto import gcs_pb2
+from ember_common.proto import gcs_pb2
 
-from . import tracing
+from ember_common import tracing
 from .serialization import dumps_function
 
 NAMESPACE = "fun"

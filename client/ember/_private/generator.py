@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ember._proto import common_pb2
+from ember_common.proto import common_pb2
 
-from . import ids
+from ember_common import ids
 from .object_ref import ObjectRef
 from .serialization import ERROR_METADATA, serialize
 

@@ -11,9 +11,9 @@ import asyncio
 import sys
 from typing import Any
 
-from ember._proto import gcs_pb2
+from ember_common.proto import gcs_pb2
 
-from . import rpc
+from ember_common import rpc
 
 
 class LogPrinter:

@@ -170,7 +170,7 @@ def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float
                metrics_export_port: int = 0) -> tuple[NodeRecord, list[ServiceProcess]]:
     """Starts an object manager and a raylet for one node (metrics on ports
     `metrics_ports(metrics_export_port)` when it is not 0)."""
-    from .ids import new_node_id
+    from ember_common.ids import new_node_id
 
     node_id = new_node_id()
     store_dir = os.path.join(default_store_root(), "ember-store", os.path.basename(session_dir), node_id)

@@ -162,9 +162,9 @@ def _node_to_node_transfer(mod: Any) -> Fn:
     import numpy as np
 
     from ember._private import node as node_mod
-    from ember._private import rpc
+    from ember_common import rpc
     from ember._private import worker as worker_mod
-    from ember._proto import objmgr_pb2, objmgr_pb2_grpc
+    from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 
     w = worker_mod.global_worker()
     cluster = w.cluster

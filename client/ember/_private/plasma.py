@@ -25,9 +25,9 @@ import grpc
 import numpy as np
 
 from ember import exceptions as exc
-from ember._proto import objmgr_pb2, objmgr_pb2_grpc
+from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 
-from . import tracing
+from ember_common import tracing
 from .serialization import SerializedValue
 
 if TYPE_CHECKING:

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import grpc
 
-from ember._proto import common_pb2, core_worker_pb2, gcs_pb2
+from ember_common.proto import common_pb2, core_worker_pb2, gcs_pb2
 
-from . import rpc
+from ember_common import rpc
 
 if TYPE_CHECKING:
     from .core_worker import CoreWorker

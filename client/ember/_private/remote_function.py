@@ -4,9 +4,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ember._proto import common_pb2
+from ember_common.proto import common_pb2
 
-from . import ids, tracing
+from ember_common import ids, tracing
 from .object_ref import ObjectRef
 from .options import TASK_OPTIONS, resource_request, validate
 from .serialization import serialize

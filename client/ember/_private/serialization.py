@@ -19,7 +19,7 @@ from typing import Any
 import cloudpickle
 from cloudpickle import cloudpickle as _cp_impl
 
-from ember._proto import common_pb2
+from ember_common.proto import common_pb2
 
 ERROR_METADATA = "ERROR"
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from ember._proto import common_pb2, core_worker_pb2
+from ember_common.proto import common_pb2, core_worker_pb2
 
 
 class _Conn:

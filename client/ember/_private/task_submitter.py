@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import grpc
 
 from ember import exceptions as exc
-from ember._proto import common_pb2, core_worker_pb2, raylet_pb2
+from ember_common.proto import common_pb2, core_worker_pb2, raylet_pb2
 
-from . import tracing
+from ember_common import tracing
 
 if TYPE_CHECKING:
     from .core_worker import CoreWorker

@@ -11,11 +11,11 @@ from typing import Any, Sequence
 
 import grpc
 
-from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 from . import node as node_mod
-from . import rpc, tracing
-from .config import Config, get_config
+from ember_common import rpc, tracing
+from ember_common.config import Config, get_config
 from .core_worker import CoreWorker
 from .function_manager import FunctionManager
 from .object_ref import ObjectRef
@@ -180,7 +180,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             raise RuntimeError("Maybe you called ember.init twice by accident? Call ember.shutdown() "
                                "first, or pass ignore_reinit_error=True.")
         config = get_config()
-        from . import tracing
+        from ember_common import tracing
 
         tracing.setup("ember-driver")
         gcs_address = _resolve_address(address)
@@ -205,7 +205,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             node_id, raylet, objmgr, store_dir = n.node_id, n.raylet_address, n.objmgr_address, n.store_dir
             session_dir = os.path.dirname(os.path.dirname(store_dir))
         try:
-            from .ids import new_worker_id
+            from ember_common.ids import new_worker_id
 
             worker_id = new_worker_id()
             job_id = _add_job(gcs_address, worker_id)
@@ -277,7 +277,7 @@ def shutdown() -> None:
             except Exception as e:  # the GCS may be gone already
                 log.debug("MarkJobFinished failed: %s", e)
             w.core.shutdown()
-            from . import tracing
+            from ember_common import tracing
 
             tracing.flush()
         finally:

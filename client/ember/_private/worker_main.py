@@ -39,15 +39,15 @@ def main() -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import grpc
 
-    from ember._proto import raylet_pb2, raylet_pb2_grpc
+    from ember_common.proto import raylet_pb2, raylet_pb2_grpc
 
-    from . import rpc
+    from ember_common import rpc
     from . import worker as worker_mod
-    from .config import get_config
+    from ember_common.config import get_config
     from .core_worker import CoreWorker
     from .executor import TaskExecutor
 
-    from . import tracing
+    from ember_common import tracing
 
     tracing.setup("ember-worker")
 

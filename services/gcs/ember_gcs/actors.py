@@ -17,9 +17,9 @@ from typing import Any
 
 import grpc
 
-from ember._private import rpc, tracing
-from ember._private.rpc import AlreadyExists, NotFound
-from ember._proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, raylet_pb2, raylet_pb2_grpc
+from ember_common import rpc, tracing
+from ember_common.rpc import AlreadyExists, NotFound
+from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 
 from .storage import Storage
 

@@ -13,8 +13,8 @@ import struct
 import time
 from typing import AsyncIterator
 
-from ember._private.rpc import NotFound
-from ember._proto import common_pb2, gcs_pb2
+from ember_common.rpc import NotFound
+from ember_common.proto import common_pb2, gcs_pb2
 
 from .storage import Storage
 

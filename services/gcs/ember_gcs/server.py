@@ -6,10 +6,10 @@ import asyncio
 import logging
 from typing import Any
 
-from ember._private import metrics, rpc, service
-from ember._private.config import get_config
-from ember._private.rpc import rpc_errors
-from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+from ember_common import metrics, rpc, service
+from ember_common.config import get_config
+from ember_common.rpc import rpc_errors
+from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 from .core import GcsCore, kv_table
 from .storage import open_storage

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 
-from ember._private.rpc import Unavailable
+from ember_common.rpc import Unavailable
 
 
 class StorageUnavailable(Unavailable):

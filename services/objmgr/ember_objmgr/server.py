@@ -12,9 +12,9 @@ from typing import Any, AsyncIterator
 
 import grpc
 
-from ember._private import metrics, rpc, service, tracing
-from ember._private.rpc import NotFound, rpc_errors
-from ember._proto import gcs_pb2, gcs_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
+from ember_common import metrics, rpc, service, tracing
+from ember_common.rpc import NotFound, rpc_errors
+from ember_common.proto import gcs_pb2, gcs_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 
 from .store import DataLoss, ObjectStore
 from .transfer import Puller, TransferServicer, pin_for_stream

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from ember._private import tracing
+from ember_common import tracing
 
 
 class SpillError(Exception):

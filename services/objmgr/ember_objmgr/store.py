@@ -17,7 +17,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from ember._private.rpc import NotFound, ResourceExhausted
+from ember_common.rpc import NotFound, ResourceExhausted
 
 from .allocator import ArenaAllocator
 from .spill import SpillError, Spiller, SpillReadError

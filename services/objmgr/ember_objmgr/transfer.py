@@ -18,9 +18,9 @@ from typing import Any, AsyncIterator
 
 import grpc
 
-from ember._private import rpc, tracing
-from ember._private.rpc import NotFound, Unavailable
-from ember._proto import objmgr_pb2
+from ember_common import rpc, tracing
+from ember_common.rpc import NotFound, Unavailable
+from ember_common.proto import objmgr_pb2
 
 from .store import DataLoss, ObjectStore
 

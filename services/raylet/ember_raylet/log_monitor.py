@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ember._proto import gcs_pb2
+from ember_common.proto import gcs_pb2
 
 log = logging.getLogger(__name__)
 

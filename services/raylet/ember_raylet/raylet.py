@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ember._private import ids, tracing
-from ember._private.config import Config
-from ember._private.rpc import NotFound
-from ember._proto import common_pb2, raylet_pb2
+from ember_common import ids, tracing
+from ember_common.config import Config
+from ember_common.rpc import NotFound
+from ember_common.proto import common_pb2, raylet_pb2
 
 from .resources import Allocation, NodeResources, validate_request
 from .scheduler import RemoteNode, decide

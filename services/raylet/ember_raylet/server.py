@@ -12,10 +12,10 @@ from typing import Any
 
 import grpc
 
-from ember._private import metrics, rpc, service
-from ember._private.config import get_config
-from ember._private.rpc import rpc_errors
-from ember._proto import common_pb2, gcs_pb2, gcs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
+from ember_common import metrics, rpc, service
+from ember_common.config import get_config
+from ember_common.rpc import rpc_errors
+from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 
 from .log_monitor import LogMonitor
 from .raylet import Raylet

@@ -16,7 +16,7 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ember._private import service
+    from ember_common import service
 
     p = argparse.ArgumentParser(prog="ember-serve-proxy", description="Ember Serve HTTP proxy")
     p.add_argument("--gcs-address", default=os.environ.get("EMBER_ADDRESS"),
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)
     import uvicorn
 
-    from ember._private import metrics
+    from ember_common import metrics
 
     from .app import ProxyApp
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # the GCS is gone already
             logging.getLogger("ember_serve_proxy").debug("unregister: %s", e)
         ember.shutdown()
-        from ember._private import tracing
+        from ember_common import tracing
 
         tracing.shutdown()
     return 0

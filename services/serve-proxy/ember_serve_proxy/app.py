@@ -17,7 +17,7 @@ import logging
 import os
 from typing import Any
 
-from ember._private import tracing
+from ember_common import tracing
 from ember.exceptions import ActorDiedError, RayActorError
 from ember.serve._private.router import BackPressureError, RouteTable
 
@@ -56,7 +56,7 @@ class ProxyApp:
     def register_metrics(self) -> None:
         """Prometheus series (only called when metrics are on): in-flight and queued requests per
         deployment, and request latency by application and status."""
-        from ember._private import metrics
+        from ember_common import metrics
 
         def per_router(attr: str) -> Any:
             def read() -> dict[tuple[str, ...], float]:

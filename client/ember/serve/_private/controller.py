@@ -23,7 +23,7 @@ from typing import Any
 import cloudpickle
 
 import ember
-from ember._proto import gcs_pb2
+from ember_common.proto import gcs_pb2
 
 from .deployment_state import NAMESPACE, DeploymentSpec, DeploymentState, Replica
 from .reconcile import RUNNING

@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from ember._proto import gcs_pb2
+from ember_common.proto import gcs_pb2
 
 NAMESPACE = "serve"
 PREFIX = b"proxies/"

@@ -299,7 +299,7 @@ async def advertise(gcs_address: str, key: str, host: str) -> None:
     key e.g. `raylet/<node_id>`), for `ember status`. Best effort: failures are logged."""
     if _registry is None or not bound_port or not gcs_address:
         return
-    from ember._proto import gcs_pb2, gcs_pb2_grpc
+    from ember_common.proto import gcs_pb2, gcs_pb2_grpc
 
     from . import rpc
 
