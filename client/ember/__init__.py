@@ -31,6 +31,23 @@ __all__ = [
 ]
 
 
+# Libraries load on first use (`ember.data`, `ray.train.report`, ...), so a worker or a service
+# never pays for libraries it does not use.
+_LAZY_SUBMODULES = ("data", "serve", "train", "tune")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"ember.{name}")
+    raise AttributeError(f"module 'ember' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+
+
 def remote(*args: Any, **options: Any) -> Any:
     """Turns a function into a task: `@ember.remote` or `@ember.remote(num_cpus=2, ...)`."""
     if len(args) == 1 and not options and callable(args[0]):
