@@ -140,15 +140,14 @@ def _command(role: str) -> list[str]:
         gpus = env_float("EMBER_NUM_GPUS", 0)
         if gpus:
             resources["GPU"] = gpus
-        raw = env("EMBER_RESOURCES", "{}")
+        from ember_common import resources as kit_resources  # the one resource check
+
         try:
-            extra = json.loads(raw)
+            resources.update(kit_resources.parse_json(env("EMBER_RESOURCES", "{}"),
+                                                      source="EMBER_RESOURCES"))
+            resources = kit_resources.validate(resources, source="EMBER_NUM_CPUS/EMBER_NUM_GPUS")
         except ValueError as e:
-            raise ConfigError(f"EMBER_RESOURCES is not valid JSON ({e}): {raw!r}") from None
-        if not isinstance(extra, dict) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in extra.values()):
-            raise ConfigError(f"EMBER_RESOURCES must be a JSON object of numbers, got {raw!r}")
-        resources.update(extra)
+            raise ConfigError(str(e)) from None
         args = ["ember-raylet", "--host", "0.0.0.0", "--port", str(env_int("EMBER_RAYLET_PORT", 8077)),
                 "--gcs-address", gcs, "--objmgr-address", f"{ip}:{env_int('EMBER_OBJMGR_PORT', 8076)}",
                 "--node-id", nid, "--node-ip", ip, "--store-dir", store_dir(nid),

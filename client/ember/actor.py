@@ -15,15 +15,13 @@ import inspect
 import os
 from typing import Any, Callable
 
-import grpc
-
-from ember_common import ids, tracing
+from ember_common import ids, rpc, tracing
 from ember._private.executor import ActorExit
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
 from ember._private.remote_function import (build_args, by_reference, hand_over, import_object,
                                             streaming_default)
 from ember._private.task_submitter import TaskEntry
-from ember_common.proto import common_pb2, gcs_pb2
+from ember_common.proto import common_pb2
 
 __all__ = ["ActorClass", "ActorHandle", "exit_actor", "method"]
 
@@ -133,14 +131,11 @@ def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
         tracing.inject(spec.trace_context)
     md = tracing.metadata()
     try:
-        core.gcs_call(lambda: core.gcs.RegisterActor(
-            gcs_pb2.RegisterActorRequest(creation_spec=spec), timeout=30, metadata=md))
-    except grpc.aio.AioRpcError as e:
-        if e.code() == grpc.StatusCode.ALREADY_EXISTS:
-            if opts.get("get_if_exists"):
-                return get_actor(name, namespace)
-            raise ValueError(e.details()) from None
-        raise
+        core.gcs_call(lambda: core.gcs.register_actor(spec, timeout_s=30, metadata=md))
+    except rpc.AlreadyExists as e:
+        if opts.get("get_if_exists"):
+            return get_actor(name, namespace)
+        raise ValueError(str(e)) from None
     return ActorHandle(spec.actor_id, ac.__name__, list(ac._methods), max_task_retries)
 
 
@@ -253,14 +248,10 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
     core = w.core
     ns = namespace if namespace is not None else w.current_namespace()
     try:
-        reply = core.gcs_call(lambda: core.gcs.GetNamedActor(
-            gcs_pb2.GetNamedActorRequest(name=name, namespace=ns), timeout=30))
-    except grpc.aio.AioRpcError as e:
-        if e.code() == grpc.StatusCode.NOT_FOUND:
-            raise ValueError(f"Failed to look up actor with name '{name}' in namespace '{ns}'. "
-                             "Check the name and the namespace.") from None
-        raise
-    a = reply.actor
+        a = core.gcs_call(lambda: core.gcs.get_named_actor_info(name, ns, timeout_s=30))
+    except rpc.NotFound:
+        raise ValueError(f"Failed to look up actor with name '{name}' in namespace '{ns}'. "
+                         "Check the name and the namespace.") from None
     c = a.creation_spec.actor_creation
     return ActorHandle(a.actor_id, a.class_name, list(c.methods), c.max_task_retries)
 
@@ -273,8 +264,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     if not isinstance(actor, ActorHandle):
         raise ValueError(f"ember.kill() only supports actors, got {type(actor).__name__}")
     core = _w.global_worker().core
-    core.gcs_call(lambda: core.gcs.KillActor(gcs_pb2.KillActorRequest(
-        actor_id=actor._ember_actor_id, no_restart=no_restart), timeout=30))
+    core.gcs_call(lambda: core.gcs.kill_actor(actor._ember_actor_id, no_restart, timeout_s=30))
 
 
 def exit_actor() -> None:

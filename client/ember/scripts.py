@@ -25,26 +25,19 @@ from typing import Any
 def _resources(ns: argparse.Namespace) -> dict[str, float]:
     import psutil
 
-    res: dict[str, float] = {"CPU": float(ns.num_cpus if ns.num_cpus is not None else os.cpu_count() or 1)}
+    from ember_common import resources
+
+    res: dict[str, float] = {"CPU": ns.num_cpus if ns.num_cpus is not None else os.cpu_count() or 1}
     if ns.num_gpus:
-        res["GPU"] = float(ns.num_gpus)
-    res["memory"] = float(ns.memory if ns.memory is not None else int(psutil.virtual_memory().total * 0.7))
-    if ns.resources:
-        try:
-            extra = json.loads(ns.resources)
-        except ValueError as e:
-            raise SystemExit(f"error: --resources is not valid JSON ({e}): {ns.resources!r}") from None
-        if not isinstance(extra, dict):
-            raise SystemExit(f"error: --resources must be a JSON object, got {ns.resources!r}")
-        for k, v in extra.items():
-            if k in ("CPU", "GPU"):
-                raise SystemExit(f"error: use --num-cpus/--num-gpus instead of {k} in --resources")
-            if not isinstance(v, (int, float)) or v < 0:
-                raise SystemExit(f"error: resource {k!r} must be a number >= 0, got {v!r}")
-            res[k] = float(v)
-    for k, v in res.items():
-        if v < 0:
-            raise SystemExit(f"error: resource {k!r} must be >= 0, got {v}")
+        res["GPU"] = ns.num_gpus
+    res["memory"] = ns.memory if ns.memory is not None else int(psutil.virtual_memory().total * 0.7)
+    try:
+        res = resources.validate(res, source="--num-cpus/--num-gpus/--memory")
+        if ns.resources:
+            res.update(resources.parse_json(ns.resources, source="--resources",
+                                            reserved=("CPU", "GPU"), reserved_hint="--num-cpus/--num-gpus"))
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     return res
 
 
@@ -102,19 +95,22 @@ def cmd_start(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _gcs(address: str) -> Any:
+    """A blocking GCS client for one CLI command: one try per call, 5 s each."""
+    from ember_common import backoff
+    from ember_common.gcs_client import SyncGcsClient
+
+    return SyncGcsClient(address, retry=backoff.NO_RETRY, timeout_s=5)
+
+
 def _check_gcs(address: str) -> None:
-    import grpc
-
     from ember_common import rpc
-    from ember_common.proto import gcs_pb2, gcs_pb2_grpc
 
-    ch = rpc.sync_channel(address)
-    try:
-        gcs_pb2_grpc.GcsStub(ch).GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5)
-    except grpc.RpcError as e:
-        raise RuntimeError(f"cannot reach the GCS at {address}: {e.code().name}") from None
-    finally:
-        ch.close()
+    with _gcs(address) as gcs:
+        try:
+            gcs.get_all_node_info()
+        except rpc.ServiceError as e:
+            raise RuntimeError(f"cannot reach the GCS at {address}: {e.code.name}") from None
 
 
 def cmd_stop(ns: argparse.Namespace) -> int:
@@ -160,22 +156,18 @@ def _cluster_address(ns: argparse.Namespace) -> str | None:
 
 
 def cmd_status(ns: argparse.Namespace) -> int:
-    import grpc
-
     from ember_common import rpc
-    from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
+    from ember_common.proto import common_pb2, objmgr_pb2, objmgr_pb2_grpc
 
     address = _cluster_address(ns)
     if address is None:
         return 1
-    ch = rpc.sync_channel(address)
-    try:
-        nodes = gcs_pb2_grpc.GcsStub(ch).GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes
-    except grpc.RpcError as e:
-        print(f"error: cannot reach the GCS at {address}: {e.code().name}", file=sys.stderr)
-        return 1
-    finally:
-        ch.close()
+    with _gcs(address) as gcs:
+        try:
+            nodes = gcs.get_all_node_info()
+        except rpc.ServiceError as e:
+            print(f"error: cannot reach the GCS at {address}: {e.code.name}", file=sys.stderr)
+            return 1
     alive = [n for n in nodes if n.state == common_pb2.NodeInfo.ALIVE]
     dead = [n for n in nodes if n.state != common_pb2.NodeInfo.ALIVE]
     print(f"======== Cluster status ({address}) ========")
@@ -211,64 +203,54 @@ def cmd_status(ns: argparse.Namespace) -> int:
 
 def _metrics_endpoints(address: str, alive: set[str]) -> list[tuple[str, str]]:
     """(service/node, URL) of the metrics endpoints recorded in the GCS KV (alive nodes only)."""
-    import grpc
-
     from ember_common import metrics, rpc
-    from ember_common.proto import gcs_pb2, gcs_pb2_grpc
 
-    ch = rpc.sync_channel(address)
     out = []
+    gcs = _gcs(address)
     try:
-        gcs = gcs_pb2_grpc.GcsStub(ch)
-        keys = gcs.KVKeys(gcs_pb2.KVKeysRequest(namespace=metrics.KV_NAMESPACE), timeout=5).keys
+        keys = gcs.internal_kv_keys(metrics.KV_NAMESPACE)
         for key in sorted(keys):
-            value = gcs.KVGet(gcs_pb2.KVGetRequest(namespace=metrics.KV_NAMESPACE, key=key),
-                              timeout=5).value.decode()
+            raw = gcs.internal_kv_get(metrics.KV_NAMESPACE, key)
+            if raw is None:  # removed meanwhile
+                continue
+            value = raw.decode()
             host, _, port = value.rpartition(":")
             host = host or address.rsplit(":", 1)[0]  # "" = the GCS's own host
             name = key.decode()
             if "/" in name and name.split("/", 1)[1] not in alive:
                 continue
             out.append((name[:15] if "/" in name else name, f"http://{host}:{port}/metrics"))
-    except grpc.RpcError:
+    except rpc.ServiceError:
         return []
     finally:
-        ch.close()
+        gcs.close()
     return out
 
 
 def _actors(address: str) -> list[Any] | None:
-    import grpc
-
     from ember_common import rpc
-    from ember_common.proto import gcs_pb2, gcs_pb2_grpc
 
-    ch = rpc.sync_channel(address)
-    try:
-        return list(gcs_pb2_grpc.GcsStub(ch).GetAllActors(gcs_pb2.GetAllActorsRequest(), timeout=5).actors)
-    except grpc.RpcError:
-        return None
-    finally:
-        ch.close()
+    with _gcs(address) as gcs:
+        try:
+            return gcs.get_all_actor_info()
+        except rpc.ServiceError:
+            return None
 
 
 def cmd_list(ns: argparse.Namespace) -> int:
     """`ember list actors|nodes|jobs`: one line per entry."""
-    import grpc
-
     from ember_common import rpc
-    from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+    from ember_common.proto import common_pb2
 
     address = _cluster_address(ns)
     if address is None:
         return 1
-    ch = rpc.sync_channel(address)
-    stub = gcs_pb2_grpc.GcsStub(ch)
+    gcs = _gcs(address)
     try:
         if ns.what == "actors":
-            nodes = {n.node_id: n for n in stub.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes}
+            nodes = {n.node_id: n for n in gcs.get_all_node_info()}
             print(f"{'ACTOR_ID':34} {'CLASS':20} {'STATE':17} {'NAME':20} {'NODE':14} {'PID':>7} RESTARTS")
-            for a in stub.GetAllActors(gcs_pb2.GetAllActorsRequest(), timeout=5).actors:
+            for a in gcs.get_all_actor_info():
                 state = common_pb2.ActorInfo.State.Name(a.state)
                 node = a.address.node_id[:12] if a.address.node_id in nodes else "-"
                 name = f"{a.namespace}/{a.name}" if a.name else "-"
@@ -277,37 +259,42 @@ def cmd_list(ns: argparse.Namespace) -> int:
                 if a.state == common_pb2.ActorInfo.DEAD and ns.detail:
                     print(f"    death cause: {a.death_cause.splitlines()[0] if a.death_cause else '-'}")
         elif ns.what == "objects":
-            _print_objects(stub)
+            _print_objects(gcs)
         elif ns.what == "nodes":
-            for n in stub.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes:
+            for n in gcs.get_all_node_info():
                 state = "ALIVE" if n.state == common_pb2.NodeInfo.ALIVE else "DEAD"
                 print(f"{n.node_id} {state:6} {n.raylet_address:22} head={n.is_head} "
                       f"{dict(n.total_resources)}")
         else:
-            for j in stub.GetAllJobs(gcs_pb2.GetAllJobsRequest(), timeout=5).jobs:
+            for j in gcs.get_all_job_info():
                 print(f"{j.job_id.hex()} {'FINISHED' if j.is_dead else 'RUNNING':9} pid={j.driver_pid} "
                       f"{j.entrypoint[:60]}")
-    except grpc.RpcError as e:
-        print(f"error: cannot reach the GCS at {address}: {e.code().name}", file=sys.stderr)
+    except rpc.ServiceError as e:
+        print(f"error: cannot reach the GCS at {address}: {e.code.name}", file=sys.stderr)
         return 1
     finally:
-        ch.close()
+        gcs.close()
     return 0
 
 
 def _print_objects(gcs: Any) -> None:
     """Every object in every node's store: id, size, state, owner, pins."""
+    import grpc
+
     from ember_common import rpc
-    from ember_common.proto import common_pb2, gcs_pb2, objmgr_pb2, objmgr_pb2_grpc
+    from ember_common.proto import common_pb2, objmgr_pb2, objmgr_pb2_grpc
 
     print(f"{'OBJECT_ID':42} {'SIZE':>12} {'STATE':8} {'NODE':14} {'OWNER':18} PINS")
     total = 0
-    for n in gcs.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes:
+    for n in gcs.get_all_node_info():
         if n.state != common_pb2.NodeInfo.ALIVE:
             continue
         ch = rpc.sync_channel(n.objmgr_address)
         try:
             reply = objmgr_pb2_grpc.ObjectManagerStub(ch).ListObjects(objmgr_pb2.ListObjectsRequest(), timeout=5)
+        except grpc.RpcError as e:
+            print(f"  node {n.node_id[:12]}: object manager unreachable ({e.code().name})")
+            continue
         finally:
             ch.close()
         for o in reply.objects:

@@ -30,8 +30,9 @@ and `service.setup` calls `configure(port, name)`; `service.run` then serves the
 service's loop. A service that runs its own server instead (serve-proxy under uvicorn) calls
 `await start_server(host)` on its loop or `start_in_thread(host)`, adds its own metrics with
 `gauge(...)` / `histogram(...)` (e.g. HTTP request latencies by route), and may publish the
-address with `await advertise(gcs_address, "serve-proxy/<id>", host)`: the GCS internal KV
-(namespace `metrics`) is where `ember status` finds every endpoint.
+address with `await service.advertise_metrics(gcs_address, "serve-proxy/<id>", host)`: the GCS
+internal KV (namespace `metrics`) is where `ember status` finds every endpoint. This module
+imports nothing else of the kit (rpc imports it for the server interceptor).
 """
 from __future__ import annotations
 
@@ -292,23 +293,3 @@ def advertise_host(host: str, peer: str = "") -> str:
         except OSError:
             pass
     return "127.0.0.1"
-
-
-async def advertise(gcs_address: str, key: str, host: str) -> None:
-    """Records HOST:PORT of this process's metrics endpoint in the GCS KV (namespace `metrics`,
-    key e.g. `raylet/<node_id>`), for `ember status`. Best effort: failures are logged."""
-    if _registry is None or not bound_port or not gcs_address:
-        return
-    from ember_common.proto import gcs_pb2, gcs_pb2_grpc
-
-    from . import rpc
-
-    ch = rpc.aio_channel(gcs_address)
-    try:
-        await gcs_pb2_grpc.GcsStub(ch).KVPut(gcs_pb2.KVPutRequest(
-            namespace=KV_NAMESPACE, key=key.encode(), value=f"{host}:{bound_port}".encode(),
-            overwrite=True), timeout=5)
-    except Exception as e:  # the GCS may be down; metrics still work
-        log.warning("could not record the metrics address in the GCS: %s", e)
-    finally:
-        await ch.close()

@@ -1,19 +1,39 @@
-"""gRPC plumbing shared by every Ember process: one server builder, channel options, error table.
+"""gRPC plumbing shared by every Ember process: one server builder, channel options, the one
+error table.
 
 Servicers stay thin: they validate, call a core object and let `rpc_errors` map the core's
-exceptions to status codes through `ERROR_TABLE`. Clients map status codes back with
-`status_to_exception`.
+exceptions to status codes through `ERROR_TABLE`. Clients (`gcs_client`, `raylet_client`) map
+status codes back with `status_to_exception`, so a caller catches the same `ServiceError`
+subclass the core raised. Exception tree:
+
+    ServiceError                 (code UNKNOWN unless given)
+     +-- NotFound                NOT_FOUND
+     +-- InvalidArgument         INVALID_ARGUMENT    (also a ValueError)
+     +-- AlreadyExists           ALREADY_EXISTS
+     +-- Infeasible              FAILED_PRECONDITION
+     +-- ResourceExhausted       RESOURCE_EXHAUSTED
+     +-- Unavailable             UNAVAILABLE         (transient: retried by idempotent callers)
+     +-- DeadlineExceeded        DEADLINE_EXCEEDED   (also a TimeoutError; transient)
+     +-- DataLoss                DATA_LOSS
+     +-- OutOfRange              OUT_OF_RANGE
+     +-- Cancelled               CANCELLED
+     +-- Internal                INTERNAL, UNKNOWN
+    A core's plain ValueError answers INVALID_ARGUMENT, TimeoutError DEADLINE_EXCEEDED, anything
+    else INTERNAL (logged).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
+import inspect
 import logging
 from typing import Any, Awaitable, Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from . import metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -26,47 +46,132 @@ CHANNEL_OPTIONS = [
 ]
 
 
-class NotFound(Exception):
-    """A named thing (node, lease, object, key) does not exist."""
+class ServiceError(Exception):
+    """An error a service reports to its caller: one subclass per gRPC status code. Cores raise
+    these (or ValueError / TimeoutError); `rpc_errors` turns them into status codes and
+    `status_to_exception` turns a failed call's status back into the same class."""
+
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message: str = "", *, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
 
 
-class InvalidArgument(ValueError):
+class NotFound(ServiceError):
+    """A named thing (node, actor, job, lease, object, key) does not exist."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class InvalidArgument(ServiceError, ValueError):
     """A request is malformed."""
 
-
-class Unavailable(Exception):
-    """A dependency (storage, another node) cannot be reached right now."""
+    code = grpc.StatusCode.INVALID_ARGUMENT
 
 
-class ResourceExhausted(Exception):
-    """A capacity limit was hit."""
-
-
-class AlreadyExists(Exception):
+class AlreadyExists(ServiceError):
     """A unique name is taken."""
 
+    code = grpc.StatusCode.ALREADY_EXISTS
 
-# Core exception type -> gRPC status code. First match wins (order subclasses first).
+
+class Infeasible(ServiceError):
+    """The request can never be satisfied as the cluster stands (e.g. no node has the
+    resources a lease asks for)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ResourceExhausted(ServiceError):
+    """A capacity limit was hit."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unavailable(ServiceError):
+    """A service or one of its dependencies (storage, another node) cannot be reached right now;
+    worth retrying."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DeadlineExceeded(ServiceError, TimeoutError):
+    """The call did not finish in time; worth retrying when the call is idempotent."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class DataLoss(ServiceError):
+    """Stored data cannot be read back (e.g. a spill file is gone)."""
+
+    code = grpc.StatusCode.DATA_LOSS
+
+
+class OutOfRange(ServiceError):
+    """A read past the end of something."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class Cancelled(ServiceError):
+    """The call was cancelled (by the peer, or because the server stopped)."""
+
+    code = grpc.StatusCode.CANCELLED
+
+
+class Internal(ServiceError):
+    """A bug on the service's side (an exception the table does not know)."""
+
+    code = grpc.StatusCode.INTERNAL
+
+
+# Exception type -> gRPC status code, for servicers. First match wins (subclasses first).
 ERROR_TABLE: list[tuple[type[BaseException], grpc.StatusCode]] = [
-    (NotFound, grpc.StatusCode.NOT_FOUND),
-    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    *((cls, cls.code) for cls in (NotFound, InvalidArgument, AlreadyExists, Infeasible,
+                                   ResourceExhausted, Unavailable, DeadlineExceeded, DataLoss,
+                                   OutOfRange, Cancelled, Internal)),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
-    (Unavailable, grpc.StatusCode.UNAVAILABLE),
-    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
 ]
+# Status code -> the exception a client raises (the reverse of the ServiceError rows).
+_BY_CODE: dict[grpc.StatusCode, type[ServiceError]] = {
+    code: typ for typ, code in ERROR_TABLE if isinstance(typ, type) and issubclass(typ, ServiceError)}
+_BY_CODE[grpc.StatusCode.UNKNOWN] = Internal  # an unhandled exception in a handler
 
 
 def code_for(exc: BaseException) -> grpc.StatusCode:
+    """The status code a servicer answers for exc (INTERNAL when the table does not know it)."""
     for typ, code in ERROR_TABLE:
         if isinstance(exc, typ):
             return code
     return grpc.StatusCode.INTERNAL
 
 
-def rpc_errors(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """Decorates an async servicer method: maps core exceptions to gRPC status codes."""
+async def _abort(context: grpc.aio.ServicerContext, exc: Exception, where: str) -> None:
+    code = code_for(exc)
+    if code == grpc.StatusCode.INTERNAL:
+        log.error("internal error in %s", where, exc_info=exc)
+    message = str(exc) if isinstance(exc, ServiceError) else f"{type(exc).__name__}: {exc}"
+    await context.abort(code, message)
+
+
+def rpc_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorates an async servicer method (unary, or a server stream written as an async
+    generator): exceptions become status codes through ERROR_TABLE, never swallowed."""
+    if inspect.isasyncgenfunction(method):
+        @functools.wraps(method)
+        async def stream_wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                async for item in method(self, request, context):
+                    yield item
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception as exc:  # mapped to a status, never swallowed
+                await _abort(context, exc, method.__name__)
+
+        return stream_wrapper
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -75,22 +180,23 @@ def rpc_errors(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:  # mapped to a status, never swallowed
-            code = code_for(exc)
-            if code == grpc.StatusCode.INTERNAL:
-                log.exception("internal error in %s", method.__name__)
-            await context.abort(code, f"{type(exc).__name__}: {exc}")
+            await _abort(context, exc, method.__name__)
 
     return wrapper
 
 
-def status_to_exception(err: grpc.aio.AioRpcError | grpc.RpcError) -> Exception:
-    """Maps a failed call's status back to the core exception type."""
-    code = err.code()
-    details = err.details() or ""
-    for typ, c in ERROR_TABLE:
-        if c == code and typ is not ValueError:
-            return typ(details)
-    return Unavailable(details) if code == grpc.StatusCode.UNAVAILABLE else RuntimeError(f"{code.name}: {details}")
+def status_to_exception(err: grpc.RpcError) -> ServiceError:
+    """The ServiceError for a failed call's status (the class ERROR_TABLE maps that code from;
+    a plain ServiceError carrying the code for codes the table does not use)."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    details = (err.details() if hasattr(err, "details") else None) or code.name
+    typ = _BY_CODE.get(code)
+    return typ(details) if typ is not None else ServiceError(f"{code.name}: {details}", code=code)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying an idempotent call: the peer is unreachable or did not answer in time."""
+    return isinstance(exc, (Unavailable, DeadlineExceeded))
 
 
 class _AioInterceptor(grpc.aio.ServerInterceptor):
@@ -112,8 +218,6 @@ def build_server(
 
     Returns (server, bound_port, health_servicer). Binding a port in use raises OSError naming it.
     """
-    from . import metrics, tracing
-
     # Tracing outside, metrics inside: the metrics interceptor then sees the registered handler
     # (the same object on every call) and wraps each method once.
     interceptors = []
@@ -136,16 +240,39 @@ def build_server(
 
 
 async def mark_serving(health_servicer: health.aio.HealthServicer, names: list[str]) -> None:
+    """Marks the server ("") and each service name SERVING in grpc.health.v1."""
     for name in ["", *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
 
 def aio_channel(address: str) -> grpc.aio.Channel:
+    """An asyncio channel with Ember's options (big messages, no gRPC-level retries)."""
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
 def sync_channel(address: str) -> grpc.Channel:
+    """A blocking channel with Ember's options."""
     return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+class ChannelPool:
+    """Cached asyncio channels by address (one event loop; closed together)."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        """The channel to address, created on first use."""
+        ch = self._channels.get(address)
+        if ch is None:
+            ch = self._channels[address] = aio_channel(address)
+        return ch
+
+    async def close(self) -> None:
+        """Closes every channel."""
+        channels, self._channels = list(self._channels.values()), {}
+        for ch in channels:
+            await ch.close()
 
 
 def write_port_file(path: str | None, port: int) -> None:
@@ -160,32 +287,13 @@ def write_port_file(path: str | None, port: int) -> None:
     os.replace(tmp, path)
 
 
-async def follow(gcs: Any, request: Any, handle: Callable[[Any], None],
-                 stop: asyncio.Event | None = None, retry_s: float = 0.5) -> None:
-    """Reads a GCS Subscribe stream, passing each message to handle; reconnects after errors
-    (the GCS may restart) until stop is set or the task is cancelled."""
-    while stop is None or not stop.is_set():
-        try:
-            async for msg in gcs.Subscribe(request):
-                handle(msg)
-        except grpc.aio.AioRpcError:
-            pass
-        if stop is None:
-            await asyncio.sleep(retry_s)
-            continue
-        try:
-            await asyncio.wait_for(stop.wait(), retry_s)
-        except asyncio.TimeoutError:
-            pass
-
-
 def best_effort(call: Awaitable[Any]) -> asyncio.Future:
     """Runs an RPC in the background whose failure only means the peer is gone (a report to an
     owner or caller that exited): nothing to retry, nobody to tell."""
     async def run() -> None:
         try:
             await call
-        except (grpc.RpcError, grpc.aio.UsageError):  # failed, or the channel already closed
+        except (grpc.RpcError, ServiceError, grpc.aio.UsageError):  # failed, or the channel closed
             pass
 
     return asyncio.ensure_future(run())

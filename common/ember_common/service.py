@@ -1,5 +1,5 @@
 """What every service's main() shares: common flags, logging, tracing and metrics set-up, dying
-with the parent, and a graceful stop on SIGTERM."""
+with the parent, a graceful stop on SIGTERM, and recording the metrics endpoint in the GCS."""
 from __future__ import annotations
 
 import argparse
@@ -9,8 +9,14 @@ import os
 import sys
 from typing import Any, Awaitable, Callable
 
+from . import backoff, metrics, rpc, tracing
+from .gcs_client import GcsClient
+
+log = logging.getLogger(__name__)
+
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """--port-file, --die-with-parent, --log-level and --metrics-export-port."""
     parser.add_argument("--port-file", default=None, help="write the bound port here once serving")
     parser.add_argument("--die-with-parent", action="store_true",
                         help="exit when the parent process exits (embedded cluster)")
@@ -20,14 +26,12 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def setup(ns: argparse.Namespace, name: str) -> None:
+    """Logging, tracing and metrics for service `name` from its flags; dies with its parent
+    when asked to."""
     logging.basicConfig(level=getattr(logging, str(ns.log_level).upper(), logging.INFO),
                         stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s {name} %(name)s: %(message)s")
-    from . import tracing
-
     tracing.setup(f"ember-{name}", node_id=getattr(ns, "node_id", "") or "")
-    from . import metrics
-
     metrics.configure(getattr(ns, "metrics_export_port", 0), name)
     global _metrics_host
     _metrics_host = getattr(ns, "host", "0.0.0.0") or "0.0.0.0"  # same interface as the gRPC port
@@ -47,19 +51,14 @@ _metrics_host = "0.0.0.0"
 def run(main: Callable[[asyncio.Event], Awaitable[Any]]) -> int:
     """Runs an async main(stop_event); SIGTERM/SIGINT set the event. Start-up errors become a
     one-line message and exit code 1. Serves metrics (when configured) on the same loop."""
-    from . import metrics
-    from .rpc import install_signal_stop
-
     async def runner() -> Any:
         stop = asyncio.Event()
-        install_signal_stop(asyncio.get_running_loop(), stop)
+        rpc.install_signal_stop(asyncio.get_running_loop(), stop)
         await metrics.start_server(_metrics_host)
         try:
             return await main(stop)
         finally:
             await metrics.stop_server()
-
-    from . import tracing
 
     try:
         asyncio.run(runner())
@@ -69,3 +68,18 @@ def run(main: Callable[[asyncio.Event], Awaitable[Any]]) -> int:
     finally:
         tracing.shutdown()  # flush spans before exiting
     return 0
+
+
+async def advertise_metrics(gcs_address: str, key: str, host: str) -> None:
+    """Records HOST:PORT of this process's metrics endpoint in the GCS KV (namespace `metrics`,
+    key e.g. `raylet/<node_id>`), for `ember status`. Best effort: failures are logged."""
+    if not metrics.enabled() or not metrics.bound_port or not gcs_address:
+        return
+    gcs = GcsClient(gcs_address, retry=backoff.NO_RETRY, timeout_s=5)
+    try:
+        await gcs.internal_kv_put(metrics.KV_NAMESPACE, key.encode(),
+                                  f"{host}:{metrics.bound_port}".encode(), overwrite=True)
+    except rpc.ServiceError as e:  # the GCS may be down; metrics still work
+        log.warning("could not record the metrics address in the GCS: %s", e)
+    finally:
+        await gcs.close()

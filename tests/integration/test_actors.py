@@ -15,7 +15,8 @@ import pytest
 import ember
 from ember import exceptions as ex
 from ember_common import rpc
-from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
+from ember_common.gcs_client import SyncGcsClient
+from ember_common.proto import common_pb2, raylet_pb2, raylet_pb2_grpc
 from ember.testing import wait_for
 
 A = common_pb2.ActorInfo
@@ -25,13 +26,8 @@ T = 30  # timeout of every ember.get: a bug fails the test instead of hanging it
 # ---------------------------------------------------------------------------------- helpers
 def _actor_info(handle) -> common_pb2.ActorInfo:
     """The GCS's record of an actor (state, restarts, death cause)."""
-    ch = rpc.sync_channel(ember.get_runtime_context().gcs_address)
-    try:
-        stub = gcs_pb2_grpc.GcsStub(ch)
-        return stub.GetActorInfo(gcs_pb2.GetActorInfoRequest(actor_id=handle._ember_actor_id),
-                                 timeout=5).actor
-    finally:
-        ch.close()
+    with SyncGcsClient(ember.get_runtime_context().gcs_address, timeout_s=5) as gcs:
+        return gcs.get_actor_info(handle._ember_actor_id)
 
 
 def _wait_state(handle, state, num_restarts=None, timeout_s=20.0) -> common_pb2.ActorInfo:

@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 import ember
-from ember_common import rpc
-from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+from ember_common.gcs_client import SyncGcsClient
+from ember_common.proto import common_pb2
 from ember.testing import EtcdProcess, LocalCluster, wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.etcd]
@@ -53,12 +53,8 @@ def _run_driver(c: LocalCluster, body: str) -> str:
 
 
 def _actor_info(c: LocalCluster, actor_id: bytes) -> common_pb2.ActorInfo:
-    ch = rpc.sync_channel(c.gcs_address)
-    try:
-        return gcs_pb2_grpc.GcsStub(ch).GetActorInfo(
-            gcs_pb2.GetActorInfoRequest(actor_id=actor_id), timeout=5).actor
-    finally:
-        ch.close()
+    with SyncGcsClient(c.gcs_address, timeout_s=5) as gcs:
+        return gcs.get_actor_info(actor_id)
 
 
 def _missing(name: str, namespace: str) -> bool:

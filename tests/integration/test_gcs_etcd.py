@@ -6,8 +6,7 @@ import time
 import pytest
 
 import ember
-from ember_common.proto import gcs_pb2, gcs_pb2_grpc
-from ember_common import rpc
+from ember_common.gcs_client import SyncGcsClient
 from ember.testing import EtcdProcess, LocalCluster, wait_for
 
 pytestmark = [pytest.mark.etcd, pytest.mark.chaos]
@@ -20,8 +19,7 @@ def etcd():
 
 
 def _gcs(address):
-    ch = rpc.sync_channel(address)
-    return ch, gcs_pb2_grpc.GcsStub(ch)
+    return SyncGcsClient(address, timeout_s=5)
 
 
 def test_gcs_restart_keeps_cluster_working(etcd):
@@ -43,10 +41,9 @@ def test_gcs_restart_keeps_cluster_working(etcd):
                     return ember.get_runtime_context().get_node_id()
 
                 assert ember.get([square.remote(i) for i in range(20)]) == [i * i for i in range(20)]
-                ch, gcs = _gcs(c.gcs_address)
-                gcs.KVPut(gcs_pb2.KVPutRequest(namespace="test", key=b"k", value=b"v"), timeout=5)
-                jobs_before = len(gcs.GetAllJobs(gcs_pb2.GetAllJobsRequest(), timeout=5).jobs)
-                ch.close()
+                with _gcs(c.gcs_address) as gcs:
+                    gcs.internal_kv_put("test", b"k", b"v")
+                    jobs_before = len(gcs.get_all_job_info())
 
                 # Work in flight while the GCS is down: the task path never touches the GCS.
                 in_flight = [square.remote(i) for i in range(50)]
@@ -56,16 +53,14 @@ def test_gcs_restart_keeps_cluster_working(etcd):
                 c.restart_gcs()
                 assert ember.get(in_flight, timeout=60) == [i * i for i in range(50)]
 
-                ch, gcs = _gcs(c.gcs_address)
-                try:
+                with _gcs(c.gcs_address) as gcs:
                     # State came back from etcd: nodes, jobs, KV.
-                    nodes = gcs.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes
+                    nodes = gcs.get_all_node_info()
                     assert {n.node_id for n in nodes} == {head.node_id, other.node_id}
                     assert all(n.state == 0 for n in nodes)
-                    assert gcs.KVGet(gcs_pb2.KVGetRequest(namespace="test", key=b"k"), timeout=5).value == b"v"
-                    assert len(gcs.GetAllJobs(gcs_pb2.GetAllJobsRequest(), timeout=5).jobs) == jobs_before
-                finally:
-                    ch.close()
+                    assert gcs.internal_kv_get("test", b"k") == b"v"
+                    assert gcs.internal_kv_get("test", b"missing") is None
+                    assert len(gcs.get_all_job_info()) == jobs_before
                 # Nodes keep heartbeating to the new GCS: still alive after the death timeout.
                 time.sleep(4)
                 assert sum(n["Alive"] for n in ember.nodes()) == 2
@@ -94,11 +89,8 @@ def test_raylets_reregister_after_gcs_restart_on_new_storage_state(etcd):
     """A node that the GCS marked dead while partitioned registers again once it is heard."""
     with LocalCluster(gcs_storage=etcd.url) as c:
         n = c.add_node({"CPU": 1}, is_head=True)
-        ch, gcs = _gcs(c.gcs_address)
-        try:
-            gcs.UnregisterNode(gcs_pb2.UnregisterNodeRequest(node_id=n.node_id, reason="test"), timeout=5)
-            wait_for(lambda: any(x.node_id == n.node_id and x.state == 0 for x in
-                                 gcs.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=5).nodes),
+        with _gcs(c.gcs_address) as gcs:
+            gcs.unregister_node(n.node_id, "test")
+            wait_for(lambda: any(x.node_id == n.node_id and x.state == 0
+                                 for x in gcs.get_all_node_info()),
                      what="the node to register again")
-        finally:
-            ch.close()

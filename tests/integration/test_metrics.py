@@ -144,7 +144,7 @@ def test_rpc_latency_histograms_count_calls(cluster):
     def count(port, method):
         return value(scrape(port), "ember_rpc_server_latency_seconds_count", method=method)
 
-    creates, kv = count(cluster["objmgr"], "Create"), count(cluster["gcs"], "KVPut")
+    creates, kv = count(cluster["objmgr"], "Create"), count(cluster["gcs"], "InternalKVPut")
     leases = count(cluster["raylet"], "RequestWorkerLease")
 
     @ember.remote(num_cpus=2)  # a new shape: a fresh lease
@@ -154,7 +154,7 @@ def test_rpc_latency_histograms_count_calls(cluster):
     assert ember.get(f.remote()) == 1
     ember.put(np.zeros(2 * 2**20, dtype=np.uint8))
     assert count(cluster["objmgr"], "Create") > creates
-    assert count(cluster["gcs"], "KVPut") > kv  # the function table entry
+    assert count(cluster["gcs"], "InternalKVPut") > kv  # the function table entry
     assert count(cluster["raylet"], "RequestWorkerLease") > leases
     raylet = scrape(cluster["raylet"])
     buckets = [(lb, v) for lb, v in raylet["ember_rpc_server_latency_seconds_bucket"]

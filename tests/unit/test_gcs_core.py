@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from ember_common.proto import common_pb2
+from ember_common.rpc import NotFound
 from ember_gcs.core import GcsCore
 from ember_gcs.storage import MemoryStorage
 
@@ -28,7 +31,8 @@ def test_silent_node_is_marked_dead():
         await _run_detector(core, 0.6)
         assert _state(core, "n1") == common_pb2.NodeInfo.DEAD
         assert "no heartbeat" in core.nodes["n1"].death_reason
-        assert core.heartbeat("n1", {}, {}) is False  # a dead node must re-register
+        with pytest.raises(NotFound):  # a dead node must re-register
+            core.heartbeat("n1", {}, {})
 
     asyncio.run(main())
 
@@ -45,7 +49,7 @@ def test_restarted_gcs_gives_reloaded_nodes_a_grace_period():
         # Silent for well past the death timeout, but within the restart grace: still alive.
         await _run_detector(restarted, 0.6)
         assert _state(restarted, "n1") == common_pb2.NodeInfo.ALIVE
-        assert restarted.heartbeat("n1", {"CPU": 1}, {"CPU": 1}) is True
+        restarted.heartbeat("n1", {"CPU": 1}, {"CPU": 1})  # known: no NotFound
         # Once it heartbeats, the normal timeout applies again.
         await _run_detector(restarted, 0.6)
         assert _state(restarted, "n1") == common_pb2.NodeInfo.DEAD

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import grpc
 
 from ember import exceptions as exc
-from ember_common.proto import common_pb2, gcs_pb2
+from ember_common import backoff, rpc
+from ember_common.proto import common_pb2
 
 if TYPE_CHECKING:
     from .core_worker import CoreWorker
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 A = common_pb2.ActorInfo
 # Calls to one actor in flight at once from one caller (all on one task stream).
 MAX_INFLIGHT = 1000
+# Waiting for an actor's next incarnation while the GCS is unreachable: until it answers.
+GCS_WAIT = backoff.FOREVER.replace(initial_s=0.05, max_s=1.0)
 
 
 class ActorQueue:
@@ -116,22 +119,21 @@ class ActorQueue:
     async def _wait_for_actor(self) -> None:
         core = self.sub.core
         try:
-            delay = 0.05
+            attempts = backoff.Attempts(GCS_WAIT)
             while True:
                 if not self.waiting:
                     return  # nothing to send; the next call resolves the actor again
                 try:
-                    reply = await core.gcs.GetActorInfo(gcs_pb2.GetActorInfoRequest(
-                        actor_id=self.actor_id, wait_for_change=True,
-                        after_incarnation=self.incarnation, timeout_s=5), timeout=15)
-                except grpc.aio.AioRpcError as e:
-                    if e.code() == grpc.StatusCode.NOT_FOUND:
-                        self._set_dead(f"the GCS does not know it ({e.details()})")
-                        return
-                    await asyncio.sleep(delay)  # the GCS may be restarting
-                    delay = min(delay * 2, 1.0)
+                    a = await core.gcs.get_actor_info(
+                        self.actor_id, wait_for_change=True, after_incarnation=self.incarnation,
+                        wait_s=5, timeout_s=15, retry=backoff.NO_RETRY)
+                except rpc.NotFound as e:
+                    self._set_dead(f"the GCS does not know it ({e})")
+                    return
+                except rpc.ServiceError:
+                    await asyncio.sleep(attempts.failed() or GCS_WAIT.max_s)  # the GCS may be restarting
                     continue
-                a = reply.actor
+                attempts.reset()
                 if a.state == A.DEAD:
                     self._set_dead(a.death_cause)
                     return

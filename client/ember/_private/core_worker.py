@@ -20,11 +20,13 @@ from typing import Any, Callable
 import grpc
 
 from ember import exceptions as exc
-from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, gcs_pb2, gcs_pb2_grpc
-from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc, raylet_pb2, raylet_pb2_grpc
+from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc
+from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 
-from ember_common import ids, rpc, tracing
+from ember_common import backoff, ids, rpc, tracing
 from ember_common.config import Config
+from ember_common.gcs_client import GcsClient
+from ember_common.raylet_client import RayletClient
 from .object_ref import ObjectRef, OwnerAddress
 from .serialization import ERROR_METADATA, SerializedValue, deserialize, deserialize_proto, serialize
 
@@ -98,23 +100,11 @@ class CoreWorker:
         created on the loop, so pass it as a zero-argument callable (lambda: stub.Method(req))."""
         return asyncio.run_coroutine_threadsafe(_as_coro(coro), self.loop).result(timeout)
 
-    def gcs_call(self, factory: Callable[[], Any], retry_for_s: float = 60.0) -> Any:
-        """Calls the GCS from a user thread, retrying while it is unreachable (it may be
-        restarting) for up to retry_for_s."""
-        return self._call(self._gcs_retry(factory, retry_for_s))
-
-    async def _gcs_retry(self, factory: Callable[[], Any], retry_for_s: float) -> Any:
-        deadline = self.loop.time() + retry_for_s
-        delay = 0.05
-        while True:
-            try:
-                return await factory()
-            except grpc.aio.AioRpcError as e:
-                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
-                        or self.loop.time() + delay > deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+    def gcs_call(self, factory: Callable[[], Any]) -> Any:
+        """Calls the GCS client (`self.gcs`, a GcsClient) from a user thread:
+        gcs_call(lambda: core.gcs.method(...)). The client retries idempotent calls while the
+        GCS is unreachable (it may be restarting)."""
+        return self._call(factory)
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Runs fn(*args) on the loop soon. Posts from user threads share one wake-up of the
@@ -140,13 +130,11 @@ class CoreWorker:
     async def _async_init(self) -> int:
         from .task_submitter import TaskSubmitter
 
-        self._gcs_channel = rpc.aio_channel(self.gcs_address)
-        self.gcs = gcs_pb2_grpc.GcsStub(self._gcs_channel)
-        self._raylet_channel = rpc.aio_channel(self.raylet_address)
-        self.raylet = raylet_pb2_grpc.RayletStub(self._raylet_channel)
+        self.gcs = GcsClient(self.gcs_address)
         self._objmgr_channel = rpc.aio_channel(self.objmgr_address)
         self.objmgr = objmgr_pb2_grpc.ObjectManagerStub(self._objmgr_channel)
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self.raylet = RayletClient(self.raylet_address, channel_for=self.channel)
         self.submitter = TaskSubmitter(self)
         from .plasma import PlasmaClient
         from .task_stream import TaskStreams
@@ -176,11 +164,6 @@ class CoreWorker:
     def worker_stub(self, address: str) -> core_worker_pb2_grpc.CoreWorkerStub:
         return core_worker_pb2_grpc.CoreWorkerStub(self.channel(address))
 
-    def raylet_stub(self, address: str) -> raylet_pb2_grpc.RayletStub:
-        if address == self.raylet_address:
-            return self.raylet
-        return raylet_pb2_grpc.RayletStub(self.channel(address))
-
     def shutdown(self) -> None:
         if self._shutdown:
             return
@@ -200,7 +183,8 @@ class CoreWorker:
                         if (e := self._objects.get(oid)) is not None and e.in_plasma]
         await self._free_plasma(plasma_owned)
         await self._server.stop(0.5)
-        for ch in [self._gcs_channel, self._raylet_channel, self._objmgr_channel, *self._channels.values()]:
+        await self.gcs.close()
+        for ch in [self._objmgr_channel, *self._channels.values()]:
             await ch.close()
 
     # ---------------------------------------------------------------- reference counting
@@ -347,10 +331,10 @@ class CoreWorker:
         if max_age_s and time.monotonic() - self._nodes_at < max_age_s:
             return
         try:
-            reply = await self.gcs.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=10)
-        except grpc.aio.AioRpcError:
+            nodes = await self.gcs.get_all_node_info(timeout_s=10, retry=backoff.NO_RETRY)
+        except rpc.ServiceError:
             return  # the GCS is restarting: keep the view we have
-        self._nodes = {n.node_id: n for n in reply.nodes}
+        self._nodes = {n.node_id: n for n in nodes}
         self._nodes_at = time.monotonic()
 
     async def node_info(self, node_id: str) -> common_pb2.NodeInfo:
@@ -459,9 +443,8 @@ class CoreWorker:
     def _notify_blocked(self, blocked: bool) -> None:
         self._blocked_depth += 1 if blocked else -1
         if (blocked and self._blocked_depth == 1) or (not blocked and self._blocked_depth == 0):
-            asyncio.run_coroutine_threadsafe(_as_coro(lambda: self.raylet.NotifyWorkerBlocked(
-                raylet_pb2.NotifyWorkerBlockedRequest(worker_id=self.worker_id, blocked=blocked))),
-                self.loop)
+            asyncio.run_coroutine_threadsafe(_as_coro(lambda: self.raylet.notify_worker_blocked(
+                self.worker_id, blocked)), self.loop)
 
     def materialize(self, entry: common_pb2.ReturnObject, owner: OwnerAddress | None = None) -> Any:
         """Turns an inline entry into the user's value (or raises the stored error)."""

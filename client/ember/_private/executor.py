@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember import exceptions as exc
-from ember_common.proto import common_pb2, core_worker_pb2, gcs_pb2
+from ember_common.proto import common_pb2, core_worker_pb2
 
-from ember_common import ids, rpc, tracing
+from ember_common import backoff, ids, rpc, tracing
 from .object_ref import ObjectRef
 from .serialization import ERROR_METADATA, deserialize_proto, serialize, serialize_error
 
@@ -304,9 +304,9 @@ class TaskExecutor:
 
         async def report_and_exit() -> None:
             try:
-                await core.gcs.ReportWorkerFailure(gcs_pb2.ReportWorkerFailureRequest(
-                    worker_id=core.worker_id, node_id=core.node_id, reason="exit_actor()",
-                    intentional=True), timeout=10)
+                await core.gcs.report_worker_failure(core.worker_id, core.node_id, "exit_actor()",
+                                                     intentional=True, timeout_s=10,
+                                                     retry=backoff.NO_RETRY)
             finally:
                 core.loop.call_later(0.1, os._exit, 0)
 

@@ -9,8 +9,6 @@ import sys
 import threading
 from typing import Any
 
-from ember_common.proto import gcs_pb2
-
 from ember_common import tracing
 from .serialization import dumps_function
 
@@ -39,9 +37,8 @@ class FunctionManager:
             raise TypeError(f"cannot serialize {what}: {e}") from e
         fid = hashlib.sha1(blob).hexdigest()
         md = tracing.metadata()
-        self.core.gcs_call(lambda: self.core.gcs.KVPut(gcs_pb2.KVPutRequest(
-            namespace=NAMESPACE, key=fid.encode(), value=blob, overwrite=False), timeout=30,
-            metadata=md))
+        self.core.gcs_call(lambda: self.core.gcs.internal_kv_put(
+            NAMESPACE, fid.encode(), blob, overwrite=False, timeout_s=30, metadata=md))
         with self._lock:
             self._exported[id(fn)] = fid
             self._keepalive[id(fn)] = fn
@@ -54,10 +51,10 @@ class FunctionManager:
         import os
 
         paths = [os.path.abspath(p) for p in paths] + [os.getcwd()]
-        self.core.gcs_call(lambda: self.core.gcs.KVPut(gcs_pb2.KVPutRequest(
-            namespace=JOB_NAMESPACE, key=self.core.job_id.hex().encode(),
-            value=json.dumps({"paths": paths, "namespace": namespace}).encode(), overwrite=True),
-            timeout=30))
+        self.core.gcs_call(lambda: self.core.gcs.internal_kv_put(
+            JOB_NAMESPACE, self.core.job_id.hex().encode(),
+            json.dumps({"paths": paths, "namespace": namespace}).encode(), overwrite=True,
+            timeout_s=30))
 
     def load(self, fid: str, job_id: bytes, name: str) -> Any:
         """Worker side: the function for fid, fetched from the GCS on first use."""
@@ -65,14 +62,14 @@ class FunctionManager:
         if fn is not None:
             return fn
         self._load_job_paths(job_id)
-        reply = self.core.gcs_call(lambda: self.core.gcs.KVGet(
-            gcs_pb2.KVGetRequest(namespace=NAMESPACE, key=fid.encode()), timeout=30))
-        if not reply.found:
+        blob = self.core.gcs_call(lambda: self.core.gcs.internal_kv_get(
+            NAMESPACE, fid.encode(), timeout_s=30))
+        if blob is None:
             raise RuntimeError(f"function {name} ({fid}) is missing from the function table")
         import pickle
 
         try:
-            fn = pickle.loads(reply.value)
+            fn = pickle.loads(blob)
         except Exception as e:
             raise ImportError(f"cannot load function {name} on this worker: {type(e).__name__}: {e}. "
                               "Is its module importable on every node?") from e
@@ -83,10 +80,10 @@ class FunctionManager:
         if job_id in self._jobs_loaded:
             return
         self._jobs_loaded.add(job_id)
-        reply = self.core.gcs_call(lambda: self.core.gcs.KVGet(
-            gcs_pb2.KVGetRequest(namespace=JOB_NAMESPACE, key=job_id.hex().encode()), timeout=30))
-        if reply.found:
-            info = json.loads(reply.value)
+        blob = self.core.gcs_call(lambda: self.core.gcs.internal_kv_get(
+            JOB_NAMESPACE, job_id.hex().encode(), timeout_s=30))
+        if blob is not None:
+            info = json.loads(blob)
             self._job_namespaces[job_id] = info.get("namespace", "")
             for p in info["paths"]:
                 if p not in sys.path:

@@ -13,8 +13,6 @@ from typing import Any
 
 from ember_common.proto import gcs_pb2
 
-from ember_common import rpc
-
 
 class LogPrinter:
     def __init__(self, core: Any, print_logs: bool = True) -> None:
@@ -28,8 +26,7 @@ class LogPrinter:
             if msg.HasField("logs"):
                 self._print(msg.logs)
 
-        await rpc.follow(self.core.gcs, gcs_pb2.SubscribeRequest(
-            channels=self._channels, job_id=self.core.job_id), on_message)
+        await self.core.gcs.follow(self._channels, on_message, job_id=self.core.job_id)
 
     def _print(self, batch: gcs_pb2.LogBatch) -> None:
         prefix = f"({batch.name or 'worker'} pid={batch.pid}"

@@ -169,9 +169,12 @@ def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float
                num_prestart_workers: int | None = None, spill_dir: str | None = None,
                metrics_export_port: int = 0) -> tuple[NodeRecord, list[ServiceProcess]]:
     """Starts an object manager and a raylet for one node (metrics on ports
-    `metrics_ports(metrics_export_port)` when it is not 0)."""
+    `metrics_ports(metrics_export_port)` when it is not 0). Bad resources raise ValueError
+    naming the resource before anything starts."""
+    from ember_common import resources as kit_resources
     from ember_common.ids import new_node_id
 
+    resources = kit_resources.validate(resources, source="node resources")
     node_id = new_node_id()
     store_dir = os.path.join(default_store_root(), "ember-store", os.path.basename(session_dir), node_id)
     spill = spill_dir or os.path.join(session_dir, "spill", node_id)

@@ -2,8 +2,9 @@
 call site with a message naming the option."""
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from ember_common import resources as kit_resources
 
 TASK_OPTIONS = {
     "num_cpus", "num_gpus", "memory", "resources", "max_retries", "retry_exceptions",
@@ -39,27 +40,16 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> None:
     if strategy not in (None, "DEFAULT", "SPREAD"):
         raise ValueError(f"scheduling_strategy={strategy!r} for {what}: only 'DEFAULT' and 'SPREAD' "
                          "are supported (SPREAD is scheduled like DEFAULT)")
-    for k in ("num_cpus", "num_gpus", "memory"):
+    # The kit's one resource check: a wrong type is a TypeError (and a ValueError), a negative,
+    # NaN or infinite amount a ValueError, each naming the option.
+    for k, resource in (("num_cpus", "CPU"), ("num_gpus", "GPU"), ("memory", "memory")):
         v = options.get(k)
         if v is not None:
-            if not isinstance(v, (int, float)) or isinstance(v, bool):
-                raise TypeError(f"{k} must be a number, got {type(v).__name__}")
-            if not math.isfinite(v):
-                raise ValueError(f"{k} must be a finite number, got {v}")
-            if v < 0:
-                raise ValueError(f"{k} must be >= 0, got {v}")
-    g = options.get("num_gpus")
-    if g is not None and g > 1 and g != int(g):
-        raise ValueError(f"num_gpus above 1 must be a whole number, got {g}")
+            kit_resources.amount(resource, v, label=k)
     res = options.get("resources")
     if res is not None:
-        if not isinstance(res, dict):
-            raise TypeError(f"resources must be a dict, got {type(res).__name__}")
-        for name, v in res.items():
-            if name in ("CPU", "GPU"):
-                raise ValueError(f"use num_cpus/num_gpus instead of resources={{'{name}': ...}}")
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"resource {name!r} must be a number >= 0, got {v!r}")
+        kit_resources.validate(res, source="resources", reserved=("CPU", "GPU"),
+                               reserved_hint="num_cpus/num_gpus")
     mr = options.get("max_retries")
     if mr is not None and (not isinstance(mr, int) or isinstance(mr, bool) or mr < -1):
         raise ValueError(f"max_retries must be an int >= -1, got {mr!r}")

@@ -32,9 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import grpc
 
-from ember_common.proto import common_pb2, core_worker_pb2, gcs_pb2
-
-from ember_common import rpc
+from ember_common.proto import common_pb2, core_worker_pb2
 
 if TYPE_CHECKING:
     from .core_worker import CoreWorker
@@ -236,8 +234,7 @@ class References:
 
     def _start_watch(self) -> None:
         if self._watch is None and not self.core._shutdown:
-            self._watch = asyncio.ensure_future(rpc.follow(
-                self.core.gcs, gcs_pb2.SubscribeRequest(channels=["workers"]), self._on_death))
+            self._watch = asyncio.ensure_future(self.core.gcs.follow(["workers"], self._on_death))
 
     def _on_death(self, msg: Any) -> None:
         if msg.HasField("worker_death"):

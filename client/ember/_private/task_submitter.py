@@ -1,7 +1,8 @@
 """Owner-side task submission: dependency resolution, worker leases, pushes and retries.
 
 Tasks with the same resource shape share a queue. For a queue with work, the submitter asks the
-local raylet for worker leases (following spillback redirects to other raylets), pushes tasks
+local raylet for worker leases (ember_common.raylet_client follows spillback redirects to other
+raylets and retries under the kit's backoff policy), pushes tasks
 straight to leased workers over gRPC, reuses a lease for the next queued task of the same shape,
 and gives it back when the queue stays empty for `lease_linger_s`. No GCS round trip per task.
 Runs entirely on the CoreWorker's loop thread.
@@ -19,7 +20,7 @@ import grpc
 from ember import exceptions as exc
 from ember_common.proto import common_pb2, core_worker_pb2, raylet_pb2
 
-from ember_common import tracing
+from ember_common import rpc, tracing
 
 if TYPE_CHECKING:
     from .core_worker import CoreWorker
@@ -131,64 +132,51 @@ class TaskSubmitter:
         for _ in range(want):
             lease_id = os.urandom(16)
             q.pending_requests[lease_id] = self.core.raylet_address
-            asyncio.ensure_future(self._request_lease(q, lease_id, self.core.raylet_address, 0))
+            asyncio.ensure_future(self._request_lease(q, lease_id, self.core.raylet_address))
         if not q.tasks and q.pending_requests:
             for lease_id, addr in list(q.pending_requests.items()):
                 asyncio.ensure_future(self._cancel_lease_request(addr, lease_id))
 
     async def _cancel_lease_request(self, addr: str, lease_id: bytes) -> None:
         try:
-            await self.core.raylet_stub(addr).CancelWorkerLease(
-                raylet_pb2.CancelWorkerLeaseRequest(lease_id=lease_id), timeout=10)
-        except grpc.aio.AioRpcError:
+            await self.core.raylet.cancel_worker_lease(lease_id, address=addr, timeout_s=10)
+        except rpc.ServiceError:
             pass  # the raylet is gone; so is the request
 
     # -------------------------------------------------------------- leases
-    async def _request_lease(self, q: SchedulingQueue, lease_id: bytes, addr: str, spillback: int) -> None:
+    async def _request_lease(self, q: SchedulingQueue, lease_id: bytes, addr: str) -> None:
         resources = dict(q.tasks[0].spec.resources) if q.tasks else None
         name = q.tasks[0].spec.name if q.tasks else ""
         if resources is None:
             q.pending_requests.pop(lease_id, None)
             return
-        attempts = 0
-        while True:
-            try:
-                reply = await self.core.raylet_stub(addr).RequestWorkerLease(
-                    raylet_pb2.RequestWorkerLeaseRequest(
-                        lease_id=lease_id, resources=resources, spillback_count=spillback,
-                        job_id=self.core.job_id, name=name, owner_worker_id=self.core.worker_id),
-                    metadata=tracing.metadata_from(q.tasks[0].spec.trace_context) if q.tasks else None)
-                break
-            except grpc.aio.AioRpcError as e:
-                attempts += 1
-                if self._closing:
-                    q.pending_requests.pop(lease_id, None)
-                    return
-                if addr != self.core.raylet_address:
-                    addr, spillback = self.core.raylet_address, 0  # that node is gone: ask home
-                    q.pending_requests[lease_id] = addr
-                elif attempts >= 20:
-                    q.pending_requests.pop(lease_id, None)
-                    self._fail_queue(q, exc.RaySystemError(
-                        f"the local raylet at {addr} is unreachable: {e.details()}"))
-                    return
-                await asyncio.sleep(min(0.05 * attempts, 0.5))
-        which = reply.WhichOneof("result")
-        if which == "spillback":
-            q.pending_requests[lease_id] = reply.spillback.raylet_address
-            await self._request_lease(q, lease_id, reply.spillback.raylet_address, spillback + 1)
+        try:
+            granted = await self.core.raylet.request_worker_lease(
+                raylet_pb2.RequestWorkerLeaseRequest(
+                    lease_id=lease_id, resources=resources, job_id=self.core.job_id, name=name,
+                    owner_worker_id=self.core.worker_id),
+                address=addr, keep_trying=lambda: not self._closing,
+                on_hop=lambda a: q.pending_requests.__setitem__(lease_id, a),
+                metadata=tracing.metadata_from(q.tasks[0].spec.trace_context) if q.tasks else None)
+        except rpc.Infeasible as e:
+            q.pending_requests.pop(lease_id, None)
+            self._fail_queue(q, exc.TaskUnschedulableError(str(e)))
+            return
+        except rpc.ServiceError as e:
+            q.pending_requests.pop(lease_id, None)
+            if not self._closing:
+                why = "is unreachable" if rpc.is_transient(e) else "refused the lease request"
+                self._fail_queue(q, exc.RaySystemError(f"the local raylet at {addr} {why}: {e}"))
             return
         q.pending_requests.pop(lease_id, None)
-        if which == "granted":
-            lease = Lease(lease_id, addr, reply.granted,
-                          self.core.worker_stub(_addr(reply.granted.worker_address)))
+        if granted is not None:
+            lease = Lease(lease_id, granted.raylet_address, granted.grant,
+                          self.core.worker_stub(_addr(granted.grant.worker_address)))
             q.leases.append(lease)
             if not q.tasks:
                 self._return_lease(q, lease, disconnect=False)
             else:
                 self._pump(q)
-        elif which == "infeasible":
-            self._fail_queue(q, exc.TaskUnschedulableError(reply.infeasible))
         else:  # cancelled
             self._pump(q)
 
@@ -206,10 +194,9 @@ class TaskSubmitter:
 
     async def _send_return(self, lease: Lease, disconnect: bool) -> None:
         try:
-            await self.core.raylet_stub(lease.raylet_address).ReturnWorker(
-                raylet_pb2.ReturnWorkerRequest(lease_id=lease.lease_id, disconnect=disconnect),
-                timeout=10)
-        except grpc.aio.AioRpcError:
+            await self.core.raylet.return_worker(lease.lease_id, disconnect,
+                                                 address=lease.raylet_address, timeout_s=10)
+        except rpc.ServiceError:
             pass  # the raylet died; the lease died with it
 
     def _maybe_linger(self, q: SchedulingQueue, lease: Lease) -> None:

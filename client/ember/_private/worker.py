@@ -9,13 +9,12 @@ import threading
 import time
 from typing import Any, Sequence
 
-import grpc
-
-from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+from ember_common.proto import common_pb2
 
 from . import node as node_mod
-from ember_common import rpc, tracing
+from ember_common import backoff, resources as kit_resources, rpc, tracing
 from ember_common.config import Config, get_config
+from ember_common.gcs_client import SyncGcsClient
 from .core_worker import CoreWorker
 from .function_manager import FunctionManager
 from .object_ref import ObjectRef
@@ -106,13 +105,9 @@ def _default_resources(num_cpus: float | None, num_gpus: float | None,
     if gpus:
         res["GPU"] = float(gpus)
     res["memory"] = float(memory if memory is not None else int(psutil.virtual_memory().total * 0.7))
-    for k, v in (resources or {}).items():
-        if k in ("CPU", "GPU"):
-            raise ValueError(f"use num_cpus/num_gpus instead of resources={{'{k}': ...}}")
-        res[k] = float(v)
-    for k, v in res.items():
-        if v < 0:
-            raise ValueError(f"resource {k!r} must be >= 0, got {v}")
+    res = kit_resources.validate(res, source="init()")
+    res.update(kit_resources.validate(resources or {}, source="resources", reserved=("CPU", "GPU"),
+                                      reserved_hint="num_cpus/num_gpus"))
     return res
 
 
@@ -144,15 +139,11 @@ def _resolve_address(address: str | None) -> str | None:
 
 def _pick_node(gcs_address: str) -> common_pb2.NodeInfo:
     """The alive node on this machine that a connecting driver attaches to (head first)."""
-    channel = rpc.sync_channel(gcs_address)
-    try:
-        stub = gcs_pb2_grpc.GcsStub(channel)
+    with SyncGcsClient(gcs_address, retry=backoff.NO_RETRY, timeout_s=10) as gcs:
         try:
-            nodes = stub.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=10).nodes
-        except grpc.RpcError as e:
-            raise ConnectionError(f"cannot reach the Ember GCS at {gcs_address}: {e.details()}") from None
-    finally:
-        channel.close()
+            nodes = gcs.get_all_node_info()
+        except rpc.ServiceError as e:
+            raise ConnectionError(f"cannot reach the Ember GCS at {gcs_address}: {e}") from None
     alive = [n for n in nodes if n.state == common_pb2.NodeInfo.ALIVE]
     local = [n for n in alive if os.path.isdir(n.store_dir)]
     pool = local or alive
@@ -235,14 +226,10 @@ _IGNORED_INIT_ARGS = {"dashboard_host", "dashboard_port", "local_mode", "_temp_d
 
 
 def _add_job(gcs_address: str, worker_id: str) -> bytes:
-    channel = rpc.sync_channel(gcs_address)
-    try:
-        stub = gcs_pb2_grpc.GcsStub(channel)
+    with SyncGcsClient(gcs_address) as gcs:
         job = common_pb2.JobInfo(driver_pid=os.getpid(), start_time=time.time(),
                                  entrypoint=" ".join(sys.argv)[:1000], driver_worker_id=worker_id)
-        return stub.AddJob(gcs_pb2.AddJobRequest(job=job), timeout=30).job_id
-    finally:
-        channel.close()
+        return gcs.add_job(job, timeout_s=30)
 
 
 class RuntimeContextInfo(dict):
@@ -272,8 +259,8 @@ def shutdown() -> None:
             if w.log_printer is not None:
                 w.log_printer.stop()
             try:
-                w.core._call(lambda: w.core.gcs.MarkJobFinished(
-                    gcs_pb2.MarkJobFinishedRequest(job_id=w.core.job_id), timeout=5), timeout=6)
+                w.core._call(lambda: w.core.gcs.mark_job_finished(
+                    w.core.job_id, timeout_s=5, retry=backoff.NO_RETRY), timeout=6)
             except Exception as e:  # the GCS may be gone already
                 log.debug("MarkJobFinished failed: %s", e)
             w.core.shutdown()
@@ -357,7 +344,7 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
 
 def _gcs_nodes() -> list[common_pb2.NodeInfo]:
     w = global_worker()
-    return list(w.core._call(lambda: w.core.gcs.GetAllNodes(gcs_pb2.GetAllNodesRequest(), timeout=10)).nodes)
+    return list(w.core._call(lambda: w.core.gcs.get_all_node_info(timeout_s=10)))
 
 
 def nodes() -> list[dict[str, Any]]:

@@ -37,10 +37,6 @@ def main() -> None:
     _die_with_parent()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    import grpc
-
-    from ember_common.proto import raylet_pb2, raylet_pb2_grpc
-
     from ember_common import rpc
     from . import worker as worker_mod
     from ember_common.config import get_config
@@ -60,8 +56,6 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_term)
     raylet_address = os.environ["EMBER_RAYLET_ADDRESS"]
     worker_id = os.environ["EMBER_WORKER_ID"]
-    channel = rpc.sync_channel(raylet_address)
-    stub = raylet_pb2_grpc.RayletStub(channel)
     core = CoreWorker(
         "worker", gcs_address=os.environ["EMBER_GCS_ADDRESS"], raylet_address=raylet_address,
         objmgr_address=os.environ["EMBER_OBJMGR_ADDRESS"], node_id=os.environ["EMBER_NODE_ID"],
@@ -71,13 +65,12 @@ def main() -> None:
     worker_mod.set_global_worker(w)
     core.executor = TaskExecutor(core, w.functions)
     try:
-        stub.RegisterWorker(raylet_pb2.RegisterWorkerRequest(
-            worker_id=worker_id, pid=os.getpid(), port=core.port), timeout=30)
-    except grpc.RpcError as e:
-        print(f"worker {worker_id}: cannot register with raylet {raylet_address}: {e.details()}",
+        core._call(lambda: core.raylet.register_worker(worker_id, os.getpid(), core.port,
+                                                       timeout_s=30))
+    except rpc.ServiceError as e:
+        print(f"worker {worker_id}: cannot register with raylet {raylet_address}: {e}",
               file=sys.stderr)
         os._exit(1)
-    channel.close()
     try:
         core.executor.run_forever()
     except KeyboardInterrupt:

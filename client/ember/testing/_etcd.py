@@ -1,7 +1,7 @@
 """A throwaway single-member etcd for tests.
 
     with EtcdProcess() as etcd:
-        storage = open_storage(etcd.url, "test")
+        storage = ember_gcs.backend.open_storage(etcd.url, "test")
         ...
         etcd.kill()      # SIGKILL, data kept
         etcd.restart()   # same ports, same data dir

@@ -19,7 +19,7 @@ class RegisterNodeReply(_message.Message):
     cluster_id: str
     def __init__(self, cluster_id: _Optional[str] = ...) -> None: ...
 
-class HeartbeatRequest(_message.Message):
+class ReportHeartbeatRequest(_message.Message):
     __slots__ = ("node_id", "available_resources", "total_resources")
     class AvailableResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
@@ -43,11 +43,9 @@ class HeartbeatRequest(_message.Message):
     total_resources: _containers.ScalarMap[str, float]
     def __init__(self, node_id: _Optional[str] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., total_resources: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
-class HeartbeatReply(_message.Message):
-    __slots__ = ("known",)
-    KNOWN_FIELD_NUMBER: _ClassVar[int]
-    known: bool
-    def __init__(self, known: _Optional[bool] = ...) -> None: ...
+class ReportHeartbeatReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class UnregisterNodeRequest(_message.Message):
     __slots__ = ("node_id", "reason")
@@ -61,11 +59,11 @@ class UnregisterNodeReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
-class GetAllNodesRequest(_message.Message):
+class GetAllNodeInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
-class GetAllNodesReply(_message.Message):
+class GetAllNodeInfoReply(_message.Message):
     __slots__ = ("nodes",)
     NODES_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[_common_pb2.NodeInfo]
@@ -147,11 +145,11 @@ class MarkJobFinishedReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
-class GetAllJobsRequest(_message.Message):
+class GetAllJobInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
-class GetAllJobsReply(_message.Message):
+class GetAllJobInfoReply(_message.Message):
     __slots__ = ("jobs",)
     JOBS_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobInfo]
@@ -187,7 +185,7 @@ class GetActorInfoReply(_message.Message):
     actor: _common_pb2.ActorInfo
     def __init__(self, actor: _Optional[_Union[_common_pb2.ActorInfo, _Mapping]] = ...) -> None: ...
 
-class GetNamedActorRequest(_message.Message):
+class GetNamedActorInfoRequest(_message.Message):
     __slots__ = ("name", "namespace")
     NAME_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
@@ -195,11 +193,17 @@ class GetNamedActorRequest(_message.Message):
     namespace: str
     def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
-class GetAllActorsRequest(_message.Message):
+class GetNamedActorInfoReply(_message.Message):
+    __slots__ = ("actor",)
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    actor: _common_pb2.ActorInfo
+    def __init__(self, actor: _Optional[_Union[_common_pb2.ActorInfo, _Mapping]] = ...) -> None: ...
+
+class GetAllActorInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
-class GetAllActorsReply(_message.Message):
+class GetAllActorInfoReply(_message.Message):
     __slots__ = ("actors",)
     ACTORS_FIELD_NUMBER: _ClassVar[int]
     actors: _containers.RepeatedCompositeFieldContainer[_common_pb2.ActorInfo]
@@ -233,7 +237,7 @@ class ReportWorkerFailureReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
-class KVGetRequest(_message.Message):
+class InternalKVGetRequest(_message.Message):
     __slots__ = ("namespace", "key")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -241,15 +245,13 @@ class KVGetRequest(_message.Message):
     key: bytes
     def __init__(self, namespace: _Optional[str] = ..., key: _Optional[bytes] = ...) -> None: ...
 
-class KVGetReply(_message.Message):
-    __slots__ = ("found", "value")
-    FOUND_FIELD_NUMBER: _ClassVar[int]
+class InternalKVGetReply(_message.Message):
+    __slots__ = ("value",)
     VALUE_FIELD_NUMBER: _ClassVar[int]
-    found: bool
     value: bytes
-    def __init__(self, found: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, value: _Optional[bytes] = ...) -> None: ...
 
-class KVPutRequest(_message.Message):
+class InternalKVPutRequest(_message.Message):
     __slots__ = ("namespace", "key", "value", "overwrite")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -261,13 +263,13 @@ class KVPutRequest(_message.Message):
     overwrite: bool
     def __init__(self, namespace: _Optional[str] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., overwrite: _Optional[bool] = ...) -> None: ...
 
-class KVPutReply(_message.Message):
+class InternalKVPutReply(_message.Message):
     __slots__ = ("added",)
     ADDED_FIELD_NUMBER: _ClassVar[int]
     added: bool
     def __init__(self, added: _Optional[bool] = ...) -> None: ...
 
-class KVDelRequest(_message.Message):
+class InternalKVDelRequest(_message.Message):
     __slots__ = ("namespace", "key", "del_by_prefix")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -277,13 +279,13 @@ class KVDelRequest(_message.Message):
     del_by_prefix: bool
     def __init__(self, namespace: _Optional[str] = ..., key: _Optional[bytes] = ..., del_by_prefix: _Optional[bool] = ...) -> None: ...
 
-class KVDelReply(_message.Message):
+class InternalKVDelReply(_message.Message):
     __slots__ = ("deleted_num",)
     DELETED_NUM_FIELD_NUMBER: _ClassVar[int]
     deleted_num: int
     def __init__(self, deleted_num: _Optional[int] = ...) -> None: ...
 
-class KVKeysRequest(_message.Message):
+class InternalKVKeysRequest(_message.Message):
     __slots__ = ("namespace", "prefix")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     PREFIX_FIELD_NUMBER: _ClassVar[int]
@@ -291,13 +293,13 @@ class KVKeysRequest(_message.Message):
     prefix: bytes
     def __init__(self, namespace: _Optional[str] = ..., prefix: _Optional[bytes] = ...) -> None: ...
 
-class KVKeysReply(_message.Message):
+class InternalKVKeysReply(_message.Message):
     __slots__ = ("keys",)
     KEYS_FIELD_NUMBER: _ClassVar[int]
     keys: _containers.RepeatedScalarFieldContainer[bytes]
     def __init__(self, keys: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
-class KVExistsRequest(_message.Message):
+class InternalKVExistsRequest(_message.Message):
     __slots__ = ("namespace", "key")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -305,7 +307,7 @@ class KVExistsRequest(_message.Message):
     key: bytes
     def __init__(self, namespace: _Optional[str] = ..., key: _Optional[bytes] = ...) -> None: ...
 
-class KVExistsReply(_message.Message):
+class InternalKVExistsReply(_message.Message):
     __slots__ = ("exists",)
     EXISTS_FIELD_NUMBER: _ClassVar[int]
     exists: bool

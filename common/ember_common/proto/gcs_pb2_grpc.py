@@ -25,8 +25,9 @@ if _version_not_supported:
     )
 
 
-class GcsStub:
-    """Missing associated documentation comment in .proto file."""
+class NodeInfoGcsServiceStub:
+    """The node table: membership, liveness and resources.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -35,364 +36,97 @@ class GcsStub:
             channel: A grpc.Channel.
         """
         self.RegisterNode = channel.unary_unary(
-                '/ember.Gcs/RegisterNode',
+                '/ember.NodeInfoGcsService/RegisterNode',
                 request_serializer=gcs__pb2.RegisterNodeRequest.SerializeToString,
                 response_deserializer=gcs__pb2.RegisterNodeReply.FromString,
                 _registered_method=True)
-        self.Heartbeat = channel.unary_unary(
-                '/ember.Gcs/Heartbeat',
-                request_serializer=gcs__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=gcs__pb2.HeartbeatReply.FromString,
-                _registered_method=True)
         self.UnregisterNode = channel.unary_unary(
-                '/ember.Gcs/UnregisterNode',
+                '/ember.NodeInfoGcsService/UnregisterNode',
                 request_serializer=gcs__pb2.UnregisterNodeRequest.SerializeToString,
                 response_deserializer=gcs__pb2.UnregisterNodeReply.FromString,
                 _registered_method=True)
-        self.GetAllNodes = channel.unary_unary(
-                '/ember.Gcs/GetAllNodes',
-                request_serializer=gcs__pb2.GetAllNodesRequest.SerializeToString,
-                response_deserializer=gcs__pb2.GetAllNodesReply.FromString,
+        self.ReportHeartbeat = channel.unary_unary(
+                '/ember.NodeInfoGcsService/ReportHeartbeat',
+                request_serializer=gcs__pb2.ReportHeartbeatRequest.SerializeToString,
+                response_deserializer=gcs__pb2.ReportHeartbeatReply.FromString,
                 _registered_method=True)
-        self.Subscribe = channel.unary_stream(
-                '/ember.Gcs/Subscribe',
-                request_serializer=gcs__pb2.SubscribeRequest.SerializeToString,
-                response_deserializer=gcs__pb2.PubMessage.FromString,
-                _registered_method=True)
-        self.PublishLogs = channel.unary_unary(
-                '/ember.Gcs/PublishLogs',
-                request_serializer=gcs__pb2.PublishLogsRequest.SerializeToString,
-                response_deserializer=gcs__pb2.PublishLogsReply.FromString,
-                _registered_method=True)
-        self.AddJob = channel.unary_unary(
-                '/ember.Gcs/AddJob',
-                request_serializer=gcs__pb2.AddJobRequest.SerializeToString,
-                response_deserializer=gcs__pb2.AddJobReply.FromString,
-                _registered_method=True)
-        self.MarkJobFinished = channel.unary_unary(
-                '/ember.Gcs/MarkJobFinished',
-                request_serializer=gcs__pb2.MarkJobFinishedRequest.SerializeToString,
-                response_deserializer=gcs__pb2.MarkJobFinishedReply.FromString,
-                _registered_method=True)
-        self.GetAllJobs = channel.unary_unary(
-                '/ember.Gcs/GetAllJobs',
-                request_serializer=gcs__pb2.GetAllJobsRequest.SerializeToString,
-                response_deserializer=gcs__pb2.GetAllJobsReply.FromString,
-                _registered_method=True)
-        self.RegisterActor = channel.unary_unary(
-                '/ember.Gcs/RegisterActor',
-                request_serializer=gcs__pb2.RegisterActorRequest.SerializeToString,
-                response_deserializer=gcs__pb2.RegisterActorReply.FromString,
-                _registered_method=True)
-        self.GetActorInfo = channel.unary_unary(
-                '/ember.Gcs/GetActorInfo',
-                request_serializer=gcs__pb2.GetActorInfoRequest.SerializeToString,
-                response_deserializer=gcs__pb2.GetActorInfoReply.FromString,
-                _registered_method=True)
-        self.GetNamedActor = channel.unary_unary(
-                '/ember.Gcs/GetNamedActor',
-                request_serializer=gcs__pb2.GetNamedActorRequest.SerializeToString,
-                response_deserializer=gcs__pb2.GetActorInfoReply.FromString,
-                _registered_method=True)
-        self.GetAllActors = channel.unary_unary(
-                '/ember.Gcs/GetAllActors',
-                request_serializer=gcs__pb2.GetAllActorsRequest.SerializeToString,
-                response_deserializer=gcs__pb2.GetAllActorsReply.FromString,
-                _registered_method=True)
-        self.KillActor = channel.unary_unary(
-                '/ember.Gcs/KillActor',
-                request_serializer=gcs__pb2.KillActorRequest.SerializeToString,
-                response_deserializer=gcs__pb2.KillActorReply.FromString,
-                _registered_method=True)
-        self.ReportWorkerFailure = channel.unary_unary(
-                '/ember.Gcs/ReportWorkerFailure',
-                request_serializer=gcs__pb2.ReportWorkerFailureRequest.SerializeToString,
-                response_deserializer=gcs__pb2.ReportWorkerFailureReply.FromString,
-                _registered_method=True)
-        self.KVGet = channel.unary_unary(
-                '/ember.Gcs/KVGet',
-                request_serializer=gcs__pb2.KVGetRequest.SerializeToString,
-                response_deserializer=gcs__pb2.KVGetReply.FromString,
-                _registered_method=True)
-        self.KVPut = channel.unary_unary(
-                '/ember.Gcs/KVPut',
-                request_serializer=gcs__pb2.KVPutRequest.SerializeToString,
-                response_deserializer=gcs__pb2.KVPutReply.FromString,
-                _registered_method=True)
-        self.KVDel = channel.unary_unary(
-                '/ember.Gcs/KVDel',
-                request_serializer=gcs__pb2.KVDelRequest.SerializeToString,
-                response_deserializer=gcs__pb2.KVDelReply.FromString,
-                _registered_method=True)
-        self.KVKeys = channel.unary_unary(
-                '/ember.Gcs/KVKeys',
-                request_serializer=gcs__pb2.KVKeysRequest.SerializeToString,
-                response_deserializer=gcs__pb2.KVKeysReply.FromString,
-                _registered_method=True)
-        self.KVExists = channel.unary_unary(
-                '/ember.Gcs/KVExists',
-                request_serializer=gcs__pb2.KVExistsRequest.SerializeToString,
-                response_deserializer=gcs__pb2.KVExistsReply.FromString,
+        self.GetAllNodeInfo = channel.unary_unary(
+                '/ember.NodeInfoGcsService/GetAllNodeInfo',
+                request_serializer=gcs__pb2.GetAllNodeInfoRequest.SerializeToString,
+                response_deserializer=gcs__pb2.GetAllNodeInfoReply.FromString,
                 _registered_method=True)
 
 
-class GcsServicer:
-    """Missing associated documentation comment in .proto file."""
+class NodeInfoGcsServiceServicer:
+    """The node table: membership, liveness and resources.
+    """
 
     def RegisterNode(self, request, context):
-        """Registers (or re-registers) a node. Idempotent: a raylet retries it until it succeeds.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Heartbeat(self, request, context):
-        """Periodic liveness + available resources. Idempotent. Reply says whether the GCS knows the
-        node; a raylet whose node is unknown (or marked dead) registers again.
+        """Registers (or re-registers) a node as ALIVE. Idempotent (keyed by node_id).
+        Failure: the raylet retries until its start-up deadline, then exits.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UnregisterNode(self, request, context):
-        """Marks a node dead on a graceful stop. Idempotent.
+        """Marks a node DEAD on a graceful stop. Idempotent. NOT_FOUND for an unknown node.
+        Failure: best effort; the node is marked dead anyway once its heartbeats stop.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def GetAllNodes(self, request, context):
-        """Idempotent read.
+    def ReportHeartbeat(self, request, context):
+        """Periodic liveness + resources. Idempotent. NOT_FOUND when the GCS does not know the node as
+        ALIVE (it restarted, or declared the node dead).
+        Failure: NOT_FOUND -> the raylet registers again; other errors -> next period.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Subscribe(self, request, context):
-        """Server stream of node changes and resource updates. On failure the caller reconnects and
-        re-reads GetAllNodes (the stream starts with a full snapshot).
+    def GetAllNodeInfo(self, request, context):
+        """Every node, alive and dead. Idempotent read. Failure: retry with backoff.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def PublishLogs(self, request, context):
-        """Publishes lines of worker output to the job's driver. Not idempotent (lines may repeat on retry).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
 
-    def AddJob(self, request, context):
-        """Allocates a job id and records the job. Not idempotent: a retry allocates another id.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def MarkJobFinished(self, request, context):
-        """Idempotent.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def GetAllJobs(self, request, context):
-        """Idempotent read.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def RegisterActor(self, request, context):
-        """Records an actor and starts creating it. Fails with ALREADY_EXISTS when the name is taken in
-        the namespace. Not idempotent for unnamed actors (a retry creates another actor).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def GetActorInfo(self, request, context):
-        """Actor state. With wait_for_change, blocks until the actor is ALIVE with an incarnation above
-        after_incarnation, or DEAD. Idempotent read.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def GetNamedActor(self, request, context):
-        """NOT_FOUND when no live actor has that name in the namespace. Idempotent read.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def GetAllActors(self, request, context):
-        """Idempotent read.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def KillActor(self, request, context):
-        """Kills an actor (restarting it unless no_restart). Idempotent.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def ReportWorkerFailure(self, request, context):
-        """A raylet reports that one of its workers exited (crash, kill, or intentional exit).
-        Idempotent: a second report of the same worker is ignored.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def KVGet(self, request, context):
-        """Internal KV with namespaces; all idempotent except Put with overwrite=false racing itself.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def KVPut(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def KVDel(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def KVKeys(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def KVExists(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-
-def add_GcsServicer_to_server(servicer, server):
+def add_NodeInfoGcsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'RegisterNode': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterNode,
                     request_deserializer=gcs__pb2.RegisterNodeRequest.FromString,
                     response_serializer=gcs__pb2.RegisterNodeReply.SerializeToString,
             ),
-            'Heartbeat': grpc.unary_unary_rpc_method_handler(
-                    servicer.Heartbeat,
-                    request_deserializer=gcs__pb2.HeartbeatRequest.FromString,
-                    response_serializer=gcs__pb2.HeartbeatReply.SerializeToString,
-            ),
             'UnregisterNode': grpc.unary_unary_rpc_method_handler(
                     servicer.UnregisterNode,
                     request_deserializer=gcs__pb2.UnregisterNodeRequest.FromString,
                     response_serializer=gcs__pb2.UnregisterNodeReply.SerializeToString,
             ),
-            'GetAllNodes': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetAllNodes,
-                    request_deserializer=gcs__pb2.GetAllNodesRequest.FromString,
-                    response_serializer=gcs__pb2.GetAllNodesReply.SerializeToString,
+            'ReportHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportHeartbeat,
+                    request_deserializer=gcs__pb2.ReportHeartbeatRequest.FromString,
+                    response_serializer=gcs__pb2.ReportHeartbeatReply.SerializeToString,
             ),
-            'Subscribe': grpc.unary_stream_rpc_method_handler(
-                    servicer.Subscribe,
-                    request_deserializer=gcs__pb2.SubscribeRequest.FromString,
-                    response_serializer=gcs__pb2.PubMessage.SerializeToString,
-            ),
-            'PublishLogs': grpc.unary_unary_rpc_method_handler(
-                    servicer.PublishLogs,
-                    request_deserializer=gcs__pb2.PublishLogsRequest.FromString,
-                    response_serializer=gcs__pb2.PublishLogsReply.SerializeToString,
-            ),
-            'AddJob': grpc.unary_unary_rpc_method_handler(
-                    servicer.AddJob,
-                    request_deserializer=gcs__pb2.AddJobRequest.FromString,
-                    response_serializer=gcs__pb2.AddJobReply.SerializeToString,
-            ),
-            'MarkJobFinished': grpc.unary_unary_rpc_method_handler(
-                    servicer.MarkJobFinished,
-                    request_deserializer=gcs__pb2.MarkJobFinishedRequest.FromString,
-                    response_serializer=gcs__pb2.MarkJobFinishedReply.SerializeToString,
-            ),
-            'GetAllJobs': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetAllJobs,
-                    request_deserializer=gcs__pb2.GetAllJobsRequest.FromString,
-                    response_serializer=gcs__pb2.GetAllJobsReply.SerializeToString,
-            ),
-            'RegisterActor': grpc.unary_unary_rpc_method_handler(
-                    servicer.RegisterActor,
-                    request_deserializer=gcs__pb2.RegisterActorRequest.FromString,
-                    response_serializer=gcs__pb2.RegisterActorReply.SerializeToString,
-            ),
-            'GetActorInfo': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetActorInfo,
-                    request_deserializer=gcs__pb2.GetActorInfoRequest.FromString,
-                    response_serializer=gcs__pb2.GetActorInfoReply.SerializeToString,
-            ),
-            'GetNamedActor': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetNamedActor,
-                    request_deserializer=gcs__pb2.GetNamedActorRequest.FromString,
-                    response_serializer=gcs__pb2.GetActorInfoReply.SerializeToString,
-            ),
-            'GetAllActors': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetAllActors,
-                    request_deserializer=gcs__pb2.GetAllActorsRequest.FromString,
-                    response_serializer=gcs__pb2.GetAllActorsReply.SerializeToString,
-            ),
-            'KillActor': grpc.unary_unary_rpc_method_handler(
-                    servicer.KillActor,
-                    request_deserializer=gcs__pb2.KillActorRequest.FromString,
-                    response_serializer=gcs__pb2.KillActorReply.SerializeToString,
-            ),
-            'ReportWorkerFailure': grpc.unary_unary_rpc_method_handler(
-                    servicer.ReportWorkerFailure,
-                    request_deserializer=gcs__pb2.ReportWorkerFailureRequest.FromString,
-                    response_serializer=gcs__pb2.ReportWorkerFailureReply.SerializeToString,
-            ),
-            'KVGet': grpc.unary_unary_rpc_method_handler(
-                    servicer.KVGet,
-                    request_deserializer=gcs__pb2.KVGetRequest.FromString,
-                    response_serializer=gcs__pb2.KVGetReply.SerializeToString,
-            ),
-            'KVPut': grpc.unary_unary_rpc_method_handler(
-                    servicer.KVPut,
-                    request_deserializer=gcs__pb2.KVPutRequest.FromString,
-                    response_serializer=gcs__pb2.KVPutReply.SerializeToString,
-            ),
-            'KVDel': grpc.unary_unary_rpc_method_handler(
-                    servicer.KVDel,
-                    request_deserializer=gcs__pb2.KVDelRequest.FromString,
-                    response_serializer=gcs__pb2.KVDelReply.SerializeToString,
-            ),
-            'KVKeys': grpc.unary_unary_rpc_method_handler(
-                    servicer.KVKeys,
-                    request_deserializer=gcs__pb2.KVKeysRequest.FromString,
-                    response_serializer=gcs__pb2.KVKeysReply.SerializeToString,
-            ),
-            'KVExists': grpc.unary_unary_rpc_method_handler(
-                    servicer.KVExists,
-                    request_deserializer=gcs__pb2.KVExistsRequest.FromString,
-                    response_serializer=gcs__pb2.KVExistsReply.SerializeToString,
+            'GetAllNodeInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAllNodeInfo,
+                    request_deserializer=gcs__pb2.GetAllNodeInfoRequest.FromString,
+                    response_serializer=gcs__pb2.GetAllNodeInfoReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'ember.Gcs', rpc_method_handlers)
+            'ember.NodeInfoGcsService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('ember.Gcs', rpc_method_handlers)
+    server.add_registered_method_handlers('ember.NodeInfoGcsService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class Gcs:
-    """Missing associated documentation comment in .proto file."""
+class NodeInfoGcsService:
+    """The node table: membership, liveness and resources.
+    """
 
     @staticmethod
     def RegisterNode(request,
@@ -408,36 +142,9 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/RegisterNode',
+            '/ember.NodeInfoGcsService/RegisterNode',
             gcs__pb2.RegisterNodeRequest.SerializeToString,
             gcs__pb2.RegisterNodeReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Heartbeat(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/ember.Gcs/Heartbeat',
-            gcs__pb2.HeartbeatRequest.SerializeToString,
-            gcs__pb2.HeartbeatReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -462,7 +169,7 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/UnregisterNode',
+            '/ember.NodeInfoGcsService/UnregisterNode',
             gcs__pb2.UnregisterNodeRequest.SerializeToString,
             gcs__pb2.UnregisterNodeReply.FromString,
             options,
@@ -476,7 +183,7 @@ class Gcs:
             _registered_method=True)
 
     @staticmethod
-    def GetAllNodes(request,
+    def ReportHeartbeat(request,
             target,
             options=(),
             channel_credentials=None,
@@ -489,9 +196,9 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/GetAllNodes',
-            gcs__pb2.GetAllNodesRequest.SerializeToString,
-            gcs__pb2.GetAllNodesReply.FromString,
+            '/ember.NodeInfoGcsService/ReportHeartbeat',
+            gcs__pb2.ReportHeartbeatRequest.SerializeToString,
+            gcs__pb2.ReportHeartbeatReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -503,34 +210,7 @@ class Gcs:
             _registered_method=True)
 
     @staticmethod
-    def Subscribe(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
-            target,
-            '/ember.Gcs/Subscribe',
-            gcs__pb2.SubscribeRequest.SerializeToString,
-            gcs__pb2.PubMessage.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def PublishLogs(request,
+    def GetAllNodeInfo(request,
             target,
             options=(),
             channel_credentials=None,
@@ -543,9 +223,9 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/PublishLogs',
-            gcs__pb2.PublishLogsRequest.SerializeToString,
-            gcs__pb2.PublishLogsReply.FromString,
+            '/ember.NodeInfoGcsService/GetAllNodeInfo',
+            gcs__pb2.GetAllNodeInfoRequest.SerializeToString,
+            gcs__pb2.GetAllNodeInfoReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -555,6 +235,91 @@ class Gcs:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class JobInfoGcsServiceStub:
+    """The job table.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.AddJob = channel.unary_unary(
+                '/ember.JobInfoGcsService/AddJob',
+                request_serializer=gcs__pb2.AddJobRequest.SerializeToString,
+                response_deserializer=gcs__pb2.AddJobReply.FromString,
+                _registered_method=True)
+        self.MarkJobFinished = channel.unary_unary(
+                '/ember.JobInfoGcsService/MarkJobFinished',
+                request_serializer=gcs__pb2.MarkJobFinishedRequest.SerializeToString,
+                response_deserializer=gcs__pb2.MarkJobFinishedReply.FromString,
+                _registered_method=True)
+        self.GetAllJobInfo = channel.unary_unary(
+                '/ember.JobInfoGcsService/GetAllJobInfo',
+                request_serializer=gcs__pb2.GetAllJobInfoRequest.SerializeToString,
+                response_deserializer=gcs__pb2.GetAllJobInfoReply.FromString,
+                _registered_method=True)
+
+
+class JobInfoGcsServiceServicer:
+    """The job table.
+    """
+
+    def AddJob(self, request, context):
+        """Allocates a job id and records the job. NOT idempotent: a retry allocates another id.
+        Failure: not retried; the driver's init() fails naming the GCS.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MarkJobFinished(self, request, context):
+        """Ends a job (its non-detached actors die). Idempotent. NOT_FOUND for an unknown job.
+        Failure: best effort at driver exit; the GCS also ends a job whose driver stream is gone.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAllJobInfo(self, request, context):
+        """Idempotent read. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_JobInfoGcsServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'AddJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddJob,
+                    request_deserializer=gcs__pb2.AddJobRequest.FromString,
+                    response_serializer=gcs__pb2.AddJobReply.SerializeToString,
+            ),
+            'MarkJobFinished': grpc.unary_unary_rpc_method_handler(
+                    servicer.MarkJobFinished,
+                    request_deserializer=gcs__pb2.MarkJobFinishedRequest.FromString,
+                    response_serializer=gcs__pb2.MarkJobFinishedReply.SerializeToString,
+            ),
+            'GetAllJobInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAllJobInfo,
+                    request_deserializer=gcs__pb2.GetAllJobInfoRequest.FromString,
+                    response_serializer=gcs__pb2.GetAllJobInfoReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ember.JobInfoGcsService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ember.JobInfoGcsService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class JobInfoGcsService:
+    """The job table.
+    """
 
     @staticmethod
     def AddJob(request,
@@ -570,7 +335,7 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/AddJob',
+            '/ember.JobInfoGcsService/AddJob',
             gcs__pb2.AddJobRequest.SerializeToString,
             gcs__pb2.AddJobReply.FromString,
             options,
@@ -597,7 +362,7 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/MarkJobFinished',
+            '/ember.JobInfoGcsService/MarkJobFinished',
             gcs__pb2.MarkJobFinishedRequest.SerializeToString,
             gcs__pb2.MarkJobFinishedReply.FromString,
             options,
@@ -611,7 +376,7 @@ class Gcs:
             _registered_method=True)
 
     @staticmethod
-    def GetAllJobs(request,
+    def GetAllJobInfo(request,
             target,
             options=(),
             channel_credentials=None,
@@ -624,9 +389,9 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/GetAllJobs',
-            gcs__pb2.GetAllJobsRequest.SerializeToString,
-            gcs__pb2.GetAllJobsReply.FromString,
+            '/ember.JobInfoGcsService/GetAllJobInfo',
+            gcs__pb2.GetAllJobInfoRequest.SerializeToString,
+            gcs__pb2.GetAllJobInfoReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -636,6 +401,130 @@ class Gcs:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ActorInfoGcsServiceStub:
+    """The actor table: registration, placement, restarts, names.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.RegisterActor = channel.unary_unary(
+                '/ember.ActorInfoGcsService/RegisterActor',
+                request_serializer=gcs__pb2.RegisterActorRequest.SerializeToString,
+                response_deserializer=gcs__pb2.RegisterActorReply.FromString,
+                _registered_method=True)
+        self.GetActorInfo = channel.unary_unary(
+                '/ember.ActorInfoGcsService/GetActorInfo',
+                request_serializer=gcs__pb2.GetActorInfoRequest.SerializeToString,
+                response_deserializer=gcs__pb2.GetActorInfoReply.FromString,
+                _registered_method=True)
+        self.GetNamedActorInfo = channel.unary_unary(
+                '/ember.ActorInfoGcsService/GetNamedActorInfo',
+                request_serializer=gcs__pb2.GetNamedActorInfoRequest.SerializeToString,
+                response_deserializer=gcs__pb2.GetNamedActorInfoReply.FromString,
+                _registered_method=True)
+        self.GetAllActorInfo = channel.unary_unary(
+                '/ember.ActorInfoGcsService/GetAllActorInfo',
+                request_serializer=gcs__pb2.GetAllActorInfoRequest.SerializeToString,
+                response_deserializer=gcs__pb2.GetAllActorInfoReply.FromString,
+                _registered_method=True)
+        self.KillActor = channel.unary_unary(
+                '/ember.ActorInfoGcsService/KillActor',
+                request_serializer=gcs__pb2.KillActorRequest.SerializeToString,
+                response_deserializer=gcs__pb2.KillActorReply.FromString,
+                _registered_method=True)
+
+
+class ActorInfoGcsServiceServicer:
+    """The actor table: registration, placement, restarts, names.
+    """
+
+    def RegisterActor(self, request, context):
+        """Records an actor and starts creating it. Idempotent (keyed by the caller-chosen actor_id:
+        a second call returns the first registration). ALREADY_EXISTS when the name is taken in the
+        namespace. Failure: UNAVAILABLE -> retry with backoff; ALREADY_EXISTS -> get_if_exists or
+        ValueError for the user.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetActorInfo(self, request, context):
+        """Actor state. With wait_for_change, blocks (at most timeout_s) until the actor is ALIVE with
+        an incarnation above after_incarnation, or DEAD. Idempotent read. NOT_FOUND for an unknown
+        actor. Failure: NOT_FOUND -> the actor is dead for the caller; others -> retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNamedActorInfo(self, request, context):
+        """The live actor with that name in the namespace. Idempotent read. NOT_FOUND when there is
+        none. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAllActorInfo(self, request, context):
+        """Every actor. Idempotent read. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KillActor(self, request, context):
+        """Kills an actor (restarting it unless no_restart). Idempotent. NOT_FOUND for an unknown
+        actor. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ActorInfoGcsServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'RegisterActor': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterActor,
+                    request_deserializer=gcs__pb2.RegisterActorRequest.FromString,
+                    response_serializer=gcs__pb2.RegisterActorReply.SerializeToString,
+            ),
+            'GetActorInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetActorInfo,
+                    request_deserializer=gcs__pb2.GetActorInfoRequest.FromString,
+                    response_serializer=gcs__pb2.GetActorInfoReply.SerializeToString,
+            ),
+            'GetNamedActorInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNamedActorInfo,
+                    request_deserializer=gcs__pb2.GetNamedActorInfoRequest.FromString,
+                    response_serializer=gcs__pb2.GetNamedActorInfoReply.SerializeToString,
+            ),
+            'GetAllActorInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAllActorInfo,
+                    request_deserializer=gcs__pb2.GetAllActorInfoRequest.FromString,
+                    response_serializer=gcs__pb2.GetAllActorInfoReply.SerializeToString,
+            ),
+            'KillActor': grpc.unary_unary_rpc_method_handler(
+                    servicer.KillActor,
+                    request_deserializer=gcs__pb2.KillActorRequest.FromString,
+                    response_serializer=gcs__pb2.KillActorReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ember.ActorInfoGcsService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ember.ActorInfoGcsService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ActorInfoGcsService:
+    """The actor table: registration, placement, restarts, names.
+    """
 
     @staticmethod
     def RegisterActor(request,
@@ -651,7 +540,7 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/RegisterActor',
+            '/ember.ActorInfoGcsService/RegisterActor',
             gcs__pb2.RegisterActorRequest.SerializeToString,
             gcs__pb2.RegisterActorReply.FromString,
             options,
@@ -678,7 +567,7 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/GetActorInfo',
+            '/ember.ActorInfoGcsService/GetActorInfo',
             gcs__pb2.GetActorInfoRequest.SerializeToString,
             gcs__pb2.GetActorInfoReply.FromString,
             options,
@@ -692,7 +581,7 @@ class Gcs:
             _registered_method=True)
 
     @staticmethod
-    def GetNamedActor(request,
+    def GetNamedActorInfo(request,
             target,
             options=(),
             channel_credentials=None,
@@ -705,9 +594,9 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/GetNamedActor',
-            gcs__pb2.GetNamedActorRequest.SerializeToString,
-            gcs__pb2.GetActorInfoReply.FromString,
+            '/ember.ActorInfoGcsService/GetNamedActorInfo',
+            gcs__pb2.GetNamedActorInfoRequest.SerializeToString,
+            gcs__pb2.GetNamedActorInfoReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -719,7 +608,7 @@ class Gcs:
             _registered_method=True)
 
     @staticmethod
-    def GetAllActors(request,
+    def GetAllActorInfo(request,
             target,
             options=(),
             channel_credentials=None,
@@ -732,9 +621,9 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/GetAllActors',
-            gcs__pb2.GetAllActorsRequest.SerializeToString,
-            gcs__pb2.GetAllActorsReply.FromString,
+            '/ember.ActorInfoGcsService/GetAllActorInfo',
+            gcs__pb2.GetAllActorInfoRequest.SerializeToString,
+            gcs__pb2.GetAllActorInfoReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -759,7 +648,7 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/KillActor',
+            '/ember.ActorInfoGcsService/KillActor',
             gcs__pb2.KillActorRequest.SerializeToString,
             gcs__pb2.KillActorReply.FromString,
             options,
@@ -771,6 +660,57 @@ class Gcs:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class WorkerInfoGcsServiceStub:
+    """Worker lifecycle reports.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ReportWorkerFailure = channel.unary_unary(
+                '/ember.WorkerInfoGcsService/ReportWorkerFailure',
+                request_serializer=gcs__pb2.ReportWorkerFailureRequest.SerializeToString,
+                response_deserializer=gcs__pb2.ReportWorkerFailureReply.FromString,
+                _registered_method=True)
+
+
+class WorkerInfoGcsServiceServicer:
+    """Worker lifecycle reports.
+    """
+
+    def ReportWorkerFailure(self, request, context):
+        """A raylet (or a worker leaving via exit_actor) reports that a worker exited: actors on it
+        restart or die, and the death is published on "workers". Idempotent: a second report of
+        the same worker changes nothing. Failure: retry with backoff (the GCS may be restarting).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_WorkerInfoGcsServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ReportWorkerFailure': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportWorkerFailure,
+                    request_deserializer=gcs__pb2.ReportWorkerFailureRequest.FromString,
+                    response_serializer=gcs__pb2.ReportWorkerFailureReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ember.WorkerInfoGcsService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ember.WorkerInfoGcsService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class WorkerInfoGcsService:
+    """Worker lifecycle reports.
+    """
 
     @staticmethod
     def ReportWorkerFailure(request,
@@ -786,7 +726,7 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/ReportWorkerFailure',
+            '/ember.WorkerInfoGcsService/ReportWorkerFailure',
             gcs__pb2.ReportWorkerFailureRequest.SerializeToString,
             gcs__pb2.ReportWorkerFailureReply.FromString,
             options,
@@ -799,8 +739,129 @@ class Gcs:
             metadata,
             _registered_method=True)
 
+
+class InternalKVGcsServiceStub:
+    """Internal key-value store with namespaces (function table, job import paths, Serve state,
+    metrics endpoints).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.InternalKVGet = channel.unary_unary(
+                '/ember.InternalKVGcsService/InternalKVGet',
+                request_serializer=gcs__pb2.InternalKVGetRequest.SerializeToString,
+                response_deserializer=gcs__pb2.InternalKVGetReply.FromString,
+                _registered_method=True)
+        self.InternalKVPut = channel.unary_unary(
+                '/ember.InternalKVGcsService/InternalKVPut',
+                request_serializer=gcs__pb2.InternalKVPutRequest.SerializeToString,
+                response_deserializer=gcs__pb2.InternalKVPutReply.FromString,
+                _registered_method=True)
+        self.InternalKVDel = channel.unary_unary(
+                '/ember.InternalKVGcsService/InternalKVDel',
+                request_serializer=gcs__pb2.InternalKVDelRequest.SerializeToString,
+                response_deserializer=gcs__pb2.InternalKVDelReply.FromString,
+                _registered_method=True)
+        self.InternalKVKeys = channel.unary_unary(
+                '/ember.InternalKVGcsService/InternalKVKeys',
+                request_serializer=gcs__pb2.InternalKVKeysRequest.SerializeToString,
+                response_deserializer=gcs__pb2.InternalKVKeysReply.FromString,
+                _registered_method=True)
+        self.InternalKVExists = channel.unary_unary(
+                '/ember.InternalKVGcsService/InternalKVExists',
+                request_serializer=gcs__pb2.InternalKVExistsRequest.SerializeToString,
+                response_deserializer=gcs__pb2.InternalKVExistsReply.FromString,
+                _registered_method=True)
+
+
+class InternalKVGcsServiceServicer:
+    """Internal key-value store with namespaces (function table, job import paths, Serve state,
+    metrics endpoints).
+    """
+
+    def InternalKVGet(self, request, context):
+        """Idempotent read. NOT_FOUND when the key is absent. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InternalKVPut(self, request, context):
+        """Idempotent (the same put twice leaves the same value; `added` of a retry may say false).
+        Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InternalKVDel(self, request, context):
+        """Idempotent. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InternalKVKeys(self, request, context):
+        """Idempotent read. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InternalKVExists(self, request, context):
+        """Idempotent read. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_InternalKVGcsServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'InternalKVGet': grpc.unary_unary_rpc_method_handler(
+                    servicer.InternalKVGet,
+                    request_deserializer=gcs__pb2.InternalKVGetRequest.FromString,
+                    response_serializer=gcs__pb2.InternalKVGetReply.SerializeToString,
+            ),
+            'InternalKVPut': grpc.unary_unary_rpc_method_handler(
+                    servicer.InternalKVPut,
+                    request_deserializer=gcs__pb2.InternalKVPutRequest.FromString,
+                    response_serializer=gcs__pb2.InternalKVPutReply.SerializeToString,
+            ),
+            'InternalKVDel': grpc.unary_unary_rpc_method_handler(
+                    servicer.InternalKVDel,
+                    request_deserializer=gcs__pb2.InternalKVDelRequest.FromString,
+                    response_serializer=gcs__pb2.InternalKVDelReply.SerializeToString,
+            ),
+            'InternalKVKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.InternalKVKeys,
+                    request_deserializer=gcs__pb2.InternalKVKeysRequest.FromString,
+                    response_serializer=gcs__pb2.InternalKVKeysReply.SerializeToString,
+            ),
+            'InternalKVExists': grpc.unary_unary_rpc_method_handler(
+                    servicer.InternalKVExists,
+                    request_deserializer=gcs__pb2.InternalKVExistsRequest.FromString,
+                    response_serializer=gcs__pb2.InternalKVExistsReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ember.InternalKVGcsService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ember.InternalKVGcsService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class InternalKVGcsService:
+    """Internal key-value store with namespaces (function table, job import paths, Serve state,
+    metrics endpoints).
+    """
+
     @staticmethod
-    def KVGet(request,
+    def InternalKVGet(request,
             target,
             options=(),
             channel_credentials=None,
@@ -813,9 +874,9 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/KVGet',
-            gcs__pb2.KVGetRequest.SerializeToString,
-            gcs__pb2.KVGetReply.FromString,
+            '/ember.InternalKVGcsService/InternalKVGet',
+            gcs__pb2.InternalKVGetRequest.SerializeToString,
+            gcs__pb2.InternalKVGetReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -827,7 +888,7 @@ class Gcs:
             _registered_method=True)
 
     @staticmethod
-    def KVPut(request,
+    def InternalKVPut(request,
             target,
             options=(),
             channel_credentials=None,
@@ -840,9 +901,9 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/KVPut',
-            gcs__pb2.KVPutRequest.SerializeToString,
-            gcs__pb2.KVPutReply.FromString,
+            '/ember.InternalKVGcsService/InternalKVPut',
+            gcs__pb2.InternalKVPutRequest.SerializeToString,
+            gcs__pb2.InternalKVPutReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -854,7 +915,7 @@ class Gcs:
             _registered_method=True)
 
     @staticmethod
-    def KVDel(request,
+    def InternalKVDel(request,
             target,
             options=(),
             channel_credentials=None,
@@ -867,9 +928,9 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/KVDel',
-            gcs__pb2.KVDelRequest.SerializeToString,
-            gcs__pb2.KVDelReply.FromString,
+            '/ember.InternalKVGcsService/InternalKVDel',
+            gcs__pb2.InternalKVDelRequest.SerializeToString,
+            gcs__pb2.InternalKVDelReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -881,7 +942,7 @@ class Gcs:
             _registered_method=True)
 
     @staticmethod
-    def KVKeys(request,
+    def InternalKVKeys(request,
             target,
             options=(),
             channel_credentials=None,
@@ -894,9 +955,9 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/KVKeys',
-            gcs__pb2.KVKeysRequest.SerializeToString,
-            gcs__pb2.KVKeysReply.FromString,
+            '/ember.InternalKVGcsService/InternalKVKeys',
+            gcs__pb2.InternalKVKeysRequest.SerializeToString,
+            gcs__pb2.InternalKVKeysReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -908,7 +969,7 @@ class Gcs:
             _registered_method=True)
 
     @staticmethod
-    def KVExists(request,
+    def InternalKVExists(request,
             target,
             options=(),
             channel_credentials=None,
@@ -921,9 +982,132 @@ class Gcs:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/ember.Gcs/KVExists',
-            gcs__pb2.KVExistsRequest.SerializeToString,
-            gcs__pb2.KVExistsReply.FromString,
+            '/ember.InternalKVGcsService/InternalKVExists',
+            gcs__pb2.InternalKVExistsRequest.SerializeToString,
+            gcs__pb2.InternalKVExistsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class InternalPubSubGcsServiceStub:
+    """Change feeds.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Subscribe = channel.unary_stream(
+                '/ember.InternalPubSubGcsService/Subscribe',
+                request_serializer=gcs__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=gcs__pb2.PubMessage.FromString,
+                _registered_method=True)
+        self.PublishLogs = channel.unary_unary(
+                '/ember.InternalPubSubGcsService/PublishLogs',
+                request_serializer=gcs__pb2.PublishLogsRequest.SerializeToString,
+                response_deserializer=gcs__pb2.PublishLogsReply.FromString,
+                _registered_method=True)
+
+
+class InternalPubSubGcsServiceServicer:
+    """Change feeds.
+    """
+
+    def Subscribe(self, request, context):
+        """Server stream of messages on the requested channels ("nodes" starts with a snapshot of
+        every node). Idempotent. Failure: the subscriber reconnects with backoff and resyncs from
+        the snapshot; messages published meanwhile are lost (logs) or superseded (nodes).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishLogs(self, request, context):
+        """Publishes lines of worker output to the job's driver. NOT idempotent (lines may repeat on
+        a retry). Failure: not retried; the raylet's log monitor drops the batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_InternalPubSubGcsServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Subscribe': grpc.unary_stream_rpc_method_handler(
+                    servicer.Subscribe,
+                    request_deserializer=gcs__pb2.SubscribeRequest.FromString,
+                    response_serializer=gcs__pb2.PubMessage.SerializeToString,
+            ),
+            'PublishLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishLogs,
+                    request_deserializer=gcs__pb2.PublishLogsRequest.FromString,
+                    response_serializer=gcs__pb2.PublishLogsReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ember.InternalPubSubGcsService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ember.InternalPubSubGcsService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class InternalPubSubGcsService:
+    """Change feeds.
+    """
+
+    @staticmethod
+    def Subscribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ember.InternalPubSubGcsService/Subscribe',
+            gcs__pb2.SubscribeRequest.SerializeToString,
+            gcs__pb2.PubMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.InternalPubSubGcsService/PublishLogs',
+            gcs__pb2.PublishLogsRequest.SerializeToString,
+            gcs__pb2.PublishLogsReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -57,16 +57,14 @@ class RequestWorkerLeaseRequest(_message.Message):
     def __init__(self, lease_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., spillback_count: _Optional[int] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., owner_worker_id: _Optional[str] = ...) -> None: ...
 
 class RequestWorkerLeaseReply(_message.Message):
-    __slots__ = ("granted", "spillback", "infeasible", "cancelled")
+    __slots__ = ("granted", "spillback", "cancelled")
     GRANTED_FIELD_NUMBER: _ClassVar[int]
     SPILLBACK_FIELD_NUMBER: _ClassVar[int]
-    INFEASIBLE_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
     granted: Grant
     spillback: Spillback
-    infeasible: str
     cancelled: bool
-    def __init__(self, granted: _Optional[_Union[Grant, _Mapping]] = ..., spillback: _Optional[_Union[Spillback, _Mapping]] = ..., infeasible: _Optional[str] = ..., cancelled: _Optional[bool] = ...) -> None: ...
+    def __init__(self, granted: _Optional[_Union[Grant, _Mapping]] = ..., spillback: _Optional[_Union[Spillback, _Mapping]] = ..., cancelled: _Optional[bool] = ...) -> None: ...
 
 class Grant(_message.Message):
     __slots__ = ("worker_address", "gpu_ids", "pid")

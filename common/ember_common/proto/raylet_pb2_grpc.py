@@ -76,14 +76,19 @@ class RayletServicer:
 
     def RegisterWorker(self, request, context):
         """A worker process announces itself after its gRPC server is up. Idempotent.
+        Failure: the worker exits (the raylet replaces it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RequestWorkerLease(self, request, context):
-        """Asks for a worker with the given resources. Not idempotent: a caller that loses the reply
-        cancels the lease by its lease_id (CancelWorkerLease) and asks again.
+        """Asks for a worker with the given resources; the reply grants one, redirects to another
+        raylet (spillback: ask there with spillback_count + 1), or says the request was cancelled.
+        FAILED_PRECONDITION when no node can run it within EMBER_INFEASIBLE_TIMEOUT_S.
+        Not idempotent: a caller that loses the reply cancels the lease by its lease_id
+        (CancelWorkerLease) and asks again. Failure: UNAVAILABLE at a spilled-to raylet -> ask the
+        home raylet again; at the home raylet -> retry with backoff, then fail the tasks.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -91,34 +96,36 @@ class RayletServicer:
 
     def ReturnWorker(self, request, context):
         """Gives a leased worker back (or reports it broken). Idempotent.
+        Failure: ignored; a raylet that is gone took its workers with it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CancelWorkerLease(self, request, context):
-        """Withdraws a queued lease request. Idempotent.
+        """Withdraws a queued lease request. Idempotent. Failure: ignored (the raylet is gone).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def NotifyWorkerBlocked(self, request, context):
-        """A leased worker is blocked in get()/wait(): its CPUs are lent out until it unblocks. Idempotent.
+        """A leased worker is blocked in get()/wait(): its CPUs are lent out until it unblocks.
+        Idempotent. Failure: ignored (the CPUs stay held).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetNodeStats(self, request, context):
-        """Idempotent read.
+        """Idempotent read. Failure: retry or report the node unreachable.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Shutdown(self, request, context):
-        """Stops the node (workers, then the raylet). Idempotent.
+        """Stops the node (workers, then the raylet). Idempotent. Failure: the node is already gone.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

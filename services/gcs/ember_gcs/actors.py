@@ -1,7 +1,8 @@
 """ActorManager: the GCS side of actors — registration, placement, restarts, names, death.
 
 Creation: RegisterActor records the actor (state PENDING_CREATION, persisted) and starts a
-creation loop: lease a dedicated worker from the creator's node's raylet (following spillback),
+creation loop: lease a dedicated worker from the creator's node's raylet (following spillback,
+through the kit's RayletClient; no raylet or a failed lease -> retry under the kit's backoff),
 push the creation task (the worker runs __init__ and becomes the actor), then mark it ALIVE with
 the worker's address and a new incarnation. Callers long-poll GetActorInfo for the next
 incarnation. When the worker dies (reported by its raylet) or its node dies, the actor restarts
@@ -13,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any
 
 import grpc
 
-from ember_common import rpc, tracing
+from ember_common import backoff, rpc, tracing
+from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, raylet_pb2
+from ember_common.raylet_client import LeaseGrant, RayletClient
 from ember_common.rpc import AlreadyExists, NotFound
-from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 
 from .storage import Storage
 
@@ -38,19 +39,14 @@ class ActorManager:
         self.by_worker: dict[str, bytes] = {}
         self._changed = asyncio.Condition()
         self._creating: dict[bytes, asyncio.Task] = {}
-        self._channels: dict[str, grpc.aio.Channel] = {}
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        ch = self._channels.get(address)
-        if ch is None:
-            ch = self._channels[address] = rpc.aio_channel(address)
-        return ch
+        self._channels = rpc.ChannelPool()
+        self.raylets = RayletClient(channel_for=self._channels.get)
 
     async def close(self) -> None:
+        """Stops creation loops and closes channels."""
         for t in self._creating.values():
             t.cancel()
-        for ch in self._channels.values():
-            await ch.close()
+        await self._channels.close()
 
     async def load(self) -> None:
         """After a restart: reload every actor; resume creations that were under way."""
@@ -188,10 +184,9 @@ class ActorManager:
         lease_id, addr = a.lease_id, a.raylet_address
         a.lease_id = b""
         try:
-            await raylet_pb2_grpc.RayletStub(self._channel(addr)).ReturnWorker(
-                raylet_pb2.ReturnWorkerRequest(lease_id=lease_id, disconnect=True), timeout=5)
-        except grpc.aio.AioRpcError as e:  # its node is gone: so is the worker
-            log.debug("returning actor lease failed: %s", e.code().name)
+            await self.raylets.return_worker(lease_id, disconnect=True, address=addr, timeout_s=5)
+        except rpc.ServiceError as e:  # its node is gone: so is the worker
+            log.debug("returning actor lease failed: %s", e)
 
     def _start_creation(self, a: common_pb2.ActorInfo) -> None:
         task = asyncio.ensure_future(self._create(a))
@@ -226,27 +221,26 @@ class ActorManager:
 
     async def _create_untraced(self, a: common_pb2.ActorInfo) -> None:
         spec = a.creation_spec
-        delay = 0.1
+        attempts = backoff.Attempts(backoff.FOREVER)  # no raylet yet, or a lease that failed
         while a.state != A.DEAD:
             addr = self._first_raylet(a)
-            if addr is None:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                continue
             lease_id = os.urandom(16)
-            grant, addr, err = await self._lease(a, lease_id, addr)
-            if err is not None:
-                await self._mark_dead(a, err)
-                return
-            if grant is None:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+            lease = None
+            if addr is not None:
+                try:
+                    lease = await self._lease(a, lease_id, addr)
+                except rpc.Infeasible as e:
+                    await self._mark_dead(a, f"The actor {a.class_name} cannot be scheduled: {e}")
+                    return
+            if lease is None:
+                await asyncio.sleep(attempts.failed() or backoff.FOREVER.max_s)
                 continue
+            grant, addr = lease.grant, lease.raylet_address
             w = grant.worker_address
             spec.gpu_ids[:] = list(grant.gpu_ids)
             spec.attempt = a.num_restarts
             a.lease_id, a.raylet_address = lease_id, addr
-            stub = core_worker_pb2_grpc.CoreWorkerStub(self._channel(f"{w.ip}:{w.port}"))
+            stub = core_worker_pb2_grpc.CoreWorkerStub(self._channels.get(f"{w.ip}:{w.port}"))
             push = spec
             if tracing.enabled():  # __init__ runs as a child of this creation span
                 push = common_pb2.TaskSpec()
@@ -278,27 +272,20 @@ class ActorManager:
             await self._save(a)
             return
 
-    async def _lease(self, a: common_pb2.ActorInfo, lease_id: bytes, addr: str) -> tuple[Any, str, str | None]:
-        """Leases a worker for the actor. Returns (grant, raylet address, fatal error)."""
+    async def _lease(self, a: common_pb2.ActorInfo, lease_id: bytes, addr: str) -> LeaseGrant | None:
+        """Leases a dedicated worker for the actor, starting at addr and following spillback.
+        None when no raylet answered (the caller retries later); Infeasible when no node can
+        ever host the actor."""
         spec = a.creation_spec
-        spillback = 0
-        while True:
-            try:
-                reply = await raylet_pb2_grpc.RayletStub(self._channel(addr)).RequestWorkerLease(
-                    raylet_pb2.RequestWorkerLeaseRequest(
-                        lease_id=lease_id, resources=spec.resources, spillback_count=spillback,
-                        job_id=spec.job_id, name=spec.name, actor_id=a.actor_id),
-                    metadata=tracing.metadata())
-            except grpc.aio.AioRpcError as e:
-                log.info("actor %s: lease request to %s failed (%s)", a.actor_id.hex()[:8], addr, e.code().name)
-                return None, addr, None
-            which = reply.WhichOneof("result")
-            if which == "spillback":
-                addr, spillback = reply.spillback.raylet_address, spillback + 1
-                continue
-            if which == "granted":
-                return reply.granted, addr, None
-            if which == "infeasible":
-                return None, addr, f"The actor {a.class_name} cannot be scheduled: {reply.infeasible}"
-            return None, addr, None
-
+        request = raylet_pb2.RequestWorkerLeaseRequest(
+            lease_id=lease_id, resources=spec.resources, job_id=spec.job_id, name=spec.name,
+            actor_id=a.actor_id)
+        try:
+            return await self.raylets.request_worker_lease(
+                request, address=addr, retry=backoff.NO_RETRY, metadata=tracing.metadata(),
+                keep_trying=lambda: a.state != A.DEAD)
+        except rpc.Infeasible:
+            raise
+        except rpc.ServiceError as e:
+            log.info("actor %s: lease request to %s failed (%s)", a.actor_id.hex()[:8], addr, e)
+            return None

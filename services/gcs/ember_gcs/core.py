@@ -1,7 +1,8 @@
 """GcsCore: the GCS's state and rules, independent of gRPC.
 
 Node table (registration, heartbeats, death after `node_death_timeout_s` of silence), job table,
-internal KV and a publish/subscribe feed of node changes and worker logs. Every table lives in
+the actor table (`actors.ActorManager`), the internal KV (`kv.InternalKV`) and a
+publish/subscribe feed of node changes, worker deaths and worker logs. Every table lives in
 a Storage backend; a GCS restarted on the same etcd reloads it and gives surviving nodes a fresh
 heartbeat grace period.
 """
@@ -13,19 +14,18 @@ import struct
 import time
 from typing import AsyncIterator
 
-from ember_common.rpc import NotFound
+from ember_common import resources
 from ember_common.proto import common_pb2, gcs_pb2
+from ember_common.rpc import NotFound
 
+from .actors import ActorManager
+from .kv import InternalKV
 from .storage import Storage
 
 log = logging.getLogger(__name__)
 
 NODES = "nodes"
 JOBS = "jobs"
-
-
-def kv_table(namespace: str) -> str:
-    return f"kv:{namespace}"
 
 
 class Subscriber:
@@ -43,9 +43,8 @@ class GcsCore:
         self.nodes: dict[str, common_pb2.NodeInfo] = {}
         self._last_seen: dict[str, float] = {}
         self._subs: list[Subscriber] = []
-        from .actors import ActorManager
-
         self.actors = ActorManager(storage, self.nodes)
+        self.kv = InternalKV(storage)
         # Open "driver" streams per job: a job whose driver is gone for DRIVER_GRACE_S ends.
         self._drivers: dict[bytes, int] = {}
         self.driver_grace_s = 3.0
@@ -74,11 +73,11 @@ class GcsCore:
 
     # ------------------------------------------------------------------ nodes
     async def register_node(self, info: common_pb2.NodeInfo) -> None:
+        """Records a node as ALIVE (again) and publishes it. ValueError for a missing id or bad
+        resources."""
         if not info.node_id:
             raise ValueError("node_id is required")
-        for k, v in info.total_resources.items():
-            if v < 0:
-                raise ValueError(f"resource {k!r} is negative ({v})")
+        resources.validate(dict(info.total_resources), source=f"node {info.node_id} resources")
         info.state = common_pb2.NodeInfo.ALIVE
         info.death_reason = ""
         await self.storage.put(NODES, info.node_id.encode(), info.SerializeToString())
@@ -88,10 +87,12 @@ class GcsCore:
                  info.raylet_address, dict(info.total_resources))
         self._publish_node(info)
 
-    def heartbeat(self, node_id: str, available: dict[str, float], total: dict[str, float]) -> bool:
+    def heartbeat(self, node_id: str, available: dict[str, float], total: dict[str, float]) -> None:
+        """A node is alive with these resources (published when they changed). NotFound when the
+        node is not known as ALIVE: it must register again."""
         info = self.nodes.get(node_id)
         if info is None or info.state != common_pb2.NodeInfo.ALIVE:
-            return False
+            raise NotFound(f"node {node_id} is not registered as alive with this GCS")
         self._last_seen[node_id] = time.monotonic()
         changed = dict(info.available_resources) != available or (
             total and dict(info.total_resources) != total)
@@ -102,9 +103,9 @@ class GcsCore:
                 info.total_resources.clear()
                 info.total_resources.update(total)
             self._publish_node(info)
-        return True
 
     async def mark_dead(self, node_id: str, reason: str) -> None:
+        """Marks a node DEAD (idempotent); its actors restart or die. NotFound if unknown."""
         info = self.nodes.get(node_id)
         if info is None:
             raise NotFound(f"node {node_id} is unknown")
@@ -136,6 +137,7 @@ class GcsCore:
 
     # ------------------------------------------------------------------ jobs
     async def add_job(self, job: common_pb2.JobInfo) -> bytes:
+        """Allocates the next job id and records the job."""
         n = await self.storage.increment("job")
         job.job_id = struct.pack(">I", n)
         job.start_time = job.start_time or time.time()
@@ -143,6 +145,7 @@ class GcsCore:
         return job.job_id
 
     async def mark_job_finished(self, job_id: bytes) -> None:
+        """Ends a job: its non-detached actors die, its driver's objects are freed."""
         blob = await self.storage.get(JOBS, job_id)
         if blob is None:
             raise NotFound(f"job {job_id.hex()} is unknown")
@@ -155,6 +158,7 @@ class GcsCore:
             self.publish_worker_death(job.driver_worker_id, "", "driver exited")
 
     async def all_jobs(self) -> list[common_pb2.JobInfo]:
+        """Every job, in id order."""
         return [common_pb2.JobInfo.FromString(b) for _, b in sorted((await self.storage.get_all(JOBS)).items())]
 
     # ------------------------------------------------------------------ pub/sub

@@ -3,7 +3,8 @@
 Tables are flat namespaces of bytes keys ("nodes", "jobs", "kv:<namespace>", ...). Two backends
 implement it: `MemoryStorage` (the embedded default: state dies with the process) and
 `EtcdStorage` (ember_gcs.etcd_storage: every table under one key prefix per cluster, so a GCS
-restarted on the same etcd comes back with its state).
+restarted on the same etcd comes back with its state). `ember_gcs.backend.open_storage` picks
+one from a URL; this module knows neither backend module (no import circle).
 """
 from __future__ import annotations
 
@@ -93,14 +94,3 @@ class MemoryStorage(Storage):
     async def increment(self, counter: str) -> int:
         self._counters[counter] = self._counters.get(counter, 0) + 1
         return self._counters[counter]
-
-
-def open_storage(url: str, cluster_name: str = "default") -> Storage:
-    """Storage for a URL: "memory" or "etcd://host:port[,host:port...]"."""
-    if url in ("", "memory", "memory://"):
-        return MemoryStorage()
-    if url.startswith("etcd://"):
-        from .etcd_storage import EtcdStorage
-
-        return EtcdStorage(url[len("etcd://"):], cluster_name=cluster_name)
-    raise ValueError(f"unknown GCS storage {url!r}: expected 'memory' or 'etcd://host:port'")

@@ -10,17 +10,19 @@ import os
 import sys
 from typing import Any, AsyncIterator
 
-import grpc
+from ember_common import backoff, metrics, rpc, service, tracing
+from ember_common.gcs_client import GcsClient
+from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
+from ember_common.rpc import rpc_errors
 
-from ember_common import metrics, rpc, service, tracing
-from ember_common.rpc import NotFound, rpc_errors
-from ember_common.proto import gcs_pb2, gcs_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
-
-from .store import DataLoss, ObjectStore
-from .transfer import Puller, TransferServicer, pin_for_stream
+from .store import ObjectStore
+from .transfer import Puller, TransferServicer
 
 log = logging.getLogger(__name__)
+HEALTH_NAME = objmgr_pb2.DESCRIPTOR.services_by_name["ObjectManager"].full_name  # "ember.ObjectManager"
 CHUNK_BYTES = 16 * 1024 * 1024
+# How long a Get that must restore a spilled object waits for pinned space to be released.
+RESTORE_WAIT = backoff.Backoff(initial_s=0.005, max_s=0.1, deadline_s=1.0)
 
 
 class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
@@ -40,7 +42,15 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
         self.store.seal(request.object_id)
         return objmgr_pb2.SealReply()
 
+    @rpc_errors  # NotFound, DataLoss, ResourceExhausted (no room to restore) -> status codes
     async def Get(self, request: Any, context: Any) -> Any:
+        # Restoring a spilled object may need room that pinned objects hold; readers release
+        # their pins in batches a few milliseconds after their views die, so a full store gets
+        # a short while (RESTORE_WAIT) before the reader is told it is full.
+        return await backoff.retry_async(lambda: self._get_all(request), RESTORE_WAIT,
+                                         retry_on=lambda e: isinstance(e, rpc.ResourceExhausted))
+
+    async def _get_all(self, request: Any) -> Any:
         reply = objmgr_pb2.GetReply()
         taken: list[bytes] = []
         try:
@@ -48,12 +58,10 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
                 e = self.store.get(oid, request.client_id)
                 taken.append(oid)
                 reply.objects.append(objmgr_pb2.ObjectLocation(object_id=oid, offset=e.offset, size=e.size))
-        except (NotFound, DataLoss, rpc.ResourceExhausted) as e:
+        except BaseException:  # all or nothing: drop the pins taken so far
             for oid in taken:
                 self.store.release(oid, request.client_id)
-            code = {NotFound: grpc.StatusCode.NOT_FOUND, DataLoss: grpc.StatusCode.DATA_LOSS}.get(
-                type(e), grpc.StatusCode.RESOURCE_EXHAUSTED)
-            await context.abort(code, str(e))
+            raise
         return reply
 
     @rpc_errors
@@ -84,11 +92,10 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
             sp.set_attribute("ember.object.size", size)
             return size
 
+    @rpc_errors
     async def ReadObject(self, request: Any, context: Any) -> AsyncIterator[Any]:
         client = f"read-{id(context)}"
-        e = await pin_for_stream(self.store, request.object_id, client, context)
-        if e is None:
-            return
+        e = self.store.get(request.object_id, client)  # NotFound / DataLoss -> status codes
         try:
             total, pos = e.size, 0
             while True:
@@ -151,12 +158,11 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
                 if n:
                     log.info("freed %d objects of dead worker %s", n, msg.worker_death.worker_id)
 
-        ch = rpc.aio_channel(gcs_address)
+        gcs = GcsClient(gcs_address)
         try:
-            await rpc.follow(gcs_pb2_grpc.GcsStub(ch), gcs_pb2.SubscribeRequest(channels=["workers"]),
-                             on_message, stop)
+            await gcs.follow(["workers"], on_message, stop)
         finally:
-            await ch.close()
+            await gcs.close()
 
     async def close(self) -> None:
         await self.puller.close()
@@ -185,10 +191,10 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
          lambda s: s.add_generic_rpc_handlers([TransferServicer(store).handler()])],
         host=ns.host, port=ns.port)
     await server.start()
-    await rpc.mark_serving(health, ["ember.ObjectManager"])
+    await rpc.mark_serving(health, [HEALTH_NAME])
     follow = asyncio.ensure_future(servicer.follow_worker_deaths(ns.gcs_address, stop))
-    await metrics.advertise(ns.gcs_address, f"objmgr/{ns.node_id}",
-                            metrics.advertise_host(ns.host, ns.gcs_address))
+    await service.advertise_metrics(ns.gcs_address, f"objmgr/{ns.node_id}",
+                                    metrics.advertise_host(ns.host, ns.gcs_address))
     rpc.write_port_file(ns.port_file, port)
     log.info("object manager serving on %s:%d, arena %s (%d bytes), spill %s", ns.host, port,
              store.arena_path, store.capacity, store.spill_uri)

@@ -17,7 +17,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from ember_common.rpc import NotFound, ResourceExhausted
+from ember_common.rpc import DataLoss, NotFound, ResourceExhausted
 
 from .allocator import ArenaAllocator
 from .spill import SpillError, Spiller, SpillReadError
@@ -26,8 +26,7 @@ log = logging.getLogger(__name__)
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
-class DataLoss(Exception):
-    """A spilled object cannot be read back."""
+__all__ = ["DataLoss", "Entry", "ObjectStore"]  # DataLoss (the kit's): a spill file cannot be read back
 
 
 @dataclass

@@ -19,10 +19,10 @@ from typing import Any, AsyncIterator
 import grpc
 
 from ember_common import rpc, tracing
-from ember_common.rpc import NotFound, Unavailable
 from ember_common.proto import objmgr_pb2
+from ember_common.rpc import DataLoss, NotFound, OutOfRange, Unavailable, rpc_errors
 
-from .store import DataLoss, ObjectStore
+from .store import ObjectStore
 
 CHUNK_BYTES = 1024 * 1024  # fits in the caches: each copy of a chunk is cheap
 FIRST_RANGE_BYTES = 8 * 1024 * 1024  # the first stream's range; smaller objects need one stream
@@ -74,18 +74,6 @@ def parse_chunk(msg: bytes) -> tuple[memoryview, int]:
     return data, total
 
 
-async def pin_for_stream(store: ObjectStore, oid: bytes, client: str, context: Any) -> Any:
-    """Pins oid for a streaming reader (restoring it from spill first). On failure aborts the
-    RPC with NOT_FOUND / DATA_LOSS and returns None."""
-    try:
-        return store.get(oid, client)
-    except NotFound as err:
-        await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
-    except DataLoss as err:
-        await context.abort(grpc.StatusCode.DATA_LOSS, str(err))
-    return None
-
-
 class TransferServicer:
     """Source side: ReadRange over this node's store."""
 
@@ -98,20 +86,19 @@ class TransferServicer:
                 self.read_range, request_deserializer=objmgr_pb2.ReadRangeRequest.FromString,
                 response_serializer=None)})  # chunks are serialized by encode_chunk
 
+    @rpc_errors  # NotFound, DataLoss (spill file unreadable), OutOfRange -> their status codes
     async def read_range(self, request: Any, context: Any) -> AsyncIterator[bytes]:
+        """Streams a byte range of a sealed object, pinned meanwhile."""
         store, oid = self.store, request.object_id
         client = f"range-{id(context)}"
         with tracing.server_span("ember.ObjectTransfer/ReadRange", context.invocation_metadata()):
-            e = await pin_for_stream(store, oid, client, context)
-        if e is None:
-            return
+            e = store.get(oid, client)  # restores it from spill first
         try:
             total = e.size
             pos = request.offset
             end = total if request.length <= 0 else min(total, pos + request.length)
             if pos < 0 or pos > total:
-                await context.abort(grpc.StatusCode.OUT_OF_RANGE,
-                                    f"offset {pos} is outside object {oid.hex()} of {total} bytes")
+                raise OutOfRange(f"offset {pos} is outside object {oid.hex()} of {total} bytes")
             first = True
             while True:
                 n = min(CHUNK_BYTES, end - pos)
@@ -168,8 +155,9 @@ class Puller:
             await asyncio.gather(*rest)
         except grpc.aio.AioRpcError as e:
             _abort(store, oid, created, first, rest)
-            if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.DATA_LOSS):
-                raise NotFound(f"object {oid.hex()} is not at {source}: {e.details()}") from None
+            err = rpc.status_to_exception(e)
+            if isinstance(err, (NotFound, DataLoss)):
+                raise NotFound(f"object {oid.hex()} is not at {source}: {err}") from None
             raise Unavailable(f"pulling {oid.hex()} from {source} failed: {e.code().name}") from None
         except BaseException:
             _abort(store, oid, created, first, rest)

@@ -21,7 +21,7 @@ from typing import Any
 
 from ember_common import ids, tracing
 from ember_common.config import Config
-from ember_common.rpc import NotFound
+from ember_common.rpc import Infeasible, NotFound
 from ember_common.proto import common_pb2, raylet_pb2
 
 from .resources import Allocation, NodeResources, validate_request
@@ -200,12 +200,17 @@ class Raylet:
         else:
             self.queue.append(p)
             self.dispatch()
-        reply = await fut
-        if tracing.enabled():
-            which = reply.WhichOneof("result")
-            tracing.annotate(**{"ember.lease.result": which,
-                                "ember.worker_id": reply.granted.worker_address.worker_id
-                                if which == "granted" else None})
+        if not tracing.enabled():
+            return await fut
+        try:
+            reply = await fut
+        except Infeasible:
+            tracing.annotate(**{"ember.lease.result": "infeasible"})
+            raise
+        which = reply.WhichOneof("result")
+        tracing.annotate(**{"ember.lease.result": which,
+                            "ember.worker_id": reply.granted.worker_address.worker_id
+                            if which == "granted" else None})
         return reply
 
     def dispatch(self) -> None:
@@ -315,9 +320,9 @@ class Raylet:
                         self.dispatch()
                 elif now >= p.deadline:
                     self.infeasible.remove(p)
-                    p.future.set_result(raylet_pb2.RequestWorkerLeaseReply(infeasible=(
+                    p.future.set_exception(Infeasible(
                         f"{d.reason} Waited {self.cfg.infeasible_timeout_s:g}s for a node that could "
-                        f"run {p.request.name or 'the task'}; none joined.")))
+                        f"run {p.request.name or 'the task'}; none joined."))
             try:
                 await asyncio.wait_for(stop.wait(), 0.2)
             except asyncio.TimeoutError:

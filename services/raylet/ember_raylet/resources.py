@@ -6,22 +6,18 @@ GPU ids so the worker can set CUDA_VISIBLE_DEVICES.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
+from ember_common import resources as kit_resources
+
 EPS = 1e-9
-GPU = "GPU"
+GPU = kit_resources.GPU
 
 
 def validate_request(request: dict[str, float]) -> None:
-    for k, v in request.items():
-        if not math.isfinite(v):
-            raise ValueError(f"resource {k!r} must be a finite number, got {v}")
-        if v < 0:
-            raise ValueError(f"resource {k!r} must be >= 0, got {v}")
-    g = request.get(GPU, 0.0)
-    if g > 1 and abs(g - round(g)) > EPS:
-        raise ValueError(f"num_gpus above 1 must be a whole number, got {g}")
+    """ValueError naming the resource unless every amount is a finite number >= 0 (and GPUs
+    above 1 whole): the kit's one resource check (ember_common.resources)."""
+    kit_resources.validate(request, source="the resource request")
 
 
 @dataclass

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import socket
 import time
 from typing import Any
 
-import grpc
-
-from ember_common import metrics, rpc, service
+from ember_common import backoff, metrics, resources, rpc, service
 from ember_common.config import get_config
+from ember_common.gcs_client import GcsClient
+from ember_common.proto import common_pb2, gcs_pb2, raylet_pb2, raylet_pb2_grpc
 from ember_common.rpc import rpc_errors
-from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 
 from .log_monitor import LogMonitor
 from .raylet import Raylet
 
 log = logging.getLogger(__name__)
+HEALTH_NAME = raylet_pb2.DESCRIPTOR.services_by_name["Raylet"].full_name  # "ember.Raylet"
 
 
 class RayletServicer(raylet_pb2_grpc.RayletServicer):
@@ -70,34 +69,32 @@ class GcsLink:
     def __init__(self, raylet: Raylet, node: common_pb2.NodeInfo) -> None:
         self.raylet = raylet
         self.node = node
-        self.channel = rpc.aio_channel(raylet.gcs_address)
-        self.gcs = gcs_pb2_grpc.GcsStub(self.channel)
+        self.gcs = GcsClient(raylet.gcs_address, timeout_s=5)
 
     async def register(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                await self.gcs.RegisterNode(gcs_pb2.RegisterNodeRequest(node=self.node), timeout=5)
-                return
-            except grpc.aio.AioRpcError as e:
-                if time.monotonic() > deadline:
-                    raise ConnectionError(f"cannot register with the GCS at {self.raylet.gcs_address}: "
-                                          f"{e.code().name} {e.details()}") from None
-                await asyncio.sleep(0.2)
+        """Registers the node, retrying until timeout_s (the GCS may still be starting)."""
+        try:
+            await self.gcs.register_node(self.node, retry=backoff.SERVICE_RESTART.replace(
+                initial_s=0.1, max_s=0.5, deadline_s=timeout_s))
+        except rpc.ServiceError as e:
+            raise ConnectionError(f"cannot register with the GCS at {self.raylet.gcs_address}: "
+                                  f"{type(e).__name__}: {e}") from None
 
     async def heartbeat_loop(self, stop: asyncio.Event) -> None:
+        """Reports liveness and resources every heartbeat period; registers again when the GCS
+        does not know the node (it restarted, or declared the node dead)."""
         period = self.raylet.cfg.heartbeat_period_s
         while not stop.is_set():
             try:
-                reply = await self.gcs.Heartbeat(gcs_pb2.HeartbeatRequest(
-                    node_id=self.raylet.node_id,
-                    available_resources=self.raylet.resources.snapshot_available(),
-                    total_resources=self.raylet.resources.total), timeout=max(period * 4, 2))
-                if not reply.known:
+                try:
+                    await self.gcs.report_heartbeat(
+                        self.raylet.node_id, self.raylet.resources.snapshot_available(),
+                        self.raylet.resources.total, timeout_s=max(period * 4, 2))
+                except rpc.NotFound:
                     log.warning("the GCS does not know this node (restarted?): registering again")
-                    await self.gcs.RegisterNode(gcs_pb2.RegisterNodeRequest(node=self.node), timeout=5)
-            except grpc.aio.AioRpcError as e:
-                log.debug("heartbeat failed: %s", e.code().name)
+                    await self.gcs.register_node(self.node, retry=backoff.NO_RETRY)
+            except rpc.ServiceError as e:  # the next period is the retry
+                log.debug("heartbeat failed: %s", e)
             try:
                 await asyncio.wait_for(stop.wait(), period)
             except asyncio.TimeoutError:
@@ -111,30 +108,30 @@ class GcsLink:
             elif msg.HasField("worker_death"):
                 self.raylet.owner_died(msg.worker_death.worker_id)
 
-        await rpc.follow(self.gcs, gcs_pb2.SubscribeRequest(channels=["nodes", "workers"]),
-                         on_message, stop)
+        await self.gcs.follow(["nodes", "workers"], on_message, stop)
 
     def report_worker_death(self, worker_id: str, reason: str) -> None:
+        """Tells the GCS a worker exited (in the background, retrying while it restarts)."""
         asyncio.ensure_future(self._report(worker_id, reason))
 
     async def _report(self, worker_id: str, reason: str) -> None:
-        for attempt in range(30):  # the GCS may be restarting
-            try:
-                await self.gcs.ReportWorkerFailure(gcs_pb2.ReportWorkerFailureRequest(
-                    worker_id=worker_id, node_id=self.raylet.node_id, reason=reason), timeout=5)
-                return
-            except grpc.aio.AioRpcError:
-                await asyncio.sleep(min(0.2 * (attempt + 1), 2.0))
+        try:
+            await self.gcs.report_worker_failure(worker_id, self.raylet.node_id, reason,
+                                                 retry=backoff.SERVICE_RESTART.replace(max_s=2.0))
+        except rpc.ServiceError as e:
+            log.warning("could not report the exit of worker %s to the GCS: %s", worker_id, e)
 
     async def publish_logs(self, batches: list[gcs_pb2.LogBatch]) -> None:
-        await self.gcs.PublishLogs(gcs_pb2.PublishLogsRequest(batches=batches), timeout=5)
+        """Worker output to the drivers (the log monitor's sink)."""
+        await self.gcs.publish_logs(batches)
 
     async def unregister(self) -> None:
+        """Tells the GCS this node stops (best effort)."""
         try:
-            await self.gcs.UnregisterNode(gcs_pb2.UnregisterNodeRequest(
-                node_id=self.raylet.node_id, reason="node stopped"), timeout=2)
-        except grpc.aio.AioRpcError as e:
-            log.warning("could not tell the GCS that this node stops: %s", e.code().name)
+            await self.gcs.unregister_node(self.raylet.node_id, "node stopped", timeout_s=2,
+                                           retry=backoff.NO_RETRY)
+        except rpc.ServiceError as e:
+            log.warning("could not tell the GCS that this node stops: %s", e)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -156,13 +153,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def parse_resources(raw: str) -> dict[str, float]:
-    try:
-        res = json.loads(raw)
-    except ValueError as e:
-        raise ValueError(f"--resources is not valid JSON ({e}): {raw!r}") from None
-    if not isinstance(res, dict) or not all(isinstance(v, (int, float)) for v in res.values()):
-        raise ValueError(f"--resources must be a JSON object of numbers, got {raw!r}")
-    return {str(k): float(v) for k, v in res.items()}
+    """--resources JSON, checked by the kit's one resource validation."""
+    return resources.parse_json(raw, source="--resources")
 
 
 async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
@@ -192,8 +184,8 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
     monitor = LogMonitor(raylet.logs_dir, raylet.node_id, link.publish_logs,
                          lambda wid: raylet.workers[wid].pid if wid in raylet.workers else None)
     loops.append(asyncio.ensure_future(monitor.run(stop)))
-    await rpc.mark_serving(health, ["ember.Raylet"])
-    await metrics.advertise(ns.gcs_address, f"raylet/{ns.node_id}", ns.node_ip)
+    await rpc.mark_serving(health, [HEALTH_NAME])
+    await service.advertise_metrics(ns.gcs_address, f"raylet/{ns.node_id}", ns.node_ip)
     rpc.write_port_file(ns.port_file, port)
     log.info("raylet %s serving on %s with %s", ns.node_id[:8], raylet.address, raylet.resources.total)
     await stop.wait()
@@ -204,7 +196,7 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
     for t in loops:
         t.cancel()
     await asyncio.gather(*loops, return_exceptions=True)
-    await link.channel.close()
+    await link.gcs.close()
 
 
 def register_metrics(raylet: Raylet) -> None:

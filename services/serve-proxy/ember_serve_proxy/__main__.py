@@ -12,7 +12,6 @@ import logging
 import os
 import socket
 import sys
-import time
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,18 +39,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot listen on {ns.host}:{ns.port}: {e}", file=sys.stderr)
         return 1
     import ember
+    from ember_common import backoff
 
-    deadline = time.monotonic() + ns.connect_timeout_s
-    while True:  # under compose the proxy may start before the GCS or any node
+    def connect() -> None:
         try:
             ember.init(address=ns.gcs_address, namespace="serve", log_to_driver=False)
-            break
         except (ConnectionError, OSError) as e:
-            if time.monotonic() > deadline:
-                print(f"error: {e}", file=sys.stderr)
-                return 1
             logging.getLogger("ember_serve_proxy").info("waiting for the cluster: %s", e)
-            time.sleep(1.0)
+            raise
+
+    try:  # under compose the proxy may start before the GCS or any node
+        backoff.retry_sync(connect, backoff.Backoff(initial_s=0.25, max_s=1.0,
+                                                    deadline_s=ns.connect_timeout_s),
+                           retry_on=lambda e: isinstance(e, (ConnectionError, OSError)))
+    except (ConnectionError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     import uvicorn
 
     from ember_common import metrics

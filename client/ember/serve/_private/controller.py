@@ -23,7 +23,6 @@ from typing import Any
 import cloudpickle
 
 import ember
-from ember_common.proto import gcs_pb2
 
 from .deployment_state import NAMESPACE, DeploymentSpec, DeploymentState, Replica
 from .reconcile import RUNNING
@@ -68,11 +67,10 @@ class ServeController:
 
     def _restore(self) -> None:
         core = self._core()
-        reply = core.gcs_call(lambda: core.gcs.KVGet(gcs_pb2.KVGetRequest(namespace=NAMESPACE, key=KV_KEY),
-                                                    timeout=10))
-        if not reply.found:
+        blob = core.gcs_call(lambda: core.gcs.internal_kv_get(NAMESPACE, KV_KEY, timeout_s=10))
+        if blob is None:
             return
-        saved = cloudpickle.loads(reply.value)
+        saved = cloudpickle.loads(blob)
         for name, app in saved["apps"].items():
             deps = {}
             for dname, d in app["deployments"].items():
@@ -100,8 +98,8 @@ class ServeController:
             for name, a in self.apps.items()}, "proxy": self.proxy_opts}
         data = cloudpickle.dumps(state)
         core = self._core()
-        core.gcs_call(lambda: core.gcs.KVPut(gcs_pb2.KVPutRequest(namespace=NAMESPACE, key=KV_KEY, value=data,
-                                                                  overwrite=True), timeout=10))
+        core.gcs_call(lambda: core.gcs.internal_kv_put(NAMESPACE, KV_KEY, data, overwrite=True,
+                                                       timeout_s=10))
 
     # ------------------------------------------------------------------ loop
     def _ensure_started(self) -> None:
@@ -307,4 +305,4 @@ class ServeController:
         self.proxy_opts = None
         self._stopped = True
         core = self._core()
-        core.gcs_call(lambda: core.gcs.KVDel(gcs_pb2.KVDelRequest(namespace=NAMESPACE, key=KV_KEY), timeout=10))
+        core.gcs_call(lambda: core.gcs.internal_kv_del(NAMESPACE, KV_KEY, timeout_s=10))

@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from ember_common.proto import gcs_pb2
+from ember_common import backoff
 
 NAMESPACE = "serve"
 PREFIX = b"proxies/"
@@ -29,28 +29,26 @@ def register(host: str, port: int) -> bytes:
     core = _core()
     key = PREFIX + f"{socket.gethostname()}:{port}".encode()
     value = json.dumps({"host": host, "port": port, "hostname": socket.gethostname(), "pid": os.getpid()}).encode()
-    core.gcs_call(lambda: core.gcs.KVPut(gcs_pb2.KVPutRequest(namespace=NAMESPACE, key=key, value=value,
-                                                              overwrite=True), timeout=10))
+    core.gcs_call(lambda: core.gcs.internal_kv_put(NAMESPACE, key, value, overwrite=True, timeout_s=10))
     return key
 
 
 def unregister(key: bytes) -> None:
     core = _core()
-    core.gcs_call(lambda: core.gcs.KVDel(gcs_pb2.KVDelRequest(namespace=NAMESPACE, key=key), timeout=10),
-                  retry_for_s=5)
+    core.gcs_call(lambda: core.gcs.internal_kv_del(NAMESPACE, key, timeout_s=10,
+                                                   retry=backoff.SERVICE_RESTART.replace(deadline_s=5)))
 
 
 def running() -> list[dict[str, Any]]:
     """Registered proxies that are not known to be dead."""
     core = _core()
-    keys = core.gcs_call(lambda: core.gcs.KVKeys(gcs_pb2.KVKeysRequest(namespace=NAMESPACE, prefix=PREFIX),
-                                                 timeout=10)).keys
+    keys = core.gcs_call(lambda: core.gcs.internal_kv_keys(NAMESPACE, PREFIX, timeout_s=10))
     out = []
     for key in keys:
-        reply = core.gcs_call(lambda: core.gcs.KVGet(gcs_pb2.KVGetRequest(namespace=NAMESPACE, key=key), timeout=10))
-        if not reply.found:
+        value = core.gcs_call(lambda: core.gcs.internal_kv_get(NAMESPACE, key, timeout_s=10))
+        if value is None:
             continue
-        info = json.loads(reply.value)
+        info = json.loads(value)
         if info.get("hostname") == socket.gethostname() and not psutil.pid_exists(info.get("pid", -1)):
             unregister(key)
             continue

@@ -1,0 +1,377 @@
+"""Typed clients of the GCS: one method per RPC of every GCS service (proto/gcs.proto).
+
+`GcsClient` (asyncio) is what services and the core worker use; `SyncGcsClient` is a small
+blocking facade for synchronous callers (the CLI, `ember.init` before the core worker runs).
+
+Every method raises the `ember_common.rpc` exception of the status the GCS answered (NotFound,
+AlreadyExists, InvalidArgument, Unavailable, ...), never a raw grpc error. RPCs the proto marks
+idempotent are retried on Unavailable / DeadlineExceeded under the client's backoff policy (the
+GCS may be restarting on etcd); a call can pass its own `retry=` policy (`backoff.NO_RETRY` for
+one try) and `timeout_s=` (per try). AddJob and PublishLogs are never retried.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, AsyncGenerator, Callable, Sequence, TypeVar
+
+import grpc
+
+from . import backoff, rpc
+from .proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 30.0
+# Reconnecting a subscription: until it works again (reset after every message).
+FOLLOW_RETRY = backoff.Backoff(initial_s=0.2, max_s=2.0, deadline_s=None)
+
+
+class GcsClient:
+    """The GCS's services behind one asyncio object (use it from one event loop)."""
+
+    def __init__(self, address: str, *, retry: backoff.Backoff = backoff.SERVICE_RESTART,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.address = address
+        self.retry = retry
+        self.timeout_s = timeout_s
+        self._channel = rpc.aio_channel(address)
+        ch = self._channel
+        self._nodes = gcs_pb2_grpc.NodeInfoGcsServiceStub(ch)
+        self._jobs = gcs_pb2_grpc.JobInfoGcsServiceStub(ch)
+        self._actors = gcs_pb2_grpc.ActorInfoGcsServiceStub(ch)
+        self._workers = gcs_pb2_grpc.WorkerInfoGcsServiceStub(ch)
+        self._kv = gcs_pb2_grpc.InternalKVGcsServiceStub(ch)
+        self._pubsub = gcs_pb2_grpc.InternalPubSubGcsServiceStub(ch)
+
+    async def close(self) -> None:
+        """Closes the channel (calls in flight fail)."""
+        await self._channel.close()
+
+    async def _call(self, method: Any, request: Any, *, idempotent: bool,
+                    timeout_s: float | None, retry: backoff.Backoff | None,
+                    metadata: Sequence[tuple[str, str]] | None = None) -> Any:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+
+        async def once() -> Any:
+            try:
+                return await method(request, timeout=timeout, metadata=metadata)
+            except grpc.aio.AioRpcError as e:
+                raise rpc.status_to_exception(e) from None
+
+        policy = (retry or self.retry) if idempotent else backoff.NO_RETRY
+        return await backoff.retry_async(once, policy, retry_on=rpc.is_transient)
+
+    # ------------------------------------------------------------------ NodeInfoGcsService
+    async def register_node(self, node: common_pb2.NodeInfo, *, timeout_s: float | None = None,
+                            retry: backoff.Backoff | None = None) -> str:
+        """Registers (or re-registers) a node; returns the cluster id."""
+        reply = await self._call(self._nodes.RegisterNode, gcs_pb2.RegisterNodeRequest(node=node),
+                                 idempotent=True, timeout_s=timeout_s, retry=retry)
+        return str(reply.cluster_id)
+
+    async def unregister_node(self, node_id: str, reason: str, *, timeout_s: float | None = None,
+                              retry: backoff.Backoff | None = None) -> None:
+        """Marks a node dead on a graceful stop. NotFound for an unknown node."""
+        await self._call(self._nodes.UnregisterNode,
+                         gcs_pb2.UnregisterNodeRequest(node_id=node_id, reason=reason),
+                         idempotent=True, timeout_s=timeout_s, retry=retry)
+
+    async def report_heartbeat(self, node_id: str, available: dict[str, float],
+                               total: dict[str, float], *, timeout_s: float | None = None,
+                               retry: backoff.Backoff | None = backoff.NO_RETRY) -> None:
+        """One heartbeat (not retried by default: the next period is the retry). NotFound when
+        the GCS does not know the node as alive: register again."""
+        await self._call(self._nodes.ReportHeartbeat, gcs_pb2.ReportHeartbeatRequest(
+            node_id=node_id, available_resources=available, total_resources=total),
+            idempotent=True, timeout_s=timeout_s, retry=retry)
+
+    async def get_all_node_info(self, *, timeout_s: float | None = None,
+                                retry: backoff.Backoff | None = None) -> list[common_pb2.NodeInfo]:
+        """Every node the GCS knows, alive and dead."""
+        reply = await self._call(self._nodes.GetAllNodeInfo, gcs_pb2.GetAllNodeInfoRequest(),
+                                 idempotent=True, timeout_s=timeout_s, retry=retry)
+        return list(reply.nodes)
+
+    # ------------------------------------------------------------------ JobInfoGcsService
+    async def add_job(self, job: common_pb2.JobInfo, *, timeout_s: float | None = None) -> bytes:
+        """Records a job; returns its new id (never retried: a retry would add another job)."""
+        reply = await self._call(self._jobs.AddJob, gcs_pb2.AddJobRequest(job=job),
+                                 idempotent=False, timeout_s=timeout_s, retry=None)
+        return bytes(reply.job_id)
+
+    async def mark_job_finished(self, job_id: bytes, *, timeout_s: float | None = None,
+                                retry: backoff.Backoff | None = None) -> None:
+        """Ends a job. NotFound for an unknown job."""
+        await self._call(self._jobs.MarkJobFinished, gcs_pb2.MarkJobFinishedRequest(job_id=job_id),
+                         idempotent=True, timeout_s=timeout_s, retry=retry)
+
+    async def get_all_job_info(self, *, timeout_s: float | None = None,
+                               retry: backoff.Backoff | None = None) -> list[common_pb2.JobInfo]:
+        """Every job, in id order."""
+        reply = await self._call(self._jobs.GetAllJobInfo, gcs_pb2.GetAllJobInfoRequest(),
+                                 idempotent=True, timeout_s=timeout_s, retry=retry)
+        return list(reply.jobs)
+
+    # ------------------------------------------------------------------ ActorInfoGcsService
+    async def register_actor(self, spec: common_pb2.TaskSpec, *, timeout_s: float | None = None,
+                             retry: backoff.Backoff | None = None,
+                             metadata: Sequence[tuple[str, str]] | None = None) -> common_pb2.ActorInfo:
+        """Records an actor and starts creating it (idempotent by spec.actor_id).
+        AlreadyExists when its name is taken in its namespace."""
+        reply = await self._call(self._actors.RegisterActor,
+                                 gcs_pb2.RegisterActorRequest(creation_spec=spec), idempotent=True,
+                                 timeout_s=timeout_s, retry=retry, metadata=metadata)
+        return reply.actor
+
+    async def get_actor_info(self, actor_id: bytes, *, wait_for_change: bool = False,
+                             after_incarnation: int = 0, wait_s: float = 0.0,
+                             timeout_s: float | None = None,
+                             retry: backoff.Backoff | None = None) -> common_pb2.ActorInfo:
+        """An actor's record. With wait_for_change the GCS answers once the actor is ALIVE with
+        an incarnation above after_incarnation, or DEAD, or after wait_s. NotFound for an
+        unknown actor."""
+        reply = await self._call(self._actors.GetActorInfo, gcs_pb2.GetActorInfoRequest(
+            actor_id=actor_id, wait_for_change=wait_for_change, after_incarnation=after_incarnation,
+            timeout_s=wait_s), idempotent=True, timeout_s=timeout_s, retry=retry)
+        return reply.actor
+
+    async def get_named_actor_info(self, name: str, namespace: str, *,
+                                   timeout_s: float | None = None,
+                                   retry: backoff.Backoff | None = None) -> common_pb2.ActorInfo:
+        """The live actor with that name. NotFound when there is none."""
+        reply = await self._call(self._actors.GetNamedActorInfo, gcs_pb2.GetNamedActorInfoRequest(
+            name=name, namespace=namespace), idempotent=True, timeout_s=timeout_s, retry=retry)
+        return reply.actor
+
+    async def get_all_actor_info(self, *, timeout_s: float | None = None,
+                                 retry: backoff.Backoff | None = None) -> list[common_pb2.ActorInfo]:
+        """Every actor the GCS knows."""
+        reply = await self._call(self._actors.GetAllActorInfo, gcs_pb2.GetAllActorInfoRequest(),
+                                 idempotent=True, timeout_s=timeout_s, retry=retry)
+        return list(reply.actors)
+
+    async def kill_actor(self, actor_id: bytes, no_restart: bool, *, timeout_s: float | None = None,
+                         retry: backoff.Backoff | None = None) -> None:
+        """Kills an actor (restarting it unless no_restart). NotFound for an unknown actor."""
+        await self._call(self._actors.KillActor, gcs_pb2.KillActorRequest(
+            actor_id=actor_id, no_restart=no_restart), idempotent=True, timeout_s=timeout_s,
+            retry=retry)
+
+    # ------------------------------------------------------------------ WorkerInfoGcsService
+    async def report_worker_failure(self, worker_id: str, node_id: str, reason: str, *,
+                                    intentional: bool = False, timeout_s: float | None = None,
+                                    retry: backoff.Backoff | None = None) -> None:
+        """Reports that a worker exited (its actors restart or die)."""
+        await self._call(self._workers.ReportWorkerFailure, gcs_pb2.ReportWorkerFailureRequest(
+            worker_id=worker_id, node_id=node_id, reason=reason, intentional=intentional),
+            idempotent=True, timeout_s=timeout_s, retry=retry)
+
+    # ------------------------------------------------------------------ InternalKVGcsService
+    async def internal_kv_get(self, namespace: str, key: bytes, *, timeout_s: float | None = None,
+                              retry: backoff.Backoff | None = None,
+                              metadata: Sequence[tuple[str, str]] | None = None) -> bytes | None:
+        """The value of key, or None when it is absent."""
+        try:
+            reply = await self._call(self._kv.InternalKVGet, gcs_pb2.InternalKVGetRequest(
+                namespace=namespace, key=key), idempotent=True, timeout_s=timeout_s, retry=retry,
+                metadata=metadata)
+        except rpc.NotFound:
+            return None
+        return bytes(reply.value)
+
+    async def internal_kv_put(self, namespace: str, key: bytes, value: bytes, overwrite: bool = True,
+                              *, timeout_s: float | None = None, retry: backoff.Backoff | None = None,
+                              metadata: Sequence[tuple[str, str]] | None = None) -> bool:
+        """Stores value (with overwrite=False an existing value is kept); True if key was new."""
+        reply = await self._call(self._kv.InternalKVPut, gcs_pb2.InternalKVPutRequest(
+            namespace=namespace, key=key, value=value, overwrite=overwrite), idempotent=True,
+            timeout_s=timeout_s, retry=retry, metadata=metadata)
+        return bool(reply.added)
+
+    async def internal_kv_del(self, namespace: str, key: bytes, del_by_prefix: bool = False, *,
+                              timeout_s: float | None = None,
+                              retry: backoff.Backoff | None = None) -> int:
+        """Deletes key (or every key starting with it); returns how many were deleted."""
+        reply = await self._call(self._kv.InternalKVDel, gcs_pb2.InternalKVDelRequest(
+            namespace=namespace, key=key, del_by_prefix=del_by_prefix), idempotent=True,
+            timeout_s=timeout_s, retry=retry)
+        return int(reply.deleted_num)
+
+    async def internal_kv_keys(self, namespace: str, prefix: bytes = b"", *,
+                               timeout_s: float | None = None,
+                               retry: backoff.Backoff | None = None) -> list[bytes]:
+        """Keys of the namespace that start with prefix, sorted."""
+        reply = await self._call(self._kv.InternalKVKeys, gcs_pb2.InternalKVKeysRequest(
+            namespace=namespace, prefix=prefix), idempotent=True, timeout_s=timeout_s, retry=retry)
+        return [bytes(k) for k in reply.keys]
+
+    async def internal_kv_exists(self, namespace: str, key: bytes, *, timeout_s: float | None = None,
+                                 retry: backoff.Backoff | None = None) -> bool:
+        """Whether key is present."""
+        reply = await self._call(self._kv.InternalKVExists, gcs_pb2.InternalKVExistsRequest(
+            namespace=namespace, key=key), idempotent=True, timeout_s=timeout_s, retry=retry)
+        return bool(reply.exists)
+
+    # ------------------------------------------------------------------ InternalPubSubGcsService
+    async def publish_logs(self, batches: list[gcs_pb2.LogBatch], *,
+                           timeout_s: float | None = 5.0) -> None:
+        """Publishes worker output to the jobs' drivers (never retried: lines would repeat)."""
+        await self._call(self._pubsub.PublishLogs, gcs_pb2.PublishLogsRequest(batches=batches),
+                         idempotent=False, timeout_s=timeout_s, retry=None)
+
+    async def subscribe(self, channels: Sequence[str],
+                        job_id: bytes = b"") -> AsyncGenerator[gcs_pb2.PubMessage, None]:
+        """One subscription stream (ends or raises a ServiceError when the GCS goes away; see
+        `follow` for a subscription that reconnects)."""
+        call = self._pubsub.Subscribe(gcs_pb2.SubscribeRequest(channels=list(channels), job_id=job_id))
+        try:
+            async for msg in call:
+                yield msg
+        except grpc.aio.AioRpcError as e:
+            raise rpc.status_to_exception(e) from None
+        finally:
+            call.cancel()
+
+    async def follow(self, channels: Sequence[str], handle: Callable[[gcs_pb2.PubMessage], None],
+                     stop: asyncio.Event | None = None, job_id: bytes = b"",
+                     policy: backoff.Backoff = FOLLOW_RETRY) -> None:
+        """Passes every message on channels to handle, reconnecting with backoff after the
+        stream breaks (the GCS may restart), until stop is set or the task is cancelled."""
+        attempts = backoff.Attempts(policy)
+
+        async def consume() -> None:
+            try:
+                async with contextlib.aclosing(self.subscribe(channels, job_id)) as stream:
+                    async for msg in stream:
+                        attempts.reset()
+                        handle(msg)
+            except rpc.ServiceError:
+                pass
+
+        while stop is None or not stop.is_set():
+            if stop is None:
+                await consume()
+            else:  # stop ends an open stream too
+                consumer = asyncio.ensure_future(consume())
+                stopped = asyncio.ensure_future(stop.wait())
+                try:
+                    await asyncio.wait([consumer, stopped], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopped.cancel()
+                    if not consumer.done():
+                        consumer.cancel()
+                    await asyncio.gather(consumer, stopped, return_exceptions=True)
+                if not consumer.cancelled() and consumer.exception() is not None:
+                    raise consumer.exception()  # type: ignore[misc]  # handle() failed
+                if stop.is_set():
+                    return
+            delay = attempts.failed()
+            if delay is None:  # a policy with a deadline or attempt limit: keep its pace anyway
+                delay = policy.max_s
+            if stop is None:
+                await asyncio.sleep(delay)
+                continue
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+
+
+class SyncGcsClient:
+    """A small blocking facade over the GCS for synchronous callers (the CLI, start-up code):
+    the reads they need and AddJob, with the same errors and retry policy as GcsClient."""
+
+    def __init__(self, address: str, *, retry: backoff.Backoff = backoff.SERVICE_RESTART,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.address = address
+        self.retry = retry
+        self.timeout_s = timeout_s
+        self._channel = rpc.sync_channel(address)
+        self._nodes = gcs_pb2_grpc.NodeInfoGcsServiceStub(self._channel)
+        self._jobs = gcs_pb2_grpc.JobInfoGcsServiceStub(self._channel)
+        self._actors = gcs_pb2_grpc.ActorInfoGcsServiceStub(self._channel)
+        self._kv = gcs_pb2_grpc.InternalKVGcsServiceStub(self._channel)
+
+    def close(self) -> None:
+        """Closes the channel."""
+        self._channel.close()
+
+    def __enter__(self) -> SyncGcsClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: Callable[..., T], request: Any, *, idempotent: bool,
+              timeout_s: float | None, retry: backoff.Backoff | None) -> T:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+
+        def once() -> T:
+            try:
+                return method(request, timeout=timeout)
+            except grpc.RpcError as e:
+                raise rpc.status_to_exception(e) from None
+
+        policy = (retry or self.retry) if idempotent else backoff.NO_RETRY
+        return backoff.retry_sync(once, policy, retry_on=rpc.is_transient)
+
+    def get_all_node_info(self, *, timeout_s: float | None = None,
+                          retry: backoff.Backoff | None = None) -> list[common_pb2.NodeInfo]:
+        """Every node the GCS knows, alive and dead."""
+        return list(self._call(self._nodes.GetAllNodeInfo, gcs_pb2.GetAllNodeInfoRequest(),
+                               idempotent=True, timeout_s=timeout_s, retry=retry).nodes)
+
+    def unregister_node(self, node_id: str, reason: str, *, timeout_s: float | None = None,
+                        retry: backoff.Backoff | None = None) -> None:
+        """Marks a node dead. NotFound for an unknown node."""
+        self._call(self._nodes.UnregisterNode, gcs_pb2.UnregisterNodeRequest(
+            node_id=node_id, reason=reason), idempotent=True, timeout_s=timeout_s, retry=retry)
+
+    def get_all_job_info(self, *, timeout_s: float | None = None,
+                         retry: backoff.Backoff | None = None) -> list[common_pb2.JobInfo]:
+        """Every job, in id order."""
+        return list(self._call(self._jobs.GetAllJobInfo, gcs_pb2.GetAllJobInfoRequest(),
+                               idempotent=True, timeout_s=timeout_s, retry=retry).jobs)
+
+    def get_all_actor_info(self, *, timeout_s: float | None = None,
+                           retry: backoff.Backoff | None = None) -> list[common_pb2.ActorInfo]:
+        """Every actor the GCS knows."""
+        return list(self._call(self._actors.GetAllActorInfo, gcs_pb2.GetAllActorInfoRequest(),
+                               idempotent=True, timeout_s=timeout_s, retry=retry).actors)
+
+    def get_actor_info(self, actor_id: bytes, *, timeout_s: float | None = None,
+                       retry: backoff.Backoff | None = None) -> common_pb2.ActorInfo:
+        """An actor's record. NotFound for an unknown actor."""
+        return self._call(self._actors.GetActorInfo, gcs_pb2.GetActorInfoRequest(actor_id=actor_id),
+                          idempotent=True, timeout_s=timeout_s, retry=retry).actor
+
+    def add_job(self, job: common_pb2.JobInfo, *, timeout_s: float | None = None) -> bytes:
+        """Records a job; returns its new id (never retried)."""
+        return bytes(self._call(self._jobs.AddJob, gcs_pb2.AddJobRequest(job=job),
+                                idempotent=False, timeout_s=timeout_s, retry=None).job_id)
+
+    def internal_kv_get(self, namespace: str, key: bytes, *, timeout_s: float | None = None,
+                        retry: backoff.Backoff | None = None) -> bytes | None:
+        """The value of key, or None when it is absent."""
+        try:
+            reply = self._call(self._kv.InternalKVGet, gcs_pb2.InternalKVGetRequest(
+                namespace=namespace, key=key), idempotent=True, timeout_s=timeout_s, retry=retry)
+        except rpc.NotFound:
+            return None
+        return bytes(reply.value)
+
+    def internal_kv_put(self, namespace: str, key: bytes, value: bytes, overwrite: bool = True, *,
+                        timeout_s: float | None = None, retry: backoff.Backoff | None = None) -> bool:
+        """Stores value; True if key was new."""
+        return bool(self._call(self._kv.InternalKVPut, gcs_pb2.InternalKVPutRequest(
+            namespace=namespace, key=key, value=value, overwrite=overwrite), idempotent=True,
+            timeout_s=timeout_s, retry=retry).added)
+
+    def internal_kv_keys(self, namespace: str, prefix: bytes = b"", *,
+                         timeout_s: float | None = None,
+                         retry: backoff.Backoff | None = None) -> list[bytes]:
+        """Keys of the namespace that start with prefix, sorted."""
+        return [bytes(k) for k in self._call(self._kv.InternalKVKeys, gcs_pb2.InternalKVKeysRequest(
+            namespace=namespace, prefix=prefix), idempotent=True, timeout_s=timeout_s,
+            retry=retry).keys]

@@ -1,0 +1,171 @@
+"""The GCS's gRPC services (proto/gcs.proto), one thin servicer per domain over GcsCore.
+
+Each method reads the request, calls the core and builds the reply; `rpc_errors` turns the
+core's exceptions into status codes through the kit's one table (NotFound -> NOT_FOUND, ...).
+No reply carries a status field. `add_all` registers every service on a server; `SERVICE_NAMES`
+are their full names (marked SERVING in grpc.health.v1 together with "ember.Gcs").
+"""
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+import grpc
+
+from ember_common.proto import gcs_pb2, gcs_pb2_grpc
+from ember_common.rpc import rpc_errors
+
+from .core import GcsCore
+
+
+class NodeInfoServicer(gcs_pb2_grpc.NodeInfoGcsServiceServicer):
+    """Node membership, heartbeats and the node table."""
+
+    def __init__(self, core: GcsCore) -> None:
+        self.core = core
+
+    @rpc_errors
+    async def RegisterNode(self, request: Any, context: Any) -> gcs_pb2.RegisterNodeReply:
+        await self.core.register_node(request.node)
+        return gcs_pb2.RegisterNodeReply(cluster_id=self.core.cluster_id)
+
+    @rpc_errors
+    async def UnregisterNode(self, request: Any, context: Any) -> gcs_pb2.UnregisterNodeReply:
+        await self.core.mark_dead(request.node_id, request.reason or "stopped")
+        return gcs_pb2.UnregisterNodeReply()
+
+    @rpc_errors
+    async def ReportHeartbeat(self, request: Any, context: Any) -> gcs_pb2.ReportHeartbeatReply:
+        self.core.heartbeat(request.node_id, dict(request.available_resources),
+                            dict(request.total_resources))
+        return gcs_pb2.ReportHeartbeatReply()
+
+    @rpc_errors
+    async def GetAllNodeInfo(self, request: Any, context: Any) -> gcs_pb2.GetAllNodeInfoReply:
+        return gcs_pb2.GetAllNodeInfoReply(nodes=list(self.core.nodes.values()))
+
+
+class JobInfoServicer(gcs_pb2_grpc.JobInfoGcsServiceServicer):
+    """The job table."""
+
+    def __init__(self, core: GcsCore) -> None:
+        self.core = core
+
+    @rpc_errors
+    async def AddJob(self, request: Any, context: Any) -> gcs_pb2.AddJobReply:
+        return gcs_pb2.AddJobReply(job_id=await self.core.add_job(request.job))
+
+    @rpc_errors
+    async def MarkJobFinished(self, request: Any, context: Any) -> gcs_pb2.MarkJobFinishedReply:
+        await self.core.mark_job_finished(request.job_id)
+        return gcs_pb2.MarkJobFinishedReply()
+
+    @rpc_errors
+    async def GetAllJobInfo(self, request: Any, context: Any) -> gcs_pb2.GetAllJobInfoReply:
+        return gcs_pb2.GetAllJobInfoReply(jobs=await self.core.all_jobs())
+
+
+class ActorInfoServicer(gcs_pb2_grpc.ActorInfoGcsServiceServicer):
+    """The actor table (core: ActorManager)."""
+
+    def __init__(self, core: GcsCore) -> None:
+        self.actors = core.actors
+
+    @rpc_errors
+    async def RegisterActor(self, request: Any, context: Any) -> gcs_pb2.RegisterActorReply:
+        return gcs_pb2.RegisterActorReply(actor=await self.actors.register(request.creation_spec))
+
+    @rpc_errors
+    async def GetActorInfo(self, request: Any, context: Any) -> gcs_pb2.GetActorInfoReply:
+        a = await self.actors.get(request.actor_id, request.wait_for_change,
+                                  request.after_incarnation, request.timeout_s)
+        return gcs_pb2.GetActorInfoReply(actor=a)
+
+    @rpc_errors
+    async def GetNamedActorInfo(self, request: Any, context: Any) -> gcs_pb2.GetNamedActorInfoReply:
+        return gcs_pb2.GetNamedActorInfoReply(actor=self.actors.get_named(request.name, request.namespace))
+
+    @rpc_errors
+    async def GetAllActorInfo(self, request: Any, context: Any) -> gcs_pb2.GetAllActorInfoReply:
+        return gcs_pb2.GetAllActorInfoReply(actors=list(self.actors.actors.values()))
+
+    @rpc_errors
+    async def KillActor(self, request: Any, context: Any) -> gcs_pb2.KillActorReply:
+        await self.actors.kill(request.actor_id, request.no_restart)
+        return gcs_pb2.KillActorReply()
+
+
+class WorkerInfoServicer(gcs_pb2_grpc.WorkerInfoGcsServiceServicer):
+    """Worker exits: actors on the worker restart or die; the death is published."""
+
+    def __init__(self, core: GcsCore) -> None:
+        self.core = core
+
+    @rpc_errors
+    async def ReportWorkerFailure(self, request: Any, context: Any) -> gcs_pb2.ReportWorkerFailureReply:
+        await self.core.actors.on_worker_failure(request.worker_id, request.reason, request.intentional)
+        self.core.publish_worker_death(request.worker_id, request.node_id, request.reason)
+        return gcs_pb2.ReportWorkerFailureReply()
+
+
+class InternalKVServicer(gcs_pb2_grpc.InternalKVGcsServiceServicer):
+    """The internal KV (core: InternalKV)."""
+
+    def __init__(self, core: GcsCore) -> None:
+        self.kv = core.kv
+
+    @rpc_errors
+    async def InternalKVGet(self, request: Any, context: Any) -> gcs_pb2.InternalKVGetReply:
+        return gcs_pb2.InternalKVGetReply(value=await self.kv.get(request.namespace, request.key))
+
+    @rpc_errors
+    async def InternalKVPut(self, request: Any, context: Any) -> gcs_pb2.InternalKVPutReply:
+        added = await self.kv.put(request.namespace, request.key, request.value, request.overwrite)
+        return gcs_pb2.InternalKVPutReply(added=added)
+
+    @rpc_errors
+    async def InternalKVDel(self, request: Any, context: Any) -> gcs_pb2.InternalKVDelReply:
+        n = await self.kv.delete(request.namespace, request.key, request.del_by_prefix)
+        return gcs_pb2.InternalKVDelReply(deleted_num=n)
+
+    @rpc_errors
+    async def InternalKVKeys(self, request: Any, context: Any) -> gcs_pb2.InternalKVKeysReply:
+        return gcs_pb2.InternalKVKeysReply(keys=await self.kv.keys(request.namespace, request.prefix))
+
+    @rpc_errors
+    async def InternalKVExists(self, request: Any, context: Any) -> gcs_pb2.InternalKVExistsReply:
+        return gcs_pb2.InternalKVExistsReply(exists=await self.kv.exists(request.namespace, request.key))
+
+
+class InternalPubSubServicer(gcs_pb2_grpc.InternalPubSubGcsServiceServicer):
+    """Change feeds (nodes, workers, logs, driver liveness)."""
+
+    def __init__(self, core: GcsCore) -> None:
+        self.core = core
+
+    @rpc_errors
+    async def Subscribe(self, request: Any, context: Any) -> AsyncIterator[gcs_pb2.PubMessage]:
+        async for msg in self.core.subscribe(set(request.channels), request.job_id):
+            yield msg
+
+    @rpc_errors
+    async def PublishLogs(self, request: Any, context: Any) -> gcs_pb2.PublishLogsReply:
+        for batch in request.batches:
+            self.core.publish_logs(batch)
+        return gcs_pb2.PublishLogsReply()
+
+
+# Health name of the GCS as a whole (docker/healthcheck.py asks for it), then each service's.
+HEALTH_NAME = "ember.Gcs"
+SERVICE_NAMES = [gcs_pb2.DESCRIPTOR.services_by_name[name].full_name for name in (
+    "NodeInfoGcsService", "JobInfoGcsService", "ActorInfoGcsService", "WorkerInfoGcsService",
+    "InternalKVGcsService", "InternalPubSubGcsService")]
+
+
+def add_all(core: GcsCore, server: grpc.aio.Server) -> None:
+    """Registers every GCS service over core on server."""
+    gcs_pb2_grpc.add_NodeInfoGcsServiceServicer_to_server(NodeInfoServicer(core), server)
+    gcs_pb2_grpc.add_JobInfoGcsServiceServicer_to_server(JobInfoServicer(core), server)
+    gcs_pb2_grpc.add_ActorInfoGcsServiceServicer_to_server(ActorInfoServicer(core), server)
+    gcs_pb2_grpc.add_WorkerInfoGcsServiceServicer_to_server(WorkerInfoServicer(core), server)
+    gcs_pb2_grpc.add_InternalKVGcsServiceServicer_to_server(InternalKVServicer(core), server)
+    gcs_pb2_grpc.add_InternalPubSubGcsServiceServicer_to_server(InternalPubSubServicer(core), server)
