@@ -31,6 +31,15 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    """`ember.data` is imported on first use (it pulls in pyarrow/pandas-heavy code)."""
+    if name == "data":
+        import importlib
+
+        return importlib.import_module("ember.data")
+    raise AttributeError(f"module 'ember' has no attribute {name!r}")
+
+
 def remote(*args: Any, **options: Any) -> Any:
     """Turns a function into a task: `@ember.remote` or `@ember.remote(num_cpus=2, ...)`."""
     if len(args) == 1 and not options and callable(args[0]):
