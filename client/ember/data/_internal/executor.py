@@ -133,9 +133,13 @@ class StreamingExecutor:
         raise TypeError(f"unknown physical operator {type(p).__name__}")
 
     def _parallelism(self, r: P.Read) -> int:
+        """Read tasks: as asked, else at least 2 per CPU and small enough that 8 of them fit
+        in the memory budget."""
         if r.parallelism and r.parallelism > 0:
             return r.parallelism
-        return max(self.ctx.read_op_min_num_blocks, int(self.cpus) * 2)
+        n = max(self.ctx.read_op_min_num_blocks, int(self.cpus) * 2)
+        est = getattr(r.datasource, "estimate_inmemory_data_size", lambda: 0)() or 0
+        return max(n, int(-(-est // max(1, self.budget / 8))))
 
     # --- running -----------------------------------------------------------------------------
     def run(self) -> Iterator[RefBundle]:
