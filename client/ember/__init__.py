@@ -31,13 +31,21 @@ __all__ = [
 ]
 
 
+# Libraries load on first use (`ember.data`, `ray.train.report`, ...), so a worker or a service
+# never pays for libraries it does not use.
+_LAZY_SUBMODULES = ("data", "serve", "train", "tune")
+
+
 def __getattr__(name: str) -> Any:
-    """`ember.data` is imported on first use (it pulls in pyarrow/pandas-heavy code)."""
-    if name == "data":
+    if name in _LAZY_SUBMODULES:
         import importlib
 
-        return importlib.import_module("ember.data")
+        return importlib.import_module(f"ember.{name}")
     raise AttributeError(f"module 'ember' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
 
 
 def remote(*args: Any, **options: Any) -> Any:

@@ -204,7 +204,10 @@ def test_custom_resources_and_cluster_queries(ray_start):
     assert ember.get(uses_custom.remote()) == {"CPU": 1.0, "custom": 1.0}
     total = ember.cluster_resources()
     assert total["CPU"] == 2 and total["GPU"] == 1 and total["custom"] == 2
+    assert total["object_store_memory"] == 256 * 2**20  # the store's capacity, as Ray reports it
+    assert ember.available_resources()["object_store_memory"] == 256 * 2**20
     nodes = ember.nodes()
+    assert nodes[0]["Resources"]["object_store_memory"] == 256 * 2**20
     assert len(nodes) == 1 and nodes[0]["Alive"] and nodes[0]["Resources"]["CPU"] == 2
     ctx = ember.get_runtime_context()
     assert ctx.get_job_id() and ctx.get_node_id() == nodes[0]["NodeID"] and ctx.get_task_id() is None

@@ -369,19 +369,24 @@ def nodes() -> list[dict[str, Any]]:
             "NodeID": n.node_id, "Alive": alive, "NodeManagerAddress": n.ip,
             "NodeManagerHostname": n.hostname, "NodeManagerPort": int(n.raylet_address.rsplit(":", 1)[1]),
             "ObjectManagerPort": int(n.objmgr_address.rsplit(":", 1)[1]),
-            "ObjectStoreSocketName": n.store_dir, "Resources": dict(n.total_resources) if alive else {},
+            "ObjectStoreSocketName": n.store_dir,
+            "Resources": {**n.total_resources, "object_store_memory": float(n.object_store_memory)} if alive else {},
             "IsHead": n.is_head, "state": "ALIVE" if alive else "DEAD", "DeathReason": n.death_reason,
         })
     return out
 
 
 def _sum(field: str) -> dict[str, float]:
+    """Adds up a resource map over the alive nodes, with each node's object store capacity as
+    `object_store_memory` (as Ray reports it: a capacity, not a count of free bytes)."""
     total: dict[str, float] = {}
     for n in _gcs_nodes():
         if n.state != common_pb2.NodeInfo.ALIVE:
             continue
         for k, v in getattr(n, field).items():
             total[k] = total.get(k, 0.0) + v
+        if n.object_store_memory:
+            total["object_store_memory"] = total.get("object_store_memory", 0.0) + float(n.object_store_memory)
     return total
 
 

@@ -1,0 +1,48 @@
+"""ember.train: distributed training with Ray Train's API.
+
+    from ember.train import ScalingConfig, RunConfig, Checkpoint
+    from ember.train.torch import TorchTrainer
+
+Inside a training function: `report(metrics, checkpoint=)`, `get_checkpoint()`,
+`get_context()`, `get_dataset_shard(name)`. The same `report`/`get_checkpoint` work inside Tune
+function trainables.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ._checkpoint import Checkpoint
+from ._internal.session import TrainContext, require_session
+from .config import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+from .result import Result
+
+__all__ = [
+    "Checkpoint", "CheckpointConfig", "DataConfig", "FailureConfig", "Result", "RunConfig",
+    "ScalingConfig", "TrainContext", "get_checkpoint", "get_context", "get_dataset_shard", "report",
+]
+
+
+def report(metrics: dict[str, Any], checkpoint: Checkpoint | None = None,
+           checkpoint_dir_name: str | None = None) -> None:
+    """Reports metrics (and optionally a checkpoint, persisted to the run's storage) from a
+    training function. In a multi-worker run every worker must call it the same number of times."""
+    if not isinstance(metrics, dict):
+        raise TypeError(f"report() expects a dict of metrics, got {type(metrics).__name__}")
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise TypeError(f"report(checkpoint=) expects an ember.train.Checkpoint, got {type(checkpoint).__name__}")
+    require_session("ember.train.report()").report(metrics, checkpoint, checkpoint_dir_name)
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The checkpoint to resume from (latest reported, or the one a restarted run starts from)."""
+    return require_session("ember.train.get_checkpoint()").get_checkpoint()
+
+
+def get_context() -> TrainContext:
+    """Ranks, world size, experiment and trial names of the calling worker."""
+    return require_session("ember.train.get_context()").get_context()
+
+
+def get_dataset_shard(name: str | None = None) -> Any:
+    """This worker's shard of the trainer's dataset `name` (a streaming iterator of the Dataset)."""
+    return require_session("ember.train.get_dataset_shard()").get_dataset_shard(name or "train")
