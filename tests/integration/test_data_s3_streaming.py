@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import threading
 import time
 import urllib.request
@@ -19,21 +20,45 @@ from ember.data.testing import LocalS3Server
 pytestmark = pytest.mark.timeout(600)
 
 
+def _free_port_run(n: int) -> int:
+    """A port p with p..p+n-1 free on loopback (raylet, object manager, GCS metrics)."""
+    for _ in range(50):
+        with socket.socket() as s0:
+            s0.bind(("127.0.0.1", 0))
+            base = s0.getsockname()[1]
+        if base + n >= 65535:
+            continue
+        try:
+            held = []
+            for k in range(n):
+                sk = socket.socket()
+                held.append(sk)
+                sk.bind(("127.0.0.1", base + k))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sk in held:
+                sk.close()
+    raise RuntimeError("no run of free ports")
+
+
 @pytest.fixture(scope="module")
 def s3_cluster():
+    port = _free_port_run(3)
     with LocalS3Server() as s3:
         s3.create_bucket("corpus")
         ember.init(num_cpus=4, num_gpus=1, object_store_memory=256 * 2**20,
-                   _metrics_export_port=19410)
+                   _metrics_export_port=port)
         ember.data.DataContext.get_current().enable_progress_bars = False
         try:
-            yield s3
+            yield s3, port + 1  # the object manager's metrics endpoint
         finally:
             ember.shutdown()
 
 
 def test_s3_read_json_write_parquet_roundtrip(s3_cluster):
-    fs = s3_cluster.filesystem()
+    fs = s3_cluster[0].filesystem()
     for i in range(3):
         with fs.open_output_stream(f"corpus/raw/p{i}.jsonl") as f:
             f.write("\n".join(json.dumps({"id": i * 10 + j, "text": "文本" * j}) for j in range(10)).encode())
@@ -48,55 +73,88 @@ def test_s3_read_json_write_parquet_roundtrip(s3_cluster):
         ember.data.read_parquet("s3://corpus/nothing/")
 
 
-def _store_used() -> float:
-    try:
-        text = urllib.request.urlopen("http://127.0.0.1:19411/metrics", timeout=5).read().decode()
-    except OSError:
-        return 0.0
+def _store_used(port: int) -> float:
+    """The object manager's live arena use (its `ember_object_store_used_bytes` gauge)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
                if ln.startswith("ember_object_store_used_bytes"))
 
 
-def test_four_times_the_store_streams_within_budget(s3_cluster, tmp_path):
-    src = tmp_path / "big"
-    src.mkdir()
-    rows = 2**20  # 8 columns x 8 bytes x 1 Mi rows = 64 MiB a file, 16 files = 1 GiB
-    for i in range(16):
+class _PeakSampler:
+    """Samples the store's use every 10 ms in a thread; `.peak` is the largest value seen."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.peak = 0.0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._th = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _store_used(self.port))
+            self.samples += 1
+            self._stop.wait(0.01)
+
+    def __enter__(self) -> _PeakSampler:
+        self._th.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._th.join()
+
+
+def _write_constant_parquet(d, files: int, rows: int, row_groups: int) -> None:
+    """Files of 8 int64 columns of constant values: a few KiB on disk (dictionary/RLE pages),
+    64 bytes a row in memory — the footer's sizes say nothing of the in-memory size."""
+    d.mkdir()
+    for i in range(files):
         cols = {f"c{k}": np.full(rows, i * 8 + k, dtype=np.int64) for k in range(8)}
-        pq.write_table(pa.table(cols), src / f"p{i:02d}.parquet", row_group_size=rows // 8,
+        pq.write_table(pa.table(cols), d / f"p{i:02d}.parquet", row_group_size=rows // row_groups,
                        compression="none")
-    budget = 128 * 2**20
-    ctx = ember.data.DataContext.get_current()
-    old = ctx.execution_options.resource_limits
-    # the core does not report the store's capacity (cluster_resources has no
-    # "object_store_memory"): give the budget, half of the 256 MiB store, as Ray's default
-    ctx.execution_options.resource_limits = ember.data.ExecutionResources(object_store_memory=budget)
-    peak, stop = [0.0], threading.Event()
 
-    def sample():
-        while not stop.is_set():
-            peak[0] = max(peak[0], _store_used())
-            stop.wait(0.05)
 
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    try:
+def test_four_times_the_store_streams_within_budget(s3_cluster, tmp_path):
+    _s3, port = s3_cluster
+    assert ember.cluster_resources()["object_store_memory"] == 256 * 2**20
+    src = tmp_path / "big"
+    rows = 2**20  # 8 columns x 8 bytes x 1 Mi rows = 64 MiB a file, 16 files = 1 GiB
+    _write_constant_parquet(src, 16, rows, 8)
+    budget = 128 * 2**20  # half the store, from cluster_resources(): nothing set by hand
+    assert _store_used(port) < 8 * 2**20
+    with _PeakSampler(port) as sampler:
         ds = ember.data.read_parquet(str(src)).map_batches(
             lambda b: {"s": b["c0"] + b["c7"]}, num_cpus=0.5)  # not fused: blocks cross the store
         ds.write_parquet(str(tmp_path / "out"))
-    finally:
-        stop.set()
-        th.join()
-        ctx.execution_options.resource_limits = old
-    n = sum(pq.read_metadata(p).num_rows for p in (tmp_path / "out").iterdir())
+    out = sorted((tmp_path / "out").iterdir())
+    n = sum(pq.read_metadata(p).num_rows for p in out)
     assert n == 16 * rows
-    print(f"peak object store use {peak[0] / 2**20:.1f} MiB (budget {budget / 2**20:.0f} MiB); "
-          f"executor's own peak estimate {ds._last_stats.peak_budget_usage_bytes / 2**20:.1f} MiB")
-    # the executor's accounting stays within the budget; the store itself is measured a little
-    # above it (objects are freed asynchronously after the executor drops their refs), and far
-    # below its capacity: no spilling, no ObjectStoreFullError
-    assert ds._last_stats.peak_budget_usage_bytes <= budget * 1.25
-    assert 0 < peak[0] <= 1.5 * budget < 256 * 2**20
+    st = ds._last_stats
+    read = st.ops[0]
+    print(f"peak object store use {sampler.peak / 2**20:.1f} MiB over {sampler.samples} samples "
+          f"(budget {budget / 2**20:.0f} MiB, store 256 MiB); executor's own peak "
+          f"{st.peak_budget_usage_bytes / 2**20:.1f} MiB; {read.blocks_out} read blocks of "
+          f"{read.bytes_out / max(1, read.blocks_out) / 2**20:.1f} MiB on average")
+    assert st.budget_bytes == budget
+    assert read.bytes_out >= 16 * rows * 64  # the dataset really went through the store: 1 GiB
+    assert read.blocks_out >= 128  # blocks of at most budget / 16 = 8 MiB
+    assert sampler.samples > 20
+    assert 0 < sampler.peak <= budget
+
+
+def test_a_read_task_cuts_its_output_into_target_blocks(s3_cluster, tmp_path):
+    """One read task over a 32 MiB row group yields blocks of at most budget / 16 as it goes."""
+    _s3, port = s3_cluster
+    src = tmp_path / "one"
+    _write_constant_parquet(src, 1, 2**19, 1)
+    ds = ember.data.read_parquet(str(src), override_num_blocks=1)
+    refs = ds.to_arrow_refs()
+    sizes = [ember.get(r).nbytes for r in refs]
+    assert sum(sizes) == 2**19 * 64
+    assert len(refs) >= 4 and max(sizes) <= 8 * 2**20
+    assert ds._last_stats.ops[0].tasks_done == 1
+    del refs
 
 
 def test_operator_spans_and_progress_bars(s3_cluster, tmp_path):

@@ -209,6 +209,36 @@ def concat(blocks: Iterable[Block]) -> Block:
         return pa.concat_tables(nonempty, promote_options="permissive")
 
 
+def compact(block: Block) -> Block:
+    """The table with buffers of its own size: one chunk per column, slices copied out of their
+    parents. Pickling a slice stores its parent's whole buffers, so a block cut from a larger
+    table (a batch, a limit, a split) is compacted before it goes into the object store."""
+    if block.num_rows == 0:
+        return block.schema.empty_table()
+    if any(c.num_chunks > 1 for c in block.columns):
+        block = block.combine_chunks()
+    cols = []
+    changed = False
+    for col in block.columns:
+        chunk = col.chunk(0) if col.num_chunks else None
+        if chunk is not None and _oversized(chunk):
+            try:
+                chunk = pa.concat_arrays([chunk])
+                changed = True
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+                pass
+        cols.append(chunk if chunk is not None else col)
+    return pa.Table.from_arrays(cols, schema=block.schema) if changed else block
+
+
+def _oversized(arr: pa.Array) -> bool:
+    try:
+        need = arr.nbytes
+        return arr.get_total_buffer_size() > need + max(4096, need // 8)
+    except Exception:  # pragma: no cover - exotic extension types
+        return False
+
+
 def size_bytes(block: Block) -> int:
     """Bytes a table's buffers take (slices count their share)."""
     try:

@@ -6,7 +6,7 @@ from typing import Any
 
 import ember
 from .autoscaling import AutoscalingPolicy, PoolView
-from .operators import Call, RefBundle, RuntimeOp
+from .operators import Call, RuntimeOp, streamed_block_fn
 from .tasks import MapWorker
 
 
@@ -25,7 +25,8 @@ class ActorPoolMapOp(RuntimeOp):
     """Maps blocks on actors that each built the UDF's class once."""
 
     def __init__(self, name: str, steps: list[Any], remote_args: dict[str, Any], strategy: Any,
-                 slots_per_actor: int, preserve_order: bool, ready_timeout_s: float) -> None:
+                 slots_per_actor: int, preserve_order: bool, ready_timeout_s: float,
+                 target_max_block_size: int) -> None:
         super().__init__(name, 1)
         self.steps = steps
         self.remote_args = dict(remote_args)
@@ -35,6 +36,7 @@ class ActorPoolMapOp(RuntimeOp):
                                         strategy.initial_size)
         self.preserve_order = preserve_order
         self.ready_timeout_s = ready_timeout_s
+        self.target_max_block_size = target_max_block_size
         self.actors: list[_Actor] = []
         self._cls: Any = None
         self._res_checked = 0.0
@@ -50,7 +52,7 @@ class ActorPoolMapOp(RuntimeOp):
         return self._cls
 
     def _start_actor(self) -> None:
-        h = self._actor_class().remote(self.steps, self.name)
+        h = self._actor_class().remote(self.steps, self.name, self.target_max_block_size)
         self.actors.append(_Actor(h, h.ready.remote()))
 
     def _stop_actor(self, a: _Actor) -> None:
@@ -121,19 +123,23 @@ class ActorPoolMapOp(RuntimeOp):
         if a is None or not self.inqueues[0]:
             return None
         b = self.inqueues[0].popleft()
+        ref, size, seq = b.ref, b.size_bytes, b.seq
+        del b
         a.busy += 1
         idx = self._dispatched
         self._dispatched += 1
 
         def done(refs: list[Any], meta: Any) -> None:
-            self.emit_at(idx, RefBundle(refs[0], meta, b.seq), self.preserve_order)
+            self.finish_index(idx, self.preserve_order)
 
         def fin() -> None:
             a.busy -= 1
             if a.busy == 0:
                 a.idle_since = time.monotonic()
 
-        return Call(a.handle.run, (None, b.ref), done, b.size_bytes, b.seq, on_finally=fin, index=idx)
+        c = Call(a.handle.run, (None, ref), done, size, seq, on_finally=fin, index=idx)
+        c.on_block = streamed_block_fn(self, self.preserve_order)
+        return c
 
     def completed(self) -> bool:
         done = super().completed()

@@ -23,7 +23,7 @@ def _split_even(tbl: pa.Table, n: int) -> list[pa.Table]:
     out, off = [], 0
     for i in range(n):
         k = base + (1 if i < extra else 0)
-        out.append(tbl.slice(off, k))
+        out.append(B.compact(tbl.slice(off, k)))  # a slice would pickle the whole table
         off += k
     return out
 
@@ -74,7 +74,7 @@ def sort_map(block: pa.Table, keys: list[str], descending: list[bool],
     else:
         cuts = [int(np.searchsorted(col, b, side="left")) for b in boundaries]
     bounds = [0] + cuts + [tbl.num_rows]
-    pieces = [tbl.slice(a, max(0, b - a)) for a, b in zip(bounds, bounds[1:])]
+    pieces = [B.compact(tbl.slice(a, max(0, b - a))) for a, b in zip(bounds, bounds[1:])]
     return (*pieces, [(p.num_rows, B.size_bytes(p)) for p in pieces])
 
 
@@ -146,7 +146,7 @@ def map_groups_reduce(keys: list[str], fn: Any, batch_format: str, fn_args: tupl
     except Exception as e:
         annotate(e, op_name)
         raise
-    out = B.concat(outs) if outs else pa.table({})
+    out = B.compact(B.concat(outs)) if outs else pa.table({})
     return out, _meta(out, t0, c0)
 
 
@@ -162,5 +162,5 @@ def zip_blocks(left: pa.Table, parts: list[tuple[int, int]], *rights: pa.Table) 
             new = f"{name}_{i}"
             i += 1
         cols[new] = col
-    out = pa.table(cols)
+    out = B.compact(pa.table(cols))
     return out, _meta(out, t0, c0)

@@ -5,8 +5,9 @@ One memory budget covers the whole pipeline (by default half of the object store
 
 - store bytes: every block the executor holds (queued between operators, or handed to the
   consumer and not yet released), and
-- bytes not yet in the store: for every task in flight, the output it is expected to put
-  (the operator's average output so far) plus the heap it is expected to use while it runs
+- bytes not yet in the store: for every task in flight, the output it is expected to put and
+  has not put yet (tasks stream their blocks out as they produce them; the expectation is the
+  operator's output/input ratio so far) plus the heap it is expected to use while it runs
   (the largest heap growth its operator's tasks reported: UDF outputs, pandas/numpy copies of
   batches, read buffers) — what Ray users most often run out of.
 
@@ -36,6 +37,9 @@ class OpView:
     # True for operators that must take all their input before emitting (all-to-all): they are
     # not throttled by the budget (their data has to be held anyway).
     barrier: bool = False
+    # Expected bytes of the tasks in flight not in the store yet (output still to come plus
+    # heap); None: in_flight × task_cost.
+    pending_bytes: float | None = None
 
 
 @dataclasses.dataclass
@@ -66,7 +70,8 @@ class BudgetPolicy:
 
     def usage(self, ops: list[OpView], store_bytes: int) -> Usage:
         """Store bytes plus the expected bytes of every task in flight."""
-        pending = sum(o.in_flight * self.task_cost(o) for o in ops)
+        pending = sum(o.in_flight * self.task_cost(o) if o.pending_bytes is None
+                      else o.pending_bytes for o in ops)
         return Usage(store_bytes=store_bytes, pending_bytes=pending)
 
     def select(self, ops: list[OpView], store_bytes: int) -> int | None:

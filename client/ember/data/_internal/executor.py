@@ -1,14 +1,15 @@
 """The streaming executor: runs a physical plan in a driver thread, block by block.
 
 Loop: poll operators (limit/union/actor pools), move finished blocks to their consumers, launch
-tasks while the budget policy allows (downstream first), wait for any task in flight to finish
-(`ember.wait` over the metadata refs of all of them), repeat. Outputs of the last operator go to
-a queue the consumer (iterator, write, materialize) reads; what waits there counts against the
-budget, so a slow consumer slows the pipeline instead of filling the store. Results flow as tasks
+tasks while the budget policy allows (downstream first), wait for the next event of any task in
+flight (a block streamed out of a map task, the end of a task; waiter.py), repeat. Map tasks
+cut their output into blocks of the target size (`DataContext.target_max_block_size`, at most a
+sixteenth of the budget) and stream them out as they are produced. Outputs of the last operator
+go to a queue the consumer (iterator, write, materialize) reads; what waits there counts against
+the budget, so a slow consumer slows the pipeline instead of filling the store. Results flow as tasks
 finish; they are kept in order only with `execution_options.preserve_order`.
 
-Each operator gets an OpenTelemetry span (child of one span for the execution) and a progress
-bar; a failing task fails the execution with the user's exception (its type kept, a note naming
+Each operator gets an OpenTelemetry span (spans.py) and a progress bar; a failing task fails the execution with the user's exception (its type kept, a note naming
 the operator) after every task is cancelled and every actor is killed, unless
 `DataContext.max_errored_blocks` allows skipping the block.
 """
@@ -29,24 +30,41 @@ from .all_to_all import AllToAllOp
 from .backpressure import BudgetPolicy, budget_from, max_in_flight
 from .operators import Call, InputOp, LimitOp, RefBundle, RuntimeOp, TaskMapOp, UnionOp
 from .progress import ProgressBars
+from .spans import ExecutionSpans
 from .stats import DatasetStats
 from .tasks import annotate, make_map_task, slice_task
+from .waiter import Event, Waiter
 
 log = logging.getLogger(__name__)
 _DONE = object()
-
-
-def store_capacity_bytes() -> float | None:
-    """The cluster's object store capacity, if the core reports it (Ray's cluster_resources key
-    `object_store_memory`)."""
-    v = ember.cluster_resources().get("object_store_memory")
-    return float(v) if v else None
+# Blocks are at most this share of the budget, so that many of them fit in it at once.
+BLOCKS_PER_BUDGET = 16
 
 
 def _fallback_store_bytes() -> float:
     import psutil
 
     return psutil.virtual_memory().total * 0.3  # the default store size (30% of RAM)
+
+
+def target_block_bytes(budget: float, target_max: int, target_min: int) -> int:
+    """Blocks of at most target_max bytes and at most 1/BLOCKS_PER_BUDGET of the budget (not
+    below target_min)."""
+    return int(max(1, min(target_max, max(target_min, budget / BLOCKS_PER_BUDGET))))
+
+
+class _InFlight:
+    """A task in flight: its operator, its call, its generator (streaming) or return refs, and
+    a ref of it to cancel it by (a stream's first item)."""
+
+    __slots__ = ("op", "call", "gen", "refs", "cancel_ref")
+
+    def __init__(self, op: RuntimeOp, call: Call, gen: Any = None, refs: list[Any] | None = None) -> None:
+        self.op = op
+        self.call = call
+        self.gen = gen
+        self.refs = refs or []
+        self.cancel_ref: Any = None
 
 
 class StreamingExecutor:
@@ -70,10 +88,14 @@ class StreamingExecutor:
         if limits.memory is not None:
             self.budget = min(self.budget, float(limits.memory))
         self.policy = BudgetPolicy(self.budget)
+        self.target_block_bytes = target_block_bytes(self.budget, ctx.target_max_block_size,
+                                                     ctx.target_min_block_size)
         self.ops: list[RuntimeOp] = []
         self.consumer: dict[int, tuple[RuntimeOp, int]] = {}
         self._build(root)
-        self.in_flight: dict[Any, tuple[RuntimeOp, Call, list[Any]]] = {}
+        self.in_flight: dict[int, _InFlight] = {}
+        self._keys = 0
+        self.waiter: Waiter | None = None
         self.out: collections.deque[RefBundle] = collections.deque()
         self.cv = threading.Condition()
         self.error: BaseException | None = None
@@ -83,9 +105,7 @@ class StreamingExecutor:
         self.thread: threading.Thread | None = None
         self.stats = DatasetStats(ops=[o.stats for o in self.ops], budget_bytes=self.budget)
         self._t0 = 0.0
-        self._spans: dict[int, Any] = {}
-        self._ended: set[int] = set()
-        self._root_span: Any = None
+        self.spans: ExecutionSpans | None = None
         self.bars = ProgressBars([o.name for o in self.ops],
                                  ctx.enable_progress_bars and ctx.enable_operator_progress_bars)
 
@@ -113,13 +133,13 @@ class StreamingExecutor:
             if P.is_actor_compute(p.compute):
                 return ActorPoolMapOp(p.name, p.steps, ra, p.compute,
                                       self.ctx.max_tasks_in_flight_per_actor, self.preserve_order,
-                                      self.ctx.wait_for_min_actors_s)
+                                      self.ctx.wait_for_min_actors_s, self.target_block_bytes)
             read_tasks = None
             if p.read is not None:
                 r = p.read
                 read_tasks = r.datasource.get_read_tasks(
                     self._parallelism(r), columns=r.columns, filter=r.filter)
-            fn = make_map_task(p.steps, p.name, ra)
+            fn = make_map_task(p.steps, p.name, ra, self.target_block_bytes)
             return TaskMapOp(p.name, fn, read_tasks, self._slots(ra, p.compute.size),
                              self.preserve_order)
         if isinstance(p, P.PhysAllToAll):
@@ -133,13 +153,13 @@ class StreamingExecutor:
         raise TypeError(f"unknown physical operator {type(p).__name__}")
 
     def _parallelism(self, r: P.Read) -> int:
-        """Read tasks: as asked, else at least 2 per CPU and small enough that 8 of them fit
-        in the memory budget."""
+        """Read tasks: as asked, else at least 2 per CPU and each about one block of the
+        target size (a read task's output is not throttled while it runs)."""
         if r.parallelism and r.parallelism > 0:
             return r.parallelism
         n = max(self.ctx.read_op_min_num_blocks, int(self.cpus) * 2)
         est = getattr(r.datasource, "estimate_inmemory_data_size", lambda: 0)() or 0
-        return max(n, int(-(-est // max(1, self.budget / 8))))
+        return max(n, int(-(-est // max(1, self.target_block_bytes))))
 
     # --- running -----------------------------------------------------------------------------
     def run(self) -> Iterator[RefBundle]:
@@ -162,10 +182,7 @@ class StreamingExecutor:
             self.shutdown()
 
     def _start(self) -> None:
-        from opentelemetry import trace
-
-        self._tracer = trace.get_tracer("ember.data")
-        self._root_span = self._tracer.start_span(f"ember.data execute {self.name}")
+        self.spans = ExecutionSpans(self.name)
         self._t0 = time.monotonic()
         self.thread = threading.Thread(target=self._loop, name="ember-data-executor", daemon=True)
         self.thread.start()
@@ -180,6 +197,7 @@ class StreamingExecutor:
 
     def _loop(self) -> None:
         try:
+            self.waiter = Waiter()
             while not self.stop_flag:
                 self._step()
                 if self.root.completed() and not self.root.outqueue and not self.in_flight:
@@ -252,78 +270,91 @@ class StreamingExecutor:
     def _submit(self, op: RuntimeOp, call: Call) -> None:
         from opentelemetry import trace
 
-        span = self._op_span(op)
-        with trace.use_span(span, end_on_exit=False):
+        assert self.spans is not None
+        with trace.use_span(self.spans.op_span(op), end_on_exit=False):
             out = call.fn.remote(*call.args)
-        refs = list(out) if isinstance(out, (list, tuple)) else [out]
-        self.in_flight[refs[-1]] = (op, call, refs)
+        self._keys += 1
+        key = self._keys
+        call.expected_bytes = op.expected_output(call)
+        assert self.waiter is not None
+        if call.streaming:
+            entry = _InFlight(op, call, gen=out)
+            self.waiter.watch_stream(key, out)
+        else:
+            entry = _InFlight(op, call, refs=list(out) if isinstance(out, (list, tuple)) else [out])
+            self.waiter.watch_value(key, entry.refs[-1])
+        self.in_flight[key] = entry
+        op.running[key] = call
         op.in_flight += 1
         op.in_flight_input_bytes += call.input_bytes
         op.stats.on_start()
 
     def _wait_some(self, timeout: float) -> None:
-        keys = list(self.in_flight)
-        ready, _ = ember.wait(keys, num_returns=1, timeout=timeout)
-        if not ready:
-            return
-        if len(keys) > 1:
-            ready, _ = ember.wait(keys, num_returns=len(keys), timeout=0)
-        for r in ready:
-            self._complete(r)
+        assert self.waiter is not None
+        for ev in self.waiter.wait(timeout):
+            self._on_event(ev)
 
-    def _complete(self, ref: Any) -> None:
-        op, call, refs = self.in_flight.pop(ref)
+    def _on_event(self, ev: Event) -> None:
+        entry = self.in_flight[ev.key]
+        call = entry.call
+        if ev.kind == "block":
+            meta, block_ref, meta_ref = ev.payload
+            if entry.cancel_ref is None:
+                entry.cancel_ref = meta_ref  # ember.cancel takes a ref of the task
+            call.blocks += 1
+            call.produced_bytes += meta.size_bytes
+            call.produced_rows += meta.num_rows
+            call.last_meta = meta
+            assert call.on_block is not None and self.waiter is not None
+            call.on_block(call, block_ref, meta)
+            self.waiter.watch_stream(ev.key, entry.gen)
+            return
+        self._complete(ev.key, ev)
+
+    def _complete(self, key: int, ev: Event) -> None:
+        entry = self.in_flight.pop(key)
+        op, call = entry.op, entry.call
+        op.running.pop(key, None)
         op.in_flight -= 1
         op.in_flight_input_bytes -= call.input_bytes
+        call.args = ()  # its inputs: freed now, not whenever the last reference to call goes
         try:
-            try:
-                last = ember.get(ref)
-            except Exception as e:
+            if ev.kind == "error":
+                e = ev.payload
+                if not isinstance(e, Exception):
+                    raise e
                 if self.errored_blocks < self.ctx.max_errored_blocks:
                     self.errored_blocks += 1
                     op.stats.errored_blocks += 1
                     log.warning("ember.data: %s: skipping a block that failed (%d of "
                                 "max_errored_blocks=%d): %s", op.name, self.errored_blocks,
                                 self.ctx.max_errored_blocks, e)
-                    op.stats.on_task_done(call.input_bytes, None)
+                    op.stats.on_task_done(call.ratio_input_bytes or call.input_bytes, None)
                     if call.index >= 0:
                         op.skip_at(call.index, self.preserve_order)
                     return
                 annotate(e, op.name)
-                raise
-            op.stats.on_task_done(call.input_bytes, last if isinstance(last, BlockMetadata) else None)
-            call.on_done(refs, last)
+                raise e
+            if call.streaming:
+                last = call.last_meta
+                total = BlockMetadata(call.produced_rows, call.produced_bytes,
+                                      exec_stats=last.exec_stats if last is not None else None)
+                op.stats.on_task_done(call.ratio_input_bytes or call.input_bytes, total)
+                call.on_done([], last)
+            else:
+                last = ev.payload
+                op.stats.on_task_done(call.ratio_input_bytes or call.input_bytes,
+                                      last if isinstance(last, BlockMetadata) else None)
+                call.on_done(entry.refs, last)
         finally:
             if call.on_finally is not None:
                 call.on_finally()
 
     # --- observability -----------------------------------------------------------------------
-    def _op_span(self, op: RuntimeOp) -> Any:
-        sp = self._spans.get(id(op))
-        if sp is None:
-            from opentelemetry import trace
-
-            ctx = trace.set_span_in_context(self._root_span)
-            sp = self._tracer.start_span(f"ember.data operator {op.name}", context=ctx)
-            self._spans[id(op)] = sp
-        return sp
-
     def _end_span(self, op: RuntimeOp, error: BaseException | None = None) -> None:
         op.stats.on_end()
-        sp = self._spans.get(id(op))
-        if sp is None or id(op) in self._ended:
-            return
-        self._ended.add(id(op))
-        s = op.stats
-        sp.set_attributes({"ember.data.operator": op.name, "ember.data.rows": s.rows_out,
-                           "ember.data.bytes": s.bytes_out, "ember.data.tasks": s.tasks_done,
-                           "ember.data.errored_blocks": s.errored_blocks})
-        if error is not None:
-            from opentelemetry.trace import Status, StatusCode
-
-            sp.record_exception(error)
-            sp.set_status(Status(StatusCode.ERROR, str(error)[:200]))
-        sp.end()
+        if self.spans is not None:
+            self.spans.end_op(op, error)
 
     def _progress(self, force: bool = False) -> None:
         self.bars.update([o.stats.rows_out for o in self.ops],
@@ -331,13 +362,20 @@ class StreamingExecutor:
                          [o.completed() for o in self.ops], force)
 
     def _cleanup(self) -> None:
-        for ref, (op, call, _refs) in list(self.in_flight.items()):
+        for entry in list(self.in_flight.values()):
+            ref = entry.cancel_ref if entry.call.streaming else entry.refs[-1]
+            if ref is None or hasattr(entry.call.fn, "_handle"):
+                continue  # actor calls end with their actors; a stream not started yet runs out
             try:
-                if not hasattr(call.fn, "_handle"):
-                    ember.cancel(ref)
+                ember.cancel(ref)
             except Exception:  # already finished
                 pass
         self.in_flight.clear()
+        for op in self.ops:
+            op.running.clear()
+        if self.waiter is not None:
+            self.waiter.close()
+            self.waiter = None
         for op in self.ops:
             try:
                 op.shutdown()
@@ -349,10 +387,5 @@ class StreamingExecutor:
         self.stats.peak_budget_usage_bytes = self.policy.peak_usage
         if self.bars.enabled:
             self.bars.close([o.stats.rows_out for o in self.ops], [o.est_rows_total for o in self.ops])
-        if self._root_span is not None:
-            if self.error is not None:
-                from opentelemetry.trace import Status, StatusCode
-
-                self._root_span.set_status(Status(StatusCode.ERROR, str(self.error)[:200]))
-            self._root_span.end()
-            self._root_span = None
+        if self.spans is not None:
+            self.spans.end(self.error)

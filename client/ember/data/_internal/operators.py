@@ -35,16 +35,39 @@ class RefBundle:
 
 @dataclasses.dataclass
 class Call:
-    """A task to launch: fn.remote(*args) (or an actor method), tracked by its last return."""
+    """A task to launch: fn.remote(*args) (or an actor method).
+
+    A streaming call (`on_block` set) is a streaming generator yielding (metadata, block)
+    items: on_block gets each block as it is produced, on_done([], last metadata) runs at the
+    end. Any other call is tracked by its last return, whose value on_done gets."""
 
     fn: Any
     args: tuple
     on_done: Callable[[list[Any], Any], None]  # (all refs, value of the last ref)
-    input_bytes: int = 0
+    input_bytes: int = 0  # store bytes of its inputs, held until it finishes
     seq: tuple = ()
     on_finally: Callable[[], None] | None = None  # after on_done or a failure
     num_returns: int = 2
     index: int = -1  # dispatch index within its operator (ordering, skipping)
+    # (this call, block ref, metadata); given the call so that no closure refers back to it
+    # (a cycle would keep its input refs alive until the garbage collector runs)
+    on_block: Callable[[Call, Any, BlockMetadata], None] | None = None
+    # Bytes its output is proportional to (its input; a read's estimated size): what the
+    # operator's output/input ratio is learned from.
+    ratio_input_bytes: int = 0
+    expected_bytes: float = 0.0  # output the budget expects of it (set at launch)
+    produced_bytes: int = 0
+    produced_rows: int = 0
+    blocks: int = 0
+    last_meta: BlockMetadata | None = None
+
+    @property
+    def streaming(self) -> bool:
+        return self.on_block is not None
+
+    def pending_bytes(self) -> float:
+        """Expected output not produced yet."""
+        return max(0.0, self.expected_bytes - self.produced_bytes)
 
 
 class RuntimeOp:
@@ -63,9 +86,11 @@ class RuntimeOp:
         self.max_in_flight = 1
         self.est_rows_total: int | None = None
         self.finished_early = False  # e.g. a limit was reached: upstream may stop
-        self._reorder: dict[int, RefBundle | None] = {}
+        self._reorder: dict[int, list[RefBundle]] = {}
+        self._finished: set[int] = set()
         self._next_emit = 0
         self._dispatched = 0
+        self.running: dict[int, Call] = {}  # calls in flight, by executor key
 
     # --- queues ----------------------------------------------------------------------------
     def add_input(self, b: RefBundle, idx: int = 0) -> None:
@@ -81,27 +106,38 @@ class RuntimeOp:
         self.stats.on_output(b.meta)
         self.outqueue.append(b)
 
-    def emit_at(self, index: int, b: RefBundle | None, ordered: bool) -> None:
-        """Emits the output of the index-th task; in order of index when ordered (None: the
-        task's block was dropped)."""
+    def emit_block(self, index: int, b: RefBundle, ordered: bool) -> None:
+        """Emits a block of the index-th task; when ordered, after every block of the tasks
+        before it (blocks of one task keep their order)."""
+        if not ordered or index == self._next_emit:
+            self.emit(b)
+        else:
+            self._reorder.setdefault(index, []).append(b)
+
+    def finish_index(self, index: int, ordered: bool) -> None:
+        """The index-th task has produced all its blocks (or failed and was skipped)."""
         if not ordered:
-            if b is not None:
-                self.emit(b)
             return
-        self._reorder[index] = b
-        while self._next_emit in self._reorder:
-            nb = self._reorder.pop(self._next_emit)
+        self._finished.add(index)
+        while self._next_emit in self._finished:
+            self._finished.discard(self._next_emit)
             self._next_emit += 1
-            if nb is not None:
+            for nb in self._reorder.pop(self._next_emit, ()):
                 self.emit(nb)
 
+    def emit_at(self, index: int, b: RefBundle | None, ordered: bool) -> None:
+        """Emits the only output of the index-th task (None: it has none)."""
+        if b is not None:
+            self.emit_block(index, b, ordered)
+        self.finish_index(index, ordered)
+
     def skip_at(self, index: int, ordered: bool) -> None:
-        """The index-th task's block was dropped (max_errored_blocks)."""
-        self.emit_at(index, None, ordered)
+        """The index-th task's output was dropped (max_errored_blocks)."""
+        self.finish_index(index, ordered)
 
     def queued_input_bytes(self) -> int:
         return sum(b.size_bytes for q in self.inqueues for b in q) + sum(
-            b.size_bytes for b in self._reorder.values() if b is not None)
+            b.size_bytes for bs in self._reorder.values() for b in bs)
 
     def held_bytes(self) -> int:
         """Store bytes this operator holds: queued inputs, inputs of tasks running, outputs."""
@@ -126,11 +162,17 @@ class RuntimeOp:
         return self.all_inputs_done() and self.in_flight == 0 and not any(self.inqueues)
 
     def view(self) -> OpView:
+        nxt = self._next_input_bytes()
+        heap = self.stats.est_heap_bytes(nxt)
         return OpView(self.name, in_flight=self.in_flight, max_in_flight=self.max_in_flight,
-                      has_input=self.can_launch(), est_output_bytes=self.stats.est_output_bytes(
-                          self._next_input_bytes()),
-                      est_heap_bytes=self.stats.est_heap_bytes(self._next_input_bytes()),
-                      barrier=self.barrier)
+                      has_input=self.can_launch(), est_output_bytes=self.stats.est_output_bytes(nxt),
+                      est_heap_bytes=heap, barrier=self.barrier,
+                      pending_bytes=sum(c.pending_bytes() for c in self.running.values())
+                      + self.in_flight * heap)
+
+    def expected_output(self, call: Call) -> float:
+        """Output the budget expects of call, from what the operator's tasks produced so far."""
+        return self.stats.est_output_bytes(call.ratio_input_bytes or call.input_bytes)
 
     def _next_input_bytes(self) -> int:
         for q in self.inqueues:
@@ -261,16 +303,18 @@ class TaskMapOp(RuntimeOp):
         self._dispatched += 1
         if self.read_tasks is not None:
             i, rt = self.read_tasks.popleft()
-            c = Call(self.task_fn, (rt,), self._done_fn(idx, (i,)), 0, (i,))
+            c = Call(self.task_fn, (rt,), self._done_fn(idx), 0, (i,),
+                     ratio_input_bytes=int(getattr(rt, "est_size_bytes", 0) or 0))
         else:
             b = self.inqueues[0].popleft()
-            c = Call(self.task_fn, (None, b.ref), self._done_fn(idx, b.seq), b.size_bytes, b.seq)
+            c = Call(self.task_fn, (None, b.ref), self._done_fn(idx), b.size_bytes, b.seq)
         c.index = idx
+        c.on_block = streamed_block_fn(self, self.preserve_order)
         return c
 
-    def _done_fn(self, idx: int, seq: tuple) -> Callable[[list[Any], Any], None]:
+    def _done_fn(self, idx: int) -> Callable[[list[Any], Any], None]:
         def done(refs: list[Any], meta: BlockMetadata) -> None:
-            self.emit_at(idx, RefBundle(refs[0], meta, seq), self.preserve_order)
+            self.finish_index(idx, self.preserve_order)
         return done
 
     def completed(self) -> bool:
@@ -289,6 +333,13 @@ class TaskMapOp(RuntimeOp):
             self.read_tasks.clear()
         for q in self.inqueues:
             q.clear()
+
+
+def streamed_block_fn(op: RuntimeOp, ordered: bool) -> Callable[[Call, Any, BlockMetadata], None]:
+    """on_block of a streaming call: the j-th block of task c goes out as (c.seq + (j,))."""
+    def on_block(c: Call, ref: Any, meta: BlockMetadata) -> None:
+        op.emit_block(c.index, RefBundle(ref, meta, c.seq + (c.blocks - 1,)), ordered)
+    return on_block
 
 
 def now() -> float:

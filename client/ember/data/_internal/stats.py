@@ -2,10 +2,14 @@
 from (average output per input byte, largest heap growth per task)."""
 from __future__ import annotations
 
+import collections
 import dataclasses
+import statistics
 import time
 
 from ember.data.block import BlockMetadata
+
+HEAP_WINDOW = 32
 
 
 @dataclasses.dataclass
@@ -27,6 +31,9 @@ class OpStats:
     start_time: float | None = None
     end_time: float | None = None
     initial_input_bytes: int = 0
+    # Heap growth of the operator's last tasks (what the budget expects of the next one).
+    recent_heap: collections.deque = dataclasses.field(
+        default_factory=lambda: collections.deque(maxlen=HEAP_WINDOW))
 
     def on_start(self) -> None:
         if self.start_time is None:
@@ -49,6 +56,7 @@ class OpStats:
             self.cpu_time_s += st.cpu_time_s
             self.task_wall_max_s = max(self.task_wall_max_s, st.wall_time_s)
             self.max_heap_bytes = max(self.max_heap_bytes, st.max_heap_bytes)
+            self.recent_heap.append(st.max_heap_bytes)
 
     def on_end(self) -> None:
         if self.end_time is None:
@@ -63,9 +71,12 @@ class OpStats:
         return float(next_input_bytes or self.initial_input_bytes)
 
     def est_heap_bytes(self, next_input_bytes: int) -> float:
-        """Heap the next task is expected to use while it runs (outside the store)."""
-        if self.tasks_done:
-            return float(self.max_heap_bytes)
+        """Heap the next task is expected to use while it runs (outside the store): the
+        median growth of the operator's last tasks. Not the largest: a task that is the first
+        in its worker also grows the heap by the modules it imports and the pages the
+        allocator then keeps for the next tasks, which is not memory each task needs."""
+        if self.recent_heap:
+            return float(statistics.median(self.recent_heap))
         return float(next_input_bytes or self.initial_input_bytes)
 
     def summary(self) -> str:

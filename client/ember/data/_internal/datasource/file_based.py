@@ -171,6 +171,10 @@ def _read_parquet_pieces(fs: Any, pieces: list[tuple[str, str, list[int]]], colu
         yield _finish(tbl, path, parts, include_paths, columns, filter)
 
 
+SAMPLE_FILES = 3
+SAMPLE_ROWS = 1024
+
+
 class ParquetDatasource:
     """Parquet files split by row groups; projection and filters go to pyarrow."""
 
@@ -211,10 +215,20 @@ class ParquetDatasource:
         return sum(m.num_rows for m in self.meta)
 
     def estimate_inmemory_data_size(self) -> int:
-        return sum(m.row_group(i).total_byte_size for m in self.meta for i in range(m.num_row_groups))
+        return sum(self._rg_bytes(m, i, self.columns) for m in self.meta
+                   for i in range(m.num_row_groups))
 
     def _rg_bytes(self, md: Any, i: int, columns: list[str] | None) -> int:
+        """Bytes row group i takes in memory: its rows times the sampled bytes per row.
+
+        The footer's sizes are sizes of the *encoded* pages: a dictionary- or RLE-encoded
+        column takes bytes on disk where it takes megabytes in memory (a constant int64 column
+        of 131072 rows: 568 bytes encoded, 1 MiB in memory), so they are used only when rows
+        cannot be sampled."""
+        per_row = self._bytes_per_row(columns)
         rg = md.row_group(i)
+        if per_row is not None:
+            return int(rg.num_rows * per_row)
         if columns is None:
             return rg.total_byte_size
         total = 0
@@ -223,6 +237,37 @@ class ParquetDatasource:
             if c.path_in_schema.split(".")[0] in columns:
                 total += c.total_uncompressed_size
         return total
+
+    def _bytes_per_row(self, columns: list[str] | None) -> float | None:
+        """In-memory bytes per row of the projection, from up to SAMPLE_ROWS rows of the first
+        row group of up to SAMPLE_FILES files spread over the dataset (cached)."""
+        key = tuple(columns) if columns is not None else None
+        cache = self.__dict__.setdefault("_per_row", {})
+        if key in cache:
+            return cache[key]
+        import pyarrow.parquet as pq
+
+        picks = sorted({int(k * (len(self.files) - 1) / max(1, SAMPLE_FILES - 1))
+                        for k in range(min(SAMPLE_FILES, len(self.files)))})
+        rows = nbytes = 0
+        for k in picks:
+            path, md = self.files[k][0], self.meta[k]
+            if md.num_row_groups == 0 or md.num_rows == 0:
+                continue
+            try:
+                with self.fs.open_input_file(path) as f:
+                    pf = pq.ParquetFile(f)
+                    cols = None if columns is None else [c for c in pf.schema_arrow.names
+                                                         if c in columns]
+                    batch = next(pf.iter_batches(batch_size=SAMPLE_ROWS, row_groups=[0],
+                                                 columns=cols, use_threads=False), None)
+            except (pa.ArrowInvalid, OSError, ValueError):
+                continue
+            if batch is not None and batch.num_rows:
+                rows += batch.num_rows
+                nbytes += batch.nbytes
+        cache[key] = nbytes / rows if rows else None
+        return cache[key]
 
     def _prune(self, path: str, md: Any, filter: Any) -> list[int]:
         rgs = list(range(md.num_row_groups))
