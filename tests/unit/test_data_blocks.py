@@ -140,3 +140,19 @@ def test_heap_estimate_is_the_median_of_recent_tasks():
         s.on_task_done(10, BlockMetadata(1, 10, exec_stats=BlockExecStats(0, 0, heap)))
     assert s.est_heap_bytes(5) == 1 * MiB
     assert s.max_heap_bytes == 40 * MiB  # stats() still shows the largest
+
+
+def test_an_operator_counts_its_tasks_by_output_not_produced_yet():
+    from ember.data._internal.operators import Call
+
+    op = RuntimeOp("Map", 1)
+    c = Call(fn=None, args=(), on_done=lambda refs, meta: None, input_bytes=100)
+    op.stats.on_task_done(100, BlockMetadata(1, 50, exec_stats=BlockExecStats(0, 0, 7)))
+    c.expected_bytes = op.expected_output(c)
+    assert c.expected_bytes == 50  # half its input, as the tasks before it
+    c.produced_bytes = 20  # two fifths of it streamed out already
+    op.running[1] = c
+    op.in_flight = 1
+    assert op.view().pending_bytes == 30 + 7
+    c.produced_bytes = 80  # more than expected: nothing more is counted in advance
+    assert op.view().pending_bytes == 7

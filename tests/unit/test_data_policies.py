@@ -6,7 +6,8 @@ import pyarrow as pa
 import pytest
 
 from ember.data._internal.autoscaling import AutoscalingPolicy, PoolView
-from ember.data._internal.backpressure import BudgetPolicy, OpView, budget_from, max_in_flight
+from ember.data._internal.backpressure import (BudgetPolicy, OpView, RecentlyFreed, budget_from,
+                                               max_in_flight)
 from ember.data._internal.sizing import group_pieces, slices_at, split_even
 from ember.data._internal.split_coordinator import DONE, WAIT, Give, SplitCoordinatorCore
 from ember.data._internal.stats import OpStats
@@ -171,3 +172,26 @@ def test_rebatch_crosses_block_boundaries():
     assert [b.num_rows for b in out] == [4, 4, 4, 3]
     assert sum((b.column("x").to_pylist() for b in out), []) == list(range(15))
     assert [b.num_rows for b in rebatch(iter(blocks), None)] == [5, 5, 5]
+
+
+def test_recently_freed_bytes_count_for_the_grace_period():
+    now = [0.0]
+    f = RecentlyFreed(lambda: now[0], grace_s=0.1)
+    f.add(10)
+    now[0] = 0.05
+    f.add(5)
+    f.add(0)
+    assert f.total() == 15
+    now[0] = 0.11  # the first drop is older than the grace period
+    assert f.total() == 5
+    now[0] = 1.0
+    assert f.total() == 0
+
+
+def test_budget_counts_streaming_tasks_by_the_output_still_to_come():
+    p = BudgetPolicy(100 * MiB)
+    # 4 reads in flight have 20 MiB of their expected output (and heap) still to come
+    ops = _ops(map__has_input=True, read__in_flight=4, read__pending_bytes=20 * MiB)
+    assert p.usage(ops, 50 * MiB).total == 70 * MiB
+    assert p.select(ops, 50 * MiB) == 1  # a map task (30 MiB) fits exactly
+    assert p.select(ops, 51 * MiB) == 0  # it no longer does; a read (15 MiB) does

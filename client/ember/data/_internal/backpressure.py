@@ -11,6 +11,10 @@ One memory budget covers the whole pipeline (by default half of the object store
   (the largest heap growth its operator's tasks reported: UDF outputs, pandas/numpy copies of
   batches, read buffers) — what Ray users most often run out of.
 
+- blocks the executor dropped a moment ago (the inputs of a task that just finished): the store
+  frees an object asynchronously, after the owner's and the readers' releases reach it (a few
+  to tens of milliseconds), so they still count for FREE_GRACE_S (RecentlyFreed).
+
 A task is launched only if it fits in what is left; operators are tried downstream first so
 that data drains before more is read. Each operator also has a cap on tasks in flight (from its
 concurrency and the cluster's CPUs/GPUs). If nothing at all is in flight, the most downstream
@@ -19,8 +23,12 @@ larger than the budget still finishes (it then runs one task at a time).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
+from typing import Callable
+
+FREE_GRACE_S = 0.1
 
 
 @dataclasses.dataclass
@@ -92,6 +100,29 @@ class BudgetPolicy:
     def may_buffer_output(self, store_bytes: int, ops: list[OpView]) -> bool:
         """Whether the consumer side may prefetch more output without exceeding the budget."""
         return self.usage(ops, store_bytes).total <= self.budget_bytes
+
+
+class RecentlyFreed:
+    """Bytes dropped by the executor in the last grace_s seconds (injected clock)."""
+
+    def __init__(self, clock: Callable[[], float], grace_s: float = FREE_GRACE_S) -> None:
+        self.clock = clock
+        self.grace_s = grace_s
+        self._items: collections.deque[tuple[float, int]] = collections.deque()
+        self._total = 0
+
+    def add(self, nbytes: int) -> None:
+        """nbytes were just dropped."""
+        if nbytes > 0:
+            self._items.append((self.clock(), nbytes))
+            self._total += nbytes
+
+    def total(self) -> int:
+        """Bytes dropped less than grace_s ago."""
+        cutoff = self.clock() - self.grace_s
+        while self._items and self._items[0][0] <= cutoff:
+            self._total -= self._items.popleft()[1]
+        return self._total
 
 
 def max_in_flight(cluster_cpus: float, cluster_gpus: float, num_cpus: float, num_gpus: float,

@@ -27,7 +27,7 @@ from ember.data.context import DataContext
 from . import plan as P
 from .actor_pool import ActorPoolMapOp
 from .all_to_all import AllToAllOp
-from .backpressure import BudgetPolicy, budget_from, max_in_flight
+from .backpressure import BudgetPolicy, RecentlyFreed, budget_from, max_in_flight
 from .operators import Call, InputOp, LimitOp, RefBundle, RuntimeOp, TaskMapOp, UnionOp
 from .progress import ProgressBars
 from .spans import ExecutionSpans
@@ -88,6 +88,7 @@ class StreamingExecutor:
         if limits.memory is not None:
             self.budget = min(self.budget, float(limits.memory))
         self.policy = BudgetPolicy(self.budget)
+        self.freed = RecentlyFreed(time.monotonic)
         self.target_block_bytes = target_block_bytes(self.budget, ctx.target_max_block_size,
                                                      ctx.target_min_block_size)
         self.ops: list[RuntimeOp] = []
@@ -253,7 +254,8 @@ class StreamingExecutor:
                 self._stop_upstream(up)
 
     def _store_bytes(self) -> int:
-        return sum(o.held_bytes() for o in self.ops) + sum(b.size_bytes for b in self.out)
+        return (sum(o.held_bytes() for o in self.ops) + sum(b.size_bytes for b in self.out)
+                + self.freed.total())
 
     def _dispatch(self) -> None:
         for _ in range(1000):
@@ -318,6 +320,7 @@ class StreamingExecutor:
         op.in_flight -= 1
         op.in_flight_input_bytes -= call.input_bytes
         call.args = ()  # its inputs: freed now, not whenever the last reference to call goes
+        self.freed.add(call.input_bytes)
         try:
             if ev.kind == "error":
                 e = ev.payload
