@@ -1,0 +1,1 @@
+"""Ember Data internals: the plan, the executor, the datasources and the pure policies."""

@@ -1,0 +1,1 @@
+"""Datasources (readers) and datasinks (writers) over any `pyarrow.fs` filesystem."""

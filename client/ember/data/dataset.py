@@ -1,0 +1,311 @@
+"""Dataset: a lazy plan of operators over Arrow blocks (Ray Data's Dataset API).
+
+Transforms return a new Dataset with one more logical operator; nothing runs until the data is
+consumed (iterate, take, count, write, materialize...). Consumption methods are in
+`_consume.py`, iteration in `iterator.py`.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+
+from ._consume import ConsumeMixin
+from ._internal import plan as P
+from ._internal import transforms as T
+from ._internal.compute import TaskPoolStrategy, get_compute
+
+_ids = itertools.count()
+
+
+def _remote_args(num_cpus: Any, num_gpus: Any, memory: Any, resources: Any,
+                 extra: dict[str, Any]) -> dict[str, Any]:
+    args = {k: v for k, v in {"num_cpus": num_cpus, "num_gpus": num_gpus, "memory": memory,
+                               "resources": resources}.items() if v is not None}
+    for k in ("label_selector", "fallback_strategy", "accelerator_type", "runtime_env",
+              "ray_remote_args_fn", "max_calls"):
+        if extra.pop(k, None) is not None:
+            raise ValueError(f"ember.data does not support {k!r} yet")
+    args.update(extra)
+    for k in ("num_cpus", "num_gpus"):
+        if k in args and (not isinstance(args[k], (int, float)) or args[k] < 0):
+            raise ValueError(f"{k} must be a number >= 0, got {args[k]!r}")
+    return args
+
+
+class Dataset(ConsumeMixin):
+    """A distributed collection of rows, computed lazily and streamed block by block."""
+
+    def __init__(self, plan: P.LogicalOp) -> None:
+        self._plan = plan
+        self._uuid = f"dataset_{next(_ids)}"
+        self._last_stats: Any = None
+
+    def __repr__(self) -> str:
+        return f"Dataset(plan={P.describe(self._plan)})"
+
+    def _with(self, op: P.LogicalOp) -> Dataset:
+        return Dataset(op)
+
+    # --- row and batch transforms -------------------------------------------------------------
+    def _map_op(self, name: str, step: T.Step, fn: Any, compute: Any, concurrency: Any,
+                fn_constructor_args: Any, num_cpus: Any, num_gpus: Any, memory: Any,
+                resources: Any, ray_remote_args: dict[str, Any]) -> Dataset:
+        strat = get_compute(fn, compute, concurrency, fn_constructor_args)
+        args = _remote_args(num_cpus, num_gpus, memory, resources, dict(ray_remote_args))
+        return self._with(P.MapOp(name=name, inputs=[self._plan], step=step, compute=strat,
+                                  remote_args=args))
+
+    def map(self, fn: Callable[[dict[str, Any]], dict[str, Any]], *, compute: Any = None,
+            fn_args: Any = None, fn_kwargs: Any = None, fn_constructor_args: Any = None,
+            fn_constructor_kwargs: Any = None, num_cpus: float | None = None,
+            num_gpus: float | None = None, memory: float | None = None, concurrency: Any = None,
+            resources: dict[str, float] | None = None, **ray_remote_args: Any) -> Dataset:
+        """Applies fn to every row (a dict); fn returns the new row."""
+        _check_fn(fn, "map")
+        name = f"Map({T.udf_name(fn)})"
+        udf = T._UDF(fn, fn_args, fn_kwargs, fn_constructor_args, fn_constructor_kwargs)
+        return self._map_op(name, T.MapRows(udf, name), fn, compute, concurrency, fn_constructor_args,
+                            num_cpus, num_gpus, memory, resources, ray_remote_args)
+
+    def map_batches(self, fn: Any, *, batch_size: int | None | str = None, compute: Any = None,
+                    batch_format: str | None = "default", zero_copy_batch: bool = True,
+                    fn_args: Any = None, fn_kwargs: Any = None, fn_constructor_args: Any = None,
+                    fn_constructor_kwargs: Any = None, num_cpus: float | None = None,
+                    num_gpus: float | None = None, memory: float | None = None,
+                    concurrency: Any = None, udf_modifying_row_count: bool = True,
+                    resources: dict[str, float] | None = None, **ray_remote_args: Any) -> Dataset:
+        """Applies fn to batches of `batch_size` rows in `batch_format` ("default"/"numpy":
+        dict of ndarrays, "pandas", "pyarrow"). A callable class runs on an actor pool
+        (`concurrency=n` or `(min, max)`); `num_gpus` may be fractional."""
+        _check_fn(fn, "map_batches")
+        if batch_size == "auto":
+            batch_size = None
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        name = f"MapBatches({T.udf_name(fn)})"
+        udf = T._UDF(fn, fn_args, fn_kwargs, fn_constructor_args, fn_constructor_kwargs)
+        step = T.MapBatches(udf, name, batch_size, batch_format, zero_copy_batch)
+        return self._map_op(name, step, fn, compute, concurrency, fn_constructor_args, num_cpus,
+                            num_gpus, memory, resources, ray_remote_args)
+
+    def flat_map(self, fn: Callable[[dict[str, Any]], list[dict[str, Any]]], *, compute: Any = None,
+                 fn_args: Any = None, fn_kwargs: Any = None, fn_constructor_args: Any = None,
+                 fn_constructor_kwargs: Any = None, num_cpus: float | None = None,
+                 num_gpus: float | None = None, memory: float | None = None,
+                 concurrency: Any = None, resources: dict[str, float] | None = None,
+                 **ray_remote_args: Any) -> Dataset:
+        """Applies fn to every row; fn returns a list of rows."""
+        _check_fn(fn, "flat_map")
+        name = f"FlatMap({T.udf_name(fn)})"
+        udf = T._UDF(fn, fn_args, fn_kwargs, fn_constructor_args, fn_constructor_kwargs)
+        return self._map_op(name, T.FlatMap(udf, name), fn, compute, concurrency,
+                            fn_constructor_args, num_cpus, num_gpus, memory, resources, ray_remote_args)
+
+    def filter(self, fn: Any = None, expr: Any = None, *, compute: Any = None, fn_args: Any = None,
+               fn_kwargs: Any = None, fn_constructor_args: Any = None,
+               fn_constructor_kwargs: Any = None, num_cpus: float | None = None,
+               num_gpus: float | None = None, memory: float | None = None,
+               concurrency: Any = None, resources: dict[str, float] | None = None,
+               **ray_remote_args: Any) -> Dataset:
+        """Keeps rows where fn(row) is true, or where `expr` holds (a string such as
+        "score > 0.8 and lang == 'zh'", or a pyarrow.compute.Expression; pushed into parquet
+        reads)."""
+        if (fn is None) == (expr is None):
+            raise ValueError("filter() takes exactly one of fn and expr")
+        if expr is not None:
+            from .expressions import to_arrow_expression
+
+            e = to_arrow_expression(expr)
+            name = f"Filter({expr if isinstance(expr, str) else 'expr'})"
+            return self._with(P.MapOp(name=name, inputs=[self._plan], step=T.FilterExpr(e, name),
+                                      compute=TaskPoolStrategy(), remote_args={}))
+        _check_fn(fn, "filter")
+        name = f"Filter({T.udf_name(fn)})"
+        udf = T._UDF(fn, fn_args, fn_kwargs, fn_constructor_args, fn_constructor_kwargs)
+        return self._map_op(name, T.Filter(udf, name), fn, compute, concurrency, fn_constructor_args,
+                            num_cpus, num_gpus, memory, resources, ray_remote_args)
+
+    def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str | None = "pandas",
+                   compute: Any = None, concurrency: Any = None, num_cpus: float | None = None,
+                   num_gpus: float | None = None, memory: float | None = None,
+                   **ray_remote_args: Any) -> Dataset:
+        """Adds (or replaces) column `col` computed by fn(batch)."""
+        _check_fn(fn, "add_column")
+
+        def add(batch: Any) -> Any:
+            values = fn(batch)
+            if isinstance(batch, pa.Table):
+                from .block import column_to_arrow
+
+                arr = column_to_arrow(values)
+                if col in batch.column_names:
+                    return batch.set_column(batch.column_names.index(col), col, arr)
+                return batch.append_column(col, arr)
+            batch[col] = values
+            return batch
+
+        add.__name__ = f"add_column_{col}"
+        return self.map_batches(add, batch_format=batch_format, compute=compute,
+                                concurrency=concurrency, num_cpus=num_cpus, num_gpus=num_gpus,
+                                memory=memory, zero_copy_batch=False, **ray_remote_args)
+
+    def _project(self, name: str, **kw: Any) -> Dataset:
+        return self._with(P.MapOp(name=name, inputs=[self._plan], step=T.Project(name=name, **kw),
+                                  compute=TaskPoolStrategy(), remote_args={}))
+
+    def select_columns(self, cols: str | list[str], **_: Any) -> Dataset:
+        """Keeps only these columns (pushed into parquet reads)."""
+        cols = [cols] if isinstance(cols, str) else list(cols)
+        if len(set(cols)) != len(cols):
+            raise ValueError(f"select_columns: duplicate columns in {cols}")
+        return self._project("Project", select=cols)
+
+    def drop_columns(self, cols: str | list[str], **_: Any) -> Dataset:
+        """Removes these columns."""
+        cols = [cols] if isinstance(cols, str) else list(cols)
+        return self._project("Project", drop=cols)
+
+    def rename_columns(self, names: list[str] | dict[str, str], **_: Any) -> Dataset:
+        """Renames columns: a {old: new} dict (or a full list of new names)."""
+        if isinstance(names, dict):
+            return self._project("RenameColumns", rename=dict(names))
+        new = list(names)
+        return self.map_batches(lambda t: t.rename_columns(new), batch_format="pyarrow")
+
+    def random_sample(self, fraction: float, *, seed: int | None = None) -> Dataset:
+        """Keeps each row with probability `fraction`."""
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"fraction must be between 0 and 1, got {fraction}")
+        return self._with(P.MapOp(name="RandomSample", inputs=[self._plan],
+                                  step=T.RandomSample(fraction, seed), compute=TaskPoolStrategy(),
+                                  remote_args={}))
+
+    # --- all-to-all ---------------------------------------------------------------------------
+    def random_shuffle(self, *, seed: int | None = None, num_blocks: int | None = None,
+                       **ray_remote_args: Any) -> Dataset:
+        """Shuffles all rows (an all-to-all exchange: map tasks cut, reduce tasks merge)."""
+        return self._with(P.AllToAll(name="RandomShuffle", inputs=[self._plan], kind="random_shuffle",
+                                     params={"seed": seed, "num_blocks": num_blocks},
+                                     remote_args=ray_remote_args))
+
+    def randomize_block_order(self, *, seed: int | None = None) -> Dataset:
+        """Shuffles the order of blocks (rows within a block stay together)."""
+        return self._with(P.AllToAll(name="RandomizeBlockOrder", inputs=[self._plan],
+                                     kind="randomize_block_order", params={"seed": seed}))
+
+    def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None,
+                    *, shuffle: bool = False, **_: Any) -> Dataset:
+        """Reblocks into num_blocks blocks (or blocks of target_num_rows_per_block rows)."""
+        if (num_blocks is None) == (target_num_rows_per_block is None):
+            raise ValueError("repartition() takes exactly one of num_blocks and target_num_rows_per_block")
+        if num_blocks is not None and num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        return self._with(P.AllToAll(name="Repartition", inputs=[self._plan], kind="repartition",
+                                     params={"num_blocks": num_blocks, "shuffle": shuffle,
+                                             "target_num_rows_per_block": target_num_rows_per_block}))
+
+    def sort(self, key: str | list[str], descending: bool | list[bool] = False,
+             boundaries: list[Any] | None = None) -> Dataset:
+        """Sorts all rows by key(s)."""
+        keys = [key] if isinstance(key, str) else list(key)
+        if not keys:
+            raise ValueError("sort() needs at least one key")
+        desc = [descending] * len(keys) if isinstance(descending, bool) else list(descending)
+        if len(desc) != len(keys):
+            raise ValueError("descending must be a bool or one bool per key")
+        return self._with(P.AllToAll(name="Sort", inputs=[self._plan], kind="sort",
+                                     params={"keys": keys, "descending": desc, "reduce": "sort",
+                                             "boundaries": boundaries}))
+
+    def groupby(self, key: str | list[str] | None, num_partitions: int | None = None) -> Any:
+        """Groups rows by key(s) for count/sum/min/max/mean/std/aggregate/map_groups."""
+        from .grouped import GroupedData
+
+        return GroupedData(self, key, num_partitions)
+
+    def union(self, *other: Dataset) -> Dataset:
+        """The rows of this dataset and then of the others."""
+        for o in other:
+            if not isinstance(o, Dataset):
+                raise TypeError(f"union() expects Datasets, got {type(o).__name__}")
+        return self._with(P.Union(name="Union", inputs=[self._plan] + [o._plan for o in other]))
+
+    def zip(self, *other: Dataset) -> Dataset:
+        """Columns of both datasets side by side (same number of rows; clashing names get _1)."""
+        if len(other) != 1:
+            raise ValueError("zip() takes exactly one other dataset")
+        return self._with(P.Zip(name="Zip", inputs=[self._plan, other[0]._plan]))
+
+    def limit(self, limit: int) -> Dataset:
+        """The first `limit` rows (upstream stops reading once they are produced)."""
+        if not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit must be an int >= 0, got {limit!r}")
+        return self._with(P.Limit(name=f"limit={limit}", inputs=[self._plan], limit=limit))
+
+    # --- writes -------------------------------------------------------------------------------
+    def _write(self, fmt: str, path: str, filesystem: Any, try_create_dir: bool,
+               options: dict[str, Any], column: str | None = None,
+               partition_cols: list[str] | None = None, ray_remote_args: dict | None = None) -> None:
+        from ._internal.datasource.sinks import FileDatasink
+
+        sink = FileDatasink(path, fmt, filesystem, options, try_create_dir, column, partition_cols)
+        name = f"Write{ {'parquet': 'Parquet', 'json': 'JSON', 'csv': 'CSV', 'numpy': 'Numpy'}[fmt] }"
+        name = name.replace(" ", "")
+        ds = self._with(P.MapOp(name=name, inputs=[self._plan], step=T.Write(sink, name),
+                                compute=TaskPoolStrategy(), remote_args=dict(ray_remote_args or {})))
+        for _ in ds._iter_bundles():
+            pass
+        self._last_stats = ds._last_stats
+
+    def write_parquet(self, path: str, *, partition_cols: list[str] | None = None,
+                      filesystem: Any = None, try_create_dir: bool = True,
+                      ray_remote_args: dict | None = None, **arrow_parquet_args: Any) -> None:
+        """Writes the rows as parquet files under path (a directory or a URI such as s3://...)."""
+        for k in ("arrow_open_stream_args", "filename_provider", "arrow_parquet_args_fn",
+                  "min_rows_per_file", "max_rows_per_file", "num_rows_per_file", "concurrency",
+                  "mode", "catalog", "min_bytes_per_file"):
+            arrow_parquet_args.pop(k, None)
+        self._write("parquet", path, filesystem, try_create_dir, arrow_parquet_args,
+                    partition_cols=partition_cols, ray_remote_args=ray_remote_args)
+
+    def write_json(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
+                   ray_remote_args: dict | None = None, **_: Any) -> None:
+        """Writes the rows as JSON lines files under path."""
+        self._write("json", path, filesystem, try_create_dir, {}, ray_remote_args=ray_remote_args)
+
+    def write_csv(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
+                  ray_remote_args: dict | None = None, **_: Any) -> None:
+        """Writes the rows as CSV files under path."""
+        self._write("csv", path, filesystem, try_create_dir, {}, ray_remote_args=ray_remote_args)
+
+    def write_numpy(self, path: str, *, column: str, filesystem: Any = None,
+                    try_create_dir: bool = True, ray_remote_args: dict | None = None, **_: Any) -> None:
+        """Writes one column as .npy files under path."""
+        self._write("numpy", path, filesystem, try_create_dir, {}, column=column,
+                    ray_remote_args=ray_remote_args)
+
+    # --- execution ----------------------------------------------------------------------------
+    def _iter_bundles(self) -> Iterator[Any]:
+        """Executes the plan; yields RefBundles as they are produced."""
+        from ._internal.executor import StreamingExecutor
+        from .context import DataContext
+
+        if isinstance(self._plan, P.InputData):
+            yield from self._plan.bundles
+            return
+        ctx = DataContext.get_current().copy()
+        phys = P.to_physical(P.optimize(self._plan))
+        ex = StreamingExecutor(phys, ctx, self._uuid)
+        self._last_stats = ex.stats
+        yield from ex.run()
+
+
+class MaterializedDataset(Dataset):
+    """A dataset whose blocks are already in the object store."""
+
+
+def _check_fn(fn: Any, what: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"{what}() expects a function or a callable class, got {type(fn).__name__}")

@@ -1,0 +1,266 @@
+"""Creating datasets: read_* (lazy, read by tasks) and from_* (data put from the driver)."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+import ember
+from . import block as B
+from ._internal import plan as P
+from ._internal.datasource.file_based import FileDatasource, ParquetDatasource, ReadTask
+from ._internal.operators import RefBundle
+from .dataset import Dataset, MaterializedDataset
+
+_RAY_ONLY = ("catalog", "tensor_column_schema", "partition_filter", "include_row_hash",
+             "skip_paths", "label_selector", "fallback_strategy", "max_calls", "accelerator_type",
+             "runtime_env", "arrow_open_stream_args", "meta_provider", "compute")
+
+
+def _read(ds: Any, name: str, parallelism: int, override_num_blocks: int | None,
+          concurrency: int | None, num_cpus: Any, num_gpus: Any, memory: Any,
+          ray_remote_args: dict | None) -> Dataset:
+    ra = dict(ray_remote_args or {})
+    for k, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("memory", memory)):
+        if v is not None:
+            ra[k] = v
+    par = override_num_blocks or parallelism
+    return Dataset(P.Read(name=name, inputs=[], datasource=ds, parallelism=par, remote_args=ra,
+                          concurrency=concurrency))
+
+
+def _drop(kwargs: dict[str, Any]) -> dict[str, Any]:
+    for k in _RAY_ONLY:
+        kwargs.pop(k, None)
+    return kwargs
+
+
+def _partitioning(p: Any) -> bool:
+    if p is None:
+        return False
+    style = getattr(p, "style", p)
+    return style in ("hive", True) or style == "default"
+
+
+def read_parquet(paths: str | list[str], *, filesystem: Any = None, columns: list[str] | None = None,
+                 parallelism: int = -1, num_cpus: float | None = None, num_gpus: float | None = None,
+                 memory: float | None = None, partitioning: Any = "hive", shuffle: Any = None,
+                 include_paths: bool = False, file_extensions: list[str] | None = ["parquet"],  # noqa: B006
+                 ignore_missing_paths: bool = False, concurrency: int | None = None,
+                 override_num_blocks: int | None = None, ray_remote_args: dict | None = None,
+                 **arrow_parquet_args: Any) -> Dataset:
+    """Parquet files (local, s3://, any pyarrow.fs URI); `columns` and `filter=` (a pyarrow
+    expression) are pushed down into the reader, row groups pruned by their statistics."""
+    _drop(arrow_parquet_args)
+    flt = arrow_parquet_args.pop("filter", None)
+    if arrow_parquet_args:
+        raise TypeError(f"read_parquet() got unsupported arguments {sorted(arrow_parquet_args)}")
+    ds = ParquetDatasource(paths, filesystem, columns, flt, include_paths, file_extensions,
+                           ignore_missing_paths, _partitioning(partitioning), shuffle)
+    return _read(ds, "ReadParquet", parallelism, override_num_blocks, concurrency, num_cpus,
+                 num_gpus, memory, ray_remote_args)
+
+
+def _file_read(fmt: str, name: str, paths: Any, filesystem: Any, options: dict, include_paths: bool,
+               file_extensions: Any, ignore_missing_paths: bool, partitioning: Any, shuffle: Any,
+               parallelism: int, override_num_blocks: int | None, concurrency: int | None,
+               num_cpus: Any, num_gpus: Any, memory: Any, ray_remote_args: dict | None) -> Dataset:
+    ds = FileDatasource(paths, fmt, filesystem, options, include_paths, file_extensions,
+                        ignore_missing_paths, _partitioning(partitioning), shuffle)
+    return _read(ds, name, parallelism, override_num_blocks, concurrency, num_cpus, num_gpus,
+                 memory, ray_remote_args)
+
+
+_JSON_EXT = ["json", "jsonl", "json.gz", "jsonl.gz", "json.br", "jsonl.br", "json.zst",
+             "jsonl.zst", "json.lz4", "jsonl.lz4"]
+
+
+def read_json(paths: str | list[str], *, lines: bool = False, filesystem: Any = None,
+              parallelism: int = -1, num_cpus: float | None = None, num_gpus: float | None = None,
+              memory: float | None = None, partitioning: Any = "hive", include_paths: bool = False,
+              ignore_missing_paths: bool = False, shuffle: Any = None,
+              file_extensions: list[str] | None = _JSON_EXT, concurrency: int | None = None,
+              override_num_blocks: int | None = None, ray_remote_args: dict | None = None,
+              **arrow_json_args: Any) -> Dataset:
+    """JSON lines files and files holding one JSON array of objects."""
+    _drop(arrow_json_args)
+    return _file_read("json", "ReadJSON", paths, filesystem, arrow_json_args, include_paths,
+                      file_extensions, ignore_missing_paths, partitioning, shuffle, parallelism,
+                      override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+
+
+def read_csv(paths: str | list[str], *, filesystem: Any = None, parallelism: int = -1,
+             num_cpus: float | None = None, num_gpus: float | None = None, memory: float | None = None,
+             partitioning: Any = "hive", include_paths: bool = False, ignore_missing_paths: bool = False,
+             shuffle: Any = None, file_extensions: list[str] | None = None,
+             concurrency: int | None = None, override_num_blocks: int | None = None,
+             ray_remote_args: dict | None = None, **arrow_csv_args: Any) -> Dataset:
+    """CSV files (pyarrow.csv options: read_options, parse_options, convert_options)."""
+    _drop(arrow_csv_args)
+    return _file_read("csv", "ReadCSV", paths, filesystem, arrow_csv_args, include_paths,
+                      file_extensions, ignore_missing_paths, partitioning, shuffle, parallelism,
+                      override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+
+
+def read_text(paths: str | list[str], *, encoding: str = "utf-8", drop_empty_lines: bool = True,
+              filesystem: Any = None, parallelism: int = -1, num_cpus: float | None = None,
+              num_gpus: float | None = None, memory: float | None = None, partitioning: Any = None,
+              include_paths: bool = False, ignore_missing_paths: bool = False, shuffle: Any = None,
+              file_extensions: list[str] | None = None, concurrency: int | None = None,
+              override_num_blocks: int | None = None, ray_remote_args: dict | None = None,
+              **_: Any) -> Dataset:
+    """One row per line of text files (column "text")."""
+    return _file_read("text", "ReadText", paths, filesystem,
+                      {"encoding": encoding, "drop_empty_lines": drop_empty_lines}, include_paths,
+                      file_extensions, ignore_missing_paths, partitioning, shuffle, parallelism,
+                      override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+
+
+def read_binary_files(paths: str | list[str], *, include_paths: bool = False, filesystem: Any = None,
+                      parallelism: int = -1, num_cpus: float | None = None,
+                      num_gpus: float | None = None, memory: float | None = None,
+                      partitioning: Any = None, ignore_missing_paths: bool = False,
+                      shuffle: Any = None, file_extensions: list[str] | None = None,
+                      concurrency: int | None = None, override_num_blocks: int | None = None,
+                      ray_remote_args: dict | None = None, **_: Any) -> Dataset:
+    """One row per file (column "bytes", and "path" with include_paths)."""
+    return _file_read("binary", "ReadBinary", paths, filesystem, {}, include_paths, file_extensions,
+                      ignore_missing_paths, partitioning, shuffle, parallelism, override_num_blocks,
+                      concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+
+
+def read_numpy(paths: str | list[str], *, filesystem: Any = None, parallelism: int = -1,
+               partitioning: Any = None, include_paths: bool = False,
+               ignore_missing_paths: bool = False, shuffle: Any = None,
+               file_extensions: list[str] | None = ["npy"], concurrency: int | None = None,  # noqa: B006
+               override_num_blocks: int | None = None, allow_pickle: bool = False, **_: Any) -> Dataset:
+    """.npy files; one row per first-axis entry (column "data")."""
+    return _file_read("numpy", "ReadNumpy", paths, filesystem, {"allow_pickle": allow_pickle},
+                      include_paths, file_extensions, ignore_missing_paths, partitioning, shuffle,
+                      parallelism, override_num_blocks, concurrency, None, None, None, None)
+
+
+# --- generated data ------------------------------------------------------------------------
+
+def _range_block(start: int, stop: int, shape: tuple | None) -> Iterator[pa.Table]:
+    ids = np.arange(start, stop, dtype=np.int64)
+    if shape is None:
+        yield pa.table({"id": ids})
+    else:
+        data = np.broadcast_to(ids.reshape((-1,) + (1,) * len(shape)), (len(ids), *shape)).copy()
+        yield pa.table({"data": B.column_to_arrow(data)})
+
+
+class RangeDatasource:
+    """Rows 0..n-1 generated by the read tasks."""
+
+    supports_projection_pushdown = False
+    supports_filter_pushdown = False
+
+    def __init__(self, n: int, shape: tuple | None = None) -> None:
+        if not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"range() needs an int n >= 0, got {n!r}")
+        self.n = int(n)
+        self.shape = tuple(shape) if shape is not None else None
+        self.include_paths = False
+
+    def num_rows(self) -> int:
+        return self.n
+
+    def get_read_tasks(self, parallelism: int, columns: Any = None, filter: Any = None) -> list[ReadTask]:
+        k = max(1, min(parallelism, self.n)) if self.n else 1
+        row_bytes = 8 * int(np.prod(self.shape)) if self.shape else 8
+        tasks = []
+        bounds = np.linspace(0, self.n, k + 1).astype(np.int64)
+        for a, b in zip(bounds, bounds[1:]):
+            fn = functools.partial(_range_block, int(a), int(b), self.shape)
+            tasks.append(ReadTask(fn, [], int(b - a), int(b - a) * row_bytes))
+        return tasks
+
+
+def range(n: int, *, parallelism: int = -1, concurrency: int | None = None,  # noqa: A001
+          override_num_blocks: int | None = None) -> Dataset:
+    """Rows {"id": 0} .. {"id": n-1}."""
+    return _read(RangeDatasource(n), "ReadRange", parallelism, override_num_blocks, concurrency,
+                 None, None, None, None)
+
+
+def range_tensor(n: int, *, shape: tuple = (1,), parallelism: int = -1,
+                 concurrency: int | None = None, override_num_blocks: int | None = None) -> Dataset:
+    """Rows {"data": full(shape, i)} for i in 0..n-1."""
+    return _read(RangeDatasource(n, shape), "ReadRangeTensor", parallelism, override_num_blocks,
+                 concurrency, None, None, None, None)
+
+
+# --- from driver data ----------------------------------------------------------------------
+
+def _from_blocks(blocks: list[pa.Table], name: str) -> MaterializedDataset:
+    bundles = [RefBundle(ember.put(b), B.metadata_of(b)) for b in blocks]
+    return MaterializedDataset(P.InputData(name=name, inputs=[], bundles=bundles))
+
+
+def _num_blocks(n: int, parallelism: int, override: int | None) -> int:
+    want = override or (parallelism if parallelism and parallelism > 0 else 0)
+    if not want:
+        want = 200 if n > 200 * 1024 else max(1, min(n, 8))
+    return max(1, min(want, max(n, 1)))
+
+
+def from_items(items: list[Any], *, parallelism: int = -1,
+               override_num_blocks: int | None = None) -> MaterializedDataset:
+    """A dataset of Python values (dicts become rows, anything else is column "item")."""
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(f"from_items() expects a list, got {type(items).__name__}")
+    items = list(items)
+    k = _num_blocks(len(items), parallelism, override_num_blocks)
+    bounds = np.linspace(0, len(items), k + 1).astype(int)
+    return _from_blocks([B.rows_to_block(items[a:b]) for a, b in zip(bounds, bounds[1:])
+                         if b > a] or [pa.table({})], "FromItems")
+
+
+def from_pandas(dfs: Any, override_num_blocks: int | None = None) -> MaterializedDataset:
+    """A dataset of one or more pandas DataFrames (one block each)."""
+    dfs = dfs if isinstance(dfs, list) else [dfs]
+    return _from_blocks([B.pandas_to_block(df) for df in dfs], "FromPandas")
+
+
+def from_numpy(ndarrays: Any) -> MaterializedDataset:
+    """A dataset of one or more ndarrays (column "data"; one block each)."""
+    arrs = ndarrays if isinstance(ndarrays, list) else [ndarrays]
+    return _from_blocks([pa.table({"data": B.column_to_arrow(np.asarray(a))}) for a in arrs],
+                        "FromNumpy")
+
+
+def from_arrow(tables: Any, *, override_num_blocks: int | None = None) -> MaterializedDataset:
+    """A dataset of one or more Arrow tables."""
+    tbls = tables if isinstance(tables, list) else [tables]
+    for t in tbls:
+        if not isinstance(t, pa.Table):
+            raise TypeError(f"from_arrow() expects pyarrow Tables, got {type(t).__name__}")
+    return _from_blocks(tbls, "FromArrow")
+
+
+def from_torch(dataset: Any, local_read: bool = False) -> MaterializedDataset:
+    """A dataset of a torch map-style Dataset's items (column "item")."""
+    items = [dataset[i] for i in builtins_range(len(dataset))]
+    return from_items([{"item": _to_np(x)} for x in items])
+
+
+def _to_np(x: Any) -> Any:
+    try:
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            return x.numpy()
+        if isinstance(x, tuple):
+            return tuple(_to_np(v) for v in x)
+    except ImportError:
+        pass
+    return x
+
+
+import builtins as _builtins  # noqa: E402
+
+builtins_range = _builtins.range
