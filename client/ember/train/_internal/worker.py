@@ -239,7 +239,14 @@ class TrainWorker:
         return out
 
     def shutdown(self) -> None:
-        """Leaves the process group (if any) before the actor is killed."""
+        """Leaves the process group (if any) and flushes this rank's spans before the actor is
+        killed."""
+        from opentelemetry import trace
+
+        flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+        if flush is not None:
+            with contextlib.suppress(Exception):
+                flush(5000)
         dist = sys.modules.get("torch.distributed")
         if dist is not None and dist.is_available() and dist.is_initialized():
             with contextlib.suppress(Exception):
