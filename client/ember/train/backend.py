@@ -1,6 +1,7 @@
 """`BackendConfig`: how a framework's process group is set up on a started worker group.
 
-A DataParallelTrainer calls `on_start(group, scaling)` once the workers run and before the
+A DataParallelTrainer gives each worker `worker_env(scaling)` when it is created (and lets it
+import `preload_modules()` in the background), then calls `on_start(group, scaling)` once the workers run and before the
 training function starts; it returns each rank's device string. `TorchConfig` is the torch one.
 """
 from __future__ import annotations
@@ -14,6 +15,14 @@ if TYPE_CHECKING:
 
 class BackendConfig:
     """No framework: workers run the function with nothing set up (devices are "cpu")."""
+
+    def worker_env(self, scaling: ScalingConfig) -> dict[str, str]:
+        """Environment each worker gets when it starts, before any framework import."""
+        return {}
+
+    def preload_modules(self) -> tuple[str, ...]:
+        """Modules each worker imports in the background as soon as it starts."""
+        return ()
 
     def on_start(self, group: WorkerGroup, scaling: ScalingConfig) -> list[str]:
         return ["cpu"] * group.world_size

@@ -105,7 +105,8 @@ class TrainController:
     def _attempt(self) -> None:
         t0 = time.monotonic()
         with _tracer().start_as_current_span("ember.train.start") as span:
-            group = WorkerGroup.start(self.scaling)
+            group = WorkerGroup.start(self.scaling, self.backend.worker_env(self.scaling),
+                                      self.backend.preload_modules())
             try:
                 devices = self.backend.on_start(group, self.scaling)
                 carrier: dict[str, str] = {}

@@ -86,10 +86,12 @@ class WorkerGroup:
         return len(self.actors)
 
     @classmethod
-    def start(cls, scaling: ScalingConfig, start_timeout_s: float = 600.0) -> WorkerGroup:
-        """Creates and gang-waits for the workers, then orders them into ranks."""
+    def start(cls, scaling: ScalingConfig, env: dict[str, str] | None = None, preload: tuple[str, ...] = (),
+              start_timeout_s: float = 600.0) -> WorkerGroup:
+        """Creates and gang-waits for the workers (each given `env` and importing `preload` in
+        the background from its start), then orders them into ranks."""
         check_feasible(scaling, ember.nodes())
-        actors, infos = _reserve(scaling, start_timeout_s)
+        actors, infos = _reserve(scaling, (env or {}, preload), start_timeout_s)
         ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ember.nodes()}
         order: dict[str, int] = {}
         for info in infos:
@@ -127,11 +129,11 @@ class WorkerGroup:
                 pass
 
 
-def _reserve(scaling: ScalingConfig, timeout_s: float) -> tuple[list[Any], list[dict[str, Any]]]:
+def _reserve(scaling: ScalingConfig, init_args: tuple, timeout_s: float) -> tuple[list[Any], list[dict[str, Any]]]:
     """Creates num_workers actors with the per-worker resources and waits until all of them run
     (their `node_info`). The gang step: replaced by a placement group once Ember has them."""
     cls = ember.remote(TrainWorker).options(**actor_options(scaling.worker_resources))
-    actors = [cls.remote() for _ in range(scaling.num_workers)]
+    actors = [cls.remote(*init_args) for _ in range(scaling.num_workers)]
     refs = [a.node_info.remote() for a in actors]
     deadline = time.monotonic() + timeout_s
     try:

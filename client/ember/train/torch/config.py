@@ -44,6 +44,14 @@ class TorchConfig(BackendConfig):
         if not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
             raise ValueError(f"TorchConfig.timeout_s must be a positive number, got {self.timeout_s!r}")
 
+    def worker_env(self, scaling: ScalingConfig) -> dict[str, str]:
+        if "OMP_NUM_THREADS" in os.environ:
+            return {}
+        return {"OMP_NUM_THREADS": str(int(scaling.worker_resources.get("CPU", 1.0)) or 1)}
+
+    def preload_modules(self) -> tuple[str, ...]:
+        return ("torch.distributed",)
+
     def on_start(self, group: WorkerGroup, scaling: ScalingConfig) -> list[str]:
         metas = group.metas
         backend = self.backend or ("nccl" if scaling.use_gpu else "gloo")
@@ -53,15 +61,13 @@ class TorchConfig(BackendConfig):
         port_ref = group.actors[0].free_port.remote(master.node_ip)
         ifnames = group.call_each("interface_of", [(m.node_ip,) for m in metas])
         port = ember.get(port_ref)
-        cpus = int(scaling.worker_resources.get("CPU", 1.0)) or 1
         envs, devices = [], []
         for m, ifname in zip(metas, ifnames):
             env = {"MASTER_ADDR": master.node_ip, "MASTER_PORT": str(port), "RANK": str(m.rank),
                    "WORLD_SIZE": str(group.world_size), "LOCAL_RANK": str(m.local_rank),
                    "LOCAL_WORLD_SIZE": str(m.local_world_size), "NODE_RANK": str(m.node_rank),
                    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
-            if "OMP_NUM_THREADS" not in os.environ:
-                env["OMP_NUM_THREADS"] = str(cpus)
+            env.update(self.worker_env(scaling))
             if ifname:
                 for var in ("GLOO_SOCKET_IFNAME",) + (("NCCL_SOCKET_IFNAME",) if backend == "nccl" else ()):
                     if var not in os.environ:
