@@ -12,6 +12,7 @@ returns the model state. Exit status 0 means all passed.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 
@@ -116,6 +117,7 @@ def main() -> int:
     print(f"4.1 Train: loss {losses[0]:.3f} -> {losses[-1]:.3f} over {len(losses)} epochs on 2 "
           f"{'GPU' if use_gpu else 'CPU'} workers, ranks identical, checkpoint at {result.checkpoint.path}: ok")
     ray.shutdown()
+    shutil.rmtree(OUT, ignore_errors=True)  # the run's files (checkpoints, result.json) go with it
     return 0
 
 

@@ -189,3 +189,57 @@ def test_bad_input_fails_clearly_and_the_cluster_keeps_working(cluster, tmp_path
     with pytest.raises(RuntimeError, match="inside a training function"):
         train.report({"loss": 1.0})
     assert ember.get(ember.remote(lambda: 7).remote(), timeout=30) == 7
+
+
+def fsdp_loop(config):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.fsdp import FSDPModule
+
+    torch.manual_seed(0)
+    model = train.torch.prepare_model(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1)),
+                                      parallel_strategy="fsdp")
+    assert isinstance(model, FSDPModule)
+    local = model[0].weight.to_local().shape[0]  # this rank's shard of the 8x4 weight
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(train.get_context().get_world_rank())
+    for step in range(3):
+        loss = model(torch.randn(16, 4, generator=g)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    rank0 = train.get_context().get_world_rank() == 0
+    train.report({"loss": loss.item(), "local_rows": local},
+                 checkpoint=train.Checkpoint.from_dict({"model": full}) if rank0 else None)
+
+
+def test_fsdp_shards_the_model_across_cpu_ranks(cluster, tmp_path):
+    result = TorchTrainer(fsdp_loop, scaling_config=ScalingConfig(num_workers=2),
+                          run_config=RunConfig(storage_path=str(tmp_path))).fit()
+    assert result.metrics["local_rows"] == 4  # half of the 8 rows on each of 2 ranks
+    state = result.checkpoint.to_dict()["model"]
+    assert {k: tuple(v.shape) for k, v in state.items()} == {
+        "0.weight": (8, 4), "0.bias": (8,), "1.weight": (1, 8), "1.bias": (1,)}
+
+
+def gpu_loop(config):
+    device = train.torch.get_device()
+    model = train.torch.prepare_model(torch.nn.Linear(4, 1))
+    loss = model(torch.ones(8, 4, device=device)).sum()
+    loss.backward()
+    import torch.distributed as dist
+
+    train.report({"device": str(device), "param_device": str(next(model.parameters()).device),
+                  "backend": dist.get_backend(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES")})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="NCCL/GPU path: torch sees no CUDA device on this machine (CI covers the CPU paths)")
+def test_nccl_on_gpus(cluster, tmp_path):
+    n = min(2, torch.cuda.device_count(), int(ember.cluster_resources().get("GPU", 0)))
+    result = TorchTrainer(gpu_loop, scaling_config=ScalingConfig(num_workers=n, use_gpu=True,
+                                                                 resources_per_worker={"CPU": 0, "GPU": 1}),
+                          run_config=RunConfig(storage_path=str(tmp_path))).fit()
+    m = result.metrics
+    assert m["backend"] == "nccl" and m["device"].startswith("cuda:") and m["param_device"] == m["device"]
+    assert len(m["visible"].split(",")) == n  # every GPU of the node's ranks, for peer-to-peer

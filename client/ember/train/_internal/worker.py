@@ -1,7 +1,7 @@
 """One rank of a worker group: the `TrainWorker` actor and the session it installs.
 
-The driver's controller calls the actor's methods: `node_info` / `free_port` / `set_env` while
-the group is set up, `start` to run the user's training function on a thread of its own, then
+The driver's controller calls the actor's methods: `node_info` and `execute` (a backend's
+set-up step) while the group is set up, `start` to run the user's training function on a thread of its own, then
 `next_events` (a long poll: the rank's reports, then "done" or "error") and `ack` (a report every
 rank made has been recorded; the waiting `report()` calls return). `report()` thus works as a
 barrier across ranks, as in Ray Train: when it returns, the controller has the report and its
@@ -145,6 +145,14 @@ def _portable_error(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
+def _interfaces() -> dict[str, list[str]]:
+    """This machine's network interfaces and their IPv4 addresses."""
+    import psutil
+
+    return {name: [a.address for a in addrs if a.family == socket.AF_INET]
+            for name, addrs in psutil.net_if_addrs().items()}
+
+
 def _import_all(modules: tuple[str, ...]) -> None:
     import importlib
 
@@ -172,7 +180,8 @@ class TrainWorker:
         import ember
 
         return {"node_id": ember.get_runtime_context().get_node_id(), "pid": os.getpid(),
-                "gpu_ids": [int(g) for g in ember.get_gpu_ids()], "hostname": socket.gethostname()}
+                "gpu_ids": [int(g) for g in ember.get_gpu_ids()], "hostname": socket.gethostname(),
+                "interfaces": _interfaces(), "free_port": self.free_port("")}
 
     def free_port(self, ip: str) -> int:
         """A port free on this node for the process group's rendezvous (rank 0)."""
@@ -180,24 +189,6 @@ class TrainWorker:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((ip if ip not in ("", "0.0.0.0") else "", 0))
             return s.getsockname()[1]
-
-    def interface_of(self, ip: str) -> str | None:
-        """The network interface that holds `ip` on this node (for GLOO_SOCKET_IFNAME)."""
-        import psutil
-
-        for name, addrs in psutil.net_if_addrs().items():
-            if any(a.family == socket.AF_INET and a.address == ip for a in addrs):
-                return name
-        return None
-
-    def set_env(self, env: dict[str, str]) -> None:
-        """Sets environment variables before the framework reads them (OMP_NUM_THREADS,
-        CUDA_VISIBLE_DEVICES, MASTER_ADDR, ...)."""
-        changed_threads = env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS")) != os.environ.get("OMP_NUM_THREADS")
-        os.environ.update(env)
-        if changed_threads and "torch" in sys.modules:
-            self._preload.join()
-            sys.modules["torch"].set_num_threads(int(env["OMP_NUM_THREADS"]))
 
     def execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Runs fn(*args, **kwargs) in this worker (a backend's setup step), once the preloaded

@@ -31,9 +31,16 @@ class WorkerMeta:
     node_ip: str
     pid: int
     gpu_ids: list[int]
+    interfaces: dict[str, list[str]]
+    free_port: int
     local_rank: int = 0
     local_world_size: int = 1
     node_rank: int = 0
+
+
+def interface_of(meta: WorkerMeta) -> str | None:
+    """The interface that holds the worker's node address on its machine (GLOO_SOCKET_IFNAME)."""
+    return next((name for name, ips in meta.interfaces.items() if meta.node_ip in ips), None)
 
 
 class WorkerStartError(RuntimeError):
@@ -101,7 +108,7 @@ class WorkerGroup:
         for rank, i in enumerate(ranked):
             info = infos[i]
             metas.append(WorkerMeta(rank, info["node_id"], ips.get(info["node_id"], "127.0.0.1"),
-                                    info["pid"], info["gpu_ids"]))
+                                    info["pid"], info["gpu_ids"], info["interfaces"], info["free_port"]))
         for m in metas:
             same = [x for x in metas if x.node_id == m.node_id]
             m.local_rank = same.index(m)

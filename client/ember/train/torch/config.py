@@ -1,6 +1,6 @@
 """`TorchConfig`: torch.distributed on a started worker group.
 
-Per rank, before the training function runs (torchrun's environment, plus what makes the
+Per rank, in one call before the training function runs (torchrun's environment, plus what makes the
 rendezvous quick and the devices right):
 - `MASTER_ADDR` = rank 0's node address, `MASTER_PORT` = a port free on it, `RANK`,
   `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `NODE_RANK`;
@@ -21,6 +21,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ..backend import BackendConfig
+
+from .._internal.worker_group import interface_of
 
 if TYPE_CHECKING:
     from .._internal.worker_group import WorkerGroup
@@ -56,13 +58,10 @@ class TorchConfig(BackendConfig):
         metas = group.metas
         backend = self.backend or ("nccl" if scaling.use_gpu else "gloo")
         master = metas[0]
-        import ember
-
-        port_ref = group.actors[0].free_port.remote(master.node_ip)
-        ifnames = group.call_each("interface_of", [(m.node_ip,) for m in metas])
-        port = ember.get(port_ref)
+        port = master.free_port
         envs, devices = [], []
-        for m, ifname in zip(metas, ifnames):
+        for m in metas:
+            ifname = interface_of(m)
             env = {"MASTER_ADDR": master.node_ip, "MASTER_PORT": str(port), "RANK": str(m.rank),
                    "WORLD_SIZE": str(group.world_size), "LOCAL_RANK": str(m.local_rank),
                    "LOCAL_WORLD_SIZE": str(m.local_world_size), "NODE_RANK": str(m.node_rank),
@@ -80,19 +79,21 @@ class TorchConfig(BackendConfig):
                     device = f"cuda:{node_gpus.index(m.gpu_ids[0])}"
             envs.append((env,))
             devices.append(device)
-        group.call_each("set_env", envs)
         init = "env://" if self.init_method == "env" else f"tcp://{master.node_ip}:{port}"
-        group.call_each("execute", [(_init_process_group, backend, init, m.rank, group.world_size,
-                                     self.timeout_s, d) for m, d in zip(metas, devices)])
+        group.call_each("execute", [(_init_process_group, env, backend, init, m.rank, group.world_size,
+                                     self.timeout_s, d) for m, (env,), d in zip(metas, envs, devices)])
         return devices
 
 
-def _init_process_group(backend: str, init_method: str, rank: int, world_size: int,
+def _init_process_group(env: dict[str, str], backend: str, init_method: str, rank: int, world_size: int,
                         timeout_s: float, device: str) -> None:
-    """Runs in each rank: joins the process group (and picks the rank's GPU)."""
+    """Runs in each rank: sets its environment, joins the process group (and picks the rank's GPU)."""
+    os.environ.update(env)
     import torch
     import torch.distributed as dist
 
+    if "OMP_NUM_THREADS" in env:
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     dist.init_process_group(backend=backend, init_method=init_method, rank=rank,

@@ -43,8 +43,14 @@ def get_devices() -> list[Any]:
 def prepare_model(model: Any, move_to_device: bool | Any = True, parallel_strategy: str | None = "ddp",
                   parallel_strategy_kwargs: dict[str, Any] | None = None) -> Any:
     """Moves `model` to this rank's device and, with more than one rank, wraps it in
-    DistributedDataParallel ("ddp") or FullyShardedDataParallel ("fsdp") so gradients are
-    synchronised. parallel_strategy=None only moves it."""
+    DistributedDataParallel ("ddp") or shards it with FSDP ("fsdp") so gradients are
+    synchronised. parallel_strategy=None only moves it.
+
+    "fsdp" applies torch's `fully_shard` (FSDP2) to the whole model, on GPUs and on CPUs (gloo)
+    alike; Ray wraps in the older FullyShardedDataParallel, which needs an accelerator. The
+    model's state_dict() then holds DTensor shards; `parallel_strategy_kwargs` go to
+    `fully_shard` (mesh, reshard_after_forward, ...). Shard submodules yourself first (each
+    `fully_shard(layer)`) for finer units."""
     import torch
 
     if parallel_strategy not in ("ddp", "fsdp", None):
@@ -65,11 +71,9 @@ def prepare_model(model: Any, move_to_device: bool | Any = True, parallel_strate
             kwargs.setdefault("device_ids", [device])
             kwargs.setdefault("output_device", device)
         return DistributedDataParallel(model, **kwargs)
-    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp import fully_shard
 
-    if on_gpu:
-        kwargs.setdefault("device_id", device)
-    return FullyShardedDataParallel(model, **kwargs)
+    return fully_shard(model, **kwargs)
 
 
 class _PreparedDataLoader:
