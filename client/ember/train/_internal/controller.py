@@ -25,7 +25,7 @@ from .policy import (CheckpointManager, CompletedReport, FailurePolicy, RankRepo
 from .run_state import RunStorage
 from .session import TrainContext
 from .worker import WorkerRun
-from .worker_group import WorkerGroup
+from .worker_group import WorkerGroup, WorkerStartError
 
 POLL_TIMEOUT_S = 30.0
 
@@ -58,6 +58,7 @@ class TrainController:
         self.last_metrics: dict[str, Any] | None = state.get("last_metrics")
         self.resume_from = resume_from
         self.error: BaseException | None = None
+        self.attempts = 0
         run.truncate_rows(self.next_index)
 
     # --- state -----------------------------------------------------------------------------
@@ -104,9 +105,15 @@ class TrainController:
 
     def _attempt(self) -> None:
         t0 = time.monotonic()
+        self.attempts += 1
         with _tracer().start_as_current_span("ember.train.start") as span:
-            group = WorkerGroup.start(self.scaling, self.backend.worker_env(self.scaling),
-                                      self.backend.preload_modules())
+            try:
+                group = WorkerGroup.start(self.scaling, self.backend.worker_env(self.scaling),
+                                          self.backend.preload_modules())
+            except (ValueError, WorkerStartError) as e:
+                if self.attempts == 1:
+                    raise  # bad input: fit() raises it as it is
+                raise WorkerGroupError(f"the worker group could not be started again: {e}", {}) from e
             try:
                 devices = self.backend.on_start(group, self.scaling)
                 carrier: dict[str, str] = {}
