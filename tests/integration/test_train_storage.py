@@ -19,7 +19,7 @@ pytest.importorskip("torch", reason="the train extra (torch==2.13.0) is not inst
 
 import ember  # noqa: E402
 from ember import train  # noqa: E402
-from ember.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig  # noqa: E402
+from ember.train import CheckpointConfig, RunConfig, ScalingConfig  # noqa: E402
 from ember.train.torch import TorchTrainer  # noqa: E402
 
 

@@ -20,8 +20,8 @@ from ..backend import BackendConfig
 from ..config import DataConfig, RunConfig, ScalingConfig
 from ..exceptions import WorkerGroupError
 from . import data_shards
-from .policy import (CheckpointManager, CompletedReport, FailurePolicy, RankReport, ReportBarrier,
-                     ReportMismatchError, TrackedCheckpoint)
+from .policy import (CheckpointManager, CompletedReport, FailurePolicy, ReportBarrier, ReportMismatchError,
+                     TrackedCheckpoint)
 from .run_state import RunStorage
 from .session import TrainContext
 from .worker import WorkerRun
@@ -211,5 +211,3 @@ class TrainController:
         return [(Checkpoint(c.path, self.run.fs), dict(c.metrics))
                 for c in sorted(self.checkpoints.checkpoints, key=lambda c: c.index)]
 
-
-__all__ = ["TrainController", "RankReport"]
