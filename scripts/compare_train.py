@@ -5,7 +5,10 @@ Each system runs in a fresh interpreter (`python compare_train.py --system NAME`
 the harness, which times from just before it launches the interpreter:
 - first step: until a rank finishes its first optimizer step (imports, cluster start, worker
   start-up and process-group set-up included);
-- total: until the driver's fit (or the direct launch) returns (cluster shutdown excluded).
+- total: until the driver's fit (or the direct launch) returns (cluster shutdown excluded);
+- CPU: user + system seconds of the interpreter and every process it started and reaped
+  (cluster services and workers included), shutdown included: on a shared machine this is
+  steadier than wall time.
 Rounds alternate between the systems; the medians are reported.
 
 Every launcher gets the same environment: OMP_NUM_THREADS=1 per worker (torchrun's setting for
@@ -117,18 +120,23 @@ def run_direct(mark: str) -> None:
 
 # --- harness ----------------------------------------------------------------------------------
 
-def measure(system: str, python: str, env: dict[str, str]) -> tuple[float, float]:
+def measure(system: str, python: str, env: dict[str, str]) -> tuple[float, float, float]:
+    import resource
+
     with tempfile.TemporaryDirectory() as d:
         mark = os.path.join(d, "first_step")
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.time()
         out = subprocess.run([python, os.path.abspath(__file__), "--system", system, "--mark", mark],
                              env=env, capture_output=True, text=True, timeout=900)
         if out.returncode != 0:
             raise RuntimeError(f"{system} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
         end = float(next(line.split()[1] for line in out.stdout.splitlines() if line.startswith("END ")))
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
         with open(mark) as f:
             first = float(f.read())
-        return first - t0, end - t0
+        return first - t0, end - t0, cpu
 
 
 def main() -> None:
@@ -149,23 +157,25 @@ def main() -> None:
                     "RAY_USAGE_STATS_ENABLED": "0"}}
     pythons = {"ember": sys.executable, "direct": sys.executable, "ray": ns.ray_python}
     systems = ns.systems.split(",")
-    results: dict[str, list[tuple[float, float]]] = {s: [] for s in systems}
+    results: dict[str, list[tuple[float, float, float]]] = {s: [] for s in systems}
     for r in range(ns.rounds):
         for s in systems:
-            first, total = measure(s, pythons[s], envs[s])
-            results[s].append((first, total))
-            print(f"round {r + 1} {s:>6}: first step {first:6.2f} s, total {total:6.2f} s", flush=True)
+            first, total, cpu = measure(s, pythons[s], envs[s])
+            results[s].append((first, total, cpu))
+            print(f"round {r + 1} {s:>6}: first step {first:6.2f} s, total {total:6.2f} s, "
+                  f"CPU {cpu:6.2f} s (load {os.getloadavg()[0]:.1f})", flush=True)
     print(f"\n2 workers, gloo, MLP 32-256-256-1, {SAMPLES} samples, batch {BATCH}, {EPOCHS} epochs; "
           f"median of {ns.rounds} rounds, load average {os.getloadavg()[0]:.1f}")
-    med = {s: (statistics.median(f for f, _ in v), statistics.median(t for _, t in v)) for s, v in results.items()}
-    for s, (f, t) in med.items():
-        print(f"{s:>6}: time to first step {f:6.2f} s   total {t:6.2f} s")
+    med = {s: tuple(statistics.median(x[i] for x in v) for i in range(3)) for s, v in results.items()}
+    for s, (f, t, c) in med.items():
+        print(f"{s:>6}: time to first step {f:6.2f} s   total {t:6.2f} s   CPU {c:6.2f} s")
     if "ember" in med:
         for ref in ("ray", "direct"):
             if ref in med:
                 print(f"ember / {ref}: total {med['ember'][1] / med[ref][1]:.2f}x, "
                       f"first step {med['ember'][0] / med[ref][0]:.2f}x")
-    print(json.dumps({s: {"first_step_s": round(f, 3), "total_s": round(t, 3)} for s, (f, t) in med.items()}))
+    print(json.dumps({s: {"first_step_s": round(f, 3), "total_s": round(t, 3), "cpu_s": round(c, 3)}
+                      for s, (f, t, c) in med.items()}))
 
 
 if __name__ == "__main__":
