@@ -3,6 +3,8 @@
     from ember.train import ScalingConfig, RunConfig, Checkpoint
     from ember.train.torch import TorchTrainer
 
+`ember.train.torch` (TorchTrainer, prepare_model, ...) is a subpackage, imported on first use.
+
 Inside a training function: `report(metrics, checkpoint=)`, `get_checkpoint()`,
 `get_context()`, `get_dataset_shard(name)`. The same `report`/`get_checkpoint` work inside Tune
 function trainables.
@@ -13,12 +15,16 @@ from typing import Any
 
 from ._checkpoint import Checkpoint
 from ._internal.session import TrainContext, require_session
+from .backend import BackendConfig
 from .config import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+from .data_parallel_trainer import DataParallelTrainer
+from .exceptions import TrainingFailedError, WorkerGroupError
 from .result import Result
 
 __all__ = [
-    "Checkpoint", "CheckpointConfig", "DataConfig", "FailureConfig", "Result", "RunConfig",
-    "ScalingConfig", "TrainContext", "get_checkpoint", "get_context", "get_dataset_shard", "report",
+    "BackendConfig", "Checkpoint", "CheckpointConfig", "DataConfig", "DataParallelTrainer",
+    "FailureConfig", "Result", "RunConfig", "ScalingConfig", "TrainContext", "TrainingFailedError",
+    "WorkerGroupError", "get_checkpoint", "get_context", "get_dataset_shard", "report",
 ]
 
 
@@ -46,3 +52,12 @@ def get_context() -> TrainContext:
 def get_dataset_shard(name: str | None = None) -> Any:
     """This worker's shard of the trainer's dataset `name` (a streaming iterator of the Dataset)."""
     return require_session("ember.train.get_dataset_shard()").get_dataset_shard(name or "train")
+
+
+def __getattr__(name: str) -> Any:
+    # `ray.train.torch.prepare_model(...)` works without importing ember.train.torch first.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module("ember.train.torch")
+    raise AttributeError(f"module 'ember.train' has no attribute {name!r}")

@@ -76,6 +76,37 @@ def upload_dir(local_dir: str, fs: pyarrow.fs.FileSystem, dest: str) -> None:
     copy_tree(local, os.path.abspath(local_dir), fs, dest)
 
 
+def merge_tree(src_fs: pyarrow.fs.FileSystem, src: str, fs: pyarrow.fs.FileSystem, dest: str) -> None:
+    """Copies every file under src into dest, keeping files already there that src does not
+    have (several ranks upload into one checkpoint directory). Each file is written whole: on a
+    local disk under a temporary name renamed into place, elsewhere as one object put, so two
+    ranks writing the same name leave one complete copy."""
+    src = src.rstrip("/")
+    if isinstance(src_fs, pyarrow.fs.LocalFileSystem) and isinstance(fs, pyarrow.fs.LocalFileSystem) \
+            and os.path.abspath(src) == os.path.abspath(dest):
+        return
+    fs.create_dir(dest, recursive=True)
+    for info in sorted(src_fs.get_file_info(pyarrow.fs.FileSelector(src, recursive=True)),
+                       key=lambda i: i.path):
+        target = join(dest, info.path[len(src) + 1:])
+        if info.type == pyarrow.fs.FileType.Directory:
+            fs.create_dir(target, recursive=True)
+        elif info.type == pyarrow.fs.FileType.File:
+            tmp = f"{target}.tmp-{uuid.uuid4().hex}" if isinstance(fs, pyarrow.fs.LocalFileSystem) else target
+            with src_fs.open_input_stream(info.path) as fin, fs.open_output_stream(tmp) as fout:
+                while chunk := fin.read(8 << 20):
+                    fout.write(chunk)
+            if tmp != target:
+                os.replace(tmp, target)
+
+
+def list_dir(fs: pyarrow.fs.FileSystem, path: str) -> list[str]:
+    """Names directly under path ([] when it does not exist)."""
+    if not exists(fs, path):
+        return []
+    return sorted(i.base_name for i in fs.get_file_info(pyarrow.fs.FileSelector(path)))
+
+
 def download_dir(fs: pyarrow.fs.FileSystem, src: str, local_dir: str) -> None:
     """Copies src's contents into local_dir (which may exist)."""
     if not exists(fs, src):
