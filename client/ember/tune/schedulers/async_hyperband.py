@@ -87,9 +87,6 @@ class AsyncHyperBandScheduler(FIFOScheduler):
         self._num_stopped = 0
         self._rng = np.random.default_rng()
 
-    def requires_metric(self) -> bool:
-        return True
-
     def on_trial_add(self, controller: Any, trial: Trial) -> None:
         if trial.trial_id in self._trial_info:
             return  # a resumed trial keeps its bracket

@@ -5,7 +5,8 @@ A scheduler is a pure policy: the controller tells it about trials (`on_trial_ad
 `on_trial_result`, `on_trial_complete`, `on_trial_error`, `on_trial_remove`) and asks it which
 waiting trial to run next (`choose_trial_to_run`). `on_trial_result` answers CONTINUE, PAUSE or
 STOP. The first argument of each call is the controller, of which schedulers use only
-`get_trials()` (any object with that method will do; `TrialList` is the smallest).
+`get_trials()` and, to stop a trial other than the one reporting, `stop_trial(trial)` (any
+object with those methods will do; `TrialList` is the smallest).
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ class TrialList:
 
     def get_trials(self) -> list[Trial]:
         return self.trials
+
+    def stop_trial(self, trial: Trial) -> None:
+        trial.set_status(Trial.TERMINATED)
 
 
 def check_mode(mode: str | None) -> None:
@@ -106,7 +110,8 @@ class FIFOScheduler(TrialScheduler):
         pass
 
     def requires_metric(self) -> bool:
-        return False
+        """FIFO itself ignores metrics; the schedulers built on it (ASHA, PBT, ...) need one."""
+        return type(self) is not FIFOScheduler
 
 
 def signed(value: Any, mode: str | None) -> float | None:
