@@ -225,12 +225,13 @@ class TuneController:
                 "resources": need, "checkpoint_index": trial.checkpoint_count,
                 "checkpoint_frequency": cc.checkpoint_frequency, "checkpoint_at_end": bool(cc.checkpoint_at_end)}
         actor = self._actor_for(head)
-        actor.start.remote(trial.config, info, restore)
-        ref = actor.train.remote()
-        self._live[trial.trial_id] = {"actor": actor, "ref": ref, "head": head, "need": need}
-        self._ref_trial[ref] = trial.trial_id
         trial.set_status(Trial.RUNNING)
         self._spans.start(trial, self._exp_name, restored=restore is not None)
+        with self._spans.active(trial):
+            actor.start.remote(trial.config, info, restore)
+            ref = actor.train.remote()
+        self._live[trial.trial_id] = {"actor": actor, "ref": ref, "head": head, "need": need}
+        self._ref_trial[ref] = trial.trial_id
 
     # ---- results ------------------------------------------------------------------------
     def _on_ready(self, ref: Any) -> None:
@@ -263,7 +264,8 @@ class TuneController:
             self._pause(trial)
         else:
             live = self._live[tid]
-            nxt = live["actor"].train.remote()
+            with self._spans.active(trial):
+                nxt = live["actor"].train.remote()
             live["ref"] = nxt
             self._ref_trial[nxt] = tid
 

@@ -4,6 +4,7 @@ driver's tracer provider sends them (Ember sets it up from the OTEL_* variables)
 nothing when tracing is off."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from opentelemetry import trace
@@ -31,6 +32,14 @@ class TrialSpans:
                 self.event(trial, "restored")
         else:
             span.add_event("resumed", {"tune.restored_from_checkpoint": restored})
+
+    def active(self, trial: Trial) -> Any:
+        """A context in which the trial's span is current: the actor calls submitted inside it
+        (start, train) become its children, so a trial is one trace across driver and worker."""
+        span = self._spans.get(trial.trial_id)
+        if span is None:
+            return contextlib.nullcontext()
+        return trace.use_span(span, end_on_exit=False)
 
     def event(self, trial: Trial, name: str, **attrs: Any) -> None:
         span = self._spans.get(trial.trial_id)
