@@ -85,7 +85,8 @@ def _moto_s3() -> tuple[subprocess.Popen, str]:
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
     import pyarrow.fs
 
-    fs = pyarrow.fs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1")
+    fs = pyarrow.fs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1",
+                                 allow_bucket_creation=True)
     for _ in range(100):
         try:
             fs.create_dir("bucket")
