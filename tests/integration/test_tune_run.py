@@ -263,3 +263,49 @@ def test_status_table_is_printed_unless_quiet(cluster, tmp_path, capsys):
     assert "Final trial status: 2 TERMINATED" in out and "Current best trial" in out and "| lr " in out
     _run(trainable, tmp_path, name="quiet", param_space={"lr": 0.1}, verbose=0)
     assert capsys.readouterr().out == ""
+
+
+class LoopTrainer:
+    """The public shape of ember.train's trainers (`train_loop_per_worker`, `train_loop_config`,
+    `scaling_config`, `run_config`, `fit() -> Result`) with the loop run in the calling process.
+    It checks Tune's trainer hook (config merge, resources, run_config, both ways results come
+    back); TorchTrainer itself is tested against this hook once Train is merged."""
+
+    def __init__(self, train_loop_per_worker, *, train_loop_config=None, scaling_config=None,
+                 run_config=None, forward=True):
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = train_loop_config
+        self.scaling_config = scaling_config or train.ScalingConfig()
+        self.run_config = run_config or train.RunConfig()
+        self.forward = forward
+
+    def fit(self):
+        import pandas as pd
+
+        rows = []
+        cfg = dict(self.train_loop_config, storage=self.run_config.storage_path)
+        for epoch in range(cfg["epochs"]):
+            row = {"loss": cfg["lr"] / (epoch + 1), "epoch": epoch, "storage": cfg["storage"]}
+            rows.append(row)
+            if self.forward:  # a Train controller that finds the trial's session forwards reports
+                train.report(row)
+        return train.Result(metrics=rows[-1], checkpoint=None, metrics_dataframe=pd.DataFrame(rows))
+
+
+@pytest.mark.parametrize("forward", [True, False])
+def test_a_trainer_as_trainable_gets_the_trial_config_and_resources(cluster, tmp_path, forward):
+    trainer = LoopTrainer(lambda config: None, train_loop_config={"epochs": 3, "lr": 1.0},
+                          scaling_config=train.ScalingConfig(num_workers=2), forward=forward)
+    results = _run(trainer, tmp_path, name=f"trainer{forward}",
+                   param_space={"train_loop_config": {"lr": tune.grid_search([0.5, 0.1])}},
+                   metric="loss", mode="min")
+    assert results.num_terminated == 2, results.errors
+    best = results.get_best_result()
+    assert best.config == {"train_loop_config": {"lr": 0.1}}
+    assert best.metrics["epoch"] == 2 and best.metrics["training_iteration"] == 3
+    assert best.metrics_dataframe["loss"].tolist() == pytest.approx([0.1, 0.05, 0.1 / 3])
+    assert best.metrics["storage"] == best.path  # the trainer writes under the trial's directory
+    assert trainer.train_loop_config == {"epochs": 3, "lr": 1.0}  # the user's trainer is untouched
+    state = __import__("ember.tune._internal.experiment_state", fromlist=["x"]).load_experiment_state(
+        results.filesystem, results.experiment_path)
+    assert state["trials"][0].resources == {"CPU": 2.0}  # a bundle per worker, none for the trainer
