@@ -47,10 +47,12 @@ class ResultGrid:
 
     @property
     def experiment_path(self) -> str:
+        """storage_path/name of the experiment."""
         return self._experiment_path
 
     @property
     def filesystem(self) -> Any:
+        """The pyarrow filesystem the experiment lives on."""
         return self._filesystem
 
     def get_best_result(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
@@ -105,14 +107,17 @@ class ResultGrid:
 
     @property
     def errors(self) -> list[BaseException]:
+        """The errors of the trials that ended in ERROR."""
         return [t.error for t in self._trials if t.status == Trial.ERROR and t.error is not None]
 
     @property
     def num_errors(self) -> int:
+        """How many trials ended in ERROR."""
         return sum(1 for t in self._trials if t.status == Trial.ERROR)
 
     @property
     def num_terminated(self) -> int:
+        """How many trials ended normally."""
         return sum(1 for t in self._trials if t.status == Trial.TERMINATED)
 
     def __len__(self) -> int:

@@ -18,6 +18,7 @@ class Stopper:
         return False
 
     def stop_all(self) -> bool:
+        """Whether the whole experiment should stop now."""
         return False
 
 
@@ -48,6 +49,7 @@ class TimeoutStopper(Stopper):
         self._deadline = time.monotonic() + float(timeout)
 
     def stop_all(self) -> bool:
+        """Whether the whole experiment should stop now."""
         return time.monotonic() >= self._deadline
 
 
@@ -61,6 +63,7 @@ class CombinedStopper(Stopper):
         return any(s(trial_id, result) for s in self._stoppers)
 
     def stop_all(self) -> bool:
+        """Whether the whole experiment should stop now."""
         return any(s.stop_all() for s in self._stoppers)
 
 

@@ -79,6 +79,7 @@ class TuneController:
 
     # ---- what schedulers see --------------------------------------------------------------
     def get_trials(self) -> list[Trial]:
+        """The experiment's trials, in creation order."""
         return self._trials
 
     def stop_trial(self, trial: Trial) -> None:
@@ -93,6 +94,7 @@ class TuneController:
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self) -> list[Trial]:
+        """Runs the loop until every trial ended (or the budget/stopper ended the run); returns the trials."""
         self._total = {k: float(v) for k, v in ember.cluster_resources().items()}
         self._blob_ref = ember.put(cloudpickle.dumps(self._cls))
         self._start_time = time.monotonic()
@@ -230,7 +232,9 @@ class TuneController:
         with self._spans.active(trial):
             actor.start.remote(trial.config, info, restore)
             ref = actor.train.remote()
-        self._live[trial.trial_id] = {"actor": actor, "ref": ref, "head": head, "need": need}
+        # "restoring" protects the checkpoint from retention until the trial has loaded it.
+        self._live[trial.trial_id] = {"actor": actor, "ref": ref, "head": head, "need": need,
+                                      "restoring": restore}
         self._ref_trial[ref] = trial.trial_id
 
     # ---- results ------------------------------------------------------------------------
@@ -242,6 +246,8 @@ class TuneController:
         except Exception as e:  # noqa: BLE001 - the trial's failure
             self._fail_trial(trial, e)
             return
+        if tid in self._live:
+            self._live[tid]["restoring"] = None
         if result.get("__duplicate__"):
             trial.last_result = {**trial.last_result, "done": True}
             self._complete(trial)
@@ -290,6 +296,7 @@ class TuneController:
         drop = es.checkpoints_to_delete(trial.checkpoints, cc.num_to_keep, cc.checkpoint_score_attribute,
                                         cc.checkpoint_score_order)
         in_use = {t.restore_checkpoint for t in self._trials if t.restore_checkpoint is not None}
+        in_use |= {live["restoring"] for live in self._live.values() if live["restoring"] is not None}
         for i in sorted(drop, reverse=True):
             c, _ = trial.checkpoints[i]
             if c in in_use:
@@ -385,6 +392,7 @@ class TuneController:
 
     @property
     def elapsed_s(self) -> float:
+        """Seconds the experiment has run, restored runs included."""
         start = getattr(self, "_start_time", None)
         return self._elapsed_before + (0.0 if start is None else time.monotonic() - start)
 

@@ -84,16 +84,19 @@ def load_experiment_state(fs: pyarrow.fs.FileSystem, exp_path: str) -> dict[str,
 
 
 def save_tuner(fs: pyarrow.fs.FileSystem, exp_path: str, data: dict[str, Any]) -> None:
+    """Writes tuner.pkl."""
     storage.write_bytes(fs, storage.join(exp_path, TUNER_FILE), cloudpickle.dumps(data))
 
 
 def load_tuner(fs: pyarrow.fs.FileSystem, exp_path: str) -> dict[str, Any]:
+    """Reads tuner.pkl."""
     import pickle
 
     return pickle.loads(storage.read_bytes(fs, storage.join(exp_path, TUNER_FILE)))
 
 
 def can_restore(fs: pyarrow.fs.FileSystem, exp_path: str) -> bool:
+    """Whether both tuner.pkl and experiment_state.pkl exist under exp_path."""
     return storage.exists(fs, storage.join(exp_path, TUNER_FILE)) and \
         storage.exists(fs, storage.join(exp_path, STATE_FILE))
 

@@ -97,6 +97,7 @@ class ProgressPrinter:
         print(text, file=stream, flush=True)
 
     def maybe_print(self, trials: list[Trial], force: bool = False) -> None:
+        """Prints the table if `interval_s` passed since the last one (or `force`)."""
         if self.verbose < 1:
             return
         now = time.monotonic()
@@ -106,16 +107,19 @@ class ProgressPrinter:
                                       elapsed_s=now - self._start, param_space=self.param_space))
 
     def on_result(self, trial: Trial, result: dict[str, Any]) -> None:
+        """verbose=2: one line per result."""
         if self.verbose >= 2:
             shown = {k: _fmt(v) for k, v in result.items() if k not in _AUTO and not k.startswith("__")}
             self._print(f"Trial {trial} iter {result.get('training_iteration')}: {shown}")
 
     def on_trial_end(self, trial: Trial) -> None:
+        """A line when a trial ends (verbose=2) or errors (verbose>=1)."""
         if self.verbose >= 2 or (self.verbose >= 1 and trial.status == Trial.ERROR):
             self._print(f"Trial {trial} {trial.status}" + (f": {trial.error_msg.strip().splitlines()[-1]}"
                                                           if trial.error_msg else ""))
 
     def final(self, trials: list[Trial]) -> None:
+        """The table once more when the run ends."""
         if self.verbose >= 1:
             self._print(format_status(trials, metric=self.metric, mode=self.mode,
                                       elapsed_s=time.monotonic() - self._start,

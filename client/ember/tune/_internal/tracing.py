@@ -21,6 +21,7 @@ class TrialSpans:
         self._spans: dict[str, Any] = {}
 
     def start(self, trial: Trial, experiment: str, restored: bool) -> None:
+        """Opens the trial's span (or records that it resumed)."""
         span = self._spans.get(trial.trial_id)
         if span is None:
             attrs = {"tune.trial_id": trial.trial_id, "tune.experiment": experiment,
@@ -42,11 +43,13 @@ class TrialSpans:
         return trace.use_span(span, end_on_exit=False)
 
     def event(self, trial: Trial, name: str, **attrs: Any) -> None:
+        """Adds an event to the trial's span."""
         span = self._spans.get(trial.trial_id)
         if span is not None:
             span.add_event(name, {k: str(v)[:2000] for k, v in attrs.items()})
 
     def end(self, trial: Trial, error: BaseException | None = None) -> None:
+        """Ends the trial's span with its final status (and error)."""
         span = self._spans.pop(trial.trial_id, None)
         if span is None:
             return
@@ -59,6 +62,7 @@ class TrialSpans:
         span.end()
 
     def end_all(self) -> None:
+        """Ends every open span (the run ended with trials unfinished)."""
         for span in self._spans.values():
             span.set_attribute("tune.status", "INTERRUPTED")
             span.end()

@@ -82,4 +82,5 @@ class TrialActor:
             return False
 
     def ping(self) -> bool:
+        """Liveness check."""
         return True

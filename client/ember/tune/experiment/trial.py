@@ -62,9 +62,11 @@ class Trial:
 
     @property
     def is_finished(self) -> bool:
+        """TERMINATED or ERROR."""
         return self.status in (Trial.TERMINATED, Trial.ERROR)
 
     def set_status(self, status: str) -> None:
+        """Moves the trial to `status`, stamping start and end times."""
         if status == Trial.RUNNING and self.start_time is None:
             self.start_time = time.time()
         if status in (Trial.TERMINATED, Trial.ERROR):
@@ -72,9 +74,11 @@ class Trial:
         self.status = status
 
     def set_config(self, config: dict[str, Any]) -> None:
+        """Replaces the config (PBT's explore)."""
         self.config = config
 
     def set_experiment_tag(self, tag: str) -> None:
+        """Replaces the tag shown in names and tables."""
         self.experiment_tag = tag
 
     def update_last_result(self, result: dict[str, Any]) -> None:

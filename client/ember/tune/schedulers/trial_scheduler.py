@@ -24,13 +24,16 @@ class TrialList:
         self.trials = list(trials)
 
     def get_trials(self) -> list[Trial]:
+        """The trials."""
         return self.trials
 
     def stop_trial(self, trial: Trial) -> None:
+        """Marks a trial TERMINATED."""
         trial.set_status(Trial.TERMINATED)
 
 
 def check_mode(mode: str | None) -> None:
+    """Raises ValueError unless mode is None, 'min' or 'max'."""
     if mode is not None and mode not in ("min", "max"):
         raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
 
@@ -49,10 +52,12 @@ class TrialScheduler:
 
     @property
     def metric(self) -> str | None:
+        """The metric the scheduler compares."""
         return self._metric
 
     @property
     def mode(self) -> str | None:
+        """'min' or 'max'."""
         return self._mode
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
@@ -74,18 +79,23 @@ class TrialScheduler:
         return True
 
     def on_trial_add(self, controller: Any, trial: Trial) -> None:
+        """A trial was created."""
         pass
 
     def on_trial_error(self, controller: Any, trial: Trial) -> None:
+        """A trial ended in ERROR (after its retries)."""
         pass
 
     def on_trial_result(self, controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        """A trial reported `result`: CONTINUE, PAUSE or STOP."""
         return TrialScheduler.CONTINUE
 
     def on_trial_complete(self, controller: Any, trial: Trial, result: dict[str, Any]) -> None:
+        """A trial ended normally (or was stopped) with its last result."""
         pass
 
     def on_trial_remove(self, controller: Any, trial: Trial) -> None:
+        """A trial was removed without completing."""
         pass
 
     def choose_trial_to_run(self, controller: Any) -> Trial | None:
@@ -100,6 +110,7 @@ class TrialScheduler:
         return None
 
     def debug_string(self) -> str:
+        """A one-line summary for logs."""
         return type(self).__name__
 
 

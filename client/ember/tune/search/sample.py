@@ -48,9 +48,11 @@ class Domain:
         raise NotImplementedError
 
     def is_valid(self, value: Any) -> bool:
+        """Whether `value` lies in the domain."""
         raise NotImplementedError
 
     def domain_str(self) -> str:
+        """A short description of the domain."""
         return repr(self)
 
 
@@ -89,6 +91,7 @@ class Float(Domain):
         return v
 
     def is_valid(self, value: Any) -> bool:
+        """Whether `value` lies in the domain."""
         if self.dist == "normal":
             return isinstance(value, (int, float))
         return isinstance(value, (int, float)) and self.lower <= value <= self.upper
@@ -128,6 +131,7 @@ class Integer(Domain):
         return min(max(v, self.lower), self.upper - 1 if self.q == 1 else self.upper)
 
     def is_valid(self, value: Any) -> bool:
+        """Whether `value` lies in the domain."""
         return isinstance(value, (int, np.integer)) and self.lower <= value <= self.upper
 
     def __repr__(self) -> str:
@@ -148,6 +152,7 @@ class Categorical(Domain):
         return self.categories[int(rng.integers(0, len(self.categories)))]
 
     def is_valid(self, value: Any) -> bool:
+        """Whether `value` lies in the domain."""
         return value in self.categories
 
     def __len__(self) -> int:
@@ -175,6 +180,7 @@ class Function(Domain):
         return self.func(spec) if self._takes_spec else self.func()
 
     def is_valid(self, value: Any) -> bool:
+        """Whether `value` lies in the domain."""
         return True
 
     def __repr__(self) -> str:

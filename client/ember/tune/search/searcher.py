@@ -27,10 +27,12 @@ class Searcher:
 
     @property
     def metric(self) -> str | None:
+        """The metric the searcher optimizes."""
         return self._metric
 
     @property
     def mode(self) -> str | None:
+        """'min' or 'max'."""
         return self._mode
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
@@ -46,6 +48,7 @@ class Searcher:
         return True
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        """A config for trial `trial_id`, None (ask again later) or Searcher.FINISHED."""
         raise NotImplementedError
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
@@ -57,12 +60,15 @@ class Searcher:
 
     def add_evaluated_point(self, parameters: dict[str, Any], value: float, error: bool = False,
                             pruned: bool = False, intermediate_values: list[float] | None = None) -> None:
+        """Tells the searcher about a point evaluated outside Tune."""
         raise NotImplementedError(f"{type(self).__name__} does not take evaluated points")
 
     def get_state(self) -> dict[str, Any]:
+        """The searcher's state (for save)."""
         return dict(self.__dict__)
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Restores get_state()'s output."""
         self.__dict__.update(state)
 
     def save(self, checkpoint_path: str) -> None:
@@ -99,6 +105,7 @@ class ConcurrencyLimiter(Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         # In batch mode finished trials stay in live_trials until the whole batch is done.
+        """A config for trial `trial_id`, None (ask again later) or Searcher.FINISHED."""
         if len(self.live_trials) >= self.max_concurrent:
             return None
         suggestion = self.searcher.suggest(trial_id)
@@ -128,6 +135,7 @@ class ConcurrencyLimiter(Searcher):
             self.live_trials.clear()
 
     def add_evaluated_point(self, *args: Any, **kwargs: Any) -> None:
+        """Tells the searcher about a point evaluated outside Tune."""
         self.searcher.add_evaluated_point(*args, **kwargs)
 
 
@@ -153,6 +161,7 @@ class Repeater(Searcher):
         return ok
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        """A config for trial `trial_id`, None (ask again later) or Searcher.FINISHED."""
         if self._current is None or len(self._current["members"]) >= self.repeat:
             config = self.searcher.suggest(trial_id)
             if not isinstance(config, dict):

@@ -91,6 +91,7 @@ def count_grid(space: dict[str, Any]) -> int:
 
 
 def set_path(config: Any, path: Path, value: Any) -> None:
+    """Sets the value at a key path in a nested config."""
     node = config
     for k in path[:-1]:
         node = node[k]
@@ -98,6 +99,7 @@ def set_path(config: Any, path: Path, value: Any) -> None:
 
 
 def get_path(config: Any, path: Path) -> Any:
+    """The value at a key path in a nested config."""
     node = config
     for k in path:
         node = node[k]

@@ -123,29 +123,36 @@ class Trainable:
     # ---- what Tune calls -----------------------------------------------------------------
     @property
     def iteration(self) -> int:
+        """Iterations run so far (restored ones included)."""
         return self._iteration
 
     @property
     def training_iteration(self) -> int:
+        """Same as iteration (Ray's name in results)."""
         return self._iteration
 
     @property
     def trial_id(self) -> str:
+        """The trial's id."""
         return self._info.trial_id
 
     @property
     def trial_name(self) -> str:
+        """The trial's name."""
         return self._info.trial_name
 
     @property
     def logdir(self) -> str:
+        """The trial's directory in the run's storage."""
         return self._info.trial_dir
 
     @property
     def trial_resources(self) -> dict[str, float]:
+        """The resources the trial reserved."""
         return dict(self._info.resources)
 
     def get_config(self) -> dict[str, Any]:
+        """The trial's config."""
         return dict(self.config)
 
     def train(self) -> dict[str, Any]:
@@ -223,6 +230,7 @@ class Trainable:
                 self.load_checkpoint(d)
 
     def latest_checkpoint(self) -> Checkpoint | None:
+        """The last checkpoint saved (or restored from)."""
         return self._last_checkpoint
 
     def stop(self) -> bool:

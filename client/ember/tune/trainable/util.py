@@ -30,6 +30,7 @@ class PlacementGroupFactory:
 
     @property
     def head_bundle_is_empty(self) -> bool:
+        """Whether the first bundle asks for nothing."""
         return not any(self.bundles[0].values())
 
     @property
@@ -128,6 +129,7 @@ class _Parameters:
             self._values = None
 
     def get(self) -> dict[str, Any]:
+        """The values (fetched from the object store)."""
         if self.refs is None:
             return dict(self._values or {})
         import ember
