@@ -404,6 +404,13 @@ class TuneController:
                 trial.set_status(Trial.PAUSED if trial.status == Trial.RUNNING else trial.status)
         self._live.clear()
         self._ref_trial.clear()
+        # Idle actors still hold their last trial: let it clean up (bounded), then kill them.
+        stops = [actor.stop.remote() for actor, _ in self._idle]
+        if stops:
+            try:
+                ember.wait(stops, num_returns=len(stops), timeout=10)
+            except Exception:  # noqa: BLE001 - they are killed below either way
+                pass
         for actor, _ in self._idle:
             ember.kill(actor)
         self._idle.clear()

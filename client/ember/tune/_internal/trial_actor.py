@@ -74,13 +74,22 @@ class TrialActor:
     def stop(self) -> bool:
         """Ends the current trial; True when this process can host another."""
         t, self._trainable = self._trainable, None
-        if t is None:
-            return True
         try:
-            return bool(t.stop())
+            return True if t is None else bool(t.stop())
         except Exception:  # noqa: BLE001 - a failing cleanup makes the process unfit for reuse
             return False
+        finally:
+            _flush_spans()
 
     def ping(self) -> bool:
         """Liveness check."""
         return True
+
+
+def _flush_spans() -> None:
+    """Exports this process's finished spans now: the controller may kill the actor next."""
+    from opentelemetry import trace
+
+    flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if flush is not None:
+        flush(5000)
