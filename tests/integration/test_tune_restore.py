@@ -92,6 +92,7 @@ def _kill_tree(proc):
         shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.timeout(600)
 def test_restore_after_killing_the_driver_finishes_without_rerunning(tmp_path):
     log = tmp_path / "log.txt"
     env = dict(os.environ, TUNE_TEST_LOG=str(log))

@@ -257,10 +257,12 @@ def test_status_table_is_printed_unless_quiet(cluster, tmp_path, capsys):
     def trainable(config):
         tune.report({"loss": config["lr"]})
 
-    _run(trainable, tmp_path, name="loud", param_space={"lr": tune.grid_search([0.5, 0.25])},
-         metric="loss", mode="min", verbose=1)
+    results = _run(trainable, tmp_path, name="loud", param_space={"lr": tune.grid_search([0.5, 0.25])},
+                   metric="loss", mode="min", verbose=1, trial_name_creator=lambda t: f"named_{t.config['lr']}",
+                   trial_dirname_creator=lambda t: f"dir_{t.config['lr']}")
     out = capsys.readouterr().out
     assert "Final trial status: 2 TERMINATED" in out and "Current best trial" in out and "| lr " in out
+    assert "| named_0.25 " in out and results.get_best_result().path.endswith("/loud/dir_0.25")
     _run(trainable, tmp_path, name="quiet", param_space={"lr": 0.1}, verbose=0)
     assert capsys.readouterr().out == ""
 

@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "tune_seed.py"
 
 
@@ -21,12 +23,14 @@ def _run(*args):
     return [int(g) for g in m.groups()]
 
 
+@pytest.mark.timeout(600)
 def test_seed_4_4_runs_50_samples_with_asha():
     trials, errors, iters, samples, full = _run("--num-samples", "50")
     assert (trials, errors, samples, full) == (50, 0, 50, 5000)
     assert iters < full / 3  # ASHA stopped most trials long before max_t
 
 
+@pytest.mark.timeout(600)
 def test_seed_4_4_stores_results_on_s3():
     trials, errors, iters, _, full = _run("--num-samples", "6", "--s3")
     assert (trials, errors) == (6, 0) and iters < full

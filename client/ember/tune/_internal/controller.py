@@ -162,6 +162,8 @@ class TuneController:
 
         tag = f"{self._index - 1}_{format_vars(config, self._space)}"
         trial = Trial(trial_id=trial_id, config=config, trainable_name=self._name, experiment_tag=tag)
+        if self._tc.trial_name_creator is not None:
+            trial.custom_name = str(self._tc.trial_name_creator(trial))
         creator = self._tc.trial_dirname_creator
         dirname = creator(trial) if creator else f"{self._name}_{trial_id}"
         trial.local_dir_name = dirname

@@ -47,6 +47,7 @@ class Trial:
     time_total_s: float = 0.0
     iteration: int = 0
     metric_analysis: dict[str, dict[str, float]] = field(default_factory=dict)
+    custom_name: str = ""
 
     def __hash__(self) -> int:
         return hash(self.trial_id)
@@ -55,7 +56,7 @@ class Trial:
         return isinstance(other, Trial) and other.trial_id == self.trial_id
 
     def __str__(self) -> str:
-        return f"{self.trainable_name}_{self.trial_id}"
+        return self.custom_name or f"{self.trainable_name}_{self.trial_id}"
 
     def __repr__(self) -> str:
         return f"Trial({self}, {self.status})"
