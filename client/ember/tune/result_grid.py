@@ -26,12 +26,32 @@ def _dataframe(rows: list[dict[str, Any]]) -> Any:
     return pd.DataFrame([flatten_dict({k: v for k, v in r.items() if not k.startswith("__")}) for r in rows])
 
 
+class TrialResult(Result):
+    """A trial's Result whose `metrics_dataframe` is built on first access (pandas is imported
+    only by runs that read it)."""
+
+    def __init__(self, trial: Trial, filesystem: Any) -> None:
+        self._history = list(trial.metric_history)
+        self._frame: Any = None
+        super().__init__(metrics=dict(trial.last_result), checkpoint=trial.checkpoint, error=trial.error,
+                         path=trial.path, metrics_dataframe=None, best_checkpoints=list(trial.checkpoints),
+                         filesystem=filesystem, _config=dict(trial.config))
+
+    @property  # type: ignore[override]
+    def metrics_dataframe(self) -> Any:
+        """Every reported result of the trial, one row each (a pandas DataFrame)."""
+        if self._frame is None and self._history:
+            self._frame = _dataframe(self._history)
+        return self._frame
+
+    @metrics_dataframe.setter
+    def metrics_dataframe(self, value: Any) -> None:
+        self._frame = value
+
+
 def trial_to_result(trial: Trial, filesystem: Any) -> Result:
     """The Result of one trial."""
-    return Result(metrics=dict(trial.last_result), checkpoint=trial.checkpoint, error=trial.error,
-                  path=trial.path, metrics_dataframe=_dataframe(trial.metric_history),
-                  best_checkpoints=list(trial.checkpoints), filesystem=filesystem,
-                  _config=dict(trial.config))
+    return TrialResult(trial, filesystem)
 
 
 class ResultGrid:
