@@ -5,8 +5,9 @@ shipped: a byte-level BPE tokenizer trained with the `tokenizers` package on a s
 corpus (with special tokens and a chat template), and a randomly initialised Llama (or GPT-2)
 configuration, both written with `save_pretrained` into `path`. The serving code then loads the
 directory through the same `from_pretrained` path as any Hugging Face checkpoint. The weights are
-random (seeded), so the text is gibberish, but generation is deterministic under greedy
-sampling and the model emits EOS rarely, which suits length and streaming tests.
+random (seeded; a wide initialisation, so greedy decoding wanders instead of repeating one
+token), so the text is gibberish, but generation is deterministic under greedy sampling and
+the model emits EOS rarely, which suits length and streaming tests.
 
     from ember.serve.llm.testing import build_tiny_model
     path = build_tiny_model("/tmp/tiny-llama")        # returns the directory
@@ -81,10 +82,11 @@ def build_tiny_model(path: str, *, arch: str = "llama", hidden_size: int = 64, n
         config: Any = LlamaConfig(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
                                   num_hidden_layers=num_layers, num_attention_heads=num_heads,
                                   num_key_value_heads=max(1, num_heads // 2),
-                                  max_position_embeddings=max_position_embeddings, tie_word_embeddings=True, **ids)
+                                  max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
+                                  initializer_range=0.2, **ids)
     elif arch == "gpt2":
         config = GPT2Config(vocab_size=len(tok), n_embd=hidden_size, n_layer=num_layers, n_head=num_heads,
-                            n_positions=max_position_embeddings, **ids)
+                            n_positions=max_position_embeddings, initializer_range=0.2, **ids)
     else:
         raise ValueError(f"arch must be 'llama' or 'gpt2', not {arch!r}")
     torch.manual_seed(seed)
