@@ -13,7 +13,8 @@ exist (tensor-parallel workers as Ember actors), else Ember's continuous-batchin
 (a Hugging Face causal LM from a local directory). `build_openai_app` puts an `OpenAiIngress`
 in front (/v1/models, /v1/completions, /v1/chat/completions, SSE streaming);
 `build_llm_deployment` gives one model's LLMServer alone (call it with a handle, or over HTTP:
-it answers the same routes for its model). See docs/llm.md.
+it answers the same routes for its model). `LLM` puts the torch engine in a deployment of your
+own, shaped like vLLM's `LLM`. See docs/llm.md.
 """
 from __future__ import annotations
 
@@ -22,8 +23,18 @@ from typing import Any
 from ._internal.config import LLMConfig, LLMServingArgs, ModelLoadingConfig, as_llm_config
 from ._internal.ingress import OpenAiIngress
 from ._internal.server import LLMServer
+from ._internal.params import SamplingParams
 
-__all__ = ["LLMConfig", "LLMServingArgs", "LLMServer", "ModelLoadingConfig", "OpenAiIngress",
+
+def __getattr__(name: str) -> Any:
+    if name == "LLM":  # imports torch: only when asked for
+        from ._internal.offline import LLM
+
+        return LLM
+    raise AttributeError(name)
+
+
+__all__ = ["LLM", "LLMConfig", "LLMServingArgs", "LLMServer", "ModelLoadingConfig", "OpenAiIngress", "SamplingParams",
            "build_llm_deployment", "build_openai_app"]
 
 
