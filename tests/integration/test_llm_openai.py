@@ -29,7 +29,7 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def app(serve_url, model_dir):
     cfg = LLMConfig(model_loading_config={"model_id": "tiny", "model_source": model_dir}, llm_engine="torch",
-                    engine_kwargs={"max_num_seqs": 8, "max_model_len": 256})
+                    engine_kwargs={"max_num_seqs": 8})
     serve.run(build_openai_app({"llm_configs": [cfg]}), name="llm", route_prefix="/")
     yield serve_url
     serve.delete("llm")
@@ -129,7 +129,7 @@ def test_client_disconnect_frees_the_batch_slot(app):
     h = _server()
     with httpx.Client(timeout=60) as c:
         with c.stream("POST", app + "/v1/completions",
-                      json={"model": "tiny", "prompt": "forever", "max_tokens": 200, "stream": True,
+                      json={"model": "tiny", "prompt": "forever", "max_tokens": 1000, "stream": True,
                             "ignore_eos": True}) as r:
             it = r.iter_raw()
             next(it)
@@ -144,8 +144,8 @@ def test_errors_have_openai_shape_and_the_replica_keeps_serving(app, client):
         client.completions.create(model="nope", prompt="x")
     with pytest.raises(openai.BadRequestError, match="temperature"):
         client.completions.create(model="tiny", prompt="x", temperature=9)
-    with pytest.raises(openai.BadRequestError, match="maximum context length is 256"):
-        client.completions.create(model="tiny", prompt="hello " * 400)
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 1024"):
+        client.completions.create(model="tiny", prompt="hello " * 1100)
     with pytest.raises(openai.BadRequestError, match="messages"):
         client.chat.completions.create(model="tiny", messages=[])
     with httpx.Client(timeout=30) as c:
@@ -198,3 +198,36 @@ def test_bad_config_is_named():
         cfg = {"model_loading_config": {"model_id": "x"}}
         build_openai_app({"llm_configs": [cfg, cfg]})
     time.sleep(0)
+
+
+def test_two_models_behind_the_openai_ingress(serve_url, model_dir):
+    """Several models: an OpenAiIngress routes by "model" to each LLMServer through handles;
+    streams cross two hops and a disconnect still reaches the engine."""
+    small = {"ray_actor_options": {"num_cpus": 0.25}}  # 3 replicas more on a 2-CPU cluster
+    cfgs = [LLMConfig(model_loading_config={"model_id": m, "model_source": model_dir}, llm_engine="torch",
+                      engine_kwargs={"max_num_seqs": 4}, deployment_config=small) for m in ("m1", "m2")]
+    serve.run(build_openai_app({"llm_configs": cfgs, "ingress_deployment_config": small}), name="two",
+              route_prefix="/two")
+    try:
+        with openai.OpenAI(base_url=serve_url + "/two/v1", api_key="x", max_retries=0, timeout=60) as c:
+            assert sorted(m.id for m in c.models.list().data) == ["m1", "m2"]
+            a = c.completions.create(model="m1", prompt="same", max_tokens=6, temperature=0)
+            b = c.completions.create(model="m2", prompt="same", max_tokens=6, temperature=0)
+            assert a.choices[0].text == b.choices[0].text  # same weights, different deployments
+            chunks = list(c.chat.completions.create(model="m2", messages=[{"role": "user", "content": "x"}],
+                                                    max_tokens=8, stream=True, extra_body={"ignore_eos": True}))
+            assert chunks[-1].choices[0].finish_reason == "length"
+            with pytest.raises(openai.NotFoundError):
+                c.completions.create(model="m3", prompt="x")
+        h = serve.get_deployment_handle("LLMServer:m1", "two")
+        with httpx.Client(timeout=60) as hc:
+            with hc.stream("POST", serve_url + "/two/v1/completions",
+                           json={"model": "m1", "prompt": "go", "max_tokens": 1000, "stream": True,
+                                 "ignore_eos": True}) as r:
+                it = r.iter_raw()  # (a dropped iterator would close the response)
+                next(it)
+                assert h.engine_stats.remote().result()["running"] == 1
+        wait_for(lambda: h.engine_stats.remote().result()["running"] == 0, timeout_s=20,
+                 what="the aborted request to leave m1's batch")
+    finally:
+        serve.delete("two")

@@ -53,7 +53,9 @@ def build_llm_deployment(llm_config: LLMConfig | dict[str, Any], *, name_prefix:
 
 
 def build_openai_app(llm_serving_args: LLMServingArgs | dict[str, Any]) -> Any:
-    """An OpenAI-compatible application: an OpenAiIngress over one LLMServer per model."""
+    """An OpenAI-compatible application: an OpenAiIngress over one LLMServer per model. With a
+    single model the LLMServer is the ingress itself (it serves the same routes), unless
+    `ingress_deployment=True` asks for the OpenAiIngress anyway."""
     from ember import serve
 
     if isinstance(llm_serving_args, dict):
@@ -63,4 +65,8 @@ def build_openai_app(llm_serving_args: LLMServingArgs | dict[str, Any]) -> Any:
             raise ValueError(f"invalid llm_serving_args: {e}") from None
     configs = llm_serving_args.configs()
     servers = [build_llm_deployment(c) for c in configs]
-    return serve.deployment(OpenAiIngress).options(name="OpenAiIngress", max_ongoing_requests=256).bind(servers)
+    if len(configs) == 1 and not llm_serving_args.ingress_deployment and not llm_serving_args.ingress_deployment_config:
+        # One model: its LLMServer answers the OpenAI routes itself, one hop fewer per token.
+        return servers[0]
+    opts = {"name": "OpenAiIngress", "max_ongoing_requests": 256, **llm_serving_args.ingress_deployment_config}
+    return serve.deployment(OpenAiIngress).options(**opts).bind(servers)

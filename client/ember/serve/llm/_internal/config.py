@@ -131,6 +131,8 @@ class LLMServingArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
     llm_configs: list[LLMConfig | dict[str, Any]]
+    ingress_deployment: bool = False  # an OpenAiIngress even for one model
+    ingress_deployment_config: dict[str, Any] = Field(default_factory=dict)  # its @serve.deployment options
 
     def configs(self) -> list[LLMConfig]:
         cs = [as_llm_config(c) for c in self.llm_configs]
