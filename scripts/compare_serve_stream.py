@@ -8,7 +8,9 @@ chunk is one line (`tok NNNNN\\n`), so chunks are counted in the bytes received 
 proxy relays them one by one or several per HTTP chunk.
 
 Reports, per system: chunks/s (all clients together), request latency p50/p99, time to first
-chunk p50/p99, and the ideal request latency (CHUNKS x GAP_MS).
+chunk p50/p99, and the ideal request latency (CHUNKS x GAP_MS). `in_process` is the same
+generator consumed by CONCURRENCY tasks in this process (no HTTP, no Serve): the ideal as this
+machine can deliver it under its current load, measured in the same run.
 
     .venv/bin/python scripts/compare_serve_stream.py [--requests 400] [--duration 20]
         [--concurrency 16] [--chunks 64] [--gap-ms 5] [--ray-python /work/rayvenv/bin/python]
@@ -139,6 +141,38 @@ async def load(host: str, port: int, args: argparse.Namespace) -> dict:
             "errors": len(out["errors"]) + short}
 
 
+async def floor(args: argparse.Namespace) -> dict:
+    """The same generator consumed in this process by CONCURRENCY tasks, no HTTP and no Serve:
+    what this machine can do right now (the ideal under its current load)."""
+    async def gen():
+        for i in range(args.chunks):
+            yield f"tok {i:05d}\n"
+            await asyncio.sleep(args.gap_ms / 1000)
+
+    out: dict[str, list] = {"lat": [], "ttfc": [], "lines": [], "errors": []}
+    budget = [args.requests]
+
+    async def consumer(stop_at: float) -> None:
+        while budget[0] > 0 and time.monotonic() < stop_at:
+            budget[0] -= 1
+            t0 = time.perf_counter()
+            n, first = 0, 0.0
+            async for chunk in gen():
+                n += chunk.count("\n")
+                first = first or time.perf_counter() - t0
+            out["lat"].append(time.perf_counter() - t0)
+            out["ttfc"].append(first)
+            out["lines"].append(n)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*[consumer(time.monotonic() + args.duration) for _ in range(args.concurrency)])
+    elapsed = time.perf_counter() - t0
+    return {"requests": len(out["lat"]), "seconds": round(elapsed, 2),
+            "chunks_per_s": round(sum(out["lines"]) / elapsed, 1),
+            "p50_ms": _pct(out["lat"], 0.5), "p99_ms": _pct(out["lat"], 0.99),
+            "ttfc_p50_ms": _pct(out["ttfc"], 0.5), "ttfc_p99_ms": _pct(out["ttfc"], 0.99), "errors": 0}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -177,9 +211,12 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=64)
     ap.add_argument("--gap-ms", type=float, default=5.0)
     ap.add_argument("--ray-python", default="/work/rayvenv/bin/python")
-    ap.add_argument("--only", choices=["ember", "ray"], default=None)
+    ap.add_argument("--only", choices=["ember", "ray", "floor"], default=None)
     args = ap.parse_args()
     results = {}
+    if args.only in (None, "floor"):
+        results["in_process"] = asyncio.run(floor(args))
+        print("floor", json.dumps(results["in_process"]), flush=True)
     if args.only in (None, "ember"):
         results["ember"] = run_system(sys.executable, EMBER_SERVER, args)
         print("ember", json.dumps(results["ember"]), flush=True)
@@ -191,7 +228,7 @@ def main() -> None:
     for name, v in results.items():
         print(f"{name:<16}{v['chunks_per_s']:>10}{v['p50_ms']:>9}{v['p99_ms']:>9}{v['ttfc_p50_ms']:>8}"
               f"{v['ttfc_p99_ms']:>8}{v['errors']:>8}")
-    if len(results) == 2:
+    if "ember" in results and "ray_serve_2.60" in results:
         e, r = results["ember"], results["ray_serve_2.60"]
         print(f"\nember/ray chunks/s: {e['chunks_per_s'] / max(r['chunks_per_s'], 1e-9):.2f}x; "
               f"median {e['p50_ms']} ms vs {r['p50_ms']} ms (ideal {args.chunks * args.gap_ms:.0f})")
