@@ -255,6 +255,7 @@ class TorchEngine(LLMEngine):
         from .sampling import sample
 
         plan = self.scheduler.schedule()
+        self._update_stats()  # before any token of this step is delivered
         gone = {s.seq_id for s in plan.removed} | {s.seq_id for s in plan.preempted}
         if gone:
             self.batch.remove(gone)
@@ -275,6 +276,9 @@ class TorchEngine(LLMEngine):
             self._send(self._emit(seqs, tokens))
         if plan.prefill:
             self.batch.merge(rows)
+        self._update_stats()
+
+    def _update_stats(self) -> None:
         st = self._stats
         st.running, st.waiting = self.scheduler.num_running, self.scheduler.num_waiting
         st.kv_cache_usage = self.scheduler.blocks.usage
