@@ -179,9 +179,10 @@ def test_seed_example_script_runs():
         port = s.getsockname()[1]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, os.path.join(root, "examples", "serve_llm.py"), str(port)],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "200 {'text': 'hello world'" in out.stdout and "RUNNING" in out.stdout
+    assert "200 {'tokens': 12, 'gpu': [" in out.stdout and "RUNNING" in out.stdout  # a real model answered
+    assert "same text as the whole answer: True" in out.stdout  # and streamed it over SSE
 
 
 def test_deployment_from_a_module_next_to_the_driver(tmp_path):

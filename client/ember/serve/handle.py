@@ -13,8 +13,10 @@ so pipelines compose without blocking the caller.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import threading
+import uuid
 from typing import Any, AsyncIterator, Iterator
 
 from ember.exceptions import ActorDiedError, RayActorError
@@ -115,6 +117,12 @@ async def _call(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs
 
 async def _stream(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs: dict,
                   q: asyncio.Queue) -> None:
+    """Runs one streamed call: starts it on a replica, then pulls batches (stream_next) until
+    the stream is over, putting every item on q. Cancelled (the caller stopped iterating), it
+    tells the replica to stop the stream."""
+    h = None
+    stream_id = uuid.uuid4().hex
+    done = False
     try:
         args = tuple([await _resolve(a) for a in args])
         kwargs = {k: await _resolve(v) for k, v in kwargs.items()}
@@ -122,14 +130,22 @@ async def _stream(table: RouteTable, dep_id: str, method: str, args: tuple, kwar
         router = table.router(dep_id)
         k, h = await router.acquire()
         try:
-            gen = h.handle_request_streaming.remote(method, args, kwargs)
-            async for ref in gen:
-                await q.put(("item", await ref))
+            items, done = await h.handle_request_streaming.remote(stream_id, method, args, kwargs)
+            while True:
+                for x in items:
+                    q.put_nowait(("item", x))
+                if done:
+                    break
+                items, done = await h.stream_next.remote(stream_id)
         finally:
             router.release(k)
-        await q.put(("end", None))
+        q.put_nowait(("end", None))
     except BaseException as e:
-        await q.put(("error", e))
+        if h is not None and not done:
+            h.cancel.remote(stream_id)
+        q.put_nowait(("error", e))
+        if isinstance(e, asyncio.CancelledError):
+            raise
 
 
 class DeploymentResponse:
@@ -160,8 +176,11 @@ class DeploymentResponseGenerator:
         self._q = q
         self._fut = fut
         self._done = False
+        self._buf: collections.deque[tuple[str, Any]] = collections.deque()
 
-    def _take(self, kind: str, value: Any) -> Any:
+    def _take(self, batch: list[tuple[str, Any]]) -> Any:
+        self._buf.extend(batch)
+        kind, value = self._buf.popleft()
         if kind == "item":
             return value
         self._done = True
@@ -173,23 +192,43 @@ class DeploymentResponseGenerator:
         return self
 
     def __next__(self) -> Any:
+        if self._buf:
+            return self._take([])
         if self._done:
             raise StopIteration
-        return self._take(*self._rt.submit(self._q.get()).result())
+        return self._take(self._rt.submit(_get_batch(self._q)).result())
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self
 
     async def __anext__(self) -> Any:
-        if self._done:
-            raise StopAsyncIteration
         try:
-            return self._take(*await asyncio.wrap_future(self._rt.submit(self._q.get())))
+            if self._buf:
+                return self._take([])
+            if self._done:
+                raise StopAsyncIteration
+            return self._take(await asyncio.wrap_future(self._rt.submit(_get_batch(self._q))))
         except StopIteration:
             raise StopAsyncIteration from None
 
     def cancel(self) -> None:
-        self._fut.cancel()
+        """Stops the stream: the replica closes the deployment's generator."""
+        self._done = True
+        self._buf.clear()
+        self._rt.loop.call_soon_threadsafe(self._fut.cancel)
+
+    async def aclose(self) -> None:
+        self.cancel()
+
+    def close(self) -> None:
+        self.cancel()
+
+    def __del__(self) -> None:
+        if not self._done and not self._fut.done():
+            try:
+                self._rt.loop.call_soon_threadsafe(self._fut.cancel)
+            except RuntimeError:  # the loop is closed at exit
+                pass
 
 
 class DeploymentHandle:
@@ -231,6 +270,14 @@ class DeploymentHandle:
 
     def __repr__(self) -> str:
         return f"DeploymentHandle(deployment={self.deployment_name!r}, app={self.app_name!r})"
+
+
+async def _get_batch(q: asyncio.Queue) -> list[tuple[str, Any]]:
+    """Everything on q, waiting for at least one entry (one thread hop for a batch of items)."""
+    batch = [await q.get()]
+    while not q.empty():
+        batch.append(q.get_nowait())
+    return batch
 
 
 async def _make_queue() -> asyncio.Queue:

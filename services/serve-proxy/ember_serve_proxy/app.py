@@ -178,29 +178,33 @@ class ProxyApp:
 
     async def _relay(self, router: Any, key: str, h: Any, request_id: str, reply: tuple, send: Any,
                      disconnect: asyncio.Future) -> None:
-        """Streams the rest of the body chunk by chunk as the replica produces it."""
+        """Streams the rest of the body as the replica produces it: one stream_next() call in
+        flight at a time, each returning every chunk produced since the previous one (so chunks
+        are coalesced only when they would otherwise queue); the next call is already on its way
+        while a batch is written to the socket."""
+        finished = False
         try:
-            _, status, headers, first = reply
+            _, status, headers, first, done = reply
             headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
             await send({"type": "http.response.start", "status": status, "headers": headers})
-            if first:
-                await send({"type": "http.response.body", "body": first, "more_body": True})
-            gen = h.stream_http.remote(request_id)
-            it = gen.__aiter__()
-            while True:
-                nxt = asyncio.ensure_future(it.__anext__())
+            while not done:
+                nxt = asyncio.wrap_future(h.stream_next.remote(request_id).future())
+                if first:
+                    await send({"type": "http.response.body", "body": first, "more_body": True})
                 if not await _first(nxt, disconnect):
                     nxt.cancel()
-                    h.cancel.remote(request_id)
                     return
                 try:
-                    ref = nxt.result()
-                except StopAsyncIteration:
-                    break
-                chunk = await ref
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    items, done = nxt.result()
+                except Exception as e:  # the user's generator raised, or the replica died: the
+                    log.warning("stream %s ended early: %s", request_id, e)  # head is sent, so
+                    return  # the connection is closed without the body's end (the client sees it)
+                first = b"".join(items)
+            finished = True
+            await send({"type": "http.response.body", "body": first, "more_body": False})
         finally:
+            if not finished:  # the client left, or the stream failed: stop the user's generator
+                h.cancel.remote(request_id)
             router.release(key)
 
 

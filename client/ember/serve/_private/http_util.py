@@ -2,7 +2,7 @@
 into responses, and running an ASGI app (a `@serve.ingress` FastAPI app) on a buffered request.
 
 A reply to the proxy is a tuple: ("full", status, headers, body) or ("stream", status, headers,
-first_chunk); the rest of a stream is pulled by the proxy with ServeReplica.stream_http.
+first_chunk, done); the rest of a stream is pulled by the proxy with ServeReplica.stream_next.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """ServeReplica: the actor that hosts one replica of a deployment (an async actor).
 
 It builds the user's class (or wraps the user's function), answers HTTP requests relayed by the
-proxy (`handle_http`, then `stream_http` for the rest of a streamed body), Python calls from
-DeploymentHandles (`handle_request`, `handle_request_streaming`), health checks (which also
+proxy (`handle_http`, then `stream_next` for the rest of a streamed body, see streams.py),
+Python calls from DeploymentHandles (`handle_request`; `handle_request_streaming` then
+`stream_next`), health checks (which also
 report the ongoing-request count the autoscaler reads), `reconfigure(user_config)` and
 `cancel(request_id)` when the HTTP client went away.
 """
@@ -15,13 +16,15 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 import cloudpickle
 
 from . import http_util
+from .streams import StreamPump, aiter_any
 
 log = logging.getLogger(__name__)
+_FIRST_CHUNK_WAIT_S = 0.1  # how long handle_http waits to send a stream's first chunk with its head
 
 
 @dataclass
@@ -66,7 +69,7 @@ class ServeReplica:
         self.ongoing = 0
         self._tasks: dict[str, asyncio.Task] = {}
         self._disconnects: dict[str, asyncio.Event] = {}
-        self._streams: dict[str, AsyncIterator[bytes]] = {}
+        self._streams: dict[str, StreamPump] = {}
         self._idle_since = time.monotonic()
 
     async def ready(self) -> dict[str, Any]:
@@ -101,17 +104,15 @@ class ServeReplica:
         return self.ongoing
 
     def cancel(self, request_id: str) -> bool:
-        """The HTTP client disconnected: cancel its user code (and its stream)."""
+        """The HTTP client (or the handle's caller) went away: cancel its user code, or stop its
+        stream and close the user's iterator."""
         ev = self._disconnects.get(request_id)
         if ev is not None:
             ev.set()
-        rest = self._streams.pop(request_id, None)
-        if rest is not None:  # a stream the proxy has not started pulling yet
-            self._disconnects.pop(request_id, None)
-            self.ongoing -= 1
-            aclose = getattr(rest, "aclose", None)
-            if aclose is not None:
-                asyncio.ensure_future(aclose())
+        pump = self._streams.get(request_id)
+        if pump is not None:
+            pump.close()
+            self._end_stream(request_id)
             return True
         t = self._tasks.get(request_id)
         if t is not None and not t.done():
@@ -119,8 +120,35 @@ class ServeReplica:
             return True
         return False
 
+    def _start_stream(self, stream_id: str, it: Any) -> StreamPump:
+        pump = self._streams[stream_id] = StreamPump(aiter_any(it))
+        return pump
+
+    def _end_stream(self, stream_id: str) -> None:
+        if self._streams.pop(stream_id, None) is not None:
+            self._disconnects.pop(stream_id, None)
+            self.ongoing -= 1
+
+    async def stream_next(self, stream_id: str) -> tuple[list[Any], bool]:
+        """The next batch of a streamed reply: every item produced since the previous call (at
+        least one, unless the stream is over), and whether the stream is over."""
+        pump = self._streams.get(stream_id)
+        if pump is None:
+            return [], True
+        try:
+            items, done = await pump.take()
+        except BaseException:
+            self._end_stream(stream_id)
+            raise
+        if done:
+            self._end_stream(stream_id)
+        return items, done
+
     # ------------------------------------------------------------------ HTTP
     async def handle_http(self, request_id: str, scope: dict[str, Any], body: bytes) -> tuple[Any, ...]:
+        """("full", status, headers, body), ("cancelled",) or ("stream", status, headers,
+        first_chunk, done): a streamed body's first chunk comes with the head when it is produced
+        within _FIRST_CHUNK_WAIT_S (saving a round trip); the rest comes from stream_next()."""
         self.ongoing += 1
         streaming = False
         disc = asyncio.Event()
@@ -141,51 +169,27 @@ class ServeReplica:
                     if not isinstance(e, http_util.HTTPException):
                         log.exception("request %s failed", request_id)
                     return http_util.error_reply(e)
-            if rest is not None:
-                self._streams[request_id] = rest
-                streaming = True
-            return head
+            if rest is None:
+                return head
+            pump = self._start_stream(request_id, rest)
+            streaming = True
+            try:
+                items, done = await pump.take(_FIRST_CHUNK_WAIT_S)
+            except Exception:
+                log.exception("stream %s failed", request_id)
+                items, done = [], True
+            if done:
+                self._end_stream(request_id)
+            return ("stream", head[1], head[2], head[3] + b"".join(items), done)
         except asyncio.CancelledError:
+            if streaming:
+                self.cancel(request_id)
             return ("cancelled",)
         finally:
             self._tasks.pop(request_id, None)
             if not streaming:
                 self._disconnects.pop(request_id, None)
                 self.ongoing -= 1
-
-    async def stream_http(self, request_id: str) -> AsyncIterator[bytes]:
-        """The rest of a streamed response, chunk by chunk, as it is produced; ends early when
-        cancel(request_id) says the client went away."""
-        rest = self._streams.pop(request_id, None)
-        if rest is None:
-            return
-        gone = self._disconnects.get(request_id) or asyncio.Event()
-        it = rest.__aiter__()
-        try:
-            while not gone.is_set():
-                nxt = asyncio.ensure_future(it.__anext__())
-                stop = asyncio.ensure_future(gone.wait())
-                await asyncio.wait((nxt, stop), return_when=asyncio.FIRST_COMPLETED)
-                stop.cancel()
-                if not nxt.done():
-                    nxt.cancel()
-                    break
-                try:
-                    chunk = nxt.result()
-                except StopAsyncIteration:
-                    break
-                yield chunk
-        except Exception:
-            log.exception("stream %s failed", request_id)
-        finally:
-            self._disconnects.pop(request_id, None)
-            self.ongoing -= 1
-            aclose = getattr(rest, "aclose", None)
-            if aclose is not None:
-                try:
-                    await aclose()
-                except BaseException:
-                    pass
 
     # ------------------------------------------------------------------ handle calls
     async def handle_request(self, method: str, args: tuple, kwargs: dict) -> Any:
@@ -199,18 +203,22 @@ class ServeReplica:
         finally:
             self.ongoing -= 1
 
-    async def handle_request_streaming(self, method: str, args: tuple, kwargs: dict) -> AsyncIterator[Any]:
+    async def handle_request_streaming(self, stream_id: str, method: str, args: tuple,
+                                       kwargs: dict) -> tuple[list[Any], bool]:
+        """Starts a streamed handle call; returns its first batch like stream_next()."""
         self.ongoing += 1
+        started = False
         try:
             fn = self.user if self._is_function else getattr(self.user, method)
             r = fn(*args, **kwargs)
             if inspect.isawaitable(r) and not inspect.isasyncgen(r):
                 r = await r
-            if inspect.isasyncgen(r) or hasattr(r, "__aiter__"):
-                async for x in r:
-                    yield x
-            else:
-                for x in r:
-                    yield x
+            if not (hasattr(r, "__aiter__") or hasattr(r, "__iter__")) or isinstance(r, (str, bytes, dict)):
+                raise TypeError(f"{method}() was called with stream=True but returned "
+                                f"{type(r).__name__}, not a generator")
+            self._start_stream(stream_id, r)
+            started = True
         finally:
-            self.ongoing -= 1
+            if not started:
+                self.ongoing -= 1
+        return await self.stream_next(stream_id)

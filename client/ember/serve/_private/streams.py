@@ -1,0 +1,117 @@
+"""Streamed replies leave a replica in batches that the caller pulls.
+
+A StreamPump drains the user's (async) iterator into a buffer as fast as it produces; the caller
+(the proxy for HTTP, the handle runtime for `handle.options(stream=True)`) pulls with
+`ServeReplica.stream_next(stream_id)`, which returns every item produced since its previous pull
+and waits only when there is none. So a chunk is never held back (a pull that is already waiting
+gets the first item at once), and chunks are coalesced only when they would otherwise queue
+behind a pull still in flight: under load each round trip carries more items instead of the
+backlog growing. One pull is in flight per stream at a time, which is also the back-pressure: a
+pump stops reading its iterator while `max_buffered` items wait, and gives up (closing the
+iterator) when nobody pulls for `idle_timeout_s`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncIterator
+
+log = logging.getLogger(__name__)
+
+
+class StreamPump:
+    """Reads one async iterator on the running loop into a buffer; `take()` hands out batches."""
+
+    def __init__(self, it: AsyncIterator[Any], *, max_buffered: int = 4096, idle_timeout_s: float = 120.0) -> None:
+        self._it = it
+        self._items: list[Any] = []
+        self._done = False
+        self._error: BaseException | None = None
+        self._max = max_buffered
+        self._idle_timeout_s = idle_timeout_s
+        self._ready: asyncio.Future | None = None   # a take() waiting for an item
+        self._space: asyncio.Future | None = None   # the reader waiting for room
+        self._taken = asyncio.Event()
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        try:
+            async for x in self._it:
+                self._items.append(x)
+                self._wake()
+                while len(self._items) >= self._max:
+                    self._space = asyncio.get_running_loop().create_future()
+                    try:
+                        await asyncio.wait_for(self._space, self._idle_timeout_s)
+                    except asyncio.TimeoutError:
+                        raise TimeoutError(f"nobody pulled this stream for {self._idle_timeout_s} s") from None
+        except asyncio.CancelledError:
+            self._error = self._error or asyncio.CancelledError()
+        except BaseException as e:  # the user's code failed: the caller gets it after the items before it
+            self._error = e
+        finally:
+            self._done = True
+            self._wake()
+            await _aclose(self._it)
+
+    def _wake(self) -> None:
+        f, self._ready = self._ready, None
+        if f is not None and not f.done():
+            f.set_result(None)
+
+    @property
+    def done(self) -> bool:
+        """The iterator ended (or failed) and every item was taken."""
+        return self._done and not self._items
+
+    async def take(self, timeout_s: float | None = None) -> tuple[list[Any], bool]:
+        """(items produced since the previous take, whether the stream is over). Waits for at
+        least one item or the end (at most timeout_s: then ([], False)); raises the iterator's
+        error once the items before it were taken."""
+        if not self._items and not self._done:
+            self._ready = f = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(f), timeout_s)
+            except asyncio.TimeoutError:
+                return [], False
+        items, self._items = self._items, []
+        s, self._space = self._space, None
+        if s is not None and not s.done():
+            s.set_result(None)
+        if not items and self._error is not None and not isinstance(self._error, asyncio.CancelledError):
+            raise self._error
+        return items, self._done and not self._items and (self._error is None or not items)
+
+    def close(self) -> None:
+        """Stops reading (the client went away): the iterator is closed."""
+        if not self._task.done():
+            self._task.cancel()
+        self._done = True
+        self._items = []
+        self._wake()
+
+
+async def _aclose(it: Any) -> None:
+    aclose = getattr(it, "aclose", None)
+    if aclose is not None:
+        try:
+            await aclose()
+        except BaseException as e:  # closing a generator that is mid-await, or that raises on close
+            log.debug("closing a stream: %r", e)
+
+
+async def aiter_any(it: Any) -> AsyncIterator[Any]:
+    """An async iterator over a sync or async iterable (a sync generator yields to the loop
+    between items)."""
+    if hasattr(it, "__aiter__"):
+        async for x in it:
+            yield x
+    else:
+        try:
+            for x in it:
+                yield x
+                await asyncio.sleep(0)
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()

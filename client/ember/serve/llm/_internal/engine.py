@@ -1,0 +1,89 @@
+"""The small interface every engine behind LLMServer implements, and what flows through it.
+
+    engine.start()                               load the model (in the replica's constructor)
+    async for deltas in engine.generate(req):    lists of GenerationDelta as tokens are produced
+    await engine.abort(request_id)               the client went away: free its batch slot
+    engine.stats()                               EngineStats for metrics and autoscaling
+    engine.shutdown()
+
+plus the prompt side every engine needs from its tokenizer: `encode`, `apply_chat_template`,
+`max_model_len`. Implementations: TorchEngine (torch_engine.py, Ember's own) and VLLMEngine
+(vllm_engine.py).
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from .params import SamplingParams
+
+
+@dataclass
+class GenerationRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+
+
+@dataclass
+class GenerationDelta:
+    """New output of one of a request's n sequences since its previous delta."""
+
+    index: int
+    text: str
+    num_output_tokens: int  # produced so far by this sequence
+    finish_reason: str | None = None  # "stop", "length" or "abort" on its last delta
+    num_prompt_tokens: int = 0
+
+
+@dataclass
+class EngineStats:
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0  # 0..1
+    num_preemptions: int = 0
+    generated_tokens: int = 0    # since start
+
+
+class LLMEngine(abc.ABC):
+    """One model's engine inside one replica."""
+
+    model_id: str
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Loads the model; ready to generate when it returns (called in the replica's
+        constructor)."""
+
+    @abc.abstractmethod
+    def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationDelta]]:
+        """Streams the request's output: each item holds the deltas produced since the previous
+        one (every sequence ends with a delta that has a finish_reason)."""
+
+    @abc.abstractmethod
+    async def abort(self, request_id: str) -> None:
+        """Stops the request and frees its slot in the batch and its KV cache."""
+
+    @abc.abstractmethod
+    def stats(self) -> EngineStats:
+        ...
+
+    @abc.abstractmethod
+    def encode(self, text: str) -> list[int]:
+        ...
+
+    @abc.abstractmethod
+    def apply_chat_template(self, messages: list[dict[str, Any]]) -> str:
+        ...
+
+    @property
+    @abc.abstractmethod
+    def max_model_len(self) -> int:
+        ...
+
+    async def check_health(self) -> None:
+        """Raises if the engine cannot serve."""
+
+    def shutdown(self) -> None:
+        """Stops the engine's threads or workers."""

@@ -1,0 +1,130 @@
+"""The running batch of the torch engine: one row per sequence over a shared, left-padded KV cache.
+
+Every row's keys and values live in one tensor per layer, [rows, kv_heads, T, head_dim], with
+the row's tokens right-aligned and zeros on the left; `mask` [rows, T] marks the real ones.
+A decode step feeds each row its pending token (sampled, not yet in the cache) at its own
+position, so rows of different lengths advance together in one forward pass. Rows join (a
+prefill of new sequences is merged in, the shorter side padded on the left) and leave (rows
+dropped, then columns that are padding in every remaining row trimmed) only between steps:
+continuous batching. Uses transformers' DynamicCache, whose layers hold `keys` and `values`.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+
+def cache_arg(model: Any) -> str:
+    """The forward() keyword that takes the KV cache (transformers renamed past_key_values)."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+class KVBatch:
+    """Rows of sequences sharing one cache. Engine thread only."""
+
+    def __init__(self, model: Any, device: torch.device) -> None:
+        self.model = model
+        self.device = device
+        self._kw = cache_arg(model)
+        self.seq_ids: list[str] = []
+        self.pending: list[int] = []
+        self.mask = torch.zeros((0, 0), dtype=torch.long, device=device)
+        self.pos = torch.zeros((0,), dtype=torch.long, device=device)
+        self.cache: Any = None
+
+    def __len__(self) -> int:
+        return len(self.seq_ids)
+
+    @property
+    def width(self) -> int:
+        return int(self.mask.shape[1])
+
+    def _layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(layer.keys, layer.values) for layer in self.cache.layers]
+
+    # -------------------------------------------------------------- forward passes
+    def prefill(self, seq_ids: list[str], contexts: list[list[int]]) -> tuple[KVBatch, torch.Tensor]:
+        """Runs the contexts (left-padded into one batch) through the model; returns the new
+        rows (their pending tokens still to be set) and the last position's logits."""
+        width = max(len(c) for c in contexts)
+        ids = torch.zeros((len(contexts), width), dtype=torch.long)
+        mask = torch.zeros((len(contexts), width), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, width - len(c):] = torch.tensor(c, dtype=torch.long)
+            mask[i, width - len(c):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         **{self._kw: cache})
+        rows = KVBatch(self.model, self.device)
+        rows.seq_ids = list(seq_ids)
+        rows.pending = [0] * len(seq_ids)
+        rows.mask = mask
+        rows.pos = mask.sum(-1)
+        rows.cache = cache
+        return rows, out.logits[:, -1, :]
+
+    def decode(self) -> torch.Tensor:
+        """Feeds every row its pending token; returns the next-token logits [rows, vocab]."""
+        n = len(self.seq_ids)
+        ids = torch.tensor(self.pending, dtype=torch.long, device=self.device).view(n, 1)
+        self.mask = torch.cat([self.mask, torch.ones((n, 1), dtype=torch.long, device=self.device)], dim=1)
+        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=self.pos.view(n, 1),
+                         use_cache=True, **{self._kw: self.cache})
+        self.pos = self.pos + 1
+        return out.logits[:, -1, :]
+
+    # -------------------------------------------------------------- joining and leaving
+    def merge(self, other: KVBatch) -> None:
+        """Appends other's rows (both sides padded on the left to one width)."""
+        if not other.seq_ids:
+            return
+        if not self.seq_ids:
+            self.seq_ids, self.pending, self.mask, self.pos, self.cache = (
+                other.seq_ids, other.pending, other.mask, other.pos, other.cache)
+            return
+        w = max(self.width, other.width)
+        a, b = self._layers(), other._layers()
+        layers = [(torch.cat([_lpad(ka, w), _lpad(kb, w)]), torch.cat([_lpad(va, w), _lpad(vb, w)]))
+                  for (ka, va), (kb, vb) in zip(a, b)]
+        self.mask = torch.cat([_lpad(self.mask, w), _lpad(other.mask, w)])
+        self.pos = torch.cat([self.pos, other.pos])
+        self.seq_ids = self.seq_ids + other.seq_ids
+        self.pending = self.pending + other.pending
+        self.cache = DynamicCache(layers)
+
+    def remove(self, seq_ids: set[str]) -> None:
+        """Drops the rows of these sequences (others are ignored) and trims common padding."""
+        keep = [i for i, s in enumerate(self.seq_ids) if s not in seq_ids]
+        if len(keep) == len(self.seq_ids):
+            return
+        if not keep:
+            self.__init__(self.model, self.device)  # type: ignore[misc]
+            return
+        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self.mask = self.mask.index_select(0, idx)
+        start = int((self.mask.sum(0) > 0).nonzero()[0]) if bool(self.mask.any()) else 0
+        self.mask = self.mask[:, start:]
+        layers = [(k.index_select(0, idx)[:, :, start:], v.index_select(0, idx)[:, :, start:])
+                  for k, v in self._layers()]
+        self.cache = DynamicCache(layers)
+        self.pos = self.pos.index_select(0, idx)
+        self.seq_ids = [self.seq_ids[i] for i in keep]
+        self.pending = [self.pending[i] for i in keep]
+
+
+def _lpad(t: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero-pads the sequence dimension (the last for a mask, the third for keys/values) on the
+    left up to width."""
+    dim = 1 if t.dim() == 2 else 2
+    extra = width - t.shape[dim]
+    if extra <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = extra
+    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=dim)

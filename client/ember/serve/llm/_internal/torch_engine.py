@@ -1,0 +1,319 @@
+"""Ember's own engine: a Hugging Face causal LM with continuous batching, on CPU or one GPU.
+
+One engine thread runs the loop; the replica's event loop only submits and reads:
+
+    submit(request) ─► inbox ─► [engine thread] scheduler.schedule()
+                                 drop rows that left (finished, aborted, preempted)
+                                 prefill the sequences that join → their first tokens
+                                 decode one token for every other row (one forward pass)
+                                 append tokens (block accounting, stop checks), detokenize
+                      ◄─ one call_soon_threadsafe per step delivers every request's deltas
+
+The policy (admission, KV blocks, preemption, stop conditions) is BatchScheduler; the cache is
+KVBatch. A request's output arrives as lists of deltas, so a consumer slower than the engine
+gets several tokens at once instead of a backlog. `abort` takes the sequence out before the
+next step. engine_kwargs: max_num_seqs (16), max_num_batched_tokens (2048), max_model_len (the
+model's), block_size (16), num_kv_blocks (enough for every sequence at full length), device
+("cuda" when available, else "cpu"), dtype ("float32" on CPU, "float16" on GPU), num_threads.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+import threading
+import time
+from typing import Any, AsyncIterator
+
+from .engine import EngineStats, GenerationDelta, GenerationRequest, LLMEngine
+from .scheduler import BatchScheduler, BlockManager, Sequence, SeqState, StopChecker
+
+log = logging.getLogger(__name__)
+_KNOWN_KWARGS = {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "num_kv_blocks",
+                 "device", "dtype", "num_threads", "trust_remote_code"}
+
+
+class _Detokenizer:
+    """Incremental decoding: only the last few tokens are decoded each step; text that ends in
+    an incomplete UTF-8 sequence waits for the next token."""
+
+    def __init__(self, tokenizer: Any, stop: tuple[str, ...]) -> None:
+        self.tok = tokenizer
+        self.ids: list[int] = []
+        self.prefix = 0
+        self.read = 0
+        self.text = ""
+        self.sent = 0
+        self.stop = StopChecker(stop)
+
+    def add(self, token: int) -> None:
+        self.ids.append(token)
+        before = self.tok.decode(self.ids[self.prefix:self.read], skip_special_tokens=True)
+        after = self.tok.decode(self.ids[self.prefix:], skip_special_tokens=True)
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            self.text += after[len(before):]
+            self.prefix, self.read = self.read, len(self.ids)
+
+
+class _Output:
+    """One request's deltas waiting for its consumer (event-loop side)."""
+
+    __slots__ = ("deltas", "waiter", "left")
+
+    def __init__(self, n: int) -> None:
+        self.deltas: list[GenerationDelta] = []
+        self.waiter: asyncio.Future | None = None
+        self.left = n
+
+
+class TorchEngine(LLMEngine):
+    def __init__(self, model_id: str, model_source: str, engine_kwargs: dict[str, Any] | None = None) -> None:
+        kw = dict(engine_kwargs or {})
+        unknown = set(kw) - _KNOWN_KWARGS
+        if unknown:
+            raise ValueError(f"unknown engine_kwargs for the torch engine: {sorted(unknown)} "
+                             f"(known: {sorted(_KNOWN_KWARGS)})")
+        self.model_id = model_id
+        self.model_source = model_source
+        self.kw = kw
+        self._inbox: collections.deque[tuple[str, Any]] = collections.deque()
+        self._cv = threading.Condition()
+        self._outputs: dict[str, _Output] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self._stats = EngineStats()
+        self._ids = itertools.count()
+        self._error: BaseException | None = None
+
+    # -------------------------------------------------------------- loading
+    def start(self) -> None:
+        if self._thread is None:
+            self._load()
+            self._thread = threading.Thread(target=self._run, name=f"ember-llm-{self.model_id}", daemon=True)
+            self._thread.start()
+
+    def _load(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        device = self.kw.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+        # On CPU one intra-op thread by default: with more, torch's threads spin against the
+        # replica's event loop and the other processes of a small machine (measured here: a
+        # decode step of the tiny test model took 23 ms with 2 threads, 5 ms with 1).
+        threads = self.kw.get("num_threads") or (1 if device == "cpu" else None)
+        if threads:
+            torch.set_num_threads(int(threads))
+        dtype = getattr(torch, self.kw.get("dtype") or ("float16" if device.startswith("cuda") else "float32"))
+        trust = bool(self.kw.get("trust_remote_code", False))
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_source, trust_remote_code=trust)
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_source, dtype=dtype,
+                                                          trust_remote_code=trust).to(device).eval()
+        self.device = torch.device(device)
+        cfg = self.model.config
+        limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 2048
+        self._max_len = int(self.kw.get("max_model_len") or limit)
+        if self._max_len > limit:
+            raise ValueError(f"max_model_len={self._max_len} exceeds the model's {limit} positions")
+        max_seqs = int(self.kw.get("max_num_seqs", 16))
+        block = int(self.kw.get("block_size", 16))
+        blocks = int(self.kw.get("num_kv_blocks") or max_seqs * -(-self._max_len // block))
+        eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            eos_ids.add(self.tokenizer.eos_token_id)
+        self.scheduler = BatchScheduler(BlockManager(blocks, block), max_num_seqs=max_seqs,
+                                        max_num_batched_tokens=int(self.kw.get("max_num_batched_tokens", 2048)),
+                                        max_model_len=self._max_len, eos_token_ids=eos_ids)
+        from .kv_batch import KVBatch
+
+        self.batch = KVBatch(self.model, self.device)
+        self._seqs: dict[str, tuple[Sequence, _Detokenizer, Any]] = {}
+
+    @property
+    def max_model_len(self) -> int:
+        return self._max_len
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def apply_chat_template(self, messages: list[dict[str, Any]]) -> str:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"the tokenizer of {self.model_id} has no chat template")
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    # -------------------------------------------------------------- event-loop side
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationDelta]]:
+        if self._error is not None:
+            raise RuntimeError(f"the engine failed: {self._error!r}")
+        self._loop = asyncio.get_running_loop()
+        rid = request.request_id
+        if rid in self._outputs:
+            raise ValueError(f"request id {rid} is already running")
+        now = time.monotonic()
+        seqs = [Sequence(f"{rid}/{i}", rid, i, list(request.prompt_token_ids), request.params, now)
+                for i in range(request.params.n)]
+        if len(request.prompt_token_ids) >= self._max_len:
+            raise ValueError(f"the prompt has {len(request.prompt_token_ids)} tokens; this model's context "
+                             f"is {self._max_len} tokens (prompt plus at least one generated token)")
+        out = self._outputs[rid] = _Output(len(seqs))
+        self._post("add", seqs)
+        try:
+            while out.left > 0:
+                if not out.deltas:
+                    out.waiter = self._loop.create_future()
+                    await out.waiter
+                deltas, out.deltas = out.deltas, []
+                out.left -= sum(1 for d in deltas if d.finish_reason is not None)
+                if deltas and isinstance(deltas[-1], BaseException):
+                    raise deltas[-1]
+                yield deltas
+        finally:
+            self._outputs.pop(rid, None)
+            if out.left > 0:  # the consumer stopped early: free the batch slot
+                self._post("abort", rid)
+
+    async def abort(self, request_id: str) -> None:
+        self._post("abort", request_id)
+
+    def _post(self, kind: str, arg: Any) -> None:
+        with self._cv:
+            self._inbox.append((kind, arg))
+            self._cv.notify()
+
+    def _deliver(self, batch: list[tuple[str, Any]]) -> None:
+        for rid, item in batch:
+            out = self._outputs.get(rid)
+            if out is None:
+                continue
+            if isinstance(item, BaseException):
+                out.deltas.append(item)  # type: ignore[arg-type]
+                out.left = 1
+            else:
+                out.deltas.append(item)
+            w = out.waiter
+            if w is not None and not w.done():
+                w.set_result(None)
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    def shutdown(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    async def check_health(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the engine failed: {self._error!r}")
+
+    # -------------------------------------------------------------- engine thread
+    def _run(self) -> None:
+        import torch
+
+        with torch.inference_mode():
+            while True:
+                with self._cv:
+                    while not self._inbox and not self.scheduler.has_work() and not self._stop:
+                        self._cv.wait(1.0)
+                    if self._stop:
+                        return
+                    inbox, self._inbox = self._inbox, collections.deque()
+                try:
+                    self._take(inbox)
+                    self._step()
+                except Exception as e:  # a bug or an out-of-memory: fail every request, keep going
+                    log.exception("engine step failed")
+                    self._fail_all(e)
+
+    def _take(self, inbox: collections.deque) -> None:
+        from .sampling import make_generator
+
+        failed: list[tuple[str, Any]] = []
+        for kind, arg in inbox:
+            if kind == "add":
+                try:
+                    self.scheduler.add(arg)
+                except ValueError as e:
+                    failed.append((arg[0].request_id, e))
+                    continue
+                for s in arg:
+                    self._seqs[s.seq_id] = (s, _Detokenizer(self.tokenizer, s.params.stop),
+                                            make_generator(s.params, s.index))
+            else:
+                for s in self.scheduler.abort(arg):
+                    self._seqs.pop(s.seq_id, None)
+        if failed:
+            self._send(failed)
+
+    def _step(self) -> None:
+        from .sampling import sample
+
+        plan = self.scheduler.schedule()
+        self._update_stats()  # before any token of this step is delivered
+        gone = {s.seq_id for s in plan.removed} | {s.seq_id for s in plan.preempted}
+        if gone:
+            self.batch.remove(gone)
+        self._stats.num_preemptions += len(plan.preempted)
+        if plan.prefill:
+            rows, logits = self.batch.prefill([s.seq_id for s in plan.prefill],
+                                              [s.context_ids() for s in plan.prefill])
+            tokens = sample(logits, [s.params for s in plan.prefill],
+                            [self._seqs[s.seq_id][2] for s in plan.prefill])
+            rows.pending = tokens
+            self._send(self._emit(plan.prefill, tokens))
+        decode = [s for s in plan.decode if s.state is SeqState.RUNNING]
+        if decode and len(self.batch):
+            logits = self.batch.decode()
+            seqs = [self._seqs[sid][0] for sid in self.batch.seq_ids]
+            tokens = sample(logits, [s.params for s in seqs], [self._seqs[s.seq_id][2] for s in seqs])
+            self.batch.pending = tokens
+            self._send(self._emit(seqs, tokens))
+        if plan.prefill:
+            self.batch.merge(rows)
+        self._update_stats()
+
+    def _update_stats(self) -> None:
+        st = self._stats
+        st.running, st.waiting = self.scheduler.num_running, self.scheduler.num_waiting
+        st.kv_cache_usage = self.scheduler.blocks.usage
+
+    def _emit(self, seqs: list[Sequence], tokens: list[int]) -> list[tuple[str, Any]]:
+        out = []
+        for s, t in zip(seqs, tokens):
+            if s.state is not SeqState.RUNNING:
+                continue
+            reason = self.scheduler.append_token(s, t)
+            _, det, _ = self._seqs[s.seq_id]
+            det.add(t)
+            text, hit = det.stop.check(det.text, det.sent)
+            if hit:
+                reason = "stop"
+            elif reason is not None:
+                text = det.stop.flush(det.text, det.sent)
+            det.sent += len(text)
+            self._stats.generated_tokens += 1
+            if reason is not None:
+                self.scheduler.finish(s, reason)
+                self._seqs.pop(s.seq_id, None)
+            elif not text and s.state is SeqState.RUNNING:
+                continue  # nothing printable yet (part of a character, or a held-back stop prefix)
+            out.append((s.request_id, GenerationDelta(s.index, text, len(s.output_ids), reason, len(s.prompt_ids))))
+        return out
+
+    def _send(self, batch: list[tuple[str, Any]]) -> None:
+        if batch and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._deliver, batch)
+
+    def _fail_all(self, e: BaseException) -> None:
+        rids = {s.request_id for s, _, _ in self._seqs.values()}
+        for rid in rids:
+            self.scheduler.abort(rid)
+        self._seqs.clear()
+        self.batch.remove(set(self.batch.seq_ids))
+        self._send([(rid, RuntimeError(f"the engine failed: {e!r}")) for rid in rids])

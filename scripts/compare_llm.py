@@ -1,0 +1,326 @@
+"""LLM serving, side by side on this machine: the same torch engine class (Ember's TorchEngine,
+continuous batching) driven directly in one process (the limit), served by Ember, and served by
+Ray Serve 2.60, with CONCURRENCY streaming clients.
+
+Systems:
+    direct        the engine in this process, CONCURRENCY asyncio consumers (no HTTP)
+    ember         Ember's OpenAI app: build_openai_app (OpenAiIngress → LLMServer), POST
+                  /v1/completions with "stream": true, through Ember's proxy
+    ember_plain   one Ember Serve deployment around the engine answering SSE itself
+    ray_plain     the same deployment code on Ray Serve 2.60 (Ray Serve LLM's LLMServer runs
+                  vLLM only, so Ray gets the engine in a plain deployment)
+
+Every request streams MAX_TOKENS tokens (ignore_eos, greedy) from a short prompt; each SSE event
+that carries text counts as one token (the engine sends one per token, except where a token
+ends mid-character and waits for the next, the same for every system). Clients are raw asyncio HTTP/1.1 keep-alive connections,
+bounded by REQUESTS and DURATION. Reported: tokens/s (all clients), time to first token p50/p99,
+request latency p50. Then the same with one client (time to first token at 1 stream).
+
+The Ray side needs transformers in Ray's interpreter: --ray-pythonpath names a directory with it
+(e.g. `pip install --no-deps --target DIR transformers tokenizers huggingface_hub safetensors
+regex tqdm typer hf-xet httpx2 httpcore2 click shellingham rich truststore annotated-doc` with
+Ray's pip), prepended to PYTHONPATH; the engine's module files are loaded from this tree.
+
+    .venv/bin/python scripts/compare_llm.py [--concurrency 16] [--max-tokens 64] [--requests 160]
+        [--duration 30] [--hidden 128 --layers 4] [--ray-python /work/rayvenv/bin/python]
+        [--ray-pythonpath /tmp/rayllm] [--only direct,ember,ember_plain,ray_plain]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INTERNAL = os.path.join(HERE, "..", "client", "ember", "serve", "llm", "_internal")
+
+# The engine as a package of its own, so that Ray's interpreter loads the same files without
+# importing ember.
+_LOAD_ENGINE = r"""
+def load_engine(internal_dir):
+    import sys, types
+    if "ember_llm_engine" not in sys.modules:
+        pkg = types.ModuleType("ember_llm_engine"); pkg.__path__ = [internal_dir]
+        sys.modules["ember_llm_engine"] = pkg
+    from ember_llm_engine import torch_engine, engine, params
+    return torch_engine.TorchEngine, engine.GenerationRequest, params.SamplingParams
+"""
+
+_PLAIN_DEPLOYMENT = r"""
+import itertools, json
+from starlette.responses import StreamingResponse
+
+@serve.deployment(num_replicas=1, max_ongoing_requests=256)
+class Engine:
+    def __init__(self, path, internal_dir, kwargs):
+        TorchEngine, self.Request, self.Params = load_engine(internal_dir)
+        self.engine = TorchEngine("tiny", path, kwargs)
+        self.engine.start()
+        self.ids = itertools.count()
+
+    async def __call__(self, request):
+        body = await request.json()
+        params = self.Params(max_tokens=body["max_tokens"], temperature=0.0, ignore_eos=True)
+        req = self.Request(f"r{next(self.ids)}", self.engine.encode(body["prompt"]), params)
+
+        async def sse():
+            async for deltas in self.engine.generate(req):
+                yield "".join('data: {"choices":[{"index":%d,"text":%s}]}\n\n' % (d.index, json.dumps(d.text))
+                              for d in deltas)
+            yield "data: [DONE]\n\n"
+        return StreamingResponse(sse(), media_type="text/event-stream")
+"""
+
+RAY_SERVER = r"""
+import sys, json, ray
+from ray import serve
+""" + _LOAD_ENGINE + r"""
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+""" + _PLAIN_DEPLOYMENT + r"""
+serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[1])})
+serve.run(Engine.bind(sys.argv[2], sys.argv[3], json.loads(sys.argv[4])), route_prefix="/")
+print("READY", flush=True)
+sys.stdin.read()
+serve.shutdown()
+ray.shutdown()
+"""
+
+EMBER_PLAIN_SERVER = r"""
+import sys, json
+import ember
+from ember import serve
+""" + _LOAD_ENGINE + r"""
+ember.init(num_cpus=2, log_to_driver=False)
+""" + _PLAIN_DEPLOYMENT + r"""
+serve.run(Engine.bind(sys.argv[2], sys.argv[3], json.loads(sys.argv[4])), route_prefix="/", host="127.0.0.1", port=int(sys.argv[1]))
+print("READY", flush=True)
+sys.stdin.read()
+serve.shutdown()
+ember.shutdown()
+"""
+
+EMBER_SERVER = r"""
+import sys, json
+import ember
+from ember import serve
+from ember.serve.llm import LLMConfig, build_openai_app
+ember.init(num_cpus=2, log_to_driver=False)
+cfg = LLMConfig(model_loading_config={"model_id": "tiny", "model_source": sys.argv[2]}, llm_engine="torch",
+                engine_kwargs=json.loads(sys.argv[4]), deployment_config={"max_ongoing_requests": 256})
+serve.run(build_openai_app({"llm_configs": [cfg]}), route_prefix="/", host="127.0.0.1", port=int(sys.argv[1]))
+print("READY", flush=True)
+sys.stdin.read()
+serve.shutdown()
+ember.shutdown()
+"""
+
+
+async def _request(reader, writer, path: str, body: bytes, host: str) -> tuple[int, float]:
+    """(tokens, seconds to the first token) of one streamed response."""
+    t0 = time.perf_counter()
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    head = await reader.readuntil(b"\r\n\r\n")
+    if int(head.split(b" ", 2)[1]) != 200:
+        raise RuntimeError(head.decode(errors="replace"))
+    tokens, first, buf = 0, 0.0, b""
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+        data = await reader.readexactly(size + 2)
+        if size == 0:
+            break
+        buf += data[:-2]
+        *events, buf = buf.split(b"\n\n")
+        for e in events:
+            if e.startswith(b"data: {") and b'"text":""' not in e and b'"content":""' not in e and b'"choices":[]' not in e:
+                tokens += 1
+                if not first:
+                    first = time.perf_counter() - t0
+    return tokens, first
+
+
+async def _client(port, args, path, stop_at, budget, out) -> None:
+    host = f"127.0.0.1:{port}"
+    body = json.dumps({"model": "tiny", "prompt": "Tell me a story", "max_tokens": args.max_tokens,
+                       "temperature": 0.0, "stream": True, "ignore_eos": True}).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while budget[0] > 0 and time.monotonic() < stop_at:
+            budget[0] -= 1
+            t0 = time.perf_counter()
+            n, first = await _request(reader, writer, path, body, host)
+            out["tokens"] += n
+            out["ttft"].append(first)
+            out["lat"].append(time.perf_counter() - t0)
+    except (OSError, asyncio.IncompleteReadError, RuntimeError, ValueError) as e:
+        out["errors"] += 1
+        out["last_error"] = repr(e)[:200]
+    finally:
+        writer.close()
+
+
+def _pct(xs, q):
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000, 1) if xs else float("nan")
+
+
+def _summary(out, elapsed):
+    return {"requests": len(out["lat"]), "tokens_per_s": round(out["tokens"] / elapsed, 1),
+            "ttft_p50_ms": _pct(out["ttft"], 0.5), "ttft_p99_ms": _pct(out["ttft"], 0.99),
+            "p50_ms": _pct(out["lat"], 0.5), "errors": out["errors"],
+            **({"last_error": out["last_error"]} if "last_error" in out else {})}
+
+
+async def http_load(port, args, path, concurrency, requests) -> dict:
+    warm = {"tokens": 0, "ttft": [], "lat": [], "errors": 0}
+    await asyncio.gather(*[_client(port, args, path, time.monotonic() + 30, [2], warm) for _ in range(concurrency)])
+    out = {"tokens": 0, "ttft": [], "lat": [], "errors": 0}
+    budget = [requests]
+    t0 = time.perf_counter()
+    await asyncio.gather(*[_client(port, args, path, time.monotonic() + args.duration, budget, out)
+                           for _ in range(concurrency)])
+    return _summary(out, time.perf_counter() - t0)
+
+
+def run_direct(path, args) -> dict:
+    sys.path.insert(0, os.path.join(HERE, "..", "client"))
+    from ember.serve.llm._internal.engine import GenerationRequest
+    from ember.serve.llm._internal.params import SamplingParams
+    from ember.serve.llm._internal.torch_engine import TorchEngine
+
+    engine = TorchEngine("tiny", path, json.loads(args.engine_kwargs))
+    engine.start()
+    ids = engine.encode("Tell me a story")
+    counter = iter(range(10 ** 9))
+
+    async def consumer(stop_at, budget, out):
+        while budget[0] > 0 and time.monotonic() < stop_at:
+            budget[0] -= 1
+            t0 = time.perf_counter()
+            first, n = 0.0, 0
+            req = GenerationRequest(f"d{next(counter)}", ids, SamplingParams(max_tokens=args.max_tokens, temperature=0.0,
+                                                                             ignore_eos=True))
+            async for deltas in engine.generate(req):
+                for d in deltas:
+                    if not d.text:
+                        continue
+                    # the same work per token as the servers: one SSE event per delta
+                    _ = 'data: {"choices":[{"index":%d,"text":%s}]}\n\n' % (d.index, json.dumps(d.text))
+                    n += 1
+                    if not first:
+                        first = time.perf_counter() - t0
+            out["tokens"] += n
+            out["ttft"].append(first)
+            out["lat"].append(time.perf_counter() - t0)
+
+    async def load(concurrency, requests):
+        await asyncio.gather(*[consumer(time.monotonic() + 30, [2], {"tokens": 0, "ttft": [], "lat": []})
+                               for _ in range(concurrency)])
+        out = {"tokens": 0, "ttft": [], "lat": [], "errors": 0}
+        budget = [requests]
+        t0 = time.perf_counter()
+        await asyncio.gather(*[consumer(time.monotonic() + args.duration, budget, out) for _ in range(concurrency)])
+        return _summary(out, time.perf_counter() - t0)
+
+    try:
+        return {"many": asyncio.run(load(args.concurrency, args.requests)),
+                "one": asyncio.run(load(1, args.single_requests))}
+    finally:
+        engine.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_server(python, server, model, args, env_extra=None) -> dict:
+    port = _free_port()
+    env = dict(os.environ, **(env_extra or {}))
+    p = subprocess.Popen([python, "-c", server, str(port), model, os.path.abspath(INTERNAL), args.engine_kwargs],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        assert p.stdout is not None
+        while True:
+            line = p.stdout.readline()
+            if line.strip() == "READY":
+                break
+            if not line or time.monotonic() > deadline:
+                raise RuntimeError(f"{python} server did not start")
+        path = "/v1/completions" if server is EMBER_SERVER else "/"
+        return {"many": asyncio.run(http_load(port, args, path, args.concurrency, args.requests)),
+                "one": asyncio.run(http_load(port, args, path, 1, args.single_requests))}
+    finally:
+        assert p.stdin is not None
+        p.stdin.close()
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=160)
+    ap.add_argument("--single-requests", type=int, default=20)
+    ap.add_argument("--duration", type=float, default=30.0)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--engine-kwargs", default='{"max_num_seqs": 16}')
+    ap.add_argument("--model-dir", default=os.path.join(tempfile.gettempdir(), "ember-compare-llm"))
+    ap.add_argument("--ray-python", default="/work/rayvenv/bin/python")
+    ap.add_argument("--ray-pythonpath", default="/tmp/rayllm")
+    ap.add_argument("--only", default="direct,ember,ember_plain,ray_plain")
+    args = ap.parse_args()
+    sys.path.insert(0, os.path.join(HERE, "..", "client"))
+    from ember.serve.llm.testing import build_tiny_model
+
+    model = build_tiny_model(args.model_dir, hidden_size=args.hidden, num_layers=args.layers, num_heads=4)
+    only = args.only.split(",")
+    results = {}
+    for name in only:
+        if name == "direct":
+            results[name] = run_direct(model, args)
+        elif name == "ember":
+            results[name] = run_server(sys.executable, EMBER_SERVER, model, args)
+        elif name == "ember_plain":
+            results[name] = run_server(sys.executable, EMBER_PLAIN_SERVER, model, args)
+        elif name == "ray_plain":
+            if not os.path.exists(args.ray_python):
+                print(f"skipping ray_plain: no {args.ray_python}")
+                continue
+            results[name] = run_server(args.ray_python, RAY_SERVER, model, args,
+                                       {"PYTHONPATH": args.ray_pythonpath} if args.ray_pythonpath else None)
+        print(name, json.dumps(results[name]), flush=True)
+    print(f"\nmodel: llama hidden={args.hidden} layers={args.layers}; {args.concurrency} streams x "
+          f"{args.max_tokens} tokens; engine_kwargs {args.engine_kwargs}")
+    print(f"{'system':<13}{'tok/s':>9}{'ttft50':>8}{'ttft99':>8}{'p50 ms':>8}{'err':>5} |"
+          f"{' 1 stream: tok/s':>17}{'ttft50':>8}{'ttft99':>8}")
+    for name, r in results.items():
+        m, o = r["many"], r["one"]
+        print(f"{name:<13}{m['tokens_per_s']:>9}{m['ttft_p50_ms']:>8}{m['ttft_p99_ms']:>8}{m['p50_ms']:>8}"
+              f"{m['errors']:>5} |{o['tokens_per_s']:>17}{o['ttft_p50_ms']:>8}{o['ttft_p99_ms']:>8}")
+    if "direct" in results:
+        d = results["direct"]["many"]["tokens_per_s"]
+        for name in ("ember", "ember_plain", "ray_plain"):
+            if name in results:
+                print(f"{name}: {results[name]['many']['tokens_per_s'] / d:.2f} of the direct engine's tokens/s")
+    for name in ("ember", "ember_plain"):
+        if name in results and "ray_plain" in results:
+            print(f"{name}/ray_plain tokens/s: "
+                  f"{results[name]['many']['tokens_per_s'] / results['ray_plain']['many']['tokens_per_s']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

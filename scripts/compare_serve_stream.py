@@ -1,0 +1,238 @@
+"""Serve streaming throughput, Ember vs Ray Serve, in one run on this machine.
+
+A deployment (1 replica, max_ongoing_requests=64) whose reply is a StreamingResponse of CHUNKS
+chunks produced GAP_MS apart (as a token generator produces tokens), behind each system's HTTP
+proxy. CONCURRENCY clients (raw asyncio HTTP/1.1 keep-alive connections, one per client) each
+send GET / again and again until REQUESTS responses or DURATION seconds, after a warm-up. Every
+chunk is one line (`tok NNNNN\\n`), so chunks are counted in the bytes received whether the
+proxy relays them one by one or several per HTTP chunk.
+
+Reports, per system: chunks/s (all clients together), request latency p50/p99, time to first
+chunk p50/p99, and the ideal request latency (CHUNKS x GAP_MS). `in_process` is the same
+generator consumed by CONCURRENCY tasks in this process (no HTTP, no Serve): the ideal as this
+machine can deliver it under its current load, measured in the same run.
+
+    .venv/bin/python scripts/compare_serve_stream.py [--requests 400] [--duration 20]
+        [--concurrency 16] [--chunks 64] [--gap-ms 5] [--ray-python /work/rayvenv/bin/python]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+_DEPLOYMENT = r"""
+import asyncio, sys
+from starlette.responses import StreamingResponse
+
+CHUNKS, GAP = int(sys.argv[2]), float(sys.argv[3]) / 1000
+
+@serve.deployment(num_replicas=1, max_ongoing_requests=64)
+class Stream:
+    async def __call__(self, request):
+        async def gen():
+            for i in range(CHUNKS):
+                yield f"tok {i:05d}\n"
+                await asyncio.sleep(GAP)
+        return StreamingResponse(gen(), media_type="text/plain")
+"""
+
+RAY_SERVER = r"""
+import sys, ray
+from ray import serve
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+""" + _DEPLOYMENT + r"""
+serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[1])})
+serve.run(Stream.bind(), route_prefix="/")
+print("READY", flush=True)
+sys.stdin.read()
+serve.shutdown()
+ray.shutdown()
+"""
+
+EMBER_SERVER = r"""
+import sys
+import ember
+from ember import serve
+ember.init(num_cpus=2, log_to_driver=False)
+""" + _DEPLOYMENT + r"""
+serve.run(Stream.bind(), route_prefix="/", host="127.0.0.1", port=int(sys.argv[1]))
+print("READY", flush=True)
+sys.stdin.read()
+serve.shutdown()
+ember.shutdown()
+"""
+
+
+async def _read_response(reader: asyncio.StreamReader, t0: float) -> tuple[int, int, float]:
+    """(status, lines received, seconds to the first line) of one chunked or sized response."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length, chunked = 0, False
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            length = int(v)
+        elif k.strip().lower() == b"transfer-encoding" and b"chunked" in v.lower():
+            chunked = True
+    lines, first = 0, 0.0
+    if chunked:
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            data = await reader.readexactly(size + 2)
+            if size == 0:
+                break
+            n = data[:-2].count(b"\n")
+            if n and not lines:
+                first = time.perf_counter() - t0
+            lines += n
+    elif length:
+        data = await reader.readexactly(length)
+        first = time.perf_counter() - t0
+        lines = data.count(b"\n")
+    return status, lines, first
+
+
+async def _client(host: str, port: int, stop_at: float, budget: list[int], out: dict[str, list]) -> None:
+    req = f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        while budget[0] > 0 and time.monotonic() < stop_at:
+            budget[0] -= 1
+            t0 = time.perf_counter()
+            writer.write(req)
+            status, lines, first = await _read_response(reader, t0)
+            out["lat"].append(time.perf_counter() - t0)
+            out["ttfc"].append(first)
+            out["lines"].append(lines)
+            if status != 200:
+                out["errors"].append(str(status))
+    except (OSError, asyncio.IncompleteReadError, ValueError) as e:
+        out["errors"].append(repr(e))
+    finally:
+        writer.close()
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000, 1) if xs else float("nan")
+
+
+async def load(host: str, port: int, args: argparse.Namespace) -> dict:
+    """Bounded in count (requests) and in time (duration)."""
+    warm: dict[str, list] = {"lat": [], "ttfc": [], "lines": [], "errors": []}
+    await asyncio.gather(*[_client(host, port, time.monotonic() + 5, [3], warm) for _ in range(args.concurrency)])
+    out: dict[str, list] = {"lat": [], "ttfc": [], "lines": [], "errors": []}
+    budget = [args.requests]
+    t0 = time.perf_counter()
+    await asyncio.gather(*[_client(host, port, time.monotonic() + args.duration, budget, out)
+                           for _ in range(args.concurrency)])
+    elapsed = time.perf_counter() - t0
+    short = sum(1 for n in out["lines"] if n != args.chunks)
+    return {"requests": len(out["lat"]), "seconds": round(elapsed, 2),
+            "chunks_per_s": round(sum(out["lines"]) / elapsed, 1),
+            "p50_ms": _pct(out["lat"], 0.5), "p99_ms": _pct(out["lat"], 0.99),
+            "ttfc_p50_ms": _pct(out["ttfc"], 0.5), "ttfc_p99_ms": _pct(out["ttfc"], 0.99),
+            "errors": len(out["errors"]) + short}
+
+
+async def floor(args: argparse.Namespace) -> dict:
+    """The same generator consumed in this process by CONCURRENCY tasks, no HTTP and no Serve:
+    what this machine can do right now (the ideal under its current load)."""
+    async def gen():
+        for i in range(args.chunks):
+            yield f"tok {i:05d}\n"
+            await asyncio.sleep(args.gap_ms / 1000)
+
+    out: dict[str, list] = {"lat": [], "ttfc": [], "lines": [], "errors": []}
+    budget = [args.requests]
+
+    async def consumer(stop_at: float) -> None:
+        while budget[0] > 0 and time.monotonic() < stop_at:
+            budget[0] -= 1
+            t0 = time.perf_counter()
+            n, first = 0, 0.0
+            async for chunk in gen():
+                n += chunk.count("\n")
+                first = first or time.perf_counter() - t0
+            out["lat"].append(time.perf_counter() - t0)
+            out["ttfc"].append(first)
+            out["lines"].append(n)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*[consumer(time.monotonic() + args.duration) for _ in range(args.concurrency)])
+    elapsed = time.perf_counter() - t0
+    return {"requests": len(out["lat"]), "seconds": round(elapsed, 2),
+            "chunks_per_s": round(sum(out["lines"]) / elapsed, 1),
+            "p50_ms": _pct(out["lat"], 0.5), "p99_ms": _pct(out["lat"], 0.99),
+            "ttfc_p50_ms": _pct(out["ttfc"], 0.5), "ttfc_p99_ms": _pct(out["ttfc"], 0.99), "errors": 0}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_system(python: str, server: str, args: argparse.Namespace) -> dict:
+    port = _free_port()
+    p = subprocess.Popen([python, "-c", server, str(port), str(args.chunks), str(args.gap_ms)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        assert p.stdout is not None
+        while True:
+            line = p.stdout.readline()
+            if line.strip() == "READY":
+                break
+            if not line or time.monotonic() > deadline:
+                raise RuntimeError(f"{python} server did not start")
+        return asyncio.run(load("127.0.0.1", port, args))
+    finally:
+        assert p.stdin is not None
+        p.stdin.close()
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--chunks", type=int, default=64)
+    ap.add_argument("--gap-ms", type=float, default=5.0)
+    ap.add_argument("--ray-python", default="/work/rayvenv/bin/python")
+    ap.add_argument("--only", choices=["ember", "ray", "floor"], default=None)
+    args = ap.parse_args()
+    results = {}
+    if args.only in (None, "floor"):
+        results["in_process"] = asyncio.run(floor(args))
+        print("floor", json.dumps(results["in_process"]), flush=True)
+    if args.only in (None, "ember"):
+        results["ember"] = run_system(sys.executable, EMBER_SERVER, args)
+        print("ember", json.dumps(results["ember"]), flush=True)
+    if args.only in (None, "ray") and os.path.exists(args.ray_python):
+        results["ray_serve_2.60"] = run_system(args.ray_python, RAY_SERVER, args)
+        print("ray  ", json.dumps(results["ray_serve_2.60"]), flush=True)
+    print(f"\nideal request: {args.chunks * args.gap_ms:.0f} ms ({args.chunks} chunks, {args.gap_ms} ms apart)")
+    print(f"{'system':<16}{'chunks/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'ttfc50':>8}{'ttfc99':>8}{'errors':>8}")
+    for name, v in results.items():
+        print(f"{name:<16}{v['chunks_per_s']:>10}{v['p50_ms']:>9}{v['p99_ms']:>9}{v['ttfc_p50_ms']:>8}"
+              f"{v['ttfc_p99_ms']:>8}{v['errors']:>8}")
+    if "ember" in results and "ray_serve_2.60" in results:
+        e, r = results["ember"], results["ray_serve_2.60"]
+        print(f"\nember/ray chunks/s: {e['chunks_per_s'] / max(r['chunks_per_s'], 1e-9):.2f}x; "
+              f"median {e['p50_ms']} ms vs {r['p50_ms']} ms (ideal {args.chunks * args.gap_ms:.0f})")
+
+
+if __name__ == "__main__":
+    main()

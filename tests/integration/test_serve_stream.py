@@ -1,0 +1,166 @@
+"""Streamed replies pulled in batches (serve/_private/streams.py): the pump alone, then through
+the proxy and through handles — chunks coalesce only when they would otherwise queue, order and
+content are kept, errors and disconnects end the user's generator."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from ember import serve
+from ember.serve._private.streams import StreamPump
+
+
+# ---------------------------------------------------------------- the pump alone (no sockets)
+def test_pump_batches_what_queued_and_never_holds_the_first():
+    async def go():
+        gate = asyncio.Event()
+
+        async def gen():
+            yield 0
+            await gate.wait()
+            for i in range(1, 50):
+                yield i
+
+        p = StreamPump(gen())
+        assert await p.take() == ([0], False)  # alone: nothing else was produced
+        gate.set()
+        await asyncio.sleep(0.05)  # 49 items produced while nobody pulled
+        items, done = await p.take()
+        assert items == list(range(1, 50)) and done
+        assert p.done
+    asyncio.run(go())
+
+
+def test_pump_error_after_items_and_close():
+    async def go():
+        closed = []
+
+        async def bad():
+            try:
+                yield "a"
+                yield "b"
+                raise KeyError("boom")
+            finally:
+                closed.append(True)
+
+        p = StreamPump(bad())
+        await asyncio.sleep(0.01)
+        assert await p.take() == (["a", "b"], False)  # the items before the error first
+        with pytest.raises(KeyError):
+            await p.take()
+        assert closed
+
+        async def endless():
+            try:
+                while True:
+                    yield 1
+                    await asyncio.sleep(0.001)
+            finally:
+                closed.append("endless")
+
+        q = StreamPump(endless())
+        await q.take()
+        q.close()
+        await asyncio.sleep(0.01)
+        assert "endless" in closed and (await q.take()) == ([], True)
+    asyncio.run(go())
+
+
+def test_pump_backpressure_and_timeout():
+    async def go():
+        produced = []
+
+        async def fast():
+            for i in range(100):
+                produced.append(i)
+                yield i
+
+        p = StreamPump(fast(), max_buffered=10, idle_timeout_s=0.2)
+        await asyncio.sleep(0.05)
+        assert len(produced) == 10  # stopped reading at max_buffered
+        items, _ = await p.take()
+        assert items == list(range(10))
+        await asyncio.sleep(0.5)  # nobody pulls: the pump gives up
+        await p.take()
+        with pytest.raises(TimeoutError, match="nobody pulled"):
+            await p.take()
+    asyncio.run(go())
+
+
+# ---------------------------------------------------------------- through the proxy
+@serve.deployment(max_ongoing_requests=32)
+class Chunks:
+    async def __call__(self, request):
+        from starlette.responses import StreamingResponse
+
+        kind = request.query_params.get("kind")
+        n = int(request.query_params.get("n", "5"))
+
+        async def burst():
+            for i in range(n):
+                yield f"{i:04d}\n"  # no await: all produced at once
+
+        async def paced():
+            for i in range(n):
+                yield f"{i:04d}\n"
+                await asyncio.sleep(0.1)
+
+        async def failing():
+            yield "0000\n"
+            yield "0001\n"
+            raise RuntimeError("generator failed")
+
+        gen = {"burst": burst, "paced": paced, "failing": failing}[kind]()
+        return StreamingResponse(gen, media_type="text/plain")
+
+    async def items(self, n):
+        for i in range(n):
+            yield {"i": i}
+
+
+@pytest.fixture(scope="module")
+def url(serve_url):
+    serve.run(Chunks.bind(), name="chunks", route_prefix="/chunks")
+    yield serve_url
+    serve.delete("chunks")
+
+
+def test_a_burst_is_coalesced_and_complete(url):
+    with httpx.Client(timeout=30) as c:
+        with c.stream("GET", url + "/chunks", params={"kind": "burst", "n": 2000}) as r:
+            parts = list(r.iter_raw())
+    body = b"".join(parts).decode()
+    assert body == "".join(f"{i:04d}\n" for i in range(2000))
+    assert len(parts) < 200  # 2,000 chunks produced at once travel in a few batches
+
+
+def test_paced_chunks_arrive_one_by_one_as_produced(url):
+    with httpx.Client(timeout=30) as c:
+        with c.stream("GET", url + "/chunks", params={"kind": "paced", "n": 5}) as r:
+            t0 = time.monotonic()
+            seen = [(time.monotonic() - t0, part) for part in r.iter_raw()]
+    assert [p for _, p in seen] == [f"{i:04d}\n".encode() for i in range(5)]  # nothing waited to coalesce
+    assert seen[0][0] < 0.09 and seen[-1][0] > 0.3  # the first at once, the rest as produced
+
+
+def test_a_failing_generator_cuts_the_body_and_the_replica_keeps_serving(url):
+    with httpx.Client(timeout=30) as c:
+        got = b""
+        with pytest.raises(httpx.RemoteProtocolError):
+            with c.stream("GET", url + "/chunks", params={"kind": "failing"}) as r:
+                for part in r.iter_raw():
+                    got += part
+        assert got == b"0000\n0001\n"  # what was produced, then an incomplete body (not a clean end)
+        assert c.get(url + "/chunks", params={"kind": "burst", "n": 3}).text == "0000\n0001\n0002\n"
+
+
+def test_handle_stream_items_in_order(url):
+    h = serve.get_app_handle("chunks")
+    assert list(h.options(stream=True).items.remote(3000)) == [{"i": i} for i in range(3000)]
+
+    async def agen():
+        return [x async for x in h.options(stream=True).items.remote(10)]
+    assert asyncio.run(agen()) == [{"i": i} for i in range(10)]

@@ -1,0 +1,196 @@
+"""The torch engine in one process on a tiny local model: the KV batch, sampling, continuous
+batching, cancellation, preemption and stop strings (no cluster, no sockets)."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the llm extra (torch, transformers) is not installed")
+
+from ember.serve.llm._internal.engine import GenerationRequest  # noqa: E402
+from ember.serve.llm._internal.params import SamplingParams  # noqa: E402
+from ember.serve.llm._internal.sampling import filter_logits, make_generator, sample  # noqa: E402
+from ember.serve.llm._internal.torch_engine import TorchEngine  # noqa: E402
+from ember.serve.llm.testing import build_tiny_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_tiny_model(str(tmp_path_factory.mktemp("tiny") / "llama"))
+
+
+def _greedy_alone(model, ids, n):
+    """Reference: one sequence, no batch, no padding."""
+    from transformers import DynamicCache
+
+    from ember.serve.llm._internal.kv_batch import cache_arg
+
+    kw = cache_arg(model)
+    cache = DynamicCache()
+    out = []
+    with torch.inference_mode():
+        r = model(input_ids=torch.tensor([ids]), use_cache=True, **{kw: cache})
+        for _ in range(n):
+            t = int(r.logits[0, -1].argmax())
+            out.append(t)
+            r = model(input_ids=torch.tensor([[t]]), use_cache=True, **{kw: cache})
+    return out
+
+
+def test_kv_batch_rows_join_and_leave_without_changing_outputs(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from ember.serve.llm._internal.kv_batch import KVBatch
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    prompts = {"a": [5, 6, 7], "b": [30, 31, 32, 33, 34, 35, 36], "c": [40, 41]}
+    want = {k: _greedy_alone(model, v, 8) for k, v in prompts.items()}
+    assert len(set(want["b"])) > 2  # the tiny model does not just repeat one token
+    got: dict[str, list[int]] = {k: [] for k in prompts}
+    with torch.inference_mode():
+        batch = KVBatch(model, torch.device("cpu"))
+
+        def join(keys):
+            rows, logits = batch.prefill(keys, [prompts[k] for k in keys])
+            rows.pending = logits.argmax(-1).tolist()
+            for k, t in zip(keys, rows.pending):
+                got[k].append(t)
+            batch.merge(rows)
+
+        def step():
+            batch.pending = batch.decode().argmax(-1).tolist()
+            for k, t in zip(batch.seq_ids, batch.pending):
+                got[k].append(t)
+
+        join(["a"])
+        step()
+        join(["b"])  # longer than a: a's rows get padded on the left
+        step()
+        step()
+        join(["c"])
+        step()
+        batch.remove({"a"})  # a leaves; b and c carry on
+        step()
+        step()
+        step()
+    assert got["a"] == want["a"][:5]
+    assert got["b"] == want["b"][:7]
+    assert got["c"] == want["c"][:5]
+    assert batch.width <= max(len(p) for p in prompts.values()) + 6  # padding trimmed
+
+
+def test_sampling_filters_and_seeds():
+    logits = torch.tensor([1.0, 5.0, 3.0, 2.0])
+    x = filter_logits(logits, 1.0, 2, 1.0)
+    assert torch.isinf(x[[0, 3]]).all() and not torch.isinf(x[[1, 2]]).any()
+    x = filter_logits(logits, 1.0, -1, 0.5)  # the top token alone has > 0.5 of the mass
+    assert not torch.isinf(x[1]) and torch.isinf(x[[0, 2, 3]]).all()
+    p = SamplingParams(temperature=1.0, seed=7)
+    rows = torch.randn(3, 50)
+    a = sample(rows, [p] * 3, [make_generator(p, i) for i in range(3)])
+    b = sample(rows, [p] * 3, [make_generator(p, i) for i in range(3)])
+    assert a == b
+    g = SamplingParams(temperature=0)
+    assert sample(rows, [g] * 3, [None] * 3) == rows.argmax(-1).tolist()
+
+
+def _run(engine, rid, prompt, **params):
+    async def go():
+        t0 = time.perf_counter()
+        text, n, reason, first = "", 0, None, None
+        async for deltas in engine.generate(GenerationRequest(rid, prompt, SamplingParams(**params))):
+            first = first or time.perf_counter() - t0
+            for d in deltas:
+                text += d.text
+                n = d.num_output_tokens
+                reason = d.finish_reason or reason
+        return {"text": text, "tokens": n, "reason": reason, "seconds": time.perf_counter() - t0, "ttft": first}
+    return go()
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir):
+    e = TorchEngine("tiny", model_dir, {"max_num_seqs": 16})
+    e.start()
+    yield e
+    e.shutdown()
+
+
+def test_engine_generates_and_counts(engine):
+    ids = engine.encode("Hello world")
+    r = asyncio.run(_run(engine, "one", ids, max_tokens=12, temperature=0))
+    assert r["tokens"] == 12 and r["reason"] == "length"
+    expected = engine.tokenizer.decode(_greedy_alone(engine.model, ids, 12), skip_special_tokens=True)
+    assert r["text"] == expected
+    s1 = asyncio.run(_run(engine, "s1", ids, max_tokens=12, temperature=1.0, seed=3))
+    s2 = asyncio.run(_run(engine, "s2", ids, max_tokens=12, temperature=1.0, seed=3))
+    assert s1["text"] == s2["text"]
+
+
+def test_continuous_batching_16_streams_share_steps(engine):
+    ids = engine.encode("Tell me a story")
+
+    async def both():
+        one = await _run(engine, "solo", ids, max_tokens=48, temperature=0, ignore_eos=True)
+        t0 = time.perf_counter()
+        many = await asyncio.gather(*[_run(engine, f"m{i}", ids, max_tokens=48, temperature=0.8, seed=i,
+                                           ignore_eos=True) for i in range(16)])
+        return one, many, time.perf_counter() - t0
+
+    one, many, elapsed = asyncio.run(both())
+    assert all(m["tokens"] == 48 for m in many)
+    # 16 requests in one batch: far less than 16 times one request's time.
+    assert elapsed < 16 * one["seconds"] / 3, (elapsed, one["seconds"])
+
+
+def test_stop_string_cuts_the_output(engine):
+    ids = engine.encode("Hello world")
+    full = asyncio.run(_run(engine, "f", ids, max_tokens=20, temperature=0))["text"]
+    assert len(full) > 4
+    stop = full[2:4]
+    r = asyncio.run(_run(engine, "st", ids, max_tokens=20, temperature=0, stop=(stop,)))
+    assert r["reason"] == "stop" and r["text"] == full[:full.find(stop)]
+
+
+def test_consumer_leaving_frees_the_slot(engine):
+    ids = engine.encode("Hello world")
+
+    async def go():
+        gen = engine.generate(GenerationRequest("leave", ids, SamplingParams(max_tokens=10_000 // 20,
+                                                                             ignore_eos=True)))
+        await gen.__anext__()
+        assert engine.stats().running == 1
+        await gen.aclose()  # what a client disconnect does through LLMServer
+        for _ in range(200):
+            if engine.stats().running == 0:
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    assert asyncio.run(go())
+
+
+def test_preemption_keeps_greedy_outputs(model_dir):
+    e = TorchEngine("tiny", model_dir, {"max_num_seqs": 8, "block_size": 4, "num_kv_blocks": 12})
+    e.start()
+    try:
+        ids = e.encode("Hello world")
+
+        async def go():
+            return await asyncio.gather(*[_run(e, f"p{i}", ids, max_tokens=16, temperature=0, ignore_eos=True)
+                                          for i in range(4)])
+
+        outs = asyncio.run(go())
+        want = e.tokenizer.decode(_greedy_alone(e.model, ids, 16), skip_special_tokens=True)
+        assert e.stats().num_preemptions > 0  # 4 × (5 + 16) tokens do not fit 12 blocks of 4
+        assert all(o["text"] == want and o["tokens"] == 16 for o in outs)
+        assert e.stats().kv_cache_usage == 0.0
+    finally:
+        e.shutdown()
+
+
+def test_bad_engine_kwargs_are_named(model_dir):
+    with pytest.raises(ValueError, match="unknown engine_kwargs.*max_batch"):
+        TorchEngine("tiny", model_dir, {"max_batch": 3})
