@@ -72,6 +72,72 @@ def test_called_remote_function_is_captured_by_another(tmp_path, where):
     _run(tmp_path, textwrap.dedent(main))
 
 
+NESTED_JOB = '''
+import sys
+sys.path.insert(0, sys.argv[1])  # the module's folder reaches workers only as a job path
+import ember as ray
+import helpers
+
+ray.init(num_cpus=2, namespace="nested-ns")
+counter = helpers.Counter.options(name="counter").remote()
+
+@ray.remote
+class Relay:
+    def call(self, fn, x):
+        return ray.get(helpers.apply.remote(fn, x))
+
+@ray.remote
+def outer(fn, x):
+    return ray.get(helpers.apply.remote(fn, x)) + ray.get(Relay.remote().call.remote(fn, x))
+
+@ray.remote
+def lookup():
+    return ray.get(helpers.bump_named.remote())
+
+assert ray.get(outer.remote(helpers.double, 5)) == 20   # task -> task and task -> actor -> task
+assert ray.get(Relay.remote().call.remote(helpers.double, 4)) == 8
+assert ray.get(lookup.remote()) == 1                    # a nested task finds the job's named actor
+print("NESTED-OK")
+'''
+
+HELPERS = '''
+import ember as ray
+
+def double(x):
+    return 2 * x
+
+@ray.remote
+def apply(fn, x):
+    return fn(x)
+
+@ray.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+    def bump(self):
+        self.n += 1
+        return self.n
+
+@ray.remote
+def bump_named():
+    return ray.get(ray.get_actor("counter").bump.remote())
+'''
+
+
+def test_nested_tasks_and_actors_belong_to_the_drivers_job(tmp_path):
+    """Functions from a module that only the driver's sys.path reaches travel into tasks and
+    actors that nested tasks and actors create; nested code sees the job's namespace."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "helpers.py").write_text(HELPERS)
+    (tmp_path / "main.py").write_text(NESTED_JOB)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, str(tmp_path / "main.py"), str(lib)], cwd="/",
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "NESTED-OK" in proc.stdout
+
+
 def test_module_level_remote_objects_pickle_by_reference():
     import cloudpickle
 

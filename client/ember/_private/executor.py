@@ -200,6 +200,9 @@ class TaskExecutor:
         on_main = threading.current_thread() is threading.main_thread()
         if on_main:
             self.running = spec
+        # What this task submits belongs to its job (the worker itself has none): nested tasks
+        # and actors then find the job's import paths and namespace.
+        self.core.job_id = spec.job_id
         if not is_method:
             self._cancel_requested = None
             if spec.gpu_ids:
