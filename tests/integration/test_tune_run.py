@@ -271,7 +271,7 @@ class LoopTrainer:
     """The public shape of ember.train's trainers (`train_loop_per_worker`, `train_loop_config`,
     `scaling_config`, `run_config`, `fit() -> Result`) with the loop run in the calling process.
     It checks Tune's trainer hook (config merge, resources, run_config, both ways results come
-    back); TorchTrainer itself is tested against this hook once Train is merged."""
+    back); a real TorchTrainer as a trainable is tested in test_tune_torch_trainer.py."""
 
     def __init__(self, train_loop_per_worker, *, train_loop_config=None, scaling_config=None,
                  run_config=None, forward=True):

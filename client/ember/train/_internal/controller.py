@@ -7,6 +7,10 @@ A report every rank made is recorded (span `ember.train.report`): rank 0's metri
 file written, a console line printed, and the ranks released (`ack`). A rank that raises or
 dies ends the attempt: the group is killed and, while `FailureConfig.max_failures` allows, a new
 group starts from the latest checkpoint; otherwise the run fails with the cause.
+
+Inside a Tune trial (a session is installed in the process that calls `fit()`), each recorded
+report is also the trial's result: it goes through that session's `report`, which may block
+until Tune asks for the next result or raise to stop the trial (the group is then shut down).
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from . import data_shards
 from .policy import (CheckpointManager, CompletedReport, FailurePolicy, ReportBarrier, ReportMismatchError,
                      TrackedCheckpoint)
 from .run_state import RunStorage
-from .session import TrainContext
+from .session import TrainContext, get_session
 from .worker import WorkerRun
 from .worker_group import WorkerGroup, WorkerStartError
 
@@ -57,6 +61,7 @@ class TrainController:
         self.failures = FailurePolicy(run_config.failure_config.max_failures, int(state.get("failures", 0)))
         self.last_metrics: dict[str, Any] | None = state.get("last_metrics")
         self.resume_from = resume_from
+        self.outer_session = get_session()  # Tune's, when fit() runs as a trial
         self.error: BaseException | None = None
         self.attempts = 0
         run.truncate_rows(self.next_index)
@@ -204,6 +209,9 @@ class TrainController:
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in done.metrics.items())
         where = f" [{done.checkpoint_path.rsplit('/', 1)[-1]}]" if done.checkpoint_path else ""
         print(f"({self.trainer_name} {self.run.name}) report {done.index}: {shown}{where}", flush=True)
+        if self.outer_session is not None:
+            ckpt = Checkpoint(done.checkpoint_path, self.run.fs) if done.checkpoint_path else None
+            self.outer_session.report(dict(done.metrics), ckpt, None)
 
     # --- the outcome -----------------------------------------------------------------------
 
