@@ -7,10 +7,12 @@ Sections: 2.3 GPU scheduling, 3.1 tasks (100 process_chunk tasks; gpu_task with
 num_cpus=2, num_gpus=0.5, max_retries=3; two num_gpus=0.5 tasks sharing one GPU at once),
 3.2 the ModelServer actor, 3.3 objects (one large array read by 10 tasks) and the round-robin
 Worker actor pool, 6.2 pass by reference with ray.put and async actors awaiting each other,
-6.4 the ray.wait loop, then 4.2 Ray Serve (examples/serve_llm.py: two replicas with one logical
-GPU each behind the HTTP proxy, on a cluster of its own with 2 logical GPUs). Every section's
-result is checked; exit status 0 means all passed. (Train, Data and Tune examples wait for those
-libraries.)
+6.4 the ray.wait loop; then the library sections, each a program of its own on a cluster of its
+own, as a user would run them: 4.2 Ray Serve with a real causal LM (examples/serve_llm.py: two
+replicas with one logical GPU each behind the HTTP proxy), 4.1 Train (examples/train_seed.py),
+4.3 Data feeding Train (examples/data_pipeline.py), 4.4 Tune with 50 samples and ASHA
+(examples/tune_seed.py) and 5.2 the LLM corpus pipeline (examples/data_llm_corpus.py). Every
+section's result is checked; exit status 0 means all passed.
 
     .venv/bin/python examples/seed_demo.py
 """
@@ -282,6 +284,25 @@ def section_4_2_serve():
     print("4.2 serve: LLMService answered POST / through the proxy (2 replicas, 1 GPU each)")
 
 
+LIBRARY_EXAMPLES = [  # (section, script, what its success means)
+    ("4.1 train", "train_seed.py", "TorchTrainer: 2 DDP workers, loss fell, checkpoint restored"),
+    ("4.3 data", "data_pipeline.py", "read_parquet(s3://) -> map -> filter -> shuffle -> TorchTrainer"),
+    ("4.4 tune", "tune_seed.py", "Tuner: 50 samples, ASHA stopped the weak ones"),
+    ("5.2 data", "data_llm_corpus.py", "corpus pipeline: language, MinHash dedup, quality, tokens"),
+]
+
+
+def library_sections() -> None:
+    import os
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name, script, what in LIBRARY_EXAMPLES:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, os.path.join(here, script)], check=True, timeout=600)
+        print(f"{name}: {what} ({time.perf_counter() - t:.0f} s)")
+
+
 def main() -> int:
     t0 = time.perf_counter()
     ray.init(num_cpus=2, num_gpus=1)
@@ -293,7 +314,8 @@ def main() -> int:
     finally:
         ray.shutdown()
     section_4_2_serve()
-    print(f"all {len(sections) + 1} sections checked in {time.perf_counter() - t0:.1f} s")
+    library_sections()
+    print(f"all {len(sections) + 1 + len(LIBRARY_EXAMPLES)} sections checked in {time.perf_counter() - t0:.1f} s")
     return 0
 
 

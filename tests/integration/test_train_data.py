@@ -1,15 +1,12 @@
 """TorchTrainer(datasets=...) with ember.data (the seed article's 4.3 shape): each rank's
 get_dataset_shard("train") is a streaming split; over an epoch the ranks' rows are disjoint and
 together cover every row once, again in the next epoch (the split re-executes); a dataset that
-DataConfig does not split reaches every rank whole; iter_torch_batches gives tensors.
-
-Needs ember.data (built on another branch): skipped, saying so, until it is merged."""
+DataConfig does not split reaches every rank whole; iter_torch_batches gives tensors."""
 from __future__ import annotations
 
 import pytest
 
 pytest.importorskip("torch", reason="the train extra (torch==2.13.0) is not installed")
-pytest.importorskip("ember.data", reason="ember.data is not merged into this tree yet")
 
 import ember  # noqa: E402
 import ember as ray  # noqa: E402
