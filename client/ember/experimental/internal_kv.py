@@ -5,10 +5,16 @@ docstring for where calls go and how they fail.
 """
 from __future__ import annotations
 
-from ember._private.internal_kv import (_initialize_internal_kv, _internal_kv_del,
-                                        _internal_kv_exists, _internal_kv_get,
-                                        _internal_kv_initialized, _internal_kv_list,
-                                        _internal_kv_put, _internal_kv_reset)
+from ember._private.internal_kv import (
+    _initialize_internal_kv,
+    _internal_kv_del,
+    _internal_kv_exists,
+    _internal_kv_get,
+    _internal_kv_initialized,
+    _internal_kv_list,
+    _internal_kv_put,
+    _internal_kv_reset,
+)
 
 __all__ = ["_initialize_internal_kv", "_internal_kv_del", "_internal_kv_exists", "_internal_kv_get",
            "_internal_kv_initialized", "_internal_kv_list", "_internal_kv_put", "_internal_kv_reset"]
