@@ -87,7 +87,7 @@ def test_start_head_add_node_status_run_stop(cli_env, tmp_path):
     assert header == ["ACTOR_ID", "CLASS", "STATE", "NAME", "NAMESPACE", "NODE", "PID", "RESTARTS"]
     rows = [line.split() for line in listed[1:] if "Counter" in line]
     assert len(rows) == 1, listed
-    row = dict(zip(header, rows[0]))
+    row = dict(zip(header, rows[0], strict=True))
     assert row["NAME"] == name and row["NAMESPACE"] == namespace and row["STATE"] == "ALIVE", listed
     stop = ember_cli(cli_env, "stop").stdout
     assert "Stopped 2 node(s)" in stop

@@ -260,7 +260,7 @@ def test_the_rules_catch_each_kind_of_offender():
     for name, (source, expected) in cases.items():
         found = violations(name, fake, source)
         assert len(found) == len(expected), (name, found)
-        for message, part in zip(found, expected):
+        for message, part in zip(found, expected, strict=True):
             assert part in message, (name, message)
     ok = {"ember.serve.fake": "import ember\nfrom ember._private import internal_kv\n"
                               "from ember.serve._private import router\nimport ember_common.rpc\n",

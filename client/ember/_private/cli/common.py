@@ -54,7 +54,7 @@ def table(header: list[str], rows: list[list[str]], *, right: tuple[str, ...] = 
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
 
     def line(cells: list[str]) -> str:
-        out = [c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(cells, widths, header)]
+        out = [c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(cells, widths, header, strict=True)]
         return "  ".join(out).rstrip()
 
     return [line(header)] + [line(r) for r in rows]
