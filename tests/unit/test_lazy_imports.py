@@ -22,7 +22,7 @@ try:
     ember.not_a_library
 except AttributeError as e:
     out["unknown"] = str(e)
-ember.serve, ember.train
+ember.serve, ember.train, ember.experimental.internal_kv
 out["first_use"] = sorted(sys.modules)
 print(json.dumps(out))
 """
@@ -62,7 +62,8 @@ def test_import_ember_loads_no_heavy_dependency(modules):
 
 
 def test_a_library_loads_on_first_use(modules):
-    assert {"ember.serve", "ember.train"} <= set(modules["first_use"])
+    assert {"ember.serve", "ember.train", "ember.experimental.internal_kv"} <= set(modules["first_use"])
+    assert "ember.experimental" not in modules["import"]
 
 
 def test_the_checker_sees_a_loaded_dependency(modules):
