@@ -12,15 +12,24 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ember import actor, exceptions
-from ember.actor import ActorClass, get_actor, kill, method
+from ember import actor, exceptions, util  # util after actor: ember.util imports ember.actor
 from ember._private.object_ref import ObjectRef
 from ember._private.remote_function import RemoteFunction
 from ember._private.runtime_context import get_runtime_context
-from ember._private.worker import (available_resources, cancel, cluster_resources, get, get_gpu_ids,
-                                   init, is_initialized, nodes, put, shutdown, wait)
-
-from ember import util  # noqa: E402  (imports ember.actor)
+from ember._private.worker import (
+    available_resources,
+    cancel,
+    cluster_resources,
+    get,
+    get_gpu_ids,
+    init,
+    is_initialized,
+    nodes,
+    put,
+    shutdown,
+    wait,
+)
+from ember.actor import ActorClass, get_actor, kill, method
 
 __version__ = "0.1.0"
 
@@ -33,7 +42,7 @@ __all__ = [
 
 # Libraries load on first use (`ember.data`, `ray.train.report`, ...), so a worker or a service
 # never pays for libraries it does not use.
-_LAZY_SUBMODULES = ("data", "serve", "train", "tune")
+_LAZY_SUBMODULES = ("data", "experimental", "serve", "train", "tune")
 
 
 def __getattr__(name: str) -> Any:

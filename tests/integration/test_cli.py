@@ -1,4 +1,5 @@
-"""`ember start/status/stop` as a user runs them, with state isolated in a temporary dir."""
+"""`ember start/status/list/stop` as a user runs them (the installed `ember` console script),
+with state isolated in a temporary dir."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,9 @@ import textwrap
 import psutil
 import pytest
 
+# The console script pip installed next to this interpreter (pyproject's [project.scripts]).
+EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
+
 
 @pytest.fixture
 def cli_env(tmp_path):
@@ -16,7 +20,7 @@ def cli_env(tmp_path):
     env["EMBER_TEMP_DIR"] = str(tmp_path / "ember-tmp")
     yield env
     # Whatever the test did, nothing it started may survive it.
-    subprocess.run([sys.executable, "-m", "ember.scripts", "stop", "--force"], env=env,
+    subprocess.run([EMBER, "stop", "--force"], env=env,
                    capture_output=True, timeout=60)
     import time
 
@@ -32,7 +36,8 @@ def cli_env(tmp_path):
 
 
 def ember_cli(env, *args, check=True):
-    r = subprocess.run([sys.executable, "-m", "ember.scripts", *args], env=env, capture_output=True,
+    assert os.access(EMBER, os.X_OK), f"no `ember` console script at {EMBER}: pip install -e ."
+    r = subprocess.run([EMBER, *args], env=env, capture_output=True,
                        text=True, timeout=120)
     if check and r.returncode != 0:
         raise AssertionError(f"ember {' '.join(args)} failed ({r.returncode}): {r.stdout}{r.stderr}")
@@ -63,11 +68,27 @@ def test_start_head_add_node_status_run_stop(cli_env, tmp_path):
         def f(x):
             return x + 1
         print("RESULT", ray.get([f.remote(i) for i in range(10)]))
+        @ray.remote
+        class Counter:
+            def ping(self):
+                return "pong"
+        c = Counter.options(name=NAME, namespace=NAMESPACE, lifetime="detached").remote()
+        print("ACTOR", ray.get(c.ping.remote()))
         ray.shutdown()
     """)
+    name, namespace = "a_rather_long_actor_name_0123456789", "a_namespace_longer_than_twenty"
+    driver = f"NAME, NAMESPACE = {name!r}, {namespace!r}\n" + driver
     r = subprocess.run([sys.executable, "-c", driver], env=cli_env, capture_output=True, text=True,
                        timeout=120)
     assert "RESULT [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]" in r.stdout, r.stderr
+    assert "ACTOR pong" in r.stdout, r.stderr
+    listed = ember_cli(cli_env, "list", "actors").stdout.splitlines()
+    header = listed[0].split()
+    assert header == ["ACTOR_ID", "CLASS", "STATE", "NAME", "NAMESPACE", "NODE", "PID", "RESTARTS"]
+    rows = [line.split() for line in listed[1:] if "Counter" in line]
+    assert len(rows) == 1, listed
+    row = dict(zip(header, rows[0], strict=True))
+    assert row["NAME"] == name and row["NAMESPACE"] == namespace and row["STATE"] == "ALIVE", listed
     stop = ember_cli(cli_env, "stop").stdout
     assert "Stopped 2 node(s)" in stop
     r = ember_cli(cli_env, "status", check=False)

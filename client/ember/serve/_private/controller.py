@@ -23,6 +23,7 @@ from typing import Any
 import cloudpickle
 
 import ember
+from ember._private import internal_kv as kv
 
 from .deployment_state import NAMESPACE, DeploymentSpec, DeploymentState, Replica
 from .reconcile import RUNNING
@@ -60,14 +61,8 @@ class ServeController:
         self._restore()
 
     # ------------------------------------------------------------------ persistence
-    def _core(self) -> Any:
-        from ember._private.worker import global_worker
-
-        return global_worker().core
-
     def _restore(self) -> None:
-        core = self._core()
-        blob = core.gcs_call(lambda: core.gcs.internal_kv_get(NAMESPACE, KV_KEY, timeout_s=10))
+        blob = kv._internal_kv_get(KV_KEY, namespace=NAMESPACE)
         if blob is None:
             return
         saved = cloudpickle.loads(blob)
@@ -96,10 +91,7 @@ class ServeController:
                      "replicas": {r.replica_id: (r.actor_name, r.version) for r in st.replicas.values()}}
                 for dn, st in a["deployments"].items()}}
             for name, a in self.apps.items()}, "proxy": self.proxy_opts}
-        data = cloudpickle.dumps(state)
-        core = self._core()
-        core.gcs_call(lambda: core.gcs.internal_kv_put(NAMESPACE, KV_KEY, data, overwrite=True,
-                                                       timeout_s=10))
+        kv._internal_kv_put(KV_KEY, cloudpickle.dumps(state), overwrite=True, namespace=NAMESPACE)
 
     # ------------------------------------------------------------------ loop
     def _ensure_started(self) -> None:
@@ -263,11 +255,11 @@ class ServeController:
             return await self._start_proxy(host, port)
 
     async def _start_proxy(self, host: str, port: int) -> int:
-        core = self._core()
+        gcs_address = ember.get_runtime_context().gcs_address
         fd, port_file = tempfile.mkstemp(prefix="ember-serve-proxy-", suffix=".port")
         os.close(fd)
         os.unlink(port_file)
-        cmd = [sys.executable, "-m", "ember_serve_proxy", "--gcs-address", core.gcs_address, "--host", host,
+        cmd = [sys.executable, "-m", "ember_serve_proxy", "--gcs-address", gcs_address, "--host", host,
                "--port", str(port), "--port-file", port_file, "--die-with-parent"]
         self.proxy = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
@@ -304,5 +296,4 @@ class ServeController:
         self.proxy = None
         self.proxy_opts = None
         self._stopped = True
-        core = self._core()
-        core.gcs_call(lambda: core.gcs.internal_kv_del(NAMESPACE, KV_KEY, timeout_s=10))
+        kv._internal_kv_del(KV_KEY, namespace=NAMESPACE)

@@ -13,39 +13,30 @@ from typing import Any
 
 import psutil
 
-from ember_common import backoff
+from ember._private import internal_kv as kv
 
 NAMESPACE = "serve"
 PREFIX = b"proxies/"
 
 
-def _core() -> Any:
-    from ember._private.worker import global_worker
-
-    return global_worker().core
-
-
 def register(host: str, port: int) -> bytes:
-    core = _core()
+    """Records this process's proxy at host:port; returns its key (for `unregister`)."""
     key = PREFIX + f"{socket.gethostname()}:{port}".encode()
     value = json.dumps({"host": host, "port": port, "hostname": socket.gethostname(), "pid": os.getpid()}).encode()
-    core.gcs_call(lambda: core.gcs.internal_kv_put(NAMESPACE, key, value, overwrite=True, timeout_s=10))
+    kv._internal_kv_put(key, value, overwrite=True, namespace=NAMESPACE)
     return key
 
 
 def unregister(key: bytes) -> None:
-    core = _core()
-    core.gcs_call(lambda: core.gcs.internal_kv_del(NAMESPACE, key, timeout_s=10,
-                                                   retry=backoff.SERVICE_RESTART.replace(deadline_s=5)))
+    """Removes a proxy's entry; gives up after 5 s (the GCS may be gone at shutdown)."""
+    kv._internal_kv_del(key, namespace=NAMESPACE, timeout=5)
 
 
 def running() -> list[dict[str, Any]]:
     """Registered proxies that are not known to be dead."""
-    core = _core()
-    keys = core.gcs_call(lambda: core.gcs.internal_kv_keys(NAMESPACE, PREFIX, timeout_s=10))
     out = []
-    for key in keys:
-        value = core.gcs_call(lambda: core.gcs.internal_kv_get(NAMESPACE, key, timeout_s=10))
+    for key in kv._internal_kv_list(PREFIX, namespace=NAMESPACE):
+        value = kv._internal_kv_get(key, namespace=NAMESPACE)
         if value is None:
             continue
         info = json.loads(value)
