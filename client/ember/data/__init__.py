@@ -11,15 +11,27 @@ tasks (or actor-pool calls) per block under a memory budget derived from the obj
 from __future__ import annotations
 
 from . import block
+from ._consume import Schema
 from ._internal.compute import ActorPoolStrategy, TaskPoolStrategy
 from .context import DataContext, ExecutionOptions, ExecutionResources
 from .dataset import Dataset, MaterializedDataset
 from .grouped import AggregateFn, Count, GroupedData, Max, Mean, Min, Std, Sum
 from .iterator import DataIterator
-from .read_api import (from_arrow, from_items, from_numpy, from_pandas, from_torch, range,
-                       range_tensor, read_binary_files, read_csv, read_json, read_numpy,
-                       read_parquet, read_text)
-from ._consume import Schema
+from .read_api import (
+                       from_arrow,
+                       from_items,
+                       from_numpy,
+                       from_pandas,
+                       from_torch,
+                       range,
+                       range_tensor,
+                       read_binary_files,
+                       read_csv,
+                       read_json,
+                       read_numpy,
+                       read_parquet,
+                       read_text,
+)
 
 __all__ = [
     "ActorPoolStrategy", "AggregateFn", "Count", "DataContext", "DataIterator", "Dataset",

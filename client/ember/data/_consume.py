@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 import ember
+
 from . import block as B
 from ._internal import plan as P
 
@@ -23,7 +24,7 @@ class Schema:
     def __repr__(self) -> str:
         w = max((len(n) for n in self.names), default=6)
         lines = ["Column" + " " * (w - 4) + "Type", "------" + " " * (w - 4) + "----"]
-        lines += [f"{n}{' ' * (w - len(n) + 2)}{t}" for n, t in zip(self.names, self.types)]
+        lines += [f"{n}{' ' * (w - len(n) + 2)}{t}" for n, t in zip(self.names, self.types, strict=False)]
         return "\n".join(lines)
 
     def __eq__(self, other: object) -> bool:
@@ -182,7 +183,7 @@ class ConsumeMixin:
         cols = [on] if isinstance(on, str) else list(on) if on is not None else None
         if cols is None:
             s = self.schema()
-            cols = [n for n, t in zip(s.names, s.types) if pa.types.is_integer(t) or
+            cols = [n for n, t in zip(s.names, s.types, strict=False) if pa.types.is_integer(t) or
                     pa.types.is_floating(t)] if s else []
         parts = self._partials(cols)
         res = {}
@@ -282,7 +283,6 @@ class ConsumeMixin:
 
     def split(self, n: int, *, equal: bool = False, locality_hints: Any = None) -> list[Any]:
         """n materialized datasets (equal=True: the same number of rows each, remainder dropped)."""
-        from ._internal.sizing import split_even
         from .dataset import MaterializedDataset
 
         if n < 1:

@@ -182,7 +182,7 @@ def iter_rows(block: Block) -> Iterator[dict[str, Any]]:
     n = block.num_rows
     if n == 0:
         return
-    special = [name for name, f in zip(block.column_names, block.schema)
+    special = [name for name, f in zip(block.column_names, block.schema, strict=False)
                if isinstance(f.type, pa.FixedShapeTensorType)]
     if not special:
         yield from block.to_pylist()

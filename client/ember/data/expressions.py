@@ -50,7 +50,7 @@ def _conv(n: ast.AST, src: str) -> Any:
     if isinstance(n, ast.Compare):
         left = _conv(n.left, src)
         out = None
-        for op, right in zip(n.ops, n.comparators):
+        for op, right in zip(n.ops, n.comparators, strict=False):
             r = _conv(right, src)
             if isinstance(op, (ast.In, ast.NotIn)):
                 if not isinstance(right, (ast.List, ast.Tuple, ast.Set)):

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 import ember
+
 from . import block as B
 from ._internal.transforms import rebatch
 

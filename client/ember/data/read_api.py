@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 import ember
+
 from . import block as B
 from ._internal import plan as P
 from ._internal.datasource.file_based import FileDatasource, ParquetDatasource, ReadTask
@@ -174,7 +175,7 @@ class RangeDatasource:
         row_bytes = 8 * int(np.prod(self.shape)) if self.shape else 8
         tasks = []
         bounds = np.linspace(0, self.n, k + 1).astype(np.int64)
-        for a, b in zip(bounds, bounds[1:]):
+        for a, b in zip(bounds, bounds[1:], strict=False):
             fn = functools.partial(_range_block, int(a), int(b), self.shape)
             tasks.append(ReadTask(fn, [], int(b - a), int(b - a) * row_bytes))
         return tasks
@@ -216,7 +217,7 @@ def from_items(items: list[Any], *, parallelism: int = -1,
     items = list(items)
     k = _num_blocks(len(items), parallelism, override_num_blocks)
     bounds = np.linspace(0, len(items), k + 1).astype(int)
-    return _from_blocks([B.rows_to_block(items[a:b]) for a, b in zip(bounds, bounds[1:])
+    return _from_blocks([B.rows_to_block(items[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)
                          if b > a] or [pa.table({})], "FromItems")
 
 

@@ -24,8 +24,21 @@ from ember.train._internal.session import TrainContext
 from . import schedulers, search, stopper
 from .experiment.trial import Trial
 from .result_grid import ResultGrid
-from .search.sample import (choice, grid_search, lograndint, loguniform, qlograndint, qloguniform,
-                            qrandint, qrandn, quniform, randint, randn, sample_from, uniform)
+from .search.sample import (
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
 from .stopper import Stopper
 from .trainable import PlacementGroupFactory, Trainable, with_parameters, with_resources
 from .tune_config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig

@@ -5,6 +5,7 @@ import time
 from typing import Any
 
 import ember
+
 from .autoscaling import AutoscalingPolicy, PoolView
 from .operators import Call, RuntimeOp, streamed_block_fn
 from .tasks import MapWorker

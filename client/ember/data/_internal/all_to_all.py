@@ -17,6 +17,7 @@ from typing import Any, Generator
 import numpy as np
 
 import ember
+
 from . import all_to_all_tasks as T
 from .operators import Call, RefBundle, RuntimeOp
 from .sizing import slices_at, split_even

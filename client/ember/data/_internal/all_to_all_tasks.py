@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ember.data import block as B
+
 from .tasks import annotate
 
 
@@ -58,7 +59,7 @@ def sample_keys(block: pa.Table, key: str, n: int) -> list[Any]:
 def _sort(tbl: pa.Table, keys: list[str], descending: list[bool]) -> pa.Table:
     if tbl.num_rows == 0 or not keys:
         return tbl
-    return tbl.sort_by([(k, "descending" if d else "ascending") for k, d in zip(keys, descending)])
+    return tbl.sort_by([(k, "descending" if d else "ascending") for k, d in zip(keys, descending, strict=False)])
 
 
 def sort_map(block: pa.Table, keys: list[str], descending: list[bool],
@@ -74,7 +75,7 @@ def sort_map(block: pa.Table, keys: list[str], descending: list[bool],
     else:
         cuts = [int(np.searchsorted(col, b, side="left")) for b in boundaries]
     bounds = [0] + cuts + [tbl.num_rows]
-    pieces = [B.compact(tbl.slice(a, max(0, b - a))) for a, b in zip(bounds, bounds[1:])]
+    pieces = [B.compact(tbl.slice(a, max(0, b - a))) for a, b in zip(bounds, bounds[1:], strict=False)]
     return (*pieces, [(p.num_rows, B.size_bytes(p)) for p in pieces])
 
 
@@ -114,7 +115,7 @@ def aggregate_table(tbl: pa.Table, keys: list[str], aggs: list[tuple[str, str | 
     first = out.column_names[:nk] == keys
     key_cols = [out.column(j if first else len(specs) + j) for j in range(nk)]
     cols = [out.column((nk if first else 0) + i) for i in range(len(specs))]
-    res = pa.table(dict(zip(keys, key_cols)) | dict(zip(names, cols)))
+    res = pa.table(dict(zip(keys, key_cols, strict=False)) | dict(zip(names, cols, strict=False)))
     return res.sort_by([(k, "ascending") for k in keys]) if keys and res.num_rows else res
 
 
@@ -140,7 +141,7 @@ def map_groups_reduce(keys: list[str], fn: Any, batch_format: str, fn_args: tupl
             for arr in key_np:
                 change[1:] |= arr[1:] != arr[:-1]
             starts = list(np.flatnonzero(change)) + [tbl.num_rows]
-            for a, b in zip(starts, starts[1:]):
+            for a, b in zip(starts, starts[1:], strict=False):
                 group = tbl.slice(int(a), int(b - a))
                 outs.append(B.to_block(fn(B.block_to_batch(group, batch_format), *fn_args, **fn_kwargs)))
     except Exception as e:
@@ -153,9 +154,9 @@ def map_groups_reduce(keys: list[str], fn: Any, batch_format: str, fn_args: tupl
 def zip_blocks(left: pa.Table, parts: list[tuple[int, int]], *rights: pa.Table) -> tuple:
     """left's columns next to the rows of the right side that line up with it."""
     t0, c0 = time.perf_counter(), time.process_time()
-    right = B.concat([r.slice(o, n) for (o, n), r in zip(parts, rights)])
-    cols = dict(zip(left.column_names, left.columns))
-    for name, col in zip(right.column_names, right.columns):
+    right = B.concat([r.slice(o, n) for (o, n), r in zip(parts, rights, strict=False)])
+    cols = dict(zip(left.column_names, left.columns, strict=False))
+    for name, col in zip(right.column_names, right.columns, strict=False):
         new = name
         i = 1
         while new in cols:

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import ember
 from ember.data.block import BlockMetadata
 from ember.data.context import DataContext
+
 from . import plan as P
 from .actor_pool import ActorPoolMapOp
 from .all_to_all import AllToAllOp

@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable
 
 from ember.data.block import BlockMetadata
+
 from .backpressure import OpView
 from .stats import OpStats
 

@@ -14,7 +14,6 @@ from typing import Any
 from .compute import ActorPoolStrategy, TaskPoolStrategy
 from .transforms import FilterExpr, Project, Step
 
-
 # --- logical operators ---------------------------------------------------------------------
 
 @dataclasses.dataclass(eq=False)

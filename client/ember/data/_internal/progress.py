@@ -53,7 +53,7 @@ class ProgressBars:
         self._last = now
         el = now - self._start
         lines = [render_line(n, r, t, el, finished=f)
-                 for n, r, t, f in zip(self.names, rows, totals, finished)]
+                 for n, r, t, f in zip(self.names, rows, totals, finished, strict=False)]
         out = []
         if self._drawn:
             out.append(f"\x1b[{self._drawn}F")

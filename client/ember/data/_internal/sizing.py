@@ -42,7 +42,7 @@ def slices_at(block_rows: Sequence[int], cuts: Sequence[int]) -> list[list[tuple
     Returns len(cuts) + 1 parts; each part is a list of (block index, offset, rows)."""
     total = sum(block_rows)
     bounds = [0] + [min(max(c, 0), total) for c in cuts] + [total]
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in zip(bounds, bounds[1:], strict=False):
         if b < a:
             raise ValueError(f"indices must be sorted ascending, got {list(cuts)}")
     parts: list[list[tuple[int, int, int]]] = []
@@ -51,9 +51,9 @@ def slices_at(block_rows: Sequence[int], cuts: Sequence[int]) -> list[list[tuple
     for r in block_rows:
         starts.append(acc)
         acc += r
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
         part = []
-        for bi, (st, r) in enumerate(zip(starts, block_rows)):
+        for bi, (st, r) in enumerate(zip(starts, block_rows, strict=False)):
             a, b = max(lo, st), min(hi, st + r)
             if b > a:
                 part.append((bi, a - st, b - a))

@@ -13,6 +13,7 @@ import time
 from typing import Any, Iterator
 
 import ember
+
 from .split_coordinator import DONE, WAIT, Give, SplitCoordinatorCore
 
 

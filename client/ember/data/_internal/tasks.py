@@ -17,6 +17,7 @@ import pyarrow as pa
 
 import ember
 from ember.data import block as B
+
 from .output_buffer import BlockOutputBuffer
 from .transforms import Step, run_steps
 
@@ -130,7 +131,7 @@ def slice_blocks(parts: list[tuple[int, int]], *blocks: pa.Table) -> tuple[pa.Ta
     """Concatenates blocks[i][offset:offset+rows] for each (offset, rows) in parts."""
     t0 = time.perf_counter()
     c0 = time.process_time()
-    pieces = [blk.slice(off, rows) for (off, rows), blk in zip(parts, blocks)]
+    pieces = [blk.slice(off, rows) for (off, rows), blk in zip(parts, blocks, strict=False)]
     out = B.compact(B.concat(pieces)) if pieces else pa.table({})
     stats = B.BlockExecStats(wall_time_s=time.perf_counter() - t0, cpu_time_s=time.process_time() - c0)
     return out, B.metadata_of(out, stats=stats)

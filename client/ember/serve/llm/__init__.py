@@ -22,8 +22,8 @@ from typing import Any
 
 from ._internal.config import LLMConfig, LLMServingArgs, ModelLoadingConfig, as_llm_config
 from ._internal.ingress import OpenAiIngress
-from ._internal.server import LLMServer
 from ._internal.params import SamplingParams
+from ._internal.server import LLMServer
 
 
 def __getattr__(name: str) -> Any:

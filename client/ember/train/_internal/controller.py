@@ -24,8 +24,14 @@ from ..backend import BackendConfig
 from ..config import DataConfig, RunConfig, ScalingConfig
 from ..exceptions import WorkerGroupError
 from . import data_shards
-from .policy import (CheckpointManager, CompletedReport, FailurePolicy, ReportBarrier, ReportMismatchError,
-                     TrackedCheckpoint)
+from .policy import (
+    CheckpointManager,
+    CompletedReport,
+    FailurePolicy,
+    ReportBarrier,
+    ReportMismatchError,
+    TrackedCheckpoint,
+)
 from .run_state import RunStorage
 from .session import TrainContext, get_session
 from .worker import WorkerRun

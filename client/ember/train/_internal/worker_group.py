@@ -122,7 +122,7 @@ class WorkerGroup:
 
     def call_each(self, method: str, args_by_rank: list[tuple]) -> list[Any]:
         """Calls method on each rank with its own arguments; returns the results by rank."""
-        return ember.get([getattr(a, method).remote(*args) for a, args in zip(self.actors, args_by_rank)])
+        return ember.get([getattr(a, method).remote(*args) for a, args in zip(self.actors, args_by_rank, strict=False)])
 
     def shutdown(self, graceful: bool = True) -> None:
         """Leaves the process group (when graceful), then kills every worker."""

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from .config import TorchConfig
 from .torch_trainer import TorchTrainer
-from .train_loop_utils import (enable_reproducibility, get_device, get_devices, prepare_data_loader,
-                               prepare_model)
+from .train_loop_utils import (
+                               enable_reproducibility,
+                               get_device,
+                               get_devices,
+                               prepare_data_loader,
+                               prepare_model,
+)
 
 __all__ = ["TorchConfig", "TorchTrainer", "enable_reproducibility", "get_device", "get_devices",
            "prepare_data_loader", "prepare_model"]

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from ..backend import BackendConfig
-
 from .._internal.worker_group import interface_of
+from ..backend import BackendConfig
 
 if TYPE_CHECKING:
     from .._internal.worker_group import WorkerGroup
@@ -81,7 +80,7 @@ class TorchConfig(BackendConfig):
             devices.append(device)
         init = "env://" if self.init_method == "env" else f"tcp://{master.node_ip}:{port}"
         group.call_each("execute", [(_init_process_group, env, backend, init, m.rank, group.world_size,
-                                     self.timeout_s, d) for m, (env,), d in zip(metas, envs, devices)])
+                                     self.timeout_s, d) for m, (env,), d in zip(metas, envs, devices, strict=False)])
         return devices
 
 

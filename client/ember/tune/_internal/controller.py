@@ -25,8 +25,8 @@ from ..schedulers.trial_scheduler import TrialScheduler
 from ..trainable import resources_of
 from . import experiment_state as es
 from .progress import ProgressPrinter
-from .trial_actor import TrialActor
 from .tracing import TrialSpans
+from .trial_actor import TrialActor
 
 _TICK_S = 0.5
 

@@ -68,8 +68,8 @@ def format_status(trials: list[Trial], *, metric: str | None, mode: str | None, 
                     + [_fmt(r.get(m, "")) for m in metric_cols])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
     sep = "+-" + "-+-".join("-" * w for w in widths) + "-+"
-    lines += [sep, "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |", sep]
-    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
+    lines += [sep, "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)) + " |", sep]
+    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + " |" for row in rows]
     lines.append(sep)
     if len(trials) > max_rows:
         lines.append(f"... {len(trials) - max_rows} more trials not shown")

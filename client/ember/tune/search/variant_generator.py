@@ -116,7 +116,7 @@ def grid_variants(space: dict[str, Any]) -> Iterator[dict[str, Any]]:
     paths = [p for p, _ in grids]
     for combo in itertools.product(*[vals for _, vals in grids]):
         cfg = copy.deepcopy(space)
-        for path, value in zip(paths, combo):
+        for path, value in zip(paths, combo, strict=False):
             set_path(cfg, path, copy.deepcopy(value))
         yield from grid_variants(cfg)
 

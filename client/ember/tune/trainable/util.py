@@ -135,7 +135,7 @@ class _Parameters:
         import ember
 
         keys = list(self.refs)
-        return dict(zip(keys, ember.get([self.refs[k] for k in keys])))
+        return dict(zip(keys, ember.get([self.refs[k] for k in keys]), strict=False))
 
     def __getstate__(self) -> dict[str, Any]:
         if self.refs is None:

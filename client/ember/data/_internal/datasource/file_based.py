@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from ember.data import block as B
+
 from ..sizing import group_pieces
 from .paths import expand_paths, hive_partitions
 
@@ -288,7 +289,7 @@ class ParquetDatasource:
         if self.filter is not None:
             filter = self.filter if filter is None else (self.filter & filter)
         pieces: list[tuple[str, str, int, int, int]] = []  # path, base, rg, rows, bytes
-        for (path, _size, base), md in zip(self.files, self.meta):
+        for (path, _size, base), md in zip(self.files, self.meta, strict=False):
             for i in self._prune(path, md, filter):
                 pieces.append((path, base, i, md.row_group(i).num_rows, self._rg_bytes(md, i, columns)))
         from ember.data.context import DataContext

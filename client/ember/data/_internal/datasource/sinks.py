@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ember.data import block as B
+
 from .paths import resolve_filesystem
 
 

@@ -82,8 +82,8 @@ class LLMEngine(abc.ABC):
     def max_model_len(self) -> int:
         ...
 
-    async def check_health(self) -> None:
+    async def check_health(self) -> None:  # noqa: B027 (optional hook: engines override it)
         """Raises if the engine cannot serve."""
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> None:  # noqa: B027 (optional hook)
         """Stops the engine's threads or workers."""

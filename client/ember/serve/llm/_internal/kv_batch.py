@@ -91,7 +91,7 @@ class KVBatch:
         w = max(self.width, other.width)
         a, b = self._layers(), other._layers()
         layers = [(torch.cat([_lpad(ka, w), _lpad(kb, w)]), torch.cat([_lpad(va, w), _lpad(vb, w)]))
-                  for (ka, va), (kb, vb) in zip(a, b)]
+                  for (ka, va), (kb, vb) in zip(a, b, strict=False)]
         self.mask = torch.cat([_lpad(self.mask, w), _lpad(other.mask, w)])
         self.pos = torch.cat([self.pos, other.pos])
         self.seq_ids = self.seq_ids + other.seq_ids

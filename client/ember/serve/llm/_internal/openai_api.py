@@ -123,11 +123,11 @@ def completion(rid: str, model: str, created: int, texts: list[str], reasons: li
     """A whole (non-streamed) response."""
     if chat:
         choices = [{"index": i, "message": {"role": "assistant", "content": t}, "logprobs": None,
-                    "finish_reason": r} for i, (t, r) in enumerate(zip(texts, reasons))]
+                    "finish_reason": r} for i, (t, r) in enumerate(zip(texts, reasons, strict=False))]
         return {"id": rid, "object": "chat.completion", "created": created, "model": model,
                 "choices": choices, "usage": use}
     choices = [{"index": i, "text": t, "logprobs": None, "finish_reason": r}
-               for i, (t, r) in enumerate(zip(texts, reasons))]
+               for i, (t, r) in enumerate(zip(texts, reasons, strict=False))]
     return {"id": rid, "object": "text_completion", "created": created, "model": model,
             "choices": choices, "usage": use}
 

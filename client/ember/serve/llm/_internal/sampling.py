@@ -47,7 +47,7 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
     out = [0] * len(params)
     if greedy:
         best = logits[greedy].argmax(dim=-1).tolist()
-        for i, t in zip(greedy, best):
+        for i, t in zip(greedy, best, strict=False):
             out[i] = t
     if len(greedy) < len(params):
         for i, p in enumerate(params):

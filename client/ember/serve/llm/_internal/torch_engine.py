@@ -27,7 +27,7 @@ import time
 from typing import Any, AsyncIterator
 
 from .engine import EngineStats, GenerationDelta, GenerationRequest, LLMEngine
-from .scheduler import BatchScheduler, BlockManager, Sequence, SeqState, StopChecker
+from .scheduler import BatchScheduler, BlockManager, SeqState, Sequence, StopChecker
 
 log = logging.getLogger(__name__)
 _KNOWN_KWARGS = {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "num_kv_blocks",
@@ -285,7 +285,7 @@ class TorchEngine(LLMEngine):
 
     def _emit(self, seqs: list[Sequence], tokens: list[int]) -> list[tuple[str, Any]]:
         out = []
-        for s, t in zip(seqs, tokens):
+        for s, t in zip(seqs, tokens, strict=False):
             if s.state is not SeqState.RUNNING:
                 continue
             reason = self.scheduler.append_token(s, t)

@@ -24,10 +24,11 @@ class VLLMEngine(LLMEngine):
         self._engine: Any = None
 
     def start(self) -> None:
-        import ember
         from transformers import AutoTokenizer
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
+
+        import ember
 
         kw = dict(self.config.engine_kwargs)
         if ember.is_initialized():  # vLLM's engine core subprocess joins the same cluster
