@@ -136,7 +136,8 @@ def _driver_import_paths() -> tuple[str, ...]:
 def run(target: Application, *, blocking: bool = False, name: str = "default",
         route_prefix: str | None = "/", host: str | None = None, port: int | None = None,
         _timeout_s: float = 120.0, **_ignored: Any) -> DeploymentHandle:
-    """Deploys (or updates) an application and waits until it is RUNNING; returns its handle.
+    """Deploys (or updates) an application and waits until it is RUNNING and this driver's HTTP
+    proxy routes its prefix (so a request sent right after never gets a 404); returns its handle.
     host/port (as in the seed article) start the HTTP proxy there; default 127.0.0.1:8000."""
     if isinstance(target, Deployment):
         target = target.bind()
@@ -155,7 +156,10 @@ def run(target: Application, *, blocking: bool = False, name: str = "default",
     elif route_prefix is not None and _current_proxy() is None:
         _use_or_start_proxy()
     ember.get(c.deploy_app.remote(name, route_prefix, target.deployment.name, specs), timeout=60)
+    deadline = time.monotonic() + _timeout_s
     _wait_running(c, name, _timeout_s)
+    if route_prefix is not None:
+        _wait_routed(route_prefix, deadline)
     handle = DeploymentHandle(target.deployment.name, name)
     if blocking:
         while True:
@@ -173,6 +177,34 @@ def _wait_running(c: Any, name: str, timeout_s: float) -> None:
             raise RuntimeError(f"application {name!r} failed to deploy: {st['message']}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"application {name!r} is not RUNNING after {timeout_s}s: {st}")
+        time.sleep(0.05)
+
+
+def _wait_routed(route_prefix: str, deadline: float) -> None:
+    """Polls the proxy's `/-/routes` until it lists route_prefix (its table follows the controller
+    by a long poll, so it can trail the application's RUNNING by a moment). A proxy this driver
+    cannot reach (one registered under another container's address) is not waited for."""
+    import json
+    import urllib.request
+
+    addr = _current_proxy()
+    if addr is None:
+        return
+    host = "127.0.0.1" if addr[0] in ("0.0.0.0", "") else addr[0]
+    url = f"http://{host}:{addr[1]}/-/routes"
+    unreachable_until = time.monotonic() + 5.0
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if route_prefix in json.loads(r.read()):
+                    return
+            unreachable_until = float("inf")  # it answers: wait for the route until the deadline
+        except (OSError, ValueError):
+            if time.monotonic() > unreachable_until:
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the HTTP proxy at {host}:{addr[1]} does not route {route_prefix!r} "
+                               "although the application is RUNNING")
         time.sleep(0.05)
 
 
