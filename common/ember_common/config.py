@@ -36,6 +36,10 @@ class Config:
     max_tasks_in_flight_per_worker: int = 1
     # Default task retries after a worker crash (Ray's default is 3).
     task_max_retries: int = 3
+    # A worker process that has not registered with its raylet this long after start is killed.
+    worker_startup_timeout_s: float = 60.0
+    # Workers idle this long beyond the node's prestarted ones are stopped.
+    worker_idle_timeout_s: float = 10.0
     # Seconds to wait for a service process to come up.
     start_timeout_s: float = 30.0
     # Fraction of memory used for the object store when none is given.

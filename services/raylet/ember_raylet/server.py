@@ -17,6 +17,7 @@ from ember_common.rpc import rpc_errors
 
 from .log_monitor import LogMonitor
 from .raylet import Raylet
+from .worker_pool import WorkerState
 
 log = logging.getLogger(__name__)
 HEALTH_NAME = raylet_pb2.DESCRIPTOR.services_by_name["Raylet"].full_name  # "ember.Raylet"
@@ -208,14 +209,11 @@ def register_metrics(raylet: Raylet) -> None:
     metrics.gauge("ember_tasks_running", "Workers leased to tasks (each runs one task at a time)",
                   lambda: {key: sum(1 for ls in raylet.leases.values() if not ls.actor)}, ("node_id",))
     metrics.gauge("ember_tasks_queued", "Lease requests waiting for resources or a worker",
-                  lambda: {key: len(raylet.queue) + len(raylet.infeasible)}, ("node_id",))
+                  lambda: {key: len(raylet.queue)}, ("node_id",))
 
     def workers() -> dict[tuple[str, ...], float]:
-        leased = sum(1 for w in raylet.workers.values() if w.lease is not None and not w.dead)
-        starting = raylet.starting()
-        alive = sum(1 for w in raylet.workers.values() if not w.dead)
-        return {(raylet.node_id, "leased"): leased, (raylet.node_id, "starting"): starting,
-                (raylet.node_id, "idle"): max(0, alive - leased - starting)}
+        return {(raylet.node_id, st.value): float(raylet.pool.count(st))
+                for st in (WorkerState.STARTING, WorkerState.IDLE, WorkerState.LEASED)}
 
     metrics.gauge("ember_workers", "Worker processes of this node by state", workers,
                   ("node_id", "state"))
