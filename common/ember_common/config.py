@@ -49,10 +49,9 @@ class Config:
     def from_env(cls, environ: dict[str, str] | None = None) -> Config:
         env = os.environ if environ is None else environ
         kwargs = {}
-        known = set(_OTHER_VARS)
+        known = known_env_vars()
         for f in dataclasses.fields(cls):
             name = "EMBER_" + f.name.upper()
-            known.add(name)
             if name in env:
                 raw = env[name]
                 try:
@@ -63,6 +62,19 @@ class Config:
             if key.startswith("EMBER_") and key not in known and not key.startswith("EMBER_TEST_"):
                 warnings.warn(f"unknown environment variable {key} (ignored)", RuntimeWarning, stacklevel=2)
         return cls(**kwargs)
+
+
+_REGISTERED: set[str] = set()
+
+
+def register_env_vars(names: set[str]) -> None:
+    """Marks more EMBER_* variables as known (ember_common.settings registers the services')."""
+    _REGISTERED.update(names)
+
+
+def known_env_vars() -> set[str]:
+    """The tunables' variables, the addresses handed to child processes and registered ones."""
+    return set(_OTHER_VARS) | _REGISTERED | {"EMBER_" + f.name.upper() for f in dataclasses.fields(Config)}
 
 
 _config: Config | None = None

@@ -3,7 +3,6 @@
 (objects owned by a dead process are freed, its pins dropped)."""
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -14,6 +13,7 @@ from ember_common import backoff, metrics, rpc, service, tracing
 from ember_common.gcs_client import GcsClient
 from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 from ember_common.rpc import rpc_errors
+from ember_common.settings import ObjmgrSettings
 
 from .store import ObjectStore
 from .transfer import Puller, TransferServicer
@@ -168,21 +168,12 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
         await self.puller.close()
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="ember-objmgr", description="Ember object manager (one per node)")
-    p.add_argument("--store-dir", required=True, help="directory on a tmpfs (e.g. under /dev/shm)")
-    p.add_argument("--capacity-bytes", type=int, default=0)
-    p.add_argument("--spill-dir", default=None,
-                   help="where full-store objects go: a directory or a pyarrow.fs URI (s3://...)")
-    p.add_argument("--gcs-address", default="", help="GCS to follow for worker deaths")
-    p.add_argument("--node-id", default="")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=0)
-    service.add_common_flags(p)
-    return p.parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> ObjmgrSettings:
+    """The object manager's command line (ember_common.settings.ObjmgrSettings)."""
+    return ObjmgrSettings.from_argv_or_exit(argv)
 
 
-async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
+async def serve(ns: ObjmgrSettings, stop: asyncio.Event) -> None:
     store = ObjectStore(ns.store_dir, ns.capacity_bytes, ns.spill_dir)
     servicer = ObjectManagerServicer(store, ns.node_id)
     register_metrics(store, ns.node_id)

@@ -2,7 +2,6 @@
 heartbeats, follows the cluster view, and forwards worker output (log monitor)."""
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import socket
@@ -14,6 +13,7 @@ from ember_common.config import get_config
 from ember_common.gcs_client import GcsClient
 from ember_common.proto import common_pb2, gcs_pb2, raylet_pb2, raylet_pb2_grpc
 from ember_common.rpc import rpc_errors
+from ember_common.settings import RayletSettings
 
 from .log_monitor import LogMonitor
 from .raylet import Raylet
@@ -135,22 +135,9 @@ class GcsLink:
             log.warning("could not tell the GCS that this node stops: %s", e)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="ember-raylet", description="Ember raylet (one per node)")
-    p.add_argument("--gcs-address", required=True)
-    p.add_argument("--objmgr-address", required=True)
-    p.add_argument("--node-id", required=True)
-    p.add_argument("--store-dir", required=True)
-    p.add_argument("--session-dir", required=True)
-    p.add_argument("--resources", default="{}", help='JSON, e.g. {"CPU": 4, "GPU": 1, "custom": 2}')
-    p.add_argument("--object-store-memory", type=int, default=0)
-    p.add_argument("--node-ip", default="127.0.0.1")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=0)
-    p.add_argument("--head", action="store_true")
-    p.add_argument("--num-prestart-workers", type=int, default=None)
-    service.add_common_flags(p)
-    return p.parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> RayletSettings:
+    """The raylet's command line (ember_common.settings.RayletSettings)."""
+    return RayletSettings.from_argv_or_exit(argv)
 
 
 def parse_resources(raw: str) -> dict[str, float]:
@@ -158,9 +145,9 @@ def parse_resources(raw: str) -> dict[str, float]:
     return resources.parse_json(raw, source="--resources")
 
 
-async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
+async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
     cfg = get_config()
-    raylet = Raylet(node_id=ns.node_id, config=cfg, resources=parse_resources(ns.resources),
+    raylet = Raylet(node_id=ns.node_id, config=cfg, resources=dict(ns.resources),
                     gcs_address=ns.gcs_address, objmgr_address=ns.objmgr_address,
                     store_dir=ns.store_dir, session_dir=ns.session_dir, node_ip=ns.node_ip,
                     num_prestart_workers=ns.num_prestart_workers)
@@ -174,7 +161,7 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
         node_id=ns.node_id, raylet_address=raylet.address, objmgr_address=ns.objmgr_address,
         ip=ns.node_ip, hostname=socket.gethostname(), total_resources=raylet.resources.total,
         available_resources=raylet.resources.snapshot_available(), start_time=time.time(),
-        is_head=ns.head, store_dir=ns.store_dir, object_store_memory=ns.object_store_memory)
+        is_head=ns.head, store_dir=ns.store_dir, object_store_memory=ns.object_store_memory_bytes)
     link = GcsLink(raylet, node)
     raylet.on_worker_death = link.report_worker_death
     await link.register(cfg.start_timeout_s / 2)
