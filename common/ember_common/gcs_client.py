@@ -119,7 +119,7 @@ class GcsClient:
                              metadata: Sequence[tuple[str, str]] | None = None) -> common_pb2.ActorInfo:
         """Records an actor and starts creating it (idempotent by spec.actor_id).
         AlreadyExists when its name is taken in its namespace."""
-        reply = await self._call(self._actors.RegisterActor,
+        reply: gcs_pb2.RegisterActorReply = await self._call(self._actors.RegisterActor,
                                  gcs_pb2.RegisterActorRequest(creation_spec=spec), idempotent=True,
                                  timeout_s=timeout_s, retry=retry, metadata=metadata)
         return reply.actor
@@ -131,7 +131,7 @@ class GcsClient:
         """An actor's record. With wait_for_change the GCS answers once the actor is ALIVE with
         an incarnation above after_incarnation, or DEAD, or after wait_s. NotFound for an
         unknown actor."""
-        reply = await self._call(self._actors.GetActorInfo, gcs_pb2.GetActorInfoRequest(
+        reply: gcs_pb2.GetActorInfoReply = await self._call(self._actors.GetActorInfo, gcs_pb2.GetActorInfoRequest(
             actor_id=actor_id, wait_for_change=wait_for_change, after_incarnation=after_incarnation,
             timeout_s=wait_s), idempotent=True, timeout_s=timeout_s, retry=retry)
         return reply.actor
@@ -140,7 +140,7 @@ class GcsClient:
                                    timeout_s: float | None = None,
                                    retry: backoff.Backoff | None = None) -> common_pb2.ActorInfo:
         """The live actor with that name. NotFound when there is none."""
-        reply = await self._call(self._actors.GetNamedActorInfo, gcs_pb2.GetNamedActorInfoRequest(
+        reply: gcs_pb2.GetNamedActorInfoReply = await self._call(self._actors.GetNamedActorInfo, gcs_pb2.GetNamedActorInfoRequest(
             name=name, namespace=namespace), idempotent=True, timeout_s=timeout_s, retry=retry)
         return reply.actor
 

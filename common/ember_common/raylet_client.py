@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, TypeVar
 
 import grpc
 
@@ -24,6 +24,8 @@ from .proto import raylet_pb2, raylet_pb2_grpc
 # Failed lease requests to the home raylet: 20 tries over ~8 s, then the tasks fail.
 LEASE_RETRY = backoff.Backoff(initial_s=0.05, multiplier=1.5, max_s=0.5, deadline_s=None,
                               max_attempts=20)
+
+_R = TypeVar("_R")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,9 +50,9 @@ class RayletClient:
             self._pool = rpc.ChannelPool()
             channel_for = self._pool.get
         self._channel_for = channel_for
-        self._stubs: dict[str, raylet_pb2_grpc.RayletStub] = {}
+        self._stubs: dict[str, raylet_pb2_grpc.RayletAsyncStub] = {}
 
-    def _stub(self, address: str | None) -> raylet_pb2_grpc.RayletStub:
+    def _stub(self, address: str | None) -> raylet_pb2_grpc.RayletAsyncStub:
         addr = address or self.home
         stub = self._stubs.get(addr)
         if stub is None:
@@ -67,7 +69,7 @@ class RayletClient:
             self, request: raylet_pb2.RequestWorkerLeaseRequest, *, address: str | None = None,
             retry: backoff.Backoff | None = None, keep_trying: Callable[[], bool] | None = None,
             on_hop: Callable[[str], None] | None = None,
-            metadata: Sequence[tuple[str, str]] | None = None) -> LeaseGrant | None:
+            metadata: tuple[tuple[str, str], ...] | None = None) -> LeaseGrant | None:
         """Leases a worker, starting at address (default: home) and following spillback.
 
         Returns the grant, or None when the request was cancelled (CancelWorkerLease, or its
@@ -148,7 +150,7 @@ class RayletClient:
         await self._unary(self._stub(address).Shutdown, raylet_pb2.ShutdownRequest(), timeout_s)
 
     @staticmethod
-    async def _unary(method: Any, request: Any, timeout_s: float | None) -> Any:
+    async def _unary(method: Callable[..., Awaitable[_R]], request: Any, timeout_s: float | None) -> _R:
         try:
             return await method(request, timeout=timeout_s)
         except grpc.aio.AioRpcError as e:

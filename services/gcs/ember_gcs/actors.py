@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from typing import Any
 
 import grpc
 
@@ -42,7 +43,7 @@ class ActorManager:
         self.names: dict[tuple[str, str], bytes] = {}
         self.by_worker: dict[str, bytes] = {}
         self._changed = asyncio.Condition()
-        self._creating: dict[bytes, asyncio.Task] = {}
+        self._creating: dict[bytes, asyncio.Task[None]] = {}
         self._channels = rpc.ChannelPool()
         self.raylets = RayletClient(channel_for=self._channels.get)
 
@@ -186,8 +187,13 @@ class ActorManager:
     def _start_creation(self, a: common_pb2.ActorInfo) -> None:
         task = asyncio.ensure_future(self._create(a))
         self._creating[a.actor_id] = task
-        task.add_done_callback(lambda t, aid=a.actor_id: self._creating.pop(aid, None)
-                               if self._creating.get(aid) is t else None)
+        aid = a.actor_id
+
+        def done(t: asyncio.Task[None]) -> None:
+            if self._creating.get(aid) is t:
+                self._creating.pop(aid, None)
+
+        task.add_done_callback(done)
 
     def _first_raylet(self, a: common_pb2.ActorInfo) -> str | None:
         owner = self.nodes.get(a.creation_spec.actor_creation.owner_node_id)
@@ -202,10 +208,10 @@ class ActorManager:
             return
         # In the trace of the call that created the actor, restarts included.
         what = "restart" if a.num_restarts else "create"
+        attrs: dict[str, Any] = {"ember.actor_id": a.actor_id.hex(), "ember.actor.class": a.class_name,
+                                 "ember.actor.restarts": a.num_restarts}
         with tracing.span(f"actor {what} {a.class_name}",
-                          context=tracing.extract(a.creation_spec.trace_context),
-                          **{"ember.actor_id": a.actor_id.hex(), "ember.actor.class": a.class_name,
-                             "ember.actor.restarts": a.num_restarts}) as sp:
+                          context=tracing.extract(a.creation_spec.trace_context), **attrs) as sp:
             await self._create_untraced(a)
             sp.set_attribute("ember.actor.state", A.State.Name(a.state))
             if a.state == A.ALIVE:

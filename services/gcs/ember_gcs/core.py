@@ -59,7 +59,7 @@ class GcsCore:
         of max(node_death_timeout_s, RESTART_GRACE_S) to send its first heartbeat."""
         # _last_seen in the future: detect_deaths measures silence from this point on.
         now = time.monotonic() + max(0.0, self.RESTART_GRACE_S - self.death_timeout_s)
-        for key, blob in (await self.storage.get_all(NODES)).items():
+        for blob in (await self.storage.get_all(NODES)).values():
             info = common_pb2.NodeInfo.FromString(blob)
             self.nodes[info.node_id] = info
             if info.state == common_pb2.NodeInfo.ALIVE:
@@ -68,8 +68,7 @@ class GcsCore:
         await self.actors.load()
         for job in await self.all_jobs():
             if not job.is_dead:  # its driver must reconnect after our restart
-                asyncio.get_running_loop().call_later(
-                    10 * self.driver_grace_s, lambda j=job.job_id: asyncio.ensure_future(self._check_driver(j)))
+                asyncio.get_running_loop().call_later(10 * self.driver_grace_s, self._check_driver_soon, job.job_id)
 
     # ------------------------------------------------------------------ nodes
     async def register_node(self, info: common_pb2.NodeInfo) -> None:
@@ -196,6 +195,9 @@ class GcsCore:
                 await self.mark_job_finished(job_id)
         except Exception as e:  # storage down: the job stays open until its next check
             log.warning("cannot check the driver of job %s: %s", job_id.hex(), e)
+
+    def _check_driver_soon(self, job_id: bytes) -> None:
+        asyncio.ensure_future(self._check_driver(job_id))
 
     def _driver_gone(self, job_id: bytes) -> None:
         n = self._drivers.get(job_id, 1) - 1

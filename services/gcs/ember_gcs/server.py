@@ -59,7 +59,7 @@ def register_metrics(core: GcsCore) -> None:
         return
 
     def by_state(items: Any, names: Any) -> dict[tuple[str, ...], float]:
-        counts = {(name,): 0.0 for name in names.keys()}
+        counts: dict[tuple[str, ...], float] = {(name,): 0.0 for name in names.keys()}
         for item in items:
             counts[(names.Name(item.state),)] += 1
         return counts

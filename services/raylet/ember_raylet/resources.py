@@ -70,7 +70,7 @@ class NodeResources:
         return Allocation(dict(request), [i for i, _ in picks], [s for _, s in picks])
 
     def release(self, alloc: Allocation) -> None:
-        for i, share in zip(alloc.gpu_ids, alloc.gpu_shares):
+        for i, share in zip(alloc.gpu_ids, alloc.gpu_shares, strict=True):
             self.gpus[i] = min(1.0, self.gpus[i] + share)
         for k, v in alloc.resources.items():
             if v > 0:

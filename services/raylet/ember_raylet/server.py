@@ -29,7 +29,7 @@ class RayletServicer(raylet_pb2_grpc.RayletServicer):
         self.stop = stop
 
     @rpc_errors
-    async def RegisterWorker(self, request: Any, context: Any) -> Any:
+    async def RegisterWorker(self, request: raylet_pb2.RegisterWorkerRequest, context: rpc.Context) -> Any:
         r = self.raylet
         r.register_worker(request.worker_id, request.pid, request.port)
         return raylet_pb2.RegisterWorkerReply(node_id=r.node_id, gcs_address=r.gcs_address,
@@ -37,29 +37,29 @@ class RayletServicer(raylet_pb2_grpc.RayletServicer):
                                               session_dir=r.session_dir)
 
     @rpc_errors
-    async def RequestWorkerLease(self, request: Any, context: Any) -> Any:
+    async def RequestWorkerLease(self, request: raylet_pb2.RequestWorkerLeaseRequest, context: rpc.Context) -> Any:
         return await self.raylet.request_lease(request)
 
     @rpc_errors
-    async def ReturnWorker(self, request: Any, context: Any) -> Any:
+    async def ReturnWorker(self, request: raylet_pb2.ReturnWorkerRequest, context: rpc.Context) -> Any:
         self.raylet.return_worker(request.lease_id, request.disconnect)
         return raylet_pb2.ReturnWorkerReply()
 
     @rpc_errors
-    async def CancelWorkerLease(self, request: Any, context: Any) -> Any:
+    async def CancelWorkerLease(self, request: raylet_pb2.CancelWorkerLeaseRequest, context: rpc.Context) -> Any:
         return raylet_pb2.CancelWorkerLeaseReply(cancelled=self.raylet.cancel_lease(request.lease_id))
 
     @rpc_errors
-    async def NotifyWorkerBlocked(self, request: Any, context: Any) -> Any:
+    async def NotifyWorkerBlocked(self, request: raylet_pb2.NotifyWorkerBlockedRequest, context: rpc.Context) -> Any:
         self.raylet.notify_blocked(request.worker_id, request.blocked)
         return raylet_pb2.NotifyWorkerBlockedReply()
 
     @rpc_errors
-    async def GetNodeStats(self, request: Any, context: Any) -> Any:
+    async def GetNodeStats(self, request: raylet_pb2.GetNodeStatsRequest, context: rpc.Context) -> Any:
         return self.raylet.stats()
 
     @rpc_errors
-    async def Shutdown(self, request: Any, context: Any) -> Any:
+    async def Shutdown(self, request: raylet_pb2.ShutdownRequest, context: rpc.Context) -> Any:
         self.stop.set()
         return raylet_pb2.ShutdownReply()
 
