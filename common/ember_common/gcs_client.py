@@ -18,6 +18,7 @@ from typing import Any, AsyncGenerator, Callable, Sequence, TypeVar
 import grpc
 
 from . import backoff, rpc
+from .gcs_pg_client import PlacementGroupMethods
 from .proto import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 T = TypeVar("T")
@@ -27,7 +28,7 @@ DEFAULT_TIMEOUT_S = 30.0
 FOLLOW_RETRY = backoff.Backoff(initial_s=0.2, max_s=2.0, deadline_s=None)
 
 
-class GcsClient:
+class GcsClient(PlacementGroupMethods):
     """The GCS's services behind one asyncio object (use it from one event loop)."""
 
     def __init__(self, address: str, *, retry: backoff.Backoff = backoff.SERVICE_RESTART,
@@ -43,6 +44,7 @@ class GcsClient:
         self._workers = gcs_pb2_grpc.WorkerInfoGcsServiceStub(ch)
         self._kv = gcs_pb2_grpc.InternalKVGcsServiceStub(ch)
         self._pubsub = gcs_pb2_grpc.InternalPubSubGcsServiceStub(ch)
+        self._pgs = gcs_pb2_grpc.PlacementGroupInfoGcsServiceStub(ch)
 
     async def close(self) -> None:
         """Closes the channel (calls in flight fail)."""

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 import grpc
 
 from . import backoff, rpc
-from .proto import raylet_pb2, raylet_pb2_grpc
+from .proto import common_pb2, raylet_pb2, raylet_pb2_grpc
 
 # Failed lease requests to the home raylet: 20 tries over ~8 s, then the tasks fail.
 LEASE_RETRY = backoff.Backoff(initial_s=0.05, multiplier=1.5, max_s=0.5, deadline_s=None,
@@ -144,6 +144,33 @@ class RayletClient:
         """The node's resources, workers and queued lease requests."""
         return await self._unary(self._stub(address).GetNodeStats, raylet_pb2.GetNodeStatsRequest(),
                                  timeout_s)
+
+    async def prepare_bundle_resources(self, placement_group_id: bytes, bundles: Sequence[common_pb2.Bundle],
+                                       *, address: str | None = None, timeout_s: float = 10.0) -> bool:
+        """Placement groups, phase one: reserves the bundles on that node (all or none); False
+        when they do not fit there now. Idempotent."""
+        reply = await self._unary(self._stub(address).PrepareBundleResources,
+                                  raylet_pb2.PrepareBundleResourcesRequest(
+                                      placement_group_id=placement_group_id, bundles=list(bundles)),
+                                  timeout_s)
+        return bool(reply.success)
+
+    async def commit_bundle_resources(self, placement_group_id: bytes, bundle_indexes: Sequence[int], *,
+                                      address: str | None = None, timeout_s: float = 10.0) -> None:
+        """Phase two: the prepared bundles become usable. Infeasible when one is not prepared."""
+        await self._unary(self._stub(address).CommitBundleResources,
+                          raylet_pb2.CommitBundleResourcesRequest(placement_group_id=placement_group_id,
+                                                                  bundle_indexes=list(bundle_indexes)),
+                          timeout_s)
+
+    async def cancel_resource_reserve(self, placement_group_id: bytes, bundle_indexes: Sequence[int] = (),
+                                      *, address: str | None = None, timeout_s: float = 10.0) -> None:
+        """Releases the group's bundles on that node (all when bundle_indexes is empty); the
+        workers leased from them are killed. Idempotent."""
+        await self._unary(self._stub(address).CancelResourceReserve,
+                          raylet_pb2.CancelResourceReserveRequest(placement_group_id=placement_group_id,
+                                                                  bundle_indexes=list(bundle_indexes)),
+                          timeout_s)
 
     async def shutdown(self, *, address: str | None = None, timeout_s: float = 5.0) -> None:
         """Stops the node (its workers, then the raylet)."""

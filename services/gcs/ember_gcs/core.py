@@ -20,6 +20,7 @@ from ember_common.rpc import NotFound
 
 from .actors import ActorManager
 from .kv import InternalKV
+from .placement_groups import PlacementGroups
 from .storage import Storage
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class GcsCore:
         self._subs: list[Subscriber] = []
         self.actors = ActorManager(storage, self.nodes)
         self.kv = InternalKV(storage)
+        self.pgs = PlacementGroups(storage, self.nodes)
         # Open "driver" streams per job: a job whose driver is gone for DRIVER_GRACE_S ends.
         self._drivers: dict[bytes, int] = {}
         self.driver_grace_s = 3.0
@@ -66,6 +68,7 @@ class GcsCore:
                 self._last_seen[info.node_id] = now
         log.info("loaded %d nodes from storage", len(self.nodes))
         await self.actors.load()
+        await self.pgs.load()
         for job in await self.all_jobs():
             if not job.is_dead:  # its driver must reconnect after our restart
                 asyncio.get_running_loop().call_later(10 * self.driver_grace_s, self._check_driver_soon, job.job_id)
@@ -85,6 +88,7 @@ class GcsCore:
         log.info("node %s registered (raylet %s, resources %s)", info.node_id[:8],
                  info.raylet_address, dict(info.total_resources))
         self._publish_node(info)
+        self.pgs.wake()
 
     def heartbeat(self, node_id: str, available: dict[str, float], total: dict[str, float]) -> None:
         """A node is alive with these resources (published when they changed). NotFound when the
@@ -118,6 +122,7 @@ class GcsCore:
         log.warning("node %s marked DEAD: %s", node_id[:8], reason)
         self._publish_node(info)
         await self.actors.on_node_dead(node_id)
+        await self.pgs.on_node_dead(node_id)
 
     async def detect_deaths(self, stop: asyncio.Event) -> None:
         period = min(0.5, self.death_timeout_s / 4)
@@ -153,6 +158,7 @@ class GcsCore:
         job.end_time = time.time()
         await self.storage.put(JOBS, job_id, job.SerializeToString())
         await self.actors.on_job_finished(job_id)
+        await self.pgs.on_job_finished(job_id)
         if job.driver_worker_id:  # object managers free what the driver owned
             self.publish_worker_death(job.driver_worker_id, "", "driver exited")
 

@@ -33,6 +33,7 @@ async def serve(ns: GcsSettings, stop: asyncio.Event) -> None:
         raise ConnectionError(str(e)) from None
     core = GcsCore(storage, cfg.node_death_timeout_s, cluster_id=ns.cluster_name)
     await core.load()
+    core.pgs.start()
     register_metrics(core)
     server, port, health = rpc.build_server([lambda s: servicers.add_all(core, s)],
                                             host=ns.host, port=ns.port)
@@ -49,6 +50,7 @@ async def serve(ns: GcsSettings, stop: asyncio.Event) -> None:
     core.close_subscriptions()
     await server.stop(1.0)
     await core.actors.close()
+    await core.pgs.close()
     deaths.cancel()
     await storage.close()
 
@@ -66,6 +68,8 @@ def register_metrics(core: GcsCore) -> None:
 
     metrics.gauge("ember_actors_total", "Actors by state",
                   lambda: by_state(core.actors.actors.values(), common_pb2.ActorInfo.State), ("state",))
+    metrics.gauge("ember_placement_groups", "Placement groups by state",
+                  lambda: {(state,): float(n) for state, n in core.pgs.manager.counts().items()}, ("state",))
     metrics.gauge("ember_nodes_total", "Nodes by state",
                   lambda: by_state(core.nodes.values(), common_pb2.NodeInfo.State), ("state",))
 

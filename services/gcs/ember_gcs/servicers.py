@@ -155,11 +155,52 @@ class InternalPubSubServicer(gcs_pb2_grpc.InternalPubSubGcsServiceServicer):
         return gcs_pb2.PublishLogsReply()
 
 
+class PlacementGroupServicer(gcs_pb2_grpc.PlacementGroupInfoGcsServiceServicer):
+    """Placement groups (core: PlacementGroups)."""
+
+    def __init__(self, core: GcsCore) -> None:
+        self.pgs = core.pgs
+
+    @rpc_errors
+    async def CreatePlacementGroup(self, request: gcs_pb2.CreatePlacementGroupRequest,
+                                   context: rpc.Context) -> gcs_pb2.CreatePlacementGroupReply:
+        return gcs_pb2.CreatePlacementGroupReply(placement_group=await self.pgs.create(request.spec))
+
+    @rpc_errors
+    async def RemovePlacementGroup(self, request: gcs_pb2.RemovePlacementGroupRequest,
+                                   context: rpc.Context) -> gcs_pb2.RemovePlacementGroupReply:
+        await self.pgs.remove(request.placement_group_id)
+        return gcs_pb2.RemovePlacementGroupReply()
+
+    @rpc_errors
+    async def GetPlacementGroup(self, request: gcs_pb2.GetPlacementGroupRequest,
+                                context: rpc.Context) -> gcs_pb2.GetPlacementGroupReply:
+        return gcs_pb2.GetPlacementGroupReply(
+            placement_group=self.pgs.manager.get(request.placement_group_id))
+
+    @rpc_errors
+    async def GetNamedPlacementGroup(self, request: gcs_pb2.GetNamedPlacementGroupRequest,
+                                     context: rpc.Context) -> gcs_pb2.GetNamedPlacementGroupReply:
+        return gcs_pb2.GetNamedPlacementGroupReply(
+            placement_group=self.pgs.manager.get_named(request.name, request.namespace))
+
+    @rpc_errors
+    async def GetAllPlacementGroup(self, request: gcs_pb2.GetAllPlacementGroupRequest,
+                                   context: rpc.Context) -> gcs_pb2.GetAllPlacementGroupReply:
+        return gcs_pb2.GetAllPlacementGroupReply(placement_groups=list(self.pgs.manager.groups.values()))
+
+    @rpc_errors
+    async def WaitPlacementGroupUntilReady(self, request: gcs_pb2.WaitPlacementGroupUntilReadyRequest,
+                                           context: rpc.Context) -> gcs_pb2.WaitPlacementGroupUntilReadyReply:
+        ready, g = await self.pgs.wait_ready(request.placement_group_id, request.timeout_s)
+        return gcs_pb2.WaitPlacementGroupUntilReadyReply(ready=ready, placement_group=g)
+
+
 # Health name of the GCS as a whole (docker/healthcheck.py asks for it), then each service's.
 HEALTH_NAME = "ember.Gcs"
 SERVICE_NAMES = [gcs_pb2.DESCRIPTOR.services_by_name[name].full_name for name in (
     "NodeInfoGcsService", "JobInfoGcsService", "ActorInfoGcsService", "WorkerInfoGcsService",
-    "InternalKVGcsService", "InternalPubSubGcsService")]
+    "InternalKVGcsService", "InternalPubSubGcsService", "PlacementGroupInfoGcsService")]
 
 
 def add_all(core: GcsCore, server: grpc.aio.Server) -> None:
@@ -170,3 +211,4 @@ def add_all(core: GcsCore, server: grpc.aio.Server) -> None:
     gcs_pb2_grpc.add_WorkerInfoGcsServiceServicer_to_server(WorkerInfoServicer(core), server)
     gcs_pb2_grpc.add_InternalKVGcsServiceServicer_to_server(InternalKVServicer(core), server)
     gcs_pb2_grpc.add_InternalPubSubGcsServiceServicer_to_server(InternalPubSubServicer(core), server)
+    gcs_pb2_grpc.add_PlacementGroupInfoGcsServiceServicer_to_server(PlacementGroupServicer(core), server)

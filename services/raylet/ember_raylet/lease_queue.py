@@ -30,6 +30,7 @@ class LeaseRequest:
     owner_worker_id: str = ""
     actor: bool = False
     deadline_s: float = 0.0  # when an infeasible request fails (clock time)
+    gpu_ids: list[int] | None = None  # preset (a bundle's GPUs) instead of allocated ones
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,17 @@ class LeaseQueue:
                 self.infeasible.remove(req)
                 out.append(Fail(req, f"{d.reason} Waited {self.infeasible_timeout_s:g}s for a node that "
                                      f"could run {req.name or 'the task'}; none joined."))
+        return out
+
+    def recheck(self) -> list[Spill]:
+        """Re-decides waiting requests this node can no longer ever run (their placement group
+        bundle was removed): they spill, or wait as infeasible."""
+        out: list[Spill] = []
+        for req in [r for r in self.waiting if not self.resources.fits_total(r.resources)]:
+            self.waiting.remove(req)
+            d = self.submit(req)
+            if isinstance(d, Spill):
+                out.append(d)
         return out
 
     def cancel(self, lease_id: bytes) -> LeaseRequest | None:

@@ -11,11 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 from ember_common import ids, tracing
@@ -23,44 +19,17 @@ from ember_common.config import Config
 from ember_common.proto import common_pb2, raylet_pb2
 from ember_common.rpc import Infeasible
 
+from . import bundles as bundles_mod
+from .bundles import BundleTable
 from .lease_queue import Fail, LeaseQueue, LeaseRequest, Spill
-from .resources import Allocation, NodeResources, validate_request
+from .resources import NodeResources, validate_request
 from .scheduler import RemoteNode
 from .worker_pool import WorkerPool, WorkerState, shape_of
+from .worker_procs import Lease, WorkerProc, spawn_worker, stop_all
 
 log = logging.getLogger(__name__)
 
 LeaseReply = raylet_pb2.RequestWorkerLeaseReply
-
-
-@dataclass
-class WorkerProc:
-    """A worker process started by this raylet."""
-
-    worker_id: str
-    popen: subprocess.Popen[bytes]
-    port: int = 0
-    lease: Lease | None = None
-    dead: bool = False
-    started_at: float = field(default_factory=time.monotonic)
-
-    @property
-    def pid(self) -> int:
-        """The process id."""
-        return self.popen.pid
-
-
-@dataclass
-class Lease:
-    """A granted lease: a worker and the resources it holds."""
-
-    lease_id: bytes
-    worker: WorkerProc
-    alloc: Allocation
-    name: str
-    blocked: bool = False
-    owner: str = ""  # worker id of the process using the lease
-    actor: bool = False  # a dedicated actor worker (not counted as a running task)
 
 
 class Raylet:
@@ -83,6 +52,7 @@ class Raylet:
         self.leases: dict[bytes, Lease] = {}
         self.futures: dict[bytes, asyncio.Future[LeaseReply]] = {}
         self.queue = LeaseQueue(node_id, self.resources, config.infeasible_timeout_s, clock)
+        self.bundles = BundleTable(self.resources)
         cpus = int(self.resources.total.get("CPU", 0))
         self.pool = WorkerPool(
             num_prestart=cpus if num_prestart_workers is None else num_prestart_workers,
@@ -100,25 +70,13 @@ class Raylet:
     # ------------------------------------------------------------------ workers
     def start_worker(self) -> WorkerProc:
         """Launches one worker process (it registers with RegisterWorker)."""
-        worker_id = ids.new_worker_id()
-        env = dict(os.environ)
-        env.update({
-            "EMBER_RAYLET_ADDRESS": self.address, "EMBER_WORKER_ID": worker_id,
-            "EMBER_GCS_ADDRESS": self.gcs_address, "EMBER_OBJMGR_ADDRESS": self.objmgr_address,
-            "EMBER_NODE_ID": self.node_id, "EMBER_STORE_DIR": self.store_dir,
-            "EMBER_SESSION_DIR": self.session_dir, "EMBER_NODE_IP": self.node_ip,
-            "PYTHONUNBUFFERED": "1",
-        })
-        os.makedirs(self.logs_dir, exist_ok=True)
-        out = open(os.path.join(self.logs_dir, f"worker-{worker_id}.out"), "ab")
-        err = open(os.path.join(self.logs_dir, f"worker-{worker_id}.err"), "ab")
-        popen = subprocess.Popen([sys.executable, "-m", "ember._private.worker_main"], env=env,
-                                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, close_fds=True)
-        out.close()
-        err.close()
-        w = WorkerProc(worker_id, popen)
-        self.workers[worker_id] = w
-        self.pool.add_starting(worker_id)
+        w = spawn_worker(ids.new_worker_id(), self.logs_dir, {
+            "EMBER_RAYLET_ADDRESS": self.address, "EMBER_GCS_ADDRESS": self.gcs_address,
+            "EMBER_OBJMGR_ADDRESS": self.objmgr_address, "EMBER_NODE_ID": self.node_id,
+            "EMBER_STORE_DIR": self.store_dir, "EMBER_SESSION_DIR": self.session_dir,
+            "EMBER_NODE_IP": self.node_ip})
+        self.workers[w.worker_id] = w
+        self.pool.add_starting(w.worker_id)
         return w
 
     def starting(self) -> int:
@@ -193,8 +151,14 @@ class Raylet:
         """Grants, spills back, queues, or (after the infeasible timeout) fails a request."""
         resources = dict(req.resources)
         validate_request(resources)
+        gpu_ids = None
+        if req.placement_group_id:  # inside a bundle: its named resources, its GPUs
+            idx = req.placement_group_bundle_index
+            resources = bundles_mod.translate(resources, req.placement_group_id, idx)
+            if req.resources.get("GPU", 0) > 0:
+                gpu_ids = self.bundles.gpu_ids(req.placement_group_id, idx)
         lr = LeaseRequest(req.lease_id, resources, req.spillback_count, req.name,
-                          req.owner_worker_id, bool(req.actor_id))
+                          req.owner_worker_id, bool(req.actor_id), gpu_ids=gpu_ids)
         fut: asyncio.Future[LeaseReply] = asyncio.get_running_loop().create_future()
         self.futures[req.lease_id] = fut
         decision = self.queue.submit(lr)
@@ -265,7 +229,7 @@ class Raylet:
             self._answer(lease.lease_id, LeaseReply(granted=raylet_pb2.Grant(
                 worker_address=common_pb2.Address(ip=self.node_ip, port=w.port, worker_id=w.worker_id,
                                                   node_id=self.node_id),
-                gpu_ids=g.alloc.gpu_ids, pid=w.pid)))
+                gpu_ids=g.alloc.gpu_ids if g.request.gpu_ids is None else g.request.gpu_ids, pid=w.pid)))
         for _ in range(self.pool.to_start(sched.workers_wanted)):
             self.start_worker()
 
@@ -337,6 +301,32 @@ class Raylet:
             except asyncio.TimeoutError:
                 pass
 
+    # ------------------------------------------------------------------ placement groups
+    def prepare_bundles(self, pg_id: bytes, bundles: list[tuple[int, dict[str, float]]]) -> bool:
+        """Phase one: reserves the bundles (all or none); False when they do not fit now."""
+        for _, res in bundles:
+            validate_request(res)
+        return self.bundles.prepare(pg_id, bundles)
+
+    def commit_bundles(self, pg_id: bytes, indexes: list[int]) -> None:
+        """Phase two: the bundles' named resources appear; waiting leases may use them."""
+        self.bundles.commit(pg_id, indexes)
+        self.dispatch()
+
+    def cancel_bundles(self, pg_id: bytes, indexes: list[int]) -> int:
+        """Releases bundles; kills the workers leased from them first. Returns how many bundles
+        were released (0: nothing was reserved, e.g. a repeated call)."""
+        names = self.bundles.group_resource_names(pg_id, indexes)
+        for lease in [ls for ls in self.leases.values() if names & set(ls.alloc.resources)]:
+            log.info("lease %s: its placement group bundle is removed; killing worker %s",
+                     lease.lease_id.hex()[:8], lease.worker.worker_id)
+            self.return_worker(lease.lease_id, disconnect=True)
+        released = self.bundles.cancel(pg_id, indexes)
+        for s in self.queue.recheck():
+            self._spill(s)
+        self.dispatch()
+        return len(released)
+
     # ------------------------------------------------------------------ cluster view
     def update_node(self, info: common_pb2.NodeInfo) -> None:
         """A node of the cluster view changed (the GCS's nodes feed)."""
@@ -350,6 +340,10 @@ class Raylet:
         reply = raylet_pb2.GetNodeStatsReply(
             node_id=self.node_id, total_resources=self.resources.total,
             available_resources=self.resources.snapshot_available(), queued_leases=len(self.queue))
+        for r in self.bundles.bundles.values():
+            reply.bundles.append(raylet_pb2.BundleStats(
+                placement_group_id=r.pg_id, committed=r.committed,
+                bundle=common_pb2.Bundle(index=r.index, resources=r.resources, node_id=self.node_id)))
         for w in self.workers.values():
             reply.workers.append(raylet_pb2.WorkerStats(
                 worker_id=w.worker_id, pid=w.pid, leased=w.lease is not None,
@@ -363,17 +357,4 @@ class Raylet:
             fut = self.futures.get(req.lease_id)
             if fut is not None and not fut.done():
                 fut.cancel()
-        procs = [w.popen for w in self.workers.values()]
-        for pp in procs:
-            if pp.poll() is None:
-                try:
-                    pp.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and any(pp.poll() is None for pp in procs):
-            await asyncio.sleep(0.05)
-        for pp in procs:
-            if pp.poll() is None:
-                pp.kill()
-                pp.wait()
+        await stop_all([w.popen for w in self.workers.values()])

@@ -86,5 +86,22 @@ class NodeResources:
         for k, v in resources.items():
             self.available[k] = self.available.get(k, 0.0) - v
 
+    def add_named(self, resources: dict[str, float]) -> None:
+        """New resources on this node (a committed placement group bundle's named resources)."""
+        for k, v in resources.items():
+            self.total[k] = self.total.get(k, 0.0) + v
+            self.available[k] = self.available.get(k, 0.0) + v
+
+    def remove_named(self, resources: dict[str, float]) -> None:
+        """Takes named resources away again (the bundle is released; its leases are gone)."""
+        for k, v in resources.items():
+            left = self.total.get(k, 0.0) - v
+            if left <= EPS:
+                self.total.pop(k, None)
+                self.available.pop(k, None)
+            else:
+                self.total[k] = left
+                self.available[k] = self.available.get(k, 0.0) - v
+
     def snapshot_available(self) -> dict[str, float]:
         return {k: round(max(v, 0.0), 6) for k, v in self.available.items()}
