@@ -89,6 +89,8 @@ class PlacementGroups:
         g = self.manager.get(pg_id)
         if g.state == PG.REMOVED:
             return
+        placed = [b.index for b in g.bundles if b.node_id]
+        self._adjust_view(g, placed, +1)
         cancels = self.manager.remove(pg_id, why)
         log.info("placement group %s REMOVED: %s", pg_id.hex()[:8], why)
         await self._save(g)
@@ -142,6 +144,18 @@ class PlacementGroups:
         return ({n.node_id: dict(n.available_resources) for n in alive},
                 {n.node_id: dict(n.total_resources) for n in alive})
 
+    def _adjust_view(self, g: common_pb2.PlacementGroupInfo, indexes: list[int], sign: int) -> None:
+        """Takes (-1) or gives back (+1) bundles' resources in the GCS's copy of the nodes'
+        availability until their next heartbeats report it themselves, so the next group is
+        placed on what is really left without waiting for a heartbeat."""
+        for i in indexes:
+            b = g.bundles[i]
+            node = self.nodes.get(b.node_id)
+            if node is None:
+                continue
+            for k, v in b.resources.items():
+                node.available_resources[k] = node.available_resources.get(k, 0.0) + sign * v
+
     async def _recommit(self) -> None:
         for g in [g for g in self.manager.groups.values() if g.state == PG.PREPARED]:
             plan: dict[str, list[int]] = {}
@@ -171,11 +185,7 @@ class PlacementGroups:
             await self._rollback(pg_id, d.plan, "; ".join(failed))
             return
         self.manager.prepared(pg_id, d.plan)
-        for b in g.bundles:  # until the nodes' next heartbeats say so themselves
-            node = self.nodes.get(b.node_id)
-            if node is not None:
-                for k, v in b.resources.items():
-                    node.available_resources[k] = node.available_resources.get(k, 0.0) - v
+        self._adjust_view(g, [i for ix in d.plan.values() for i in ix], -1)
         await self._save(g)
         await self._commit(pg_id, d.plan)
 
