@@ -181,8 +181,11 @@ def _command(role: str) -> list[str]:
             **common).to_argv()]
     if role == "serve-proxy":  # a cluster client: workers must reach it at this container's IP
         os.environ["EMBER_NODE_IP"] = node_ip(gcs_address())
-        return [sys.executable, "-m", "ember_serve_proxy", "--gcs-address", gcs_address(),
+        args = [sys.executable, "-m", "ember_serve_proxy", "--gcs-address", gcs_address(),
                 "--host", "0.0.0.0", "--port", str(env_int("EMBER_HTTP_PORT", 8000))]
+        if common["metrics_export_port"]:  # a driver, not a service: no settings dataclass
+            args += ["--metrics-export-port", str(common["metrics_export_port"])]
+        return args
     if role == "driver":  # a user program in its own container: advertise the container's IP
         os.environ["EMBER_NODE_IP"] = node_ip(env("EMBER_ADDRESS", "gcs:6379"))
         return []

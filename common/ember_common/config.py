@@ -15,6 +15,8 @@ _OTHER_VARS = {
     "EMBER_GCS_ADDRESS", "EMBER_OBJMGR_ADDRESS", "EMBER_STORE_DIR", "EMBER_WORKER_ID",
     "EMBER_JOB_ID", "EMBER_TEMP_DIR", "EMBER_NODE_IP", "EMBER_LOG_LEVEL", "EMBER_TRACE_DIR",
     "EMBER_METRICS_EXPORT_PORT",  # containers: docker/entrypoint.py turns it into --metrics-export-port
+    # The image build and docker-compose.yml (a shell that runs the e2e tests or a driver has them).
+    "EMBER_IMAGE_TAG", "EMBER_OS_IMAGE", "EMBER_EXTRAS", "EMBER_REBUILD_OS",
 }
 
 

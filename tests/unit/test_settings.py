@@ -121,3 +121,6 @@ def test_container_commands_parse_back_into_settings(monkeypatch):
     assert o.node_id == r.node_id and o.capacity_bytes == 256 * 2**20 and o.metrics_export_port == 9101
     g = GcsSettings.from_argv(ep.command("gcs")[1:])
     assert g.storage == "etcd://etcd:2379" and g.cluster_name == "c9" and g.metrics_export_port == 9102
+    monkeypatch.setenv("EMBER_NODE_IP", "127.0.0.1")  # the serve-proxy role sets it: restored after
+    proxy = ep.command("serve-proxy")
+    assert proxy[proxy.index("--metrics-export-port") + 1] == "9103"
