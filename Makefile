@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEV := $(VENV)/.dev-installed
 
-.PHONY: install demo test unit integration e2e images protos bench clean
+.PHONY: install demo test lint unit integration e2e images protos bench clean
 
 # What the tests and the demo need: the package (editable) with its dev extra.
 $(DEV): pyproject.toml
@@ -22,9 +22,16 @@ demo: $(DEV)
 
 # With a Docker engine, the images are (re)built first (cached) so the e2e tests run on this tree;
 # without one the e2e tests skip, saying so.
-test: $(DEV)
+test: lint
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images; fi
 	$(PY) -m pytest -q tests
+
+# Lint gates, one line per area (configured in pyproject.toml): the kit and the services.
+LINT_SVC_PATHS := common/ember_common services
+LINT_SVC_PACKAGES := -p ember_common -p ember_gcs -p ember_raylet -p ember_objmgr -p ember_serve_proxy
+lint: $(DEV)
+	$(VENV)/bin/ruff check $(LINT_SVC_PATHS)
+	$(VENV)/bin/mypy $(LINT_SVC_PACKAGES)
 
 unit: $(DEV)
 	$(PY) -m pytest -q tests/unit

@@ -108,59 +108,84 @@ def store_dir(nid: str) -> str:
     return f"/dev/shm/ember-store/{env('EMBER_CLUSTER_NAME', 'default')}/{nid}"
 
 
-def command(role: str) -> list[str]:
-    args = _command(role)
+# Container defaults of the services' settings (ember_common.settings), where they differ.
+CONTAINER_DEFAULTS = {
+    "EMBER_GCS_ADDRESS": "gcs:6379", "EMBER_GCS_STORAGE": "etcd://etcd:2379",
+    "EMBER_OBJMGR_PORT": "8076", "EMBER_RAYLET_PORT": "8077",
+    "EMBER_OBJECT_STORE_BYTES": str(256 * 2**20), "EMBER_SPILL_DIR": "/var/lib/ember/spill",
+}
+
+
+def settings_env() -> dict[str, str]:
+    """The environment the services' settings are read from: container defaults, then the
+    environment, then NAME=value arguments."""
+    merged = dict(CONTAINER_DEFAULTS)
+    merged.update({k: v.strip() for k, v in os.environ.items() if v.strip()})
+    merged.update({k: v.strip() for k, v in SETTINGS.items() if v.strip()})
+    return merged
+
+
+def metrics_port(role: str) -> int:
     base = env_int("EMBER_METRICS_EXPORT_PORT", 0)
-    if base and role in METRICS_OFFSET:
-        if base + METRICS_OFFSET[role] > 65535:
-            raise ConfigError(f"EMBER_METRICS_EXPORT_PORT={base} is too large (ports end at 65535)")
-        args += ["--metrics-export-port", str(base + METRICS_OFFSET[role])]
-    return args
+    if not base or role not in METRICS_OFFSET:
+        return 0
+    if base + METRICS_OFFSET[role] > 65535:
+        raise ConfigError(f"EMBER_METRICS_EXPORT_PORT={base} is too large (ports end at 65535)")
+    return base + METRICS_OFFSET[role]
+
+
+def command(role: str) -> list[str]:
+    """The command line of ROLE's service, from the container's settings."""
+    from ember_common.settings import SettingsError
+
+    try:
+        return _command(role)
+    except SettingsError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _command(role: str) -> list[str]:
-    cluster = env("EMBER_CLUSTER_NAME", "default")
+    from ember_common import resources as kit_resources  # the one resource check
+    from ember_common.settings import GcsSettings, ObjmgrSettings, RayletSettings
+
+    common = {"port_file": PORT_FILE, "host": "0.0.0.0", "metrics_export_port": metrics_port(role)}
+    known = _CONTAINER_VARS
     if role == "gcs":
-        return ["ember-gcs", "--host", "0.0.0.0", "--port", str(env_int("EMBER_GCS_PORT", 6379)),
-                "--storage", env("EMBER_GCS_STORAGE", "etcd://etcd:2379"), "--cluster-name", cluster,
-                "--session-dir", "/var/lib/ember", "--port-file", PORT_FILE]
+        return ["ember-gcs", *GcsSettings.from_env(settings_env(), known, session_dir="/var/lib/ember",
+                                                   **common).to_argv()]
     if role == "objmgr":
         gcs = gcs_address()
         nid = node_id(node_ip(gcs))
-        return ["ember-objmgr", "--host", "0.0.0.0", "--port", str(env_int("EMBER_OBJMGR_PORT", 8076)),
-                "--store-dir", store_dir(nid),
-                "--capacity-bytes", str(env_int("EMBER_OBJECT_STORE_BYTES", 256 * 2**20)),
-                "--node-id", nid, "--gcs-address", gcs,
-                "--spill-dir", env("EMBER_SPILL_DIR", "/var/lib/ember/spill"), "--port-file", PORT_FILE]
+        return ["ember-objmgr", *ObjmgrSettings.from_env(settings_env(), known, node_id=nid,
+                                                         store_dir=store_dir(nid), **common).to_argv()]
     if role == "raylet":
         gcs = gcs_address()
         ip = node_ip(gcs)
         nid = node_id(ip)
+        env_map = settings_env()
+        objmgr_port = env_int("EMBER_OBJMGR_PORT", 8076)
         resources = {"CPU": env_float("EMBER_NUM_CPUS", float(os.cpu_count() or 1))}
         gpus = env_float("EMBER_NUM_GPUS", 0)
         if gpus:
             resources["GPU"] = gpus
-        from ember_common import resources as kit_resources  # the one resource check
-
         try:
             resources.update(kit_resources.parse_json(env("EMBER_RESOURCES", "{}"),
                                                       source="EMBER_RESOURCES"))
             resources = kit_resources.validate(resources, source="EMBER_NUM_CPUS/EMBER_NUM_GPUS")
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        args = ["ember-raylet", "--host", "0.0.0.0", "--port", str(env_int("EMBER_RAYLET_PORT", 8077)),
-                "--gcs-address", gcs, "--objmgr-address", f"{ip}:{env_int('EMBER_OBJMGR_PORT', 8076)}",
-                "--node-id", nid, "--node-ip", ip, "--store-dir", store_dir(nid),
-                "--session-dir", "/var/lib/ember", "--resources", json.dumps(resources),
-                "--object-store-memory", str(env_int("EMBER_OBJECT_STORE_BYTES", 256 * 2**20)),
-                "--port-file", PORT_FILE]
-        if env("EMBER_HEAD", "0") not in ("0", "false", "no"):
-            args.append("--head")
-        return args
+        head = env("EMBER_HEAD", "0") not in ("0", "false", "no")
+        return ["ember-raylet", *RayletSettings.from_env(
+            env_map, known, node_id=nid, node_ip=ip, gcs_address=gcs, objmgr_address=f"{ip}:{objmgr_port}",
+            store_dir=store_dir(nid), session_dir="/var/lib/ember", resources=resources, head=head,
+            **common).to_argv()]
     if role == "serve-proxy":  # a cluster client: workers must reach it at this container's IP
         os.environ["EMBER_NODE_IP"] = node_ip(gcs_address())
-        return [sys.executable, "-m", "ember_serve_proxy", "--gcs-address", gcs_address(),
+        args = [sys.executable, "-m", "ember_serve_proxy", "--gcs-address", gcs_address(),
                 "--host", "0.0.0.0", "--port", str(env_int("EMBER_HTTP_PORT", 8000))]
+        if common["metrics_export_port"]:  # a driver, not a service: no settings dataclass
+            args += ["--metrics-export-port", str(common["metrics_export_port"])]
+        return args
     if role == "driver":  # a user program in its own container: advertise the container's IP
         os.environ["EMBER_NODE_IP"] = node_ip(env("EMBER_ADDRESS", "gcs:6379"))
         return []

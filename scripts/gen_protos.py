@@ -25,8 +25,13 @@ def generate(out: pathlib.Path) -> list[pathlib.Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     protos = sorted(str(p.name) for p in PROTO_DIR.glob("*.proto"))
+    # mypy-protobuf's plugin (pinned in the dev extra) types the gRPC stubs and servicers (.pyi).
+    plugin = pathlib.Path(sys.executable).parent / "protoc-gen-mypy_grpc"
+    if not plugin.exists():
+        raise SystemExit(f"{plugin} is missing: install the dev extra (mypy-protobuf)")
     args = ["protoc", f"-I{PROTO_DIR}", f"--python_out={out}", f"--pyi_out={out}",
-            f"--grpc_python_out={out}", *protos]
+            f"--grpc_python_out={out}", f"--plugin=protoc-gen-mypy_grpc={plugin}",
+            f"--mypy_grpc_out={out}", *protos]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
     written = []

@@ -15,6 +15,8 @@ _OTHER_VARS = {
     "EMBER_GCS_ADDRESS", "EMBER_OBJMGR_ADDRESS", "EMBER_STORE_DIR", "EMBER_WORKER_ID",
     "EMBER_JOB_ID", "EMBER_TEMP_DIR", "EMBER_NODE_IP", "EMBER_LOG_LEVEL", "EMBER_TRACE_DIR",
     "EMBER_METRICS_EXPORT_PORT",  # containers: docker/entrypoint.py turns it into --metrics-export-port
+    # The image build and docker-compose.yml (a shell that runs the e2e tests or a driver has them).
+    "EMBER_IMAGE_TAG", "EMBER_OS_IMAGE", "EMBER_EXTRAS", "EMBER_REBUILD_OS",
 }
 
 
@@ -36,6 +38,10 @@ class Config:
     max_tasks_in_flight_per_worker: int = 1
     # Default task retries after a worker crash (Ray's default is 3).
     task_max_retries: int = 3
+    # A worker process that has not registered with its raylet this long after start is killed.
+    worker_startup_timeout_s: float = 60.0
+    # Workers idle this long beyond the node's prestarted ones are stopped.
+    worker_idle_timeout_s: float = 10.0
     # Seconds to wait for a service process to come up.
     start_timeout_s: float = 30.0
     # Fraction of memory used for the object store when none is given.
@@ -45,10 +51,9 @@ class Config:
     def from_env(cls, environ: dict[str, str] | None = None) -> Config:
         env = os.environ if environ is None else environ
         kwargs = {}
-        known = set(_OTHER_VARS)
+        known = known_env_vars()
         for f in dataclasses.fields(cls):
             name = "EMBER_" + f.name.upper()
-            known.add(name)
             if name in env:
                 raw = env[name]
                 try:
@@ -59,6 +64,19 @@ class Config:
             if key.startswith("EMBER_") and key not in known and not key.startswith("EMBER_TEST_"):
                 warnings.warn(f"unknown environment variable {key} (ignored)", RuntimeWarning, stacklevel=2)
         return cls(**kwargs)
+
+
+_REGISTERED: set[str] = set()
+
+
+def register_env_vars(names: set[str]) -> None:
+    """Marks more EMBER_* variables as known (ember_common.settings registers the services')."""
+    _REGISTERED.update(names)
+
+
+def known_env_vars() -> set[str]:
+    """The tunables' variables, the addresses handed to child processes and registered ones."""
+    return set(_OTHER_VARS) | _REGISTERED | {"EMBER_" + f.name.upper() for f in dataclasses.fields(Config)}
 
 
 _config: Config | None = None

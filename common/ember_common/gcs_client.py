@@ -18,6 +18,7 @@ from typing import Any, AsyncGenerator, Callable, Sequence, TypeVar
 import grpc
 
 from . import backoff, rpc
+from .gcs_pg_client import PlacementGroupMethods
 from .proto import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 T = TypeVar("T")
@@ -27,7 +28,7 @@ DEFAULT_TIMEOUT_S = 30.0
 FOLLOW_RETRY = backoff.Backoff(initial_s=0.2, max_s=2.0, deadline_s=None)
 
 
-class GcsClient:
+class GcsClient(PlacementGroupMethods):
     """The GCS's services behind one asyncio object (use it from one event loop)."""
 
     def __init__(self, address: str, *, retry: backoff.Backoff = backoff.SERVICE_RESTART,
@@ -43,6 +44,7 @@ class GcsClient:
         self._workers = gcs_pb2_grpc.WorkerInfoGcsServiceStub(ch)
         self._kv = gcs_pb2_grpc.InternalKVGcsServiceStub(ch)
         self._pubsub = gcs_pb2_grpc.InternalPubSubGcsServiceStub(ch)
+        self._pgs = gcs_pb2_grpc.PlacementGroupInfoGcsServiceStub(ch)
 
     async def close(self) -> None:
         """Closes the channel (calls in flight fail)."""
@@ -119,7 +121,7 @@ class GcsClient:
                              metadata: Sequence[tuple[str, str]] | None = None) -> common_pb2.ActorInfo:
         """Records an actor and starts creating it (idempotent by spec.actor_id).
         AlreadyExists when its name is taken in its namespace."""
-        reply = await self._call(self._actors.RegisterActor,
+        reply: gcs_pb2.RegisterActorReply = await self._call(self._actors.RegisterActor,
                                  gcs_pb2.RegisterActorRequest(creation_spec=spec), idempotent=True,
                                  timeout_s=timeout_s, retry=retry, metadata=metadata)
         return reply.actor
@@ -131,7 +133,7 @@ class GcsClient:
         """An actor's record. With wait_for_change the GCS answers once the actor is ALIVE with
         an incarnation above after_incarnation, or DEAD, or after wait_s. NotFound for an
         unknown actor."""
-        reply = await self._call(self._actors.GetActorInfo, gcs_pb2.GetActorInfoRequest(
+        reply: gcs_pb2.GetActorInfoReply = await self._call(self._actors.GetActorInfo, gcs_pb2.GetActorInfoRequest(
             actor_id=actor_id, wait_for_change=wait_for_change, after_incarnation=after_incarnation,
             timeout_s=wait_s), idempotent=True, timeout_s=timeout_s, retry=retry)
         return reply.actor
@@ -140,7 +142,7 @@ class GcsClient:
                                    timeout_s: float | None = None,
                                    retry: backoff.Backoff | None = None) -> common_pb2.ActorInfo:
         """The live actor with that name. NotFound when there is none."""
-        reply = await self._call(self._actors.GetNamedActorInfo, gcs_pb2.GetNamedActorInfoRequest(
+        reply: gcs_pb2.GetNamedActorInfoReply = await self._call(self._actors.GetNamedActorInfo, gcs_pb2.GetNamedActorInfoRequest(
             name=name, namespace=namespace), idempotent=True, timeout_s=timeout_s, retry=retry)
         return reply.actor
 

@@ -71,7 +71,7 @@ def configure(port: int | None, service: str) -> bool:
     from prometheus_client.process_collector import ProcessCollector
 
     _port, _service = int(port), service
-    disable_created_metrics()  # no *_created series: less to scrape, as most exporters do
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series: less to scrape, as most exporters do
     _registry = CollectorRegistry(auto_describe=True)
     ProcessCollector(registry=_registry)
     PlatformCollector(registry=_registry)
@@ -150,7 +150,7 @@ def node_gauges(node_id: str, logical_gpu_use: Callable[[], list[float]] | None 
 
     def gpus() -> dict[tuple[str, ...], float]:
         if nvml:
-            import pynvml
+            import pynvml  # type: ignore[import-not-found]
 
             return {(node_id, str(i)): float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
                     for i, h in enumerate(nvml)}
@@ -224,7 +224,7 @@ async def start_server(host: str = "0.0.0.0", port: int | None = None) -> int:
         _server = await asyncio.start_server(_handle, host, port, reuse_address=True)
     except OSError as e:
         raise OSError(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from None
-    bound_port = _server.sockets[0].getsockname()[1]
+    bound_port = int(_server.sockets[0].getsockname()[1])
     log.info("metrics at http://%s:%d/metrics", host, bound_port)
     return bound_port
 
@@ -289,7 +289,7 @@ def advertise_host(host: str, peer: str = "") -> str:
         try:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 s.connect((peer_host, 9))  # UDP: no packet is sent
-                return s.getsockname()[0]
+                return str(s.getsockname()[0])
         except OSError:
             pass
     return "127.0.0.1"

@@ -19,8 +19,7 @@ def encode_spans(spans: Sequence[Any]) -> Any:
     about a third of its time: the Span messages are written as protobuf bytes directly and
     parsed once (in C) into the request. Spans with events or links, and any attribute value
     that is not a str/bool/int/float, go through the SDK's own per-span encoder."""
-    from opentelemetry.exporter.otlp.proto.common._internal import (
-        _encode_instrumentation_scope, _encode_resource)
+    from opentelemetry.exporter.otlp.proto.common._internal import _encode_instrumentation_scope, _encode_resource
     from opentelemetry.exporter.otlp.proto.common._internal.trace_encoder import _encode_span
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
     from opentelemetry.proto.trace.v1 import trace_pb2
@@ -46,7 +45,7 @@ def encode_spans(spans: Sequence[Any]) -> Any:
                                      schema_url=resource.schema_url)
         for scope, blobs in scopes.items():
             ss = trace_pb2.ScopeSpans(scope=_encode_instrumentation_scope(scope),
-                                      schema_url=scope.schema_url if scope else None)
+                                      schema_url=scope.schema_url if scope else "")
             # field 2 (spans) of ScopeSpans, one length-delimited record per span
             ss.MergeFromString(b"".join(b"\x12" + _varint(len(b)) + b for b in blobs))
             rs.scope_spans.append(ss)

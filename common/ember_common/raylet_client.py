@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 import grpc
 
 from . import backoff, rpc
-from .proto import raylet_pb2, raylet_pb2_grpc
+from .proto import common_pb2, raylet_pb2, raylet_pb2_grpc
 
 # Failed lease requests to the home raylet: 20 tries over ~8 s, then the tasks fail.
 LEASE_RETRY = backoff.Backoff(initial_s=0.05, multiplier=1.5, max_s=0.5, deadline_s=None,
                               max_attempts=20)
+
+_R = TypeVar("_R")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,9 +50,9 @@ class RayletClient:
             self._pool = rpc.ChannelPool()
             channel_for = self._pool.get
         self._channel_for = channel_for
-        self._stubs: dict[str, raylet_pb2_grpc.RayletStub] = {}
+        self._stubs: dict[str, raylet_pb2_grpc.RayletAsyncStub] = {}
 
-    def _stub(self, address: str | None) -> raylet_pb2_grpc.RayletStub:
+    def _stub(self, address: str | None) -> raylet_pb2_grpc.RayletAsyncStub:
         addr = address or self.home
         stub = self._stubs.get(addr)
         if stub is None:
@@ -67,7 +69,7 @@ class RayletClient:
             self, request: raylet_pb2.RequestWorkerLeaseRequest, *, address: str | None = None,
             retry: backoff.Backoff | None = None, keep_trying: Callable[[], bool] | None = None,
             on_hop: Callable[[str], None] | None = None,
-            metadata: Sequence[tuple[str, str]] | None = None) -> LeaseGrant | None:
+            metadata: tuple[tuple[str, str], ...] | None = None) -> LeaseGrant | None:
         """Leases a worker, starting at address (default: home) and following spillback.
 
         Returns the grant, or None when the request was cancelled (CancelWorkerLease, or its
@@ -143,12 +145,39 @@ class RayletClient:
         return await self._unary(self._stub(address).GetNodeStats, raylet_pb2.GetNodeStatsRequest(),
                                  timeout_s)
 
+    async def prepare_bundle_resources(self, placement_group_id: bytes, bundles: Sequence[common_pb2.Bundle],
+                                       *, address: str | None = None, timeout_s: float = 10.0) -> bool:
+        """Placement groups, phase one: reserves the bundles on that node (all or none); False
+        when they do not fit there now. Idempotent."""
+        reply = await self._unary(self._stub(address).PrepareBundleResources,
+                                  raylet_pb2.PrepareBundleResourcesRequest(
+                                      placement_group_id=placement_group_id, bundles=list(bundles)),
+                                  timeout_s)
+        return bool(reply.success)
+
+    async def commit_bundle_resources(self, placement_group_id: bytes, bundle_indexes: Sequence[int], *,
+                                      address: str | None = None, timeout_s: float = 10.0) -> None:
+        """Phase two: the prepared bundles become usable. Infeasible when one is not prepared."""
+        await self._unary(self._stub(address).CommitBundleResources,
+                          raylet_pb2.CommitBundleResourcesRequest(placement_group_id=placement_group_id,
+                                                                  bundle_indexes=list(bundle_indexes)),
+                          timeout_s)
+
+    async def cancel_resource_reserve(self, placement_group_id: bytes, bundle_indexes: Sequence[int] = (),
+                                      *, address: str | None = None, timeout_s: float = 10.0) -> None:
+        """Releases the group's bundles on that node (all when bundle_indexes is empty); the
+        workers leased from them are killed. Idempotent."""
+        await self._unary(self._stub(address).CancelResourceReserve,
+                          raylet_pb2.CancelResourceReserveRequest(placement_group_id=placement_group_id,
+                                                                  bundle_indexes=list(bundle_indexes)),
+                          timeout_s)
+
     async def shutdown(self, *, address: str | None = None, timeout_s: float = 5.0) -> None:
         """Stops the node (its workers, then the raylet)."""
         await self._unary(self._stub(address).Shutdown, raylet_pb2.ShutdownRequest(), timeout_s)
 
     @staticmethod
-    async def _unary(method: Any, request: Any, timeout_s: float | None) -> Any:
+    async def _unary(method: Callable[..., Awaitable[_R]], request: Any, timeout_s: float | None) -> _R:
         try:
             return await method(request, timeout=timeout_s)
         except grpc.aio.AioRpcError as e:

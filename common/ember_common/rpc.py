@@ -28,13 +28,16 @@ import contextlib
 import functools
 import inspect
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypeVar, cast
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from . import metrics, tracing
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+# The context every async servicer method receives.
+Context = grpc.aio.ServicerContext[Any, Any]
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 1024 * 1024 * 1024
@@ -149,7 +152,7 @@ def code_for(exc: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: Exception, where: str) -> None:
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: Exception, where: str) -> None:
     code = code_for(exc)
     if code == grpc.StatusCode.INTERNAL:
         log.error("internal error in %s", where, exc_info=exc)
@@ -157,12 +160,12 @@ async def _abort(context: grpc.aio.ServicerContext, exc: Exception, where: str) 
     await context.abort(code, message)
 
 
-def rpc_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+def rpc_errors(method: _F) -> _F:
     """Decorates an async servicer method (unary, or a server stream written as an async
     generator): exceptions become status codes through ERROR_TABLE, never swallowed."""
     if inspect.isasyncgenfunction(method):
         @functools.wraps(method)
-        async def stream_wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def stream_wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
                 async for item in method(self, request, context):
                     yield item
@@ -171,10 +174,10 @@ def rpc_errors(method: Callable[..., Any]) -> Callable[..., Any]:
             except Exception as exc:  # mapped to a status, never swallowed
                 await _abort(context, exc, method.__name__)
 
-        return stream_wrapper
+        return cast(_F, stream_wrapper)
 
     @functools.wraps(method)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
             return await method(self, request, context)
         except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -182,7 +185,7 @@ def rpc_errors(method: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:  # mapped to a status, never swallowed
             await _abort(context, exc, method.__name__)
 
-    return wrapper
+    return cast(_F, wrapper)
 
 
 def status_to_exception(err: grpc.RpcError) -> ServiceError:
@@ -287,7 +290,7 @@ def write_port_file(path: str | None, port: int) -> None:
     os.replace(tmp, path)
 
 
-def best_effort(call: Awaitable[Any]) -> asyncio.Future:
+def best_effort(call: Awaitable[Any]) -> asyncio.Future[Any]:
     """Runs an RPC in the background whose failure only means the peer is gone (a report to an
     owner or caller that exited): nothing to retry, nobody to tell."""
     async def run() -> None:

@@ -25,7 +25,7 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
                         help="serve Prometheus metrics at http://HOST:PORT/metrics (0 = off)")
 
 
-def setup(ns: argparse.Namespace, name: str) -> None:
+def setup(ns: Any, name: str) -> None:
     """Logging, tracing and metrics for service `name` from its flags; dies with its parent
     when asked to."""
     logging.basicConfig(level=getattr(logging, str(ns.log_level).upper(), logging.INFO),

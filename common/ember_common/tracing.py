@@ -105,7 +105,7 @@ def _make_exporter(name: str, service: str) -> Any:
             from opentelemetry.exporter.otlp.proto.http import trace_exporter as http_exporter
 
             # The HTTP exporter calls its module's encode_spans; ours makes the same message.
-            http_exporter.encode_spans = otlp_encoding.encode_spans  # type: ignore[attr-defined]
+            http_exporter.encode_spans = otlp_encoding.encode_spans  # type: ignore[attr-defined,assignment]
             return http_exporter.OTLPSpanExporter()
         raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={proto!r} is not supported "
                          "(use grpc or http/protobuf)")
@@ -159,8 +159,7 @@ def _init_fast_path(provider: Any) -> None:
     from opentelemetry.baggage.propagation import W3CBaggagePropagator
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.sampling import ParentBased
-    from opentelemetry.trace import (NonRecordingSpan, SpanContext, SpanKind, TraceFlags,
-                                     TraceState, set_span_in_context)
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState, set_span_in_context
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     try:
@@ -206,7 +205,8 @@ def _light_span_class() -> Any:
         def __init__(self, name: str, ctx: Any, parent: Any, attributes: dict[str, Any],
                      kind: Any) -> None:
             self._name, self._ctx, self._parent, self._attrs = name, ctx, parent, attributes
-            self._kind, self._events, self._status = kind, [], Status(StatusCode.UNSET)
+            self._events: list[Any] = []
+            self._kind, self._status = kind, Status(StatusCode.UNSET)
             self._end: int | None = None
             self._start = time.time_ns()
 

@@ -137,7 +137,7 @@ def test_health_names_every_gcs_service(cluster):
     hc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hc)
     names = [s.full_name for s in gcs_pb2.DESCRIPTOR.services_by_name.values()]
-    assert len(names) == 6
+    assert len(names) == 7
     for name in ["ember.Gcs", *names]:
         assert hc.check_grpc(cluster.gcs_address, name) is None, name
     assert "NOT_FOUND" in hc.check_grpc(cluster.gcs_address, "ember.NoSuchService")

@@ -150,17 +150,15 @@ def metrics_ports(base: int) -> dict[str, int]:
     return {"raylet": base, "objmgr": base + 1, "gcs": base + 2}
 
 
-def _metrics_args(port: int) -> list[str]:
-    return ["--metrics-export-port", str(port)] if port else []
-
-
 def start_gcs(session_dir: str, *, port: int = 0, storage: str = "memory", host: str = "0.0.0.0",
               die_with_parent: bool = False, cluster_name: str = "default",
               metrics_export_port: int = 0) -> ServiceProcess:
-    return start_service("ember_gcs", ["--port", str(port), "--host", host, "--storage", storage,
-                                       "--cluster-name", cluster_name, "--session-dir", session_dir,
-                                       *_metrics_args(metrics_export_port)],
-                         session_dir, "gcs", die_with_parent=die_with_parent)
+    """Starts a GCS (its command line from ember_common.settings.GcsSettings)."""
+    from ember_common.settings import GcsSettings
+
+    args = GcsSettings(port=port, host=host, storage=storage, cluster_name=cluster_name,
+                       session_dir=session_dir, metrics_export_port=metrics_export_port).to_argv()
+    return start_service("ember_gcs", args, session_dir, "gcs", die_with_parent=die_with_parent)
 
 
 def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float],
@@ -173,27 +171,23 @@ def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float
     naming the resource before anything starts."""
     from ember_common import resources as kit_resources
     from ember_common.ids import new_node_id
+    from ember_common.settings import ObjmgrSettings, RayletSettings
 
     resources = kit_resources.validate(resources, source="node resources")
     node_id = new_node_id()
     store_dir = os.path.join(default_store_root(), "ember-store", os.path.basename(session_dir), node_id)
     spill = spill_dir or os.path.join(session_dir, "spill", node_id)
-    objmgr = start_service("ember_objmgr", [
-        "--store-dir", store_dir, "--capacity-bytes", str(object_store_memory),
-        "--node-id", node_id, "--host", "0.0.0.0", "--gcs-address", gcs_address,
-        "--spill-dir", spill, *_metrics_args(metrics_ports(metrics_export_port)["objmgr"])],
-        session_dir, f"objmgr-{node_id[:8]}",
-        die_with_parent=die_with_parent)
+    ports = metrics_ports(metrics_export_port)
+    objmgr = start_service("ember_objmgr", ObjmgrSettings(
+        store_dir=store_dir, capacity_bytes=object_store_memory, node_id=node_id, host="0.0.0.0",
+        gcs_address=gcs_address, spill_dir=spill, metrics_export_port=ports["objmgr"]).to_argv(),
+        session_dir, f"objmgr-{node_id[:8]}", die_with_parent=die_with_parent)
     objmgr_address = f"{node_ip}:{objmgr.port}"
-    args = ["--gcs-address", gcs_address, "--objmgr-address", objmgr_address,
-            "--node-id", node_id, "--store-dir", store_dir, "--session-dir", session_dir,
-            "--resources", json.dumps(resources), "--object-store-memory", str(object_store_memory),
-            "--node-ip", node_ip, "--port", str(raylet_port)]
-    args += _metrics_args(metrics_ports(metrics_export_port)["raylet"])
-    if is_head:
-        args.append("--head")
-    if num_prestart_workers is not None:
-        args += ["--num-prestart-workers", str(num_prestart_workers)]
+    args = RayletSettings(
+        gcs_address=gcs_address, objmgr_address=objmgr_address, node_id=node_id, store_dir=store_dir,
+        session_dir=session_dir, resources=resources, object_store_memory_bytes=object_store_memory,
+        node_ip=node_ip, port=raylet_port, head=is_head, num_prestart_workers=num_prestart_workers,
+        metrics_export_port=ports["raylet"]).to_argv()
     try:
         raylet = start_service("ember_raylet", args, session_dir, f"raylet-{node_id[:8]}",
                                die_with_parent=die_with_parent)

@@ -72,7 +72,7 @@ class TaskArg(_message.Message):
     def __init__(self, value: _Optional[_Union[SerializedObject, _Mapping]] = ..., ref: _Optional[_Union[ObjectRefProto, _Mapping]] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "trace_context", "gpu_ids", "actor_id", "actor_creation", "method_name", "seq_no", "lowest_unacked", "streaming")
+    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "trace_context", "gpu_ids", "actor_id", "actor_creation", "method_name", "seq_no", "lowest_unacked", "streaming", "placement_group_id", "placement_group_bundle_index")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +107,8 @@ class TaskSpec(_message.Message):
     SEQ_NO_FIELD_NUMBER: _ClassVar[int]
     LOWEST_UNACKED_FIELD_NUMBER: _ClassVar[int]
     STREAMING_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_GROUP_BUNDLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     job_id: bytes
     name: str
@@ -127,7 +129,9 @@ class TaskSpec(_message.Message):
     seq_no: int
     lowest_unacked: int
     streaming: bool
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[_Union[ActorCreationSpec, _Mapping]] = ..., method_name: _Optional[str] = ..., seq_no: _Optional[int] = ..., lowest_unacked: _Optional[int] = ..., streaming: _Optional[bool] = ...) -> None: ...
+    placement_group_id: bytes
+    placement_group_bundle_index: int
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[_Union[ActorCreationSpec, _Mapping]] = ..., method_name: _Optional[str] = ..., seq_no: _Optional[int] = ..., lowest_unacked: _Optional[int] = ..., streaming: _Optional[bool] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ...) -> None: ...
 
 class ActorMethod(_message.Message):
     __slots__ = ("name", "num_returns", "is_async", "is_generator")
@@ -276,3 +280,68 @@ class JobInfo(_message.Message):
     entrypoint: str
     driver_worker_id: str
     def __init__(self, job_id: _Optional[bytes] = ..., driver_ip: _Optional[str] = ..., driver_pid: _Optional[int] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., is_dead: _Optional[bool] = ..., entrypoint: _Optional[str] = ..., driver_worker_id: _Optional[str] = ...) -> None: ...
+
+class Bundle(_message.Message):
+    __slots__ = ("index", "resources", "node_id")
+    class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    resources: _containers.ScalarMap[str, float]
+    node_id: str
+    def __init__(self, index: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ..., node_id: _Optional[str] = ...) -> None: ...
+
+class PlacementGroupInfo(_message.Message):
+    __slots__ = ("placement_group_id", "name", "namespace", "strategy", "bundles", "state", "job_id", "detached", "state_message", "create_time", "placement_version")
+    class Strategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PACK: _ClassVar[PlacementGroupInfo.Strategy]
+        SPREAD: _ClassVar[PlacementGroupInfo.Strategy]
+        STRICT_PACK: _ClassVar[PlacementGroupInfo.Strategy]
+        STRICT_SPREAD: _ClassVar[PlacementGroupInfo.Strategy]
+    PACK: PlacementGroupInfo.Strategy
+    SPREAD: PlacementGroupInfo.Strategy
+    STRICT_PACK: PlacementGroupInfo.Strategy
+    STRICT_SPREAD: PlacementGroupInfo.Strategy
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PENDING: _ClassVar[PlacementGroupInfo.State]
+        PREPARED: _ClassVar[PlacementGroupInfo.State]
+        CREATED: _ClassVar[PlacementGroupInfo.State]
+        REMOVED: _ClassVar[PlacementGroupInfo.State]
+        RESCHEDULING: _ClassVar[PlacementGroupInfo.State]
+    PENDING: PlacementGroupInfo.State
+    PREPARED: PlacementGroupInfo.State
+    CREATED: PlacementGroupInfo.State
+    REMOVED: PlacementGroupInfo.State
+    RESCHEDULING: PlacementGroupInfo.State
+    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    BUNDLES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DETACHED_FIELD_NUMBER: _ClassVar[int]
+    STATE_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    placement_group_id: bytes
+    name: str
+    namespace: str
+    strategy: PlacementGroupInfo.Strategy
+    bundles: _containers.RepeatedCompositeFieldContainer[Bundle]
+    state: PlacementGroupInfo.State
+    job_id: bytes
+    detached: bool
+    state_message: str
+    create_time: float
+    placement_version: int
+    def __init__(self, placement_group_id: _Optional[bytes] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., strategy: _Optional[_Union[PlacementGroupInfo.Strategy, str]] = ..., bundles: _Optional[_Iterable[_Union[Bundle, _Mapping]]] = ..., state: _Optional[_Union[PlacementGroupInfo.State, str]] = ..., job_id: _Optional[bytes] = ..., detached: _Optional[bool] = ..., state_message: _Optional[str] = ..., create_time: _Optional[float] = ..., placement_version: _Optional[int] = ...) -> None: ...

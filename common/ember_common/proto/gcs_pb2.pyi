@@ -312,3 +312,77 @@ class InternalKVExistsReply(_message.Message):
     EXISTS_FIELD_NUMBER: _ClassVar[int]
     exists: bool
     def __init__(self, exists: _Optional[bool] = ...) -> None: ...
+
+class CreatePlacementGroupRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: _common_pb2.PlacementGroupInfo
+    def __init__(self, spec: _Optional[_Union[_common_pb2.PlacementGroupInfo, _Mapping]] = ...) -> None: ...
+
+class CreatePlacementGroupReply(_message.Message):
+    __slots__ = ("placement_group",)
+    PLACEMENT_GROUP_FIELD_NUMBER: _ClassVar[int]
+    placement_group: _common_pb2.PlacementGroupInfo
+    def __init__(self, placement_group: _Optional[_Union[_common_pb2.PlacementGroupInfo, _Mapping]] = ...) -> None: ...
+
+class RemovePlacementGroupRequest(_message.Message):
+    __slots__ = ("placement_group_id",)
+    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    placement_group_id: bytes
+    def __init__(self, placement_group_id: _Optional[bytes] = ...) -> None: ...
+
+class RemovePlacementGroupReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetPlacementGroupRequest(_message.Message):
+    __slots__ = ("placement_group_id",)
+    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    placement_group_id: bytes
+    def __init__(self, placement_group_id: _Optional[bytes] = ...) -> None: ...
+
+class GetPlacementGroupReply(_message.Message):
+    __slots__ = ("placement_group",)
+    PLACEMENT_GROUP_FIELD_NUMBER: _ClassVar[int]
+    placement_group: _common_pb2.PlacementGroupInfo
+    def __init__(self, placement_group: _Optional[_Union[_common_pb2.PlacementGroupInfo, _Mapping]] = ...) -> None: ...
+
+class GetNamedPlacementGroupRequest(_message.Message):
+    __slots__ = ("name", "namespace")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    namespace: str
+    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
+
+class GetNamedPlacementGroupReply(_message.Message):
+    __slots__ = ("placement_group",)
+    PLACEMENT_GROUP_FIELD_NUMBER: _ClassVar[int]
+    placement_group: _common_pb2.PlacementGroupInfo
+    def __init__(self, placement_group: _Optional[_Union[_common_pb2.PlacementGroupInfo, _Mapping]] = ...) -> None: ...
+
+class GetAllPlacementGroupRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetAllPlacementGroupReply(_message.Message):
+    __slots__ = ("placement_groups",)
+    PLACEMENT_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    placement_groups: _containers.RepeatedCompositeFieldContainer[_common_pb2.PlacementGroupInfo]
+    def __init__(self, placement_groups: _Optional[_Iterable[_Union[_common_pb2.PlacementGroupInfo, _Mapping]]] = ...) -> None: ...
+
+class WaitPlacementGroupUntilReadyRequest(_message.Message):
+    __slots__ = ("placement_group_id", "timeout_s")
+    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    placement_group_id: bytes
+    timeout_s: float
+    def __init__(self, placement_group_id: _Optional[bytes] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class WaitPlacementGroupUntilReadyReply(_message.Message):
+    __slots__ = ("ready", "placement_group")
+    READY_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_GROUP_FIELD_NUMBER: _ClassVar[int]
+    ready: bool
+    placement_group: _common_pb2.PlacementGroupInfo
+    def __init__(self, ready: _Optional[bool] = ..., placement_group: _Optional[_Union[_common_pb2.PlacementGroupInfo, _Mapping]] = ...) -> None: ...

@@ -996,6 +996,312 @@ class InternalKVGcsService:
             _registered_method=True)
 
 
+class PlacementGroupInfoGcsServiceStub:
+    """Placement groups: bundles reserved together on nodes chosen by a strategy, with a two-phase
+    commit over the raylets (prepare on every chosen node, then commit; any failure rolls back).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.CreatePlacementGroup = channel.unary_unary(
+                '/ember.PlacementGroupInfoGcsService/CreatePlacementGroup',
+                request_serializer=gcs__pb2.CreatePlacementGroupRequest.SerializeToString,
+                response_deserializer=gcs__pb2.CreatePlacementGroupReply.FromString,
+                _registered_method=True)
+        self.RemovePlacementGroup = channel.unary_unary(
+                '/ember.PlacementGroupInfoGcsService/RemovePlacementGroup',
+                request_serializer=gcs__pb2.RemovePlacementGroupRequest.SerializeToString,
+                response_deserializer=gcs__pb2.RemovePlacementGroupReply.FromString,
+                _registered_method=True)
+        self.GetPlacementGroup = channel.unary_unary(
+                '/ember.PlacementGroupInfoGcsService/GetPlacementGroup',
+                request_serializer=gcs__pb2.GetPlacementGroupRequest.SerializeToString,
+                response_deserializer=gcs__pb2.GetPlacementGroupReply.FromString,
+                _registered_method=True)
+        self.GetNamedPlacementGroup = channel.unary_unary(
+                '/ember.PlacementGroupInfoGcsService/GetNamedPlacementGroup',
+                request_serializer=gcs__pb2.GetNamedPlacementGroupRequest.SerializeToString,
+                response_deserializer=gcs__pb2.GetNamedPlacementGroupReply.FromString,
+                _registered_method=True)
+        self.GetAllPlacementGroup = channel.unary_unary(
+                '/ember.PlacementGroupInfoGcsService/GetAllPlacementGroup',
+                request_serializer=gcs__pb2.GetAllPlacementGroupRequest.SerializeToString,
+                response_deserializer=gcs__pb2.GetAllPlacementGroupReply.FromString,
+                _registered_method=True)
+        self.WaitPlacementGroupUntilReady = channel.unary_unary(
+                '/ember.PlacementGroupInfoGcsService/WaitPlacementGroupUntilReady',
+                request_serializer=gcs__pb2.WaitPlacementGroupUntilReadyRequest.SerializeToString,
+                response_deserializer=gcs__pb2.WaitPlacementGroupUntilReadyReply.FromString,
+                _registered_method=True)
+
+
+class PlacementGroupInfoGcsServiceServicer:
+    """Placement groups: bundles reserved together on nodes chosen by a strategy, with a two-phase
+    commit over the raylets (prepare on every chosen node, then commit; any failure rolls back).
+    """
+
+    def CreatePlacementGroup(self, request, context):
+        """Records a group (state PENDING) and starts placing it. Idempotent (keyed by the
+        caller-chosen placement_group_id: a second call returns the first record).
+        INVALID_ARGUMENT for no bundles, an empty bundle or bad resources; ALREADY_EXISTS when the
+        name is taken in the namespace. Failure: UNAVAILABLE -> retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemovePlacementGroup(self, request, context):
+        """Removes a group: its bundles are released on their raylets, which kill the workers leased
+        from them. Idempotent (removing a REMOVED group changes nothing). NOT_FOUND for an unknown
+        group. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPlacementGroup(self, request, context):
+        """Idempotent read. NOT_FOUND for an unknown group. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNamedPlacementGroup(self, request, context):
+        """The live (not REMOVED) group with that name in the namespace. Idempotent read. NOT_FOUND
+        when there is none. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAllPlacementGroup(self, request, context):
+        """Every group, REMOVED ones included. Idempotent read. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitPlacementGroupUntilReady(self, request, context):
+        """Blocks (at most timeout_s) until the group is CREATED or REMOVED; `ready` says whether it
+        is CREATED. Idempotent read. NOT_FOUND for an unknown group. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_PlacementGroupInfoGcsServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'CreatePlacementGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePlacementGroup,
+                    request_deserializer=gcs__pb2.CreatePlacementGroupRequest.FromString,
+                    response_serializer=gcs__pb2.CreatePlacementGroupReply.SerializeToString,
+            ),
+            'RemovePlacementGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemovePlacementGroup,
+                    request_deserializer=gcs__pb2.RemovePlacementGroupRequest.FromString,
+                    response_serializer=gcs__pb2.RemovePlacementGroupReply.SerializeToString,
+            ),
+            'GetPlacementGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPlacementGroup,
+                    request_deserializer=gcs__pb2.GetPlacementGroupRequest.FromString,
+                    response_serializer=gcs__pb2.GetPlacementGroupReply.SerializeToString,
+            ),
+            'GetNamedPlacementGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNamedPlacementGroup,
+                    request_deserializer=gcs__pb2.GetNamedPlacementGroupRequest.FromString,
+                    response_serializer=gcs__pb2.GetNamedPlacementGroupReply.SerializeToString,
+            ),
+            'GetAllPlacementGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAllPlacementGroup,
+                    request_deserializer=gcs__pb2.GetAllPlacementGroupRequest.FromString,
+                    response_serializer=gcs__pb2.GetAllPlacementGroupReply.SerializeToString,
+            ),
+            'WaitPlacementGroupUntilReady': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitPlacementGroupUntilReady,
+                    request_deserializer=gcs__pb2.WaitPlacementGroupUntilReadyRequest.FromString,
+                    response_serializer=gcs__pb2.WaitPlacementGroupUntilReadyReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ember.PlacementGroupInfoGcsService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ember.PlacementGroupInfoGcsService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class PlacementGroupInfoGcsService:
+    """Placement groups: bundles reserved together on nodes chosen by a strategy, with a two-phase
+    commit over the raylets (prepare on every chosen node, then commit; any failure rolls back).
+    """
+
+    @staticmethod
+    def CreatePlacementGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.PlacementGroupInfoGcsService/CreatePlacementGroup',
+            gcs__pb2.CreatePlacementGroupRequest.SerializeToString,
+            gcs__pb2.CreatePlacementGroupReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemovePlacementGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.PlacementGroupInfoGcsService/RemovePlacementGroup',
+            gcs__pb2.RemovePlacementGroupRequest.SerializeToString,
+            gcs__pb2.RemovePlacementGroupReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPlacementGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.PlacementGroupInfoGcsService/GetPlacementGroup',
+            gcs__pb2.GetPlacementGroupRequest.SerializeToString,
+            gcs__pb2.GetPlacementGroupReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNamedPlacementGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.PlacementGroupInfoGcsService/GetNamedPlacementGroup',
+            gcs__pb2.GetNamedPlacementGroupRequest.SerializeToString,
+            gcs__pb2.GetNamedPlacementGroupReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAllPlacementGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.PlacementGroupInfoGcsService/GetAllPlacementGroup',
+            gcs__pb2.GetAllPlacementGroupRequest.SerializeToString,
+            gcs__pb2.GetAllPlacementGroupReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitPlacementGroupUntilReady(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.PlacementGroupInfoGcsService/WaitPlacementGroupUntilReady',
+            gcs__pb2.WaitPlacementGroupUntilReadyRequest.SerializeToString,
+            gcs__pb2.WaitPlacementGroupUntilReadyReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class InternalPubSubGcsServiceStub:
     """Change feeds.
     """

@@ -32,7 +32,7 @@ class RegisterWorkerReply(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gcs_address: _Optional[str] = ..., objmgr_address: _Optional[str] = ..., store_dir: _Optional[str] = ..., session_dir: _Optional[str] = ...) -> None: ...
 
 class RequestWorkerLeaseRequest(_message.Message):
-    __slots__ = ("lease_id", "resources", "spillback_count", "job_id", "name", "actor_id", "owner_worker_id")
+    __slots__ = ("lease_id", "resources", "spillback_count", "job_id", "name", "actor_id", "owner_worker_id", "placement_group_id", "placement_group_bundle_index")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,8 @@ class RequestWorkerLeaseRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_GROUP_BUNDLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     lease_id: bytes
     resources: _containers.ScalarMap[str, float]
     spillback_count: int
@@ -54,7 +56,9 @@ class RequestWorkerLeaseRequest(_message.Message):
     name: str
     actor_id: bytes
     owner_worker_id: str
-    def __init__(self, lease_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., spillback_count: _Optional[int] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., owner_worker_id: _Optional[str] = ...) -> None: ...
+    placement_group_id: bytes
+    placement_group_bundle_index: int
+    def __init__(self, lease_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., spillback_count: _Optional[int] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., owner_worker_id: _Optional[str] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ...) -> None: ...
 
 class RequestWorkerLeaseReply(_message.Message):
     __slots__ = ("granted", "spillback", "cancelled")
@@ -137,7 +141,7 @@ class WorkerStats(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., pid: _Optional[int] = ..., leased: _Optional[bool] = ..., task_name: _Optional[str] = ...) -> None: ...
 
 class GetNodeStatsReply(_message.Message):
-    __slots__ = ("node_id", "total_resources", "available_resources", "workers", "queued_leases")
+    __slots__ = ("node_id", "total_resources", "available_resources", "workers", "queued_leases", "bundles")
     class TotalResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -157,12 +161,62 @@ class GetNodeStatsReply(_message.Message):
     AVAILABLE_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     QUEUED_LEASES_FIELD_NUMBER: _ClassVar[int]
+    BUNDLES_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     total_resources: _containers.ScalarMap[str, float]
     available_resources: _containers.ScalarMap[str, float]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStats]
     queued_leases: int
-    def __init__(self, node_id: _Optional[str] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., workers: _Optional[_Iterable[_Union[WorkerStats, _Mapping]]] = ..., queued_leases: _Optional[int] = ...) -> None: ...
+    bundles: _containers.RepeatedCompositeFieldContainer[BundleStats]
+    def __init__(self, node_id: _Optional[str] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., workers: _Optional[_Iterable[_Union[WorkerStats, _Mapping]]] = ..., queued_leases: _Optional[int] = ..., bundles: _Optional[_Iterable[_Union[BundleStats, _Mapping]]] = ...) -> None: ...
+
+class BundleStats(_message.Message):
+    __slots__ = ("placement_group_id", "bundle", "committed")
+    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    placement_group_id: bytes
+    bundle: _common_pb2.Bundle
+    committed: bool
+    def __init__(self, placement_group_id: _Optional[bytes] = ..., bundle: _Optional[_Union[_common_pb2.Bundle, _Mapping]] = ..., committed: _Optional[bool] = ...) -> None: ...
+
+class PrepareBundleResourcesRequest(_message.Message):
+    __slots__ = ("placement_group_id", "bundles")
+    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    BUNDLES_FIELD_NUMBER: _ClassVar[int]
+    placement_group_id: bytes
+    bundles: _containers.RepeatedCompositeFieldContainer[_common_pb2.Bundle]
+    def __init__(self, placement_group_id: _Optional[bytes] = ..., bundles: _Optional[_Iterable[_Union[_common_pb2.Bundle, _Mapping]]] = ...) -> None: ...
+
+class PrepareBundleResourcesReply(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class CommitBundleResourcesRequest(_message.Message):
+    __slots__ = ("placement_group_id", "bundle_indexes")
+    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_INDEXES_FIELD_NUMBER: _ClassVar[int]
+    placement_group_id: bytes
+    bundle_indexes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, placement_group_id: _Optional[bytes] = ..., bundle_indexes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CommitBundleResourcesReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CancelResourceReserveRequest(_message.Message):
+    __slots__ = ("placement_group_id", "bundle_indexes")
+    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_INDEXES_FIELD_NUMBER: _ClassVar[int]
+    placement_group_id: bytes
+    bundle_indexes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, placement_group_id: _Optional[bytes] = ..., bundle_indexes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CancelResourceReserveReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class ShutdownRequest(_message.Message):
     __slots__ = ()

@@ -64,6 +64,21 @@ class RayletStub:
                 request_serializer=raylet__pb2.GetNodeStatsRequest.SerializeToString,
                 response_deserializer=raylet__pb2.GetNodeStatsReply.FromString,
                 _registered_method=True)
+        self.PrepareBundleResources = channel.unary_unary(
+                '/ember.Raylet/PrepareBundleResources',
+                request_serializer=raylet__pb2.PrepareBundleResourcesRequest.SerializeToString,
+                response_deserializer=raylet__pb2.PrepareBundleResourcesReply.FromString,
+                _registered_method=True)
+        self.CommitBundleResources = channel.unary_unary(
+                '/ember.Raylet/CommitBundleResources',
+                request_serializer=raylet__pb2.CommitBundleResourcesRequest.SerializeToString,
+                response_deserializer=raylet__pb2.CommitBundleResourcesReply.FromString,
+                _registered_method=True)
+        self.CancelResourceReserve = channel.unary_unary(
+                '/ember.Raylet/CancelResourceReserve',
+                request_serializer=raylet__pb2.CancelResourceReserveRequest.SerializeToString,
+                response_deserializer=raylet__pb2.CancelResourceReserveReply.FromString,
+                _registered_method=True)
         self.Shutdown = channel.unary_unary(
                 '/ember.Raylet/Shutdown',
                 request_serializer=raylet__pb2.ShutdownRequest.SerializeToString,
@@ -124,6 +139,32 @@ class RayletServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PrepareBundleResources(self, request, context):
+        """Placement groups, phase one: reserves the bundles' resources on this node (all or none).
+        Idempotent (bundles already prepared or committed count as reserved). success=false when
+        they do not fit now. Failure: the GCS cancels every bundle it prepared and retries later.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitBundleResources(self, request, context):
+        """Phase two: makes prepared bundles usable as named resources (CPU_group_<i>_<pg>,
+        CPU_group_<pg>, bundle_group_<i>_<pg>, bundle_group_<pg>). Idempotent. FAILED_PRECONDITION
+        when a bundle is not prepared here. Failure: the GCS cancels the group and retries.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelResourceReserve(self, request, context):
+        """Releases prepared or committed bundles (all of the group's here when indexes is empty);
+        workers leased from them are killed. Idempotent. Failure: ignored when the node is gone.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Shutdown(self, request, context):
         """Stops the node (workers, then the raylet). Idempotent. Failure: the node is already gone.
         """
@@ -163,6 +204,21 @@ def add_RayletServicer_to_server(servicer, server):
                     servicer.GetNodeStats,
                     request_deserializer=raylet__pb2.GetNodeStatsRequest.FromString,
                     response_serializer=raylet__pb2.GetNodeStatsReply.SerializeToString,
+            ),
+            'PrepareBundleResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrepareBundleResources,
+                    request_deserializer=raylet__pb2.PrepareBundleResourcesRequest.FromString,
+                    response_serializer=raylet__pb2.PrepareBundleResourcesReply.SerializeToString,
+            ),
+            'CommitBundleResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitBundleResources,
+                    request_deserializer=raylet__pb2.CommitBundleResourcesRequest.FromString,
+                    response_serializer=raylet__pb2.CommitBundleResourcesReply.SerializeToString,
+            ),
+            'CancelResourceReserve': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelResourceReserve,
+                    request_deserializer=raylet__pb2.CancelResourceReserveRequest.FromString,
+                    response_serializer=raylet__pb2.CancelResourceReserveReply.SerializeToString,
             ),
             'Shutdown': grpc.unary_unary_rpc_method_handler(
                     servicer.Shutdown,
@@ -332,6 +388,87 @@ class Raylet:
             '/ember.Raylet/GetNodeStats',
             raylet__pb2.GetNodeStatsRequest.SerializeToString,
             raylet__pb2.GetNodeStatsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrepareBundleResources(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.Raylet/PrepareBundleResources',
+            raylet__pb2.PrepareBundleResourcesRequest.SerializeToString,
+            raylet__pb2.PrepareBundleResourcesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitBundleResources(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.Raylet/CommitBundleResources',
+            raylet__pb2.CommitBundleResourcesRequest.SerializeToString,
+            raylet__pb2.CommitBundleResourcesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelResourceReserve(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.Raylet/CancelResourceReserve',
+            raylet__pb2.CancelResourceReserveRequest.SerializeToString,
+            raylet__pb2.CancelResourceReserveReply.FromString,
             options,
             channel_credentials,
             insecure,

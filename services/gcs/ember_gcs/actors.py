@@ -1,4 +1,6 @@
 """ActorManager: the GCS side of actors — registration, placement, restarts, names, death.
+The rules (restart accounting, death causes, lifetimes) are `actor_policy.ActorPolicy`'s, pure;
+this class is the driver that persists, leases, pushes and executes its decisions.
 
 Creation: RegisterActor records the actor (state PENDING_CREATION, persisted) and starts a
 creation loop: lease a dedicated worker from the creator's node's raylet (following spillback,
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from typing import Any
 
 import grpc
 
@@ -22,6 +25,7 @@ from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc
 from ember_common.raylet_client import LeaseGrant, RayletClient
 from ember_common.rpc import AlreadyExists, NotFound
 
+from .actor_policy import ActorPolicy, Decision, Die, Restart
 from .storage import Storage
 
 log = logging.getLogger(__name__)
@@ -33,12 +37,13 @@ A = common_pb2.ActorInfo
 class ActorManager:
     def __init__(self, storage: Storage, nodes: dict[str, common_pb2.NodeInfo]) -> None:
         self.storage = storage
+        self.policy = ActorPolicy()
         self.nodes = nodes  # the GCS node table (shared with GcsCore)
         self.actors: dict[bytes, common_pb2.ActorInfo] = {}
         self.names: dict[tuple[str, str], bytes] = {}
         self.by_worker: dict[str, bytes] = {}
         self._changed = asyncio.Condition()
-        self._creating: dict[bytes, asyncio.Task] = {}
+        self._creating: dict[bytes, asyncio.Task[None]] = {}
         self._channels = rpc.ChannelPool()
         self.raylets = RayletClient(channel_for=self._channels.get)
 
@@ -112,71 +117,62 @@ class ActorManager:
         return self.actors[actor_id]
 
     async def kill(self, actor_id: bytes, no_restart: bool) -> None:
+        """ember.kill(): the actor dies (no_restart) or its worker is killed and it restarts."""
         a = self.actors.get(actor_id)
         if a is None:
             raise NotFound(f"actor {actor_id.hex()} is unknown")
         if a.state == A.DEAD:
             return
-        if no_restart:
-            await self._mark_dead(a, "killed by ember.kill()")
-        elif a.state == A.ALIVE:
-            # The worker's death (reported by its raylet) restarts the actor if it may.
-            pass
+        await self._execute(a, self.policy.killed(a, no_restart))
         await self._release_lease(a)
 
     async def on_worker_failure(self, worker_id: str, reason: str, intentional: bool) -> None:
+        """A worker exited: the actor it hosted restarts or dies; actors it owned die."""
         actor_id = self.by_worker.pop(worker_id, None)
         if actor_id is not None:
             a = self.actors[actor_id]
-            if a.state == A.ALIVE and a.address.worker_id == worker_id:
-                if intentional:
-                    await self._mark_dead(a, "the actor exited via exit_actor()")
-                else:
-                    await self._restart_or_die(a, f"the actor's worker process died ({reason})")
-        # Actors whose owner was this worker die with it (unless detached).
+            await self._execute(a, self.policy.worker_died(a, worker_id, reason, intentional))
         for a in list(self.actors.values()):
-            if (a.state != A.DEAD and not a.creation_spec.actor_creation.detached
-                    and a.creation_spec.caller.worker_id == worker_id):
-                await self._mark_dead(a, "its owner (the worker that created it) died")
-                await self._release_lease(a)
+            await self._execute(a, self.policy.owner_died(a, worker_id))
 
     async def on_node_dead(self, node_id: str) -> None:
+        """A node died: its actors restart elsewhere or die."""
         for a in list(self.actors.values()):
-            if a.state == A.ALIVE and a.address.node_id == node_id:
+            d = self.policy.node_died(a, node_id)
+            if d is not None:
                 self.by_worker.pop(a.address.worker_id, None)
-                await self._restart_or_die(a, f"its node {node_id[:8]} died")
+            await self._execute(a, d)
 
     async def on_job_finished(self, job_id: bytes) -> None:
+        """A job ended: its non-detached actors die."""
         for a in list(self.actors.values()):
-            if a.job_id == job_id and a.state != A.DEAD and not a.creation_spec.actor_creation.detached:
-                await self._mark_dead(a, "its job finished (the driver exited)")
-                await self._release_lease(a)
+            await self._execute(a, self.policy.job_finished(a, job_id))
 
     # ------------------------------------------------------------------ lifecycle
-    async def _restart_or_die(self, a: common_pb2.ActorInfo, why: str) -> None:
-        max_restarts = a.creation_spec.actor_creation.max_restarts
-        if max_restarts == -1 or a.num_restarts < max_restarts:
-            a.num_restarts += 1
-            a.state = A.RESTARTING
-            a.ClearField("address")
+    async def _execute(self, a: common_pb2.ActorInfo, d: Decision | None) -> None:
+        """Carries out a policy decision: persist, (re)start creation, return the lease."""
+        if d is None:
+            return
+        if isinstance(d, Die):
+            t = self._creating.pop(a.actor_id, None)
+            if t is not None and t is not asyncio.current_task():
+                t.cancel()
+            self.by_worker.pop(a.address.worker_id, None)
+            self.policy.apply(a, d)
+            if a.name and self.names.get((a.namespace, a.name)) == a.actor_id:
+                del self.names[(a.namespace, a.name)]
+            log.info("actor %s (%s) is DEAD: %s", a.actor_id.hex()[:8], a.class_name,
+                     d.cause.splitlines()[0])
+            await self._save(a)
+            if d.release_lease:
+                await self._release_lease(a)
+            return
+        self.policy.apply(a, d)
+        if isinstance(d, Restart):
             log.info("actor %s (%s) restarting (%d): %s", a.actor_id.hex()[:8], a.class_name,
-                     a.num_restarts, why)
+                     a.num_restarts, d.why)
             await self._save(a)
             self._start_creation(a)
-        else:
-            await self._mark_dead(a, why + (f"; restarts exhausted ({max_restarts})" if max_restarts else ""))
-
-    async def _mark_dead(self, a: common_pb2.ActorInfo, cause: str) -> None:
-        t = self._creating.pop(a.actor_id, None)
-        if t is not None and t is not asyncio.current_task():
-            t.cancel()
-        self.by_worker.pop(a.address.worker_id, None)
-        a.state = A.DEAD
-        a.death_cause = cause
-        if a.name and self.names.get((a.namespace, a.name)) == a.actor_id:
-            del self.names[(a.namespace, a.name)]
-        log.info("actor %s (%s) is DEAD: %s", a.actor_id.hex()[:8], a.class_name, cause.splitlines()[0])
-        await self._save(a)
 
     async def _release_lease(self, a: common_pb2.ActorInfo) -> None:
         if not a.lease_id or not a.raylet_address:
@@ -191,8 +187,13 @@ class ActorManager:
     def _start_creation(self, a: common_pb2.ActorInfo) -> None:
         task = asyncio.ensure_future(self._create(a))
         self._creating[a.actor_id] = task
-        task.add_done_callback(lambda t, aid=a.actor_id: self._creating.pop(aid, None)
-                               if self._creating.get(aid) is t else None)
+        aid = a.actor_id
+
+        def done(t: asyncio.Task[None]) -> None:
+            if self._creating.get(aid) is t:
+                self._creating.pop(aid, None)
+
+        task.add_done_callback(done)
 
     def _first_raylet(self, a: common_pb2.ActorInfo) -> str | None:
         owner = self.nodes.get(a.creation_spec.actor_creation.owner_node_id)
@@ -207,10 +208,10 @@ class ActorManager:
             return
         # In the trace of the call that created the actor, restarts included.
         what = "restart" if a.num_restarts else "create"
+        attrs: dict[str, Any] = {"ember.actor_id": a.actor_id.hex(), "ember.actor.class": a.class_name,
+                                 "ember.actor.restarts": a.num_restarts}
         with tracing.span(f"actor {what} {a.class_name}",
-                          context=tracing.extract(a.creation_spec.trace_context),
-                          **{"ember.actor_id": a.actor_id.hex(), "ember.actor.class": a.class_name,
-                             "ember.actor.restarts": a.num_restarts}) as sp:
+                          context=tracing.extract(a.creation_spec.trace_context), **attrs) as sp:
             await self._create_untraced(a)
             sp.set_attribute("ember.actor.state", A.State.Name(a.state))
             if a.state == A.ALIVE:
@@ -230,7 +231,7 @@ class ActorManager:
                 try:
                     lease = await self._lease(a, lease_id, addr)
                 except rpc.Infeasible as e:
-                    await self._mark_dead(a, f"The actor {a.class_name} cannot be scheduled: {e}")
+                    await self._execute(a, self.policy.unschedulable(a, str(e)))
                     return
             if lease is None:
                 await asyncio.sleep(attempts.failed() or backoff.FOREVER.max_s)
@@ -253,16 +254,13 @@ class ActorManager:
             except grpc.aio.AioRpcError as e:
                 log.warning("actor %s: worker died during creation (%s)", a.actor_id.hex()[:8], e.code().name)
                 await self._release_lease(a)
-                max_restarts = spec.actor_creation.max_restarts
-                if max_restarts != -1 and a.num_restarts >= max_restarts:
-                    await self._mark_dead(a, f"the worker died while running __init__ ({e.code().name})")
+                d = self.policy.creation_worker_died(a, e.code().name)
+                await self._execute(a, d)
+                if isinstance(d, Die):
                     return
-                a.num_restarts += 1
                 continue
             if reply.is_application_error:
-                await self._release_lease(a)
-                await self._mark_dead(a, "The actor died because of an error raised in its creation "
-                                         f"task: {reply.error_message}")
+                await self._execute(a, self.policy.creation_failed(reply.error_message))
                 return
             a.state = A.ALIVE
             a.address.CopyFrom(w)
@@ -279,7 +277,8 @@ class ActorManager:
         spec = a.creation_spec
         request = raylet_pb2.RequestWorkerLeaseRequest(
             lease_id=lease_id, resources=spec.resources, job_id=spec.job_id, name=spec.name,
-            actor_id=a.actor_id)
+            actor_id=a.actor_id, placement_group_id=spec.placement_group_id,
+            placement_group_bundle_index=spec.placement_group_bundle_index)
         try:
             return await self.raylets.request_worker_lease(
                 request, address=addr, retry=backoff.NO_RETRY, metadata=tracing.metadata(),

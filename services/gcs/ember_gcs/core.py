@@ -20,6 +20,7 @@ from ember_common.rpc import NotFound
 
 from .actors import ActorManager
 from .kv import InternalKV
+from .placement_groups import PlacementGroups
 from .storage import Storage
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class GcsCore:
         self._subs: list[Subscriber] = []
         self.actors = ActorManager(storage, self.nodes)
         self.kv = InternalKV(storage)
+        self.pgs = PlacementGroups(storage, self.nodes)
         # Open "driver" streams per job: a job whose driver is gone for DRIVER_GRACE_S ends.
         self._drivers: dict[bytes, int] = {}
         self.driver_grace_s = 3.0
@@ -59,17 +61,17 @@ class GcsCore:
         of max(node_death_timeout_s, RESTART_GRACE_S) to send its first heartbeat."""
         # _last_seen in the future: detect_deaths measures silence from this point on.
         now = time.monotonic() + max(0.0, self.RESTART_GRACE_S - self.death_timeout_s)
-        for key, blob in (await self.storage.get_all(NODES)).items():
+        for blob in (await self.storage.get_all(NODES)).values():
             info = common_pb2.NodeInfo.FromString(blob)
             self.nodes[info.node_id] = info
             if info.state == common_pb2.NodeInfo.ALIVE:
                 self._last_seen[info.node_id] = now
         log.info("loaded %d nodes from storage", len(self.nodes))
         await self.actors.load()
+        await self.pgs.load()
         for job in await self.all_jobs():
             if not job.is_dead:  # its driver must reconnect after our restart
-                asyncio.get_running_loop().call_later(
-                    10 * self.driver_grace_s, lambda j=job.job_id: asyncio.ensure_future(self._check_driver(j)))
+                asyncio.get_running_loop().call_later(10 * self.driver_grace_s, self._check_driver_soon, job.job_id)
 
     # ------------------------------------------------------------------ nodes
     async def register_node(self, info: common_pb2.NodeInfo) -> None:
@@ -86,6 +88,7 @@ class GcsCore:
         log.info("node %s registered (raylet %s, resources %s)", info.node_id[:8],
                  info.raylet_address, dict(info.total_resources))
         self._publish_node(info)
+        self.pgs.wake()
 
     def heartbeat(self, node_id: str, available: dict[str, float], total: dict[str, float]) -> None:
         """A node is alive with these resources (published when they changed). NotFound when the
@@ -119,6 +122,7 @@ class GcsCore:
         log.warning("node %s marked DEAD: %s", node_id[:8], reason)
         self._publish_node(info)
         await self.actors.on_node_dead(node_id)
+        await self.pgs.on_node_dead(node_id)
 
     async def detect_deaths(self, stop: asyncio.Event) -> None:
         period = min(0.5, self.death_timeout_s / 4)
@@ -154,6 +158,7 @@ class GcsCore:
         job.end_time = time.time()
         await self.storage.put(JOBS, job_id, job.SerializeToString())
         await self.actors.on_job_finished(job_id)
+        await self.pgs.on_job_finished(job_id)
         if job.driver_worker_id:  # object managers free what the driver owned
             self.publish_worker_death(job.driver_worker_id, "", "driver exited")
 
@@ -196,6 +201,9 @@ class GcsCore:
                 await self.mark_job_finished(job_id)
         except Exception as e:  # storage down: the job stays open until its next check
             log.warning("cannot check the driver of job %s: %s", job_id.hex(), e)
+
+    def _check_driver_soon(self, job_id: bytes) -> None:
+        asyncio.ensure_future(self._check_driver(job_id))
 
     def _driver_gone(self, job_id: bytes) -> None:
         n = self._drivers.get(job_id, 1) - 1

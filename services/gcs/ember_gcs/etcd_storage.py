@@ -8,6 +8,7 @@ dropped; the next operation connects afresh, so the storage recovers once etcd i
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, Awaitable, Callable
 
 import aetcd
@@ -168,7 +169,11 @@ class EtcdStorage(Storage):
                 new, cond = 1, tx.Create(k) == 0
             else:
                 new, cond = int(kv.value) + 1, tx.Mod(k) == kv.mod_revision
-            put = [tx.Put(k, str(new).encode())]
-            ok, _ = await self._call(lambda c: c.transaction([cond], put, []))
+            ok, _ = await self._call(functools.partial(_transact, cond, [tx.Put(k, str(new).encode())]))
             if ok:
                 return new
+
+
+def _transact(cond: Any, puts: list[Any], client: aetcd.Client) -> Any:
+    """One compare-and-swap transaction (bound with functools.partial: no loop variable captured)."""
+    return client.transaction([cond], puts, [])

@@ -1,8 +1,7 @@
-"""The GCS process: flags, storage, GcsCore and its gRPC services (servicers.py), death
+"""The GCS process: settings (GcsSettings), storage, GcsCore and its gRPC services (servicers.py), death
 detection, and a graceful stop."""
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from ember_common import metrics, rpc, service
 from ember_common.config import get_config
 from ember_common.proto import common_pb2
+from ember_common.settings import GcsSettings
 
 from . import servicers
 from .backend import open_storage
@@ -18,19 +18,12 @@ from .core import GcsCore
 log = logging.getLogger(__name__)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The GCS's command line."""
-    p = argparse.ArgumentParser(prog="ember-gcs", description="Ember GCS service")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=6379)
-    p.add_argument("--storage", default="memory", help="'memory' or 'etcd://host:port'")
-    p.add_argument("--cluster-name", default="default", help="etcd key prefix of this cluster")
-    p.add_argument("--session-dir", default="")
-    service.add_common_flags(p)
-    return p.parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> GcsSettings:
+    """The GCS's command line (ember_common.settings.GcsSettings)."""
+    return GcsSettings.from_argv_or_exit(argv)
 
 
-async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
+async def serve(ns: GcsSettings, stop: asyncio.Event) -> None:
     """Runs the GCS until stop is set."""
     cfg = get_config()
     storage = open_storage(ns.storage, ns.cluster_name)
@@ -40,6 +33,7 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
         raise ConnectionError(str(e)) from None
     core = GcsCore(storage, cfg.node_death_timeout_s, cluster_id=ns.cluster_name)
     await core.load()
+    core.pgs.start()
     register_metrics(core)
     server, port, health = rpc.build_server([lambda s: servicers.add_all(core, s)],
                                             host=ns.host, port=ns.port)
@@ -56,6 +50,7 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
     core.close_subscriptions()
     await server.stop(1.0)
     await core.actors.close()
+    await core.pgs.close()
     deaths.cancel()
     await storage.close()
 
@@ -66,13 +61,15 @@ def register_metrics(core: GcsCore) -> None:
         return
 
     def by_state(items: Any, names: Any) -> dict[tuple[str, ...], float]:
-        counts = {(name,): 0.0 for name in names.keys()}
+        counts: dict[tuple[str, ...], float] = {(name,): 0.0 for name in names.keys()}
         for item in items:
             counts[(names.Name(item.state),)] += 1
         return counts
 
     metrics.gauge("ember_actors_total", "Actors by state",
                   lambda: by_state(core.actors.actors.values(), common_pb2.ActorInfo.State), ("state",))
+    metrics.gauge("ember_placement_groups", "Placement groups by state",
+                  lambda: {(state,): float(n) for state, n in core.pgs.manager.counts().items()}, ("state",))
     metrics.gauge("ember_nodes_total", "Nodes by state",
                   lambda: by_state(core.nodes.values(), common_pb2.NodeInfo.State), ("state",))
 

@@ -7,10 +7,11 @@ are their full names (marked SERVING in grpc.health.v1 together with "ember.Gcs"
 """
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 import grpc
 
+from ember_common import rpc
 from ember_common.proto import gcs_pb2, gcs_pb2_grpc
 from ember_common.rpc import rpc_errors
 
@@ -24,23 +25,23 @@ class NodeInfoServicer(gcs_pb2_grpc.NodeInfoGcsServiceServicer):
         self.core = core
 
     @rpc_errors
-    async def RegisterNode(self, request: Any, context: Any) -> gcs_pb2.RegisterNodeReply:
+    async def RegisterNode(self, request: gcs_pb2.RegisterNodeRequest, context: rpc.Context) -> gcs_pb2.RegisterNodeReply:
         await self.core.register_node(request.node)
         return gcs_pb2.RegisterNodeReply(cluster_id=self.core.cluster_id)
 
     @rpc_errors
-    async def UnregisterNode(self, request: Any, context: Any) -> gcs_pb2.UnregisterNodeReply:
+    async def UnregisterNode(self, request: gcs_pb2.UnregisterNodeRequest, context: rpc.Context) -> gcs_pb2.UnregisterNodeReply:
         await self.core.mark_dead(request.node_id, request.reason or "stopped")
         return gcs_pb2.UnregisterNodeReply()
 
     @rpc_errors
-    async def ReportHeartbeat(self, request: Any, context: Any) -> gcs_pb2.ReportHeartbeatReply:
+    async def ReportHeartbeat(self, request: gcs_pb2.ReportHeartbeatRequest, context: rpc.Context) -> gcs_pb2.ReportHeartbeatReply:
         self.core.heartbeat(request.node_id, dict(request.available_resources),
                             dict(request.total_resources))
         return gcs_pb2.ReportHeartbeatReply()
 
     @rpc_errors
-    async def GetAllNodeInfo(self, request: Any, context: Any) -> gcs_pb2.GetAllNodeInfoReply:
+    async def GetAllNodeInfo(self, request: gcs_pb2.GetAllNodeInfoRequest, context: rpc.Context) -> gcs_pb2.GetAllNodeInfoReply:
         return gcs_pb2.GetAllNodeInfoReply(nodes=list(self.core.nodes.values()))
 
 
@@ -51,16 +52,16 @@ class JobInfoServicer(gcs_pb2_grpc.JobInfoGcsServiceServicer):
         self.core = core
 
     @rpc_errors
-    async def AddJob(self, request: Any, context: Any) -> gcs_pb2.AddJobReply:
+    async def AddJob(self, request: gcs_pb2.AddJobRequest, context: rpc.Context) -> gcs_pb2.AddJobReply:
         return gcs_pb2.AddJobReply(job_id=await self.core.add_job(request.job))
 
     @rpc_errors
-    async def MarkJobFinished(self, request: Any, context: Any) -> gcs_pb2.MarkJobFinishedReply:
+    async def MarkJobFinished(self, request: gcs_pb2.MarkJobFinishedRequest, context: rpc.Context) -> gcs_pb2.MarkJobFinishedReply:
         await self.core.mark_job_finished(request.job_id)
         return gcs_pb2.MarkJobFinishedReply()
 
     @rpc_errors
-    async def GetAllJobInfo(self, request: Any, context: Any) -> gcs_pb2.GetAllJobInfoReply:
+    async def GetAllJobInfo(self, request: gcs_pb2.GetAllJobInfoRequest, context: rpc.Context) -> gcs_pb2.GetAllJobInfoReply:
         return gcs_pb2.GetAllJobInfoReply(jobs=await self.core.all_jobs())
 
 
@@ -71,25 +72,25 @@ class ActorInfoServicer(gcs_pb2_grpc.ActorInfoGcsServiceServicer):
         self.actors = core.actors
 
     @rpc_errors
-    async def RegisterActor(self, request: Any, context: Any) -> gcs_pb2.RegisterActorReply:
+    async def RegisterActor(self, request: gcs_pb2.RegisterActorRequest, context: rpc.Context) -> gcs_pb2.RegisterActorReply:
         return gcs_pb2.RegisterActorReply(actor=await self.actors.register(request.creation_spec))
 
     @rpc_errors
-    async def GetActorInfo(self, request: Any, context: Any) -> gcs_pb2.GetActorInfoReply:
+    async def GetActorInfo(self, request: gcs_pb2.GetActorInfoRequest, context: rpc.Context) -> gcs_pb2.GetActorInfoReply:
         a = await self.actors.get(request.actor_id, request.wait_for_change,
                                   request.after_incarnation, request.timeout_s)
         return gcs_pb2.GetActorInfoReply(actor=a)
 
     @rpc_errors
-    async def GetNamedActorInfo(self, request: Any, context: Any) -> gcs_pb2.GetNamedActorInfoReply:
+    async def GetNamedActorInfo(self, request: gcs_pb2.GetNamedActorInfoRequest, context: rpc.Context) -> gcs_pb2.GetNamedActorInfoReply:
         return gcs_pb2.GetNamedActorInfoReply(actor=self.actors.get_named(request.name, request.namespace))
 
     @rpc_errors
-    async def GetAllActorInfo(self, request: Any, context: Any) -> gcs_pb2.GetAllActorInfoReply:
+    async def GetAllActorInfo(self, request: gcs_pb2.GetAllActorInfoRequest, context: rpc.Context) -> gcs_pb2.GetAllActorInfoReply:
         return gcs_pb2.GetAllActorInfoReply(actors=list(self.actors.actors.values()))
 
     @rpc_errors
-    async def KillActor(self, request: Any, context: Any) -> gcs_pb2.KillActorReply:
+    async def KillActor(self, request: gcs_pb2.KillActorRequest, context: rpc.Context) -> gcs_pb2.KillActorReply:
         await self.actors.kill(request.actor_id, request.no_restart)
         return gcs_pb2.KillActorReply()
 
@@ -101,7 +102,7 @@ class WorkerInfoServicer(gcs_pb2_grpc.WorkerInfoGcsServiceServicer):
         self.core = core
 
     @rpc_errors
-    async def ReportWorkerFailure(self, request: Any, context: Any) -> gcs_pb2.ReportWorkerFailureReply:
+    async def ReportWorkerFailure(self, request: gcs_pb2.ReportWorkerFailureRequest, context: rpc.Context) -> gcs_pb2.ReportWorkerFailureReply:
         await self.core.actors.on_worker_failure(request.worker_id, request.reason, request.intentional)
         self.core.publish_worker_death(request.worker_id, request.node_id, request.reason)
         return gcs_pb2.ReportWorkerFailureReply()
@@ -114,25 +115,25 @@ class InternalKVServicer(gcs_pb2_grpc.InternalKVGcsServiceServicer):
         self.kv = core.kv
 
     @rpc_errors
-    async def InternalKVGet(self, request: Any, context: Any) -> gcs_pb2.InternalKVGetReply:
+    async def InternalKVGet(self, request: gcs_pb2.InternalKVGetRequest, context: rpc.Context) -> gcs_pb2.InternalKVGetReply:
         return gcs_pb2.InternalKVGetReply(value=await self.kv.get(request.namespace, request.key))
 
     @rpc_errors
-    async def InternalKVPut(self, request: Any, context: Any) -> gcs_pb2.InternalKVPutReply:
+    async def InternalKVPut(self, request: gcs_pb2.InternalKVPutRequest, context: rpc.Context) -> gcs_pb2.InternalKVPutReply:
         added = await self.kv.put(request.namespace, request.key, request.value, request.overwrite)
         return gcs_pb2.InternalKVPutReply(added=added)
 
     @rpc_errors
-    async def InternalKVDel(self, request: Any, context: Any) -> gcs_pb2.InternalKVDelReply:
+    async def InternalKVDel(self, request: gcs_pb2.InternalKVDelRequest, context: rpc.Context) -> gcs_pb2.InternalKVDelReply:
         n = await self.kv.delete(request.namespace, request.key, request.del_by_prefix)
         return gcs_pb2.InternalKVDelReply(deleted_num=n)
 
     @rpc_errors
-    async def InternalKVKeys(self, request: Any, context: Any) -> gcs_pb2.InternalKVKeysReply:
+    async def InternalKVKeys(self, request: gcs_pb2.InternalKVKeysRequest, context: rpc.Context) -> gcs_pb2.InternalKVKeysReply:
         return gcs_pb2.InternalKVKeysReply(keys=await self.kv.keys(request.namespace, request.prefix))
 
     @rpc_errors
-    async def InternalKVExists(self, request: Any, context: Any) -> gcs_pb2.InternalKVExistsReply:
+    async def InternalKVExists(self, request: gcs_pb2.InternalKVExistsRequest, context: rpc.Context) -> gcs_pb2.InternalKVExistsReply:
         return gcs_pb2.InternalKVExistsReply(exists=await self.kv.exists(request.namespace, request.key))
 
 
@@ -143,22 +144,63 @@ class InternalPubSubServicer(gcs_pb2_grpc.InternalPubSubGcsServiceServicer):
         self.core = core
 
     @rpc_errors
-    async def Subscribe(self, request: Any, context: Any) -> AsyncIterator[gcs_pb2.PubMessage]:
+    async def Subscribe(self, request: gcs_pb2.SubscribeRequest, context: rpc.Context) -> AsyncIterator[gcs_pb2.PubMessage]:
         async for msg in self.core.subscribe(set(request.channels), request.job_id):
             yield msg
 
     @rpc_errors
-    async def PublishLogs(self, request: Any, context: Any) -> gcs_pb2.PublishLogsReply:
+    async def PublishLogs(self, request: gcs_pb2.PublishLogsRequest, context: rpc.Context) -> gcs_pb2.PublishLogsReply:
         for batch in request.batches:
             self.core.publish_logs(batch)
         return gcs_pb2.PublishLogsReply()
+
+
+class PlacementGroupServicer(gcs_pb2_grpc.PlacementGroupInfoGcsServiceServicer):
+    """Placement groups (core: PlacementGroups)."""
+
+    def __init__(self, core: GcsCore) -> None:
+        self.pgs = core.pgs
+
+    @rpc_errors
+    async def CreatePlacementGroup(self, request: gcs_pb2.CreatePlacementGroupRequest,
+                                   context: rpc.Context) -> gcs_pb2.CreatePlacementGroupReply:
+        return gcs_pb2.CreatePlacementGroupReply(placement_group=await self.pgs.create(request.spec))
+
+    @rpc_errors
+    async def RemovePlacementGroup(self, request: gcs_pb2.RemovePlacementGroupRequest,
+                                   context: rpc.Context) -> gcs_pb2.RemovePlacementGroupReply:
+        await self.pgs.remove(request.placement_group_id)
+        return gcs_pb2.RemovePlacementGroupReply()
+
+    @rpc_errors
+    async def GetPlacementGroup(self, request: gcs_pb2.GetPlacementGroupRequest,
+                                context: rpc.Context) -> gcs_pb2.GetPlacementGroupReply:
+        return gcs_pb2.GetPlacementGroupReply(
+            placement_group=self.pgs.manager.get(request.placement_group_id))
+
+    @rpc_errors
+    async def GetNamedPlacementGroup(self, request: gcs_pb2.GetNamedPlacementGroupRequest,
+                                     context: rpc.Context) -> gcs_pb2.GetNamedPlacementGroupReply:
+        return gcs_pb2.GetNamedPlacementGroupReply(
+            placement_group=self.pgs.manager.get_named(request.name, request.namespace))
+
+    @rpc_errors
+    async def GetAllPlacementGroup(self, request: gcs_pb2.GetAllPlacementGroupRequest,
+                                   context: rpc.Context) -> gcs_pb2.GetAllPlacementGroupReply:
+        return gcs_pb2.GetAllPlacementGroupReply(placement_groups=list(self.pgs.manager.groups.values()))
+
+    @rpc_errors
+    async def WaitPlacementGroupUntilReady(self, request: gcs_pb2.WaitPlacementGroupUntilReadyRequest,
+                                           context: rpc.Context) -> gcs_pb2.WaitPlacementGroupUntilReadyReply:
+        ready, g = await self.pgs.wait_ready(request.placement_group_id, request.timeout_s)
+        return gcs_pb2.WaitPlacementGroupUntilReadyReply(ready=ready, placement_group=g)
 
 
 # Health name of the GCS as a whole (docker/healthcheck.py asks for it), then each service's.
 HEALTH_NAME = "ember.Gcs"
 SERVICE_NAMES = [gcs_pb2.DESCRIPTOR.services_by_name[name].full_name for name in (
     "NodeInfoGcsService", "JobInfoGcsService", "ActorInfoGcsService", "WorkerInfoGcsService",
-    "InternalKVGcsService", "InternalPubSubGcsService")]
+    "InternalKVGcsService", "InternalPubSubGcsService", "PlacementGroupInfoGcsService")]
 
 
 def add_all(core: GcsCore, server: grpc.aio.Server) -> None:
@@ -169,3 +211,4 @@ def add_all(core: GcsCore, server: grpc.aio.Server) -> None:
     gcs_pb2_grpc.add_WorkerInfoGcsServiceServicer_to_server(WorkerInfoServicer(core), server)
     gcs_pb2_grpc.add_InternalKVGcsServiceServicer_to_server(InternalKVServicer(core), server)
     gcs_pb2_grpc.add_InternalPubSubGcsServiceServicer_to_server(InternalPubSubServicer(core), server)
+    gcs_pb2_grpc.add_PlacementGroupInfoGcsServiceServicer_to_server(PlacementGroupServicer(core), server)

@@ -20,10 +20,10 @@ class StorageUnavailable(Unavailable):
 class Storage(abc.ABC):
     """Async key-value storage with tables."""
 
-    async def start(self) -> None:
+    async def start(self) -> None:  # noqa: B027 (optional hook: in-memory storage has nothing to do)
         """Connects to the backend."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 (optional hook)
         """Releases connections."""
 
     @abc.abstractmethod

@@ -3,7 +3,6 @@
 (objects owned by a dead process are freed, its pins dropped)."""
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -14,6 +13,7 @@ from ember_common import backoff, metrics, rpc, service, tracing
 from ember_common.gcs_client import GcsClient
 from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 from ember_common.rpc import rpc_errors
+from ember_common.settings import ObjmgrSettings
 
 from .store import ObjectStore
 from .transfer import Puller, TransferServicer
@@ -29,21 +29,21 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
     def __init__(self, store: ObjectStore, node_id: str) -> None:
         self.store = store
         self.node_id = node_id
-        self._pulls: dict[bytes, asyncio.Future] = {}
+        self._pulls: dict[bytes, asyncio.Future[Any]] = {}
         self.puller = Puller(store)
 
     @rpc_errors
-    async def Create(self, request: Any, context: Any) -> Any:
+    async def Create(self, request: objmgr_pb2.CreateRequest, context: rpc.Context) -> Any:
         offset = self.store.create(request.object_id, request.size, request.owner_worker_id)
         return objmgr_pb2.CreateReply(offset=offset)
 
     @rpc_errors
-    async def Seal(self, request: Any, context: Any) -> Any:
+    async def Seal(self, request: objmgr_pb2.SealRequest, context: rpc.Context) -> Any:
         self.store.seal(request.object_id)
         return objmgr_pb2.SealReply()
 
     @rpc_errors  # NotFound, DataLoss, ResourceExhausted (no room to restore) -> status codes
-    async def Get(self, request: Any, context: Any) -> Any:
+    async def Get(self, request: objmgr_pb2.GetRequest, context: rpc.Context) -> Any:
         # Restoring a spilled object may need room that pinned objects hold; readers release
         # their pins in batches a few milliseconds after their views die, so a full store gets
         # a short while (RESTORE_WAIT) before the reader is told it is full.
@@ -65,13 +65,13 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
         return reply
 
     @rpc_errors
-    async def Release(self, request: Any, context: Any) -> Any:
+    async def Release(self, request: objmgr_pb2.ReleaseRequest, context: rpc.Context) -> Any:
         for oid in request.object_ids:
             self.store.release(oid, request.client_id)
         return objmgr_pb2.ReleaseReply()
 
     @rpc_errors
-    async def Pull(self, request: Any, context: Any) -> Any:
+    async def Pull(self, request: objmgr_pb2.PullRequest, context: rpc.Context) -> Any:
         oid = request.object_id
         if self.store.contains(oid):
             return objmgr_pb2.PullReply(size=self.store.objects[oid].size)
@@ -93,7 +93,7 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
             return size
 
     @rpc_errors
-    async def ReadObject(self, request: Any, context: Any) -> AsyncIterator[Any]:
+    async def ReadObject(self, request: objmgr_pb2.ReadObjectRequest, context: rpc.Context) -> AsyncIterator[Any]:
         client = f"read-{id(context)}"
         e = self.store.get(request.object_id, client)  # NotFound / DataLoss -> status codes
         try:
@@ -125,13 +125,13 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
         return objmgr_pb2.WriteObjectReply()
 
     @rpc_errors
-    async def Free(self, request: Any, context: Any) -> Any:
+    async def Free(self, request: objmgr_pb2.FreeRequest, context: rpc.Context) -> Any:
         for oid in request.object_ids:
             self.store.free(oid)
         return objmgr_pb2.FreeReply()
 
     @rpc_errors
-    async def GetStoreStats(self, request: Any, context: Any) -> Any:
+    async def GetStoreStats(self, request: objmgr_pb2.GetStoreStatsRequest, context: rpc.Context) -> Any:
         s = self.store
         spilled = [e for e in s.objects.values() if e.state == "SPILLED"]
         return objmgr_pb2.GetStoreStatsReply(
@@ -140,7 +140,7 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
             arena_path=s.arena_path, num_pinned=sum(1 for e in s.objects.values() if e.pinned))
 
     @rpc_errors
-    async def ListObjects(self, request: Any, context: Any) -> Any:
+    async def ListObjects(self, request: objmgr_pb2.ListObjectsRequest, context: rpc.Context) -> Any:
         reply = objmgr_pb2.ListObjectsReply(node_id=self.node_id)
         for e in self.store.objects.values():
             reply.objects.append(objmgr_pb2.ObjectStat(object_id=e.object_id, size=e.size,
@@ -168,21 +168,12 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
         await self.puller.close()
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="ember-objmgr", description="Ember object manager (one per node)")
-    p.add_argument("--store-dir", required=True, help="directory on a tmpfs (e.g. under /dev/shm)")
-    p.add_argument("--capacity-bytes", type=int, default=0)
-    p.add_argument("--spill-dir", default=None,
-                   help="where full-store objects go: a directory or a pyarrow.fs URI (s3://...)")
-    p.add_argument("--gcs-address", default="", help="GCS to follow for worker deaths")
-    p.add_argument("--node-id", default="")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=0)
-    service.add_common_flags(p)
-    return p.parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> ObjmgrSettings:
+    """The object manager's command line (ember_common.settings.ObjmgrSettings)."""
+    return ObjmgrSettings.from_argv_or_exit(argv)
 
 
-async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
+async def serve(ns: ObjmgrSettings, stop: asyncio.Event) -> None:
     store = ObjectStore(ns.store_dir, ns.capacity_bytes, ns.spill_dir)
     servicer = ObjectManagerServicer(store, ns.node_id)
     register_metrics(store, ns.node_id)

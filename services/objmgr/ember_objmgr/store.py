@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ember_common.rpc import DataLoss, NotFound, ResourceExhausted
 
 from .allocator import ArenaAllocator
-from .spill import SpillError, Spiller, SpillReadError
+from .spill import Spiller, SpillError, SpillReadError
 
 log = logging.getLogger(__name__)
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)

@@ -136,7 +136,7 @@ class Puller:
         md = tracing.metadata()  # the source's restore (if spilled) joins the pull's trace
         first = calls[0](objmgr_pb2.ReadRangeRequest(object_id=oid, offset=0, length=FIRST_RANGE_BYTES),
                          metadata=md)
-        rest: list[asyncio.Future] = []
+        rest: list[asyncio.Future[Any]] = []
         created = False
         base = pos = 0
         try:
@@ -146,7 +146,7 @@ class Puller:
                     base = store.create(oid, total, owner, primary=False)
                     created = True
                     rest = [asyncio.ensure_future(self._range(c, oid, lo, hi, base, md))
-                            for c, (lo, hi) in zip(calls, _ranges(FIRST_RANGE_BYTES, total, self.streams))]
+                            for c, (lo, hi) in zip(calls, _ranges(FIRST_RANGE_BYTES, total, self.streams), strict=False)]
                 n = len(data)
                 store.view[base + pos:base + pos + n] = data
                 pos += n
@@ -193,7 +193,7 @@ def _ranges(start: int, total: int, streams: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + step, total)) for lo in range(start, total, step)]
 
 
-def _abort(store: ObjectStore, oid: bytes, created: bool, first: Any, rest: list[asyncio.Future]) -> None:
+def _abort(store: ObjectStore, oid: bytes, created: bool, first: Any, rest: list[asyncio.Future[Any]]) -> None:
     first.cancel()
     for f in rest:
         f.cancel()

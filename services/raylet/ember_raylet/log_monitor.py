@@ -81,7 +81,7 @@ class LogMonitor:
 
     def _batches(self) -> list[gcs_pb2.LogBatch]:
         out: list[gcs_pb2.LogBatch] = []
-        last: tuple | None = None
+        last: tuple[str, bytes, str] | None = None
         for path, wid, is_err, job, name, line in self._pending:
             if (path, job, name) != last:
                 last = (path, job, name)

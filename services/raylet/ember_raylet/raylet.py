@@ -1,72 +1,43 @@
-"""The Raylet core: one node's resources, worker pool and lease queue.
+"""The Raylet core: the thin driver that executes the lease queue's and worker pool's decisions.
 
-Flow of a lease request: validate -> `scheduler.decide` -> spill back to another raylet, or
-queue here until resources and an idle worker are both free, then grant (worker address + GPU
-ids). Requests no node can ever satisfy wait up to `infeasible_timeout_s` (a node may join)
-and are then answered "infeasible" with a reason. Workers are Python processes started by this
-class; they register over gRPC, are reused across leases, and are replaced when they die.
+`lease_queue.LeaseQueue` (pure) decides where a lease request goes and in which order requests
+are granted; `worker_pool.WorkerPool` (pure) decides which worker processes to start, reuse and
+reap. This class owns what they must not: the futures the RPCs wait on, the worker processes
+(started here; they register over gRPC and are reused across leases), the granted leases, and
+the loops that notice exited processes and drive both policies' clocks.
 """
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import os
-import signal
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Callable
 
 from ember_common import ids, tracing
 from ember_common.config import Config
-from ember_common.rpc import Infeasible, NotFound
 from ember_common.proto import common_pb2, raylet_pb2
+from ember_common.rpc import Infeasible
 
-from .resources import Allocation, NodeResources, validate_request
-from .scheduler import RemoteNode, decide
+from . import bundles as bundles_mod
+from .bundles import BundleTable
+from .lease_queue import Fail, LeaseQueue, LeaseRequest, Spill
+from .resources import NodeResources, validate_request
+from .scheduler import RemoteNode
+from .worker_pool import WorkerPool, WorkerState, shape_of
+from .worker_procs import Lease, WorkerProc, spawn_worker, stop_all
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class WorkerProc:
-    worker_id: str
-    popen: subprocess.Popen
-    port: int = 0
-    lease: Lease | None = None
-    dead: bool = False
-    started_at: float = field(default_factory=time.monotonic)
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-
-@dataclass
-class Lease:
-    lease_id: bytes
-    worker: WorkerProc
-    alloc: Allocation
-    name: str
-    blocked: bool = False
-    owner: str = ""  # worker id of the process using the lease
-    actor: bool = False  # a dedicated actor worker (not counted as a running task)
-
-
-@dataclass
-class PendingRequest:
-    request: raylet_pb2.RequestWorkerLeaseRequest
-    future: asyncio.Future
-    resources: dict[str, float]
-    deadline: float = 0.0
+LeaseReply = raylet_pb2.RequestWorkerLeaseReply
 
 
 class Raylet:
+    """One node's resources, worker processes and leases."""
+
     def __init__(self, *, node_id: str, config: Config, resources: dict[str, float], gcs_address: str,
                  objmgr_address: str, store_dir: str, session_dir: str, node_ip: str,
-                 num_prestart_workers: int | None = None) -> None:
+                 num_prestart_workers: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.node_id = node_id
         self.cfg = config
         self.resources = NodeResources(resources)
@@ -77,70 +48,64 @@ class Raylet:
         self.logs_dir = os.path.join(session_dir, "logs")
         self.node_ip = node_ip
         self.address = ""  # host:port once serving
-        self.cluster: dict[str, RemoteNode] = {}
         self.workers: dict[str, WorkerProc] = {}
-        self.idle: collections.deque[WorkerProc] = collections.deque()
         self.leases: dict[bytes, Lease] = {}
-        self.queue: list[PendingRequest] = []
-        self.infeasible: list[PendingRequest] = []
+        self.futures: dict[bytes, asyncio.Future[LeaseReply]] = {}
+        self.queue = LeaseQueue(node_id, self.resources, config.infeasible_timeout_s, clock)
+        self.bundles = BundleTable(self.resources)
         cpus = int(self.resources.total.get("CPU", 0))
-        self.num_prestart = cpus if num_prestart_workers is None else num_prestart_workers
-        self.max_starting = max(2, min(cpus, 8))
+        self.pool = WorkerPool(
+            num_prestart=cpus if num_prestart_workers is None else num_prestart_workers,
+            max_starting=max(2, min(cpus, 8)), startup_timeout_s=config.worker_startup_timeout_s,
+            idle_timeout_s=config.worker_idle_timeout_s, clock=clock)
         self.closing = False
         # Called with (worker_id, reason) when a worker process exits (the GCS is told).
-        self.on_worker_death: Any = None
+        self.on_worker_death: Callable[[str, str], None] | None = None
+
+    @property
+    def cluster(self) -> dict[str, RemoteNode]:
+        """The other alive nodes, as the GCS publishes them."""
+        return self.queue.cluster
 
     # ------------------------------------------------------------------ workers
     def start_worker(self) -> WorkerProc:
-        worker_id = ids.new_worker_id()
-        env = dict(os.environ)
-        env.update({
-            "EMBER_RAYLET_ADDRESS": self.address, "EMBER_WORKER_ID": worker_id,
-            "EMBER_GCS_ADDRESS": self.gcs_address, "EMBER_OBJMGR_ADDRESS": self.objmgr_address,
-            "EMBER_NODE_ID": self.node_id, "EMBER_STORE_DIR": self.store_dir,
-            "EMBER_SESSION_DIR": self.session_dir, "EMBER_NODE_IP": self.node_ip,
-            "PYTHONUNBUFFERED": "1",
-        })
-        os.makedirs(self.logs_dir, exist_ok=True)
-        out = open(os.path.join(self.logs_dir, f"worker-{worker_id}.out"), "ab")
-        err = open(os.path.join(self.logs_dir, f"worker-{worker_id}.err"), "ab")
-        popen = subprocess.Popen([sys.executable, "-m", "ember._private.worker_main"], env=env,
-                                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, close_fds=True)
-        out.close()
-        err.close()
-        w = WorkerProc(worker_id, popen)
-        self.workers[worker_id] = w
+        """Launches one worker process (it registers with RegisterWorker)."""
+        w = spawn_worker(ids.new_worker_id(), self.logs_dir, {
+            "EMBER_RAYLET_ADDRESS": self.address, "EMBER_GCS_ADDRESS": self.gcs_address,
+            "EMBER_OBJMGR_ADDRESS": self.objmgr_address, "EMBER_NODE_ID": self.node_id,
+            "EMBER_STORE_DIR": self.store_dir, "EMBER_SESSION_DIR": self.session_dir,
+            "EMBER_NODE_IP": self.node_ip})
+        self.workers[w.worker_id] = w
+        self.pool.add_starting(w.worker_id)
         return w
 
     def starting(self) -> int:
-        return sum(1 for w in self.workers.values() if not w.port and not w.dead)
+        """Worker processes started and not registered yet."""
+        return self.pool.count(WorkerState.STARTING)
 
     def register_worker(self, worker_id: str, pid: int, port: int) -> None:
-        w = self.workers.get(worker_id)
-        if w is None or w.dead:
-            raise NotFound(f"worker {worker_id} was not started by this raylet")
-        w.port = port
-        self.idle.append(w)
+        """A worker registered (NotFound unless this raylet started it)."""
+        self.pool.registered(worker_id, port)
+        self.workers[worker_id].port = port
         self.dispatch()
 
     def owner_died(self, worker_id: str) -> None:
         """A process that held leases here died (anywhere in the cluster): take them back; their
         workers ran tasks whose results nobody can receive, so they are replaced."""
-        for p in list(self.queue) + list(self.infeasible):
-            if p.request.owner_worker_id == worker_id and not p.future.done():
-                p.future.set_result(raylet_pb2.RequestWorkerLeaseReply(cancelled=True))
-        for lease in [l for l in self.leases.values() if l.owner == worker_id]:
+        for req in self.queue.drop_owner(worker_id):
+            self._answer(req.lease_id, LeaseReply(cancelled=True))
+        for lease in [ls for ls in self.leases.values() if ls.owner == worker_id]:
             log.info("lease %s: its owner %s died; reclaiming worker %s", lease.lease_id.hex()[:8],
                      worker_id, lease.worker.worker_id)
             self.return_worker(lease.lease_id, disconnect=True)
 
     def on_worker_exit(self, w: WorkerProc) -> None:
+        """A worker process is gone: free its lease, tell the GCS, replace it."""
         if w.dead:
             return
         w.dead = True
         self.workers.pop(w.worker_id, None)
-        if w in self.idle:
-            self.idle.remove(w)
+        self.pool.exited(w.worker_id)
         if w.lease is not None:
             self._release(w.lease)
         if not self.closing:
@@ -152,9 +117,9 @@ class Raylet:
                 log.error("worker %s exited with code %s before registering; see %s/worker-%s.err",
                           w.worker_id, code, self.logs_dir, w.worker_id)
             self.dispatch()
-            self._prestart()
 
     def kill_worker(self, w: WorkerProc) -> None:
+        """Kills a worker process (its exit is noticed by reap_workers)."""
         if w.popen.poll() is None:
             try:
                 w.popen.kill()
@@ -162,99 +127,115 @@ class Raylet:
                 pass
 
     def _prestart(self) -> None:
-        alive = sum(1 for w in self.workers.values() if not w.dead)
-        for _ in range(max(0, self.num_prestart - alive)):
+        for _ in range(self.pool.to_start(0)):
             self.start_worker()
 
     async def reap_workers(self, stop: asyncio.Event) -> None:
-        """Notices dead worker processes (crash, kill, os._exit)."""
+        """Notices dead worker processes (crash, kill, os._exit) and runs the pool's timers."""
         while not stop.is_set():
             for w in list(self.workers.values()):
                 if w.popen.poll() is not None:
                     self.on_worker_exit(w)
+            for kill in self.pool.tick():
+                wp = self.workers.get(kill.worker_id)
+                if wp is not None:
+                    log.info("stopping worker %s: %s", kill.worker_id, kill.reason)
+                    self.kill_worker(wp)
             try:
                 await asyncio.wait_for(stop.wait(), 0.1)
             except asyncio.TimeoutError:
                 pass
 
     # ------------------------------------------------------------------ leases
-    async def request_lease(self, req: raylet_pb2.RequestWorkerLeaseRequest) -> raylet_pb2.RequestWorkerLeaseReply:
+    async def request_lease(self, req: raylet_pb2.RequestWorkerLeaseRequest) -> LeaseReply:
+        """Grants, spills back, queues, or (after the infeasible timeout) fails a request."""
         resources = dict(req.resources)
         validate_request(resources)
-        d = decide(self.resources, self.cluster, self.node_id, resources, req.spillback_count)
+        gpu_ids = None
+        if req.placement_group_id:  # inside a bundle: its named resources, its GPUs
+            idx = req.placement_group_bundle_index
+            resources = bundles_mod.translate(resources, req.placement_group_id, idx)
+            if req.resources.get("GPU", 0) > 0:
+                gpu_ids = self.bundles.gpu_ids(req.placement_group_id, idx)
+        lr = LeaseRequest(req.lease_id, resources, req.spillback_count, req.name,
+                          req.owner_worker_id, bool(req.actor_id), gpu_ids=gpu_ids)
+        fut: asyncio.Future[LeaseReply] = asyncio.get_running_loop().create_future()
+        self.futures[req.lease_id] = fut
+        decision = self.queue.submit(lr)
         if tracing.enabled():  # on this RPC's server span: the scheduling decision, hop by hop
+            kind = "spill" if isinstance(decision, Spill) else decision
             tracing.annotate(**{"ember.lease.name": req.name, "ember.node_id": self.node_id,
                                 "ember.lease.spillback_count": req.spillback_count,
-                                "ember.lease.decision": d.kind,
-                                "ember.lease.spill_to": d.node.node_id if d.node else None})
-        if d.kind == "spill":
-            assert d.node is not None
-            return raylet_pb2.RequestWorkerLeaseReply(spillback=raylet_pb2.Spillback(
-                node_id=d.node.node_id, raylet_address=d.node.raylet_address))
-        fut = asyncio.get_running_loop().create_future()
-        p = PendingRequest(req, fut, resources)
-        if d.kind == "infeasible":
-            p.deadline = time.monotonic() + self.cfg.infeasible_timeout_s
-            log.warning("lease request for %s (%s) is infeasible for now: %s", req.name, resources, d.reason)
-            self.infeasible.append(p)
+                                "ember.lease.decision": "local" if kind == "queued" else kind,
+                                "ember.lease.spill_to": decision.node.node_id
+                                if isinstance(decision, Spill) else None})
+        if isinstance(decision, Spill):
+            self._spill(decision)
+        elif decision == "infeasible":
+            log.warning("lease request for %s (%s) is infeasible for now: %s", req.name, resources,
+                        self.queue.why_infeasible(lr))
         else:
-            self.queue.append(p)
             self.dispatch()
-        if not tracing.enabled():
-            return await fut
         try:
             reply = await fut
         except Infeasible:
-            tracing.annotate(**{"ember.lease.result": "infeasible"})
+            if tracing.enabled():
+                tracing.annotate(**{"ember.lease.result": "infeasible"})
             raise
-        which = reply.WhichOneof("result")
-        tracing.annotate(**{"ember.lease.result": which,
-                            "ember.worker_id": reply.granted.worker_address.worker_id
-                            if which == "granted" else None})
+        finally:
+            self.futures.pop(req.lease_id, None)
+        if tracing.enabled():
+            which = reply.WhichOneof("result")
+            tracing.annotate(**{"ember.lease.result": which,
+                                "ember.worker_id": reply.granted.worker_address.worker_id
+                                if which == "granted" else None})
         return reply
 
+    def _answer(self, lease_id: bytes, reply: LeaseReply | BaseException) -> bool:
+        fut = self.futures.get(lease_id)
+        if fut is None or fut.done():
+            return False
+        if isinstance(reply, BaseException):
+            fut.set_exception(reply)
+        else:
+            fut.set_result(reply)
+        return True
+
+    def _spill(self, s: Spill) -> None:
+        self._answer(s.request.lease_id, LeaseReply(spillback=raylet_pb2.Spillback(
+            node_id=s.node.node_id, raylet_address=s.node.raylet_address)))
+
     def dispatch(self) -> None:
-        """Grants queued requests that fit now and have a worker; starts workers as needed."""
+        """Executes one scheduling round: grants with idle workers, spills, worker start-ups."""
         if self.closing:
             return
-        need_workers = 0
-        for p in list(self.queue):
-            if p.future.done():
-                self.queue.remove(p)
+        for req in [r for r in self.queue.waiting if self._gone(r.lease_id)]:
+            self.queue.cancel(req.lease_id)
+        sched = self.queue.schedule(self.pool.count(WorkerState.IDLE))
+        for s in sched.spills:
+            self._spill(s)
+        for g in sched.grants:
+            pw = self.pool.take_idle(shape_of(g.request.resources))
+            assert pw is not None  # schedule() granted at most as many as were idle
+            w = self.workers[pw.worker_id]
+            if self._gone(g.request.lease_id):  # the caller went away meanwhile
+                self.resources.release(g.alloc)
+                self.pool.returned(w.worker_id)
                 continue
-            if not self.resources.fits_now(p.resources):
-                if p.request.spillback_count == 0:
-                    d = decide(self.resources, self.cluster, self.node_id, p.resources, 0)
-                    if d.kind == "spill" and d.node is not None:
-                        self.queue.remove(p)
-                        p.future.set_result(raylet_pb2.RequestWorkerLeaseReply(spillback=raylet_pb2.Spillback(
-                            node_id=d.node.node_id, raylet_address=d.node.raylet_address)))
-                continue
-            w = self._pop_idle()
-            if w is None:
-                need_workers += 1
-                continue
-            alloc = self.resources.allocate(p.resources)
-            assert alloc is not None
-            lease = Lease(p.request.lease_id, w, alloc, p.request.name, owner=p.request.owner_worker_id,
-                          actor=bool(p.request.actor_id))
+            lease = Lease(g.request.lease_id, w, g.alloc, g.request.name,
+                          owner=g.request.owner_worker_id, actor=g.request.actor)
             w.lease = lease
             self.leases[lease.lease_id] = lease
-            self.queue.remove(p)
-            p.future.set_result(raylet_pb2.RequestWorkerLeaseReply(granted=raylet_pb2.Grant(
+            self._answer(lease.lease_id, LeaseReply(granted=raylet_pb2.Grant(
                 worker_address=common_pb2.Address(ip=self.node_ip, port=w.port, worker_id=w.worker_id,
                                                   node_id=self.node_id),
-                gpu_ids=alloc.gpu_ids, pid=w.pid)))
-        to_start = min(need_workers, self.max_starting) - self.starting()
-        for _ in range(max(0, to_start)):
+                gpu_ids=g.alloc.gpu_ids if g.request.gpu_ids is None else g.request.gpu_ids, pid=w.pid)))
+        for _ in range(self.pool.to_start(sched.workers_wanted)):
             self.start_worker()
 
-    def _pop_idle(self) -> WorkerProc | None:
-        while self.idle:
-            w = self.idle.popleft()
-            if not w.dead and w.popen.poll() is None:
-                return w
-        return None
+    def _gone(self, lease_id: bytes) -> bool:
+        fut = self.futures.get(lease_id)
+        return fut is None or fut.done()
 
     def _release(self, lease: Lease) -> None:
         if self.leases.pop(lease.lease_id, None) is None:
@@ -265,6 +246,7 @@ class Raylet:
         lease.worker.lease = None
 
     def return_worker(self, lease_id: bytes, disconnect: bool) -> None:
+        """Ends a lease; the worker is reused unless disconnect (then it is killed)."""
         lease = self.leases.get(lease_id)
         if lease is None:
             return  # already returned, or the worker died and was cleaned up
@@ -273,17 +255,14 @@ class Raylet:
         if disconnect or w.dead:
             self.kill_worker(w)
         else:
-            self.idle.append(w)
+            self.pool.returned(w.worker_id)
         self.dispatch()
 
     def cancel_lease(self, lease_id: bytes) -> bool:
-        for lst in (self.queue, self.infeasible):
-            for p in lst:
-                if p.request.lease_id == lease_id and not p.future.done():
-                    lst.remove(p)
-                    p.future.set_result(raylet_pb2.RequestWorkerLeaseReply(cancelled=True))
-                    return True
-        return False
+        """Cancels a waiting request; False if it is not waiting."""
+        if self.queue.cancel(lease_id) is None:
+            return False
+        return self._answer(lease_id, LeaseReply(cancelled=True))
 
     @staticmethod
     def _lendable(lease: Lease) -> dict[str, float]:
@@ -291,6 +270,7 @@ class Raylet:
         return {"CPU": cpu} if cpu else {}
 
     def notify_blocked(self, worker_id: str, blocked: bool) -> None:
+        """A leased worker blocks in get/wait (its CPUs are lent) or resumes."""
         w = self.workers.get(worker_id)
         lease = w.lease if w is not None else None
         if lease is None or lease.blocked == blocked:
@@ -302,49 +282,68 @@ class Raylet:
         else:
             self.resources.reclaim(self._lendable(lease))
 
+    def tick(self) -> None:
+        """Executes the queue's timed decisions (infeasible requests: wait, spill or fail)."""
+        for d in self.queue.tick():
+            if isinstance(d, Spill):
+                self._spill(d)
+            elif isinstance(d, Fail):
+                self._answer(d.request.lease_id, Infeasible(d.reason))
+        if self.queue.waiting:
+            self.dispatch()
+
     async def check_infeasible(self, stop: asyncio.Event) -> None:
+        """Runs `tick` every 0.2 s until stop."""
         while not stop.is_set():
-            now = time.monotonic()
-            for p in list(self.infeasible):
-                if p.future.done():
-                    self.infeasible.remove(p)
-                    continue
-                d = decide(self.resources, self.cluster, self.node_id, p.resources, p.request.spillback_count)
-                if d.kind != "infeasible":
-                    self.infeasible.remove(p)
-                    if d.kind == "spill" and d.node is not None:
-                        p.future.set_result(raylet_pb2.RequestWorkerLeaseReply(spillback=raylet_pb2.Spillback(
-                            node_id=d.node.node_id, raylet_address=d.node.raylet_address)))
-                    else:
-                        self.queue.append(p)
-                        self.dispatch()
-                elif now >= p.deadline:
-                    self.infeasible.remove(p)
-                    p.future.set_exception(Infeasible(
-                        f"{d.reason} Waited {self.cfg.infeasible_timeout_s:g}s for a node that could "
-                        f"run {p.request.name or 'the task'}; none joined."))
+            self.tick()
             try:
                 await asyncio.wait_for(stop.wait(), 0.2)
             except asyncio.TimeoutError:
                 pass
 
+    # ------------------------------------------------------------------ placement groups
+    def prepare_bundles(self, pg_id: bytes, bundles: list[tuple[int, dict[str, float]]]) -> bool:
+        """Phase one: reserves the bundles (all or none); False when they do not fit now."""
+        for _, res in bundles:
+            validate_request(res)
+        return self.bundles.prepare(pg_id, bundles)
+
+    def commit_bundles(self, pg_id: bytes, indexes: list[int]) -> None:
+        """Phase two: the bundles' named resources appear; waiting leases may use them."""
+        self.bundles.commit(pg_id, indexes)
+        self.dispatch()
+
+    def cancel_bundles(self, pg_id: bytes, indexes: list[int]) -> int:
+        """Releases bundles; kills the workers leased from them first. Returns how many bundles
+        were released (0: nothing was reserved, e.g. a repeated call)."""
+        names = self.bundles.group_resource_names(pg_id, indexes)
+        for lease in [ls for ls in self.leases.values() if names & set(ls.alloc.resources)]:
+            log.info("lease %s: its placement group bundle is removed; killing worker %s",
+                     lease.lease_id.hex()[:8], lease.worker.worker_id)
+            self.return_worker(lease.lease_id, disconnect=True)
+        released = self.bundles.cancel(pg_id, indexes)
+        for s in self.queue.recheck():
+            self._spill(s)
+        self.dispatch()
+        return len(released)
+
     # ------------------------------------------------------------------ cluster view
     def update_node(self, info: common_pb2.NodeInfo) -> None:
-        if info.node_id == self.node_id:
-            return
+        """A node of the cluster view changed (the GCS's nodes feed)."""
         alive = info.state == common_pb2.NodeInfo.ALIVE
-        self.cluster[info.node_id] = RemoteNode(info.node_id, info.raylet_address,
-                                                dict(info.total_resources),
-                                                dict(info.available_resources), alive)
-        if not alive:
-            del self.cluster[info.node_id]
+        self.queue.update_node(RemoteNode(info.node_id, info.raylet_address, dict(info.total_resources),
+                                          dict(info.available_resources), alive))
         self.dispatch()
 
     def stats(self) -> raylet_pb2.GetNodeStatsReply:
+        """GetNodeStats: resources, queue length, workers."""
         reply = raylet_pb2.GetNodeStatsReply(
             node_id=self.node_id, total_resources=self.resources.total,
-            available_resources=self.resources.snapshot_available(),
-            queued_leases=len(self.queue) + len(self.infeasible))
+            available_resources=self.resources.snapshot_available(), queued_leases=len(self.queue))
+        for r in self.bundles.bundles.values():
+            reply.bundles.append(raylet_pb2.BundleStats(
+                placement_group_id=r.pg_id, committed=r.committed,
+                bundle=common_pb2.Bundle(index=r.index, resources=r.resources, node_id=self.node_id)))
         for w in self.workers.values():
             reply.workers.append(raylet_pb2.WorkerStats(
                 worker_id=w.worker_id, pid=w.pid, leased=w.lease is not None,
@@ -352,21 +351,10 @@ class Raylet:
         return reply
 
     async def shutdown_workers(self) -> None:
+        """Cancels waiting requests and stops every worker (SIGTERM, then SIGKILL after 2 s)."""
         self.closing = True
-        for p in self.queue + self.infeasible:
-            if not p.future.done():
-                p.future.cancel()
-        procs = [w.popen for w in self.workers.values()]
-        for pp in procs:
-            if pp.poll() is None:
-                try:
-                    pp.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and any(pp.poll() is None for pp in procs):
-            await asyncio.sleep(0.05)
-        for pp in procs:
-            if pp.poll() is None:
-                pp.kill()
-                pp.wait()
+        for req in self.queue.drain():
+            fut = self.futures.get(req.lease_id)
+            if fut is not None and not fut.done():
+                fut.cancel()
+        await stop_all([w.popen for w in self.workers.values()])

@@ -70,7 +70,7 @@ class NodeResources:
         return Allocation(dict(request), [i for i, _ in picks], [s for _, s in picks])
 
     def release(self, alloc: Allocation) -> None:
-        for i, share in zip(alloc.gpu_ids, alloc.gpu_shares):
+        for i, share in zip(alloc.gpu_ids, alloc.gpu_shares, strict=True):
             self.gpus[i] = min(1.0, self.gpus[i] + share)
         for k, v in alloc.resources.items():
             if v > 0:
@@ -85,6 +85,23 @@ class NodeResources:
         """The blocked worker resumes; availability may go below zero briefly (as in Ray)."""
         for k, v in resources.items():
             self.available[k] = self.available.get(k, 0.0) - v
+
+    def add_named(self, resources: dict[str, float]) -> None:
+        """New resources on this node (a committed placement group bundle's named resources)."""
+        for k, v in resources.items():
+            self.total[k] = self.total.get(k, 0.0) + v
+            self.available[k] = self.available.get(k, 0.0) + v
+
+    def remove_named(self, resources: dict[str, float]) -> None:
+        """Takes named resources away again (the bundle is released; its leases are gone)."""
+        for k, v in resources.items():
+            left = self.total.get(k, 0.0) - v
+            if left <= EPS:
+                self.total.pop(k, None)
+                self.available.pop(k, None)
+            else:
+                self.total[k] = left
+                self.available[k] = self.available.get(k, 0.0) - v
 
     def snapshot_available(self) -> dict[str, float]:
         return {k: round(max(v, 0.0), 6) for k, v in self.available.items()}

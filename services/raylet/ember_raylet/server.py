@@ -2,7 +2,6 @@
 heartbeats, follows the cluster view, and forwards worker output (log monitor)."""
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import socket
@@ -14,9 +13,11 @@ from ember_common.config import get_config
 from ember_common.gcs_client import GcsClient
 from ember_common.proto import common_pb2, gcs_pb2, raylet_pb2, raylet_pb2_grpc
 from ember_common.rpc import rpc_errors
+from ember_common.settings import RayletSettings
 
 from .log_monitor import LogMonitor
 from .raylet import Raylet
+from .worker_pool import WorkerState
 
 log = logging.getLogger(__name__)
 HEALTH_NAME = raylet_pb2.DESCRIPTOR.services_by_name["Raylet"].full_name  # "ember.Raylet"
@@ -28,7 +29,7 @@ class RayletServicer(raylet_pb2_grpc.RayletServicer):
         self.stop = stop
 
     @rpc_errors
-    async def RegisterWorker(self, request: Any, context: Any) -> Any:
+    async def RegisterWorker(self, request: raylet_pb2.RegisterWorkerRequest, context: rpc.Context) -> Any:
         r = self.raylet
         r.register_worker(request.worker_id, request.pid, request.port)
         return raylet_pb2.RegisterWorkerReply(node_id=r.node_id, gcs_address=r.gcs_address,
@@ -36,29 +37,48 @@ class RayletServicer(raylet_pb2_grpc.RayletServicer):
                                               session_dir=r.session_dir)
 
     @rpc_errors
-    async def RequestWorkerLease(self, request: Any, context: Any) -> Any:
+    async def RequestWorkerLease(self, request: raylet_pb2.RequestWorkerLeaseRequest, context: rpc.Context) -> Any:
         return await self.raylet.request_lease(request)
 
     @rpc_errors
-    async def ReturnWorker(self, request: Any, context: Any) -> Any:
+    async def ReturnWorker(self, request: raylet_pb2.ReturnWorkerRequest, context: rpc.Context) -> Any:
         self.raylet.return_worker(request.lease_id, request.disconnect)
         return raylet_pb2.ReturnWorkerReply()
 
     @rpc_errors
-    async def CancelWorkerLease(self, request: Any, context: Any) -> Any:
+    async def CancelWorkerLease(self, request: raylet_pb2.CancelWorkerLeaseRequest, context: rpc.Context) -> Any:
         return raylet_pb2.CancelWorkerLeaseReply(cancelled=self.raylet.cancel_lease(request.lease_id))
 
     @rpc_errors
-    async def NotifyWorkerBlocked(self, request: Any, context: Any) -> Any:
+    async def NotifyWorkerBlocked(self, request: raylet_pb2.NotifyWorkerBlockedRequest, context: rpc.Context) -> Any:
         self.raylet.notify_blocked(request.worker_id, request.blocked)
         return raylet_pb2.NotifyWorkerBlockedReply()
 
     @rpc_errors
-    async def GetNodeStats(self, request: Any, context: Any) -> Any:
+    async def PrepareBundleResources(self, request: raylet_pb2.PrepareBundleResourcesRequest,
+                                     context: rpc.Context) -> raylet_pb2.PrepareBundleResourcesReply:
+        ok = self.raylet.prepare_bundles(request.placement_group_id,
+                                         [(b.index, dict(b.resources)) for b in request.bundles])
+        return raylet_pb2.PrepareBundleResourcesReply(success=ok)
+
+    @rpc_errors
+    async def CommitBundleResources(self, request: raylet_pb2.CommitBundleResourcesRequest,
+                                    context: rpc.Context) -> raylet_pb2.CommitBundleResourcesReply:
+        self.raylet.commit_bundles(request.placement_group_id, list(request.bundle_indexes))
+        return raylet_pb2.CommitBundleResourcesReply()
+
+    @rpc_errors
+    async def CancelResourceReserve(self, request: raylet_pb2.CancelResourceReserveRequest,
+                                    context: rpc.Context) -> raylet_pb2.CancelResourceReserveReply:
+        self.raylet.cancel_bundles(request.placement_group_id, list(request.bundle_indexes))
+        return raylet_pb2.CancelResourceReserveReply()
+
+    @rpc_errors
+    async def GetNodeStats(self, request: raylet_pb2.GetNodeStatsRequest, context: rpc.Context) -> Any:
         return self.raylet.stats()
 
     @rpc_errors
-    async def Shutdown(self, request: Any, context: Any) -> Any:
+    async def Shutdown(self, request: raylet_pb2.ShutdownRequest, context: rpc.Context) -> Any:
         self.stop.set()
         return raylet_pb2.ShutdownReply()
 
@@ -134,22 +154,9 @@ class GcsLink:
             log.warning("could not tell the GCS that this node stops: %s", e)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="ember-raylet", description="Ember raylet (one per node)")
-    p.add_argument("--gcs-address", required=True)
-    p.add_argument("--objmgr-address", required=True)
-    p.add_argument("--node-id", required=True)
-    p.add_argument("--store-dir", required=True)
-    p.add_argument("--session-dir", required=True)
-    p.add_argument("--resources", default="{}", help='JSON, e.g. {"CPU": 4, "GPU": 1, "custom": 2}')
-    p.add_argument("--object-store-memory", type=int, default=0)
-    p.add_argument("--node-ip", default="127.0.0.1")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=0)
-    p.add_argument("--head", action="store_true")
-    p.add_argument("--num-prestart-workers", type=int, default=None)
-    service.add_common_flags(p)
-    return p.parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> RayletSettings:
+    """The raylet's command line (ember_common.settings.RayletSettings)."""
+    return RayletSettings.from_argv_or_exit(argv)
 
 
 def parse_resources(raw: str) -> dict[str, float]:
@@ -157,9 +164,9 @@ def parse_resources(raw: str) -> dict[str, float]:
     return resources.parse_json(raw, source="--resources")
 
 
-async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
+async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
     cfg = get_config()
-    raylet = Raylet(node_id=ns.node_id, config=cfg, resources=parse_resources(ns.resources),
+    raylet = Raylet(node_id=ns.node_id, config=cfg, resources=dict(ns.resources),
                     gcs_address=ns.gcs_address, objmgr_address=ns.objmgr_address,
                     store_dir=ns.store_dir, session_dir=ns.session_dir, node_ip=ns.node_ip,
                     num_prestart_workers=ns.num_prestart_workers)
@@ -173,7 +180,7 @@ async def serve(ns: argparse.Namespace, stop: asyncio.Event) -> None:
         node_id=ns.node_id, raylet_address=raylet.address, objmgr_address=ns.objmgr_address,
         ip=ns.node_ip, hostname=socket.gethostname(), total_resources=raylet.resources.total,
         available_resources=raylet.resources.snapshot_available(), start_time=time.time(),
-        is_head=ns.head, store_dir=ns.store_dir, object_store_memory=ns.object_store_memory)
+        is_head=ns.head, store_dir=ns.store_dir, object_store_memory=ns.object_store_memory_bytes)
     link = GcsLink(raylet, node)
     raylet.on_worker_death = link.report_worker_death
     await link.register(cfg.start_timeout_s / 2)
@@ -208,14 +215,11 @@ def register_metrics(raylet: Raylet) -> None:
     metrics.gauge("ember_tasks_running", "Workers leased to tasks (each runs one task at a time)",
                   lambda: {key: sum(1 for ls in raylet.leases.values() if not ls.actor)}, ("node_id",))
     metrics.gauge("ember_tasks_queued", "Lease requests waiting for resources or a worker",
-                  lambda: {key: len(raylet.queue) + len(raylet.infeasible)}, ("node_id",))
+                  lambda: {key: len(raylet.queue)}, ("node_id",))
 
     def workers() -> dict[tuple[str, ...], float]:
-        leased = sum(1 for w in raylet.workers.values() if w.lease is not None and not w.dead)
-        starting = raylet.starting()
-        alive = sum(1 for w in raylet.workers.values() if not w.dead)
-        return {(raylet.node_id, "leased"): leased, (raylet.node_id, "starting"): starting,
-                (raylet.node_id, "idle"): max(0, alive - leased - starting)}
+        return {(raylet.node_id, st.value): float(raylet.pool.count(st))
+                for st in (WorkerState.STARTING, WorkerState.IDLE, WorkerState.LEASED)}
 
     metrics.gauge("ember_workers", "Worker processes of this node by state", workers,
                   ("node_id", "state"))

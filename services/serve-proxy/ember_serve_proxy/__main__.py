@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Iterator
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,8 +103,8 @@ def _make_server(config: object) -> object:
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
-        def capture_signals(self):  # type: ignore[override]
-            old = {s: signal.signal(s, lambda *_: self.handle_exit(s, None))
+        def capture_signals(self) -> Iterator[None]:
+            old = {s: signal.signal(s, lambda *_, s=s: self.handle_exit(s, None))
                    for s in (signal.SIGTERM, signal.SIGINT)}
             try:
                 yield

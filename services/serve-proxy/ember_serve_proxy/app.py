@@ -17,9 +17,9 @@ import logging
 import os
 from typing import Any
 
-from ember_common import tracing
 from ember.exceptions import ActorDiedError, RayActorError
 from ember.serve._private.router import BackPressureError, RouteTable
+from ember_common import tracing
 
 log = logging.getLogger(__name__)
 _ATTEMPTS = 3
@@ -28,7 +28,7 @@ _ids = itertools.count()
 _id_prefix = f"{os.getpid():x}-{os.urandom(3).hex()}-"
 
 
-async def _simple(send: Any, status: int, text: str, headers: list | None = None) -> None:
+async def _simple(send: Any, status: int, text: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     body = text.encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": (headers or _TEXT) + [(b"content-length", str(len(body)).encode())]})
@@ -140,7 +140,7 @@ class ProxyApp:
                 send.observe()
 
     async def _forward(self, router: Any, request_id: str, child: dict[str, Any], body: bytes, send: Any,
-                       disconnect: asyncio.Future) -> None:
+                       disconnect: asyncio.Future[Any]) -> None:
         for attempt in range(_ATTEMPTS):
             try:
                 key, h = await router.acquire(timeout_s=60.0)
@@ -176,8 +176,8 @@ class ProxyApp:
                 if not streaming:
                     router.release(key)
 
-    async def _relay(self, router: Any, key: str, h: Any, request_id: str, reply: tuple, send: Any,
-                     disconnect: asyncio.Future) -> None:
+    async def _relay(self, router: Any, key: str, h: Any, request_id: str, reply: tuple[Any, ...], send: Any,
+                     disconnect: asyncio.Future[Any]) -> None:
         """Streams the rest of the body as the replica produces it: one stream_next() call in
         flight at a time, each returning every chunk produced since the previous one (so chunks
         are coalesced only when they would otherwise queue); the next call is already on its way
@@ -226,7 +226,7 @@ class _StatusRecorder:
         self.hist.labels(self.app, str(self.status or 499)).observe(elapsed)
 
 
-async def _first(work: asyncio.Future, disconnect: asyncio.Future) -> bool:
+async def _first(work: asyncio.Future[Any], disconnect: asyncio.Future[Any]) -> bool:
     """Waits for work or a client disconnect; True if work finished first."""
     if not work.done():
         waiter = asyncio.get_running_loop().create_future()

@@ -1,0 +1,205 @@
+"""The placement group state machine, pure: events in, decisions out, an injected clock.
+
+PENDING --schedule--> (prepare on every chosen raylet) --all prepared--> PREPARED --all
+committed--> CREATED. Any prepare or commit failure rolls back every bundle of the attempt
+(Cancel) and the group waits again. A node's death puts its groups' bundles there back to
+unplaced: RESCHEDULING (the bundles elsewhere stay). remove() -> REMOVED (Cancel on every node
+holding a bundle); a group whose job ends goes too unless detached. Pending groups are retried
+in creation order. The driver (placement_groups.py) persists every record and talks to the
+raylets; it takes one group through the two phases at a time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ember_common import resources as kit_resources
+from ember_common.proto import common_pb2
+from ember_common.rpc import AlreadyExists, InvalidArgument, NotFound
+
+from .placement_policy import NoPlacement, place
+
+PG = common_pb2.PlacementGroupInfo
+WAITING = (PG.PENDING, PG.RESCHEDULING)
+
+
+@dataclass(frozen=True)
+class Prepare:
+    """Reserve these bundles: node id -> bundle indexes."""
+
+    pg_id: bytes
+    plan: dict[str, list[int]]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to do for now (the reason is recorded in the group's state_message)."""
+
+    pg_id: bytes
+    reason: str
+    infeasible: bool
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Release these bundles of the group on that node."""
+
+    pg_id: bytes
+    node_id: str
+    indexes: list[int] = field(default_factory=list)
+
+
+def validate(spec: common_pb2.PlacementGroupInfo) -> None:
+    """InvalidArgument naming the problem: no id, no bundles, an empty or bad bundle."""
+    if not spec.placement_group_id:
+        raise InvalidArgument("placement_group_id is required")
+    if not spec.bundles:
+        raise InvalidArgument("a placement group needs at least one bundle")
+    for i, b in enumerate(spec.bundles):
+        res = dict(b.resources)
+        try:
+            kit_resources.validate(res, source=f"bundle {i}")
+        except ValueError as e:
+            raise InvalidArgument(str(e)) from None
+        if not any(v > 0 for v in res.values()):
+            raise InvalidArgument(f"bundle {i} is empty: {res} (every bundle needs a positive resource)")
+
+
+class PgManager:
+    """Every group, its name index and the transitions."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.groups: dict[bytes, common_pb2.PlacementGroupInfo] = {}
+        self.names: dict[tuple[str, str], bytes] = {}
+
+    def get(self, pg_id: bytes) -> common_pb2.PlacementGroupInfo:
+        """A group; NotFound if unknown."""
+        g = self.groups.get(pg_id)
+        if g is None:
+            raise NotFound(f"placement group {pg_id.hex()} is unknown")
+        return g
+
+    def get_named(self, name: str, namespace: str) -> common_pb2.PlacementGroupInfo:
+        """The live group with that name; NotFound when there is none."""
+        pg_id = self.names.get((namespace, name))
+        if pg_id is None:
+            raise NotFound(f"Failed to look up placement group with name '{name}' in namespace '{namespace}'")
+        return self.groups[pg_id]
+
+    def load(self, g: common_pb2.PlacementGroupInfo) -> None:
+        """A record read back from storage."""
+        self.groups[g.placement_group_id] = g
+        if g.name and g.state != PG.REMOVED:
+            self.names[(g.namespace, g.name)] = g.placement_group_id
+
+    def create(self, spec: common_pb2.PlacementGroupInfo) -> tuple[common_pb2.PlacementGroupInfo, bool]:
+        """Records a new group (PENDING); returns it and whether it is new (False: the same id was
+        created before). InvalidArgument for bad bundles, AlreadyExists for a taken name."""
+        have = self.groups.get(spec.placement_group_id)
+        if have is not None:
+            return have, False
+        validate(spec)
+        key = (spec.namespace, spec.name)
+        if spec.name and key in self.names:
+            raise AlreadyExists(f"Placement group with name '{spec.name}' already exists in the "
+                                f"namespace '{spec.namespace}'")
+        g = PG()
+        g.CopyFrom(spec)
+        g.state, g.state_message, g.create_time = PG.PENDING, "waiting to be scheduled", self.clock()
+        for i, b in enumerate(g.bundles):
+            b.index, b.node_id = i, ""
+        self.groups[g.placement_group_id] = g
+        if g.name:
+            self.names[key] = g.placement_group_id
+        return g, True
+
+    def waiting(self) -> list[common_pb2.PlacementGroupInfo]:
+        """Groups to (re)schedule, oldest first."""
+        return sorted((g for g in self.groups.values() if g.state in WAITING), key=lambda g: g.create_time)
+
+    def schedule(self, pg_id: bytes, available: dict[str, dict[str, float]],
+                 total: dict[str, dict[str, float]]) -> Prepare | Wait:
+        """Chooses nodes for the group's unplaced bundles over the alive nodes' resources."""
+        g = self.get(pg_id)
+        if g.state not in WAITING:
+            return Wait(pg_id, f"the group is {PG.State.Name(g.state)}", infeasible=False)
+        todo = {b.index: dict(b.resources) for b in g.bundles if not b.node_id}
+        fixed = {b.index: b.node_id for b in g.bundles if b.node_id}
+        got = place(PG.Strategy.Name(g.strategy), todo, available, total, fixed)
+        if isinstance(got, NoPlacement):
+            g.state_message = got.reason
+            return Wait(pg_id, got.reason, got.infeasible)
+        plan: dict[str, list[int]] = {}
+        for index, node in sorted(got.nodes.items()):
+            plan.setdefault(node, []).append(index)
+        return Prepare(pg_id, plan)
+
+    def prepared(self, pg_id: bytes, plan: dict[str, list[int]]) -> None:
+        """Every raylet of the plan reserved its bundles: PREPARED, bundles placed."""
+        g = self.get(pg_id)
+        for node, indexes in plan.items():
+            for i in indexes:
+                g.bundles[i].node_id = node
+        g.state, g.state_message = PG.PREPARED, "prepared; committing"
+
+    def failed(self, pg_id: bytes, plan: dict[str, list[int]], reason: str) -> list[Cancel]:
+        """A prepare or commit failed: roll back every bundle of the attempt; the group waits."""
+        g = self.get(pg_id)
+        rescheduling = any(b.node_id and not any(b.index in ix for ix in plan.values()) for b in g.bundles)
+        for indexes in plan.values():
+            for i in indexes:
+                g.bundles[i].node_id = ""
+        if g.state != PG.REMOVED:
+            g.state = PG.RESCHEDULING if rescheduling else PG.PENDING
+            g.state_message = f"retrying: {reason}"
+        return [Cancel(pg_id, node, list(ix)) for node, ix in plan.items()]
+
+    def committed(self, pg_id: bytes) -> None:
+        """Every bundle is committed: CREATED (a new placement version)."""
+        g = self.get(pg_id)
+        g.state, g.state_message = PG.CREATED, ""
+        g.placement_version += 1
+
+    def remove(self, pg_id: bytes, why: str = "removed") -> list[Cancel]:
+        """REMOVED; Cancel on every node holding a bundle. Idempotent (again: nothing to do)."""
+        g = self.get(pg_id)
+        if g.state == PG.REMOVED:
+            return []
+        by_node: dict[str, list[int]] = {}
+        for b in g.bundles:
+            if b.node_id:
+                by_node.setdefault(b.node_id, []).append(b.index)
+        g.state, g.state_message = PG.REMOVED, why
+        if g.name and self.names.get((g.namespace, g.name)) == pg_id:
+            del self.names[(g.namespace, g.name)]
+        return [Cancel(pg_id, node, ix) for node, ix in by_node.items()]
+
+    def node_dead(self, node_id: str) -> list[bytes]:
+        """The node's bundles are lost: their groups go RESCHEDULING. Returns the groups touched."""
+        touched = []
+        for g in self.groups.values():
+            if g.state == PG.REMOVED:
+                continue
+            lost = [b for b in g.bundles if b.node_id == node_id]
+            if not lost:
+                continue
+            for b in lost:
+                b.node_id = ""
+            if g.state in (PG.CREATED, PG.PREPARED, PG.RESCHEDULING):
+                g.state = PG.RESCHEDULING
+                g.state_message = f"rescheduling bundles {[b.index for b in lost]}: node {node_id[:8]} died"
+            touched.append(g.placement_group_id)
+        return touched
+
+    def job_finished(self, job_id: bytes) -> list[bytes]:
+        """The job's non-detached groups, to remove."""
+        return [g.placement_group_id for g in self.groups.values()
+                if g.job_id == job_id and not g.detached and g.state != PG.REMOVED]
+
+    def counts(self) -> dict[str, int]:
+        """Groups by state name."""
+        out = {name: 0 for name in PG.State.keys()}
+        for g in self.groups.values():
+            out[PG.State.Name(g.state)] += 1
+        return out

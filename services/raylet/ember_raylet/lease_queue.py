@@ -1,0 +1,184 @@
+"""The raylet's lease queue: requests waiting for resources, grant order, the infeasible
+timeout and spillback decisions. Pure (no I/O, no futures): events in, decisions out, an
+injected clock.
+
+A submitted request is decided by `scheduler.decide`: it spills to another node, waits here
+(FIFO, granted when it fits and a worker is free), or waits as *infeasible* (no node can ever
+run it) until a node that can joins or `infeasible_timeout_s` passes, then fails with a reason.
+A queued request that no longer fits here is spilled again while it has never been redirected.
+The driver (raylet.py) owns the futures and the workers and executes what this class decides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .resources import Allocation, NodeResources
+from .scheduler import RemoteNode, decide
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class LeaseRequest:
+    """What the queue needs of a lease request (resources already translated for bundles)."""
+
+    lease_id: bytes
+    resources: dict[str, float]
+    spillback_count: int = 0
+    name: str = ""
+    owner_worker_id: str = ""
+    actor: bool = False
+    deadline_s: float = 0.0  # when an infeasible request fails (clock time)
+    gpu_ids: list[int] | None = None  # preset (a bundle's GPUs) instead of allocated ones
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Run the request here: the resources are taken; the driver pairs it with an idle worker."""
+
+    request: LeaseRequest
+    alloc: Allocation
+
+
+@dataclass(frozen=True)
+class Spill:
+    """Redirect the request to another raylet."""
+
+    request: LeaseRequest
+    node: RemoteNode
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Answer the request as infeasible, with the reason."""
+
+    request: LeaseRequest
+    reason: str
+
+
+@dataclass
+class Schedule:
+    """One scheduling round's decisions, and how many more workers the waiting requests need."""
+
+    grants: list[Grant] = field(default_factory=list)
+    spills: list[Spill] = field(default_factory=list)
+    workers_wanted: int = 0
+
+
+class LeaseQueue:
+    """Requests waiting on this node, in arrival order; the infeasible ones apart."""
+
+    def __init__(self, node_id: str, resources: NodeResources, infeasible_timeout_s: float,
+                 clock: Clock) -> None:
+        self.node_id = node_id
+        self.resources = resources
+        self.infeasible_timeout_s = infeasible_timeout_s
+        self.clock = clock
+        self.cluster: dict[str, RemoteNode] = {}
+        self.waiting: list[LeaseRequest] = []
+        self.infeasible: list[LeaseRequest] = []
+
+    def __len__(self) -> int:
+        return len(self.waiting) + len(self.infeasible)
+
+    def submit(self, req: LeaseRequest) -> Spill | str:
+        """Decides a new request: a Spill, or "queued" / "infeasible" (it waits here; a
+        reason is logged by the driver through `why_infeasible`)."""
+        d = decide(self.resources, self.cluster, self.node_id, req.resources, req.spillback_count)
+        if d.kind == "spill" and d.node is not None:
+            return Spill(req, d.node)
+        if d.kind == "infeasible":
+            req.deadline_s = self.clock() + self.infeasible_timeout_s
+            self.infeasible.append(req)
+            return "infeasible"
+        self.waiting.append(req)
+        return "queued"
+
+    def why_infeasible(self, req: LeaseRequest) -> str:
+        """The reason no node can run the request now."""
+        return decide(self.resources, self.cluster, self.node_id, req.resources,
+                      req.spillback_count).reason
+
+    def schedule(self, idle_workers: int) -> Schedule:
+        """Grants waiting requests that fit now, in order, up to `idle_workers`; spills those that
+        do not fit here but fit elsewhere now (never redirected before)."""
+        out = Schedule()
+        for req in list(self.waiting):
+            if not self.resources.fits_now(req.resources):
+                if req.spillback_count == 0:
+                    d = decide(self.resources, self.cluster, self.node_id, req.resources, 0)
+                    if d.kind == "spill" and d.node is not None:
+                        self.waiting.remove(req)
+                        out.spills.append(Spill(req, d.node))
+                continue
+            if idle_workers <= 0:
+                out.workers_wanted += 1
+                continue
+            alloc = self.resources.allocate(req.resources)
+            assert alloc is not None  # fits_now held
+            idle_workers -= 1
+            self.waiting.remove(req)
+            out.grants.append(Grant(req, alloc))
+        return out
+
+    def tick(self) -> list[Spill | Fail]:
+        """Re-decides the infeasible requests: those that became feasible here wait in the queue,
+        those another node can run spill, those past their deadline fail with the reason."""
+        out: list[Spill | Fail] = []
+        now = self.clock()
+        for req in list(self.infeasible):
+            d = decide(self.resources, self.cluster, self.node_id, req.resources, req.spillback_count)
+            if d.kind != "infeasible":
+                self.infeasible.remove(req)
+                if d.kind == "spill" and d.node is not None:
+                    out.append(Spill(req, d.node))
+                else:
+                    self.waiting.append(req)
+            elif now >= req.deadline_s:
+                self.infeasible.remove(req)
+                out.append(Fail(req, f"{d.reason} Waited {self.infeasible_timeout_s:g}s for a node that "
+                                     f"could run {req.name or 'the task'}; none joined."))
+        return out
+
+    def recheck(self) -> list[Spill]:
+        """Re-decides waiting requests this node can no longer ever run (their placement group
+        bundle was removed): they spill, or wait as infeasible."""
+        out: list[Spill] = []
+        for req in [r for r in self.waiting if not self.resources.fits_total(r.resources)]:
+            self.waiting.remove(req)
+            d = self.submit(req)
+            if isinstance(d, Spill):
+                out.append(d)
+        return out
+
+    def cancel(self, lease_id: bytes) -> LeaseRequest | None:
+        """Removes a waiting request; None if it is not waiting (granted, answered, unknown)."""
+        for lst in (self.waiting, self.infeasible):
+            for req in lst:
+                if req.lease_id == lease_id:
+                    lst.remove(req)
+                    return req
+        return None
+
+    def drop_owner(self, worker_id: str) -> list[LeaseRequest]:
+        """Removes (and returns) every waiting request of a process that died."""
+        gone = [r for r in self.waiting + self.infeasible if r.owner_worker_id == worker_id]
+        for req in gone:
+            self.cancel(req.lease_id)
+        return gone
+
+    def drain(self) -> list[LeaseRequest]:
+        """Removes and returns every waiting request (shutdown)."""
+        gone = self.waiting + self.infeasible
+        self.waiting, self.infeasible = [], []
+        return gone
+
+    def update_node(self, node: RemoteNode) -> None:
+        """The cluster view: a node joined, changed or (alive=False) left."""
+        if node.node_id == self.node_id:
+            return
+        if node.alive:
+            self.cluster[node.node_id] = node
+        else:
+            self.cluster.pop(node.node_id, None)

@@ -1,0 +1,76 @@
+"""Worker processes of a raylet and the leases on them: starting one (its environment and log files) and stopping
+them all. The pool's decisions (worker_pool.py) say when; this module does the process work."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from .resources import Allocation
+
+
+@dataclass
+class WorkerProc:
+    """A worker process started by this raylet."""
+
+    worker_id: str
+    popen: subprocess.Popen[bytes]
+    port: int = 0
+    lease: Lease | None = None
+    dead: bool = False
+    started_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self.popen.pid
+
+
+@dataclass
+class Lease:
+    """A granted lease: a worker and the resources it holds."""
+
+    lease_id: bytes
+    worker: WorkerProc
+    alloc: Allocation
+    name: str
+    blocked: bool = False
+    owner: str = ""  # worker id of the process using the lease
+    actor: bool = False  # a dedicated actor worker (not counted as a running task)
+
+
+def spawn_worker(worker_id: str, logs_dir: str, env_vars: dict[str, str]) -> WorkerProc:
+    """Starts `python -m ember._private.worker_main` with the node's addresses in its
+    environment, its output in logs_dir/worker-<id>.out/.err."""
+    env = dict(os.environ)
+    env.update(env_vars)
+    env.update({"EMBER_WORKER_ID": worker_id, "PYTHONUNBUFFERED": "1"})
+    os.makedirs(logs_dir, exist_ok=True)
+    out = open(os.path.join(logs_dir, f"worker-{worker_id}.out"), "ab")
+    err = open(os.path.join(logs_dir, f"worker-{worker_id}.err"), "ab")
+    popen = subprocess.Popen([sys.executable, "-m", "ember._private.worker_main"], env=env,
+                             stdout=out, stderr=err, stdin=subprocess.DEVNULL, close_fds=True)
+    out.close()
+    err.close()
+    return WorkerProc(worker_id, popen)
+
+
+async def stop_all(procs: list[subprocess.Popen[bytes]], grace_s: float = 2.0) -> None:
+    """SIGTERM every process, then SIGKILL those still running after grace_s."""
+    for pp in procs:
+        if pp.poll() is None:
+            try:
+                pp.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(pp.poll() is None for pp in procs):
+        await asyncio.sleep(0.05)
+    for pp in procs:
+        if pp.poll() is None:
+            pp.kill()
+            pp.wait()
