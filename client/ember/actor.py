@@ -15,12 +15,17 @@ import inspect
 import os
 from typing import Any, Callable
 
-from ember_common import ids, rpc, tracing
 from ember._private.executor import ActorExit
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
-from ember._private.remote_function import (build_args, by_reference, hand_over, import_object,
-                                            streaming_default)
-from ember._private.task_submitter import TaskEntry
+from ember._private.remote_function import (
+    build_args,
+    by_reference,
+    hand_over,
+    import_object,
+    streaming_default,
+)
+from ember._private.task_queue import TaskEntry
+from ember_common import ids, rpc, tracing
 from ember_common.proto import common_pb2
 
 __all__ = ["ActorClass", "ActorHandle", "exit_actor", "method"]

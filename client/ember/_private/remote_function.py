@@ -10,7 +10,7 @@ from ember_common import ids, tracing
 from .object_ref import ObjectRef
 from .options import TASK_OPTIONS, resource_request, validate
 from .serialization import serialize
-from .task_submitter import TaskEntry
+from .task_queue import TaskEntry
 
 
 class RemoteFunction:
