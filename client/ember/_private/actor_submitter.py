@@ -10,6 +10,7 @@ thread.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -53,8 +54,7 @@ class ActorSubmitter:
             match ins:
                 case PushCall(entry, address, incarnation):
                     fut = self.core.task_streams.push_nowait(address, entry.spec)
-                    fut.add_done_callback(
-                        lambda f, e=entry, inc=incarnation: self._pushed(q, e, inc, f))
+                    fut.add_done_callback(functools.partial(self._pushed, q, entry, incarnation))
                 case Complete(entry, reply):
                     self.submitter.complete(entry, reply)
                 case Fail(entry, error):

@@ -79,16 +79,27 @@ class ObjectRef:
             self._worker.mark_escaped(self._id)
         return (_rebuild_ref, (self._id, tuple(self._owner)))
 
-    def future(self) -> concurrent.futures.Future:
+    def future(self) -> concurrent.futures.Future[Any]:
         """A concurrent.futures.Future that resolves to the value."""
         core = _current_core()
         if core is None:
             raise RuntimeError("ObjectRef.future() needs ember.init() first")
-        return core.get_future(self)
+        fut: concurrent.futures.Future[Any] = core.get_future(self)
+        return fut
 
     def __await__(self) -> Generator[Any, None, Any]:
         return asyncio.wrap_future(self.future()).__await__()
 
 
+# Unpickled owner tuples, interned: a value holding thousands of refs names a few owners, and a
+# dict hit is cheaper than building a NamedTuple per ref.
+_owners: dict[tuple[str, int, str, str], OwnerAddress] = {}
+
+
 def _rebuild_ref(object_id: bytes, owner: tuple[str, int, str, str]) -> ObjectRef:
-    return ObjectRef(object_id, OwnerAddress(*owner), _current_core())
+    o = _owners.get(owner)
+    if o is None:
+        if len(_owners) > 4096:
+            _owners.clear()
+        o = _owners[owner] = OwnerAddress(*owner)
+    return ObjectRef(object_id, o, _current_core())

@@ -135,7 +135,8 @@ class References:
         groups: dict[OwnerAddress, dict[bytes, None]] = {}
         for r in refs:
             groups.setdefault(r.owner_address, {})[r.binary()] = None
-        out, remote = [], {}
+        out: list[core_worker_pb2.NestedRefs] = []
+        remote: dict[bytes, OwnerAddress] = {}
         for owner, ids in groups.items():
             oids = list(ids)
             out.append(core_worker_pb2.NestedRefs(outer_id=outer_id, object_ids=oids, owner=common_pb2.Address(
