@@ -113,7 +113,7 @@ def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
     fid = w.functions.export(ac._cls, f"actor class {ac.__name__}")
     task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{ac.__name__}.__init__()")
     for r in keep:  # the GCS and the actor's worker read these, possibly after restarts
-        core.mark_escaped(r._id)
+        core.mark_escaped(r.binary())
     is_async = any(m.is_async for m in ac._methods)
     max_concurrency = opts.get("max_concurrency") or (1000 if is_async else 1)
     max_task_retries = opts.get("max_task_retries") or 0

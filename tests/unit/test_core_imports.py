@@ -117,3 +117,48 @@ def test_pure_cores_do_no_io() -> None:
         names = _imports(ast.parse((PRIVATE / f"{m}.py").read_text()), m)
         assert not names & IO_MODULES, f"{m} imports {sorted(names & IO_MODULES)}"
         assert graph[m] <= PURE | {"object_ref", "serialization"}, f"{m} imports {sorted(graph[m])}"
+
+
+def _private_names(tree: ast.AST) -> set[str]:
+    """`_name`s a module defines on its own objects: self._x assignments, _methods, slots."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
+                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            out.add(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+            out.update(e.value for e in ast.walk(node.value)
+                       if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return {n for n in out if n.startswith("_") and not n.startswith("__")}
+
+
+def _core_files() -> dict[str, ast.AST]:
+    files = {p.stem: ast.parse(p.read_text()) for p in PRIVATE.glob("*.py") if p.stem != "__init__"}
+    files["actor"] = ast.parse((PRIVATE.parent / "actor.py").read_text())
+    return files
+
+
+def _reaches(files: dict[str, ast.AST]) -> list[str]:
+    """`obj._name` where _name belongs to another core module's objects."""
+    own = {m: _private_names(t) for m, t in files.items()}
+    found = []
+    for m, tree in files.items():
+        others = set().union(*(names for o, names in own.items() if o != m)) - own[m]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in others and not (
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                found.append(f"{m}.py:{node.lineno} .{node.attr}")
+    return found
+
+
+def test_reach_finder_finds_a_reach() -> None:
+    files = {"a": ast.parse("class A:\n    def __init__(self):\n        self._x = 1\n"),
+             "b": ast.parse("def f(a):\n    return a._x\n")}
+    assert _reaches(files) == ["b.py:2 ._x"]
+
+
+def test_no_core_module_reaches_into_another_s_private_attributes() -> None:
+    assert _reaches(_core_files()) == []

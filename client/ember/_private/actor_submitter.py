@@ -19,7 +19,7 @@ import grpc
 from ember_common import backoff, rpc
 from ember_common.proto import common_pb2
 
-from .actor_queue import MAX_INFLIGHT, ActorCallQueue, Instruction, PushCall, WaitForActor
+from .actor_queue import MAX_INFLIGHT, ActorCallQueue, Instruction, PushCall
 from .task_queue import Complete, Fail, TaskEntry
 
 if TYPE_CHECKING:
@@ -50,17 +50,17 @@ class ActorSubmitter:
         self.submitter.resolve_then(entry, lambda e: self._run(q, q.ready(e)))
 
     def _run(self, q: ActorCallQueue, out: list[Instruction]) -> None:
+        # isinstance chain, most frequent first (cheaper than `match` on this hot path).
         for ins in out:
-            match ins:
-                case PushCall(entry, address, incarnation):
-                    fut = self.core.task_streams.push_nowait(address, entry.spec)
-                    fut.add_done_callback(functools.partial(self._pushed, q, entry, incarnation))
-                case Complete(entry, reply):
-                    self.submitter.complete(entry, reply)
-                case Fail(entry, error):
-                    self.submitter.finish_with_error(entry, error)
-                case WaitForActor():
-                    asyncio.ensure_future(self._wait_for_actor(q))
+            if isinstance(ins, PushCall):
+                fut = self.core.task_streams.push_nowait(ins.address, ins.entry.spec)
+                fut.add_done_callback(functools.partial(self._pushed, q, ins.entry, ins.incarnation))
+            elif isinstance(ins, Complete):
+                self.submitter.complete(ins.entry, ins.reply)
+            elif isinstance(ins, Fail):
+                self.submitter.finish_with_error(ins.entry, ins.error)
+            else:  # WaitForActor
+                asyncio.ensure_future(self._wait_for_actor(q))
 
     def _pushed(self, q: ActorCallQueue, entry: TaskEntry, incarnation: int,
                 fut: asyncio.Future[Any]) -> None:

@@ -524,47 +524,82 @@ class CoreWorker:
 
     async def _wait_some(self, refs: list[ObjectRef], ready: set[bytes], num_returns: int,
                          timeout: float | None) -> set[bytes]:
-        """Waits until num_returns of refs are ready. Owned objects share one wake-up future
-        (no task per ref); borrowed ones are fetched from their owners."""
+        """Waits until num_returns of refs are ready. Owned objects share one waiter,
+        registered once per object (no task per ref, no rescan per wake-up); borrowed ones are
+        fetched from their owners."""
         ready = set(ready)
         me, owns, store = self.worker_id, self.ref_table.owns, self.store
-        mine = [r for r in refs if r.binary() not in ready]
-        owned = [r for r in mine if r.owner_address.worker_id == me or owns(r.binary())]
-        fetches = {asyncio.ensure_future(self.wait_object(r, None)): r for r in mine
-                   if not (r.owner_address.worker_id == me or owns(r.binary()))}
+        owned: list[bytes] = []
+        fetches: dict[asyncio.Future[Any], bytes] = {}
+        for r in refs:
+            oid = r.binary()
+            if oid in ready:
+                continue
+            if r.owner_address.worker_id == me or owns(oid):
+                owned.append(oid)
+            else:
+                fetches[asyncio.ensure_future(self.wait_object(r, None))] = oid
         loop = asyncio.get_running_loop()
+        waiter = _ReadyWaiter()
+        pending: set[bytes] = set()
+        for oid in owned:  # the store is only written on this thread: no race with put
+            if store.contains(oid):
+                ready.add(oid)
+            else:
+                store.add_waiter(oid, waiter)
+                pending.add(oid)
         deadline = None if timeout is None else loop.time() + timeout
         try:
             while True:
-                still = []
-                for r in owned:
-                    if store.contains(r.binary()):
-                        ready.add(r.binary())
-                    else:
-                        still.append(r)
-                owned = still
-                if len(ready) >= num_returns or (not owned and not fetches):
+                if waiter.arrived:
+                    for oid in waiter.arrived:
+                        pending.discard(oid)
+                        ready.add(oid)
+                    waiter.arrived = []
+                if len(ready) >= num_returns or (not pending and not fetches):
                     break
-                wake = loop.create_future()
-                for r in owned:
-                    store.add_waiter(r.binary(), wake)
+                waiter.wake = wake = loop.create_future()
                 left = None if deadline is None else max(0.0, deadline - loop.time())
                 done, _ = await asyncio.wait([wake, *fetches], timeout=left,
                                              return_when=asyncio.FIRST_COMPLETED)
-                for r in owned:
-                    store.remove_waiter(r.binary(), wake)
+                waiter.wake = None
                 for t in done:
-                    r = fetches.pop(t, None)
-                    if r is not None:
+                    oid_ = fetches.pop(t, None)
+                    if oid_ is not None:
                         if not t.cancelled():
                             t.exception()  # an error result is still "ready"
-                        ready.add(r.binary())
+                        ready.add(oid_)
                 if not done:
                     break  # timed out
         finally:
+            for oid in waiter.arrived:  # arrived while the wait was timing out
+                pending.discard(oid)
+                ready.add(oid)
+            for oid in pending:
+                store.remove_waiter(oid, waiter)
             for t in fetches:
                 t.cancel()
         return ready
+
+
+class _ReadyWaiter:
+    """One wait() call's waiter on many owned objects: it stays registered (never "done") and
+    collects the ids as they arrive, waking the wait's current future."""
+
+    __slots__ = ("arrived", "wake")
+
+    def __init__(self) -> None:
+        self.arrived: list[bytes] = []
+        self.wake: asyncio.Future[None] | None = None
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, entry: common_pb2.ReturnObject) -> None:
+        self.arrived.append(entry.object_id)
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
 
 
 def _raise_or_return(value: Any, meta: str) -> Any:

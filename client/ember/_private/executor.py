@@ -55,6 +55,7 @@ class TaskExecutor:
     def __init__(self, core: Any, function_manager: Any) -> None:
         self.core = core
         self.functions = function_manager
+        self._max_inline: int = core.config.max_inline_bytes
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self.running: common_pb2.TaskSpec | None = None
         self._cancel_requested: bytes | None = None
@@ -225,7 +226,7 @@ class TaskExecutor:
                     fn = getattr(self.actor, spec.method_name)
                 else:
                     fn = self.functions.load(spec.function.function_id, spec.job_id, spec.name)
-                args, kwargs = drive_sync(rp.resolve_args(spec), self._do_sync)
+                args, kwargs = rp.inline_args(spec) or drive_sync(rp.resolve_args(spec), self._do_sync)
             except exc.RayError as e:  # a failed dependency: pass its error on unchanged
                 return self._error_reply(spec, e)
             except Exception as e:
@@ -250,7 +251,7 @@ class TaskExecutor:
             if spec.streaming:
                 return self._stream(spec, result)
             return drive_sync(rp.returns(spec, result, self._task_error, self._error_reply,
-                                         self.core.refs.hand_over), self._do_sync)
+                                         self.core.refs.hand_over, self._max_inline), self._do_sync)
         finally:
             if on_main:
                 self.running = None
@@ -287,19 +288,21 @@ class TaskExecutor:
         assert self._user_loop is not None
         self._mark(spec)
         try:
-            args, kwargs = await drive_async(rp.resolve_args(spec), self._do_async)
+            args, kwargs = rp.inline_args(spec) or await drive_async(rp.resolve_args(spec),
+                                                                     self._do_async)
             method = getattr(self.actor, spec.method_name)
             if spec.streaming:
                 return await drive_async(rp.stream(spec, method(*args, **kwargs), self._task_error,
-                                                   self._error_reply, self.core.refs.hand_over),
-                                         self._do_async)
+                                                   self._error_reply, self.core.refs.hand_over,
+                                                   self._max_inline), self._do_async)
             if inspect.iscoroutinefunction(method):
                 cf = asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._user_loop)
             else:
                 cf = asyncio.run_coroutine_threadsafe(_call_sync(method, args, kwargs), self._user_loop)
             result = await asyncio.wrap_future(cf)
             return await drive_async(rp.returns(spec, result, self._task_error, self._error_reply,
-                                                self.core.refs.hand_over), self._do_async)
+                                                self.core.refs.hand_over, self._max_inline),
+                                     self._do_async)
         except exc.RayError as e:
             return self._error_reply(spec, e)
         except ActorExit:
@@ -327,7 +330,7 @@ class TaskExecutor:
         loop = asyncio.new_event_loop() if inspect.isasyncgen(gen) else None
         try:
             return drive_sync(rp.stream(spec, gen, self._task_error, self._error_reply,
-                                        self.core.refs.hand_over),
+                                        self.core.refs.hand_over, self._max_inline),
                               functools.partial(self._do_sync, loop=loop))
         finally:
             if loop is not None:
@@ -336,6 +339,8 @@ class TaskExecutor:
     def _do_sync(self, effect: rp.Effect, loop: asyncio.AbstractEventLoop | None = None) -> Any:
         """Does one effect of the pipeline with blocking calls (main or pool thread)."""
         core = self.core
+        if type(effect) is rp.Store:  # the common case first, without `match`
+            return core.store_value(effect.object_id, effect.value, effect.owner_worker_id)
         match effect:
             case rp.Store(oid, sv, owner):
                 return core.store_value(oid, sv, owner)
@@ -362,6 +367,9 @@ class TaskExecutor:
     async def _do_async(self, effect: rp.Effect) -> Any:
         """Does one effect of the pipeline on the core loop (async actors)."""
         core = self.core
+        if type(effect) is rp.Store:  # the common case first, without `match`
+            return await core.store_value_async(effect.object_id, effect.value,
+                                                effect.owner_worker_id)
         match effect:
             case rp.Store(oid, sv, owner):
                 return await core.store_value_async(oid, sv, owner)

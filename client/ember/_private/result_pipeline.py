@@ -37,7 +37,8 @@ class Fetch(NamedTuple):
 
 
 class Store(NamedTuple):
-    """A result: its entry (inline, or written to this node's shared memory)."""
+    """A result too big to travel inline: its entry, once written to this node's shared
+    memory."""
     object_id: bytes
     value: SerializedValue
     owner_worker_id: str
@@ -121,8 +122,10 @@ def resolve_args(spec: common_pb2.TaskSpec) -> Step[tuple[list[Any], dict[str, A
 
 
 def returns(spec: common_pb2.TaskSpec, result: Any, task_error: TaskError,
-            error_reply: ErrorReply, hand_over: HandOver) -> Step[core_worker_pb2.PushTaskReply]:
-    """The reply for a finished call: each return value stored, nested refs handed over."""
+            error_reply: ErrorReply, hand_over: HandOver,
+            max_inline_bytes: int) -> Step[core_worker_pb2.PushTaskReply]:
+    """The reply for a finished call: each return value inline or stored, nested refs handed
+    over."""
     results = split_results(spec, result)
     if isinstance(results, BaseException):
         return error_reply(spec, task_error(spec, results), application=True)
@@ -132,7 +135,10 @@ def returns(spec: common_pb2.TaskSpec, result: Any, task_error: TaskError,
             sv = serialize(value)
         except TypeError as e:
             return error_reply(spec, task_error(spec, e), application=True)
-        reply.returns.append((yield Store(oid, sv, spec.caller.worker_id)))
+        if sv.size <= max_inline_bytes:
+            reply.returns.append(inline_entry(oid, sv))
+        else:
+            reply.returns.append((yield Store(oid, sv, spec.caller.worker_id)))
         if sv.contained_refs:
             nested, register = hand_over(sv.contained_refs, oid, spec.caller)
             if register is not None:
@@ -142,7 +148,7 @@ def returns(spec: common_pb2.TaskSpec, result: Any, task_error: TaskError,
 
 
 def stream(spec: common_pb2.TaskSpec, gen: Any, task_error: TaskError, error_reply: ErrorReply,
-           hand_over: HandOver) -> Step[core_worker_pb2.PushTaskReply]:
+           hand_over: HandOver, max_inline_bytes: int) -> Step[core_worker_pb2.PushTaskReply]:
     """Streams the user's generator to the caller item by item; the reply counts the items.
     An exception in the generator becomes the stream's last item."""
     index = 0
@@ -159,7 +165,10 @@ def stream(spec: common_pb2.TaskSpec, gen: Any, task_error: TaskError, error_rep
                 sv = serialize(value)
             except TypeError as e:
                 sv = serialize_error(task_error(spec, e))
-            item = yield Store(oid, sv, spec.caller.worker_id)
+            if sv.size <= max_inline_bytes:
+                item = inline_entry(oid, sv)
+            else:
+                item = yield Store(oid, sv, spec.caller.worker_id)
             nested: Any = ()
             if sv.contained_refs:
                 nested, register = hand_over(sv.contained_refs, oid, spec.caller)
@@ -176,6 +185,25 @@ def stream(spec: common_pb2.TaskSpec, gen: Any, task_error: TaskError, error_rep
 
 
 # ---------------------------------------------------------------------------------- helpers
+def inline_args(spec: common_pb2.TaskSpec) -> tuple[list[Any], dict[str, Any]] | None:
+    """The arguments when every one travelled inline (the common case: no step needed), else
+    None."""
+    values = []
+    for arg in spec.args:
+        if not arg.HasField("value"):
+            return None
+        values.append(inline_arg(arg.value))
+    nk = len(spec.kwarg_names)
+    if nk:
+        return values[:-nk], dict(zip(spec.kwarg_names, values[-nk:]))
+    return values, {}
+
+
+def inline_entry(oid: bytes, sv: SerializedValue) -> common_pb2.ReturnObject:
+    """A small value's entry: the value itself."""
+    return common_pb2.ReturnObject(object_id=oid, value=sv.to_proto(), size=sv.size)
+
+
 def split_results(spec: common_pb2.TaskSpec, result: Any) -> list[Any] | BaseException:
     """The call's return values, one per return id (or the error for a wrong count)."""
     n = len(spec.return_ids)

@@ -95,22 +95,22 @@ class TaskSubmitter:
 
     # -------------------------------------------------------------- instructions
     def _run(self, out: list[Instruction]) -> None:
+        # isinstance chain, most frequent first (cheaper than `match` on this hot path).
         for ins in out:
-            match ins:
-                case Push(lease, entry):
-                    asyncio.ensure_future(self._do_push(lease, entry))
-                case Complete(entry, reply):
-                    self.complete(entry, reply)
-                case Fail(entry, error):
-                    self.finish_with_error(entry, error)
-                case SetTimer(at):
-                    self._arm(at)
-                case RequestLease(key, lease_id, address):
-                    asyncio.ensure_future(self._request_lease(key, lease_id, address))
-                case ReturnLease(lease, disconnect):
-                    asyncio.ensure_future(self._send_return(lease, disconnect))
-                case CancelLeaseRequest(address, lease_id):
-                    asyncio.ensure_future(self._cancel_lease_request(address, lease_id))
+            if isinstance(ins, Push):
+                asyncio.ensure_future(self._do_push(ins.lease, ins.entry))
+            elif isinstance(ins, Complete):
+                self.complete(ins.entry, ins.reply)
+            elif isinstance(ins, SetTimer):
+                self._arm(ins.at)
+            elif isinstance(ins, RequestLease):
+                asyncio.ensure_future(self._request_lease(ins.key, ins.lease_id, ins.address))
+            elif isinstance(ins, ReturnLease):
+                asyncio.ensure_future(self._send_return(ins.lease, ins.disconnect))
+            elif isinstance(ins, Fail):
+                self.finish_with_error(ins.entry, ins.error)
+            else:
+                asyncio.ensure_future(self._cancel_lease_request(ins.address, ins.lease_id))
 
     def _arm(self, at: float) -> None:
         if self._timer is not None:
