@@ -26,12 +26,17 @@ test: lint
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images; fi
 	$(PY) -m pytest -q tests
 
-# Lint gates, one line per area (configured in pyproject.toml): the kit and the services.
+# Lint gates, one line per area (configured in pyproject.toml): the kit and the services; the
+# core worker's pure state machines and drivers (ruff for the rest of client/ember runs in
+# tests/unit/test_lint.py).
 LINT_SVC_PATHS := common/ember_common services
 LINT_SVC_PACKAGES := -p ember_common -p ember_gcs -p ember_raylet -p ember_objmgr -p ember_serve_proxy
+LINT_CORE_MODULES := $(foreach m,memory_store reference_table task_queue actor_queue result_pipeline \
+	references task_submitter actor_submitter object_ref,-m ember._private.$(m))
 lint: $(DEV)
 	$(VENV)/bin/ruff check $(LINT_SVC_PATHS)
 	$(VENV)/bin/mypy $(LINT_SVC_PACKAGES)
+	$(VENV)/bin/mypy $(LINT_CORE_MODULES)
 
 unit: $(DEV)
 	$(PY) -m pytest -q tests/unit

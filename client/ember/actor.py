@@ -15,12 +15,17 @@ import inspect
 import os
 from typing import Any, Callable
 
-from ember_common import ids, rpc, tracing
 from ember._private.executor import ActorExit
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
-from ember._private.remote_function import (build_args, by_reference, hand_over, import_object,
-                                            streaming_default)
-from ember._private.task_submitter import TaskEntry
+from ember._private.remote_function import (
+    build_args,
+    by_reference,
+    hand_over,
+    import_object,
+    streaming_default,
+)
+from ember._private.task_queue import TaskEntry
+from ember_common import ids, rpc, tracing
 from ember_common.proto import common_pb2
 
 __all__ = ["ActorClass", "ActorHandle", "exit_actor", "method"]
@@ -108,7 +113,7 @@ def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
     fid = w.functions.export(ac._cls, f"actor class {ac.__name__}")
     task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{ac.__name__}.__init__()")
     for r in keep:  # the GCS and the actor's worker read these, possibly after restarts
-        core.mark_escaped(r._id)
+        core.mark_escaped(r.binary())
     is_async = any(m.is_async for m in ac._methods)
     max_concurrency = opts.get("max_concurrency") or (1000 if is_async else 1)
     max_task_retries = opts.get("max_task_retries") or 0

@@ -132,7 +132,7 @@ def test_a_pulled_copy_is_recorded_and_serves_readers_when_the_primary_node_dies
             ref = produce.remote()
             assert ember.get(where.remote(ref), timeout=120) == (reader.node_id, 8 * MiB - 1)
             core = ember._private.worker.global_worker().core
-            wait_for(lambda: reader.node_id in core._copies.get(ref.binary(), ()), timeout_s=20,
+            wait_for(lambda: reader.node_id in core.object_copies(ref.binary()), timeout_s=20,
                      what="the reader's copy to be reported to the owner")
 
             c.kill_raylet(c.nodes[1])  # the primary copy is gone with its node

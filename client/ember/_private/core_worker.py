@@ -1,8 +1,10 @@
 """CoreWorker: the runtime inside every driver and worker process.
 
-It owns the objects its process creates (an in-memory store for small values, locations for
-shared-memory ones), counts references (local ones here, borrowers in references.py), submits
-tasks (task_submitter.py) and serves its objects to borrowers over gRPC. All gRPC work runs on
+It owns the objects its process creates: their entries and waiters live in the memory store
+(memory_store.py), their reference counts in the reference table (reference_table.py, whose
+borrower protocol references.py drives). It submits tasks (task_submitter.py over the pure
+task_queue.py) and actor calls (actor_submitter.py over actor_queue.py) and serves its objects
+to borrowers over gRPC (core_worker_server.py). All gRPC work runs on
 one asyncio loop in a background thread; the user-facing calls (get/put/wait/submit) come from
 user threads and hop onto the loop only when they must wait.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import enum
 import logging
 import os
 import threading
@@ -20,30 +23,53 @@ from typing import Any, Callable
 import grpc
 
 from ember import exceptions as exc
-from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc
-from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
-
 from ember_common import backoff, ids, rpc, tracing
 from ember_common.config import Config
 from ember_common.gcs_client import GcsClient
+from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 from ember_common.raylet_client import RayletClient
+
+from .actor_submitter import ActorSubmitter
+from .core_worker_server import CoreWorkerServicer
+from .memory_store import MemoryStore
 from .object_ref import ObjectRef, OwnerAddress
+from .plasma import PlasmaClient
+from .reference_table import ReferenceTable
+from .references import References
 from .serialization import ERROR_METADATA, SerializedValue, deserialize, deserialize_proto, serialize
+from .task_stream import TaskStreams
+from .task_submitter import TaskSubmitter
 
 log = logging.getLogger(__name__)
 
 
 def node_ip() -> str:
+    """The address this node's processes advertise."""
     return os.environ.get("EMBER_NODE_IP", "127.0.0.1")
 
 
+class WorkerMode(enum.StrEnum):
+    """What a process is: a driver (user program) or a worker (runs tasks and actors)."""
+
+    DRIVER = "driver"
+    WORKER = "worker"
+
+
+class GetStatus(enum.IntEnum):
+    """How an owner answers a borrower's GetObject (core_worker.proto's GetObjectReply.Status)."""
+
+    READY = core_worker_pb2.GetObjectReply.READY
+    NOT_FOUND = core_worker_pb2.GetObjectReply.NOT_FOUND
+    TIMEOUT = core_worker_pb2.GetObjectReply.TIMEOUT
+
+
 class CoreWorker:
-    """Per-process runtime. mode is "driver" or "worker"."""
+    """Per-process runtime (mode: WorkerMode)."""
 
     def __init__(self, mode: str, *, gcs_address: str, raylet_address: str, objmgr_address: str,
                  node_id: str, store_dir: str, job_id: bytes, session_dir: str,
                  config: Config, worker_id: str | None = None) -> None:
-        self.mode = mode
+        self.mode = WorkerMode(mode)
         self.config = config
         self.gcs_address = gcs_address
         self.raylet_address = raylet_address
@@ -54,26 +80,16 @@ class CoreWorker:
         self.session_dir = session_dir
         self.worker_id = worker_id or ids.new_worker_id()
         self.ip = node_ip()
-        # Object state. _objects/_waiters are touched on the loop thread; _objects is also read
-        # (and, for put, written) from user threads, which is safe for single dict operations.
-        self._objects: dict[bytes, common_pb2.ReturnObject] = {}
-        self._waiters: dict[bytes, list[asyncio.Future]] = {}
-        # User threads blocked in get() on owned objects wait on these (no loop hop needed).
-        self._sync_waiters: dict[bytes, list[threading.Event]] = {}
-        self._ref_lock = threading.Lock()
-        self._refcounts: dict[bytes, int] = {}
-        self._owned: set[bytes] = set()
-        # Owned objects pinned until this process exits (refs pickled outside Ember's serializer,
-        # actor creation arguments).
-        self._escaped: set[bytes] = set()
-        # outer object id -> the ObjectRefs nested in it, held while the outer object is kept.
-        self._contained: dict[bytes, list[ObjectRef]] = {}
-        # Shared-memory object -> other nodes holding a copy (owner: reported by readers;
-        # borrower: as the owner told us, plus our own node once we pulled it).
-        self._copies: dict[bytes, set[str]] = {}
-        from .references import References
-
-        self.refs = References(self)
+        # Object entries and waiters (loop thread; single reads from any thread), and reference
+        # counts (any thread, under the table's lock).
+        self.store = MemoryStore()
+        self.ref_table = ReferenceTable(self.worker_id, on_release=self._release_soon,
+                                        on_pending=self._refs_pending)
+        # ObjectRefs count straight into the table (no frame of ours on the hot path).
+        self.add_local_ref = self.ref_table.add_local_ref
+        self.remove_local_ref = self.ref_table.remove_local_ref
+        self.mark_escaped = self.ref_table.mark_escaped
+        self.register_owned = self.ref_table.add_owned
         self._nodes: dict[str, common_pb2.NodeInfo] = {}
         self._nodes_at = 0.0
         self.generators: dict[bytes, Any] = {}  # task_id -> generator.GeneratorState
@@ -83,10 +99,12 @@ class CoreWorker:
         self.loop = asyncio.new_event_loop()
         self._inbox: collections.deque = collections.deque()
         self._wakeup_pending = False
+        self.refs = References(self.ref_table, self.worker_id, self.loop, self.post, self.worker_stub,
+                               lambda: self.gcs, self)
         self._thread = threading.Thread(target=self._run_loop, name="ember-core", daemon=True)
         self._thread.start()
-        self.port = self._call(self._async_init())
-        self.address: OwnerAddress = (self.ip, self.port, self.worker_id, self.node_id)
+        self.port: int = self.run(self._async_init())
+        self.address = OwnerAddress(self.ip, self.port, self.worker_id, self.node_id)
         self.address_proto = common_pb2.Address(ip=self.ip, port=self.port, worker_id=self.worker_id,
                                                 node_id=self.node_id)
 
@@ -95,7 +113,12 @@ class CoreWorker:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def _call(self, coro: Any, timeout: float | None = None) -> Any:
+    @property
+    def is_shutdown(self) -> bool:
+        """True once shutdown() began."""
+        return self._shutdown
+
+    def run(self, coro: Any, timeout: float | None = None) -> Any:
         """Runs a coroutine on the loop from a user thread and waits for it. A gRPC call must be
         created on the loop, so pass it as a zero-argument callable (lambda: stub.Method(req))."""
         return asyncio.run_coroutine_threadsafe(_as_coro(coro), self.loop).result(timeout)
@@ -104,7 +127,7 @@ class CoreWorker:
         """Calls the GCS client (`self.gcs`, a GcsClient) from a user thread:
         gcs_call(lambda: core.gcs.method(...)). The client retries idempotent calls while the
         GCS is unreachable (it may be restarting)."""
-        return self._call(factory)
+        return self.run(factory)
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Runs fn(*args) on the loop soon. Posts from user threads share one wake-up of the
@@ -125,28 +148,19 @@ class CoreWorker:
             fn(*args)
 
     def in_loop(self) -> bool:
+        """True on the core loop's thread."""
         return threading.get_ident() == self._thread.ident
 
     async def _async_init(self) -> int:
-        from .task_submitter import TaskSubmitter
-
         self.gcs = GcsClient(self.gcs_address)
-        self._objmgr_channel = rpc.aio_channel(self.objmgr_address)
-        self.objmgr = objmgr_pb2_grpc.ObjectManagerStub(self._objmgr_channel)
+        self.objmgr_channel = rpc.aio_channel(self.objmgr_address)
+        self.objmgr = objmgr_pb2_grpc.ObjectManagerStub(self.objmgr_channel)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self.raylet = RayletClient(self.raylet_address, channel_for=self.channel)
-        self.submitter = TaskSubmitter(self)
-        from .plasma import PlasmaClient
-        from .task_stream import TaskStreams
-
         self.task_streams = TaskStreams(self)
-
+        self.submitter = TaskSubmitter(self)
         self.plasma = PlasmaClient(self)
-        from .actor_submitter import ActorSubmitter
-
         self.actor_submitter = ActorSubmitter(self)
-        from .core_worker_server import CoreWorkerServicer
-
         self._server, port, health = rpc.build_server(
             [lambda s: core_worker_pb2_grpc.add_CoreWorkerServicer_to_server(CoreWorkerServicer(self), s)],
             host="0.0.0.0", port=0)
@@ -161,15 +175,18 @@ class CoreWorker:
             ch = self._channels[address] = rpc.aio_channel(address)
         return ch
 
-    def worker_stub(self, address: str) -> core_worker_pb2_grpc.CoreWorkerStub:
+    def worker_stub(self, address: str) -> core_worker_pb2_grpc.CoreWorkerAsyncStub:
+        """A stub for another process's CoreWorker service (loop thread only)."""
         return core_worker_pb2_grpc.CoreWorkerStub(self.channel(address))
 
     def shutdown(self) -> None:
+        """Returns leases, stops the server and the loop."""
         if self._shutdown:
             return
         self._shutdown = True
+        self.ref_table.closed = True
         try:
-            self._call(self._async_shutdown(), timeout=10)
+            self.run(self._async_shutdown(), timeout=10)
         except Exception as e:  # the loop may already be gone at interpreter exit
             log.debug("core worker shutdown: %s", e)
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -179,50 +196,29 @@ class CoreWorker:
         await self.submitter.shutdown()
         self.task_streams.close()
         await self.refs.close()
-        plasma_owned = [oid for oid in self._owned
-                        if (e := self._objects.get(oid)) is not None and e.in_plasma]
-        await self._free_plasma(plasma_owned)
+        await self.free_objects(self.store.in_plasma(self.ref_table.owned_ids()))
         await self._server.stop(0.5)
         await self.gcs.close()
-        for ch in [self._objmgr_channel, *self._channels.values()]:
+        for ch in [self.objmgr_channel, *self._channels.values()]:
             await ch.close()
 
     # ---------------------------------------------------------------- reference counting
-    def add_local_ref(self, oid: bytes, owner: OwnerAddress) -> None:
-        with self._ref_lock:
-            n = self._refcounts.get(oid, 0) + 1
-            self._refcounts[oid] = n
-            if n == 1 and owner[2] != self.worker_id:
-                self.refs.first_ref(oid, owner)  # we borrow it: tell its owner
+    def _refs_pending(self) -> None:
+        """The reference table has borrower work (called under its lock: only post)."""
+        self.refs.kick()
 
-    def remove_local_ref(self, oid: bytes) -> None:
-        with self._ref_lock:
-            n = self._refcounts.get(oid, 0) - 1
-            if n > 0:
-                self._refcounts[oid] = n
-                return
-            self._refcounts.pop(oid, None)
-            owned = oid in self._owned
-            if owned:
-                if oid in self._escaped or oid in self.refs.borrowers:
-                    return  # kept for its borrowers (or until this process exits)
-                self._owned.discard(oid)
-            elif self.refs.borrowed:
-                self.refs.last_ref(oid)
-        if self._shutdown:
-            return
-        self.post(self._release, oid, owned)
+    def _release_soon(self, oid: bytes, owned: bool) -> None:
+        """The reference table released oid (any thread): forget it on the loop."""
+        if not self._shutdown:
+            self.post(self._release, oid, owned)
 
     def _release(self, oid: bytes, owned: bool) -> None:
-        entry = self._objects.pop(oid, None)
-        if self._contained:
-            self._contained.pop(oid, None)  # drops the refs nested in it
-        if self._copies:
-            self._copies.pop(oid, None)
+        entry = self.store.pop(oid)
+        self.ref_table.drop_nested(oid)  # drops the refs nested in it
         if owned and entry is not None and entry.in_plasma:
-            asyncio.ensure_future(self._free_plasma([oid]))
+            asyncio.ensure_future(self.free_objects([oid]))
 
-    async def _free_plasma(self, oids: list[bytes]) -> None:
+    async def free_objects(self, oids: list[bytes]) -> None:
         """Deletes shared-memory objects on every node: the primary copy lives where it was
         created, and any node whose workers read it may hold a pulled copy."""
         if not oids:
@@ -244,63 +240,40 @@ class CoreWorker:
         st = self.generators.pop(task_id, None)
         if st is not None:
             for i in st.items.values():
-                self._contained.pop(i.object_id, None)
-            asyncio.ensure_future(self._free_plasma(
+                self.ref_table.drop_nested(i.object_id)
+            asyncio.ensure_future(self.free_objects(
                 [i.object_id for i in st.items.values() if i.in_plasma]))
 
-    def mark_escaped(self, oid: bytes) -> None:
-        """Pins a ref until this process exits: it was pickled where no borrower can be tracked
-        (pickle.dumps by the user, actor creation arguments the GCS may replay)."""
-        with self._ref_lock:
-            if oid in self._escaped:
-                return
-            if oid in self._owned:
-                self._escaped.add(oid)
-            elif oid in self._refcounts:  # borrowed: keep our registration with its owner
-                self._escaped.add(oid)
-                self._refcounts[oid] += 1
-
-    def register_owned(self, oid: bytes) -> None:
-        self._owned.add(oid)
-
     def num_local_refs(self) -> int:
-        return len(self._refcounts)
+        """Objects with a live ObjectRef in this process."""
+        return self.ref_table.num_local_refs()
 
     # ---------------------------------------------------------------- memory store
     def set_object(self, ret: common_pb2.ReturnObject) -> None:
         """Loop thread: records an object's value/location and wakes waiters."""
         oid = ret.object_id
-        if oid not in self._refcounts and oid not in self._escaped and oid not in self.refs.borrowers:
+        if not self.ref_table.is_referenced(oid):
             # Every reference was dropped while the task ran: free instead of storing.
-            self._owned.discard(oid)
-            if self._contained:
-                self._contained.pop(oid, None)
+            self.ref_table.forget_owned(oid)
             if ret.in_plasma:
-                asyncio.ensure_future(self._free_plasma([oid]))
+                asyncio.ensure_future(self.free_objects([oid]))
             return
-        self._objects[oid] = ret
-        for fut in self._waiters.pop(oid, ()):
-            if not fut.done():
-                fut.set_result(ret)
-        if self._sync_waiters:
-            with self._ref_lock:
-                events = self._sync_waiters.pop(oid, ())
-            for ev in events:
-                ev.set()
+        self.store.put(ret)
 
     def set_error(self, oid: bytes, error: BaseException) -> None:
+        """Loop thread: the object's value is this error."""
         sv = serialize(error, ERROR_METADATA)
         self.set_object(common_pb2.ReturnObject(object_id=oid, value=sv.to_proto()))
 
     async def wait_object(self, ref: ObjectRef, timeout: float | None) -> common_pb2.ReturnObject:
         """Waits until the object is known locally (owned) or fetches it from its owner."""
-        oid = ref._id
-        entry = self._objects.get(oid)
+        oid = ref.binary()
+        entry = self.store.get(oid)
         if entry is not None:
             return entry
-        if ref._owner[2] == self.worker_id or oid in self._owned:
-            fut = self.loop.create_future()
-            self._waiters.setdefault(oid, []).append(fut)
+        if ref.owner_address.worker_id == self.worker_id or self.ref_table.owns(oid):
+            fut: asyncio.Future[common_pb2.ReturnObject] = self.loop.create_future()
+            self.store.add_waiter(oid, fut)
             try:
                 return await asyncio.wait_for(fut, timeout)
             except asyncio.TimeoutError:
@@ -308,11 +281,11 @@ class CoreWorker:
         return await self._fetch_from_owner(ref, timeout)
 
     async def _fetch_from_owner(self, ref: ObjectRef, timeout: float | None) -> common_pb2.ReturnObject:
-        ip, port, worker_id, _ = ref._owner
+        ip, port, worker_id, _ = ref.owner_address
         stub = self.worker_stub(f"{ip}:{port}")
         try:
             reply = await stub.GetObject(core_worker_pb2.GetObjectRequest(
-                object_id=ref._id, timeout_s=timeout if timeout is not None else -1))
+                object_id=ref.binary(), timeout_s=timeout if timeout is not None else -1))
         except grpc.aio.AioRpcError as e:
             raise exc.OwnerDiedError(ref.hex(), f"Object {ref.hex()} is lost: its owner (worker "
                                      f"{worker_id} at {ip}:{port}) is unreachable ({e.code().name})") from None
@@ -320,11 +293,58 @@ class CoreWorker:
             raise exc.GetTimeoutError(f"Get timed out: object {ref.hex()} not ready after {timeout}s")
         if reply.status == core_worker_pb2.GetObjectReply.NOT_FOUND:
             raise exc.ObjectLostError(ref.hex(), f"Object {ref.hex()} is lost: its owner no longer has it")
-        if ref._id in self._refcounts:
-            self._objects[ref._id] = reply.object
+        if self.ref_table.has_local_ref(ref.binary()):
+            self.store.put_quiet(reply.object)
             if reply.copy_node_ids:
-                self._copies.setdefault(ref._id, set()).update(reply.copy_node_ids)
+                self.store.add_copies(ref.binary(), reply.copy_node_ids)
         return reply.object
+
+    async def object_for_borrower(self, oid: bytes, timeout_s: float | None
+                                  ) -> tuple[GetStatus, common_pb2.ReturnObject | None, set[str]]:
+        """Owner side of GetObject: (status, entry, nodes holding copies), waiting up to
+        timeout_s (None: forever) for an owned object that is not ready yet."""
+        entry = self.store.get(oid)
+        if entry is None:
+            if not self.ref_table.owns(oid):
+                return GetStatus.NOT_FOUND, None, set()
+            fut: asyncio.Future[common_pb2.ReturnObject] = self.loop.create_future()
+            self.store.add_waiter(oid, fut)
+            try:
+                entry = await asyncio.wait_for(fut, timeout_s)
+            except asyncio.TimeoutError:
+                self.store.remove_waiter(oid, fut)
+                return GetStatus.TIMEOUT, None, set()
+        return GetStatus.READY, entry, self.store.copies(oid)
+
+    def add_object_location(self, oid: bytes, node_id: str) -> None:
+        """A reader on node_id made a copy of an owned object (loop thread)."""
+        if self.ref_table.owns(oid):
+            self.store.add_copies(oid, (node_id,))
+
+    def object_copies(self, oid: bytes) -> set[str]:
+        """Other nodes known to hold a copy of oid."""
+        return self.store.copies(oid)
+
+    async def take_generator_item(self, task_id: bytes, index: int, item: common_pb2.ReturnObject,
+                                  nested: Any) -> None:
+        """Owner side of ReportGeneratorItem: the item goes to its stream, or is freed when
+        the ObjectRefGenerator is gone."""
+        st = self.generators.get(task_id)
+        if nested:
+            self.refs.take_nested(nested)
+        if st is not None:
+            st.add(index, item)
+        else:  # the generator was dropped: nobody will read it
+            self.ref_table.drop_nested(item.object_id)
+            if item.in_plasma:
+                await self.free_objects([item.object_id])
+
+    def accept_generator_item(self, item: common_pb2.ReturnObject) -> ObjectRef:
+        """A generator item handed to the user: owned here, its entry known."""
+        self.ref_table.add_owned(item.object_id)
+        ref = ObjectRef(item.object_id, self.address, self)
+        self.store.put_quiet(item)
+        return ref
 
     # ---------------------------------------------------------------- nodes
     async def _refresh_nodes(self, max_age_s: float = 0.0) -> None:
@@ -348,13 +368,14 @@ class CoreWorker:
 
     # ---------------------------------------------------------------- get / put / wait
     def put_serialized(self, sv: SerializedValue, oid: bytes | None = None) -> ObjectRef:
+        """put(): stores a serialized value owned by this process."""
         oid = oid or ids.new_put_id()
         entry = self.store_value(oid, sv)  # may raise ObjectStoreFullError: nothing to undo
-        self._owned.add(oid)
+        self.ref_table.add_owned(oid)
         if sv.contained_refs:  # the outer object holds the refs nested in it
-            self._contained[oid] = list(sv.contained_refs)
+            self.ref_table.hold_nested(oid, sv.contained_refs)
         ref = ObjectRef(oid, self.address, self)
-        self._objects[oid] = entry
+        self.store.put_quiet(entry)
         return ref
 
     def store_value(self, oid: bytes, sv: SerializedValue, owner: str | None = None) -> common_pb2.ReturnObject:
@@ -377,65 +398,47 @@ class CoreWorker:
 
     async def get_async(self, ref: ObjectRef) -> Any:
         """get() for code running on the loop."""
-        return await self.materialize_async(await self.wait_object(ref, None), ref._owner)
+        return await self.materialize_async(await self.wait_object(ref, None), ref.owner_address)
 
     def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
-        entries: list[common_pb2.ReturnObject | None] = [self._objects.get(r._id) for r in refs]
+        """get() from a user thread: owned objects wait here, borrowed ones on the loop."""
+        sget = self.store.get
+        entries: list[common_pb2.ReturnObject | None] = [sget(r.binary()) for r in refs]
         missing = [r for r, e in zip(refs, entries) if e is None]
         if missing:
-            if all(r._id in self._owned for r in missing):
+            owns = self.ref_table.owns
+            if all(owns(r.binary()) for r in missing):
                 self._blocking(None, lambda: self._wait_owned(missing, timeout))
-                entries = [self._objects[r._id] for r in refs]
+                entries = [sget(r.binary()) for r in refs]
             else:
                 got = self._blocking(self._wait_all(missing, timeout))
-                entries = [e if e is not None else got[r._id] for r, e in zip(refs, entries)]
+                entries = [e if e is not None else got[r.binary()] for r, e in zip(refs, entries)]
         if any(e.in_plasma for e in entries):  # type: ignore[union-attr]
-            return self._call(self._materialize_all(entries, refs))
+            return self.run(self._materialize_all(entries, refs))
         return [self.materialize(e) for e in entries]  # type: ignore[arg-type]
 
     async def _materialize_all(self, entries: list[Any], refs: list[ObjectRef]) -> list[Any]:
-        return [await self.materialize_async(e, r._owner) for e, r in zip(entries, refs)]
+        return [await self.materialize_async(e, r.owner_address) for e, r in zip(entries, refs)]
 
     async def _wait_all(self, refs: list[ObjectRef], timeout: float | None) -> dict[bytes, Any]:
         results = await asyncio.gather(*(self.wait_object(r, timeout) for r in refs))
-        return {r._id: e for r, e in zip(refs, results)}
+        return {r.binary(): e for r, e in zip(refs, results)}
 
     def _wait_owned(self, refs: list[ObjectRef], timeout: float | None) -> None:
         """User thread: waits until owned objects are stored, without a trip through the loop."""
-        ev = threading.Event()
-        ids_ = [r._id for r in refs]
-        with self._ref_lock:
-            for oid in ids_:
-                self._sync_waiters.setdefault(oid, []).append(ev)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            while True:
-                pending = [oid for oid in ids_ if oid not in self._objects]
-                if not pending:
-                    return
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise exc.GetTimeoutError(f"Get timed out: {len(pending)} object(s) not ready "
-                                              f"after {timeout}s (first: {pending[0].hex()})")
-                ev.wait(left)
-                ev.clear()
-        finally:
-            with self._ref_lock:
-                for oid in ids_:
-                    lst = self._sync_waiters.get(oid)
-                    if lst is not None and ev in lst:
-                        lst.remove(ev)
-                        if not lst:
-                            del self._sync_waiters[oid]
+        pending = self.store.wait_sync([r.binary() for r in refs], timeout)
+        if pending:
+            raise exc.GetTimeoutError(f"Get timed out: {len(pending)} object(s) not ready "
+                                      f"after {timeout}s (first: {pending[0].hex()})")
 
     def _blocking(self, coro: Any, fn: Callable[[], Any] | None = None) -> Any:
         """Runs a wait (a coroutine on the loop, or fn here); a worker tells its raylet it is
         blocked meanwhile so that its CPU can go to other tasks."""
-        notify = self.mode == "worker" and self.executor is not None and self.executor.running
+        notify = self.mode is WorkerMode.WORKER and self.executor is not None and self.executor.running
         if notify:
             self._notify_blocked(True)
         try:
-            return fn() if fn is not None else self._call(coro)
+            return fn() if fn is not None else self.run(coro)
         finally:
             if notify:
                 self._notify_blocked(False)
@@ -449,7 +452,7 @@ class CoreWorker:
     def materialize(self, entry: common_pb2.ReturnObject, owner: OwnerAddress | None = None) -> Any:
         """Turns an inline entry into the user's value (or raises the stored error)."""
         if entry.in_plasma:
-            return self._call(self.materialize_async(entry, owner))
+            return self.run(self.materialize_async(entry, owner))
         return _raise_or_return(deserialize_proto(entry.value), entry.value.metadata)
 
     async def materialize_async(self, entry: common_pb2.ReturnObject,
@@ -468,7 +471,7 @@ class CoreWorker:
         nearest live node known to hold it (same IP first, the primary copy before secondary
         ones, which may be dropped), falling back to the next when one fails."""
         oid = entry.object_id
-        here = self._copies.get(oid, ())
+        here = self.store.copies(oid)
         others = [n for n in here if n not in (entry.node_id, self.node_id)]
         if others:
             await self._refresh_nodes(max_age_s=1.0)
@@ -493,14 +496,14 @@ class CoreWorker:
 
     def _record_copy(self, oid: bytes, owner: OwnerAddress) -> None:
         """Loop thread: this node now holds a copy; the owner tells later readers."""
-        if owner[2] == self.worker_id:
-            if oid in self._owned:
-                self._copies.setdefault(oid, set()).add(self.node_id)
+        if owner.worker_id == self.worker_id:
+            if self.ref_table.owns(oid):
+                self.store.add_copies(oid, (self.node_id,))
             return
-        if oid in self._refcounts:
-            self._copies.setdefault(oid, set()).add(self.node_id)
+        if self.ref_table.has_local_ref(oid):
+            self.store.add_copies(oid, (self.node_id,))
         req = core_worker_pb2.AddObjectLocationRequest(object_id=oid, node_id=self.node_id)
-        stub = self.worker_stub(f"{owner[0]}:{owner[1]}")
+        stub = self.worker_stub(f"{owner.ip}:{owner.port}")
         rpc.best_effort(stub.AddObjectLocation(req, timeout=10))
 
     def get_future(self, ref: ObjectRef) -> concurrent.futures.Future:
@@ -509,58 +512,94 @@ class CoreWorker:
 
     def wait(self, refs: list[ObjectRef], num_returns: int, timeout: float | None,
              fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
-        ready_ids = {r._id for r in refs if r._id in self._objects}
+        """wait() from a user thread."""
+        has = self.store.contains
+        ready_ids = {r.binary() for r in refs if has(r.binary())}
         if len(ready_ids) < num_returns and timeout != 0:
             ready_ids = self._blocking(self._wait_some(refs, ready_ids, num_returns, timeout))
         ready, rest = [], []
         for r in refs:
-            (ready if r._id in ready_ids and len(ready) < num_returns else rest).append(r)
+            (ready if r.binary() in ready_ids and len(ready) < num_returns else rest).append(r)
         return ready, rest
 
     async def _wait_some(self, refs: list[ObjectRef], ready: set[bytes], num_returns: int,
                          timeout: float | None) -> set[bytes]:
-        """Waits until num_returns of refs are ready. Owned objects share one wake-up future
-        (no task per ref); borrowed ones are fetched from their owners."""
+        """Waits until num_returns of refs are ready. Owned objects share one waiter,
+        registered once per object (no task per ref, no rescan per wake-up); borrowed ones are
+        fetched from their owners."""
         ready = set(ready)
-        owned = [r for r in refs if r._id not in ready and
-                 (r._owner[2] == self.worker_id or r._id in self._owned)]
-        fetches = {asyncio.ensure_future(self.wait_object(r, None)): r for r in refs
-                   if r._id not in ready and not (r._owner[2] == self.worker_id or r._id in self._owned)}
+        me, owns, store = self.worker_id, self.ref_table.owns, self.store
+        owned: list[bytes] = []
+        fetches: dict[asyncio.Future[Any], bytes] = {}
+        for r in refs:
+            oid = r.binary()
+            if oid in ready:
+                continue
+            if r.owner_address.worker_id == me or owns(oid):
+                owned.append(oid)
+            else:
+                fetches[asyncio.ensure_future(self.wait_object(r, None))] = oid
         loop = asyncio.get_running_loop()
+        waiter = _ReadyWaiter()
+        pending: set[bytes] = set()
+        for oid in owned:  # the store is only written on this thread: no race with put
+            if store.contains(oid):
+                ready.add(oid)
+            else:
+                store.add_waiter(oid, waiter)
+                pending.add(oid)
         deadline = None if timeout is None else loop.time() + timeout
         try:
             while True:
-                still = []
-                for r in owned:
-                    if r._id in self._objects:
-                        ready.add(r._id)
-                    else:
-                        still.append(r)
-                owned = still
-                if len(ready) >= num_returns or (not owned and not fetches):
+                if waiter.arrived:
+                    for oid in waiter.arrived:
+                        pending.discard(oid)
+                        ready.add(oid)
+                    waiter.arrived = []
+                if len(ready) >= num_returns or (not pending and not fetches):
                     break
-                wake = loop.create_future()
-                for r in owned:
-                    self._waiters.setdefault(r._id, []).append(wake)
+                waiter.wake = wake = loop.create_future()
                 left = None if deadline is None else max(0.0, deadline - loop.time())
                 done, _ = await asyncio.wait([wake, *fetches], timeout=left,
                                              return_when=asyncio.FIRST_COMPLETED)
-                for r in owned:
-                    lst = self._waiters.get(r._id)
-                    if lst is not None and wake in lst:
-                        lst.remove(wake)
+                waiter.wake = None
                 for t in done:
-                    r = fetches.pop(t, None)
-                    if r is not None:
+                    oid_ = fetches.pop(t, None)
+                    if oid_ is not None:
                         if not t.cancelled():
                             t.exception()  # an error result is still "ready"
-                        ready.add(r._id)
+                        ready.add(oid_)
                 if not done:
                     break  # timed out
         finally:
+            for oid in waiter.arrived:  # arrived while the wait was timing out
+                pending.discard(oid)
+                ready.add(oid)
+            for oid in pending:
+                store.remove_waiter(oid, waiter)
             for t in fetches:
                 t.cancel()
         return ready
+
+
+class _ReadyWaiter:
+    """One wait() call's waiter on many owned objects: it stays registered (never "done") and
+    collects the ids as they arrive, waking the wait's current future."""
+
+    __slots__ = ("arrived", "wake")
+
+    def __init__(self) -> None:
+        self.arrived: list[bytes] = []
+        self.wake: asyncio.Future[None] | None = None
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, entry: common_pb2.ReturnObject) -> None:
+        self.arrived.append(entry.object_id)
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
 
 
 def _raise_or_return(value: Any, meta: str) -> Any:

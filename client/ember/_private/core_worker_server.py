@@ -3,12 +3,13 @@ over CoreWorker (owner side: serving objects, generator items) and its TaskExecu
 side: pushed tasks, cancellation, exit)."""
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from ember_common.proto import core_worker_pb2, core_worker_pb2_grpc
+
+from .task_stream import serve_stream
 
 if TYPE_CHECKING:
     from .core_worker import CoreWorker
@@ -26,39 +27,19 @@ class CoreWorkerServicer(core_worker_pb2_grpc.CoreWorkerServicer):
         return await self.core.executor.push(request.spec)
 
     async def TaskStream(self, request_iterator: Any, context: Any) -> Any:
-        from .task_stream import serve_stream
-
         if self.core.executor is None:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this process executes no tasks")
         async for msg in serve_stream(self.core.executor, request_iterator, context):
             yield msg
 
     async def GetObject(self, request: Any, context: Any) -> Any:
-        oid = request.object_id
-        core = self.core
-        entry = core._objects.get(oid)
-        if entry is None:
-            if oid not in core._owned:
-                return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.NOT_FOUND)
-            fut = core.loop.create_future()
-            core._waiters.setdefault(oid, []).append(fut)
-            try:
-                entry = await asyncio.wait_for(fut, None if request.timeout_s < 0 else request.timeout_s)
-            except asyncio.TimeoutError:
-                return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.TIMEOUT)
-        return core_worker_pb2.GetObjectReply(status=core_worker_pb2.GetObjectReply.READY, object=entry,
-                                              copy_node_ids=core._copies.get(oid, ()))
+        status, entry, copies = await self.core.object_for_borrower(
+            request.object_id, None if request.timeout_s < 0 else request.timeout_s)
+        return core_worker_pb2.GetObjectReply(status=status.value, object=entry, copy_node_ids=copies)
 
     async def ReportGeneratorItem(self, request: Any, context: Any) -> Any:
-        st = self.core.generators.get(request.task_id)
-        if request.nested:
-            self.core.refs.take_nested(request.nested)
-        if st is not None:
-            st.add(request.index, request.item)
-        else:  # the generator was dropped: nobody will read it
-            self.core._contained.pop(request.item.object_id, None)
-            if request.item.in_plasma:
-                await self.core._free_plasma([request.item.object_id])
+        await self.core.take_generator_item(request.task_id, request.index, request.item,
+                                            request.nested)
         return core_worker_pb2.ReportGeneratorItemReply()
 
     async def AddBorrower(self, request: Any, context: Any) -> Any:
@@ -70,9 +51,7 @@ class CoreWorkerServicer(core_worker_pb2_grpc.CoreWorkerServicer):
         return core_worker_pb2.RemoveBorrowerReply()
 
     async def AddObjectLocation(self, request: Any, context: Any) -> Any:
-        core = self.core
-        if request.object_id in core._owned:
-            core._copies.setdefault(request.object_id, set()).add(request.node_id)
+        self.core.add_object_location(request.object_id, request.node_id)
         return core_worker_pb2.AddObjectLocationReply()
 
     async def CancelTask(self, request: Any, context: Any) -> Any:

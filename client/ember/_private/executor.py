@@ -4,7 +4,9 @@ Normal tasks and calls of a plain actor run one at a time on the process's main 
 arrival order. Actor calls are first put back into each caller's submission order (sequence
 numbers, see `_actor_call`). A threaded actor (max_concurrency > 1) runs calls on a thread pool;
 an async actor (any `async def` method) runs them as coroutines on its own event loop thread, up
-to max_concurrency at once. Small results travel back inline in the PushTask reply; bigger ones
+to max_concurrency at once. Arguments, returns and streams go through one pipeline
+(result_pipeline.py) for both paths: `_do_sync` and `_do_async` only carry out its effects
+(blocking calls or awaits). Small results travel back inline in the PushTask reply; bigger ones
 are written to the node's shared-memory store. A user exception becomes a RayTaskError carrying
 the remote traceback. Before each task the executor writes a marker line to stdout/stderr so
 the raylet's log monitor can tell the driver which task printed what.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import functools
 import inspect
 import os
 import queue
@@ -23,11 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember import exceptions as exc
+from ember_common import backoff, ids, rpc, tracing
 from ember_common.proto import common_pb2, core_worker_pb2
 
-from ember_common import backoff, ids, rpc, tracing
+from . import result_pipeline as rp
 from .object_ref import ObjectRef
-from .serialization import ERROR_METADATA, deserialize_proto, serialize, serialize_error
+from .result_pipeline import drive_async, drive_sync
+from .serialization import serialize_error
 
 _PRIVATE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -50,6 +55,7 @@ class TaskExecutor:
     def __init__(self, core: Any, function_manager: Any) -> None:
         self.core = core
         self.functions = function_manager
+        self._max_inline: int = core.config.max_inline_bytes
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self.running: common_pb2.TaskSpec | None = None
         self._cancel_requested: bytes | None = None
@@ -182,7 +188,7 @@ class TaskExecutor:
         else:
             reply = self._execute(spec)
         if self.core.refs.unacked():  # refs borrowed by this task and still held: register first
-            self.core._call(self.core.refs.flush())
+            self.core.run(self.core.refs.flush())
         return reply
 
     def _span(self, spec: common_pb2.TaskSpec) -> Any:
@@ -223,7 +229,7 @@ class TaskExecutor:
                     fn = getattr(self.actor, spec.method_name)
                 else:
                     fn = self.functions.load(spec.function.function_id, spec.job_id, spec.name)
-                args, kwargs = self._resolve_args(spec)
+                args, kwargs = rp.inline_args(spec) or drive_sync(rp.resolve_args(spec), self._do_sync)
             except exc.RayError as e:  # a failed dependency: pass its error on unchanged
                 return self._error_reply(spec, e)
             except Exception as e:
@@ -247,7 +253,8 @@ class TaskExecutor:
                 result = None
             if spec.streaming:
                 return self._stream(spec, result)
-            return self._returns(spec, result)
+            return drive_sync(rp.returns(spec, result, self._task_error, self._error_reply,
+                                         self.core.refs.hand_over, self._max_inline), self._do_sync)
         finally:
             if on_main:
                 self.running = None
@@ -284,16 +291,21 @@ class TaskExecutor:
         assert self._user_loop is not None
         self._mark(spec)
         try:
-            args, kwargs = await self._resolve_args_async(spec)
+            args, kwargs = rp.inline_args(spec) or await drive_async(rp.resolve_args(spec),
+                                                                     self._do_async)
             method = getattr(self.actor, spec.method_name)
             if spec.streaming:
-                return await self._stream_async(spec, method(*args, **kwargs))
+                return await drive_async(rp.stream(spec, method(*args, **kwargs), self._task_error,
+                                                   self._error_reply, self.core.refs.hand_over,
+                                                   self._max_inline), self._do_async)
             if inspect.iscoroutinefunction(method):
                 cf = asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._user_loop)
             else:
                 cf = asyncio.run_coroutine_threadsafe(_call_sync(method, args, kwargs), self._user_loop)
             result = await asyncio.wrap_future(cf)
-            return await self._returns_async(spec, result)
+            return await drive_async(rp.returns(spec, result, self._task_error, self._error_reply,
+                                                self.core.refs.hand_over, self._max_inline),
+                                     self._do_async)
         except exc.RayError as e:
             return self._error_reply(spec, e)
         except ActorExit:
@@ -316,164 +328,89 @@ class TaskExecutor:
         core.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(report_and_exit()))
         return self._error_reply(spec, exc.ActorDiedError("The actor exited via exit_actor()."))
 
-    # ------------------------------------------------------------------ streaming generators
-    def _item(self, spec: common_pb2.TaskSpec, index: int, value: Any) -> common_pb2.ReturnObject:
-        oid = ids.object_id_for_return(spec.task_id, index + 1)
+    # ------------------------------------------------------------------ the pipeline's effects
+    def _stream(self, spec: common_pb2.TaskSpec, gen: Any) -> core_worker_pb2.PushTaskReply:
+        loop = asyncio.new_event_loop() if inspect.isasyncgen(gen) else None
         try:
-            sv = serialize(value)
-        except TypeError as e:
-            sv = serialize_error(self._task_error(spec, e))
-        item = self.core.store_value(oid, sv, spec.caller.worker_id)
-        return item, self._hand_over(sv, oid, spec)
+            return drive_sync(rp.stream(spec, gen, self._task_error, self._error_reply,
+                                        self.core.refs.hand_over, self._max_inline),
+                              functools.partial(self._do_sync, loop=loop))
+        finally:
+            if loop is not None:
+                loop.close()
 
-    def _hand_over(self, sv: Any, oid: bytes, spec: common_pb2.TaskSpec) -> Any:
-        """Refs nested in a result: the caller becomes their borrower (references.py)."""
-        if not sv.contained_refs:
-            return ()
-        nested, register = self.core.refs.hand_over(sv.contained_refs, oid, spec.caller)
-        if register is not None:
-            self.core._call(register)
-        return nested
+    def _do_sync(self, effect: rp.Effect, loop: asyncio.AbstractEventLoop | None = None) -> Any:
+        """Does one effect of the pipeline with blocking calls (main or pool thread)."""
+        core = self.core
+        if type(effect) is rp.Store:  # the common case first, without `match`
+            return core.store_value(effect.object_id, effect.value, effect.owner_worker_id)
+        match effect:
+            case rp.Store(oid, sv, owner):
+                return core.store_value(oid, sv, owner)
+            case rp.Materialize(entry, owner):
+                return core.materialize(entry, owner)
+            case rp.Fetch(ref):
+                return core.get([ObjectRef(ref.object_id, rp.owner_of(ref), core)])[0]
+            case rp.Register(done):
+                return core.run(done)
+            case rp.Report(caller, request):
+                return self._report(caller, request)
+            case rp.Next(gen):
+                if loop is not None:
+                    try:
+                        return loop.run_until_complete(gen.__anext__())
+                    except StopAsyncIteration:
+                        return rp.END
+                try:
+                    return next(gen)
+                except StopIteration:
+                    return rp.END
+        raise TypeError(f"unknown effect {effect!r}")
 
-    def _report(self, spec: common_pb2.TaskSpec, index: int, item: common_pb2.ReturnObject,
-                nested: Any = ()) -> None:
+    async def _do_async(self, effect: rp.Effect) -> Any:
+        """Does one effect of the pipeline on the core loop (async actors)."""
+        core = self.core
+        if type(effect) is rp.Store:  # the common case first, without `match`
+            return await core.store_value_async(effect.object_id, effect.value,
+                                                effect.owner_worker_id)
+        match effect:
+            case rp.Store(oid, sv, owner):
+                return await core.store_value_async(oid, sv, owner)
+            case rp.Materialize(entry, owner):
+                return await core.materialize_async(entry, owner)
+            case rp.Fetch(ref):
+                return await core.get_async(ObjectRef(ref.object_id, rp.owner_of(ref), core))
+            case rp.Register(done):
+                return await done
+            case rp.Report(caller, request):
+                try:
+                    await core.worker_stub(f"{caller.ip}:{caller.port}").ReportGeneratorItem(
+                        request, timeout=60)
+                except Exception:  # the caller is gone: nobody reads the rest
+                    raise rp.CallerGone() from None
+                return None
+            case rp.Next(gen):
+                assert self._user_loop is not None
+                step = gen.__anext__ if inspect.isasyncgen(gen) else (lambda: _next_sync(gen))
+                try:
+                    return await asyncio.wrap_future(
+                        asyncio.run_coroutine_threadsafe(step(), self._user_loop))
+                except StopAsyncIteration:
+                    return rp.END
+        raise TypeError(f"unknown effect {effect!r}")
+
+    def _report(self, caller: common_pb2.Address,
+                request: core_worker_pb2.ReportGeneratorItemRequest) -> None:
         """Sends one item to the caller (blocking off the loop, in the background on it)."""
-        c = spec.caller
-        req = core_worker_pb2.ReportGeneratorItemRequest(task_id=spec.task_id, index=index, item=item,
-                                                         nested=nested)
-        call = lambda: self.core.worker_stub(f"{c.ip}:{c.port}").ReportGeneratorItem(req, timeout=60)  # noqa: E731
+        call = lambda: self.core.worker_stub(f"{caller.ip}:{caller.port}").ReportGeneratorItem(  # noqa: E731
+            request, timeout=60)
         if self.core.in_loop():
             rpc.best_effort(call())
         else:
             try:
-                self.core._call(call)
+                self.core.run(call)
             except Exception:  # the caller is gone: nobody reads the rest
-                raise _CallerGone() from None
-
-    def _stream(self, spec: common_pb2.TaskSpec, gen: Any) -> core_worker_pb2.PushTaskReply:
-        index = 0
-        try:
-            if inspect.isasyncgen(gen):
-                loop = asyncio.new_event_loop()
-                try:
-                    while True:
-                        try:
-                            value = loop.run_until_complete(gen.__anext__())
-                        except StopAsyncIteration:
-                            break
-                        self._report(spec, index, *self._item(spec, index, value))
-                        index += 1
-                finally:
-                    loop.close()
-            else:
-                if not hasattr(gen, "__next__"):
-                    raise TypeError(f"{spec.name}() was called with num_returns='streaming' but "
-                                    f"returned {type(gen).__name__}, not a generator")
-                for value in gen:
-                    self._report(spec, index, *self._item(spec, index, value))
-                    index += 1
-        except _CallerGone:
-            return core_worker_pb2.PushTaskReply(num_streamed=index)
-        except Exception as e:
-            return self._error_reply(spec, self._task_error(spec, e), application=True, index=index)
-        return core_worker_pb2.PushTaskReply(num_streamed=index)
-
-    async def _stream_async(self, spec: common_pb2.TaskSpec, gen: Any) -> core_worker_pb2.PushTaskReply:
-        assert self._user_loop is not None
-        c = spec.caller
-        stub = self.core.worker_stub(f"{c.ip}:{c.port}")
-        index = 0
-        step = gen.__anext__ if inspect.isasyncgen(gen) else (lambda: _next_sync(gen))
-        try:
-            while True:
-                try:
-                    value = await asyncio.wrap_future(
-                        asyncio.run_coroutine_threadsafe(step(), self._user_loop))
-                except StopAsyncIteration:
-                    break
-                sv = serialize(value)
-                oid = ids.object_id_for_return(spec.task_id, index + 1)
-                item = await self.core.store_value_async(oid, sv, spec.caller.worker_id)
-                nested: Any = ()
-                if sv.contained_refs:
-                    nested, register = self.core.refs.hand_over(sv.contained_refs, oid, spec.caller)
-                    if register is not None:
-                        await register
-                await stub.ReportGeneratorItem(core_worker_pb2.ReportGeneratorItemRequest(
-                    task_id=spec.task_id, index=index, item=item, nested=nested), timeout=60)
-                index += 1
-        except Exception as e:
-            return self._error_reply(spec, self._task_error(spec, e), application=True, index=index)
-        return core_worker_pb2.PushTaskReply(num_streamed=index)
-
-    # ------------------------------------------------------------------ arguments and results
-    def _resolve_args(self, spec: common_pb2.TaskSpec) -> tuple[list[Any], dict[str, Any]]:
-        values: list[Any] = []
-        for arg in spec.args:
-            if arg.HasField("value"):
-                values.append(_inline_arg(arg.value))
-            elif arg.ref.HasField("resolved"):  # in shared memory, kept alive by the caller
-                values.append(self.core.materialize(arg.ref.resolved, _owner(arg.ref)))
-            else:
-                values.append(self.core.get([_arg_ref(arg.ref, self.core)])[0])
-        return _split(spec, values)
-
-    async def _resolve_args_async(self, spec: common_pb2.TaskSpec) -> tuple[list[Any], dict[str, Any]]:
-        values: list[Any] = []
-        for arg in spec.args:
-            if arg.HasField("value"):
-                values.append(_inline_arg(arg.value))
-            elif arg.ref.HasField("resolved"):
-                values.append(await self.core.materialize_async(arg.ref.resolved, _owner(arg.ref)))
-            else:
-                values.append(await self.core.get_async(_arg_ref(arg.ref, self.core)))
-        return _split(spec, values)
-
-    def _results(self, spec: common_pb2.TaskSpec, result: Any) -> list[Any] | BaseException:
-        n = len(spec.return_ids)
-        if n == 1:
-            return [result]
-        try:
-            results = list(result)
-        except TypeError:
-            results = []
-        if len(results) != n:
-            return ValueError(f"{spec.name}() declared num_returns={n} but returned "
-                              f"{type(result).__name__} of length {len(results) if results else 'n/a'}")
-        return results
-
-    def _returns(self, spec: common_pb2.TaskSpec, result: Any) -> core_worker_pb2.PushTaskReply:
-        results = self._results(spec, result)
-        if isinstance(results, BaseException):
-            return self._error_reply(spec, self._task_error(spec, results), application=True)
-        reply = core_worker_pb2.PushTaskReply()
-        for oid, value in zip(spec.return_ids, results):
-            try:
-                sv = serialize(value)
-            except TypeError as e:
-                return self._error_reply(spec, self._task_error(spec, e), application=True)
-            reply.returns.append(self.core.store_value(oid, sv, spec.caller.worker_id))
-            if sv.contained_refs:
-                reply.nested.extend(self._hand_over(sv, oid, spec))
-        return reply
-
-    async def _returns_async(self, spec: common_pb2.TaskSpec, result: Any) -> core_worker_pb2.PushTaskReply:
-        results = self._results(spec, result)
-        if isinstance(results, BaseException):
-            return self._error_reply(spec, self._task_error(spec, results), application=True)
-        reply = core_worker_pb2.PushTaskReply()
-        for oid, value in zip(spec.return_ids, results):
-            try:
-                sv = serialize(value)
-            except TypeError as e:
-                return self._error_reply(spec, self._task_error(spec, e), application=True)
-            reply.returns.append(await self.core.store_value_async(oid, sv, spec.caller.worker_id))
-            if sv.contained_refs:
-                nested, register = self.core.refs.hand_over(sv.contained_refs, oid, spec.caller)
-                if register is not None:
-                    await register
-                reply.nested.extend(nested)
-        return reply
+                raise rp.CallerGone() from None
 
     def _task_error(self, spec: common_pb2.TaskSpec, e: BaseException) -> exc.RayTaskError:
         frames = e.__traceback__
@@ -494,41 +431,15 @@ class TaskExecutor:
             item = common_pb2.ReturnObject(object_id=ids.object_id_for_return(spec.task_id, index + 1),
                                            value=proto, size=sv.size)
             try:
-                self._report(spec, index, item)
-            except _CallerGone:
+                self._report(spec.caller, core_worker_pb2.ReportGeneratorItemRequest(
+                    task_id=spec.task_id, index=index, item=item))
+            except rp.CallerGone:
                 pass
             reply.num_streamed = index + 1
             return reply
         for oid in spec.return_ids:
             reply.returns.append(common_pb2.ReturnObject(object_id=oid, value=proto, size=sv.size))
         return reply
-
-
-def _inline_arg(value: common_pb2.SerializedObject) -> Any:
-    if value.metadata == ERROR_METADATA:
-        err = deserialize_proto(value)
-        raise err if isinstance(err, exc.RayError) else exc.RaySystemError(str(err))
-    return deserialize_proto(value)
-
-
-def _arg_ref(r: common_pb2.ObjectRefProto, core: Any) -> ObjectRef:
-    return ObjectRef(r.object_id, _owner(r), core)
-
-
-def _owner(r: common_pb2.ObjectRefProto) -> tuple[str, int, str, str]:
-    o = r.owner
-    return (o.ip, o.port, o.worker_id, o.node_id)
-
-
-def _split(spec: common_pb2.TaskSpec, values: list[Any]) -> tuple[list[Any], dict[str, Any]]:
-    nk = len(spec.kwarg_names)
-    if nk:
-        return values[:-nk], dict(zip(spec.kwarg_names, values[-nk:]))
-    return values, {}
-
-
-class _CallerGone(Exception):
-    """The caller of a streaming generator cannot be reached."""
 
 
 async def _next_sync(gen: Any) -> Any:

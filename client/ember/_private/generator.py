@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ember_common import ids
 from ember_common.proto import common_pb2
 
-from ember_common import ids
 from .object_ref import ObjectRef
 from .serialization import ERROR_METADATA, serialize
 
@@ -87,11 +87,11 @@ class ObjectRefGenerator:
         return self
 
     def __next__(self) -> ObjectRef:
-        return self._take(self._core._call(self._state().wait_item(self._next, None)))
+        return self._take(self._core.run(self._state().wait_item(self._next, None)))
 
     def next_ready(self, timeout: float | None = None) -> ObjectRef:
         """The next ref; GetTimeoutError if it is not produced within timeout."""
-        return self._take(self._core._call(self._state().wait_item(self._next, timeout)))
+        return self._take(self._core.run(self._state().wait_item(self._next, timeout)))
 
     def __aiter__(self) -> ObjectRefGenerator:
         return self
@@ -115,10 +115,7 @@ class ObjectRefGenerator:
         if item is None:
             self._done = True
             raise StopIteration
-        core = self._core
-        core.register_owned(item.object_id)
-        ref = ObjectRef(item.object_id, core.address, core)
-        core._objects[item.object_id] = item
+        ref = self._core.accept_generator_item(item)
         self._next += 1
         return ref
 
@@ -133,5 +130,5 @@ class ObjectRefGenerator:
 
     def __del__(self) -> None:
         core = self._core
-        if core is not None and not core._shutdown:
+        if core is not None and not core.is_shutdown:
             core.post(core.drop_generator, self._task_id)

@@ -3,10 +3,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import Any, Generator
+from typing import Any, Callable, Generator, NamedTuple
 
-# (ip, port, worker_id, node_id) of the process that owns an object.
-OwnerAddress = tuple[str, int, str, str]
+
+class OwnerAddress(NamedTuple):
+    """Where the process that owns an object listens, and who it is."""
+
+    ip: str
+    port: int
+    worker_id: str
+    node_id: str
+
+
+# The process's core worker, or None before init (set by worker.py; this module imports no
+# other core module, so that every core module may import it).
+_current_core: Callable[[], Any] = lambda: None  # noqa: E731
+
+
+def set_core_resolver(fn: Callable[[], Any]) -> None:
+    """Tells ObjectRef how to find the process's core worker (unpickling, futures)."""
+    global _current_core
+    _current_core = fn
 
 
 class ObjectRef:
@@ -60,20 +77,29 @@ class ObjectRef:
             sink.append(self)  # the serializer's caller hands it over (references.py)
         elif self._worker is not None:  # pickled out of band: nobody can track the copy
             self._worker.mark_escaped(self._id)
-        return (_rebuild_ref, (self._id, self._owner))
+        return (_rebuild_ref, (self._id, tuple(self._owner)))
 
-    def future(self) -> concurrent.futures.Future:
+    def future(self) -> concurrent.futures.Future[Any]:
         """A concurrent.futures.Future that resolves to the value."""
-        from . import worker as _w
-
-        return _w.global_worker().core.get_future(self)
+        core = _current_core()
+        if core is None:
+            raise RuntimeError("ObjectRef.future() needs ember.init() first")
+        fut: concurrent.futures.Future[Any] = core.get_future(self)
+        return fut
 
     def __await__(self) -> Generator[Any, None, Any]:
         return asyncio.wrap_future(self.future()).__await__()
 
 
-def _rebuild_ref(object_id: bytes, owner: OwnerAddress) -> ObjectRef:
-    from . import worker as _w
+# Unpickled owner tuples, interned: a value holding thousands of refs names a few owners, and a
+# dict hit is cheaper than building a NamedTuple per ref.
+_owners: dict[tuple[str, int, str, str], OwnerAddress] = {}
 
-    w = _w.global_worker_or_none()
-    return ObjectRef(object_id, owner, w.core if w is not None else None)
+
+def _rebuild_ref(object_id: bytes, owner: tuple[str, int, str, str]) -> ObjectRef:
+    o = _owners.get(owner)
+    if o is None:
+        if len(_owners) > 4096:
+            _owners.clear()
+        o = _owners[owner] = OwnerAddress(*owner)
+    return ObjectRef(object_id, o, _current_core())

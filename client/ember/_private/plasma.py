@@ -25,9 +25,9 @@ import grpc
 import numpy as np
 
 from ember import exceptions as exc
+from ember_common import tracing
 from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 
-from ember_common import tracing
 from .serialization import SerializedValue
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class PlasmaClient:
         total, header, data_offset, spans = layout(sv)
         core = self.core
         if not self._arena():
-            core._call(self._write_remote(oid, sv, owner, total, header, data_offset, spans))
+            core.run(self._write_remote(oid, sv, owner, total, header, data_offset, spans))
             return total
         md = tracing.metadata()
         reply = self._call_store(lambda: core.objmgr.Create(objmgr_pb2.CreateRequest(
@@ -153,7 +153,7 @@ class PlasmaClient:
 
     def _call_store(self, factory: Any) -> Any:
         try:
-            return self.core._call(factory)
+            return self.core.run(factory)
         except grpc.aio.AioRpcError as e:
             raise _store_error(e) from None
 
@@ -192,7 +192,7 @@ class PlasmaClient:
     async def _read_remote(self, oid: bytes) -> Any:
         """The object's bytes over ObjectTransfer.ReadRange streams (several at once for big
         objects), each chunk copied straight into one buffer; returned as a read-only array."""
-        stub = objmgr_pb2_grpc.ObjectTransferStub(self.core._objmgr_channel)
+        stub = objmgr_pb2_grpc.ObjectTransferStub(self.core.objmgr_channel)
         buf: np.ndarray | None = None
 
         async def fetch(lo: int, length: int) -> None:
@@ -225,7 +225,7 @@ class PlasmaClient:
     def _release_later(self, oid: bytes) -> None:
         # Runs wherever the last view was collected: batch the pins and release them on the loop.
         self._to_release.append(oid)
-        if not self._release_scheduled and not self.core._shutdown:
+        if not self._release_scheduled and not self.core.is_shutdown:
             self._release_scheduled = True
             self.core.post(self._schedule_release)
 

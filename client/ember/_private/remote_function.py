@@ -4,13 +4,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from ember_common import ids, tracing
 from ember_common.proto import common_pb2
 
-from ember_common import ids, tracing
 from .object_ref import ObjectRef
 from .options import TASK_OPTIONS, resource_request, validate
 from .serialization import serialize
-from .task_submitter import TaskEntry
+from .task_queue import TaskEntry
 
 
 class RemoteFunction:
@@ -116,9 +116,9 @@ def build_args(core: Any, args: tuple, kwargs: dict, what: str) -> tuple[list[co
 
 
 def _ref_arg(ref: ObjectRef) -> common_pb2.TaskArg:
-    ip, port, worker_id, node_id = ref._owner
+    ip, port, worker_id, node_id = ref.owner_address
     return common_pb2.TaskArg(ref=common_pb2.ObjectRefProto(
-        object_id=ref._id, owner=common_pb2.Address(ip=ip, port=port, worker_id=worker_id, node_id=node_id)))
+        object_id=ref.binary(), owner=common_pb2.Address(ip=ip, port=port, worker_id=worker_id, node_id=node_id)))
 
 
 def streaming_default(fn: Any, num_returns: Any) -> Any:

@@ -1,83 +1,58 @@
-"""Owner-side task submission: dependency resolution, worker leases, pushes and retries.
+"""Owner-side task submission: the I/O driver of the task queue (task_queue.py).
 
-Tasks with the same resource shape share a queue. For a queue with work, the submitter asks the
-local raylet for worker leases (ember_common.raylet_client follows spillback redirects to other
-raylets and retries under the kit's backoff policy), pushes tasks
-straight to leased workers over gRPC, reuses a lease for the next queued task of the same shape,
-and gives it back when the queue stays empty for `lease_linger_s`. No GCS round trip per task.
-Runs entirely on the CoreWorker's loop thread.
+Tasks with the same resource shape share a queue. The pure TaskQueue decides (lease requests,
+pushes, retries, returns after `lease_linger_s` idle); this module resolves owned arguments,
+carries out its instructions over gRPC (the kit's RayletClient follows spillback redirects and
+retries under the kit's backoff policy; pushes go straight to leased workers on the task
+stream) and feeds the outcomes back. No GCS round trip per task. Runs entirely on the
+CoreWorker's loop thread.
 """
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import grpc
 
 from ember import exceptions as exc
+from ember_common import rpc, tracing
 from ember_common.proto import common_pb2, core_worker_pb2, raylet_pb2
 
-from ember_common import rpc, tracing
+from .task_queue import (
+    CancelLeaseRequest,
+    Complete,
+    Fail,
+    Instruction,
+    Lease,
+    Push,
+    RequestLease,
+    ReturnLease,
+    SchedulingKey,
+    SetTimer,
+    TaskEntry,
+    TaskQueue,
+)
 
 if TYPE_CHECKING:
     from .core_worker import CoreWorker
-    from .object_ref import ObjectRef
 
 log = logging.getLogger(__name__)
-
-SchedulingKey = tuple[tuple[str, float], ...]
-
-
-class TaskEntry:
-    __slots__ = ("spec", "arg_refs", "retries_left", "key", "cancelled", "lease", "pending_deps")
-
-    def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[ObjectRef], retries_left: int | None,
-                 key: SchedulingKey = ()) -> None:
-        self.spec = spec
-        self.arg_refs = arg_refs  # keeps top-level argument objects alive until the task ends
-        self.retries_left = retries_left
-        self.key: SchedulingKey = key  # resource shape (tasks only)
-        self.cancelled = False
-        self.lease: Lease | None = None
-        self.pending_deps = 0
-
-
-class Lease:
-    __slots__ = ("lease_id", "raylet_address", "worker_address", "stub", "gpu_ids", "inflight",
-                 "linger", "dead")
-
-    def __init__(self, lease_id: bytes, raylet_address: str, grant: raylet_pb2.Grant, stub: Any) -> None:
-        self.lease_id = lease_id
-        self.raylet_address = raylet_address
-        a = grant.worker_address
-        self.worker_address = f"{a.ip}:{a.port}"
-        self.stub = stub
-        self.gpu_ids = list(grant.gpu_ids)
-        self.inflight = 0
-        self.linger: asyncio.TimerHandle | None = None
-        self.dead = False
-
-
-class SchedulingQueue:
-    __slots__ = ("tasks", "leases", "pending_requests")
-
-    def __init__(self) -> None:
-        self.tasks: collections.deque[TaskEntry] = collections.deque()
-        self.leases: list[Lease] = []
-        self.pending_requests: dict[bytes, str] = {}  # lease_id -> raylet address
+__all__ = ["SchedulingKey", "TaskEntry", "TaskSubmitter"]
 
 
 class TaskSubmitter:
+    """Carries out the TaskQueue's instructions; also finishes actor calls (complete/fail)."""
+
     def __init__(self, core: CoreWorker) -> None:
         self.core = core
-        self.cfg = core.config
-        self.queues: dict[SchedulingKey, SchedulingQueue] = {}
+        cfg = core.config
+        self.queue = TaskQueue(
+            core.raylet_address, max_pending_lease_requests=cfg.max_pending_lease_requests,
+            max_tasks_in_flight_per_worker=cfg.max_tasks_in_flight_per_worker,
+            lease_linger_s=cfg.lease_linger_s, clock=core.loop.time)
         self.tasks: dict[bytes, TaskEntry] = {}  # task_id -> entry, until done
-        self._closing = False
-        self._warned_infeasible: set[SchedulingKey] = set()
+        self._timer: asyncio.TimerHandle | None = None
 
     # -------------------------------------------------------------- submission
     def submit(self, entry: TaskEntry) -> None:
@@ -89,10 +64,12 @@ class TaskSubmitter:
         """Inlines the values of owned top-level ref arguments (waiting for them if needed),
         then calls then(entry). Refs to shared-memory objects and borrowed refs stay refs."""
         waits = []
+        me = self.core.worker_id
+        get = self.core.store.get
         for i, arg in enumerate(entry.spec.args):
-            if arg.HasField("ref") and arg.ref.owner.worker_id == self.core.worker_id:
+            if arg.HasField("ref") and arg.ref.owner.worker_id == me:
                 oid = arg.ref.object_id
-                obj = self.core._objects.get(oid)
+                obj = get(oid)
                 if obj is None:
                     waits.append((i, oid))
                 else:
@@ -105,7 +82,7 @@ class TaskSubmitter:
 
     async def _resolve(self, entry: TaskEntry, waits: list[tuple[int, bytes]],
                        then: Callable[[TaskEntry], None]) -> None:
-        refs = {r._id: r for r in entry.arg_refs}
+        refs = {r.binary(): r for r in entry.arg_refs}
         for i, oid in waits:
             _resolve_arg(entry.spec.args[i], await self.core.wait_object(refs[oid], None))
         entry.pending_deps = 0
@@ -114,28 +91,37 @@ class TaskSubmitter:
         then(entry)
 
     def _enqueue(self, entry: TaskEntry) -> None:
-        q = self.queues.get(entry.key)
-        if q is None:
-            q = self.queues[entry.key] = SchedulingQueue()
-        q.tasks.append(entry)
-        self._pump(q)
+        self._run(self.queue.enqueue(entry))
 
-    def _pump(self, q: SchedulingQueue) -> None:
-        limit = self.cfg.max_tasks_in_flight_per_worker
-        for lease in q.leases:
-            while q.tasks and lease.inflight < limit and not lease.dead:
-                if lease.linger is not None:
-                    lease.linger.cancel()
-                    lease.linger = None
-                self._push(q, lease, q.tasks.popleft())
-        want = min(len(q.tasks), self.cfg.max_pending_lease_requests) - len(q.pending_requests)
-        for _ in range(want):
-            lease_id = os.urandom(16)
-            q.pending_requests[lease_id] = self.core.raylet_address
-            asyncio.ensure_future(self._request_lease(q, lease_id, self.core.raylet_address))
-        if not q.tasks and q.pending_requests:
-            for lease_id, addr in list(q.pending_requests.items()):
-                asyncio.ensure_future(self._cancel_lease_request(addr, lease_id))
+    # -------------------------------------------------------------- instructions
+    def _run(self, out: list[Instruction]) -> None:
+        # isinstance chain, most frequent first (cheaper than `match` on this hot path).
+        for ins in out:
+            if isinstance(ins, Push):
+                asyncio.ensure_future(self._do_push(ins.lease, ins.entry))
+            elif isinstance(ins, Complete):
+                self.complete(ins.entry, ins.reply)
+            elif isinstance(ins, SetTimer):
+                self._arm(ins.at)
+            elif isinstance(ins, RequestLease):
+                asyncio.ensure_future(self._request_lease(ins.key, ins.lease_id, ins.address))
+            elif isinstance(ins, ReturnLease):
+                asyncio.ensure_future(self._send_return(ins.lease, ins.disconnect))
+            elif isinstance(ins, Fail):
+                self.finish_with_error(ins.entry, ins.error)
+            else:
+                asyncio.ensure_future(self._cancel_lease_request(ins.address, ins.lease_id))
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            if self._timer.when() <= at:
+                return
+            self._timer.cancel()
+        self._timer = self.core.loop.call_at(at, self._expired)
+
+    def _expired(self) -> None:
+        self._timer = None
+        self._run(self.queue.expire(self.core.loop.time()))
 
     async def _cancel_lease_request(self, addr: str, lease_id: bytes) -> None:
         try:
@@ -143,54 +129,34 @@ class TaskSubmitter:
         except rpc.ServiceError:
             pass  # the raylet is gone; so is the request
 
-    # -------------------------------------------------------------- leases
-    async def _request_lease(self, q: SchedulingQueue, lease_id: bytes, addr: str) -> None:
-        resources = dict(q.tasks[0].spec.resources) if q.tasks else None
-        name = q.tasks[0].spec.name if q.tasks else ""
-        if resources is None:
-            q.pending_requests.pop(lease_id, None)
+    async def _request_lease(self, key: SchedulingKey, lease_id: bytes, addr: str) -> None:
+        spec = self.queue.request_started(key, lease_id)
+        if spec is None:
             return
         try:
             granted = await self.core.raylet.request_worker_lease(
                 raylet_pb2.RequestWorkerLeaseRequest(
-                    lease_id=lease_id, resources=resources, job_id=self.core.job_id, name=name,
-                    owner_worker_id=self.core.worker_id),
-                address=addr, keep_trying=lambda: not self._closing,
-                on_hop=lambda a: q.pending_requests.__setitem__(lease_id, a),
-                metadata=tracing.metadata_from(q.tasks[0].spec.trace_context) if q.tasks else None)
+                    lease_id=lease_id, resources=dict(spec.resources), job_id=self.core.job_id,
+                    name=spec.name, owner_worker_id=self.core.worker_id),
+                address=addr, keep_trying=lambda: not self.queue.closing,
+                on_hop=lambda a: self.queue.request_moved(key, lease_id, a),
+                metadata=tracing.metadata_from(spec.trace_context))
         except rpc.Infeasible as e:
-            q.pending_requests.pop(lease_id, None)
-            self._fail_queue(q, exc.TaskUnschedulableError(str(e)))
+            self._run(self.queue.lease_failed(key, lease_id, exc.TaskUnschedulableError(str(e))))
             return
         except rpc.ServiceError as e:
-            q.pending_requests.pop(lease_id, None)
-            if not self._closing:
+            error = None
+            if not self.queue.closing:
                 why = "is unreachable" if rpc.is_transient(e) else "refused the lease request"
-                self._fail_queue(q, exc.RaySystemError(f"the local raylet at {addr} {why}: {e}"))
+                error = exc.RaySystemError(f"the local raylet at {addr} {why}: {e}")
+            self._run(self.queue.lease_failed(key, lease_id, error))
             return
-        q.pending_requests.pop(lease_id, None)
-        if granted is not None:
-            lease = Lease(lease_id, granted.raylet_address, granted.grant,
-                          self.core.worker_stub(_addr(granted.grant.worker_address)))
-            q.leases.append(lease)
-            if not q.tasks:
-                self._return_lease(q, lease, disconnect=False)
-            else:
-                self._pump(q)
-        else:  # cancelled
-            self._pump(q)
-
-    def _fail_queue(self, q: SchedulingQueue, error: BaseException) -> None:
-        while q.tasks:
-            self._finish_with_error(q.tasks.popleft(), error)
-
-    def _return_lease(self, q: SchedulingQueue, lease: Lease, disconnect: bool) -> None:
-        if lease in q.leases:
-            q.leases.remove(lease)
-        if lease.linger is not None:
-            lease.linger.cancel()
-            lease.linger = None
-        asyncio.ensure_future(self._send_return(lease, disconnect))
+        if granted is None:  # cancelled
+            self._run(self.queue.lease_cancelled(key, lease_id))
+            return
+        g = granted.grant
+        self._run(self.queue.lease_granted(key, lease_id, granted.raylet_address,
+                                           _addr(g.worker_address), list(g.gpu_ids)))
 
     async def _send_return(self, lease: Lease, disconnect: bool) -> None:
         try:
@@ -199,58 +165,15 @@ class TaskSubmitter:
         except rpc.ServiceError:
             pass  # the raylet died; the lease died with it
 
-    def _maybe_linger(self, q: SchedulingQueue, lease: Lease) -> None:
-        if lease.inflight or q.tasks or lease.dead:
-            return
-        if self._closing or self.cfg.lease_linger_s <= 0:
-            self._return_lease(q, lease, disconnect=False)
-        elif lease.linger is None:
-            lease.linger = self.core.loop.call_later(
-                self.cfg.lease_linger_s, self._linger_expired, q, lease)
-
-    def _linger_expired(self, q: SchedulingQueue, lease: Lease) -> None:
-        lease.linger = None
-        if not lease.inflight and not q.tasks:
-            self._return_lease(q, lease, disconnect=False)
-
-    # -------------------------------------------------------------- pushes
-    def _push(self, q: SchedulingQueue, lease: Lease, entry: TaskEntry) -> None:
-        lease.inflight += 1
-        entry.lease = lease
-        spec = entry.spec
-        del spec.gpu_ids[:]
-        spec.gpu_ids.extend(lease.gpu_ids)
-        asyncio.ensure_future(self._do_push(q, lease, entry))
-
-    async def _do_push(self, q: SchedulingQueue, lease: Lease, entry: TaskEntry) -> None:
+    async def _do_push(self, lease: Lease, entry: TaskEntry) -> None:
         try:
             reply = await self.core.task_streams.push(lease.worker_address, entry.spec)
         except grpc.aio.AioRpcError as e:
-            reply = None
-            err = e
-        lease.inflight -= 1
-        entry.lease = None
-        if reply is None:
-            if not lease.dead:
-                lease.dead = True
-                self._return_lease(q, lease, disconnect=True)
-            self._on_worker_failure(q, entry, lease, err)
-        else:
-            self._on_reply(q, entry, reply)
-            self._maybe_linger(q, lease)
-        self._pump(q)
-
-    def _on_reply(self, q: SchedulingQueue, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
-        if entry.cancelled:
-            self._finish_with_error(entry, exc.TaskCancelledError(entry.spec.task_id.hex()))
+            self._run(self.queue.push_failed(entry, e.code().name, e.details() or ""))
             return
-        if reply.is_application_error and entry.retries_left != 0 and self._should_retry(entry, reply):
-            entry.retries_left -= 1
-            entry.spec.attempt += 1
-            q.tasks.appendleft(entry)
-            return
-        self.complete(entry, reply)
+        self._run(self.queue.push_replied(entry, reply))
 
+    # -------------------------------------------------------------- results
     def complete(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
         """Records a finished task's results (or, for a generator, its item count)."""
         self.tasks.pop(entry.spec.task_id, None)
@@ -264,26 +187,8 @@ class TaskSubmitter:
         for ret in reply.returns:
             self.core.set_object(ret)
 
-    def _should_retry(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> bool:
-        allowed = entry.spec.retry_exceptions
-        return bool(allowed)
-
-    def _on_worker_failure(self, q: SchedulingQueue, entry: TaskEntry, lease: Lease,
-                           err: grpc.aio.AioRpcError) -> None:
-        if entry.cancelled:
-            self._finish_with_error(entry, exc.TaskCancelledError(entry.spec.task_id.hex()))
-        elif entry.retries_left != 0 and not self._closing:
-            entry.retries_left -= 1
-            entry.spec.attempt += 1
-            log.info("task %s: worker %s died (%s); retrying (attempt %d)", entry.spec.name,
-                     lease.worker_address, err.code().name, entry.spec.attempt + 1)
-            q.tasks.appendleft(entry)
-        else:
-            self._finish_with_error(entry, exc.WorkerCrashedError(
-                f"The worker running {entry.spec.name}() died unexpectedly ({err.code().name}: "
-                f"{err.details()}); retries exhausted after {entry.spec.attempt + 1} attempt(s)."))
-
-    def _finish_with_error(self, entry: TaskEntry, error: BaseException) -> None:
+    def finish_with_error(self, entry: TaskEntry, error: BaseException) -> None:
+        """The task (or actor call) failed with error: its returns (or stream) raise it."""
         self.tasks.pop(entry.spec.task_id, None)
         if entry.spec.streaming:
             st = self.core.generators.get(entry.spec.task_id)
@@ -295,38 +200,34 @@ class TaskSubmitter:
 
     # -------------------------------------------------------------- cancel / shutdown
     async def cancel(self, task_id: bytes, force: bool) -> bool:
+        """Cancels a task: dropped if still queued, else the worker is asked to stop it."""
         entry = self.tasks.get(task_id)
         if entry is None:
             return False
         entry.cancelled = True
-        q = self.queues.get(entry.key)
-        if q is not None and entry in q.tasks:
-            q.tasks.remove(entry)
-            self._finish_with_error(entry, exc.TaskCancelledError(task_id.hex()))
-            return True
-        if entry.pending_deps:
-            self._finish_with_error(entry, exc.TaskCancelledError(task_id.hex()))
+        if self.queue.remove(entry) or entry.pending_deps:
+            self.finish_with_error(entry, exc.TaskCancelledError(task_id.hex()))
             return True
         lease = entry.lease
         if lease is not None:
             try:
-                await lease.stub.CancelTask(core_worker_pb2.CancelTaskRequest(task_id=task_id, force=force),
-                                            timeout=10)
+                await self.core.worker_stub(lease.worker_address).CancelTask(
+                    core_worker_pb2.CancelTaskRequest(task_id=task_id, force=force), timeout=10)
             except grpc.aio.AioRpcError:
                 pass  # the worker is gone; the push fails and reports the cancellation
         return True
 
     async def shutdown(self) -> None:
-        self._closing = True
+        """Returns every lease and cancels every lease request."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         pending = []
-        for q in self.queues.values():
-            for lease in list(q.leases):
-                q.leases.remove(lease)
-                if lease.linger is not None:
-                    lease.linger.cancel()
-                pending.append(self._send_return(lease, disconnect=False))
-            for lease_id, addr in list(q.pending_requests.items()):
-                pending.append(self._cancel_lease_request(addr, lease_id))
+        for ins in self.queue.shutdown():
+            if isinstance(ins, ReturnLease):
+                pending.append(self._send_return(ins.lease, ins.disconnect))
+            elif isinstance(ins, CancelLeaseRequest):
+                pending.append(self._cancel_lease_request(ins.address, ins.lease_id))
         await asyncio.gather(*pending)
 
 

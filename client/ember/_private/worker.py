@@ -9,13 +9,15 @@ import threading
 import time
 from typing import Any, Sequence
 
+from ember_common import backoff, rpc, tracing
+from ember_common import resources as kit_resources
+from ember_common.config import Config, get_config
+from ember_common.gcs_client import SyncGcsClient
 from ember_common.proto import common_pb2
 
 from . import node as node_mod
-from ember_common import backoff, resources as kit_resources, rpc, tracing
-from ember_common.config import Config, get_config
-from ember_common.gcs_client import SyncGcsClient
-from .core_worker import CoreWorker
+from . import object_ref
+from .core_worker import CoreWorker, WorkerMode
 from .function_manager import FunctionManager
 from .object_ref import ObjectRef
 from .serialization import serialize
@@ -29,7 +31,7 @@ class Worker:
     def __init__(self, core: CoreWorker, mode: str, cluster: EmbeddedCluster | None,
                  namespace: str = "") -> None:
         self.core = core
-        self.mode = mode
+        self.mode = WorkerMode(mode)
         self.cluster = cluster
         self.functions = FunctionManager(core)
         self.namespace = namespace
@@ -59,6 +61,14 @@ def global_worker() -> Worker:
 
 def global_worker_or_none() -> Worker | None:
     return _global_worker
+
+
+def _current_core() -> CoreWorker | None:
+    w = _global_worker
+    return w.core if w is not None else None
+
+
+object_ref.set_core_resolver(_current_core)
 
 
 def set_global_worker(w: Worker | None) -> None:
@@ -200,7 +210,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
 
             worker_id = new_worker_id()
             job_id = _add_job(gcs_address, worker_id)
-            core = CoreWorker("driver", gcs_address=gcs_address, raylet_address=raylet,
+            core = CoreWorker(WorkerMode.DRIVER, gcs_address=gcs_address, raylet_address=raylet,
                               objmgr_address=objmgr, node_id=node_id, store_dir=store_dir,
                               job_id=job_id, session_dir=session_dir, config=config,
                               worker_id=worker_id)
@@ -210,7 +220,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             raise
         import uuid
 
-        w = Worker(core, "driver", cluster, namespace or f"anonymous-{uuid.uuid4()}")
+        w = Worker(core, WorkerMode.DRIVER, cluster, namespace or f"anonymous-{uuid.uuid4()}")
         _global_worker = w
         w.functions.export_job_paths(w.namespace)
         from .log_printer import LogPrinter
@@ -259,7 +269,7 @@ def shutdown() -> None:
             if w.log_printer is not None:
                 w.log_printer.stop()
             try:
-                w.core._call(lambda: w.core.gcs.mark_job_finished(
+                w.core.run(lambda: w.core.gcs.mark_job_finished(
                     w.core.job_id, timeout_s=5, retry=backoff.NO_RETRY), timeout=6)
             except Exception as e:  # the GCS may be gone already
                 log.debug("MarkJobFinished failed: %s", e)
@@ -339,12 +349,12 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
     w = global_worker()
-    w.core._call(w.core.submitter.cancel(object_ref.task_id(), force))
+    w.core.run(w.core.submitter.cancel(object_ref.task_id(), force))
 
 
 def _gcs_nodes() -> list[common_pb2.NodeInfo]:
     w = global_worker()
-    return list(w.core._call(lambda: w.core.gcs.get_all_node_info(timeout_s=10)))
+    return list(w.core.run(lambda: w.core.gcs.get_all_node_info(timeout_s=10)))
 
 
 def nodes() -> list[dict[str, Any]]:
@@ -393,5 +403,5 @@ def get_gpu_ids() -> list[int]:
     if ex is not None and ex.running is not None:
         return list(ex.running.gpu_ids)
     vis = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    return [int(x) for x in vis.split(",") if x.strip().isdigit()] if w.mode == "worker" else []
+    return [int(x) for x in vis.split(",") if x.strip().isdigit()] if w.mode is WorkerMode.WORKER else []
 

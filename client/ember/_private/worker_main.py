@@ -37,13 +37,12 @@ def main() -> None:
     _die_with_parent()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from ember_common import rpc
-    from . import worker as worker_mod
+    from ember_common import rpc, tracing
     from ember_common.config import get_config
-    from .core_worker import CoreWorker
-    from .executor import TaskExecutor
 
-    from ember_common import tracing
+    from . import worker as worker_mod
+    from .core_worker import CoreWorker, WorkerMode
+    from .executor import TaskExecutor
 
     tracing.setup("ember-worker")
 
@@ -57,15 +56,15 @@ def main() -> None:
     raylet_address = os.environ["EMBER_RAYLET_ADDRESS"]
     worker_id = os.environ["EMBER_WORKER_ID"]
     core = CoreWorker(
-        "worker", gcs_address=os.environ["EMBER_GCS_ADDRESS"], raylet_address=raylet_address,
+        WorkerMode.WORKER, gcs_address=os.environ["EMBER_GCS_ADDRESS"], raylet_address=raylet_address,
         objmgr_address=os.environ["EMBER_OBJMGR_ADDRESS"], node_id=os.environ["EMBER_NODE_ID"],
         store_dir=os.environ["EMBER_STORE_DIR"], job_id=b"", session_dir=os.environ["EMBER_SESSION_DIR"],
         config=get_config(), worker_id=worker_id)
-    w = worker_mod.Worker(core, "worker", None)
+    w = worker_mod.Worker(core, WorkerMode.WORKER, None)
     worker_mod.set_global_worker(w)
     core.executor = TaskExecutor(core, w.functions)
     try:
-        core._call(lambda: core.raylet.register_worker(worker_id, os.getpid(), core.port,
+        core.run(lambda: core.raylet.register_worker(worker_id, os.getpid(), core.port,
                                                        timeout_s=30))
     except rpc.ServiceError as e:
         print(f"worker {worker_id}: cannot register with raylet {raylet_address}: {e}",

@@ -1,0 +1,177 @@
+"""The actor call queue: one caller's calls to one actor, as a pure state machine.
+
+Calls get consecutive sequence numbers when submitted; once their arguments are resolved they
+are sent strictly in sequence order, at most `max_inflight` at once, to the actor's current
+address (the worker puts each caller's calls back in order before running them). Events in,
+instructions out (carried out by actor_submitter.py):
+
+- `PushCall(entry, address, incarnation)`: send the call;
+- `WaitForActor()`: the address is unknown (first call, or the worker died): ask the GCS for
+  the actor's next incarnation and report back with `actor_alive` / `actor_dead`;
+- `Complete(entry, reply)` / `Fail(entry, error)` (from task_queue): the call is done.
+
+A call whose push fails is resent to the next incarnation if it never reached the worker (free)
+or if it has `max_task_retries` left (-1: forever; each resend after delivery costs one);
+otherwise it fails with RayActorError. Once the actor is DEAD every waiting and later call fails
+with ActorDiedError naming the cause. Pure: no I/O.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Union
+
+from ember import exceptions as exc
+from ember_common.proto import core_worker_pb2
+
+from .task_queue import Complete, Fail, TaskEntry
+
+# Calls to one actor in flight at once from one caller (all on one task stream).
+MAX_INFLIGHT = 1000
+
+
+class PushCall(NamedTuple):
+    entry: TaskEntry
+    address: str
+    incarnation: int
+
+
+class WaitForActor(NamedTuple):
+    pass
+
+
+Instruction = Union[PushCall, WaitForActor, Complete, Fail]
+
+
+class ActorCallQueue:
+    """Sequence numbers, the in-flight window, resends and failure of one actor's calls."""
+
+    def __init__(self, actor_id: bytes, max_task_retries: int,
+                 max_inflight: int = MAX_INFLIGHT) -> None:
+        self.actor_id = actor_id
+        self.max_task_retries = max_task_retries
+        self.max_inflight = max_inflight
+        self.next_seq = 0
+        self.address: str | None = None
+        self.incarnation = 0
+        self.dead_cause: str | None = None
+        self.waiting: dict[int, TaskEntry] = {}   # ready to send (arguments resolved), by seq
+        self.inflight: dict[int, TaskEntry] = {}  # sent, no reply yet
+        self.send_ptr = 0  # calls go out strictly in seq order
+        self.resolving = False  # a WaitForActor is being carried out
+        # Every seq below `low` is finished (replied or failed); `done` holds finished ones above.
+        self.low = 0
+        self.done: set[int] = set()
+
+    # ------------------------------------------------------------------ events
+    def assign_seq(self, entry: TaskEntry) -> None:
+        """A call was submitted: it takes the next sequence number."""
+        entry.spec.seq_no = self.next_seq
+        self.next_seq += 1
+
+    def ready(self, entry: TaskEntry) -> list[Instruction]:
+        """A call's arguments are resolved: it may be sent."""
+        if entry.retries_left is None:
+            entry.retries_left = self.max_task_retries
+        out: list[Instruction] = []
+        if self.dead_cause is not None:
+            self._fail(entry, exc.ActorDiedError(self._died_msg(), self.actor_id.hex()), out)
+        else:
+            self.waiting[entry.spec.seq_no] = entry
+            self._flush(out)
+        return out
+
+    def replied(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> list[Instruction]:
+        """The actor answered a call."""
+        self.inflight.pop(entry.spec.seq_no, None)
+        self._finish(entry.spec.seq_no)
+        out: list[Instruction] = [Complete(entry, reply)]
+        self._flush(out)
+        return out
+
+    def push_failed(self, entry: TaskEntry, incarnation: int, code: str,
+                    delivered: bool) -> list[Instruction]:
+        """A push to incarnation broke; delivered=False when it never reached the worker."""
+        self.inflight.pop(entry.spec.seq_no, None)
+        if incarnation == self.incarnation and self.address is not None:
+            self.address = None  # the worker is gone: wait for a restart
+        out: list[Instruction] = []
+        if (not delivered or entry.retries_left != 0) and self.dead_cause is None:
+            if delivered:  # it may have run: this costs one of its retries
+                assert entry.retries_left is not None
+                entry.retries_left -= 1
+            self.waiting[entry.spec.seq_no] = entry
+            self.send_ptr = min(self.send_ptr, entry.spec.seq_no)
+        else:
+            self._fail(entry, exc.RayActorError(
+                f"The actor {self.actor_id.hex()} died while running {entry.spec.name}() "
+                f"({code}); the call was not retried (max_task_retries="
+                f"{self.max_task_retries}).", self.actor_id.hex()), out)
+        self._want_actor(out)
+        return out
+
+    def needs_actor(self) -> bool:
+        """Calls are waiting for an address and the actor is not known to be dead."""
+        return bool(self.waiting) and self.dead_cause is None
+
+    def actor_alive(self, incarnation: int, address: str) -> list[Instruction] | None:
+        """The GCS says the actor is ALIVE at address; None when that incarnation is older than
+        the one known here (keep waiting)."""
+        if incarnation < self.incarnation:
+            return None
+        self.incarnation = incarnation
+        self.address = address
+        if self.waiting:
+            self.send_ptr = min(self.send_ptr, min(self.waiting))
+        out: list[Instruction] = []
+        self._flush(out)
+        return out
+
+    def actor_dead(self, cause: str) -> list[Instruction]:
+        """The actor is DEAD: every waiting call fails, and so will later ones."""
+        self.dead_cause = cause or "unknown cause"
+        err = exc.ActorDiedError(self._died_msg(), self.actor_id.hex())
+        out: list[Instruction] = []
+        for seq in sorted(self.waiting):
+            self._fail(self.waiting.pop(seq), err, out)
+        return out
+
+    def resolved(self) -> None:
+        """The WaitForActor instruction is finished (whatever its outcome)."""
+        self.resolving = False
+
+    # ------------------------------------------------------------------ policy
+    def _flush(self, out: list[Instruction]) -> None:
+        """Sends ready calls in seq order, at most max_inflight at once. A call whose arguments
+        are still being resolved holds back the later ones, so the worker never waits for a
+        call that cannot be sent."""
+        address = self.address
+        if address is None:
+            self._want_actor(out)
+            return
+        while len(self.inflight) < self.max_inflight:
+            while self.send_ptr < self.low or self.send_ptr in self.done:
+                self.send_ptr += 1
+            entry = self.waiting.pop(self.send_ptr, None)
+            if entry is None:
+                return
+            self.send_ptr += 1
+            self.inflight[entry.spec.seq_no] = entry
+            entry.spec.lowest_unacked = self.low
+            out.append(PushCall(entry, address, self.incarnation))
+
+    def _want_actor(self, out: list[Instruction]) -> None:
+        if not self.resolving and self.needs_actor():
+            self.resolving = True
+            out.append(WaitForActor())
+
+    def _finish(self, seq: int) -> None:
+        self.done.add(seq)
+        while self.low in self.done:
+            self.done.discard(self.low)
+            self.low += 1
+
+    def _fail(self, entry: TaskEntry, error: BaseException, out: list[Instruction]) -> None:
+        self._finish(entry.spec.seq_no)
+        out.append(Fail(entry, error))
+
+    def _died_msg(self) -> str:
+        return f"The actor {self.actor_id.hex()} is dead: {self.dead_cause}"

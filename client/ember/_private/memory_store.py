@@ -1,0 +1,142 @@
+"""The memory store: one owner for the object entries a process knows and for who waits on them.
+
+An entry is a `ReturnObject`: the value itself (small objects and errors, inline) or where the
+object lives in shared memory (node, size). The owner of an object puts its entry here when the
+task that makes it replies (or at `put()`); a borrower keeps the entry it fetched from the owner
+while it holds a reference. Waiters are of two kinds:
+
+- future-like objects (`done()` / `set_result(entry)`: asyncio futures on the core loop), woken
+  by `put` with the entry;
+- user threads blocked in `get()` on owned objects (`wait_sync`), woken through a
+  `threading.Event` without a hop through the core loop.
+
+The store also remembers which other nodes hold a copy of a shared-memory object (reported by
+readers to the owner; told by the owner to borrowers), so that readers pull from the nearest.
+
+Pure: no I/O, no event loop of its own. Single dict operations (`get`, `contains`) are safe from
+any thread; `put` and `pop` run on the core loop; the sync waiter lists have their own lock.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Iterable, Protocol
+
+from ember_common.proto import common_pb2
+
+Entry = common_pb2.ReturnObject
+
+
+class Waiter(Protocol):
+    """What `add_waiter` accepts: an asyncio future or anything that looks like one."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Any, /) -> None: ...
+
+
+class MemoryStore:
+    """Object entries and their waiters (see the module docstring)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._objects: dict[bytes, Entry] = {}
+        self._waiters: dict[bytes, list[Waiter]] = {}
+        self._sync_waiters: dict[bytes, list[threading.Event]] = {}
+        self._sync_lock = threading.Lock()
+        self._copies: dict[bytes, set[str]] = {}
+        self._clock = clock
+        # Hot-path reads are the dict's own methods (no Python frame per call).
+        self.get: Callable[[bytes], Entry | None] = self._objects.get
+        self.contains: Callable[[object], bool] = self._objects.__contains__
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    # ------------------------------------------------------------------ entries
+    def put(self, entry: Entry) -> None:
+        """Records an entry and wakes everyone waiting for it."""
+        oid = entry.object_id
+        self._objects[oid] = entry
+        waiters = self._waiters.pop(oid, None)
+        if waiters:
+            for w in waiters:
+                if not w.done():
+                    w.set_result(entry)
+        if self._sync_waiters:
+            with self._sync_lock:
+                events = self._sync_waiters.pop(oid, ())
+            for ev in events:
+                ev.set()
+
+    def put_quiet(self, entry: Entry) -> None:
+        """Records an entry nobody can be waiting for yet (a put() value, a generator item
+        handed out, a borrowed value fetched from its owner)."""
+        self._objects[entry.object_id] = entry
+
+    def pop(self, oid: bytes) -> Entry | None:
+        """Forgets an entry (and where its copies are); returns it."""
+        if self._copies:
+            self._copies.pop(oid, None)
+        return self._objects.pop(oid, None)
+
+    def in_plasma(self, oids: Iterable[bytes]) -> list[bytes]:
+        """The ids among oids whose entries live in shared memory."""
+        out = []
+        for oid in oids:
+            e = self._objects.get(oid)
+            if e is not None and e.in_plasma:
+                out.append(oid)
+        return out
+
+    # ------------------------------------------------------------------ copies
+    def add_copies(self, oid: bytes, node_ids: Iterable[str]) -> None:
+        """Other nodes that hold a copy of oid."""
+        self._copies.setdefault(oid, set()).update(node_ids)
+
+    def copies(self, oid: bytes) -> set[str]:
+        """Nodes known to hold a copy of oid (besides the one in its entry)."""
+        return self._copies.get(oid, set())
+
+    # ------------------------------------------------------------------ waiters
+    def add_waiter(self, oid: bytes, waiter: Waiter) -> None:
+        """waiter.set_result(entry) once oid is put (the caller checks `get` first)."""
+        self._waiters.setdefault(oid, []).append(waiter)
+
+    def remove_waiter(self, oid: bytes, waiter: Waiter) -> None:
+        """Withdraws a waiter that no longer wants the entry."""
+        lst = self._waiters.get(oid)
+        if lst is not None and waiter in lst:
+            lst.remove(waiter)
+            if not lst:
+                del self._waiters[oid]
+
+    def num_waiters(self, oid: bytes) -> int:
+        """Future-like waiters registered for oid."""
+        return len(self._waiters.get(oid, ())) + len(self._sync_waiters.get(oid, ()))
+
+    def wait_sync(self, oids: list[bytes], timeout: float | None) -> list[bytes]:
+        """Blocks this (user) thread until every oid has an entry or timeout passes; returns the
+        ids still missing (empty when all arrived)."""
+        ev = threading.Event()
+        with self._sync_lock:
+            for oid in oids:
+                self._sync_waiters.setdefault(oid, []).append(ev)
+        deadline = None if timeout is None else self._clock() + timeout
+        try:
+            while True:
+                pending = [oid for oid in oids if oid not in self._objects]
+                if not pending:
+                    return []
+                left = None if deadline is None else deadline - self._clock()
+                if left is not None and left <= 0:
+                    return pending
+                ev.wait(left)
+                ev.clear()
+        finally:
+            with self._sync_lock:
+                for oid in oids:
+                    lst = self._sync_waiters.get(oid)
+                    if lst is not None and ev in lst:
+                        lst.remove(ev)
+                        if not lst:
+                            del self._sync_waiters[oid]

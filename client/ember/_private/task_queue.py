@@ -1,0 +1,344 @@
+"""The task queue: the owner's lease and retry policy for normal tasks, as a pure state machine.
+
+Tasks with the same resource shape (scheduling key) share a queue. Events come in (a task is
+ready, a lease was granted / refused / cancelled, a push replied / failed, the clock passed a
+linger deadline, shutdown) and each returns the instructions the driver (task_submitter.py)
+carries out:
+
+- `RequestLease(key, lease_id, address)`: ask a raylet for a worker (at most
+  `max_pending_lease_requests` in flight per key, never more than the queued tasks);
+- `CancelLeaseRequest(address, lease_id)`: the queue emptied while requests were pending;
+- `Push(lease, entry)`: send the task to the leased worker (at most
+  `max_tasks_in_flight_per_worker` per lease);
+- `ReturnLease(lease, disconnect)`: give a worker back (idle past the linger time, not needed
+  when granted, or broken: disconnect=True);
+- `Complete(entry, reply)` / `Fail(entry, error)`: the task is done;
+- `SetTimer(at)`: call `expire(now)` at `at` (clock time) for the linger deadlines.
+
+Retries: a worker that dies under a task (a failed push) costs one of its `max_retries`
+(-1: forever); an application error is retried only with `retry_exceptions`. A retried task goes
+back to the head of its queue. Pure: no I/O; the clock is injected (the driver gives its loop's).
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+from typing import Any, Callable, NamedTuple, Union
+
+from ember import exceptions as exc
+from ember_common.proto import common_pb2, core_worker_pb2
+
+log = logging.getLogger(__name__)
+
+SchedulingKey = tuple[tuple[str, float], ...]
+
+
+class Lease:
+    """A worker leased from a raylet."""
+
+    __slots__ = ("lease_id", "raylet_address", "worker_address", "gpu_ids", "inflight",
+                 "linger_at", "dead")
+
+    def __init__(self, lease_id: bytes, raylet_address: str, worker_address: str,
+                 gpu_ids: list[int]) -> None:
+        self.lease_id = lease_id
+        self.raylet_address = raylet_address
+        self.worker_address = worker_address
+        self.gpu_ids = gpu_ids
+        self.inflight = 0
+        self.linger_at: float | None = None  # idle since; returned at this clock time
+        self.dead = False
+
+    def __repr__(self) -> str:
+        return f"Lease({self.lease_id.hex()[:8]} {self.worker_address} inflight={self.inflight})"
+
+
+class TaskEntry:
+    """One submitted task or actor call, until it finishes."""
+
+    __slots__ = ("spec", "arg_refs", "retries_left", "key", "cancelled", "lease", "pending_deps")
+
+    def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[Any], retries_left: int | None,
+                 key: SchedulingKey = ()) -> None:
+        self.spec = spec
+        self.arg_refs = arg_refs  # keeps top-level argument objects alive until the task ends
+        self.retries_left = retries_left
+        self.key: SchedulingKey = key  # resource shape (tasks only)
+        self.cancelled = False
+        self.lease: Lease | None = None
+        self.pending_deps = 0
+
+
+class RequestLease(NamedTuple):
+    key: SchedulingKey
+    lease_id: bytes
+    address: str
+
+
+class CancelLeaseRequest(NamedTuple):
+    address: str
+    lease_id: bytes
+
+
+class Push(NamedTuple):
+    lease: Lease
+    entry: TaskEntry
+
+
+class ReturnLease(NamedTuple):
+    lease: Lease
+    disconnect: bool
+
+
+class Complete(NamedTuple):
+    entry: TaskEntry
+    reply: core_worker_pb2.PushTaskReply
+
+
+class Fail(NamedTuple):
+    entry: TaskEntry
+    error: BaseException
+
+
+class SetTimer(NamedTuple):
+    at: float
+
+
+Instruction = Union[RequestLease, CancelLeaseRequest, Push, ReturnLease, Complete, Fail, SetTimer]
+
+
+class _Key:
+    __slots__ = ("tasks", "leases", "requests")
+
+    def __init__(self) -> None:
+        self.tasks: collections.deque[TaskEntry] = collections.deque()
+        self.leases: list[Lease] = []
+        self.requests: dict[bytes, str] = {}  # lease_id -> raylet address it is pending at
+
+
+class TaskQueue:
+    """Per-key queues, leases and lease requests of one owner (see the module docstring)."""
+
+    def __init__(self, home_raylet: str, *, max_pending_lease_requests: int,
+                 max_tasks_in_flight_per_worker: int, lease_linger_s: float,
+                 clock: Callable[[], float],
+                 new_lease_id: Callable[[], bytes] = lambda: os.urandom(16)) -> None:
+        self.home = home_raylet
+        self.max_requests = max_pending_lease_requests
+        self.max_inflight = max_tasks_in_flight_per_worker
+        self.linger_s = lease_linger_s
+        self._clock = clock
+        self._new_id = new_lease_id
+        self._keys: dict[SchedulingKey, _Key] = {}
+        self._timer_at: float | None = None
+        self.closing = False
+
+    # ------------------------------------------------------------------ queries
+    def queued(self, key: SchedulingKey) -> int:
+        """Tasks waiting for a worker under key."""
+        q = self._keys.get(key)
+        return len(q.tasks) if q is not None else 0
+
+    def leases(self, key: SchedulingKey) -> list[Lease]:
+        """The workers leased for key."""
+        q = self._keys.get(key)
+        return list(q.leases) if q is not None else []
+
+    def pending_requests(self, key: SchedulingKey) -> dict[bytes, str]:
+        """Lease requests in flight for key (lease id -> raylet address)."""
+        q = self._keys.get(key)
+        return dict(q.requests) if q is not None else {}
+
+    # ------------------------------------------------------------------ events
+    def enqueue(self, entry: TaskEntry) -> list[Instruction]:
+        """A task whose arguments are resolved is ready to run."""
+        q = self._keys.get(entry.key)
+        if q is None:
+            q = self._keys[entry.key] = _Key()
+        q.tasks.append(entry)
+        out: list[Instruction] = []
+        self._pump(entry.key, q, out)
+        return out
+
+    def request_started(self, key: SchedulingKey, lease_id: bytes) -> common_pb2.TaskSpec | None:
+        """The driver is about to send a lease request: the spec whose shape it asks for, or
+        None (the request is dropped) when no task is left to run."""
+        q = self._keys[key]
+        if not q.tasks:
+            q.requests.pop(lease_id, None)
+            return None
+        return q.tasks[0].spec
+
+    def request_moved(self, key: SchedulingKey, lease_id: bytes, address: str) -> None:
+        """The request followed a spillback to another raylet."""
+        q = self._keys[key]
+        if lease_id in q.requests:
+            q.requests[lease_id] = address
+
+    def lease_granted(self, key: SchedulingKey, lease_id: bytes, raylet_address: str,
+                      worker_address: str, gpu_ids: list[int]) -> list[Instruction]:
+        """A raylet leased a worker for key."""
+        q = self._keys[key]
+        q.requests.pop(lease_id, None)
+        lease = Lease(lease_id, raylet_address, worker_address, gpu_ids)
+        q.leases.append(lease)
+        out: list[Instruction] = []
+        if not q.tasks:
+            self._return(q, lease, False, out)
+        else:
+            self._pump(key, q, out)
+        return out
+
+    def lease_cancelled(self, key: SchedulingKey, lease_id: bytes) -> list[Instruction]:
+        """A lease request ended without a worker (it was cancelled)."""
+        q = self._keys[key]
+        q.requests.pop(lease_id, None)
+        out: list[Instruction] = []
+        self._pump(key, q, out)
+        return out
+
+    def lease_failed(self, key: SchedulingKey, lease_id: bytes,
+                     error: BaseException | None) -> list[Instruction]:
+        """A lease request failed: every queued task of key fails with error (None: the
+        owner is shutting down, nothing fails)."""
+        q = self._keys[key]
+        q.requests.pop(lease_id, None)
+        out: list[Instruction] = []
+        if error is not None:
+            while q.tasks:
+                out.append(Fail(q.tasks.popleft(), error))
+        return out
+
+    def push_replied(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> list[Instruction]:
+        """The worker answered a pushed task."""
+        lease = entry.lease
+        assert lease is not None
+        lease.inflight -= 1
+        entry.lease = None
+        q = self._keys[entry.key]
+        out: list[Instruction] = []
+        if entry.cancelled:
+            out.append(Fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex())))
+        elif (reply.is_application_error and entry.retries_left != 0
+              and entry.spec.retry_exceptions):
+            self._retry(q, entry)
+        else:
+            out.append(Complete(entry, reply))
+        self._maybe_linger(q, lease, out)
+        self._pump(entry.key, q, out)
+        return out
+
+    def push_failed(self, entry: TaskEntry, code: str, details: str) -> list[Instruction]:
+        """The push broke (the worker died): the lease goes back as broken and the task is
+        retried while its retries last."""
+        lease = entry.lease
+        assert lease is not None
+        lease.inflight -= 1
+        entry.lease = None
+        q = self._keys[entry.key]
+        out: list[Instruction] = []
+        if not lease.dead:
+            lease.dead = True
+            self._return(q, lease, True, out)
+        if entry.cancelled:
+            out.append(Fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex())))
+        elif entry.retries_left != 0 and not self.closing:
+            log.info("task %s: worker %s died (%s); retrying (attempt %d)", entry.spec.name,
+                     lease.worker_address, code, entry.spec.attempt + 2)
+            self._retry(q, entry)
+        else:
+            out.append(Fail(entry, exc.WorkerCrashedError(
+                f"The worker running {entry.spec.name}() died unexpectedly ({code}: {details}); "
+                f"retries exhausted after {entry.spec.attempt + 1} attempt(s).")))
+        self._pump(entry.key, q, out)
+        return out
+
+    def remove(self, entry: TaskEntry) -> bool:
+        """Takes a task that has not been pushed out of its queue (cancel); True if it was
+        there."""
+        q = self._keys.get(entry.key)
+        if q is not None and entry in q.tasks:
+            q.tasks.remove(entry)
+            return True
+        return False
+
+    def expire(self, now: float) -> list[Instruction]:
+        """The timer fired: leases idle past their linger time go back."""
+        self._timer_at = None
+        out: list[Instruction] = []
+        nxt: float | None = None
+        for q in self._keys.values():
+            for lease in list(q.leases):
+                at = lease.linger_at
+                if at is None:
+                    continue
+                if at <= now:
+                    lease.linger_at = None
+                    if not lease.inflight and not q.tasks:
+                        self._return(q, lease, False, out)
+                elif nxt is None or at < nxt:
+                    nxt = at
+        if nxt is not None:
+            self._timer_at = nxt
+            out.append(SetTimer(nxt))
+        return out
+
+    def shutdown(self) -> list[Instruction]:
+        """The owner is closing: every lease goes back, every request is cancelled."""
+        self.closing = True
+        out: list[Instruction] = []
+        for q in self._keys.values():
+            for lease in list(q.leases):
+                self._return(q, lease, False, out)
+            for lease_id, addr in q.requests.items():
+                out.append(CancelLeaseRequest(addr, lease_id))
+        return out
+
+    # ------------------------------------------------------------------ policy
+    def _pump(self, key: SchedulingKey, q: _Key, out: list[Instruction]) -> None:
+        tasks = q.tasks
+        if tasks:
+            limit = self.max_inflight
+            for lease in q.leases:
+                while tasks and lease.inflight < limit and not lease.dead:
+                    lease.linger_at = None
+                    entry = tasks.popleft()
+                    lease.inflight += 1
+                    entry.lease = lease
+                    spec = entry.spec
+                    if spec.gpu_ids or lease.gpu_ids:
+                        del spec.gpu_ids[:]
+                        spec.gpu_ids.extend(lease.gpu_ids)
+                    out.append(Push(lease, entry))
+        want = min(len(tasks), self.max_requests) - len(q.requests)
+        for _ in range(want):
+            lease_id = self._new_id()
+            q.requests[lease_id] = self.home
+            out.append(RequestLease(key, lease_id, self.home))
+        if not tasks and q.requests:
+            for lease_id, addr in q.requests.items():
+                out.append(CancelLeaseRequest(addr, lease_id))
+
+    def _retry(self, q: _Key, entry: TaskEntry) -> None:
+        assert entry.retries_left is not None
+        entry.retries_left -= 1
+        entry.spec.attempt += 1
+        q.tasks.appendleft(entry)
+
+    def _return(self, q: _Key, lease: Lease, disconnect: bool, out: list[Instruction]) -> None:
+        if lease in q.leases:
+            q.leases.remove(lease)
+        lease.linger_at = None
+        out.append(ReturnLease(lease, disconnect))
+
+    def _maybe_linger(self, q: _Key, lease: Lease, out: list[Instruction]) -> None:
+        if lease.inflight or q.tasks or lease.dead:
+            return
+        if self.closing or self.linger_s <= 0:
+            self._return(q, lease, False, out)
+        elif lease.linger_at is None:
+            at = lease.linger_at = self._clock() + self.linger_s
+            if self._timer_at is None or at < self._timer_at:
+                self._timer_at = at
+                out.append(SetTimer(at))

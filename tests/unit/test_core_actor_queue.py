@@ -1,0 +1,91 @@
+"""The actor call queue (actor_queue.py): order, window, resends and failure, without I/O."""
+from __future__ import annotations
+
+from ember import exceptions as exc
+from ember._private.actor_queue import ActorCallQueue, PushCall, WaitForActor
+from ember._private.task_queue import Complete, Fail, TaskEntry
+from ember_common.proto import common_pb2, core_worker_pb2
+
+ACTOR = b"\x01" * 16
+OK = core_worker_pb2.PushTaskReply()
+
+
+def call(i: int, retries: int | None = None) -> TaskEntry:
+    spec = common_pb2.TaskSpec(task_id=bytes([i]) * 16, name=f"m{i}", actor_id=ACTOR)
+    return TaskEntry(spec, [], retries)
+
+
+def submit(q: ActorCallQueue, n: int, retries: int | None = None) -> list[TaskEntry]:
+    entries = [call(i, retries) for i in range(n)]
+    for e in entries:
+        q.assign_seq(e)
+    return entries
+
+
+def pushes(out: list) -> list[int]:
+    return [i.entry.spec.seq_no for i in out if isinstance(i, PushCall)]
+
+
+def test_calls_wait_for_the_address_then_go_in_sequence_order():
+    q = ActorCallQueue(ACTOR, max_task_retries=0)
+    e = submit(q, 3)
+    assert [x.spec.seq_no for x in e] == [0, 1, 2]
+    assert q.ready(e[0]) == [WaitForActor()]
+    assert q.ready(e[2]) == []  # already resolving
+    out = q.actor_alive(1, "10.0.0.1:7")
+    assert pushes(out) == [0]  # seq 1 is not ready: 2 waits behind it
+    assert pushes(q.ready(e[1])) == [1, 2]
+    assert out[0].address == "10.0.0.1:7" and out[0].incarnation == 1
+    assert e[2].spec.lowest_unacked == 0
+    out = q.replied(e[0], OK)
+    assert out == [Complete(e[0], OK)] and q.low == 1
+
+
+def test_the_in_flight_window_is_bounded():
+    q = ActorCallQueue(ACTOR, max_task_retries=0, max_inflight=2)
+    q.actor_alive(1, "a:1")
+    e = submit(q, 4)
+    assert pushes(q.ready(e[0]) + q.ready(e[1]) + q.ready(e[2]) + q.ready(e[3])) == [0, 1]
+    assert pushes(q.replied(e[0], OK)) == [2]
+    assert pushes(q.replied(e[1], OK)) == [3]
+
+
+def test_a_delivered_call_costs_a_retry_and_an_undelivered_one_does_not():
+    q = ActorCallQueue(ACTOR, max_task_retries=1)
+    q.actor_alive(1, "a:1")
+    e = submit(q, 2)
+    q.ready(e[0])
+    q.ready(e[1])
+    assert q.push_failed(e[0], 1, "UNAVAILABLE", delivered=True) == [WaitForActor()]
+    assert q.address is None and e[0].retries_left == 0
+    assert q.push_failed(e[1], 1, "UNAVAILABLE", delivered=False) == []
+    assert e[1].retries_left == 1
+    assert q.actor_alive(0, "old:1") is None  # an older incarnation: keep waiting
+    q.resolved()
+    assert pushes(q.actor_alive(2, "b:2")) == [0, 1]
+    out = q.push_failed(e[0], 2, "UNAVAILABLE", delivered=True)  # no retry left
+    assert isinstance(out[0], Fail) and isinstance(out[0].error, exc.RayActorError)
+    assert "max_task_retries=1" in str(out[0].error)
+
+
+def test_a_failure_from_an_older_incarnation_keeps_the_new_address():
+    q = ActorCallQueue(ACTOR, max_task_retries=-1)
+    q.actor_alive(1, "a:1")
+    e = submit(q, 1)
+    q.ready(e[0])
+    q.actor_alive(2, "b:2")
+    q.push_failed(e[0], 1, "UNAVAILABLE", delivered=True)
+    assert q.address == "b:2" and e[0].retries_left == -2  # -1: forever
+
+
+def test_a_dead_actor_fails_waiting_and_later_calls():
+    q = ActorCallQueue(ACTOR, max_task_retries=0)
+    e = submit(q, 3)
+    q.ready(e[0])
+    q.ready(e[1])
+    out = q.actor_dead("killed by ember.kill")
+    assert [f.entry for f in out] == [e[0], e[1]]
+    assert all(isinstance(f.error, exc.ActorDiedError) and "killed by ember.kill" in str(f.error)
+               for f in out)
+    out = q.ready(e[2])
+    assert isinstance(out[0], Fail) and not q.needs_actor() and q.low == 3

@@ -1,0 +1,187 @@
+"""The task queue (task_queue.py): leases, pushes, linger, retries and failures, with an
+injected clock and lease ids, without sockets."""
+from __future__ import annotations
+
+import itertools
+
+from ember import exceptions as exc
+from ember._private.task_queue import (
+    CancelLeaseRequest,
+    Complete,
+    Fail,
+    Push,
+    RequestLease,
+    ReturnLease,
+    SetTimer,
+    TaskEntry,
+    TaskQueue,
+)
+from ember_common.proto import common_pb2, core_worker_pb2
+
+KEY = (("CPU", 1.0),)
+OK = core_worker_pb2.PushTaskReply()
+APP_ERROR = core_worker_pb2.PushTaskReply(is_application_error=True, error_message="boom")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 10.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(max_requests: int = 10, linger_s: float = 0.002) -> tuple[TaskQueue, Clock]:
+    clock = Clock()
+    n = itertools.count()
+    return TaskQueue("home:1", max_pending_lease_requests=max_requests,
+                     max_tasks_in_flight_per_worker=1, lease_linger_s=linger_s, clock=clock,
+                     new_lease_id=lambda: b"L%d" % next(n)), clock
+
+
+def task(i: int, retries: int = 3, retry_exceptions: bool = False) -> TaskEntry:
+    spec = common_pb2.TaskSpec(task_id=bytes([i]) * 16, name=f"t{i}",
+                               retry_exceptions=retry_exceptions)
+    return TaskEntry(spec, [], retries, KEY)
+
+
+def of(out: list, kind: type) -> list:
+    return [i for i in out if isinstance(i, kind)]
+
+
+def grant(q: TaskQueue, lease_id: bytes, worker: str = "w:1", gpus: list[int] | None = None) -> list:
+    assert q.request_started(KEY, lease_id) is not None
+    return q.lease_granted(KEY, lease_id, "home:1", worker, gpus or [])
+
+
+def test_lease_requests_are_bounded_by_queued_tasks_and_the_limit():
+    q, _ = make(max_requests=2)
+    assert of(q.enqueue(task(1)), RequestLease) == [RequestLease(KEY, b"L0", "home:1")]
+    assert len(of(q.enqueue(task(2)), RequestLease)) == 1
+    assert of(q.enqueue(task(3)), RequestLease) == []  # two in flight already
+    assert q.pending_requests(KEY) == {b"L0": "home:1", b"L1": "home:1"}
+
+
+def test_a_granted_lease_runs_tasks_one_at_a_time_and_is_reused():
+    q, _ = make()
+    t1, t2 = task(1), task(2)
+    q.enqueue(t1)
+    q.enqueue(t2)
+    out = grant(q, b"L0", gpus=[3])
+    assert of(out, Push) == [Push(t1.lease, t1)] and list(t1.spec.gpu_ids) == [3]
+    out = q.push_replied(t1, OK)
+    assert of(out, Complete) == [Complete(t1, OK)]
+    assert [p.entry for p in of(out, Push)] == [t2]  # same worker, next task
+    assert t2.lease is not None and t2.lease.worker_address == "w:1"
+
+
+def test_an_idle_lease_lingers_then_goes_back():
+    q, clock = make(linger_s=0.5)
+    t1 = task(1)
+    q.enqueue(t1)
+    grant(q, b"L0")
+    out = q.push_replied(t1, OK)
+    assert of(out, SetTimer) == [SetTimer(10.5)] and of(out, ReturnLease) == []
+    clock.t = 10.2
+    assert q.expire(clock.t) == [SetTimer(10.5)]  # not yet
+    t2 = task(2)
+    assert [p.entry for p in of(q.enqueue(t2), Push)] == [t2]  # reused while lingering
+    clock.t = 10.6
+    assert q.expire(clock.t) == []  # it is busy: stays
+    out = q.push_replied(t2, OK)
+    assert of(out, SetTimer) == [SetTimer(11.1)]
+    clock.t = 11.2
+    out = q.expire(clock.t)
+    assert [r.lease.lease_id for r in of(out, ReturnLease)] == [b"L0"] and not q.leases(KEY)
+
+
+def test_a_lease_granted_after_the_queue_emptied_goes_straight_back():
+    q, _ = make()
+    t1 = task(1)
+    q.enqueue(t1)
+    assert q.remove(t1) and not q.remove(t1)
+    assert q.request_started(KEY, b"L0") is None  # nothing to ask for any more
+    t2 = task(2)
+    q.enqueue(t2)  # asks again (L1)
+    q.remove(t2)
+    out = q.lease_granted(KEY, b"L1", "home:1", "w:9", [])
+    assert of(out, ReturnLease) == [ReturnLease(out[0].lease, False)] and not q.leases(KEY)
+
+
+def test_pending_requests_are_cancelled_when_the_queue_empties():
+    q, _ = make(max_requests=3)
+    ts = [task(i) for i in range(3)]
+    for t in ts:
+        q.enqueue(t)
+    out = grant(q, b"L0")
+    assert [p.entry for p in of(out, Push)] == [ts[0]]
+    q.request_moved(KEY, b"L1", "other:2")  # followed a spillback
+    q.remove(ts[1])
+    q.remove(ts[2])
+    out = q.push_replied(ts[0], OK)
+    assert sorted(of(out, CancelLeaseRequest)) == [CancelLeaseRequest("home:1", b"L2"),
+                                                    CancelLeaseRequest("other:2", b"L1")]
+    assert of(q.lease_cancelled(KEY, b"L1"), RequestLease) == []
+
+
+def test_a_dead_worker_costs_a_retry_and_the_task_goes_first():
+    q, _ = make()
+    t1, t2 = task(1, retries=1), task(2)
+    q.enqueue(t1)
+    q.enqueue(t2)
+    grant(q, b"L0")
+    lease = t1.lease
+    out = q.push_failed(t1, "UNAVAILABLE", "socket closed")
+    assert of(out, ReturnLease) == [ReturnLease(lease, True)] and lease.dead
+    assert t1.retries_left == 0 and t1.spec.attempt == 1
+    out = grant(q, b"L1", worker="w:2")
+    assert [p.entry for p in of(out, Push)] == [t1]  # the retried task runs first
+    out = q.push_failed(t1, "UNAVAILABLE", "socket closed")
+    fails = of(out, Fail)
+    assert [f.entry for f in fails] == [t1] and isinstance(fails[0].error, exc.WorkerCrashedError)
+    assert "2 attempt(s)" in str(fails[0].error)
+
+
+def test_application_errors_are_retried_only_with_retry_exceptions():
+    q, _ = make()
+    plain, retried = task(1), task(2, retries=1, retry_exceptions=True)
+    q.enqueue(plain)
+    grant(q, b"L0")
+    assert of(q.push_replied(plain, APP_ERROR), Complete) == [Complete(plain, APP_ERROR)]
+    assert [p.entry for p in of(q.enqueue(retried), Push)] == [retried]  # the lingering lease
+    out = q.push_replied(retried, APP_ERROR)
+    assert of(out, Complete) == [] and retried.spec.attempt == 1
+    assert [p.entry for p in of(out, Push)] == [retried]
+    assert of(q.push_replied(retried, APP_ERROR), Complete) == [Complete(retried, APP_ERROR)]
+
+
+def test_a_cancelled_task_fails_with_task_cancelled_error():
+    q, _ = make()
+    t1 = task(1)
+    q.enqueue(t1)
+    grant(q, b"L0")
+    t1.cancelled = True
+    fails = of(q.push_replied(t1, OK), Fail)
+    assert isinstance(fails[0].error, exc.TaskCancelledError)
+
+
+def test_an_infeasible_lease_fails_every_queued_task():
+    q, _ = make()
+    ts = [task(i) for i in range(3)]
+    for t in ts:
+        q.enqueue(t)
+    out = q.lease_failed(KEY, b"L0", exc.TaskUnschedulableError("no node has 64 GPUs"))
+    assert [f.entry for f in of(out, Fail)] == ts and q.queued(KEY) == 0
+    assert q.lease_failed(KEY, b"L1", None) == []  # shutting down: nothing fails
+
+
+def test_shutdown_returns_every_lease_and_cancels_every_request():
+    q, _ = make()
+    ts = [task(i) for i in range(3)]
+    for t in ts:
+        q.enqueue(t)
+    grant(q, b"L0")
+    out = q.shutdown()
+    assert [r.lease.lease_id for r in of(out, ReturnLease)] == [b"L0"]
+    assert {c.lease_id for c in of(out, CancelLeaseRequest)} == {b"L1", b"L2"}
+    assert q.closing
