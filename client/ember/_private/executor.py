@@ -386,8 +386,8 @@ class TaskExecutor:
                 try:
                     await core.worker_stub(f"{caller.ip}:{caller.port}").ReportGeneratorItem(
                         request, timeout=60)
-                except Exception:  # the caller is gone: nobody reads the rest
-                    raise rp.CallerGone() from None
+                except Exception as e:  # gone, or unreachable: the reply says so
+                    raise rp.CallerGone(_why(e)) from None
                 return None
             case rp.Next(gen):
                 assert self._user_loop is not None
@@ -409,8 +409,8 @@ class TaskExecutor:
         else:
             try:
                 self.core.run(call)
-            except Exception:  # the caller is gone: nobody reads the rest
-                raise rp.CallerGone() from None
+            except Exception as e:  # gone, or unreachable: the reply says so
+                raise rp.CallerGone(_why(e)) from None
 
     def _task_error(self, spec: common_pb2.TaskSpec, e: BaseException) -> exc.RayTaskError:
         frames = e.__traceback__
@@ -434,12 +434,20 @@ class TaskExecutor:
                 self._report(spec.caller, core_worker_pb2.ReportGeneratorItemRequest(
                     task_id=spec.task_id, index=index, item=item))
             except rp.CallerGone:
-                pass
+                reply.returns.append(item)  # undelivered: it travels in the reply instead
             reply.num_streamed = index + 1
             return reply
         for oid in spec.return_ids:
             reply.returns.append(common_pb2.ReturnObject(object_id=oid, value=proto, size=sv.size))
         return reply
+
+
+def _why(e: BaseException) -> str:
+    """A one-line cause for a failed call (a gRPC error's code and details)."""
+    code = getattr(e, "code", None)
+    if callable(code):
+        return f"{code().name}: {e.details()}"  # type: ignore[attr-defined]
+    return f"{type(e).__name__}: {e}"
 
 
 async def _next_sync(gen: Any) -> Any:

@@ -71,7 +71,20 @@ HandOver = Callable[[list[Any], bytes, common_pb2.Address],
 
 
 class CallerGone(Exception):
-    """The caller of a streaming generator cannot be reached."""
+    """The caller of a streaming generator cannot be reached (the message says why)."""
+
+
+def undelivered_reply(spec: common_pb2.TaskSpec, index: int, why: str) -> core_worker_pb2.PushTaskReply:
+    """The reply of a stream whose item `index` could not be reported: the stream ends there
+    with an error item carried in the reply itself. A caller that is gone reads nothing; one that
+    is alive but could not be called back (an unreachable address) gets the error on its own
+    PushTask call instead of a silently short stream."""
+    error = exc.RaySystemError(f"{spec.name}(): item {index} of the stream could not be delivered "
+                               f"to the caller at {spec.caller.ip}:{spec.caller.port}: {why}")
+    sv = serialize_error(error)
+    item = common_pb2.ReturnObject(object_id=ids.object_id_for_return(spec.task_id, index + 1),
+                                   value=sv.to_proto(), size=sv.size)
+    return core_worker_pb2.PushTaskReply(num_streamed=index + 1, returns=[item])
 
 
 def drive_sync(step: Step[T], do: Callable[[Effect], Any]) -> T:
@@ -177,8 +190,8 @@ def stream(spec: common_pb2.TaskSpec, gen: Any, task_error: TaskError, error_rep
             yield Report(spec.caller, core_worker_pb2.ReportGeneratorItemRequest(
                 task_id=spec.task_id, index=index, item=item, nested=nested))
             index += 1
-    except CallerGone:  # nobody reads the rest
-        return core_worker_pb2.PushTaskReply(num_streamed=index)
+    except CallerGone as e:  # the item never reached the caller: end the stream with an error
+        return undelivered_reply(spec, index, str(e))
     except Exception as e:
         return error_reply(spec, task_error(spec, e), application=True, index=index)
     return core_worker_pb2.PushTaskReply(num_streamed=index)

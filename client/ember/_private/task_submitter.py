@@ -180,6 +180,10 @@ class TaskSubmitter:
         if entry.spec.streaming:
             st = self.core.generators.get(entry.spec.task_id)
             if st is not None:
+                # items the worker could not report travel in the reply: they end the stream
+                first = reply.num_streamed - len(reply.returns)
+                for k, item in enumerate(reply.returns):
+                    st.add(first + k, item)
                 st.finish(reply.num_streamed)
             return
         if reply.nested:  # refs nested in the results: the results hold them
