@@ -198,3 +198,24 @@ print("\\n".join(l for l in body.splitlines() if l.startswith({prefix!r})))
     assert float(nodes.split()[-1]) == 2.0, nodes
     capacity = cluster.exec_python("objmgr-head", scrape.format(port=9091, prefix="ember_object_store_capacity_bytes"))
     assert float(capacity.split()[-1]) > 0, capacity
+
+
+def test_a_driver_in_a_container_is_reachable_from_the_other_node(cluster: Cluster) -> None:
+    """`compose exec` leaves EMBER_NODE_IP unset: the driver must still give out an address the
+    worker node can call (a ref passed inside a list is borrowed: its reader asks the owner, the
+    driver), not 127.0.0.1. Before the fix the worker node's tasks failed with OwnerDiedError."""
+    out = cluster.exec_python("raylet-head", DRIVER_PRELUDE + """
+ctx = ember.get_runtime_context()
+assert "EMBER_NODE_IP" not in __import__("os").environ
+ref = ember.put(list(range(1000)))                  # owned by this driver
+
+@ember.remote(num_cpus=1)
+def read(boxed):
+    time.sleep(0.5)                                 # hold the CPU so the tasks spread over both nodes
+    return sum(ember.get(boxed[0])), ember.get_runtime_context().get_node_id()
+
+res = ember.get([read.remote([ref]) for _ in range(8)], timeout=90)
+assert {r[0] for r in res} == {sum(range(1000))}, res
+print(len({r[1] for r in res}))
+""")
+    assert out.strip() == "2", out

@@ -68,7 +68,7 @@ class CoreWorker:
 
     def __init__(self, mode: str, *, gcs_address: str, raylet_address: str, objmgr_address: str,
                  node_id: str, store_dir: str, job_id: bytes, session_dir: str,
-                 config: Config, worker_id: str | None = None) -> None:
+                 config: Config, worker_id: str | None = None, ip: str | None = None) -> None:
         self.mode = WorkerMode(mode)
         self.config = config
         self.gcs_address = gcs_address
@@ -79,7 +79,7 @@ class CoreWorker:
         self.job_id = job_id
         self.session_dir = session_dir
         self.worker_id = worker_id or ids.new_worker_id()
-        self.ip = node_ip()
+        self.ip = ip or node_ip()
         # Object entries and waiters (loop thread; single reads from any thread), and reference
         # counts (any thread, under the table's lock).
         self.store = MemoryStore()

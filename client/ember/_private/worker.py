@@ -163,6 +163,34 @@ def _pick_node(gcs_address: str) -> common_pb2.NodeInfo:
     return pool[0]
 
 
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "") or host.startswith("127.") or host == "::1"
+
+
+def _advertised_ip(node_address: str, gcs_address: str, same_machine: bool) -> str:
+    """The address a driver joining a running cluster gives out for calls back to it (owners of
+    objects are called by borrowers on other nodes): EMBER_NODE_IP when set; else the address of
+    the node it joined when that node is on this machine (as Ray's drivers take their local
+    raylet's); else the local address on the route to the GCS. Never loopback on a cluster
+    reached over the network."""
+    if os.environ.get("EMBER_NODE_IP"):
+        return os.environ["EMBER_NODE_IP"]
+    host = node_address.rsplit(":", 1)[0].strip("[]")
+    if same_machine and not _is_loopback(host):
+        return host
+    gcs_host, _, gcs_port = gcs_address.rpartition(":")
+    if _is_loopback(gcs_host.strip("[]")):
+        return "127.0.0.1"
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((gcs_host.strip("[]"), int(gcs_port or 6379)))  # no packet: picks the route
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
 def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus: float | None = None,
          resources: dict[str, float] | None = None, object_store_memory: int | None = None,
          memory: int | None = None, namespace: str | None = None, ignore_reinit_error: bool = False,
@@ -186,6 +214,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
         tracing.setup("ember-driver")
         gcs_address = _resolve_address(address)
         cluster = None
+        advertised_ip: str | None = None  # the embedded cluster: node_ip() (loopback)
         if gcs_address is None:
             import psutil
 
@@ -204,6 +233,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                                  "given when connecting to an existing one (set them in `ember start`)")
             n = _pick_node(gcs_address)
             node_id, raylet, objmgr, store_dir = n.node_id, n.raylet_address, n.objmgr_address, n.store_dir
+            advertised_ip = _advertised_ip(raylet, gcs_address, os.path.isdir(store_dir))
             session_dir = os.path.dirname(os.path.dirname(store_dir))
         try:
             from ember_common.ids import new_worker_id
@@ -212,7 +242,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             job_id = _add_job(gcs_address, worker_id)
             core = CoreWorker(WorkerMode.DRIVER, gcs_address=gcs_address, raylet_address=raylet,
                               objmgr_address=objmgr, node_id=node_id, store_dir=store_dir,
-                              job_id=job_id, session_dir=session_dir, config=config,
+                              job_id=job_id, session_dir=session_dir, config=config, ip=advertised_ip,
                               worker_id=worker_id)
         except Exception:
             if cluster is not None:
