@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ember import actor, exceptions, util  # util after actor: ember.util imports ember.actor
+from ember._private.generator import ObjectRefGenerator
 from ember._private.object_ref import ObjectRef
 from ember._private.remote_function import RemoteFunction
 from ember._private.runtime_context import get_runtime_context
@@ -34,7 +35,7 @@ from ember.actor import ActorClass, get_actor, kill, method
 __version__ = "0.1.0"
 
 __all__ = [
-    "ObjectRef", "actor", "available_resources", "cancel", "cluster_resources", "exceptions",
+    "ObjectRef", "ObjectRefGenerator", "actor", "available_resources", "cancel", "cluster_resources", "exceptions",
     "get", "get_actor", "get_gpu_ids", "get_runtime_context", "init", "is_initialized", "kill",
     "method", "nodes", "put", "remote", "shutdown", "util", "wait", "__version__",
 ]

@@ -39,10 +39,14 @@ class RayTaskError(RayError):
 
     `ember.get` raises `as_instanceof_cause()`: an object that is both a RayTaskError and an
     instance of the user's exception class, so `except ValueError:` works as it would locally.
+    A task that failed because a task it waited on failed keeps the innermost user exception as
+    its cause (as Ray does); its traceback text names every task on the way.
     """
 
     def __init__(self, function_name: str, traceback_str: str, cause: BaseException | None,
                  pid: int = 0, ip: str = "", trace_id: str = "") -> None:
+        while isinstance(cause, RayTaskError) and cause.cause is not None:
+            cause = cause.cause  # nested tasks: the user's exception, not another wrapper
         self.function_name = function_name
         self.traceback_str = traceback_str
         self.cause = cause

@@ -6,7 +6,7 @@ import types
 import ember
 
 EXPECTED = {
-    "ObjectRef", "actor", "available_resources", "cancel", "cluster_resources", "exceptions",
+    "ObjectRef", "ObjectRefGenerator", "actor", "available_resources", "cancel", "cluster_resources", "exceptions",
     "get", "get_actor", "get_gpu_ids", "get_runtime_context", "init", "is_initialized", "kill",
     "method", "nodes", "put", "remote", "shutdown", "util", "wait", "__version__",
 }

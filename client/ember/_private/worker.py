@@ -118,6 +118,11 @@ def _default_resources(num_cpus: float | None, num_gpus: float | None,
     res = kit_resources.validate(res, source="init()")
     res.update(kit_resources.validate(resources or {}, source="resources", reserved=("CPU", "GPU"),
                                       reserved_hint="num_cpus/num_gpus"))
+    for name, amount in res.items():  # a node has whole units; tasks may ask for fractions of them
+        if name != "memory" and amount != int(amount):
+            arg = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(name, f"resources[{name!r}]")
+            raise ValueError(f"{arg}={amount}: a node's resources must be whole numbers "
+                             "(tasks and actors may ask for fractions of them)")
     return res
 
 
@@ -344,7 +349,7 @@ def _get(object_refs: ObjectRef | Sequence[ObjectRef], timeout: float | None) ->
     w = global_worker()
     if isinstance(object_refs, ObjectRef):
         return w.core.get([object_refs], timeout)[0]
-    if not isinstance(object_refs, (list, tuple)):
+    if not isinstance(object_refs, list):  # as Ray: a tuple is refused too
         raise ValueError(f"'object_refs' must either be an ObjectRef or a list of ObjectRefs, got "
                          f"{type(object_refs).__name__}")
     for r in object_refs:
