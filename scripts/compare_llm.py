@@ -31,11 +31,11 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
+
+from _server_proc import server_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INTERNAL = os.path.join(HERE, "..", "client", "ember", "serve", "llm", "_internal")
@@ -235,37 +235,13 @@ def run_direct(path, args) -> dict:
         engine.shutdown()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_server(python, server, model, args, env_extra=None) -> dict:
-    port = _free_port()
     env = dict(os.environ, **(env_extra or {}))
-    p = subprocess.Popen([python, "-c", server, str(port), model, os.path.abspath(INTERNAL), args.engine_kwargs],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        deadline = time.monotonic() + 300
-        assert p.stdout is not None
-        while True:
-            line = p.stdout.readline()
-            if line.strip() == "READY":
-                break
-            if not line or time.monotonic() > deadline:
-                raise RuntimeError(f"{python} server did not start")
+    with server_process(python, server, [model, os.path.abspath(INTERNAL), args.engine_kwargs],
+                        start_timeout_s=300, env=env) as port:
         path = "/v1/completions" if server is EMBER_SERVER else "/"
         return {"many": asyncio.run(http_load(port, args, path, args.concurrency, args.requests)),
                 "one": asyncio.run(http_load(port, args, path, 1, args.single_requests))}
-    finally:
-        assert p.stdin is not None
-        p.stdin.close()
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def main() -> None:

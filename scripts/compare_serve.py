@@ -14,10 +14,10 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
+
+from _server_proc import server_process
 
 RAY_SERVER = r"""
 import sys, ray
@@ -110,34 +110,9 @@ async def load(host: str, port: int, concurrency: int, requests: int, duration: 
             "p50_ms": round(pct(0.50), 2), "p99_ms": round(pct(0.99), 2), "errors": len(errors)}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_system(python: str, server: str, args: argparse.Namespace) -> dict:
-    port = _free_port()
-    p = subprocess.Popen([python, "-c", server, str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True)
-    try:
-        deadline = time.monotonic() + 180
-        assert p.stdout is not None
-        while True:
-            line = p.stdout.readline()
-            if line.strip() == "READY":
-                break
-            if not line or time.monotonic() > deadline:
-                raise RuntimeError(f"{python} server did not start")
+    with server_process(python, server, []) as port:
         return asyncio.run(load("127.0.0.1", port, args.concurrency, args.requests, args.duration))
-    finally:
-        assert p.stdin is not None
-        p.stdin.close()
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def main() -> None:

@@ -21,10 +21,10 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
+
+from _server_proc import server_process
 
 _DEPLOYMENT = r"""
 import asyncio, sys
@@ -173,34 +173,9 @@ async def floor(args: argparse.Namespace) -> dict:
             "ttfc_p50_ms": _pct(out["ttfc"], 0.5), "ttfc_p99_ms": _pct(out["ttfc"], 0.99), "errors": 0}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_system(python: str, server: str, args: argparse.Namespace) -> dict:
-    port = _free_port()
-    p = subprocess.Popen([python, "-c", server, str(port), str(args.chunks), str(args.gap_ms)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        assert p.stdout is not None
-        while True:
-            line = p.stdout.readline()
-            if line.strip() == "READY":
-                break
-            if not line or time.monotonic() > deadline:
-                raise RuntimeError(f"{python} server did not start")
+    with server_process(python, server, [str(args.chunks), str(args.gap_ms)]) as port:
         return asyncio.run(load("127.0.0.1", port, args))
-    finally:
-        assert p.stdin is not None
-        p.stdin.close()
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def main() -> None:
