@@ -79,9 +79,15 @@ def test_as_instanceof_cause_without_cause_or_with_base_exception_returns_self()
     assert err.as_instanceof_cause() is err
     err2 = RayTaskError("f", "tb", KeyboardInterrupt())
     assert err2.as_instanceof_cause() is err2
+
+
+
+def test_a_nested_task_error_keeps_the_innermost_user_exception():
     nested = RayTaskError("g", "tb2", ValueError("x"))
-    err3 = RayTaskError("f", "tb", nested)
-    assert err3.as_instanceof_cause() is err3
+    err3 = RayTaskError("f", "tb naming g()", nested)
+    assert type(err3.cause) is ValueError
+    e = err3.as_instanceof_cause()
+    assert isinstance(e, ValueError) and isinstance(e, RayTaskError) and "g()" in str(e)
 
 
 @pytest.mark.parametrize("cause", [KeyError("k"), OSError(2, "no such file"), ZeroDivisionError("z"),
