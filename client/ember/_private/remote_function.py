@@ -7,8 +7,8 @@ from typing import Any
 from ember_common import ids, tracing
 from ember_common.proto import common_pb2
 
-from .object_ref import ObjectRef
 from . import scheduling
+from .object_ref import ObjectRef
 from .options import TASK_OPTIONS, resource_request, validate
 from .serialization import serialize
 from .task_queue import TaskEntry
