@@ -6,6 +6,9 @@ hard/soft, SPREAD, named groups and the errors that name the problem (the lifecy
 and node changes: test_placement_groups_lifecycle.py)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -52,6 +55,15 @@ class Where:
     def group(self) -> str | None:
         pg = get_current_placement_group()
         return pg.id.hex() if pg else None
+
+
+def cli(cluster: LocalCluster, *args: str) -> str:
+    """Runs the installed `ember` command against the cluster; its stdout."""
+    exe = os.path.join(os.path.dirname(sys.executable), "ember")
+    r = subprocess.run([exe, *args, "--address", cluster.gcs_address], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
 
 
 def in_bundle(pg, index: int = -1, capture: bool = False) -> PlacementGroupSchedulingStrategy:
@@ -176,7 +188,16 @@ def test_named_groups_and_errors_naming_the_problem(three_nodes):
         placement_group([{"CPU": 1}], name="named-pg")
     with pytest.raises(ValueError, match="Failed to look up placement group with name: nope"):
         get_placement_group("nope")
+    waiting = placement_group([{"CPU": 64}], name="too-big")
+    listed = cli(three_nodes, "list", "placement-groups", "--detail")
+    row = next(line for line in listed.splitlines() if line.startswith(pg.id.hex()))
+    assert row.split()[1:5] == ["named-pg", "CREATED", "PACK", "job"], listed
+    assert f"0:CPU=1@{placement_group_table(pg)['bundles_to_node_id'][0][:8]}" in row
+    assert "too-big" in listed and "PENDING" in listed and "CPU" in listed.split("too-big")[1]
+    status = cli(three_nodes, "status")
+    assert "Placement groups: 1 CREATED, 1 PENDING" in status, status
     remove_placement_group(pg)
+    remove_placement_group(waiting)
 
 
 @pytest.mark.parametrize("kwargs, match", [
