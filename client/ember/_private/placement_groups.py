@@ -5,6 +5,13 @@ and speaks plain Python: ids are bytes, groups are Ray's `placement_group_table`
 call goes through the core worker's typed GcsClient (which retries while the GCS restarts).
 The group's job is the caller's job (a task's, or the driver's): a non-detached group is
 removed by the GCS when that job ends.
+
+Pipelining: creating an unnamed group and removing a group this process created do not wait
+for the GCS's reply (the id is chosen here and both RPCs are idempotent); the RPC runs on the
+core's loop and every later call of this process about that group (wait, ready, table, remove)
+first waits for it, so the process sees its own operations in order. A failed creation is
+raised by those later calls. `ember.shutdown()` waits for the operations still in flight
+(`flush`). Named groups are created synchronously, so a taken name raises at once, as Ray.
 """
 from __future__ import annotations
 
@@ -52,6 +59,67 @@ def current() -> tuple[bytes, bool]:
     return spec.placement_group_id, spec.placement_group_capture_child_tasks
 
 
+class _InFlight:
+    """State of one core worker: the create/remove RPCs not answered yet, by group (loop
+    thread only), and the groups this process created (their removal may be pipelined)."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
+        self.ops: dict[bytes, asyncio.Future[None]] = {}
+        self.mine: set[bytes] = set()
+
+    def start(self, pg_id: bytes, call: Any) -> None:
+        """Loop thread: runs call() after the group's previous operation."""
+        prev = self.ops.get(pg_id)
+
+        async def run() -> None:
+            if prev is not None:
+                await asyncio.gather(prev, return_exceptions=True)
+            await call()
+
+        fut = asyncio.ensure_future(run())
+        self.ops[pg_id] = fut
+
+        def done(f: asyncio.Future[None]) -> None:
+            if self.ops.get(pg_id) is f and (f.cancelled() or f.exception() is None):
+                del self.ops[pg_id]  # a failure stays: later calls raise it
+
+        fut.add_done_callback(done)
+
+    async def settled(self, pg_id: bytes | None) -> None:
+        """Waits for the group's (None: every group's) operations; raises a failed creation."""
+        futs = list(self.ops.values()) if pg_id is None else [self.ops.get(pg_id)]
+        for f in futs:
+            if f is not None:
+                try:
+                    await asyncio.shield(f)
+                except (rpc.AlreadyExists, rpc.InvalidArgument) as e:
+                    if pg_id is not None:
+                        raise ValueError(f"placement group {pg_id.hex()} could not be created: {e}") from None
+
+
+_inflight: _InFlight | None = None
+
+
+def _state(core: Any) -> _InFlight:
+    global _inflight
+    if _inflight is None or _inflight.core is not core:
+        _inflight = _InFlight(core)
+    return _inflight
+
+
+def flush(core: Any, timeout_s: float = 10.0) -> None:
+    """Waits (up to timeout_s) for the create/remove RPCs still in flight (ember.shutdown)."""
+    st = _inflight
+    if st is None or st.core is not core or not st.ops:
+        return
+
+    async def wait_all() -> None:
+        await asyncio.wait(list(st.ops.values()), timeout=timeout_s)
+
+    core.run(wait_all, timeout=timeout_s + 1)
+
+
 def create(bundles: list[dict[str, float]], strategy: str, name: str, detached: bool) -> bytes:
     """Creates a group (PENDING; the GCS places it) in the caller's job and namespace; its id.
     ValueError for a name already taken in the namespace or bundles the GCS refuses."""
@@ -61,17 +129,28 @@ def create(bundles: list[dict[str, float]], strategy: str, name: str, detached: 
     job_id = spec.job_id if spec is not None else core.job_id
     group = gcs_pg_client.spec(bundles, strategy, name=name, namespace=w.current_namespace(),
                                job_id=job_id, detached=detached)
-    try:
-        core.gcs_call(lambda: core.gcs.create_placement_group(group, timeout_s=30))
-    except (rpc.AlreadyExists, rpc.InvalidArgument) as e:
-        raise ValueError(str(e)) from None
-    return group.placement_group_id
+    pg_id = group.placement_group_id
+    st = _state(core)
+    if name:
+        try:
+            core.gcs_call(lambda: core.gcs.create_placement_group(group, timeout_s=30))
+        except (rpc.AlreadyExists, rpc.InvalidArgument) as e:
+            raise ValueError(str(e)) from None
+    else:
+        core.post(st.start, pg_id, lambda: core.gcs.create_placement_group(group, timeout_s=30))
+    st.mine.add(pg_id)  # (a set's add/contains are atomic; no loop hop needed)
+    return pg_id
 
 
 def remove(pg_id: bytes) -> None:
     """Removes a group: its bundles are released, the workers leased from them killed.
     ValueError when the GCS does not know it."""
     core = _worker().core
+    st = _state(core)
+
+    if pg_id in st.mine:  # created by this process: pipelined after its creation
+        core.post(st.start, pg_id, lambda: core.gcs.remove_placement_group(pg_id, timeout_s=30))
+        return
     try:
         core.gcs_call(lambda: core.gcs.remove_placement_group(pg_id, timeout_s=30))
     except rpc.NotFound:
@@ -81,6 +160,7 @@ def remove(pg_id: bytes) -> None:
 def table(pg_id: bytes | None = None) -> dict[str, Any]:
     """One group's table entry (Ray's dict), or every group's keyed by hex id."""
     core = _worker().core
+    core.run(lambda: _state(core).settled(pg_id))
     if pg_id is not None:
         try:
             g = core.gcs_call(lambda: core.gcs.get_placement_group(pg_id, timeout_s=30))
@@ -107,8 +187,14 @@ def get_named(name: str, namespace: str | None) -> dict[str, Any]:
 def wait(pg_id: bytes, timeout_s: float) -> bool:
     """True once the group is CREATED within timeout_s; False on timeout or removal."""
     core = _worker().core
+    st = _state(core)
+
+    async def settled_then_wait() -> tuple[bool, Any]:
+        await st.settled(pg_id)
+        return await core.gcs.wait_placement_group_until_ready(pg_id, timeout_s)  # type: ignore[no-any-return]
+
     try:
-        ready, _ = core.gcs_call(lambda: core.gcs.wait_placement_group_until_ready(pg_id, timeout_s))
+        ready, _ = core.run(settled_then_wait)
     except rpc.NotFound:
         raise ValueError(f"placement group {pg_id.hex()} does not exist") from None
     return bool(ready)
@@ -122,8 +208,14 @@ def ready_ref(pg_id: bytes, value: Any) -> ObjectRef:
     core.register_owned(oid)
     ref = ObjectRef(oid, core.address, core)
     payload = serialize(value).to_proto()
+    st = _state(core)
 
     async def watch() -> None:
+        try:
+            await st.settled(pg_id)
+        except ValueError as e:
+            core.set_error(oid, exc.RaySystemError(str(e)))
+            return
         while True:
             try:
                 ready, g = await core.gcs.wait_placement_group_until_ready(pg_id, _WAIT_STEP_S)

@@ -268,6 +268,12 @@ def shutdown() -> None:
         try:
             if w.log_printer is not None:
                 w.log_printer.stop()
+            try:  # pipelined placement group creations/removals reach the GCS first
+                from . import placement_groups
+
+                placement_groups.flush(w.core)
+            except Exception as e:
+                log.debug("placement group operations did not finish: %s", e)
             try:
                 w.core.run(lambda: w.core.gcs.mark_job_finished(
                     w.core.job_id, timeout_s=5, retry=backoff.NO_RETRY), timeout=6)
