@@ -105,6 +105,11 @@ def _state(core: Any) -> _InFlight:
     global _inflight
     if _inflight is None or _inflight.core is not core:
         _inflight = _InFlight(core)
+        from .worker import global_worker_or_none
+
+        w = global_worker_or_none()
+        if w is not None and w.core is core:
+            w.before_shutdown.append(lambda: flush(core))
     return _inflight
 
 
