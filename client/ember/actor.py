@@ -15,6 +15,8 @@ import inspect
 import os
 from typing import Any, Callable
 
+from ember._private import placement_groups as pg_door
+from ember._private import scheduling
 from ember._private.executor import ActorExit
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
 from ember._private.remote_function import (
@@ -100,6 +102,38 @@ class ActorClass:
         return _create(_w.global_worker(), self, args, kwargs)
 
 
+def _place(core: Any, ac: ActorClass, spec: common_pb2.TaskSpec, opts: dict[str, Any]) -> None:
+    """Writes the actor's placement into its creation spec: a placement group bundle (the GCS
+    leases inside it, also on restarts), or the node the GCS asks first (node affinity, SPREAD
+    in turn over the alive nodes). Hard affinity to a dead or unknown node is a ValueError."""
+    parent_pg, parent_capture = b"", False
+    if core.executor is not None and scheduling.needs_context(opts):
+        parent_pg, parent_capture = pg_door.current()
+    what = f"actor {ac.__name__}"
+    p = scheduling.resolve(opts, what, parent_pg, parent_capture, request=dict(spec.resources))
+    if p.pg_id:
+        spec.placement_group_id = p.pg_id
+        spec.placement_group_bundle_index = p.bundle_index
+        spec.placement_group_capture_child_tasks = p.capture
+    elif p.node_id or p.spread:
+        nodes = core.run(lambda: core.nodes(max_age_s=1.0))
+        alive = sorted(n.node_id for n in nodes.values() if n.state == common_pb2.NodeInfo.ALIVE)
+        if p.spread:
+            if alive:
+                global _spread_next
+                _spread_next = (_spread_next + 1) % len(alive)
+                spec.actor_creation.owner_node_id = alive[_spread_next]
+        elif p.node_id in alive:
+            spec.actor_creation.owner_node_id = p.node_id
+        elif not p.soft:
+            state = "unknown to the cluster" if p.node_id not in nodes else "dead"
+            raise ValueError(f"{what} cannot be scheduled: NodeAffinitySchedulingStrategy("
+                             f"soft=False) names node {p.node_id}, which is {state}")
+
+
+_spread_next = 0
+
+
 def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
     core = w.core
     opts = ac._options
@@ -132,6 +166,7 @@ def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
             max_concurrency=max_concurrency, name=name, namespace=namespace,
             detached=opts.get("lifetime") == "detached", is_async=is_async, class_name=ac.__name__,
             methods=ac._methods, owner_node_id=core.node_id))
+    _place(core, ac, spec, opts)
     if tracing.enabled():
         tracing.inject(spec.trace_context)
     md = tracing.metadata()

@@ -76,10 +76,12 @@ class RayletClient:
         owner died). on_hop(address) is called whenever the request moves to another raylet
         (so the caller can cancel it there). Raises Infeasible when no node can run it,
         InvalidArgument for a malformed request, and Unavailable once the start raylet stayed
-        unreachable through the retry policy (or keep_trying() said stop)."""
+        unreachable through the retry policy (or keep_trying() said stop). A request sent with
+        spillback_count > 0 is pinned: the start raylet grants or queues it, never redirects
+        (hard node affinity)."""
         home = address or self.home
         addr = home
-        request.spillback_count = 0
+        start = request.spillback_count
         policy = retry or self.lease_retry
         attempts = backoff.Attempts(policy)
         while True:
@@ -92,7 +94,7 @@ class RayletClient:
                 delay = attempts.failed()
                 if addr != home:  # that node is gone: ask home again (after a pause, as its
                     addr = home  # view of the cluster may still name the dead node)
-                    request.spillback_count = 0
+                    request.spillback_count = start
                     if on_hop is not None:
                         on_hop(addr)
                     await asyncio.sleep(policy.max_s if delay is None else delay)

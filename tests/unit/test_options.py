@@ -136,12 +136,20 @@ def test_resource_request_ignores_zero_gpus_and_memory():
     assert resource_request({"resources": None}, 1) == {"CPU": 1.0}
 
 
-@pytest.mark.parametrize("opts", [
-    {"placement_group": object()}, {"runtime_env": {"pip": ["x"]}},
-    {"scheduling_strategy": "NODE_AFFINITY"},
-])
+@pytest.mark.parametrize("opts", [{"runtime_env": {"pip": ["x"]}}])
 def test_known_but_unsupported_options_fail_clearly(opts):
-    with pytest.raises(ValueError, match="not supported|only 'DEFAULT'"):
+    with pytest.raises(ValueError, match="not supported"):
+        validate(opts, TASK_OPTIONS, "remote function f")
+
+
+@pytest.mark.parametrize("opts, error, match", [
+    ({"scheduling_strategy": "NODE_AFFINITY"}, ValueError, "must be 'DEFAULT', 'SPREAD'"),
+    ({"placement_group": object()}, TypeError, "must be a PlacementGroup"),
+    ({"placement_group_bundle_index": 1}, ValueError, "without a placement group"),
+    ({"placement_group_bundle_index": "0"}, TypeError, "must be an int"),
+])
+def test_bad_scheduling_options_fail_naming_the_problem(opts, error, match):
+    with pytest.raises(error, match=match):
         validate(opts, TASK_OPTIONS, "remote function f")
 
 

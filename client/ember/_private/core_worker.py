@@ -357,6 +357,11 @@ class CoreWorker:
         self._nodes = {n.node_id: n for n in nodes}
         self._nodes_at = time.monotonic()
 
+    async def nodes(self, max_age_s: float = 0.0) -> dict[str, common_pb2.NodeInfo]:
+        """The GCS node table by node id, refreshed when older than max_age_s."""
+        await self._refresh_nodes(max_age_s)
+        return self._nodes
+
     async def node_info(self, node_id: str) -> common_pb2.NodeInfo:
         info = self._nodes.get(node_id)
         if info is None:

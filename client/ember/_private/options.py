@@ -6,6 +6,8 @@ from typing import Any
 
 from ember_common import resources as kit_resources
 
+from . import scheduling
+
 TASK_OPTIONS = {
     "num_cpus", "num_gpus", "memory", "resources", "max_retries", "retry_exceptions",
     "num_returns", "name", "scheduling_strategy", "runtime_env", "accelerator_type",
@@ -23,7 +25,7 @@ ACTOR_OPTIONS = {
 
 
 # Ray options Ember knows but does not implement yet: setting them must not pass silently.
-UNSUPPORTED = {"placement_group": "placement groups", "runtime_env": "runtime environments",
+UNSUPPORTED = {"runtime_env": "runtime environments",
                "label_selector": "label selectors", "concurrency_groups": "concurrency groups"}
 
 
@@ -36,10 +38,9 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> None:
         v = options.get(k)
         if v not in (None, "default", {}, []):
             raise ValueError(f"{k}={v!r} for {what}: {feature} are not supported by Ember yet")
-    strategy = options.get("scheduling_strategy")
-    if strategy not in (None, "DEFAULT", "SPREAD"):
-        raise ValueError(f"scheduling_strategy={strategy!r} for {what}: only 'DEFAULT' and 'SPREAD' "
-                         "are supported (SPREAD is scheduled like DEFAULT)")
+    # Strategy, placement group and bundle index: checked here (without the caller's context;
+    # the submission resolves the parent's group again).
+    scheduling.resolve(options, what)
     # The kit's one resource check: a wrong type is a TypeError (and a ValueError), a negative,
     # NaN or infinite amount a ValueError, each naming the option.
     for k, resource in (("num_cpus", "CPU"), ("num_gpus", "GPU"), ("memory", "memory")):

@@ -13,8 +13,8 @@ parameter, so the same code drives both runtimes:
 
 This file imports nothing from Ember at module level, so another venv's interpreter can run
 it as a plain script. The actor workloads live in perf_actors.py, next to this file, which is
-loaded by path for the same reason. Workloads that need placement groups are not here yet; add
-them to PLACEMENT_GROUP_BENCHMARKS (see SUITES) when those exist.
+loaded by path for the same reason. "placement group create/removal" runs on a cluster of its
+own with Ray's `resources={"custom": 100}` (see SUITES).
 """
 from __future__ import annotations
 
@@ -218,8 +218,24 @@ def _load_sibling(name: str) -> Any:
 # "multi client tasks async" and the "1:1/1:n/n:n (async-)actor calls" workloads.
 ACTOR_BENCHMARKS: list[Benchmark] = [Benchmark(*b) for b in _load_sibling("perf_actors").BENCHMARKS]
 
-# Needs placement groups: "placement group create/removal" (100 per call, multiplier 100).
-PLACEMENT_GROUP_BENCHMARKS: list[Benchmark] = []
+def _pg_create_removal(mod: Any) -> Fn:
+    """Ray's: create 100 groups of one tiny bundle ({"custom": 0.001}), wait for each to be
+    ready, then remove them all; one call counts 100."""
+    pgmod = importlib.import_module(f"{mod.__name__}.util.placement_group")
+
+    def create_removal() -> None:
+        pgs = [pgmod.placement_group(bundles=[{"custom": 0.001}]) for _ in range(100)]
+        for pg in pgs:
+            if not pg.wait(timeout_seconds=30):
+                raise RuntimeError(f"placement group {pg.id.hex()} not ready after 30 s")
+        for pg in pgs:
+            pgmod.remove_placement_group(pg)
+
+    return create_removal
+
+
+PLACEMENT_GROUP_BENCHMARKS: list[Benchmark] = [
+    Benchmark("placement group create/removal", _pg_create_removal, 100)]
 
 SUITES: list[Suite] = [
     Suite(TASK_AND_OBJECT_BENCHMARKS + ACTOR_BENCHMARKS),

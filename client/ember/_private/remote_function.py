@@ -7,6 +7,7 @@ from typing import Any
 from ember_common import ids, tracing
 from ember_common.proto import common_pb2
 
+from . import scheduling
 from .object_ref import ObjectRef
 from .options import TASK_OPTIONS, resource_request, validate
 from .serialization import serialize
@@ -19,7 +20,8 @@ class RemoteFunction:
         self._function = function
         self._options = options
         self._name = options.get("name") or function.__name__
-        self._template: tuple[Any, ...] | None = None  # (core, spec template, num_returns, key)
+        # (core, spec template, num_returns, key, placement depends on the calling task)
+        self._template: tuple[Any, ...] | None = None
         functools.update_wrapper(self, function)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -53,6 +55,8 @@ class RemoteFunction:
         t = self._template
         if t is None or t[0] is not w.core:
             t = self._template = (w.core, *spec_template(w, self._function, self._name, self._options))
+        if t[4] and w.core.executor is not None:  # in a task: its group may capture this one
+            return submit_in_context(w.core, t, self._options, args, kwargs)
         return submit_from_template(w.core, t[1], t[2], t[3], args, kwargs)
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
@@ -134,9 +138,10 @@ def streaming_default(fn: Any, num_returns: Any) -> Any:
     return num_returns
 
 
-def spec_template(w: Any, function: Any, name: str, options: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """What every call of a remote function shares: (TaskSpec template, num_returns, queue key).
-    Built once per function and process, so a call only fills in ids and arguments."""
+def spec_template(w: Any, function: Any, name: str, options: dict[str, Any]) -> tuple[Any, Any, Any, bool]:
+    """What every call of a remote function shares: (TaskSpec template, num_returns, queue key,
+    whether the placement depends on the calling task). Built once per function and process,
+    so a call only fills in ids and arguments."""
     core = w.core
     num_returns = streaming_default(function, options.get("num_returns"))
     fid = w.functions.export(function, f"remote function {name}")
@@ -150,7 +155,40 @@ def spec_template(w: Any, function: Any, name: str, options: dict[str, Any]) -> 
         resources=resource_request(options, 1.0), max_retries=max_retries,
         retry_exceptions=bool(options.get("retry_exceptions", False)),
         streaming=num_returns == "streaming", caller=core.address_proto)
-    return spec, num_returns, tuple(sorted(spec.resources.items()))
+    placement = scheduling.resolve(options, f"remote function {name}", request=dict(spec.resources))
+    return (spec, num_returns, with_placement(spec, placement),
+            scheduling.needs_context(options))
+
+
+def with_placement(spec: Any, placement: scheduling.Placement) -> Any:
+    """Writes the placement into the spec; the queue key (resource shape, plus the placement
+    unless it is the default: tasks bound for different groups or nodes never share a lease)."""
+    key = tuple(sorted(spec.resources.items()))
+    if placement == scheduling.DEFAULT:
+        spec.ClearField("placement_group_id")
+        spec.placement_group_bundle_index = 0
+        spec.placement_group_capture_child_tasks = False
+        return key
+    spec.placement_group_id = placement.pg_id
+    spec.placement_group_bundle_index = placement.bundle_index
+    spec.placement_group_capture_child_tasks = placement.capture
+    return (*key, placement)
+
+
+def submit_in_context(core: Any, t: tuple[Any, ...], options: dict[str, Any], args: tuple,
+                      kwargs: dict) -> Any:
+    """A call from inside a task or actor whose placement group captures child tasks: the
+    task goes into that group (Ray's placement_group_capture_child_tasks)."""
+    from .placement_groups import current
+
+    pg_id, capture = current()
+    if not (pg_id and capture):
+        return submit_from_template(core, t[1], t[2], t[3], args, kwargs)
+    template = common_pb2.TaskSpec()
+    template.CopyFrom(t[1])
+    placement = scheduling.resolve(options, f"remote function {template.name}", pg_id, capture)
+    key = with_placement(template, placement)
+    return submit_from_template(core, template, t[2], key, args, kwargs)
 
 
 def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, args: tuple,

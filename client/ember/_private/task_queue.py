@@ -31,7 +31,9 @@ from ember_common.proto import common_pb2, core_worker_pb2
 
 log = logging.getLogger(__name__)
 
-SchedulingKey = tuple[tuple[str, float], ...]
+# The resource shape as sorted (name, amount) pairs, followed by a scheduling.Placement when the
+# task is bound to a placement group, a node or spread (the driver routes its lease requests).
+SchedulingKey = tuple[Any, ...]
 
 
 class Lease:

@@ -19,6 +19,7 @@ from ember import exceptions as exc
 from ember_common import rpc, tracing
 from ember_common.proto import common_pb2, core_worker_pb2, raylet_pb2
 
+from .scheduling import Placement
 from .task_queue import (
     CancelLeaseRequest,
     Complete,
@@ -53,6 +54,7 @@ class TaskSubmitter:
             lease_linger_s=cfg.lease_linger_s, clock=core.loop.time)
         self.tasks: dict[bytes, TaskEntry] = {}  # task_id -> entry, until done
         self._timer: asyncio.TimerHandle | None = None
+        self._spread_next = 0  # round-robin position of SPREAD lease requests
 
     # -------------------------------------------------------------- submission
     def submit(self, entry: TaskEntry) -> None:
@@ -133,12 +135,26 @@ class TaskSubmitter:
         spec = self.queue.request_started(key, lease_id)
         if spec is None:
             return
+        request = raylet_pb2.RequestWorkerLeaseRequest(
+            lease_id=lease_id, resources=dict(spec.resources), job_id=self.core.job_id,
+            name=spec.name, owner_worker_id=self.core.worker_id)
+        placement = key[-1] if key and isinstance(key[-1], Placement) else None
+        if placement is not None:
+            if placement.pg_id:
+                request.placement_group_id = placement.pg_id
+                request.placement_group_bundle_index = placement.bundle_index
+            else:
+                try:
+                    routed = await self._route(placement, request, spec.name)
+                except exc.TaskUnschedulableError as e:
+                    self._run(self.queue.lease_failed(key, lease_id, e))
+                    return
+                if routed is not None and routed != addr:
+                    addr = routed
+                    self.queue.request_moved(key, lease_id, addr)
         try:
             granted = await self.core.raylet.request_worker_lease(
-                raylet_pb2.RequestWorkerLeaseRequest(
-                    lease_id=lease_id, resources=dict(spec.resources), job_id=self.core.job_id,
-                    name=spec.name, owner_worker_id=self.core.worker_id),
-                address=addr, keep_trying=lambda: not self.queue.closing,
+                request, address=addr, keep_trying=lambda: not self.queue.closing,
                 on_hop=lambda a: self.queue.request_moved(key, lease_id, a),
                 metadata=tracing.metadata_from(spec.trace_context))
         except rpc.Infeasible as e:
@@ -157,6 +173,32 @@ class TaskSubmitter:
         g = granted.grant
         self._run(self.queue.lease_granted(key, lease_id, granted.raylet_address,
                                            _addr(g.worker_address), list(g.gpu_ids)))
+
+    async def _route(self, placement: Placement, request: raylet_pb2.RequestWorkerLeaseRequest,
+                     name: str) -> str | None:
+        """The raylet to ask first for a node-affine or spread task (None: the home raylet).
+        Hard affinity pins the request there (spillback_count 1: grant or queue, never spill)
+        and fails when the node is dead or unknown; soft affinity starts there when it is
+        alive; SPREAD starts at the alive nodes in turn."""
+        nodes = await self.core.nodes(max_age_s=1.0)
+        alive = sorted((n for n in nodes.values() if n.state == common_pb2.NodeInfo.ALIVE),
+                       key=lambda n: n.node_id)
+        if placement.spread:
+            if not alive:
+                return None
+            self._spread_next = (self._spread_next + 1) % len(alive)
+            return alive[self._spread_next].raylet_address
+        node = nodes.get(placement.node_id)
+        if node is not None and node.state == common_pb2.NodeInfo.ALIVE:
+            if not placement.soft:
+                request.spillback_count = 1
+            return node.raylet_address
+        if placement.soft:
+            return None
+        state = "unknown to the cluster" if node is None else "dead"
+        raise exc.TaskUnschedulableError(
+            f"{name}() cannot be scheduled: NodeAffinitySchedulingStrategy(soft=False) names node "
+            f"{placement.node_id}, which is {state}")
 
     async def _send_return(self, lease: Lease, disconnect: bool) -> None:
         try:

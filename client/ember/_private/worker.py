@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ember_common import backoff, rpc, tracing
 from ember_common import resources as kit_resources
@@ -35,6 +35,9 @@ class Worker:
         self.cluster = cluster
         self.functions = FunctionManager(core)
         self.namespace = namespace
+        # Called (in order) by shutdown() before the job is marked finished: modules with work
+        # still in flight on the core's loop register here (placement_groups.flush).
+        self.before_shutdown: list[Callable[[], None]] = []
         self.log_printer: Any = None
 
     def current_namespace(self) -> str:
@@ -303,6 +306,11 @@ def shutdown() -> None:
         try:
             if w.log_printer is not None:
                 w.log_printer.stop()
+            for hook in list(w.before_shutdown):  # e.g. pipelined placement group RPCs
+                try:
+                    hook()
+                except Exception as e:
+                    log.debug("shutdown hook %r failed: %s", hook, e)
             try:
                 w.core.run(lambda: w.core.gcs.mark_job_finished(
                     w.core.job_id, timeout_s=5, retry=backoff.NO_RETRY), timeout=6)

@@ -2,7 +2,9 @@
 policy (`placement_policy`). It persists every record (table `placement_groups`), runs the
 two-phase commit over the raylets through the kit's RayletClient, and wakes waiters.
 
-One loop takes waiting groups through prepare/commit one at a time, oldest first; it runs when
+One loop takes the waiting groups through prepare/commit, deciding them one at a time (oldest
+first, each decision taking its bundles from the loop's view of the nodes) and overlapping
+their RPCs; it runs when
 a group is created or removed, a node joins or dies, and every second while some group waits
 (resources free up as tasks end). After a restart every record is reloaded: a PREPARED group is
 committed again (idempotent on the raylets; a raylet that lost the reservation fails the
@@ -132,8 +134,10 @@ class PlacementGroups:
             self._wake.clear()
             try:
                 await self._recommit()
-                for g in self.manager.waiting():
-                    await self._attempt(g.placement_group_id)
+                # Every waiting group at once: each is decided (and its resources taken from
+                # the view) before the next one is, then their RPCs overlap.
+                await asyncio.gather(*(self._attempt(g.placement_group_id)
+                                       for g in self.manager.waiting()))
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # storage down: next round
@@ -156,6 +160,17 @@ class PlacementGroups:
             for k, v in b.resources.items():
                 node.available_resources[k] = node.available_resources.get(k, 0.0) + sign * v
 
+    def _adjust_plan(self, g: common_pb2.PlacementGroupInfo, plan: dict[str, list[int]],
+                     sign: int) -> None:
+        """_adjust_view for bundles chosen but not placed yet (plan: node -> indexes)."""
+        for node_id, indexes in plan.items():
+            node = self.nodes.get(node_id)
+            if node is None:
+                continue
+            for i in indexes:
+                for k, v in g.bundles[i].resources.items():
+                    node.available_resources[k] = node.available_resources.get(k, 0.0) + sign * v
+
     async def _recommit(self) -> None:
         for g in [g for g in self.manager.groups.values() if g.state == PG.PREPARED]:
             plan: dict[str, list[int]] = {}
@@ -176,16 +191,19 @@ class PlacementGroups:
                 log.info("placement group %s waits: %s", pg_id.hex()[:8], d.reason)
                 await self._save(g)
             return
+        # Taken from the view now, before any await: groups attempted concurrently see it.
+        self._adjust_plan(g, d.plan, -1)
         results = await asyncio.gather(*(self._prepare(pg_id, node, ix) for node, ix in d.plan.items()))
         failed = [why for why in results if why]
         if g.state == PG.REMOVED:  # removed meanwhile: undo what this attempt reserved
+            self._adjust_plan(g, d.plan, +1)
             await self._cancel([Cancel(pg_id, n, ix) for n, ix in d.plan.items()])
             return
         if failed:
+            self._adjust_plan(g, d.plan, +1)
             await self._rollback(pg_id, d.plan, "; ".join(failed))
             return
         self.manager.prepared(pg_id, d.plan)
-        self._adjust_view(g, [i for ix in d.plan.values() for i in ix], -1)
         await self._save(g)
         await self._commit(pg_id, d.plan)
 

@@ -6,7 +6,7 @@
     ember start --address HOST:PORT [--num-cpus N ...]     # add a node     (start_stop.py)
     ember stop [--force]                                   # stop every node started here
     ember status [--address HOST:PORT]                     # nodes, resources, actors (status.py)
-    ember list actors|nodes|jobs|objects [--detail]        # one line per entry (listing.py)
+    ember list actors|nodes|jobs|objects|placement-groups [--detail]  # one line per entry
     ember memory                                           # objects in the stores (listing.py)
     ember job submit|status|logs|stop ...                  # job submission (job.py)
     ember trace show TRACE_ID [--dir SPAN_DIR]             # one trace as a tree (trace.py)

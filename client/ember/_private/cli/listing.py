@@ -1,4 +1,5 @@
-"""`ember list actors|nodes|jobs|objects` and `ember memory` (= `ember list objects`)."""
+"""`ember list actors|nodes|jobs|objects|placement-groups` and `ember memory` (= `ember list
+objects`)."""
 from __future__ import annotations
 
 import argparse
@@ -10,8 +11,8 @@ from .common import cluster_address, gcs, table
 
 def add_parser(sub: Any) -> None:
     """`list` and `memory`."""
-    ls = sub.add_parser("list", help="list actors, nodes, jobs or objects")
-    ls.add_argument("what", choices=["actors", "nodes", "jobs", "objects"])
+    ls = sub.add_parser("list", help="list actors, nodes, jobs, objects or placement groups")
+    ls.add_argument("what", choices=["actors", "nodes", "jobs", "objects", "placement-groups"])
     ls.add_argument("--address", default=None)
     ls.add_argument("--detail", action="store_true", help="also print death causes")
     ls.set_defaults(func=cmd_list)
@@ -36,6 +37,8 @@ def cmd_list(ns: argparse.Namespace) -> int:
             lines = object_lines(client.get_all_node_info())
         elif ns.what == "nodes":
             lines = node_lines(client.get_all_node_info())
+        elif ns.what == "placement-groups":
+            lines = placement_group_lines(placement_groups(address), ns.detail)
         else:
             lines = job_lines(client.get_all_job_info())
     except rpc.ServiceError as e:
@@ -86,6 +89,52 @@ def node_lines(nodes: list[Any]) -> list[str]:
         out.append(f"{n.node_id} {state:6} {n.raylet_address:22} head={n.is_head} "
                    f"{dict(n.total_resources)}")
     return out
+
+
+def placement_groups(address: str) -> list[Any]:
+    """Every placement group the GCS knows (removed ones included); rpc errors as ServiceError."""
+    import grpc
+
+    from ember_common import rpc
+    from ember_common.proto import gcs_pb2, gcs_pb2_grpc
+
+    ch = rpc.sync_channel(address)
+    try:
+        stub = gcs_pb2_grpc.PlacementGroupInfoGcsServiceStub(ch)
+        reply = stub.GetAllPlacementGroup(gcs_pb2.GetAllPlacementGroupRequest(), timeout=5)
+    except grpc.RpcError as e:
+        raise rpc.status_to_exception(e) from None
+    finally:
+        ch.close()
+    return list(reply.placement_groups)
+
+
+def placement_group_lines(groups: list[Any], detail: bool) -> list[str]:
+    """The placement group table (as `ray list placement-groups`): id, name, state, strategy,
+    bundles with their nodes; with detail, why a group waits or was removed."""
+    from ember_common.proto import common_pb2
+
+    PG = common_pb2.PlacementGroupInfo
+    header = ["PLACEMENT_GROUP_ID", "NAME", "STATE", "STRATEGY", "LIFETIME", "BUNDLES"]
+    rows, why = [], {}
+    for g in groups:
+        bundles = " ".join(
+            f"{b.index}:{_fmt(dict(b.resources))}@{b.node_id[:8] if b.node_id else '-'}" for b in g.bundles)
+        rows.append([g.placement_group_id.hex(), g.name or "-", PG.State.Name(g.state),
+                     PG.Strategy.Name(g.strategy), "detached" if g.detached else "job", bundles])
+        if detail and g.state_message:
+            why[len(rows) - 1] = g.state_message
+    lines = table(header, rows)
+    out = lines[:1]
+    for i, line in enumerate(lines[1:]):
+        out.append(line)
+        if i in why:
+            out.append(f"    {why[i]}")
+    return out
+
+
+def _fmt(resources: dict[str, float]) -> str:
+    return ",".join(f"{k}={v:g}" for k, v in sorted(resources.items()))
 
 
 def job_lines(jobs: list[Any]) -> list[str]:

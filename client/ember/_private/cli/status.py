@@ -1,4 +1,5 @@
-"""`ember status`: nodes (with their object stores), actors by state, resources, metrics."""
+"""`ember status`: nodes (with their object stores), actors and placement groups by state,
+resources, metrics."""
 from __future__ import annotations
 
 import argparse
@@ -54,6 +55,10 @@ def cmd_status(ns: argparse.Namespace) -> int:
             name = common_pb2.ActorInfo.State.Name(a.state)
             states[name] = states.get(name, 0) + 1
         print("Actors: " + (", ".join(f"{v} {k}" for k, v in sorted(states.items())) or "none"))
+    groups = placement_group_states(address)
+    if groups is not None:
+        print("Placement groups: " + (", ".join(f"{v} {k}" for k, v in sorted(groups.items()))
+                                      or "none"))
     print("Resources (used/total):")
     print(f"  {usage(total, avail)}")
     endpoints = metrics_endpoints(address, {n.node_id for n in alive})
@@ -62,6 +67,25 @@ def cmd_status(ns: argparse.Namespace) -> int:
         for key, url in endpoints:
             print(f"  {key:28} {url}")
     return 0
+
+
+def placement_group_states(address: str) -> dict[str, int] | None:
+    """Placement groups by state (REMOVED ones left out); None when the GCS does not answer."""
+    from ember_common import rpc
+    from ember_common.proto import common_pb2
+
+    from .listing import placement_groups
+
+    try:
+        groups = placement_groups(address)
+    except rpc.ServiceError:
+        return None
+    states: dict[str, int] = {}
+    for g in groups:
+        if g.state != common_pb2.PlacementGroupInfo.REMOVED:
+            name = common_pb2.PlacementGroupInfo.State.Name(g.state)
+            states[name] = states.get(name, 0) + 1
+    return states
 
 
 def metrics_endpoints(address: str, alive: set[str]) -> list[tuple[str, str]]:
