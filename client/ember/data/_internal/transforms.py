@@ -61,8 +61,8 @@ def udf_name(fn: Any) -> str:
     return name
 
 
-class MapRows(Step):
-    """`Dataset.map`: one row in, one row out."""
+class _RowStep(Step):
+    """A step that runs a row-wise user function (set up once per worker)."""
 
     def __init__(self, udf: _UDF, name: str) -> None:
         self.udf = udf
@@ -70,6 +70,10 @@ class MapRows(Step):
 
     def setup(self) -> None:
         self.udf.setup()
+
+
+class MapRows(_RowStep):
+    """`Dataset.map`: one row in, one row out."""
 
     def apply(self, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
         for blk in blocks:
@@ -83,15 +87,8 @@ class MapRows(Step):
             yield B.rows_to_block(out)
 
 
-class FlatMap(Step):
+class FlatMap(_RowStep):
     """`Dataset.flat_map`: one row in, a list of rows out."""
-
-    def __init__(self, udf: _UDF, name: str) -> None:
-        self.udf = udf
-        self.name = name
-
-    def setup(self) -> None:
-        self.udf.setup()
 
     def apply(self, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
         for blk in blocks:
@@ -101,15 +98,8 @@ class FlatMap(Step):
             yield B.rows_to_block(out)
 
 
-class Filter(Step):
+class Filter(_RowStep):
     """`Dataset.filter(fn)`: keeps the rows for which fn(row) is true."""
-
-    def __init__(self, udf: _UDF, name: str) -> None:
-        self.udf = udf
-        self.name = name
-
-    def setup(self) -> None:
-        self.udf.setup()
 
     def apply(self, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
         for blk in blocks:
