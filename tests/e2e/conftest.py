@@ -100,7 +100,7 @@ def docker_setup() -> list[str]:
 
 @pytest.fixture(scope="session")
 def docker_cleanup() -> list[str]:
-    return ["down -v --remove-orphans -t 10"]
+    return ["--profile tracing down -v --remove-orphans -t 10"]  # the profile: otlp goes too
 
 
 @dataclass
