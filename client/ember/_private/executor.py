@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember import exceptions as exc
-from ember_common import backoff, ids, rpc, tracing
+from ember_common import backoff, rpc, tracing
 from ember_common.proto import common_pb2, core_worker_pb2
 
 from . import result_pipeline as rp
@@ -423,13 +423,10 @@ class TaskExecutor:
 
     def _error_reply(self, spec: common_pb2.TaskSpec, error: BaseException,
                      application: bool = False, index: int = 0) -> core_worker_pb2.PushTaskReply:
-        sv = serialize_error(error)
-        proto = sv.to_proto()
         reply = core_worker_pb2.PushTaskReply(is_application_error=application,
                                               error_message=str(error) if application else "")
         if spec.streaming:  # the error is the stream's last item
-            item = common_pb2.ReturnObject(object_id=ids.object_id_for_return(spec.task_id, index + 1),
-                                           value=proto, size=sv.size)
+            item = rp.error_item(spec, index, error)
             try:
                 self._report(spec.caller, core_worker_pb2.ReportGeneratorItemRequest(
                     task_id=spec.task_id, index=index, item=item))
@@ -437,6 +434,8 @@ class TaskExecutor:
                 reply.returns.append(item)  # undelivered: it travels in the reply instead
             reply.num_streamed = index + 1
             return reply
+        sv = serialize_error(error)
+        proto = sv.to_proto()
         for oid in spec.return_ids:
             reply.returns.append(common_pb2.ReturnObject(object_id=oid, value=proto, size=sv.size))
         return reply

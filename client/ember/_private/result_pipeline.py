@@ -74,6 +74,13 @@ class CallerGone(Exception):
     """The caller of a streaming generator cannot be reached (the message says why)."""
 
 
+def error_item(spec: common_pb2.TaskSpec, index: int, error: BaseException) -> common_pb2.ReturnObject:
+    """Stream item `index` holding `error` (getting its ref raises it)."""
+    sv = serialize_error(error)
+    return common_pb2.ReturnObject(object_id=ids.object_id_for_return(spec.task_id, index + 1),
+                                   value=sv.to_proto(), size=sv.size)
+
+
 def undelivered_reply(spec: common_pb2.TaskSpec, index: int, why: str) -> core_worker_pb2.PushTaskReply:
     """The reply of a stream whose item `index` could not be reported: the stream ends there
     with an error item carried in the reply itself. A caller that is gone reads nothing; one that
@@ -81,10 +88,7 @@ def undelivered_reply(spec: common_pb2.TaskSpec, index: int, why: str) -> core_w
     PushTask call instead of a silently short stream."""
     error = exc.RaySystemError(f"{spec.name}(): item {index} of the stream could not be delivered "
                                f"to the caller at {spec.caller.ip}:{spec.caller.port}: {why}")
-    sv = serialize_error(error)
-    item = common_pb2.ReturnObject(object_id=ids.object_id_for_return(spec.task_id, index + 1),
-                                   value=sv.to_proto(), size=sv.size)
-    return core_worker_pb2.PushTaskReply(num_streamed=index + 1, returns=[item])
+    return core_worker_pb2.PushTaskReply(num_streamed=index + 1, returns=[error_item(spec, index, error)])
 
 
 def drive_sync(step: Step[T], do: Callable[[Effect], Any]) -> T:

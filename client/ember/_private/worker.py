@@ -186,17 +186,9 @@ def _advertised_ip(node_address: str, gcs_address: str, same_machine: bool) -> s
     host = node_address.rsplit(":", 1)[0].strip("[]")
     if same_machine and not _is_loopback(host):
         return host
-    gcs_host, _, gcs_port = gcs_address.rpartition(":")
-    if _is_loopback(gcs_host.strip("[]")):
-        return "127.0.0.1"
-    import socket
+    from ember_common.metrics import advertise_host
 
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((gcs_host.strip("[]"), int(gcs_port or 6379)))  # no packet: picks the route
-            return str(s.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
+    return advertise_host("", gcs_address)  # the local address on the route to the GCS
 
 
 def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus: float | None = None,
