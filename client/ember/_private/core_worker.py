@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, cast
 
 import grpc
 
@@ -40,7 +40,12 @@ from .serialization import ERROR_METADATA, SerializedValue, deserialize, deseria
 from .task_stream import TaskStreams
 from .task_submitter import TaskSubmitter
 
+if TYPE_CHECKING:
+    from .executor import TaskExecutor
+    from .generator import GeneratorState
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def node_ip() -> str:
@@ -92,12 +97,12 @@ class CoreWorker:
         self.register_owned = self.ref_table.add_owned
         self._nodes: dict[str, common_pb2.NodeInfo] = {}
         self._nodes_at = 0.0
-        self.generators: dict[bytes, Any] = {}  # task_id -> generator.GeneratorState
+        self.generators: dict[bytes, GeneratorState] = {}  # by task id
         self._blocked_depth = 0
         self._shutdown = False
-        self.executor: Any = None  # set by the worker process (executor.TaskExecutor)
+        self.executor: TaskExecutor | None = None  # set by the worker process
         self.loop = asyncio.new_event_loop()
-        self._inbox: collections.deque = collections.deque()
+        self._inbox: collections.deque[tuple[Callable[..., object], tuple[Any, ...]]] = collections.deque()
         self._wakeup_pending = False
         self.refs = References(self.ref_table, self.worker_id, self.loop, self.post, self.worker_stub,
                                lambda: self.gcs, self)
@@ -118,18 +123,18 @@ class CoreWorker:
         """True once shutdown() began."""
         return self._shutdown
 
-    def run(self, coro: Any, timeout: float | None = None) -> Any:
+    def run(self, coro: Awaitable[T] | Callable[[], Awaitable[T]], timeout: float | None = None) -> T:
         """Runs a coroutine on the loop from a user thread and waits for it. A gRPC call must be
         created on the loop, so pass it as a zero-argument callable (lambda: stub.Method(req))."""
         return asyncio.run_coroutine_threadsafe(_as_coro(coro), self.loop).result(timeout)
 
-    def gcs_call(self, factory: Callable[[], Any]) -> Any:
+    def gcs_call(self, factory: Callable[[], Awaitable[T]]) -> T:
         """Calls the GCS client (`self.gcs`, a GcsClient) from a user thread:
         gcs_call(lambda: core.gcs.method(...)). The client retries idempotent calls while the
         GCS is unreachable (it may be restarting)."""
         return self.run(factory)
 
-    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+    def post(self, fn: Callable[..., object], *args: Any) -> None:
         """Runs fn(*args) on the loop soon. Posts from user threads share one wake-up of the
         loop (a system call) until the loop has drained them."""
         self._inbox.append((fn, args))
@@ -326,7 +331,7 @@ class CoreWorker:
         return self.store.copies(oid)
 
     async def take_generator_item(self, task_id: bytes, index: int, item: common_pb2.ReturnObject,
-                                  nested: Any) -> None:
+                                  nested: Iterable[core_worker_pb2.NestedRefs]) -> None:
         """Owner side of ReportGeneratorItem: the item goes to its stream, or is freed when
         the ObjectRefGenerator is gone."""
         st = self.generators.get(task_id)
@@ -418,14 +423,18 @@ class CoreWorker:
             else:
                 got = self._blocking(self._wait_all(missing, timeout))
                 entries = [e if e is not None else got[r.binary()] for r, e in zip(refs, entries)]
-        if any(e.in_plasma for e in entries):  # type: ignore[union-attr]
-            return self.run(self._materialize_all(entries, refs))
-        return [self.materialize(e) for e in entries]  # type: ignore[arg-type]
+        # Every entry is present now: the waits above returned only once each object was.
+        present = cast(list[common_pb2.ReturnObject], entries)
+        if any(e.in_plasma for e in present):
+            return self.run(self._materialize_all(present, refs))
+        return [self.materialize(e) for e in present]
 
-    async def _materialize_all(self, entries: list[Any], refs: list[ObjectRef]) -> list[Any]:
+    async def _materialize_all(self, entries: list[common_pb2.ReturnObject],
+                               refs: list[ObjectRef]) -> list[Any]:
         return [await self.materialize_async(e, r.owner_address) for e, r in zip(entries, refs)]
 
-    async def _wait_all(self, refs: list[ObjectRef], timeout: float | None) -> dict[bytes, Any]:
+    async def _wait_all(self, refs: list[ObjectRef],
+                        timeout: float | None) -> dict[bytes, common_pb2.ReturnObject]:
         results = await asyncio.gather(*(self.wait_object(r, timeout) for r in refs))
         return {r.binary(): e for r, e in zip(refs, results)}
 
@@ -436,14 +445,17 @@ class CoreWorker:
             raise exc.GetTimeoutError(f"Get timed out: {len(pending)} object(s) not ready "
                                       f"after {timeout}s (first: {pending[0].hex()})")
 
-    def _blocking(self, coro: Any, fn: Callable[[], Any] | None = None) -> Any:
+    def _blocking(self, coro: Awaitable[T] | None, fn: Callable[[], T] | None = None) -> T:
         """Runs a wait (a coroutine on the loop, or fn here); a worker tells its raylet it is
         blocked meanwhile so that its CPU can go to other tasks."""
         notify = self.mode is WorkerMode.WORKER and self.executor is not None and self.executor.running
         if notify:
             self._notify_blocked(True)
         try:
-            return fn() if fn is not None else self.run(coro)
+            if fn is not None:
+                return fn()
+            assert coro is not None
+            return self.run(coro)
         finally:
             if notify:
                 self._notify_blocked(False)
@@ -511,7 +523,7 @@ class CoreWorker:
         stub = self.worker_stub(f"{owner.ip}:{owner.port}")
         rpc.best_effort(stub.AddObjectLocation(req, timeout=10))
 
-    def get_future(self, ref: ObjectRef) -> concurrent.futures.Future:
+    def get_future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
         """A future for the value (resolved on the loop)."""
         return asyncio.run_coroutine_threadsafe(self.get_async(ref), self.loop)
 
@@ -522,7 +534,8 @@ class CoreWorker:
         ready_ids = {r.binary() for r in refs if has(r.binary())}
         if len(ready_ids) < num_returns and timeout != 0:
             ready_ids = self._blocking(self._wait_some(refs, ready_ids, num_returns, timeout))
-        ready, rest = [], []
+        ready: list[ObjectRef] = []
+        rest: list[ObjectRef] = []
         for r in refs:
             (ready if r.binary() in ready_ids and len(ready) < num_returns else rest).append(r)
         return ready, rest
@@ -615,8 +628,8 @@ def _raise_or_return(value: Any, meta: str) -> Any:
     return value
 
 
-async def _as_coro(obj: Any) -> Any:
+async def _as_coro(obj: Awaitable[T] | Callable[[], Awaitable[T]]) -> T:
     if callable(obj):
-        obj = obj()
+        return await obj()
     return await obj
 

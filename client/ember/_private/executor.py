@@ -23,7 +23,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, ContextManager, cast
 
 from ember import exceptions as exc
 from ember_common import backoff, rpc, tracing
@@ -33,6 +33,10 @@ from . import result_pipeline as rp
 from .object_ref import ObjectRef
 from .result_pipeline import drive_async, drive_sync
 from .serialization import serialize_error
+
+if TYPE_CHECKING:
+    from .core_worker import CoreWorker
+    from .function_manager import FunctionManager
 
 _PRIVATE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,28 +49,36 @@ class ActorExit(SystemExit):
     """Raised by ember.actor.exit_actor() to end the actor after the current call."""
 
 
+# Where a pushed task's PushTaskReply goes (a future on the core loop).
+ReplyFuture = asyncio.Future[core_worker_pb2.PushTaskReply]
+# A task waiting in the main queue or the actor's pool; None ends run_forever().
+QueueItem = tuple[common_pb2.TaskSpec, ReplyFuture]
+
+
 @dataclass
 class _Caller:
     next_seq: int
-    buffered: dict[int, tuple[common_pb2.TaskSpec, asyncio.Future]] = field(default_factory=dict)
+    buffered: dict[int, QueueItem] = field(default_factory=dict)
 
 
 class TaskExecutor:
-    def __init__(self, core: Any, function_manager: Any) -> None:
+    """Runs the tasks and actor calls pushed to this worker (see the module's docstring)."""
+
+    def __init__(self, core: CoreWorker, function_manager: FunctionManager) -> None:
         self.core = core
         self.functions = function_manager
         self._max_inline: int = core.config.max_inline_bytes
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[QueueItem | None] = queue.SimpleQueue()
         self.running: common_pb2.TaskSpec | None = None
         self._cancel_requested: bytes | None = None
         self._last_marker: tuple[bytes, str] | None = None
         # Actor state (set by the creation task).
-        self.actor: Any = None
+        self.actor: object | None = None  # the actor instance (user class)
         self.actor_spec: common_pb2.TaskSpec | None = None
         self.actor_gpu_ids: list[int] = []
         self.actor_restarted = False
         self._callers: dict[str, _Caller] = {}
-        self._pool: queue.SimpleQueue | None = None  # threaded actor: calls for its threads
+        self._pool: queue.SimpleQueue[QueueItem] | None = None  # threaded actor: calls for its threads
         self._pool_threads = 0  # started so far (grown on demand up to max_concurrency)
         self._pool_idle = 0
         self._pool_waiting = 0  # calls put but not yet taken by a thread
@@ -76,18 +88,19 @@ class TaskExecutor:
 
     # ------------------------------------------------------------------ entry (core loop)
     async def push(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
-        fut = asyncio.get_running_loop().create_future()
+        """Core loop: runs a pushed task and returns its reply."""
+        fut: ReplyFuture = asyncio.get_running_loop().create_future()
         self.submit(spec, fut)
         return await fut
 
-    def submit(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
+    def submit(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
         """Core loop: runs a pushed task; fut gets its PushTaskReply."""
         if spec.actor_id and not spec.HasField("actor_creation"):
             self._actor_call(spec, fut)
         else:
             self._queue.put((spec, fut))
 
-    def _actor_call(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
+    def _actor_call(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
         """Runs calls of each caller in its submission order (seq_no), whatever order they
         arrive in; a call resent after a failure (seq below the expected one) runs at once."""
         if self.actor is None:
@@ -106,10 +119,11 @@ class TaskExecutor:
             st.next_seq += 1
             self._dispatch(s, f)
 
-    def _dispatch(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
+    def _dispatch(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
         if self._user_loop is not None:
             asyncio.ensure_future(self._run_async(spec, fut))
         elif self._pool is not None:
+            assert self.actor_spec is not None  # a pool exists only once the actor was created
             # Start threads only as calls pile up: for short calls one or two threads do the
             # work, and fewer threads fight over the GIL.
             with self._pool_lock:
@@ -127,9 +141,11 @@ class TaskExecutor:
             self._queue.put((spec, fut))
 
     def request_exit(self) -> None:
+        """Ends run_forever() after the tasks queued before this."""
         self._queue.put(None)
 
     def cancel(self, task_id: bytes, force: bool) -> bool:
+        """Cancels the running task if it is task_id (force: the process exits); False if not."""
         spec = self.running
         if spec is None or spec.task_id != task_id:
             return False
@@ -180,6 +196,7 @@ class TaskExecutor:
                 stream.flush()
 
     def execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
+        """Runs one task or call here (main or pool thread) and returns its reply."""
         if tracing.enabled() and spec.trace_context:
             with self._span(spec) as sp:
                 reply = self._execute(spec)
@@ -191,14 +208,15 @@ class TaskExecutor:
             self.core.run(self.core.refs.flush())
         return reply
 
-    def _span(self, spec: common_pb2.TaskSpec) -> Any:
+    def _span(self, spec: common_pb2.TaskSpec) -> ContextManager[Any]:
         """The execution span, child of the submission that travelled with the task."""
         core = self.core
-        return tracing.execute_span(
+        # The kit types execute_span's context manager as Any (two span kinds behind it).
+        return cast(ContextManager[Any], tracing.execute_span(
             f"execute {spec.name}", spec.trace_context,
             **{"ember.task_id": spec.task_id.hex(), "ember.job_id": spec.job_id.hex(),
                "ember.node_id": core.node_id, "ember.worker_id": core.worker_id,
-               "ember.attempt": spec.attempt, "ember.actor_id": spec.actor_id.hex() or None})
+               "ember.attempt": spec.attempt, "ember.actor_id": spec.actor_id.hex() or None}))
 
     def _execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         creating = spec.HasField("actor_creation")
@@ -273,7 +291,7 @@ class TaskExecutor:
         elif c.max_concurrency > 1:
             self._pool = queue.SimpleQueue()
 
-    async def _run_async(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
+    async def _run_async(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
         assert self._sem is not None
         async with self._sem:
             if tracing.enabled() and spec.trace_context:
@@ -291,8 +309,9 @@ class TaskExecutor:
         assert self._user_loop is not None
         self._mark(spec)
         try:
-            args, kwargs = rp.inline_args(spec) or await drive_async(rp.resolve_args(spec),
-                                                                     self._do_async)
+            inline = rp.inline_args(spec)
+            args, kwargs = inline if inline is not None else await drive_async(
+                rp.resolve_args(spec), self._do_async)
             method = getattr(self.actor, spec.method_name)
             if spec.streaming:
                 return await drive_async(rp.stream(spec, method(*args, **kwargs), self._task_error,
@@ -402,8 +421,10 @@ class TaskExecutor:
     def _report(self, caller: common_pb2.Address,
                 request: core_worker_pb2.ReportGeneratorItemRequest) -> None:
         """Sends one item to the caller (blocking off the loop, in the background on it)."""
-        call = lambda: self.core.worker_stub(f"{caller.ip}:{caller.port}").ReportGeneratorItem(  # noqa: E731
-            request, timeout=60)
+        def call() -> Awaitable[core_worker_pb2.ReportGeneratorItemReply]:
+            return self.core.worker_stub(f"{caller.ip}:{caller.port}").ReportGeneratorItem(
+                request, timeout=60)
+
         if self.core.in_loop():
             rpc.best_effort(call())
         else:
@@ -456,10 +477,10 @@ async def _next_sync(gen: Any) -> Any:
         raise StopAsyncIteration from None
 
 
-async def _call_sync(method: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+async def _call_sync(method: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
     return method(*args, **kwargs)
 
 
-def _resolve(fut: asyncio.Future, reply: Any) -> None:
+def _resolve(fut: ReplyFuture, reply: core_worker_pb2.PushTaskReply) -> None:
     if not fut.done():
         fut.set_result(reply)
