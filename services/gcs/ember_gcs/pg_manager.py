@@ -5,8 +5,9 @@ committed--> CREATED. Any prepare or commit failure rolls back every bundle of t
 (Cancel) and the group waits again. A node's death puts its groups' bundles there back to
 unplaced: RESCHEDULING (the bundles elsewhere stay). remove() -> REMOVED (Cancel on every node
 holding a bundle); a group whose job ends goes too unless detached. Pending groups are retried
-in creation order. The driver (placement_groups.py) persists every record and talks to the
-raylets; it takes one group through the two phases at a time.
+in creation order, all of them in one round (`schedule_round`), so the driver (placement_groups.py)
+can send one prepare and one commit per raylet for the whole round (`by_node`); it persists the
+records and talks to the raylets.
 """
 from __future__ import annotations
 
@@ -47,6 +48,16 @@ class Cancel:
     pg_id: bytes
     node_id: str
     indexes: list[int] = field(default_factory=list)
+
+
+def by_node(items: list[tuple[bytes, dict[str, list[int]]]]) -> dict[str, list[tuple[bytes, list[int]]]]:
+    """Groups' plans (id, node -> indexes) regrouped per node: node -> [(id, indexes)], so that
+    one RPC per node carries every group of a round (plans, or Cancel's node and indexes)."""
+    out: dict[str, list[tuple[bytes, list[int]]]] = {}
+    for pg_id, plan in items:
+        for node, indexes in plan.items():
+            out.setdefault(node, []).append((pg_id, list(indexes)))
+    return out
 
 
 def validate(spec: common_pb2.PlacementGroupInfo) -> None:
@@ -134,6 +145,22 @@ class PgManager:
         for index, node in sorted(got.nodes.items()):
             plan.setdefault(node, []).append(index)
         return Prepare(pg_id, plan)
+
+    def schedule_round(self, available: dict[str, dict[str, float]],
+                       total: dict[str, dict[str, float]]) -> list[Prepare | Wait]:
+        """Decides every waiting group, oldest first, each taking its bundles from what the
+        earlier ones left (`available` is not changed: a copy is). One decision per group."""
+        left = {n: dict(r) for n, r in available.items()}
+        out: list[Prepare | Wait] = []
+        for g in self.waiting():
+            d = self.schedule(g.placement_group_id, left, total)
+            if isinstance(d, Prepare):
+                for node, indexes in d.plan.items():
+                    for i in indexes:
+                        for k, v in g.bundles[i].resources.items():
+                            left[node][k] = left[node].get(k, 0.0) - v
+            out.append(d)
+        return out
 
     def prepared(self, pg_id: bytes, plan: dict[str, list[int]]) -> None:
         """Every raylet of the plan reserved its bundles: PREPARED, bundles placed."""
