@@ -121,16 +121,17 @@ class _InFlight:
         if not items:
             return
         gcs = self.core.gcs
+        errors: list[str | Exception]
         try:
             if create:
-                errors = await gcs.create_placement_groups([s for _, s, _ in items], timeout_s=30)
+                errors = list(await gcs.create_placement_groups([s for _, s, _ in items], timeout_s=30))
             else:
                 await gcs.remove_placement_groups([i for i, _, _ in items], timeout_s=30)
                 errors = [""] * len(items)
             if len(errors) != len(items):
                 raise rpc.Internal(f"the GCS answered {len(errors)} of {len(items)} placement groups")
         except rpc.ServiceError as e:
-            errors = [e] * len(items)  # type: ignore[list-item]
+            errors = [e] * len(items)
         for (pg_id, _, f), err in zip(items, errors, strict=True):
             if f.done():
                 continue
@@ -155,6 +156,11 @@ class _InFlight:
         """Whether a recent wait's reply (within _SEEN_FRESH_S) saw the group CREATED; once."""
         t = self.seen_ready.pop(pg_id, None)
         return t is not None and time.monotonic() - t < _SEEN_FRESH_S
+
+    def others(self, pg_id: bytes) -> list[bytes]:
+        """This process's other groups not seen ready yet (at most _REPORT_MAX): a wait asks
+        about them too."""
+        return [i for i in itertools.islice(self.unready, _REPORT_MAX + 1) if i != pg_id][:_REPORT_MAX]
 
     def saw(self, ready_ids: list[bytes]) -> None:
         """A wait's reply saw these groups CREATED."""
@@ -267,8 +273,7 @@ def wait(pg_id: bytes, timeout_s: float) -> bool:
         await st.settled(pg_id)
         if st.take_seen(pg_id):
             return True
-        also = [i for i in itertools.islice(st.unready, _REPORT_MAX + 1) if i != pg_id][:_REPORT_MAX]
-        ready, _, seen = await core.gcs.wait_placement_group_and_report(pg_id, timeout_s, also)
+        ready, _, seen = await core.gcs.wait_placement_group_and_report(pg_id, timeout_s, st.others(pg_id))
         st.saw(seen)
         if ready:
             st.unready.pop(pg_id, None)
@@ -297,9 +302,14 @@ def ready_ref(pg_id: bytes, value: Any) -> ObjectRef:
         except ValueError as e:
             core.set_error(oid, exc.RaySystemError(str(e)))
             return
+        if st.take_seen(pg_id):
+            core.set_object(common_pb2.ReturnObject(object_id=oid, value=payload))
+            return
         while True:
             try:
-                ready, g = await core.gcs.wait_placement_group_until_ready(pg_id, _WAIT_STEP_S)
+                ready, g, seen = await core.gcs.wait_placement_group_and_report(
+                    pg_id, _WAIT_STEP_S, st.others(pg_id))
+                st.saw(seen)
             except rpc.NotFound:
                 core.set_error(oid, exc.RaySystemError(f"placement group {pg_id.hex()} does not exist"))
                 return
@@ -309,6 +319,7 @@ def ready_ref(pg_id: bytes, value: Any) -> ObjectRef:
                 await asyncio.sleep(1.0)
                 continue
             if ready:
+                st.unready.pop(pg_id, None)
                 core.set_object(common_pb2.ReturnObject(object_id=oid, value=payload))
                 return
             if g.state == PG.REMOVED:
