@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Collection, Sequence, TypeVar
 
 import grpc
 
@@ -148,13 +148,16 @@ class RayletClient:
                                  timeout_s)
 
     async def prepare_bundle_resources(self, groups: Sequence[tuple[bytes, Sequence[common_pb2.Bundle]]], *,
-                                       address: str | None = None, timeout_s: float = 10.0) -> list[bool]:
+                                       commit_now: Collection[bytes] = (), address: str | None = None,
+                                       timeout_s: float = 10.0) -> list[bool]:
         """Placement groups, phase one, for many groups (id, bundles) at once: reserves each
-        group's bundles on that node (all or none); per group, False when they do not fit there
-        now. Idempotent."""
+        group's bundles on that node (all or none), and commits at once those of the groups in
+        commit_now (all their unplaced bundles are there); per group, False when they do not
+        fit there now. Idempotent."""
         reply = await self._unary(self._stub(address).PrepareBundleResources,
                                   raylet_pb2.PrepareBundleResourcesRequest(groups=[
-                                      raylet_pb2.GroupBundles(placement_group_id=g, bundles=list(b))
+                                      raylet_pb2.GroupBundles(placement_group_id=g, bundles=list(b),
+                                                              commit=g in commit_now)
                                       for g, b in groups]), timeout_s)
         return list(reply.success)
 

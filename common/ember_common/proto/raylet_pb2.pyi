@@ -181,12 +181,14 @@ class BundleStats(_message.Message):
     def __init__(self, placement_group_id: _Optional[bytes] = ..., bundle: _Optional[_Union[_common_pb2.Bundle, _Mapping]] = ..., committed: _Optional[bool] = ...) -> None: ...
 
 class GroupBundles(_message.Message):
-    __slots__ = ("placement_group_id", "bundles")
+    __slots__ = ("placement_group_id", "bundles", "commit")
     PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     BUNDLES_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
     placement_group_id: bytes
     bundles: _containers.RepeatedCompositeFieldContainer[_common_pb2.Bundle]
-    def __init__(self, placement_group_id: _Optional[bytes] = ..., bundles: _Optional[_Iterable[_Union[_common_pb2.Bundle, _Mapping]]] = ...) -> None: ...
+    commit: bool
+    def __init__(self, placement_group_id: _Optional[bytes] = ..., bundles: _Optional[_Iterable[_Union[_common_pb2.Bundle, _Mapping]]] = ..., commit: _Optional[bool] = ...) -> None: ...
 
 class GroupBundleIndexes(_message.Message):
     __slots__ = ("placement_group_id", "bundle_indexes")

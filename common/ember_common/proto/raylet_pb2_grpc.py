@@ -142,7 +142,8 @@ class RayletServicer:
     def PrepareBundleResources(self, request, context):
         """Placement groups, phase one: reserves bundles' resources on this node, for many groups at
         once (the GCS batches every group it decided in one round): each group's bundles here are
-        reserved all or none, and success[i] answers groups[i]. Idempotent (bundles already prepared
+        reserved all or none (and committed at once when the group asks: `commit`), and success[i]
+        answers groups[i]. Idempotent (bundles already prepared
         or committed count as reserved). success false: they do not fit now. Failure: the GCS
         cancels every bundle it prepared and retries later.
         """

@@ -66,7 +66,8 @@ class RayletStub:
     PrepareBundleResources: _grpc.UnaryUnaryMultiCallable[_raylet_pb2.PrepareBundleResourcesRequest, _raylet_pb2.PrepareBundleResourcesReply]
     """Placement groups, phase one: reserves bundles' resources on this node, for many groups at
     once (the GCS batches every group it decided in one round): each group's bundles here are
-    reserved all or none, and success[i] answers groups[i]. Idempotent (bundles already prepared
+    reserved all or none (and committed at once when the group asks: `commit`), and success[i]
+    answers groups[i]. Idempotent (bundles already prepared
     or committed count as reserved). success false: they do not fit now. Failure: the GCS
     cancels every bundle it prepared and retries later.
     """
@@ -114,7 +115,8 @@ class RayletAsyncStub(RayletStub):
     PrepareBundleResources: _aio.UnaryUnaryMultiCallable[_raylet_pb2.PrepareBundleResourcesRequest, _raylet_pb2.PrepareBundleResourcesReply]  # type: ignore[assignment]
     """Placement groups, phase one: reserves bundles' resources on this node, for many groups at
     once (the GCS batches every group it decided in one round): each group's bundles here are
-    reserved all or none, and success[i] answers groups[i]. Idempotent (bundles already prepared
+    reserved all or none (and committed at once when the group asks: `commit`), and success[i]
+    answers groups[i]. Idempotent (bundles already prepared
     or committed count as reserved). success false: they do not fit now. Failure: the GCS
     cancels every bundle it prepared and retries later.
     """
@@ -201,7 +203,8 @@ class RayletServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_raylet_pb2.PrepareBundleResourcesReply, _abc.Awaitable[_raylet_pb2.PrepareBundleResourcesReply]]:
         """Placement groups, phase one: reserves bundles' resources on this node, for many groups at
         once (the GCS batches every group it decided in one round): each group's bundles here are
-        reserved all or none, and success[i] answers groups[i]. Idempotent (bundles already prepared
+        reserved all or none (and committed at once when the group asks: `commit`), and success[i]
+        answers groups[i]. Idempotent (bundles already prepared
         or committed count as reserved). success false: they do not fit now. Failure: the GCS
         cancels every bundle it prepared and retries later.
         """

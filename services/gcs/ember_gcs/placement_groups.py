@@ -12,9 +12,11 @@ dies, and every second while some group waits (resources free up as tasks end):
 2. decide: every waiting group, oldest first, each taking its bundles from what the earlier
    ones left (`PgManager.schedule_round`);
 3. prepare: one PrepareBundleResources per raylet carrying every group of the round; a group
-   is prepared when every raylet of its plan reserved its bundles, else it is rolled back;
-4. commit: one CommitBundleResources per raylet for the prepared groups, then the CREATED
-   records are written (concurrently) and their waiters answered.
+   is prepared when every raylet of its plan reserved its bundles, else it is rolled back; a
+   group whose plan is on one node is committed by that same call (nothing to agree on across
+   raylets);
+4. commit: one CommitBundleResources per raylet for the other prepared groups, then the
+   CREATED records are written (concurrently) and their waiters answered.
 
 Writes: a creation is written before it is answered, a removal likewise, and a group is written
 again when it is CREATED or waits for a new reason; PREPARED is kept in memory only: after a
@@ -220,8 +222,8 @@ class PlacementGroups:
         if waits:
             await self._save(waits)
         if prepares:
-            prepared = await self._prepare([(d.pg_id, d.plan) for d in prepares])
-            await self._commit(prepared)
+            prepared, changed = await self._prepare([(d.pg_id, d.plan) for d in prepares])
+            await self._commit(prepared, changed)
             await self._release()
 
     def _view(self) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
@@ -273,43 +275,59 @@ class PlacementGroups:
         await asyncio.gather(*(one(n, gs) for n, gs in by_node(items).items()))
         return failed
 
-    async def _prepare(self, items: list[tuple[bytes, Plan]]) -> list[tuple[bytes, Plan]]:
-        """Phase one for the round; returns the groups now PREPARED (the others rolled back)."""
+    async def _prepare(self, items: list[tuple[bytes, Plan]]
+                       ) -> tuple[list[tuple[bytes, Plan]], list[common_pb2.PlacementGroupInfo]]:
+        """Phase one for the round. A group whose plan is on one node is committed by the same
+        call (two phases agree across raylets; one raylet's reservation is all or none by
+        itself). Returns the groups now PREPARED, and those CREATED or rolled back (to write)."""
         groups = self.manager.groups
+        one_node = {pg_id for pg_id, plan in items if len(plan) == 1}
 
         async def call(gs: list[tuple[bytes, list[int]]], address: str) -> list[str]:
             oks = await self.raylets.prepare_bundle_resources(
                 [(pg, [common_pb2.Bundle(index=i, resources=groups[pg].bundles[i].resources) for i in ix])
-                 for pg, ix in gs], address=address)
+                 for pg, ix in gs], commit_now=one_node, address=address)
             if len(oks) != len(gs):
                 return [f"answered {len(oks)} of {len(gs)} groups"] * len(gs)
             return ["" if ok else f"bundles {ix} no longer fit" for (_, ix), ok in zip(gs, oks, strict=True)]
 
         failed = await self._per_node(items, call)
-        out, rolled = [], []
+        out, changed = [], []
         for pg_id, plan in items:
             g = groups[pg_id]
             if g.state == PG.REMOVED:  # removed meanwhile: undo what this attempt reserved
                 self._releases += [(Cancel(pg_id, n, ix), True) for n, ix in plan.items()]
             elif pg_id in failed:
                 self._rollback(pg_id, plan, "prepare: " + "; ".join(failed[pg_id]))
-                rolled.append(g)
+                changed.append(g)
             else:
                 self.manager.prepared(pg_id, plan)
-                out.append((pg_id, plan))
-        if rolled:
-            await self._save(rolled)
-        return out
+                if pg_id in one_node:
+                    self._created(pg_id)
+                    changed.append(g)
+                else:
+                    out.append((pg_id, plan))
+        return out, changed
 
-    async def _commit(self, items: list[tuple[bytes, Plan]]) -> None:
-        """Phase two; CREATED groups are written, then their waiters answered."""
+    def _created(self, pg_id: bytes) -> None:
+        self.manager.committed(pg_id)
+        log.info("placement group %s CREATED on %s", pg_id.hex()[:8],
+                 sorted({b.node_id[:8] for b in self.manager.groups[pg_id].bundles}))
+
+    async def _commit(self, items: list[tuple[bytes, Plan]],
+                      changed: list[common_pb2.PlacementGroupInfo] | None = None) -> None:
+        """Phase two; the CREATED groups (and `changed`) are written, then their waiters
+        answered."""
+        changed = list(changed or [])
         if not items:
+            if changed:
+                await self._save(changed)
             return
+
         async def call(gs: list[tuple[bytes, list[int]]], address: str) -> list[str]:
             return await self.raylets.commit_bundle_resources(gs, address=address)
 
         failed = await self._per_node(items, call)
-        changed = []
         for pg_id, plan in items:
             g = self.manager.groups[pg_id]
             if g.state == PG.REMOVED:
@@ -317,9 +335,7 @@ class PlacementGroups:
             if pg_id in failed:
                 self._rollback(pg_id, plan, "commit: " + "; ".join(failed[pg_id]))
             else:
-                self.manager.committed(pg_id)
-                log.info("placement group %s CREATED on %s", pg_id.hex()[:8],
-                         sorted({b.node_id[:8] for b in g.bundles}))
+                self._created(pg_id)
             changed.append(g)
         await self._save(changed)
 

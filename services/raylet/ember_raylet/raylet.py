@@ -304,20 +304,27 @@ class Raylet:
     # ------------------------------------------------------------------ placement groups
     def prepare_bundles(self, pg_id: bytes, bundles: list[tuple[int, dict[str, float]]]) -> bool:
         """Phase one: reserves the bundles (all or none); False when they do not fit now."""
-        return self.prepare_many([(pg_id, bundles)])[0]
+        return self.prepare_many([(pg_id, bundles, False)])[0]
 
-    def prepare_many(self, groups: list[tuple[bytes, list[tuple[int, dict[str, float]]]]]) -> list[bool]:
-        """Phase one for many groups, in order: each group's bundles all or none. A group with
-        bad bundles (the GCS validated them already) is refused alone, with a warning."""
-        out = []
-        for pg_id, bundles in groups:
+    def prepare_many(self, groups: list[tuple[bytes, list[tuple[int, dict[str, float]]], bool]]) -> list[bool]:
+        """Phase one for many groups (id, bundles, commit at once), in order: each group's
+        bundles all or none. A group with bad bundles (the GCS validated them already) is
+        refused alone, with a warning."""
+        out, committed = [], False
+        for pg_id, bundles, commit in groups:
             try:
                 for _, res in bundles:
                     validate_request(res)
-                out.append(self.bundles.prepare(pg_id, bundles))
+                ok = self.bundles.prepare(pg_id, bundles)
             except (ValueError, InvalidArgument) as e:
                 log.warning("placement group %s: bundles refused: %s", pg_id.hex()[:8], e)
-                out.append(False)
+                ok = False
+            if ok and commit:
+                self.bundles.commit(pg_id, [i for i, _ in bundles])
+                committed = True
+            out.append(ok)
+        if committed:
+            self.dispatch()
         return out
 
     def commit_bundles(self, pg_id: bytes, indexes: list[int]) -> None:

@@ -57,8 +57,8 @@ class RayletServicer(raylet_pb2_grpc.RayletServicer):
     @rpc_errors
     async def PrepareBundleResources(self, request: raylet_pb2.PrepareBundleResourcesRequest,
                                      context: rpc.Context) -> raylet_pb2.PrepareBundleResourcesReply:
-        ok = self.raylet.prepare_many([(g.placement_group_id, [(b.index, dict(b.resources)) for b in g.bundles])
-                                       for g in request.groups])
+        ok = self.raylet.prepare_many([(g.placement_group_id, [(b.index, dict(b.resources)) for b in g.bundles],
+                                        g.commit) for g in request.groups])
         return raylet_pb2.PrepareBundleResourcesReply(success=ok)
 
     @rpc_errors
