@@ -171,3 +171,23 @@ def test_by_node_puts_every_group_of_a_round_in_one_call_per_node():
     got = by_node([(a, {"n1": [0, 2], "n2": [1]}), (b, {"n2": [0]})])
     assert got == {"n1": [(a, [0, 2])], "n2": [(a, [1]), (b, [0])]}
     assert by_node([]) == {}
+
+
+def test_only_the_newest_removed_groups_are_kept():
+    m = PgManager(Clock())
+    groups = [m.create(spec([{"CPU": 1}]))[0] for _ in range(5)]
+    live = m.create(spec([{"CPU": 1}]))[0]
+    for g in groups:
+        m.remove(g.placement_group_id)
+    assert m.waiting() == [live]  # removed ones leave the waiting index
+    gone = m.evict_removed(keep=2)
+    assert gone == [g.placement_group_id for g in groups[:3]]  # the oldest removals
+    assert set(m.groups) == {g.placement_group_id for g in groups[3:]} | {live.placement_group_id}
+    assert m.evict_removed(keep=2) == []
+    with pytest.raises(NotFound):
+        m.get(groups[0].placement_group_id)
+    # Reloaded records go back into the indexes.
+    again = PgManager(Clock())
+    for g in m.groups.values():
+        again.load(g)
+    assert again.waiting() == [live] and again.evict_removed(keep=1) == [groups[3].placement_group_id]

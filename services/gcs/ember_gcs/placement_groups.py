@@ -43,6 +43,8 @@ from .storage import Storage
 log = logging.getLogger(__name__)
 TABLE = "placement_groups"
 RETRY_PERIOD_S = 1.0
+# REMOVED groups kept (table, GetAll, wait answers); older ones are forgotten and deleted.
+MAX_REMOVED_KEPT = 10_000
 Plan = dict[str, list[int]]
 
 
@@ -62,6 +64,8 @@ class PlacementGroups:
         self._cleanup: set[bytes] = set()  # loaded waiting groups: cancel leftovers first
         # Bundles to release on their raylets: (what, give its resources back to the view after).
         self._releases: list[tuple[Cancel, bool]] = []
+        self._evicted: list[bytes] = []  # forgotten REMOVED groups, to delete from storage
+        self._writes = asyncio.Lock()
 
     async def load(self) -> None:
         """Reads every group back after a restart."""
@@ -89,10 +93,13 @@ class PlacementGroups:
         self._wake.set()
 
     async def _save(self, groups: Iterable[common_pb2.PlacementGroupInfo]) -> None:
-        """Writes the records (concurrently), then answers the waiters of those now decided."""
+        """Writes the records (concurrently within a call; calls one after another, so a
+        group's later state is never overwritten by an earlier one), then answers the waiters
+        of those now decided."""
         todo = list(groups)
-        await asyncio.gather(*(self.storage.put(TABLE, g.placement_group_id, g.SerializeToString())
-                               for g in todo))
+        blobs = [(g.placement_group_id, g.SerializeToString()) for g in todo]
+        async with self._writes:
+            await asyncio.gather(*(self.storage.put(TABLE, k, v) for k, v in blobs))
         for g in todo:
             if g.state in (PG.CREATED, PG.REMOVED):
                 for f in self._waiters.pop(g.placement_group_id, []):
@@ -151,6 +158,7 @@ class PlacementGroups:
         if changed:
             log.info("%d placement groups REMOVED: %s", len(changed), why)
             await self._save(changed)
+            self._evicted += self.manager.evict_removed(MAX_REMOVED_KEPT)
             self.wake()
         return unknown
 
@@ -280,7 +288,7 @@ class PlacementGroups:
         """Phase one for the round. A group whose plan is on one node is committed by the same
         call (two phases agree across raylets; one raylet's reservation is all or none by
         itself). Returns the groups now PREPARED, and those CREATED or rolled back (to write)."""
-        groups = self.manager.groups
+        groups = {pg_id: self.manager.get(pg_id) for pg_id, _ in items}  # kept if forgotten meanwhile
         one_node = {pg_id for pg_id, plan in items if len(plan) == 1}
 
         async def call(gs: list[tuple[bytes, list[int]]], address: str) -> list[str]:
@@ -329,8 +337,8 @@ class PlacementGroups:
 
         failed = await self._per_node(items, call)
         for pg_id, plan in items:
-            g = self.manager.groups[pg_id]
-            if g.state == PG.REMOVED:
+            g = self.manager.get(pg_id) if pg_id in self.manager.groups else None
+            if g is None or g.state == PG.REMOVED:
                 continue  # remove() queued the release of its bundles
             if pg_id in failed:
                 self._rollback(pg_id, plan, "commit: " + "; ".join(failed[pg_id]))
@@ -356,7 +364,11 @@ class PlacementGroups:
 
     async def _release(self) -> None:
         """Cancels the queued bundles, one RPC per raylet; gives their resources back to the
-        view once the raylet has released them."""
+        view once the raylet has released them. Deletes the records of forgotten groups."""
+        if self._evicted:
+            gone, self._evicted = self._evicted, []
+            async with self._writes:
+                await asyncio.gather(*(self.storage.delete(TABLE, pg_id) for pg_id in gone))
         if not self._releases:
             return
         todo, self._releases = self._releases, []
