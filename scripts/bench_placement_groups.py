@@ -1,7 +1,7 @@
 """Placement group create -> ready -> remove latency, Ember's services next to Ray 2.60.
 
 Ember side: a one-node cluster (GCS + raylet + object manager, `ember.testing.LocalCluster`)
-driven through the kit's GcsClient (the client API is not wired yet). Ray side: `ray.init`
+driven through the kit's GcsClient (the server path alone, one group at a time). Ray side: `ray.init`
 with the same CPUs and `ray.util.placement_group(...).wait()` / `remove_placement_group`, run
 under the Ray venv's interpreter. Both create the same groups one after another.
 

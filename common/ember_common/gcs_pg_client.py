@@ -54,6 +54,26 @@ class PlacementGroupMethods:
             idempotent=True, timeout_s=timeout_s, retry=retry)
         return reply.placement_group
 
+    async def create_placement_groups(self, groups: Sequence[common_pb2.PlacementGroupInfo], *,
+                                      timeout_s: float | None = None,
+                                      retry: backoff.Backoff | None = None) -> list[str]:
+        """Records many groups in one call (idempotent by id); per group '' or why it was
+        refused (bad bundles, a name taken)."""
+        reply: gcs_pb2.CreatePlacementGroupsReply = await self._call(
+            self._pgs.CreatePlacementGroups, gcs_pb2.CreatePlacementGroupsRequest(specs=list(groups)),
+            idempotent=True, timeout_s=timeout_s, retry=retry)
+        return list(reply.errors)
+
+    async def remove_placement_groups(self, placement_group_ids: Sequence[bytes], *,
+                                      timeout_s: float | None = None,
+                                      retry: backoff.Backoff | None = None) -> list[bytes]:
+        """Removes many groups in one call; returns the ids the GCS does not know."""
+        reply: gcs_pb2.RemovePlacementGroupsReply = await self._call(
+            self._pgs.RemovePlacementGroups,
+            gcs_pb2.RemovePlacementGroupsRequest(placement_group_ids=list(placement_group_ids)),
+            idempotent=True, timeout_s=timeout_s, retry=retry)
+        return list(reply.not_found)
+
     async def remove_placement_group(self, placement_group_id: bytes, *, timeout_s: float | None = None,
                                      retry: backoff.Backoff | None = None) -> None:
         """Removes a group (its bundles are released, their workers killed). NotFound if unknown."""
@@ -90,8 +110,19 @@ class PlacementGroupMethods:
             retry: backoff.Backoff | None = None) -> tuple[bool, common_pb2.PlacementGroupInfo]:
         """Waits up to wait_s for the group to be CREATED (True) or REMOVED (False). NotFound if
         unknown."""
+        ready, g, _ = await self.wait_placement_group_and_report(placement_group_id, wait_s, (),
+                                                                 timeout_s=timeout_s, retry=retry)
+        return ready, g
+
+    async def wait_placement_group_and_report(
+            self, placement_group_id: bytes, wait_s: float, also_report: Sequence[bytes], *,
+            timeout_s: float | None = None, retry: backoff.Backoff | None = None,
+    ) -> tuple[bool, common_pb2.PlacementGroupInfo, list[bytes]]:
+        """wait_placement_group_until_ready, plus which of also_report are CREATED when the
+        answer is made (a caller about to wait for them too need not ask again)."""
         reply: gcs_pb2.WaitPlacementGroupUntilReadyReply = await self._call(
             self._pgs.WaitPlacementGroupUntilReady,
-            gcs_pb2.WaitPlacementGroupUntilReadyRequest(placement_group_id=placement_group_id, timeout_s=wait_s),
+            gcs_pb2.WaitPlacementGroupUntilReadyRequest(placement_group_id=placement_group_id, timeout_s=wait_s,
+                                                        also_report=list(also_report)),
             idempotent=True, timeout_s=wait_s + 10 if timeout_s is None else timeout_s, retry=retry)
-        return bool(reply.ready), reply.placement_group
+        return bool(reply.ready), reply.placement_group, list(reply.ready_ids)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Collection, Sequence, TypeVar
 
 import grpc
 
@@ -147,32 +147,38 @@ class RayletClient:
         return await self._unary(self._stub(address).GetNodeStats, raylet_pb2.GetNodeStatsRequest(),
                                  timeout_s)
 
-    async def prepare_bundle_resources(self, placement_group_id: bytes, bundles: Sequence[common_pb2.Bundle],
-                                       *, address: str | None = None, timeout_s: float = 10.0) -> bool:
-        """Placement groups, phase one: reserves the bundles on that node (all or none); False
-        when they do not fit there now. Idempotent."""
+    async def prepare_bundle_resources(self, groups: Sequence[tuple[bytes, Sequence[common_pb2.Bundle]]], *,
+                                       commit_now: Collection[bytes] = (), address: str | None = None,
+                                       timeout_s: float = 10.0) -> list[bool]:
+        """Placement groups, phase one, for many groups (id, bundles) at once: reserves each
+        group's bundles on that node (all or none), and commits at once those of the groups in
+        commit_now (all their unplaced bundles are there); per group, False when they do not
+        fit there now. Idempotent."""
         reply = await self._unary(self._stub(address).PrepareBundleResources,
-                                  raylet_pb2.PrepareBundleResourcesRequest(
-                                      placement_group_id=placement_group_id, bundles=list(bundles)),
-                                  timeout_s)
-        return bool(reply.success)
+                                  raylet_pb2.PrepareBundleResourcesRequest(groups=[
+                                      raylet_pb2.GroupBundles(placement_group_id=g, bundles=list(b),
+                                                              commit=g in commit_now)
+                                      for g, b in groups]), timeout_s)
+        return list(reply.success)
 
-    async def commit_bundle_resources(self, placement_group_id: bytes, bundle_indexes: Sequence[int], *,
+    async def commit_bundle_resources(self, groups: Sequence[tuple[bytes, Sequence[int]]], *,
+                                      address: str | None = None, timeout_s: float = 10.0) -> list[str]:
+        """Phase two for many groups (id, bundle indexes): the prepared bundles become usable;
+        per group '' or why not (a bundle not prepared there)."""
+        reply = await self._unary(self._stub(address).CommitBundleResources,
+                                  raylet_pb2.CommitBundleResourcesRequest(groups=[
+                                      raylet_pb2.GroupBundleIndexes(placement_group_id=g, bundle_indexes=list(ix))
+                                      for g, ix in groups]), timeout_s)
+        return list(reply.errors)
+
+    async def cancel_resource_reserve(self, groups: Sequence[tuple[bytes, Sequence[int]]], *,
                                       address: str | None = None, timeout_s: float = 10.0) -> None:
-        """Phase two: the prepared bundles become usable. Infeasible when one is not prepared."""
-        await self._unary(self._stub(address).CommitBundleResources,
-                          raylet_pb2.CommitBundleResourcesRequest(placement_group_id=placement_group_id,
-                                                                  bundle_indexes=list(bundle_indexes)),
-                          timeout_s)
-
-    async def cancel_resource_reserve(self, placement_group_id: bytes, bundle_indexes: Sequence[int] = (),
-                                      *, address: str | None = None, timeout_s: float = 10.0) -> None:
-        """Releases the group's bundles on that node (all when bundle_indexes is empty); the
-        workers leased from them are killed. Idempotent."""
+        """Releases bundles of many groups (id, indexes: all of the group's there when empty) on
+        that node; the workers leased from them are killed. Idempotent."""
         await self._unary(self._stub(address).CancelResourceReserve,
-                          raylet_pb2.CancelResourceReserveRequest(placement_group_id=placement_group_id,
-                                                                  bundle_indexes=list(bundle_indexes)),
-                          timeout_s)
+                          raylet_pb2.CancelResourceReserveRequest(groups=[
+                              raylet_pb2.GroupBundleIndexes(placement_group_id=g, bundle_indexes=list(ix))
+                              for g, ix in groups]), timeout_s)
 
     async def shutdown(self, *, address: str | None = None, timeout_s: float = 5.0) -> None:
         """Stops the node (its workers, then the raylet)."""

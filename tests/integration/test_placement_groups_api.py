@@ -1,8 +1,9 @@
 """Placement groups and scheduling strategies through the public API (`ember.util`), against
 real clusters of several nodes (a GCS, raylets, object managers, workers): tasks and actors in
 bundles land on the bundle's node and are held to its resources, STRICT_SPREAD over 3 nodes,
-removal kills the actors inside and frees the resources, child-task capture, node affinity
-hard/soft, SPREAD, named groups and the errors that name the problem (the lifecycle across jobs
+removal kills the actors and tasks inside and frees the resources, child-task capture, node affinity
+hard/soft, SPREAD, named groups, a group that can never fit saying why (table and `ember status`)
+and the errors that name the problem (the lifecycle across jobs
 and node changes: test_placement_groups_lifecycle.py)."""
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 import ember
@@ -146,6 +148,52 @@ def test_removal_kills_the_actors_inside_and_frees_the_resources(three_nodes):
         remove_placement_group(PlacementGroup(PlacementGroupID(bytes(18))))
 
 
+@ember.remote(num_cpus=1)
+def sleeper(marker: str) -> None:
+    """Says it started (its pid in marker), then sleeps far longer than any test."""
+    with open(marker + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(marker + ".tmp", marker)
+    time.sleep(600)
+
+
+@pytest.mark.parametrize("retries", [0, 3])
+def test_removal_kills_the_tasks_running_inside(three_nodes, tmp_path, retries):
+    wait_for(lambda: ember.available_resources().get("CPU") == 6.0, what="an idle cluster")
+    pg = placement_group([{"CPU": 1}], strategy="STRICT_PACK")
+    assert pg.wait(60)
+    marker = tmp_path / "started"
+    ref = sleeper.options(scheduling_strategy=in_bundle(pg, 0), max_retries=retries).remote(str(marker))
+    wait_for(marker.exists, timeout_s=60, what="the task in the bundle to start")
+    pid = int(marker.read_text())
+    start = time.monotonic()
+    remove_placement_group(pg)
+    # Killed, not left to sleep: a retry (if any) finds its group gone and fails too.
+    with pytest.raises(ember.exceptions.RayError) as info:
+        ember.get(ref, timeout=60)
+    assert not isinstance(info.value, ember.exceptions.GetTimeoutError), info.value
+    assert time.monotonic() - start < 50
+    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+             what="the task's worker to be killed")
+    wait_for(lambda: ember.available_resources().get("CPU") == 6.0, what="the bundle's CPU to free")
+
+
+def test_many_pipelined_groups_are_waited_for_and_removed_in_order(three_nodes):
+    pgs = [placement_group([{"CPU": 0.01}]) for _ in range(30)]  # batched creations
+    assert all(pg.wait(60) for pg in pgs)
+    assert all(placement_group_table(pg)["state"] == "CREATED" for pg in pgs)
+    for pg in pgs:
+        remove_placement_group(pg)  # batched removals, after their creations
+    assert all(placement_group_table(pg)["state"] == "REMOVED" for pg in pgs)
+    # A wait's reply saw `other` CREATED; removed since by this process, it is not ready.
+    first, other = placement_group([{"CPU": 0.01}]), placement_group([{"CPU": 0.01}])
+    assert first.wait(60)
+    remove_placement_group(other)
+    assert not other.wait(1)
+    remove_placement_group(first)
+    wait_for(lambda: ember.available_resources().get("CPU") == 6.0, what="every bundle released")
+
+
 def test_child_tasks_are_captured_only_when_asked(three_nodes):
     pg = placement_group([{"CPU": 2}], strategy="STRICT_PACK")
     assert pg.wait(60)
@@ -189,6 +237,11 @@ def test_named_groups_and_errors_naming_the_problem(three_nodes):
     with pytest.raises(ValueError, match="Failed to look up placement group with name: nope"):
         get_placement_group("nope")
     waiting = placement_group([{"CPU": 64}], name="too-big")
+    wait_for(lambda: placement_group_table(waiting)["state_message"].startswith("infeasible"),
+             what="the GCS to judge the group infeasible")
+    never = placement_group_table(waiting)
+    assert never["state"] == "PENDING" and not waiting.wait(0.1)
+    assert "no node could ever hold the bundle {'CPU': 64.0}" in never["state_message"], never
     listed = cli(three_nodes, "list", "placement-groups", "--detail")
     row = next(line for line in listed.splitlines() if line.startswith(pg.id.hex()))
     assert row.split()[1:5] == ["named-pg", "CREATED", "PACK", "job"], listed
@@ -196,6 +249,7 @@ def test_named_groups_and_errors_naming_the_problem(three_nodes):
     assert "too-big" in listed and "PENDING" in listed and "CPU" in listed.split("too-big")[1]
     status = cli(three_nodes, "status")
     assert "Placement groups: 1 CREATED, 1 PENDING" in status, status
+    assert f"{waiting.id.hex()[:12]}  infeasible: no node could ever hold the bundle" in status, status
     remove_placement_group(pg)
     remove_placement_group(waiting)
 

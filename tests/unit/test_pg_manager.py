@@ -7,7 +7,7 @@ import pytest
 from ember_common.gcs_pg_client import spec
 from ember_common.proto import common_pb2
 from ember_common.rpc import AlreadyExists, InvalidArgument, NotFound
-from ember_gcs.pg_manager import Cancel, PgManager, Prepare, Wait
+from ember_gcs.pg_manager import Cancel, PgManager, Prepare, Wait, by_node
 
 PG = common_pb2.PlacementGroupInfo
 
@@ -139,3 +139,55 @@ def test_waiting_groups_in_creation_order_and_reload():
     for g in (first, second):
         again.load(PG.FromString(g.SerializeToString()))
     assert again.get_named("x", "").placement_group_id == first.placement_group_id
+
+
+def test_a_round_decides_every_waiting_group_each_on_what_the_earlier_left():
+    m = PgManager(Clock())
+    first, _ = m.create(spec([{"CPU": 2}], "STRICT_PACK"))
+    second, _ = m.create(spec([{"CPU": 1}, {"CPU": 1}], "STRICT_SPREAD"))
+    third, _ = m.create(spec([{"CPU": 2}], "STRICT_PACK"))
+    fourth, _ = m.create(spec([{"CPU": 1}], "PACK"))
+    available, total = view(a=3, b=2)
+    decisions = m.schedule_round(available, total)
+    assert [d.pg_id for d in decisions] == [g.placement_group_id for g in (first, second, third, fourth)]
+    one, two, three, four = decisions
+    # The first takes 2 of a's 3 CPUs, the second one CPU on each node: 2 CPUs are left, one
+    # per node, so the third (2 on one node) waits and the fourth, behind it, is placed.
+    assert isinstance(one, Prepare) and one.plan == {"a": [0]}
+    assert isinstance(two, Prepare) and sorted(two.plan) == ["a", "b"]
+    assert isinstance(three, Wait) and not three.infeasible
+    assert "waiting for resources" in third.state_message
+    assert isinstance(four, Prepare) and four.plan == {"b": [0]}
+    assert available == {"a": {"CPU": 3}, "b": {"CPU": 2}}  # the caller's view is untouched
+    # Only waiting groups are decided: once placed, a round leaves them alone.
+    for d in (one, two, four):
+        m.prepared(d.pg_id, d.plan)
+        m.committed(d.pg_id)
+    assert [d.pg_id for d in m.schedule_round(*view(a=3, b=2))] == [third.placement_group_id]
+
+
+def test_by_node_puts_every_group_of_a_round_in_one_call_per_node():
+    a, b = b"\x01" * 18, b"\x02" * 18
+    got = by_node([(a, {"n1": [0, 2], "n2": [1]}), (b, {"n2": [0]})])
+    assert got == {"n1": [(a, [0, 2])], "n2": [(a, [1]), (b, [0])]}
+    assert by_node([]) == {}
+
+
+def test_only_the_newest_removed_groups_are_kept():
+    m = PgManager(Clock())
+    groups = [m.create(spec([{"CPU": 1}]))[0] for _ in range(5)]
+    live = m.create(spec([{"CPU": 1}]))[0]
+    for g in groups:
+        m.remove(g.placement_group_id)
+    assert m.waiting() == [live]  # removed ones leave the waiting index
+    gone = m.evict_removed(keep=2)
+    assert gone == [g.placement_group_id for g in groups[:3]]  # the oldest removals
+    assert set(m.groups) == {g.placement_group_id for g in groups[3:]} | {live.placement_group_id}
+    assert m.evict_removed(keep=2) == []
+    with pytest.raises(NotFound):
+        m.get(groups[0].placement_group_id)
+    # Reloaded records go back into the indexes.
+    again = PgManager(Clock())
+    for g in m.groups.values():
+        again.load(g)
+    assert again.waiting() == [live] and again.evict_removed(keep=1) == [groups[3].placement_group_id]

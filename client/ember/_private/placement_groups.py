@@ -7,15 +7,24 @@ The group's job is the caller's job (a task's, or the driver's): a non-detached 
 removed by the GCS when that job ends.
 
 Pipelining: creating an unnamed group and removing a group this process created do not wait
-for the GCS's reply (the id is chosen here and both RPCs are idempotent); the RPC runs on the
-core's loop and every later call of this process about that group (wait, ready, table, remove)
-first waits for it, so the process sees its own operations in order. A failed creation is
-raised by those later calls. `ember.shutdown()` waits for the operations still in flight
-(`flush`). Named groups are created synchronously, so a taken name raises at once, as Ray.
+for the GCS's reply (the id is chosen here and both RPCs are idempotent); they are queued on
+the core's loop and sent in batches (one CreatePlacementGroups / RemovePlacementGroups for all
+the calls made while the previous batch was in flight), and every later call of this process
+about that group (wait, ready, table, remove) first waits for its batch, so the process sees
+its own operations in order. A failed creation is raised by those later calls.
+`ember.shutdown()` waits for the operations still in flight (`flush`). Named groups are
+created synchronously, so a taken name raises at once, as Ray.
+
+A wait also asks which of this process's other groups (not seen ready yet) are CREATED; a wait
+for one of those within the next second answers without a call (once; a removal by this
+process forgets it). So waiting for many groups in turn costs one call per GCS round, not one
+per group.
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 from typing import Any
 
 from ember import exceptions as exc
@@ -28,6 +37,10 @@ from .serialization import serialize
 PG = common_pb2.PlacementGroupInfo
 # One WaitPlacementGroupUntilReady call lasts at most this long; ready() waits in such steps.
 _WAIT_STEP_S = 30.0
+# A wait also asks about (at most this many of) this process's other groups not seen ready;
+# a later wait for one the reply saw CREATED less than _SEEN_FRESH_S ago answers at once.
+_REPORT_MAX = 256
+_SEEN_FRESH_S = 1.0
 _SCHEDULING_STATE = {PG.PENDING: "NO_RESOURCES", PG.PREPARED: "SCHEDULING",
                      PG.CREATED: "FINISHED", PG.REMOVED: "REMOVED",
                      PG.RESCHEDULING: "RESCHEDULING"}
@@ -60,31 +73,73 @@ def current() -> tuple[bytes, bool]:
 
 
 class _InFlight:
-    """State of one core worker: the create/remove RPCs not answered yet, by group (loop
-    thread only), and the groups this process created (their removal may be pipelined)."""
+    """State of one core worker (loop thread only, but `mine`): the create/remove calls not
+    answered yet, by group, queued and sent in batches (one CreatePlacementGroups and one
+    RemovePlacementGroups per batch, in order; a batch is sent while the previous one is in
+    flight, so calls made meanwhile share the next); the groups this process created (their
+    removal may be pipelined); which of them a wait's reply saw CREATED."""
 
     def __init__(self, core: Any) -> None:
         self.core = core
         self.ops: dict[bytes, asyncio.Future[None]] = {}
         self.mine: set[bytes] = set()
+        self.queue: list[tuple[bytes, common_pb2.PlacementGroupInfo | None, asyncio.Future[None]]] = []
+        self.flushing = False
+        self.unready: dict[bytes, None] = {}  # created here, not seen CREATED yet (in order)
+        self.seen_ready: dict[bytes, float] = {}  # -> when a wait's reply saw it CREATED
 
-    def start(self, pg_id: bytes, call: Any) -> None:
-        """Loop thread: runs call() after the group's previous operation."""
-        prev = self.ops.get(pg_id)
-
-        async def run() -> None:
-            if prev is not None:
-                await asyncio.gather(prev, return_exceptions=True)
-            await call()
-
-        fut = asyncio.ensure_future(run())
+    def enqueue(self, pg_id: bytes, spec: common_pb2.PlacementGroupInfo | None) -> None:
+        """Loop thread: queues a creation (spec) or a removal (None) of the group."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.queue.append((pg_id, spec, fut))
         self.ops[pg_id] = fut
 
         def done(f: asyncio.Future[None]) -> None:
-            if self.ops.get(pg_id) is f and (f.cancelled() or f.exception() is None):
+            if not f.cancelled() and f.exception() is None and self.ops.get(pg_id) is f:
                 del self.ops[pg_id]  # a failure stays: later calls raise it
 
         fut.add_done_callback(done)
+        if spec is None:
+            self.unready.pop(pg_id, None)
+            self.seen_ready.pop(pg_id, None)
+        else:
+            self.unready[pg_id] = None
+        if not self.flushing:
+            self.flushing = True
+            asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            while self.queue:
+                batch, self.queue = self.queue, []
+                await self._send([(i, s, f) for i, s, f in batch if s is not None], create=True)
+                await self._send([(i, s, f) for i, s, f in batch if s is None], create=False)
+        finally:
+            self.flushing = False
+
+    async def _send(self, items: list[tuple[bytes, Any, asyncio.Future[None]]], create: bool) -> None:
+        if not items:
+            return
+        gcs = self.core.gcs
+        errors: list[str | Exception]
+        try:
+            if create:
+                errors = list(await gcs.create_placement_groups([s for _, s, _ in items], timeout_s=30))
+            else:
+                await gcs.remove_placement_groups([i for i, _, _ in items], timeout_s=30)
+                errors = [""] * len(items)
+            if len(errors) != len(items):
+                raise rpc.Internal(f"the GCS answered {len(errors)} of {len(items)} placement groups")
+        except rpc.ServiceError as e:
+            errors = [e] * len(items)
+        for (pg_id, _, f), err in zip(items, errors, strict=True):
+            if f.done():
+                continue
+            if not err:
+                f.set_result(None)
+                continue
+            self.unready.pop(pg_id, None)
+            f.set_exception(err if isinstance(err, Exception) else rpc.InvalidArgument(err))
 
     async def settled(self, pg_id: bytes | None) -> None:
         """Waits for the group's (None: every group's) operations; raises a failed creation."""
@@ -96,6 +151,26 @@ class _InFlight:
                 except (rpc.AlreadyExists, rpc.InvalidArgument) as e:
                     if pg_id is not None:
                         raise ValueError(f"placement group {pg_id.hex()} could not be created: {e}") from None
+
+    def take_seen(self, pg_id: bytes) -> bool:
+        """Whether a recent wait's reply (within _SEEN_FRESH_S) saw the group CREATED; once."""
+        t = self.seen_ready.pop(pg_id, None)
+        return t is not None and time.monotonic() - t < _SEEN_FRESH_S
+
+    def others(self, pg_id: bytes) -> list[bytes]:
+        """This process's other groups not seen ready yet (at most _REPORT_MAX): a wait asks
+        about them too."""
+        return [i for i in itertools.islice(self.unready, _REPORT_MAX + 1) if i != pg_id][:_REPORT_MAX]
+
+    def saw(self, ready_ids: list[bytes]) -> None:
+        """A wait's reply saw these groups CREATED."""
+        now = time.monotonic()
+        for i in ready_ids:
+            if i in self.unready:  # still ours and not removed since
+                del self.unready[i]
+                self.seen_ready[i] = now
+        if len(self.seen_ready) > 4 * _REPORT_MAX:
+            self.seen_ready = {i: t for i, t in self.seen_ready.items() if now - t < _SEEN_FRESH_S}
 
 
 _inflight: _InFlight | None = None
@@ -142,7 +217,7 @@ def create(bundles: list[dict[str, float]], strategy: str, name: str, detached: 
         except (rpc.AlreadyExists, rpc.InvalidArgument) as e:
             raise ValueError(str(e)) from None
     else:
-        core.post(st.start, pg_id, lambda: core.gcs.create_placement_group(group, timeout_s=30))
+        core.post(st.enqueue, pg_id, group)
     st.mine.add(pg_id)  # (a set's add/contains are atomic; no loop hop needed)
     return pg_id
 
@@ -154,7 +229,7 @@ def remove(pg_id: bytes) -> None:
     st = _state(core)
 
     if pg_id in st.mine:  # created by this process: pipelined after its creation
-        core.post(st.start, pg_id, lambda: core.gcs.remove_placement_group(pg_id, timeout_s=30))
+        core.post(st.enqueue, pg_id, None)
         return
     try:
         core.gcs_call(lambda: core.gcs.remove_placement_group(pg_id, timeout_s=30))
@@ -194,12 +269,18 @@ def wait(pg_id: bytes, timeout_s: float) -> bool:
     core = _worker().core
     st = _state(core)
 
-    async def settled_then_wait() -> tuple[bool, Any]:
+    async def settled_then_wait() -> bool:
         await st.settled(pg_id)
-        return await core.gcs.wait_placement_group_until_ready(pg_id, timeout_s)  # type: ignore[no-any-return]
+        if st.take_seen(pg_id):
+            return True
+        ready, _, seen = await core.gcs.wait_placement_group_and_report(pg_id, timeout_s, st.others(pg_id))
+        st.saw(seen)
+        if ready:
+            st.unready.pop(pg_id, None)
+        return bool(ready)
 
     try:
-        ready, _ = core.run(settled_then_wait)
+        ready = core.run(settled_then_wait)
     except rpc.NotFound:
         raise ValueError(f"placement group {pg_id.hex()} does not exist") from None
     return bool(ready)
@@ -221,9 +302,14 @@ def ready_ref(pg_id: bytes, value: Any) -> ObjectRef:
         except ValueError as e:
             core.set_error(oid, exc.RaySystemError(str(e)))
             return
+        if st.take_seen(pg_id):
+            core.set_object(common_pb2.ReturnObject(object_id=oid, value=payload))
+            return
         while True:
             try:
-                ready, g = await core.gcs.wait_placement_group_until_ready(pg_id, _WAIT_STEP_S)
+                ready, g, seen = await core.gcs.wait_placement_group_and_report(
+                    pg_id, _WAIT_STEP_S, st.others(pg_id))
+                st.saw(seen)
             except rpc.NotFound:
                 core.set_error(oid, exc.RaySystemError(f"placement group {pg_id.hex()} does not exist"))
                 return
@@ -233,6 +319,7 @@ def ready_ref(pg_id: bytes, value: Any) -> ObjectRef:
                 await asyncio.sleep(1.0)
                 continue
             if ready:
+                st.unready.pop(pg_id, None)
                 core.set_object(common_pb2.ReturnObject(object_id=oid, value=payload))
                 return
             if g.state == PG.REMOVED:

@@ -372,17 +372,45 @@ class GetAllPlacementGroupReply(_message.Message):
     def __init__(self, placement_groups: _Optional[_Iterable[_Union[_common_pb2.PlacementGroupInfo, _Mapping]]] = ...) -> None: ...
 
 class WaitPlacementGroupUntilReadyRequest(_message.Message):
-    __slots__ = ("placement_group_id", "timeout_s")
+    __slots__ = ("placement_group_id", "timeout_s", "also_report")
     PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    ALSO_REPORT_FIELD_NUMBER: _ClassVar[int]
     placement_group_id: bytes
     timeout_s: float
-    def __init__(self, placement_group_id: _Optional[bytes] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+    also_report: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, placement_group_id: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., also_report: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class WaitPlacementGroupUntilReadyReply(_message.Message):
-    __slots__ = ("ready", "placement_group")
+    __slots__ = ("ready", "placement_group", "ready_ids")
     READY_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_GROUP_FIELD_NUMBER: _ClassVar[int]
+    READY_IDS_FIELD_NUMBER: _ClassVar[int]
     ready: bool
     placement_group: _common_pb2.PlacementGroupInfo
-    def __init__(self, ready: _Optional[bool] = ..., placement_group: _Optional[_Union[_common_pb2.PlacementGroupInfo, _Mapping]] = ...) -> None: ...
+    ready_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, ready: _Optional[bool] = ..., placement_group: _Optional[_Union[_common_pb2.PlacementGroupInfo, _Mapping]] = ..., ready_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class CreatePlacementGroupsRequest(_message.Message):
+    __slots__ = ("specs",)
+    SPECS_FIELD_NUMBER: _ClassVar[int]
+    specs: _containers.RepeatedCompositeFieldContainer[_common_pb2.PlacementGroupInfo]
+    def __init__(self, specs: _Optional[_Iterable[_Union[_common_pb2.PlacementGroupInfo, _Mapping]]] = ...) -> None: ...
+
+class CreatePlacementGroupsReply(_message.Message):
+    __slots__ = ("errors",)
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, errors: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RemovePlacementGroupsRequest(_message.Message):
+    __slots__ = ("placement_group_ids",)
+    PLACEMENT_GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    placement_group_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, placement_group_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class RemovePlacementGroupsReply(_message.Message):
+    __slots__ = ("not_found",)
+    NOT_FOUND_FIELD_NUMBER: _ClassVar[int]
+    not_found: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, not_found: _Optional[_Iterable[bytes]] = ...) -> None: ...

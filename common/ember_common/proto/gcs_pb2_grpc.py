@@ -1017,6 +1017,16 @@ class PlacementGroupInfoGcsServiceStub:
                 request_serializer=gcs__pb2.RemovePlacementGroupRequest.SerializeToString,
                 response_deserializer=gcs__pb2.RemovePlacementGroupReply.FromString,
                 _registered_method=True)
+        self.CreatePlacementGroups = channel.unary_unary(
+                '/ember.PlacementGroupInfoGcsService/CreatePlacementGroups',
+                request_serializer=gcs__pb2.CreatePlacementGroupsRequest.SerializeToString,
+                response_deserializer=gcs__pb2.CreatePlacementGroupsReply.FromString,
+                _registered_method=True)
+        self.RemovePlacementGroups = channel.unary_unary(
+                '/ember.PlacementGroupInfoGcsService/RemovePlacementGroups',
+                request_serializer=gcs__pb2.RemovePlacementGroupsRequest.SerializeToString,
+                response_deserializer=gcs__pb2.RemovePlacementGroupsReply.FromString,
+                _registered_method=True)
         self.GetPlacementGroup = channel.unary_unary(
                 '/ember.PlacementGroupInfoGcsService/GetPlacementGroup',
                 request_serializer=gcs__pb2.GetPlacementGroupRequest.SerializeToString,
@@ -1058,6 +1068,23 @@ class PlacementGroupInfoGcsServiceServicer:
         """Removes a group: its bundles are released on their raylets, which kill the workers leased
         from them. Idempotent (removing a REMOVED group changes nothing). NOT_FOUND for an unknown
         group. Failure: retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreatePlacementGroups(self, request, context):
+        """Many groups at once (a client pipelining its creations sends them in batches): each spec
+        as CreatePlacementGroup; errors[i] is empty when specs[i] is recorded (or was before), else
+        why not (bad bundles, a taken name). Idempotent. Failure: UNAVAILABLE -> retry with backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemovePlacementGroups(self, request, context):
+        """Many groups at once, each as RemovePlacementGroup; the unknown ids come back in not_found.
+        Idempotent. Failure: retry with backoff.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -1105,6 +1132,16 @@ def add_PlacementGroupInfoGcsServiceServicer_to_server(servicer, server):
                     servicer.RemovePlacementGroup,
                     request_deserializer=gcs__pb2.RemovePlacementGroupRequest.FromString,
                     response_serializer=gcs__pb2.RemovePlacementGroupReply.SerializeToString,
+            ),
+            'CreatePlacementGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePlacementGroups,
+                    request_deserializer=gcs__pb2.CreatePlacementGroupsRequest.FromString,
+                    response_serializer=gcs__pb2.CreatePlacementGroupsReply.SerializeToString,
+            ),
+            'RemovePlacementGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemovePlacementGroups,
+                    request_deserializer=gcs__pb2.RemovePlacementGroupsRequest.FromString,
+                    response_serializer=gcs__pb2.RemovePlacementGroupsReply.SerializeToString,
             ),
             'GetPlacementGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.GetPlacementGroup,
@@ -1183,6 +1220,60 @@ class PlacementGroupInfoGcsService:
             '/ember.PlacementGroupInfoGcsService/RemovePlacementGroup',
             gcs__pb2.RemovePlacementGroupRequest.SerializeToString,
             gcs__pb2.RemovePlacementGroupReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePlacementGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.PlacementGroupInfoGcsService/CreatePlacementGroups',
+            gcs__pb2.CreatePlacementGroupsRequest.SerializeToString,
+            gcs__pb2.CreatePlacementGroupsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemovePlacementGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.PlacementGroupInfoGcsService/RemovePlacementGroups',
+            gcs__pb2.RemovePlacementGroupsRequest.SerializeToString,
+            gcs__pb2.RemovePlacementGroupsReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -456,6 +456,15 @@ class PlacementGroupInfoGcsServiceStub:
     from them. Idempotent (removing a REMOVED group changes nothing). NOT_FOUND for an unknown
     group. Failure: retry with backoff.
     """
+    CreatePlacementGroups: _grpc.UnaryUnaryMultiCallable[_gcs_pb2.CreatePlacementGroupsRequest, _gcs_pb2.CreatePlacementGroupsReply]
+    """Many groups at once (a client pipelining its creations sends them in batches): each spec
+    as CreatePlacementGroup; errors[i] is empty when specs[i] is recorded (or was before), else
+    why not (bad bundles, a taken name). Idempotent. Failure: UNAVAILABLE -> retry with backoff.
+    """
+    RemovePlacementGroups: _grpc.UnaryUnaryMultiCallable[_gcs_pb2.RemovePlacementGroupsRequest, _gcs_pb2.RemovePlacementGroupsReply]
+    """Many groups at once, each as RemovePlacementGroup; the unknown ids come back in not_found.
+    Idempotent. Failure: retry with backoff.
+    """
     GetPlacementGroup: _grpc.UnaryUnaryMultiCallable[_gcs_pb2.GetPlacementGroupRequest, _gcs_pb2.GetPlacementGroupReply]
     """Idempotent read. NOT_FOUND for an unknown group. Failure: retry with backoff."""
     GetNamedPlacementGroup: _grpc.UnaryUnaryMultiCallable[_gcs_pb2.GetNamedPlacementGroupRequest, _gcs_pb2.GetNamedPlacementGroupReply]
@@ -486,6 +495,15 @@ class PlacementGroupInfoGcsServiceAsyncStub(PlacementGroupInfoGcsServiceStub):
     """Removes a group: its bundles are released on their raylets, which kill the workers leased
     from them. Idempotent (removing a REMOVED group changes nothing). NOT_FOUND for an unknown
     group. Failure: retry with backoff.
+    """
+    CreatePlacementGroups: _aio.UnaryUnaryMultiCallable[_gcs_pb2.CreatePlacementGroupsRequest, _gcs_pb2.CreatePlacementGroupsReply]  # type: ignore[assignment]
+    """Many groups at once (a client pipelining its creations sends them in batches): each spec
+    as CreatePlacementGroup; errors[i] is empty when specs[i] is recorded (or was before), else
+    why not (bad bundles, a taken name). Idempotent. Failure: UNAVAILABLE -> retry with backoff.
+    """
+    RemovePlacementGroups: _aio.UnaryUnaryMultiCallable[_gcs_pb2.RemovePlacementGroupsRequest, _gcs_pb2.RemovePlacementGroupsReply]  # type: ignore[assignment]
+    """Many groups at once, each as RemovePlacementGroup; the unknown ids come back in not_found.
+    Idempotent. Failure: retry with backoff.
     """
     GetPlacementGroup: _aio.UnaryUnaryMultiCallable[_gcs_pb2.GetPlacementGroupRequest, _gcs_pb2.GetPlacementGroupReply]  # type: ignore[assignment]
     """Idempotent read. NOT_FOUND for an unknown group. Failure: retry with backoff."""
@@ -526,6 +544,27 @@ class PlacementGroupInfoGcsServiceServicer(metaclass=_abc_1.ABCMeta):
         """Removes a group: its bundles are released on their raylets, which kill the workers leased
         from them. Idempotent (removing a REMOVED group changes nothing). NOT_FOUND for an unknown
         group. Failure: retry with backoff.
+        """
+
+    @_abc_1.abstractmethod
+    def CreatePlacementGroups(
+        self,
+        request: _gcs_pb2.CreatePlacementGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gcs_pb2.CreatePlacementGroupsReply, _abc.Awaitable[_gcs_pb2.CreatePlacementGroupsReply]]:
+        """Many groups at once (a client pipelining its creations sends them in batches): each spec
+        as CreatePlacementGroup; errors[i] is empty when specs[i] is recorded (or was before), else
+        why not (bad bundles, a taken name). Idempotent. Failure: UNAVAILABLE -> retry with backoff.
+        """
+
+    @_abc_1.abstractmethod
+    def RemovePlacementGroups(
+        self,
+        request: _gcs_pb2.RemovePlacementGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gcs_pb2.RemovePlacementGroupsReply, _abc.Awaitable[_gcs_pb2.RemovePlacementGroupsReply]]:
+        """Many groups at once, each as RemovePlacementGroup; the unknown ids come back in not_found.
+        Idempotent. Failure: retry with backoff.
         """
 
     @_abc_1.abstractmethod

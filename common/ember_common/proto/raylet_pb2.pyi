@@ -180,39 +180,53 @@ class BundleStats(_message.Message):
     committed: bool
     def __init__(self, placement_group_id: _Optional[bytes] = ..., bundle: _Optional[_Union[_common_pb2.Bundle, _Mapping]] = ..., committed: _Optional[bool] = ...) -> None: ...
 
-class PrepareBundleResourcesRequest(_message.Message):
-    __slots__ = ("placement_group_id", "bundles")
+class GroupBundles(_message.Message):
+    __slots__ = ("placement_group_id", "bundles", "commit")
     PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     BUNDLES_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
     placement_group_id: bytes
     bundles: _containers.RepeatedCompositeFieldContainer[_common_pb2.Bundle]
-    def __init__(self, placement_group_id: _Optional[bytes] = ..., bundles: _Optional[_Iterable[_Union[_common_pb2.Bundle, _Mapping]]] = ...) -> None: ...
+    commit: bool
+    def __init__(self, placement_group_id: _Optional[bytes] = ..., bundles: _Optional[_Iterable[_Union[_common_pb2.Bundle, _Mapping]]] = ..., commit: _Optional[bool] = ...) -> None: ...
+
+class GroupBundleIndexes(_message.Message):
+    __slots__ = ("placement_group_id", "bundle_indexes")
+    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_INDEXES_FIELD_NUMBER: _ClassVar[int]
+    placement_group_id: bytes
+    bundle_indexes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, placement_group_id: _Optional[bytes] = ..., bundle_indexes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PrepareBundleResourcesRequest(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupBundles]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupBundles, _Mapping]]] = ...) -> None: ...
 
 class PrepareBundleResourcesReply(_message.Message):
     __slots__ = ("success",)
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
-    success: bool
-    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+    success: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, success: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class CommitBundleResourcesRequest(_message.Message):
-    __slots__ = ("placement_group_id", "bundle_indexes")
-    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
-    BUNDLE_INDEXES_FIELD_NUMBER: _ClassVar[int]
-    placement_group_id: bytes
-    bundle_indexes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, placement_group_id: _Optional[bytes] = ..., bundle_indexes: _Optional[_Iterable[int]] = ...) -> None: ...
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupBundleIndexes]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupBundleIndexes, _Mapping]]] = ...) -> None: ...
 
 class CommitBundleResourcesReply(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("errors",)
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, errors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CancelResourceReserveRequest(_message.Message):
-    __slots__ = ("placement_group_id", "bundle_indexes")
-    PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
-    BUNDLE_INDEXES_FIELD_NUMBER: _ClassVar[int]
-    placement_group_id: bytes
-    bundle_indexes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, placement_group_id: _Optional[bytes] = ..., bundle_indexes: _Optional[_Iterable[int]] = ...) -> None: ...
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupBundleIndexes]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupBundleIndexes, _Mapping]]] = ...) -> None: ...
 
 class CancelResourceReserveReply(_message.Message):
     __slots__ = ()

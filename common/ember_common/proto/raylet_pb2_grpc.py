@@ -140,26 +140,31 @@ class RayletServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PrepareBundleResources(self, request, context):
-        """Placement groups, phase one: reserves the bundles' resources on this node (all or none).
-        Idempotent (bundles already prepared or committed count as reserved). success=false when
-        they do not fit now. Failure: the GCS cancels every bundle it prepared and retries later.
+        """Placement groups, phase one: reserves bundles' resources on this node, for many groups at
+        once (the GCS batches every group it decided in one round): each group's bundles here are
+        reserved all or none (and committed at once when the group asks: `commit`), and success[i]
+        answers groups[i]. Idempotent (bundles already prepared
+        or committed count as reserved). success false: they do not fit now. Failure: the GCS
+        cancels every bundle it prepared and retries later.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CommitBundleResources(self, request, context):
-        """Phase two: makes prepared bundles usable as named resources (CPU_group_<i>_<pg>,
-        CPU_group_<pg>, bundle_group_<i>_<pg>, bundle_group_<pg>). Idempotent. FAILED_PRECONDITION
-        when a bundle is not prepared here. Failure: the GCS cancels the group and retries.
+        """Phase two, many groups at once: makes prepared bundles usable as named resources
+        (CPU_group_<i>_<pg>, CPU_group_<pg>, bundle_group_<i>_<pg>, bundle_group_<pg>). Idempotent.
+        errors[i] is empty when groups[i] is committed, else why not (a bundle not prepared here).
+        Failure: the GCS cancels the groups and retries.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CancelResourceReserve(self, request, context):
-        """Releases prepared or committed bundles (all of the group's here when indexes is empty);
-        workers leased from them are killed. Idempotent. Failure: ignored when the node is gone.
+        """Releases prepared or committed bundles of many groups (a group's every bundle here when its
+        indexes are empty); workers leased from them are killed first. Idempotent. Failure: ignored
+        when the node is gone.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -64,18 +64,23 @@ class RayletStub:
     GetNodeStats: _grpc.UnaryUnaryMultiCallable[_raylet_pb2.GetNodeStatsRequest, _raylet_pb2.GetNodeStatsReply]
     """Idempotent read. Failure: retry or report the node unreachable."""
     PrepareBundleResources: _grpc.UnaryUnaryMultiCallable[_raylet_pb2.PrepareBundleResourcesRequest, _raylet_pb2.PrepareBundleResourcesReply]
-    """Placement groups, phase one: reserves the bundles' resources on this node (all or none).
-    Idempotent (bundles already prepared or committed count as reserved). success=false when
-    they do not fit now. Failure: the GCS cancels every bundle it prepared and retries later.
+    """Placement groups, phase one: reserves bundles' resources on this node, for many groups at
+    once (the GCS batches every group it decided in one round): each group's bundles here are
+    reserved all or none (and committed at once when the group asks: `commit`), and success[i]
+    answers groups[i]. Idempotent (bundles already prepared
+    or committed count as reserved). success false: they do not fit now. Failure: the GCS
+    cancels every bundle it prepared and retries later.
     """
     CommitBundleResources: _grpc.UnaryUnaryMultiCallable[_raylet_pb2.CommitBundleResourcesRequest, _raylet_pb2.CommitBundleResourcesReply]
-    """Phase two: makes prepared bundles usable as named resources (CPU_group_<i>_<pg>,
-    CPU_group_<pg>, bundle_group_<i>_<pg>, bundle_group_<pg>). Idempotent. FAILED_PRECONDITION
-    when a bundle is not prepared here. Failure: the GCS cancels the group and retries.
+    """Phase two, many groups at once: makes prepared bundles usable as named resources
+    (CPU_group_<i>_<pg>, CPU_group_<pg>, bundle_group_<i>_<pg>, bundle_group_<pg>). Idempotent.
+    errors[i] is empty when groups[i] is committed, else why not (a bundle not prepared here).
+    Failure: the GCS cancels the groups and retries.
     """
     CancelResourceReserve: _grpc.UnaryUnaryMultiCallable[_raylet_pb2.CancelResourceReserveRequest, _raylet_pb2.CancelResourceReserveReply]
-    """Releases prepared or committed bundles (all of the group's here when indexes is empty);
-    workers leased from them are killed. Idempotent. Failure: ignored when the node is gone.
+    """Releases prepared or committed bundles of many groups (a group's every bundle here when its
+    indexes are empty); workers leased from them are killed first. Idempotent. Failure: ignored
+    when the node is gone.
     """
     Shutdown: _grpc.UnaryUnaryMultiCallable[_raylet_pb2.ShutdownRequest, _raylet_pb2.ShutdownReply]
     """Stops the node (workers, then the raylet). Idempotent. Failure: the node is already gone."""
@@ -108,18 +113,23 @@ class RayletAsyncStub(RayletStub):
     GetNodeStats: _aio.UnaryUnaryMultiCallable[_raylet_pb2.GetNodeStatsRequest, _raylet_pb2.GetNodeStatsReply]  # type: ignore[assignment]
     """Idempotent read. Failure: retry or report the node unreachable."""
     PrepareBundleResources: _aio.UnaryUnaryMultiCallable[_raylet_pb2.PrepareBundleResourcesRequest, _raylet_pb2.PrepareBundleResourcesReply]  # type: ignore[assignment]
-    """Placement groups, phase one: reserves the bundles' resources on this node (all or none).
-    Idempotent (bundles already prepared or committed count as reserved). success=false when
-    they do not fit now. Failure: the GCS cancels every bundle it prepared and retries later.
+    """Placement groups, phase one: reserves bundles' resources on this node, for many groups at
+    once (the GCS batches every group it decided in one round): each group's bundles here are
+    reserved all or none (and committed at once when the group asks: `commit`), and success[i]
+    answers groups[i]. Idempotent (bundles already prepared
+    or committed count as reserved). success false: they do not fit now. Failure: the GCS
+    cancels every bundle it prepared and retries later.
     """
     CommitBundleResources: _aio.UnaryUnaryMultiCallable[_raylet_pb2.CommitBundleResourcesRequest, _raylet_pb2.CommitBundleResourcesReply]  # type: ignore[assignment]
-    """Phase two: makes prepared bundles usable as named resources (CPU_group_<i>_<pg>,
-    CPU_group_<pg>, bundle_group_<i>_<pg>, bundle_group_<pg>). Idempotent. FAILED_PRECONDITION
-    when a bundle is not prepared here. Failure: the GCS cancels the group and retries.
+    """Phase two, many groups at once: makes prepared bundles usable as named resources
+    (CPU_group_<i>_<pg>, CPU_group_<pg>, bundle_group_<i>_<pg>, bundle_group_<pg>). Idempotent.
+    errors[i] is empty when groups[i] is committed, else why not (a bundle not prepared here).
+    Failure: the GCS cancels the groups and retries.
     """
     CancelResourceReserve: _aio.UnaryUnaryMultiCallable[_raylet_pb2.CancelResourceReserveRequest, _raylet_pb2.CancelResourceReserveReply]  # type: ignore[assignment]
-    """Releases prepared or committed bundles (all of the group's here when indexes is empty);
-    workers leased from them are killed. Idempotent. Failure: ignored when the node is gone.
+    """Releases prepared or committed bundles of many groups (a group's every bundle here when its
+    indexes are empty); workers leased from them are killed first. Idempotent. Failure: ignored
+    when the node is gone.
     """
     Shutdown: _aio.UnaryUnaryMultiCallable[_raylet_pb2.ShutdownRequest, _raylet_pb2.ShutdownReply]  # type: ignore[assignment]
     """Stops the node (workers, then the raylet). Idempotent. Failure: the node is already gone."""
@@ -191,9 +201,12 @@ class RayletServicer(metaclass=_abc_1.ABCMeta):
         request: _raylet_pb2.PrepareBundleResourcesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_raylet_pb2.PrepareBundleResourcesReply, _abc.Awaitable[_raylet_pb2.PrepareBundleResourcesReply]]:
-        """Placement groups, phase one: reserves the bundles' resources on this node (all or none).
-        Idempotent (bundles already prepared or committed count as reserved). success=false when
-        they do not fit now. Failure: the GCS cancels every bundle it prepared and retries later.
+        """Placement groups, phase one: reserves bundles' resources on this node, for many groups at
+        once (the GCS batches every group it decided in one round): each group's bundles here are
+        reserved all or none (and committed at once when the group asks: `commit`), and success[i]
+        answers groups[i]. Idempotent (bundles already prepared
+        or committed count as reserved). success false: they do not fit now. Failure: the GCS
+        cancels every bundle it prepared and retries later.
         """
 
     @_abc_1.abstractmethod
@@ -202,9 +215,10 @@ class RayletServicer(metaclass=_abc_1.ABCMeta):
         request: _raylet_pb2.CommitBundleResourcesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_raylet_pb2.CommitBundleResourcesReply, _abc.Awaitable[_raylet_pb2.CommitBundleResourcesReply]]:
-        """Phase two: makes prepared bundles usable as named resources (CPU_group_<i>_<pg>,
-        CPU_group_<pg>, bundle_group_<i>_<pg>, bundle_group_<pg>). Idempotent. FAILED_PRECONDITION
-        when a bundle is not prepared here. Failure: the GCS cancels the group and retries.
+        """Phase two, many groups at once: makes prepared bundles usable as named resources
+        (CPU_group_<i>_<pg>, CPU_group_<pg>, bundle_group_<i>_<pg>, bundle_group_<pg>). Idempotent.
+        errors[i] is empty when groups[i] is committed, else why not (a bundle not prepared here).
+        Failure: the GCS cancels the groups and retries.
         """
 
     @_abc_1.abstractmethod
@@ -213,8 +227,9 @@ class RayletServicer(metaclass=_abc_1.ABCMeta):
         request: _raylet_pb2.CancelResourceReserveRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_raylet_pb2.CancelResourceReserveReply, _abc.Awaitable[_raylet_pb2.CancelResourceReserveReply]]:
-        """Releases prepared or committed bundles (all of the group's here when indexes is empty);
-        workers leased from them are killed. Idempotent. Failure: ignored when the node is gone.
+        """Releases prepared or committed bundles of many groups (a group's every bundle here when its
+        indexes are empty); workers leased from them are killed first. Idempotent. Failure: ignored
+        when the node is gone.
         """
 
     @_abc_1.abstractmethod

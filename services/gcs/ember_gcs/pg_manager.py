@@ -5,8 +5,9 @@ committed--> CREATED. Any prepare or commit failure rolls back every bundle of t
 (Cancel) and the group waits again. A node's death puts its groups' bundles there back to
 unplaced: RESCHEDULING (the bundles elsewhere stay). remove() -> REMOVED (Cancel on every node
 holding a bundle); a group whose job ends goes too unless detached. Pending groups are retried
-in creation order. The driver (placement_groups.py) persists every record and talks to the
-raylets; it takes one group through the two phases at a time.
+in creation order, all of them in one round (`schedule_round`), so the driver (placement_groups.py)
+can send one prepare and one commit per raylet for the whole round (`by_node`); it persists the
+records and talks to the raylets.
 """
 from __future__ import annotations
 
@@ -49,6 +50,16 @@ class Cancel:
     indexes: list[int] = field(default_factory=list)
 
 
+def by_node(items: list[tuple[bytes, dict[str, list[int]]]]) -> dict[str, list[tuple[bytes, list[int]]]]:
+    """Groups' plans (id, node -> indexes) regrouped per node: node -> [(id, indexes)], so that
+    one RPC per node carries every group of a round (plans, or Cancel's node and indexes)."""
+    out: dict[str, list[tuple[bytes, list[int]]]] = {}
+    for pg_id, plan in items:
+        for node, indexes in plan.items():
+            out.setdefault(node, []).append((pg_id, list(indexes)))
+    return out
+
+
 def validate(spec: common_pb2.PlacementGroupInfo) -> None:
     """InvalidArgument naming the problem: no id, no bundles, an empty or bad bundle."""
     if not spec.placement_group_id:
@@ -72,6 +83,18 @@ class PgManager:
         self.clock = clock
         self.groups: dict[bytes, common_pb2.PlacementGroupInfo] = {}
         self.names: dict[tuple[str, str], bytes] = {}
+        self._waiting: dict[bytes, None] = {}  # ids of the PENDING/RESCHEDULING groups
+        self._removed: dict[bytes, None] = {}  # ids of the REMOVED groups, oldest first
+
+    def _track(self, g: common_pb2.PlacementGroupInfo) -> None:
+        """Keeps the waiting and removed indexes in step with the group's state."""
+        pg_id = g.placement_group_id
+        if g.state in WAITING:
+            self._waiting[pg_id] = None
+        else:
+            self._waiting.pop(pg_id, None)
+        if g.state == PG.REMOVED:
+            self._removed[pg_id] = None
 
     def get(self, pg_id: bytes) -> common_pb2.PlacementGroupInfo:
         """A group; NotFound if unknown."""
@@ -92,6 +115,7 @@ class PgManager:
         self.groups[g.placement_group_id] = g
         if g.name and g.state != PG.REMOVED:
             self.names[(g.namespace, g.name)] = g.placement_group_id
+        self._track(g)
 
     def create(self, spec: common_pb2.PlacementGroupInfo) -> tuple[common_pb2.PlacementGroupInfo, bool]:
         """Records a new group (PENDING); returns it and whether it is new (False: the same id was
@@ -112,11 +136,12 @@ class PgManager:
         self.groups[g.placement_group_id] = g
         if g.name:
             self.names[key] = g.placement_group_id
+        self._track(g)
         return g, True
 
     def waiting(self) -> list[common_pb2.PlacementGroupInfo]:
         """Groups to (re)schedule, oldest first."""
-        return sorted((g for g in self.groups.values() if g.state in WAITING), key=lambda g: g.create_time)
+        return sorted((self.groups[i] for i in self._waiting), key=lambda g: g.create_time)
 
     def schedule(self, pg_id: bytes, available: dict[str, dict[str, float]],
                  total: dict[str, dict[str, float]]) -> Prepare | Wait:
@@ -135,6 +160,22 @@ class PgManager:
             plan.setdefault(node, []).append(index)
         return Prepare(pg_id, plan)
 
+    def schedule_round(self, available: dict[str, dict[str, float]],
+                       total: dict[str, dict[str, float]]) -> list[Prepare | Wait]:
+        """Decides every waiting group, oldest first, each taking its bundles from what the
+        earlier ones left (`available` is not changed: a copy is). One decision per group."""
+        left = {n: dict(r) for n, r in available.items()}
+        out: list[Prepare | Wait] = []
+        for g in self.waiting():
+            d = self.schedule(g.placement_group_id, left, total)
+            if isinstance(d, Prepare):
+                for node, indexes in d.plan.items():
+                    for i in indexes:
+                        for k, v in g.bundles[i].resources.items():
+                            left[node][k] = left[node].get(k, 0.0) - v
+            out.append(d)
+        return out
+
     def prepared(self, pg_id: bytes, plan: dict[str, list[int]]) -> None:
         """Every raylet of the plan reserved its bundles: PREPARED, bundles placed."""
         g = self.get(pg_id)
@@ -142,6 +183,7 @@ class PgManager:
             for i in indexes:
                 g.bundles[i].node_id = node
         g.state, g.state_message = PG.PREPARED, "prepared; committing"
+        self._track(g)
 
     def failed(self, pg_id: bytes, plan: dict[str, list[int]], reason: str) -> list[Cancel]:
         """A prepare or commit failed: roll back every bundle of the attempt; the group waits."""
@@ -153,6 +195,7 @@ class PgManager:
         if g.state != PG.REMOVED:
             g.state = PG.RESCHEDULING if rescheduling else PG.PENDING
             g.state_message = f"retrying: {reason}"
+            self._track(g)
         return [Cancel(pg_id, node, list(ix)) for node, ix in plan.items()]
 
     def committed(self, pg_id: bytes) -> None:
@@ -160,6 +203,7 @@ class PgManager:
         g = self.get(pg_id)
         g.state, g.state_message = PG.CREATED, ""
         g.placement_version += 1
+        self._track(g)
 
     def remove(self, pg_id: bytes, why: str = "removed") -> list[Cancel]:
         """REMOVED; Cancel on every node holding a bundle. Idempotent (again: nothing to do)."""
@@ -171,6 +215,7 @@ class PgManager:
             if b.node_id:
                 by_node.setdefault(b.node_id, []).append(b.index)
         g.state, g.state_message = PG.REMOVED, why
+        self._track(g)
         if g.name and self.names.get((g.namespace, g.name)) == pg_id:
             del self.names[(g.namespace, g.name)]
         return [Cancel(pg_id, node, ix) for node, ix in by_node.items()]
@@ -189,6 +234,7 @@ class PgManager:
             if g.state in (PG.CREATED, PG.PREPARED, PG.RESCHEDULING):
                 g.state = PG.RESCHEDULING
                 g.state_message = f"rescheduling bundles {[b.index for b in lost]}: node {node_id[:8]} died"
+                self._track(g)
             touched.append(g.placement_group_id)
         return touched
 
@@ -196,6 +242,17 @@ class PgManager:
         """The job's non-detached groups, to remove."""
         return [g.placement_group_id for g in self.groups.values()
                 if g.job_id == job_id and not g.detached and g.state != PG.REMOVED]
+
+    def evict_removed(self, keep: int) -> list[bytes]:
+        """Forgets the oldest REMOVED groups beyond the newest `keep`; returns their ids (for the
+        driver to delete from storage)."""
+        out = []
+        while len(self._removed) > keep:
+            pg_id = next(iter(self._removed))
+            del self._removed[pg_id]
+            self.groups.pop(pg_id, None)
+            out.append(pg_id)
+        return out
 
     def counts(self) -> dict[str, int]:
         """Groups by state name."""

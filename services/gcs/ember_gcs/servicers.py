@@ -173,6 +173,17 @@ class PlacementGroupServicer(gcs_pb2_grpc.PlacementGroupInfoGcsServiceServicer):
         return gcs_pb2.RemovePlacementGroupReply()
 
     @rpc_errors
+    async def CreatePlacementGroups(self, request: gcs_pb2.CreatePlacementGroupsRequest,
+                                    context: rpc.Context) -> gcs_pb2.CreatePlacementGroupsReply:
+        return gcs_pb2.CreatePlacementGroupsReply(errors=await self.pgs.create_many(request.specs))
+
+    @rpc_errors
+    async def RemovePlacementGroups(self, request: gcs_pb2.RemovePlacementGroupsRequest,
+                                    context: rpc.Context) -> gcs_pb2.RemovePlacementGroupsReply:
+        return gcs_pb2.RemovePlacementGroupsReply(
+            not_found=await self.pgs.remove_many(request.placement_group_ids))
+
+    @rpc_errors
     async def GetPlacementGroup(self, request: gcs_pb2.GetPlacementGroupRequest,
                                 context: rpc.Context) -> gcs_pb2.GetPlacementGroupReply:
         return gcs_pb2.GetPlacementGroupReply(
@@ -192,8 +203,9 @@ class PlacementGroupServicer(gcs_pb2_grpc.PlacementGroupInfoGcsServiceServicer):
     @rpc_errors
     async def WaitPlacementGroupUntilReady(self, request: gcs_pb2.WaitPlacementGroupUntilReadyRequest,
                                            context: rpc.Context) -> gcs_pb2.WaitPlacementGroupUntilReadyReply:
-        ready, g = await self.pgs.wait_ready(request.placement_group_id, request.timeout_s)
-        return gcs_pb2.WaitPlacementGroupUntilReadyReply(ready=ready, placement_group=g)
+        ready, g, also = await self.pgs.wait_ready(request.placement_group_id, request.timeout_s,
+                                                   request.also_report)
+        return gcs_pb2.WaitPlacementGroupUntilReadyReply(ready=ready, placement_group=g, ready_ids=also)
 
 
 # Health name of the GCS as a whole (docker/healthcheck.py asks for it), then each service's.

@@ -17,7 +17,7 @@ from typing import Callable
 from ember_common import ids, tracing
 from ember_common.config import Config
 from ember_common.proto import common_pb2, raylet_pb2
-from ember_common.rpc import Infeasible
+from ember_common.rpc import Infeasible, InvalidArgument
 
 from . import bundles as bundles_mod
 from .bundles import BundleTable
@@ -304,28 +304,66 @@ class Raylet:
     # ------------------------------------------------------------------ placement groups
     def prepare_bundles(self, pg_id: bytes, bundles: list[tuple[int, dict[str, float]]]) -> bool:
         """Phase one: reserves the bundles (all or none); False when they do not fit now."""
-        for _, res in bundles:
-            validate_request(res)
-        return self.bundles.prepare(pg_id, bundles)
+        return self.prepare_many([(pg_id, bundles, False)])[0]
+
+    def prepare_many(self, groups: list[tuple[bytes, list[tuple[int, dict[str, float]]], bool]]) -> list[bool]:
+        """Phase one for many groups (id, bundles, commit at once), in order: each group's
+        bundles all or none. A group with bad bundles (the GCS validated them already) is
+        refused alone, with a warning."""
+        out, committed = [], False
+        for pg_id, bundles, commit in groups:
+            try:
+                for _, res in bundles:
+                    validate_request(res)
+                ok = self.bundles.prepare(pg_id, bundles)
+            except (ValueError, InvalidArgument) as e:
+                log.warning("placement group %s: bundles refused: %s", pg_id.hex()[:8], e)
+                ok = False
+            if ok and commit:
+                self.bundles.commit(pg_id, [i for i, _ in bundles])
+                committed = True
+            out.append(ok)
+        if committed:
+            self.dispatch()
+        return out
 
     def commit_bundles(self, pg_id: bytes, indexes: list[int]) -> None:
         """Phase two: the bundles' named resources appear; waiting leases may use them."""
         self.bundles.commit(pg_id, indexes)
         self.dispatch()
 
+    def commit_many(self, groups: list[tuple[bytes, list[int]]]) -> list[str]:
+        """Phase two for many groups; per group '' (committed) or why not. One dispatch after."""
+        errors = []
+        for pg_id, indexes in groups:
+            try:
+                self.bundles.commit(pg_id, indexes)
+                errors.append("")
+            except Infeasible as e:
+                errors.append(str(e))
+        self.dispatch()
+        return errors
+
     def cancel_bundles(self, pg_id: bytes, indexes: list[int]) -> int:
         """Releases bundles; kills the workers leased from them first. Returns how many bundles
         were released (0: nothing was reserved, e.g. a repeated call)."""
-        names = self.bundles.group_resource_names(pg_id, indexes)
-        for lease in [ls for ls in self.leases.values() if names & set(ls.alloc.resources)]:
-            log.info("lease %s: its placement group bundle is removed; killing worker %s",
-                     lease.lease_id.hex()[:8], lease.worker.worker_id)
-            self.return_worker(lease.lease_id, disconnect=True)
-        released = self.bundles.cancel(pg_id, indexes)
+        return self.cancel_many([(pg_id, indexes)])
+
+    def cancel_many(self, groups: list[tuple[bytes, list[int]]]) -> int:
+        """cancel_bundles for many groups, with one requeue and dispatch after."""
+        names: set[str] = set()
+        for pg_id, indexes in groups:
+            names |= self.bundles.group_resource_names(pg_id, indexes)
+        if names:
+            for lease in [ls for ls in self.leases.values() if names & set(ls.alloc.resources)]:
+                log.info("lease %s: its placement group bundle is removed; killing worker %s",
+                         lease.lease_id.hex()[:8], lease.worker.worker_id)
+                self.return_worker(lease.lease_id, disconnect=True)
+        released = sum(len(self.bundles.cancel(pg_id, indexes)) for pg_id, indexes in groups)
         for s in self.queue.recheck():
             self._spill(s)
         self.dispatch()
-        return len(released)
+        return released
 
     # ------------------------------------------------------------------ cluster view
     def update_node(self, info: common_pb2.NodeInfo) -> None:

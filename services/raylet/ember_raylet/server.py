@@ -57,20 +57,20 @@ class RayletServicer(raylet_pb2_grpc.RayletServicer):
     @rpc_errors
     async def PrepareBundleResources(self, request: raylet_pb2.PrepareBundleResourcesRequest,
                                      context: rpc.Context) -> raylet_pb2.PrepareBundleResourcesReply:
-        ok = self.raylet.prepare_bundles(request.placement_group_id,
-                                         [(b.index, dict(b.resources)) for b in request.bundles])
+        ok = self.raylet.prepare_many([(g.placement_group_id, [(b.index, dict(b.resources)) for b in g.bundles],
+                                        g.commit) for g in request.groups])
         return raylet_pb2.PrepareBundleResourcesReply(success=ok)
 
     @rpc_errors
     async def CommitBundleResources(self, request: raylet_pb2.CommitBundleResourcesRequest,
                                     context: rpc.Context) -> raylet_pb2.CommitBundleResourcesReply:
-        self.raylet.commit_bundles(request.placement_group_id, list(request.bundle_indexes))
-        return raylet_pb2.CommitBundleResourcesReply()
+        errors = self.raylet.commit_many([(g.placement_group_id, list(g.bundle_indexes)) for g in request.groups])
+        return raylet_pb2.CommitBundleResourcesReply(errors=errors)
 
     @rpc_errors
     async def CancelResourceReserve(self, request: raylet_pb2.CancelResourceReserveRequest,
                                     context: rpc.Context) -> raylet_pb2.CancelResourceReserveReply:
-        self.raylet.cancel_bundles(request.placement_group_id, list(request.bundle_indexes))
+        self.raylet.cancel_many([(g.placement_group_id, list(g.bundle_indexes)) for g in request.groups])
         return raylet_pb2.CancelResourceReserveReply()
 
     @rpc_errors

@@ -1,5 +1,5 @@
 """`ember status`: nodes (with their object stores), actors and placement groups by state,
-resources, metrics."""
+resources, metrics; the placement groups that can never be placed say why."""
 from __future__ import annotations
 
 import argparse
@@ -55,10 +55,13 @@ def cmd_status(ns: argparse.Namespace) -> int:
             name = common_pb2.ActorInfo.State.Name(a.state)
             states[name] = states.get(name, 0) + 1
         print("Actors: " + (", ".join(f"{v} {k}" for k, v in sorted(states.items())) or "none"))
-    groups = placement_group_states(address)
-    if groups is not None:
+    got = placement_group_states(address)
+    if got is not None:
+        groups, never = got
         print("Placement groups: " + (", ".join(f"{v} {k}" for k, v in sorted(groups.items()))
                                       or "none"))
+        for pg_id, why in never:
+            print(f"  {pg_id[:12]}  {why}")
     print("Resources (used/total):")
     print(f"  {usage(total, avail)}")
     endpoints = metrics_endpoints(address, {n.node_id for n in alive})
@@ -69,8 +72,9 @@ def cmd_status(ns: argparse.Namespace) -> int:
     return 0
 
 
-def placement_group_states(address: str) -> dict[str, int] | None:
-    """Placement groups by state (REMOVED ones left out); None when the GCS does not answer."""
+def placement_group_states(address: str) -> tuple[dict[str, int], list[tuple[str, str]]] | None:
+    """Placement groups by state (REMOVED ones left out), and (hex id, why) of the waiting groups
+    that can never be placed on the alive nodes; None when the GCS does not answer."""
     from ember_common import rpc
     from ember_common.proto import common_pb2
 
@@ -80,12 +84,16 @@ def placement_group_states(address: str) -> dict[str, int] | None:
         groups = placement_groups(address)
     except rpc.ServiceError:
         return None
+    PG = common_pb2.PlacementGroupInfo
     states: dict[str, int] = {}
+    never = []
     for g in groups:
-        if g.state != common_pb2.PlacementGroupInfo.REMOVED:
-            name = common_pb2.PlacementGroupInfo.State.Name(g.state)
+        if g.state != PG.REMOVED:
+            name = PG.State.Name(g.state)
             states[name] = states.get(name, 0) + 1
-    return states
+        if g.state in (PG.PENDING, PG.RESCHEDULING) and g.state_message.startswith("infeasible"):
+            never.append((g.placement_group_id.hex(), g.state_message))
+    return states, never
 
 
 def metrics_endpoints(address: str, alive: set[str]) -> list[tuple[str, str]]:
