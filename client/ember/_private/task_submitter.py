@@ -19,6 +19,7 @@ from ember import exceptions as exc
 from ember_common import rpc, tracing
 from ember_common.proto import common_pb2, core_worker_pb2, raylet_pb2
 
+from . import task_retry
 from .scheduling import Placement
 from .task_queue import (
     CancelLeaseRequest,
@@ -51,7 +52,8 @@ class TaskSubmitter:
         self.queue = TaskQueue(
             core.raylet_address, max_pending_lease_requests=cfg.max_pending_lease_requests,
             max_tasks_in_flight_per_worker=cfg.max_tasks_in_flight_per_worker,
-            lease_linger_s=cfg.lease_linger_s, clock=core.loop.time)
+            lease_linger_s=cfg.lease_linger_s, clock=core.loop.time,
+            classify=task_retry.error_in_allowlist)
         self.tasks: dict[bytes, TaskEntry] = {}  # task_id -> entry, until done
         self._timer: asyncio.TimerHandle | None = None
         self._spread_next = 0  # round-robin position of SPREAD lease requests
