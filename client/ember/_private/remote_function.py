@@ -7,7 +7,7 @@ from typing import Any
 from ember_common import ids, tracing
 from ember_common.proto import common_pb2
 
-from . import scheduling, task_retry
+from . import scheduling, signatures, task_retry
 from .object_ref import ObjectRef
 from .options import TASK_OPTIONS, resource_request, validate
 from .serialization import serialize
@@ -23,7 +23,7 @@ class RemoteFunction:
         self._options = options
         self._name = options.get("name") or function.__name__
         # (core, spec template, num_returns, key, placement depends on the calling task,
-        #  retry_exceptions allowlist)
+        #  retry_exceptions allowlist, signature)
         self._template: tuple[Any, ...] | None = None
         functools.update_wrapper(self, function)
 
@@ -59,7 +59,13 @@ class RemoteFunction:
         w = _w.global_worker()
         t = self._template
         if t is None or t[0] is not w.core:
-            t = self._template = (w.core, *spec_template(w, self._function, self._name, self._options))
+            sig = signatures.of_function(self._function)  # checked before anything is exported
+            if sig is not None:
+                sig.check(args, kwargs, self._name)
+            t = self._template = (w.core, *spec_template(w, self._function, self._name,
+                                                         self._options), sig)
+        elif t[6] is not None:
+            t[6].check(args, kwargs, self._name)
         if t[4] and w.core.executor is not None:  # in a task: its group may capture this one
             return submit_in_context(w.core, t, self._options, args, kwargs)
         return submit_from_template(w.core, t[1], t[2], t[3], args, kwargs, t[5])
