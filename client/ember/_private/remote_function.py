@@ -7,7 +7,7 @@ from typing import Any
 from ember_common import ids, tracing
 from ember_common.proto import common_pb2
 
-from . import scheduling, signatures, task_retry
+from . import scheduling, signatures, task_errors
 from .object_ref import ObjectRef
 from .options import TASK_OPTIONS, resource_request, validate
 from .serialization import serialize
@@ -17,7 +17,7 @@ from .task_queue import TaskEntry
 class RemoteFunction:
     def __init__(self, function: Any, options: dict[str, Any]) -> None:
         validate(options, TASK_OPTIONS, f"remote function {function.__qualname__}")
-        task_retry.check_retry_exceptions(options.get("retry_exceptions", False),
+        task_errors.check_retry_exceptions(options.get("retry_exceptions", False),
                                           f"remote function {function.__qualname__}")
         self._function = function
         self._options = options
@@ -44,7 +44,7 @@ class RemoteFunction:
     def options(self, **options: Any) -> RemoteFunction:
         merged = {**self._options, **options}
         validate(options, TASK_OPTIONS, f"remote function {self._function.__qualname__}")
-        task_retry.check_retry_exceptions(merged.get("retry_exceptions", False),
+        task_errors.check_retry_exceptions(merged.get("retry_exceptions", False),
                                           f"remote function {self._function.__qualname__}")
         rf = RemoteFunction.__new__(RemoteFunction)
         rf.__dict__.update(self.__dict__)
@@ -160,7 +160,7 @@ def spec_template(w: Any, function: Any, name: str,
     max_retries = options.get("max_retries")
     if max_retries is None:
         max_retries = core.config.task_max_retries
-    retry_flag, allowlist = task_retry.split(options.get("retry_exceptions", False))
+    retry_flag, allowlist = task_errors.split(options.get("retry_exceptions", False))
     spec = common_pb2.TaskSpec(
         job_id=core.job_id, name=name,
         function=common_pb2.FunctionDescriptor(module=function.__module__ or "",

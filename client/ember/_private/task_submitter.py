@@ -19,7 +19,7 @@ from ember import exceptions as exc
 from ember_common import rpc, tracing
 from ember_common.proto import common_pb2, core_worker_pb2, raylet_pb2
 
-from . import task_retry
+from . import task_errors
 from .scheduling import Placement
 from .task_queue import (
     CancelLeaseRequest,
@@ -53,7 +53,7 @@ class TaskSubmitter:
             core.raylet_address, max_pending_lease_requests=cfg.max_pending_lease_requests,
             max_tasks_in_flight_per_worker=cfg.max_tasks_in_flight_per_worker,
             lease_linger_s=cfg.lease_linger_s, clock=core.loop.time,
-            classify=task_retry.error_in_allowlist)
+            classify=task_errors.error_in_allowlist)
         self.tasks: dict[bytes, TaskEntry] = {}  # task_id -> entry, until done
         self._timer: asyncio.TimerHandle | None = None
         self._spread_next = 0  # round-robin position of SPREAD lease requests
@@ -95,6 +95,11 @@ class TaskSubmitter:
         then(entry)
 
     def _enqueue(self, entry: TaskEntry) -> None:
+        if entry.arg_refs:  # an argument that is a failed task's result fails this task now
+            error = task_errors.failed_dependency(entry.spec)
+            if error is not None:
+                self.finish_with_error(entry, error)
+                return
         self._run(self.queue.enqueue(entry))
 
     # -------------------------------------------------------------- instructions

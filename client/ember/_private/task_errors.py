@@ -1,17 +1,21 @@
-"""`retry_exceptions` of remote functions, as Ray 2.60 has it.
+"""How the owner of a task reads errors: `retry_exceptions` and failed dependencies.
 
-`retry_exceptions=True` retries any application error (up to `max_retries`); a list or tuple of
+`retry_exceptions` of remote functions, as Ray 2.60 has it: `retry_exceptions=True` retries any application error (up to `max_retries`); a list or tuple of
 exception classes retries only errors that are instances of one of them (subclasses included),
 and any other error fails the task at once. The list stays with the owner (on its TaskEntry):
 the task queue asks `error_in_allowlist` about the error in the worker's reply, so the classes
 never travel to the worker.
+
+A failed dependency: a task whose argument is the result of a task that failed or was
+cancelled fails with that error (a cancelled upstream task: `TaskCancelledError`) as soon as
+the owner has the argument, without waiting for a worker, as the worker would fail it anyway.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from ember import exceptions as exc
-from ember_common.proto import core_worker_pb2
+from ember_common.proto import common_pb2, core_worker_pb2
 
 from .serialization import ERROR_METADATA, deserialize_proto
 
@@ -55,3 +59,17 @@ def error_in_allowlist(reply: core_worker_pb2.PushTaskReply, allowlist: Allowlis
             return isinstance(error.cause, allowlist) or isinstance(error, allowlist)
         return isinstance(error, allowlist)
     return False
+
+
+def failed_dependency(spec: common_pb2.TaskSpec) -> BaseException | None:
+    """The error a task fails with because an argument the owner inlined is an error (the
+    error itself for Ember's errors, as the worker passes it on unchanged), else None."""
+    for arg in spec.args:
+        if arg.HasField("value") and arg.value.metadata == ERROR_METADATA:
+            try:
+                error = deserialize_proto(arg.value)
+            except Exception as e:  # noqa: BLE001 - unreadable here: the worker says why
+                return exc.RaySystemError(f"an argument of {spec.name}() is an unreadable "
+                                          f"error: {type(e).__name__}: {e}")
+            return error if isinstance(error, exc.RayError) else exc.RaySystemError(str(error))
+    return None
