@@ -148,6 +148,7 @@ def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
         except ValueError:
             pass
     fid = w.functions.export(ac._cls, f"actor class {ac.__name__}")
+    signatures.remember(fid, sigs)
     task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{ac.__name__}.__init__()")
     for r in keep:  # the GCS and the actor's worker read these, possibly after restarts
         core.mark_escaped(r.binary())
@@ -302,7 +303,8 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
         raise ValueError(f"Failed to look up actor with name '{name}' in namespace '{ns}'. "
                          "Check the name and the namespace.") from None
     c = a.creation_spec.actor_creation
-    return ActorHandle(a.actor_id, a.class_name, list(c.methods), c.max_task_retries)
+    return ActorHandle(a.actor_id, a.class_name, list(c.methods), c.max_task_retries,
+                       signatures.known(a.creation_spec.function.function_id))
 
 
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:

@@ -107,6 +107,9 @@ def _reduce(sig: inspect.Signature, drop_first: bool) -> Signature | None:
 
 _functions: weakref.WeakKeyDictionary[Any, Signature | None] = weakref.WeakKeyDictionary()
 _classes: weakref.WeakKeyDictionary[type, dict[str, Signature]] = weakref.WeakKeyDictionary()
+# Actor classes this process exported, by function id: get_actor() handles of actors created
+# here check their calls too (one entry per class, not per actor).
+_by_function_id: dict[str, dict[str, Signature]] = {}
 
 
 def of_function(fn: Any) -> Signature | None:
@@ -155,3 +158,13 @@ def of_class(cls: type) -> dict[str, Signature]:
             out[name] = sig
     _classes[cls] = out
     return out
+
+
+def remember(function_id: str, sigs: dict[str, Signature]) -> None:
+    """Records the signatures of the actor class exported as function_id."""
+    _by_function_id[function_id] = sigs
+
+
+def known(function_id: str) -> dict[str, Signature] | None:
+    """The signatures of an actor class this process exported (None: not known here)."""
+    return _by_function_id.get(function_id)
