@@ -72,3 +72,13 @@ def test_a_dependent_submitted_after_the_cancel_fails_too(ray_start):
     with pytest.raises(ex.TaskCancelledError):
         ray.get(up, timeout=15)
     _fails_fast(dep.remote(up), up.task_id().hex())
+
+
+def test_a_cancel_that_reaches_the_worker_before_its_task_starts_is_not_lost(ray_start):
+    # Cancels at several moments after submission: queued, pushed but not started, running.
+    for i in range(12):
+        up = spin.remote(30)
+        time.sleep(0.005 * (i % 6))
+        ray.cancel(up)
+        with pytest.raises(ex.TaskCancelledError):
+            ray.get(up, timeout=20)

@@ -261,13 +261,20 @@ class TaskSubmitter:
         if self.queue.remove(entry) or entry.pending_deps:
             self.finish_with_error(entry, exc.TaskCancelledError(task_id.hex()))
             return True
-        lease = entry.lease
-        if lease is not None:
+        # Pushed: the worker stops it once it runs. A push still on its way (not started there
+        # yet) is asked again until it starts or ends (bounded: 400 x 50 ms).
+        for _ in range(400):
+            lease = entry.lease
+            if lease is None or self.tasks.get(task_id) is not entry:
+                break
             try:
-                await self.core.worker_stub(lease.worker_address).CancelTask(
+                reply = await self.core.worker_stub(lease.worker_address).CancelTask(
                     core_worker_pb2.CancelTaskRequest(task_id=task_id, force=force), timeout=10)
             except grpc.aio.AioRpcError:
-                pass  # the worker is gone; the push fails and reports the cancellation
+                break  # the worker is gone; the push fails and reports the cancellation
+            if reply.attempted:
+                break
+            await asyncio.sleep(0.05)
         return True
 
     async def shutdown(self) -> None:
