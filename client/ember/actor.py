@@ -43,7 +43,7 @@ def method(*args: Any, **options: Any) -> Any:
         if k not in ("num_returns", "concurrency_group", "max_task_retries", "retry_exceptions"):
             raise ValueError(f"Invalid option keyword {k!r} for ember.method")
 
-    def decorate(fn: Callable) -> Callable:
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn.__ember_num_returns__ = options.get("num_returns")  # type: ignore[attr-defined]
         return fn
 
@@ -134,7 +134,7 @@ def _place(core: Any, ac: ActorClass, spec: common_pb2.TaskSpec, opts: dict[str,
 _spread_next = 0
 
 
-def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
+def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ActorHandle:
     sigs = signatures.of_class(ac._cls)
     if "__init__" in sigs:  # Ray's check, in the caller, before anything is submitted
         sigs["__init__"].check(args, kwargs, f"{ac.__name__}.__init__")
