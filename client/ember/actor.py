@@ -16,7 +16,7 @@ import os
 from typing import Any, Callable
 
 from ember._private import placement_groups as pg_door
-from ember._private import scheduling
+from ember._private import scheduling, signatures
 from ember._private.executor import ActorExit
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
 from ember._private.remote_function import (
@@ -135,6 +135,9 @@ _spread_next = 0
 
 
 def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ActorHandle:
+    sigs = signatures.of_class(ac._cls)
+    if "__init__" in sigs:  # Ray's check, in the caller, before anything is submitted
+        sigs["__init__"].check(args, kwargs, f"{ac.__name__}.__init__")
     core = w.core
     opts = ac._options
     name = opts.get("name") or ""
@@ -145,6 +148,7 @@ def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any
         except ValueError:
             pass
     fid = w.functions.export(ac._cls, f"actor class {ac.__name__}")
+    signatures.remember(fid, sigs)
     task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{ac.__name__}.__init__()")
     for r in keep:  # the GCS and the actor's worker read these, possibly after restarts
         core.mark_escaped(r.binary())
@@ -176,7 +180,7 @@ def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any
         if opts.get("get_if_exists"):
             return get_actor(name, namespace)
         raise ValueError(str(e)) from None
-    return ActorHandle(spec.actor_id, ac.__name__, list(ac._methods), max_task_retries)
+    return ActorHandle(spec.actor_id, ac.__name__, list(ac._methods), max_task_retries, sigs)
 
 
 class ActorID:
@@ -197,7 +201,9 @@ class ActorHandle:
     """A reference to an actor; pass it to tasks and other actors freely."""
 
     def __init__(self, actor_id: bytes, class_name: str, methods: list[common_pb2.ActorMethod],
-                 max_task_retries: int) -> None:
+                 max_task_retries: int,
+                 method_signatures: dict[str, signatures.Signature] | None = None) -> None:
+        self._ember_signatures = method_signatures or {}  # checked at submission when known
         self._ember_actor_id = actor_id
         self._ember_class_name = class_name
         self._ember_methods = {m.name: m for m in methods}
@@ -227,12 +233,13 @@ class ActorHandle:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_handle, (self._ember_actor_id, self._ember_class_name,
                                   [m.SerializeToString() for m in self._ember_methods.values()],
-                                  self._ember_max_task_retries))
+                                  self._ember_max_task_retries, self._ember_signatures))
 
 
-def _rebuild_handle(actor_id: bytes, class_name: str, methods: list[bytes], retries: int) -> ActorHandle:
+def _rebuild_handle(actor_id: bytes, class_name: str, methods: list[bytes], retries: int,
+                    sigs: dict[str, signatures.Signature] | None = None) -> ActorHandle:
     return ActorHandle(actor_id, class_name, [common_pb2.ActorMethod.FromString(m) for m in methods],
-                       retries)
+                       retries, sigs)
 
 
 class ActorMethod:
@@ -262,6 +269,9 @@ class ActorMethod:
         core = _w.global_worker().core
         h = self._handle
         name = f"{h._ember_class_name}.{self._meta.name}"
+        sig = h._ember_signatures.get(self._meta.name)
+        if sig is not None:
+            sig.check(args, kwargs, name)
         task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{name}()")
         task_id = ids.new_task_id()
         n = self._num_returns
@@ -293,7 +303,8 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
         raise ValueError(f"Failed to look up actor with name '{name}' in namespace '{ns}'. "
                          "Check the name and the namespace.") from None
     c = a.creation_spec.actor_creation
-    return ActorHandle(a.actor_id, a.class_name, list(c.methods), c.max_task_retries)
+    return ActorHandle(a.actor_id, a.class_name, list(c.methods), c.max_task_retries,
+                       signatures.known(a.creation_spec.function.function_id))
 
 
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:

@@ -160,6 +160,9 @@ class TaskCancelledError(RayError):
         self.task_id = task_id
         super().__init__(message or f"Task {task_id} was cancelled.")
 
+    def __reduce__(self) -> tuple[Any, ...]:  # the message must not be wrapped again
+        return (TaskCancelledError, (self.task_id, str(self)))
+
 
 class TaskUnschedulableError(RayError):
     """No node in the cluster can ever satisfy the task's resource request."""

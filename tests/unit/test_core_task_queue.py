@@ -3,6 +3,7 @@ injected clock and lease ids, without sockets."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from ember import exceptions as exc
 from ember._private.task_queue import (
@@ -31,18 +32,21 @@ class Clock:
         return self.t
 
 
-def make(max_requests: int = 10, linger_s: float = 0.002) -> tuple[TaskQueue, Clock]:
+def make(max_requests: int = 10, linger_s: float = 0.002,
+         classify: Any = None) -> tuple[TaskQueue, Clock]:
     clock = Clock()
     n = itertools.count()
+    extra = {} if classify is None else {"classify": classify}
     return TaskQueue("home:1", max_pending_lease_requests=max_requests,
                      max_tasks_in_flight_per_worker=1, lease_linger_s=linger_s, clock=clock,
-                     new_lease_id=lambda: b"L%d" % next(n)), clock
+                     new_lease_id=lambda: b"L%d" % next(n), **extra), clock
 
 
-def task(i: int, retries: int = 3, retry_exceptions: bool = False) -> TaskEntry:
+def task(i: int, retries: int = 3, retry_exceptions: bool = False,
+         allowlist: tuple[type[BaseException], ...] | None = None) -> TaskEntry:
     spec = common_pb2.TaskSpec(task_id=bytes([i]) * 16, name=f"t{i}",
                                retry_exceptions=retry_exceptions)
-    return TaskEntry(spec, [], retries, KEY)
+    return TaskEntry(spec, [], retries, KEY, allowlist)
 
 
 def of(out: list, kind: type) -> list:
@@ -153,6 +157,45 @@ def test_application_errors_are_retried_only_with_retry_exceptions():
     assert of(out, Complete) == [] and retried.spec.attempt == 1
     assert [p.entry for p in of(out, Push)] == [retried]
     assert of(q.push_replied(retried, APP_ERROR), Complete) == [Complete(retried, APP_ERROR)]
+
+
+def test_an_allowlist_retries_only_the_errors_the_classifier_accepts():
+    seen: list[tuple[str, tuple]] = []
+
+    def classify(reply: Any, allowlist: tuple) -> bool:
+        seen.append((reply.error_message, allowlist))
+        return reply.error_message == "listed"
+
+    listed = core_worker_pb2.PushTaskReply(is_application_error=True, error_message="listed")
+    other = core_worker_pb2.PushTaskReply(is_application_error=True, error_message="other")
+    q, _ = make(classify=classify)
+    t1 = task(1, retries=2, retry_exceptions=True, allowlist=(ConnectionError,))
+    q.enqueue(t1)
+    grant(q, b"L0")
+    out = q.push_replied(t1, listed)  # listed: retried while retries last
+    assert of(out, Complete) == [] and [p.entry for p in of(out, Push)] == [t1]
+    out = q.push_replied(t1, other)  # not listed: done at once, retries left or not
+    assert of(out, Complete) == [Complete(t1, other)] and t1.retries_left == 1
+    assert seen == [("listed", (ConnectionError,)), ("other", (ConnectionError,))]
+    t2 = task(2, retries=1, retry_exceptions=True, allowlist=(ConnectionError,))
+    q.enqueue(t2)
+    q.push_replied(t2, listed)
+    assert of(q.push_replied(t2, listed), Complete) == [Complete(t2, listed)]  # retries spent
+    assert len(seen) == 3
+    # An empty list retries nothing and never asks; no allowlist retries any error unasked.
+    t3, t4 = task(3, retry_exceptions=True, allowlist=()), task(4, retries=1, retry_exceptions=True)
+    q.enqueue(t3)
+    assert of(q.push_replied(t3, listed), Complete) == [Complete(t3, listed)]
+    q.enqueue(t4)
+    assert of(q.push_replied(t4, other), Complete) == [] and len(seen) == 3
+
+
+def test_without_an_injected_classifier_an_allowlisted_error_is_not_retried():
+    q, _ = make()
+    t1 = task(1, retries=2, retry_exceptions=True, allowlist=(ConnectionError,))
+    q.enqueue(t1)
+    grant(q, b"L0")
+    assert of(q.push_replied(t1, APP_ERROR), Complete) == [Complete(t1, APP_ERROR)]
 
 
 def test_a_cancelled_task_fails_with_task_cancelled_error():

@@ -107,3 +107,64 @@ def test_cancel_and_drop_owner():
     assert q.cancel(b"\x01") is None
     assert sorted(r.lease_id for r in q.drop_owner("w1")) == [b"\x00", b"\x02"]
     assert len(q) == 0
+
+
+def blocked_worker(q: LeaseQueue, cpus: float) -> dict[str, float]:
+    """A worker granted `cpus` that then blocks in get(): its CPUs are lent out."""
+    assert q.submit(req(200, cpu=cpus)) == "queued"
+    assert len(q.schedule(1).grants) == 1
+    q.resources.lend({"CPU": cpus})
+    return {"CPU": cpus}
+
+
+def test_a_resuming_worker_gets_its_cpus_back_at_once_when_they_are_free():
+    q, _ = make({"CPU": 4})
+    lent = blocked_worker(q, 3)
+    assert q.resume(b"A", lent) and q.resources.available["CPU"] == 1.0
+    assert q.resume(b"B", {}) and q.resume(b"C", {"CPU": 0})  # nothing lent: nothing to wait for
+
+
+def test_a_resuming_worker_waits_until_its_cpus_are_free_and_never_overcommits():
+    q, _ = make({"CPU": 4})
+    lent = blocked_worker(q, 3)
+    q.submit(req(1, cpu=3))
+    (other,) = q.schedule(1).grants  # runs on the lent CPUs
+    assert not q.resume(b"A", lent)  # 1 CPU free: it waits
+    assert q.resources.available["CPU"] == 1.0
+    q.submit(req(2, cpu=1))  # fits, but needs CPUs while a worker waits to resume
+    s = q.schedule(5)
+    assert s.grants == [] and s.resumed == [] and s.workers_wanted == 0
+    q.resources.release(other.alloc)  # the other task ends
+    s = q.schedule(5)
+    assert s.resumed == [b"A"]  # first its 3 CPUs, then the queue moves on with the last one
+    assert [g.request.lease_id for g in s.grants] == [bytes([2])]
+    assert q.resources.available["CPU"] == 0.0
+
+
+def test_resumes_are_served_in_order_and_other_blocked_workers_make_room():
+    q, _ = make({"CPU": 4})
+    lent = blocked_worker(q, 2)
+    q.submit(req(1, cpu=2))
+    q.submit(req(3, cpu=2))
+    grants = q.schedule(5).grants
+    assert len(grants) == 2 and q.resources.available["CPU"] == 0.0
+    assert not q.resume(b"A", lent)
+    assert not q.resume(b"B", {"CPU": 1})
+    q.resources.lend({"CPU": 2})  # one of the others blocks in get() too: 2 CPUs lent
+    s = q.schedule(5)
+    assert s.resumed == [b"A"] and q.resources.available["CPU"] == 0.0
+    q.resources.release(grants[1].alloc)
+    assert q.schedule(5).resumed == [b"B"] and q.resources.available["CPU"] == 1.0
+
+
+def test_a_lease_that_ends_while_waiting_to_resume_leaves_the_queue():
+    q, _ = make({"CPU": 2})
+    lent = blocked_worker(q, 2)
+    q.submit(req(1, cpu=2))
+    (other,) = q.schedule(5).grants
+    assert not q.resume(b"A", lent)
+    assert q.drop_resume(b"A") and not q.drop_resume(b"A")
+    q.submit(req(2, cpu=1))
+    q.resources.release(other.alloc)
+    s = q.schedule(5)  # requests needing CPUs are no longer held back
+    assert s.resumed == [] and [g.request.lease_id for g in s.grants] == [bytes([2])]

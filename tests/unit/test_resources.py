@@ -192,7 +192,9 @@ def test_lend_and_reclaim():
     assert node.fits_now({"CPU": 2})
     other = node.allocate({"CPU": 1})
     assert other is not None
-    node.reclaim({"CPU": 2})  # resumes: may go below zero
+    assert not node.can_reclaim({"CPU": 2})  # only 1 is free: a resuming worker waits
+    assert node.can_reclaim({"CPU": 1})
+    node.reclaim({"CPU": 2})  # its lease ends while blocked: below zero until released
     assert node.available["CPU"] == pytest.approx(-1.0)
     assert not node.fits_now({"CPU": 0.5})
     assert node.snapshot_available() == {"CPU": 0.0}

@@ -30,6 +30,7 @@ from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc
 from ember_common.raylet_client import RayletClient
 
 from .actor_submitter import ActorSubmitter
+from .blocking import BlockedWaits
 from .core_worker_server import CoreWorkerServicer
 from .memory_store import MemoryStore
 from .object_api import ObjectAPI
@@ -99,10 +100,11 @@ class CoreWorker(ObjectAPI):
         self._nodes: dict[str, common_pb2.NodeInfo] = {}
         self._nodes_at = 0.0
         self.generators: dict[bytes, GeneratorState] = {}  # by task id
-        self._blocked_depth = 0
         self._shutdown = False
         self.executor: TaskExecutor | None = None  # set by the worker process
         self.loop = asyncio.new_event_loop()
+        self.blocked_waits = BlockedWaits(self.loop, lambda blocked: self.raylet.notify_worker_blocked(
+            self.worker_id, blocked))
         self._inbox: collections.deque[tuple[Callable[..., object], tuple[Any, ...]]] = collections.deque()
         self._wakeup_pending = False
         self.refs = References(self.ref_table, self.worker_id, self.loop, self.post, self.worker_stub,
@@ -344,26 +346,21 @@ class CoreWorker(ObjectAPI):
         return info
 
     # ---------------------------------------------------------------- blocking waits
-    def _blocking(self, coro: Awaitable[T] | None, fn: Callable[[], T] | None = None) -> T:
-        """Runs a wait (a coroutine on the loop, or fn here); a worker tells its raylet it is
-        blocked meanwhile so that its CPU can go to other tasks."""
-        notify = self.mode is WorkerMode.WORKER and self.executor is not None and self.executor.running
-        if notify:
-            self._notify_blocked(True)
-        try:
-            if fn is not None:
-                return fn()
-            assert coro is not None
-            return self.run(coro)
-        finally:
-            if notify:
-                self._notify_blocked(False)
+    def _lends(self) -> bool:
+        """Whether a wait here lends CPUs: a worker running a task (not a driver)."""
+        ex = self.executor
+        return self.mode is WorkerMode.WORKER and ex is not None and ex.running is not None
 
-    def _notify_blocked(self, blocked: bool) -> None:
-        self._blocked_depth += 1 if blocked else -1
-        if (blocked and self._blocked_depth == 1) or (not blocked and self._blocked_depth == 0):
-            asyncio.run_coroutine_threadsafe(_as_coro(lambda: self.raylet.notify_worker_blocked(
-                self.worker_id, blocked)), self.loop)
+    def _blocking(self, coro: Awaitable[T] | None, fn: Callable[[], T] | None = None) -> T:
+        """Runs a wait for objects that are not ready (a coroutine on the loop, or fn here). A
+        worker lends its CPUs to other tasks meanwhile and takes them back before it returns
+        (blocking.py); a driver just waits."""
+        if self._lends():
+            return self.blocked_waits.run(coro, fn)
+        if fn is not None:
+            return fn()
+        assert coro is not None
+        return self.run(coro)
 
 
 async def _as_coro(obj: Awaitable[T] | Callable[[], Awaitable[T]]) -> T:

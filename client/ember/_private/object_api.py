@@ -50,6 +50,7 @@ class ObjectAPI:
         def in_loop(self) -> bool: ...
         def worker_stub(self, address: str) -> core_worker_pb2_grpc.CoreWorkerAsyncStub: ...
         def _blocking(self, coro: Awaitable[T] | None, fn: Callable[[], T] | None = None) -> T: ...
+        def _lends(self) -> bool: ...
         async def _refresh_nodes(self, max_age_s: float = 0.0) -> None: ...
         async def node_info(self, node_id: str) -> common_pb2.NodeInfo: ...
 
@@ -132,7 +133,10 @@ class ObjectAPI:
                 self._blocking(None, lambda: self._wait_owned(missing, timeout))
                 entries = [sget(r.binary()) for r in refs]
             else:
-                got = self._blocking(self._wait_all(missing, timeout))
+                got = self._ready_now(missing, errors_ready=False)  # those lend no CPUs
+                rest = [r for r in missing if r.binary() not in got]
+                if rest:
+                    got.update(self._blocking(self._wait_all(rest, timeout)))
                 entries = [e if e is not None else got[r.binary()] for r, e in zip(refs, entries)]
         # Every entry is present now: the waits above returned only once each object was.
         present = cast(list[common_pb2.ReturnObject], entries)
@@ -143,6 +147,30 @@ class ObjectAPI:
     async def _materialize_all(self, entries: list[common_pb2.ReturnObject],
                                refs: list[ObjectRef]) -> list[Any]:
         return [await self.materialize_async(e, r.owner_address) for e, r in zip(entries, refs)]
+
+    def _ready_now(self, refs: list[ObjectRef], errors_ready: bool) -> dict[bytes, Any]:
+        """In a worker that would lend its CPUs to wait: the entries of borrowed refs whose
+        owner has them now (asked without waiting), so that only a real wait lends. An owner's
+        error is raised, or (errors_ready) counts as ready, as wait() counts it."""
+        owns = self.ref_table.owns
+        borrowed = [r for r in refs if not owns(r.binary())]
+        if not borrowed or not self._lends():
+            return {}
+
+        async def ask(r: ObjectRef) -> Any:
+            try:
+                return await self._fetch_from_owner(r, 0)
+            except exc.GetTimeoutError:
+                return None
+            except exc.RayError:
+                if errors_ready:
+                    return True
+                raise
+
+        async def ask_all() -> list[Any]:
+            return await asyncio.gather(*(ask(r) for r in borrowed))
+
+        return {r.binary(): e for r, e in zip(borrowed, self.run(ask_all)) if e is not None}
 
     async def _wait_all(self, refs: list[ObjectRef],
                         timeout: float | None) -> dict[bytes, common_pb2.ReturnObject]:
@@ -222,6 +250,9 @@ class ObjectAPI:
         """wait() from a user thread."""
         has = self.store.contains
         ready_ids = {r.binary() for r in refs if has(r.binary())}
+        if len(ready_ids) < num_returns and timeout != 0:
+            ready_ids.update(self._ready_now([r for r in refs if r.binary() not in ready_ids],
+                                             errors_ready=True))
         if len(ready_ids) < num_returns and timeout != 0:
             ready_ids = self._blocking(self._wait_some(refs, ready_ids, num_returns, timeout))
         ready: list[ObjectRef] = []

@@ -7,7 +7,7 @@ from typing import Any
 from ember_common import ids, tracing
 from ember_common.proto import common_pb2
 
-from . import scheduling
+from . import scheduling, signatures, task_errors
 from .object_ref import ObjectRef
 from .options import TASK_OPTIONS, resource_request, validate
 from .serialization import serialize
@@ -17,10 +17,13 @@ from .task_queue import TaskEntry
 class RemoteFunction:
     def __init__(self, function: Any, options: dict[str, Any]) -> None:
         validate(options, TASK_OPTIONS, f"remote function {function.__qualname__}")
+        task_errors.check_retry_exceptions(options.get("retry_exceptions", False),
+                                          f"remote function {function.__qualname__}")
         self._function = function
         self._options = options
         self._name = options.get("name") or function.__name__
-        # (core, spec template, num_returns, key, placement depends on the calling task)
+        # (core, spec template, num_returns, key, placement depends on the calling task,
+        #  retry_exceptions allowlist, signature)
         self._template: tuple[Any, ...] | None = None
         functools.update_wrapper(self, function)
 
@@ -41,6 +44,8 @@ class RemoteFunction:
     def options(self, **options: Any) -> RemoteFunction:
         merged = {**self._options, **options}
         validate(options, TASK_OPTIONS, f"remote function {self._function.__qualname__}")
+        task_errors.check_retry_exceptions(merged.get("retry_exceptions", False),
+                                          f"remote function {self._function.__qualname__}")
         rf = RemoteFunction.__new__(RemoteFunction)
         rf.__dict__.update(self.__dict__)
         rf._options = merged
@@ -54,10 +59,16 @@ class RemoteFunction:
         w = _w.global_worker()
         t = self._template
         if t is None or t[0] is not w.core:
-            t = self._template = (w.core, *spec_template(w, self._function, self._name, self._options))
+            sig = signatures.of_function(self._function)  # checked before anything is exported
+            if sig is not None:
+                sig.check(args, kwargs, self._name)
+            t = self._template = (w.core, *spec_template(w, self._function, self._name,
+                                                         self._options), sig)
+        elif t[6] is not None:
+            t[6].check(args, kwargs, self._name)
         if t[4] and w.core.executor is not None:  # in a task: its group may capture this one
             return submit_in_context(w.core, t, self._options, args, kwargs)
-        return submit_from_template(w.core, t[1], t[2], t[3], args, kwargs)
+        return submit_from_template(w.core, t[1], t[2], t[3], args, kwargs, t[5])
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("DAG building with .bind() is not supported for tasks yet")
@@ -138,26 +149,28 @@ def streaming_default(fn: Any, num_returns: Any) -> Any:
     return num_returns
 
 
-def spec_template(w: Any, function: Any, name: str, options: dict[str, Any]) -> tuple[Any, Any, Any, bool]:
+def spec_template(w: Any, function: Any, name: str,
+                  options: dict[str, Any]) -> tuple[Any, Any, Any, bool, Any]:
     """What every call of a remote function shares: (TaskSpec template, num_returns, queue key,
-    whether the placement depends on the calling task). Built once per function and process,
-    so a call only fills in ids and arguments."""
+    whether the placement depends on the calling task, the retry_exceptions allowlist). Built
+    once per function and process, so a call only fills in ids and arguments."""
     core = w.core
     num_returns = streaming_default(function, options.get("num_returns"))
     fid = w.functions.export(function, f"remote function {name}")
     max_retries = options.get("max_retries")
     if max_retries is None:
         max_retries = core.config.task_max_retries
+    retry_flag, allowlist = task_errors.split(options.get("retry_exceptions", False))
     spec = common_pb2.TaskSpec(
         job_id=core.job_id, name=name,
         function=common_pb2.FunctionDescriptor(module=function.__module__ or "",
                                                qualname=function.__qualname__, function_id=fid),
         resources=resource_request(options, 1.0), max_retries=max_retries,
-        retry_exceptions=bool(options.get("retry_exceptions", False)),
+        retry_exceptions=retry_flag,
         streaming=num_returns == "streaming", caller=core.address_proto)
     placement = scheduling.resolve(options, f"remote function {name}", request=dict(spec.resources))
     return (spec, num_returns, with_placement(spec, placement),
-            scheduling.needs_context(options))
+            scheduling.needs_context(options), allowlist)
 
 
 def with_placement(spec: Any, placement: scheduling.Placement) -> Any:
@@ -183,16 +196,16 @@ def submit_in_context(core: Any, t: tuple[Any, ...], options: dict[str, Any], ar
 
     pg_id, capture = current()
     if not (pg_id and capture):
-        return submit_from_template(core, t[1], t[2], t[3], args, kwargs)
+        return submit_from_template(core, t[1], t[2], t[3], args, kwargs, t[5])
     template = common_pb2.TaskSpec()
     template.CopyFrom(t[1])
     placement = scheduling.resolve(options, f"remote function {template.name}", pg_id, capture)
     key = with_placement(template, placement)
-    return submit_from_template(core, template, t[2], key, args, kwargs)
+    return submit_from_template(core, template, t[2], key, args, kwargs, t[5])
 
 
 def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, args: tuple[Any, ...],
-                         kwargs: dict[str, Any]) -> Any:
+                         kwargs: dict[str, Any], allowlist: Any = None) -> Any:
     task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{template.name}()")
     task_id = ids.new_task_id()
     spec = common_pb2.TaskSpec()
@@ -206,7 +219,7 @@ def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, a
     if tracing.enabled():
         tracing.submit_span(f"submit {template.name}", spec.trace_context,
                             **{"ember.task_id": task_id.hex()})
-    return hand_over(core, TaskEntry(spec, keep, template.max_retries, key), num_returns,
+    return hand_over(core, TaskEntry(spec, keep, template.max_retries, key, allowlist), num_returns,
                      core.submitter.submit)
 
 

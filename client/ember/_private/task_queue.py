@@ -16,8 +16,12 @@ carries out:
 - `SetTimer(at)`: call `expire(now)` at `at` (clock time) for the linger deadlines.
 
 Retries: a worker that dies under a task (a failed push) costs one of its `max_retries`
-(-1: forever); an application error is retried only with `retry_exceptions`. A retried task goes
-back to the head of its queue. Pure: no I/O; the clock is injected (the driver gives its loop's).
+(-1: forever); an application error is retried only with `retry_exceptions`: `True` retries any
+error, a list of exception classes (kept on the owner's TaskEntry as `retry_allowlist`; it never
+travels to the worker) only errors of those classes, which the injected `classify(reply,
+allowlist)` decides from the reply. A retried task goes back to the head of its queue. Pure: no
+I/O; the clock and the error classifier are injected (the driver gives its loop's clock and a
+classifier that reads the error in the reply).
 """
 from __future__ import annotations
 
@@ -59,11 +63,16 @@ class Lease:
 class TaskEntry:
     """One submitted task or actor call, until it finishes."""
 
-    __slots__ = ("spec", "arg_refs", "retries_left", "key", "cancelled", "lease", "pending_deps")
+    __slots__ = ("spec", "arg_refs", "retries_left", "key", "cancelled", "lease", "pending_deps",
+                 "retry_allowlist")
 
     def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[Any], retries_left: int | None,
-                 key: SchedulingKey = ()) -> None:
+                 key: SchedulingKey = (),
+                 retry_allowlist: tuple[type[BaseException], ...] | None = None) -> None:
         self.spec = spec
+        # With spec.retry_exceptions: the exception classes an application error must be an
+        # instance of to be retried (None: any error is retried).
+        self.retry_allowlist = retry_allowlist
         self.arg_refs = arg_refs  # keeps top-level argument objects alive until the task ends
         self.retries_left = retries_left
         self.key: SchedulingKey = key  # resource shape (tasks only)
@@ -109,6 +118,13 @@ class SetTimer(NamedTuple):
 
 Instruction = Union[RequestLease, CancelLeaseRequest, Push, ReturnLease, Complete, Fail, SetTimer]
 
+# Whether the application error in a reply is an instance of one of the allowlisted classes.
+Classifier = Callable[[core_worker_pb2.PushTaskReply, tuple[type[BaseException], ...]], bool]
+
+
+def _never(reply: core_worker_pb2.PushTaskReply, allowlist: tuple[type[BaseException], ...]) -> bool:
+    return False
+
 
 class _Key:
     __slots__ = ("tasks", "leases", "requests")
@@ -125,8 +141,10 @@ class TaskQueue:
     def __init__(self, home_raylet: str, *, max_pending_lease_requests: int,
                  max_tasks_in_flight_per_worker: int, lease_linger_s: float,
                  clock: Callable[[], float],
-                 new_lease_id: Callable[[], bytes] = lambda: os.urandom(16)) -> None:
+                 new_lease_id: Callable[[], bytes] = lambda: os.urandom(16),
+                 classify: Classifier = _never) -> None:
         self.home = home_raylet
+        self._classify = classify
         self.max_requests = max_pending_lease_requests
         self.max_inflight = max_tasks_in_flight_per_worker
         self.linger_s = lease_linger_s
@@ -222,8 +240,7 @@ class TaskQueue:
         out: list[Instruction] = []
         if entry.cancelled:
             out.append(Fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex())))
-        elif (reply.is_application_error and entry.retries_left != 0
-              and entry.spec.retry_exceptions):
+        elif reply.is_application_error and self._retries_error(entry, reply):
             self._retry(q, entry)
         else:
             out.append(Complete(entry, reply))
@@ -321,6 +338,14 @@ class TaskQueue:
         if not tasks and q.requests:
             for lease_id, addr in q.requests.items():
                 out.append(CancelLeaseRequest(addr, lease_id))
+
+    def _retries_error(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> bool:
+        """Whether an application error is retried: retries left, retry_exceptions set, and the
+        error of an allowlisted class when there is an allowlist."""
+        if entry.retries_left == 0 or not entry.spec.retry_exceptions:
+            return False
+        allow = entry.retry_allowlist
+        return allow is None or (bool(allow) and self._classify(reply, allow))
 
     def _retry(self, q: _Key, entry: TaskEntry) -> None:
         assert entry.retries_left is not None

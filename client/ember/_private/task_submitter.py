@@ -19,6 +19,7 @@ from ember import exceptions as exc
 from ember_common import rpc, tracing
 from ember_common.proto import common_pb2, core_worker_pb2, raylet_pb2
 
+from . import task_errors
 from .scheduling import Placement
 from .task_queue import (
     CancelLeaseRequest,
@@ -51,7 +52,8 @@ class TaskSubmitter:
         self.queue = TaskQueue(
             core.raylet_address, max_pending_lease_requests=cfg.max_pending_lease_requests,
             max_tasks_in_flight_per_worker=cfg.max_tasks_in_flight_per_worker,
-            lease_linger_s=cfg.lease_linger_s, clock=core.loop.time)
+            lease_linger_s=cfg.lease_linger_s, clock=core.loop.time,
+            classify=task_errors.error_in_allowlist)
         self.tasks: dict[bytes, TaskEntry] = {}  # task_id -> entry, until done
         self._timer: asyncio.TimerHandle | None = None
         self._spread_next = 0  # round-robin position of SPREAD lease requests
@@ -93,6 +95,11 @@ class TaskSubmitter:
         then(entry)
 
     def _enqueue(self, entry: TaskEntry) -> None:
+        if entry.arg_refs:  # an argument that is a failed task's result fails this task now
+            error = task_errors.failed_dependency(entry.spec)
+            if error is not None:
+                self.finish_with_error(entry, error)
+                return
         self._run(self.queue.enqueue(entry))
 
     # -------------------------------------------------------------- instructions
@@ -254,13 +261,20 @@ class TaskSubmitter:
         if self.queue.remove(entry) or entry.pending_deps:
             self.finish_with_error(entry, exc.TaskCancelledError(task_id.hex()))
             return True
-        lease = entry.lease
-        if lease is not None:
+        # Pushed: the worker stops it once it runs. A push still on its way (not started there
+        # yet) is asked again until it starts or ends (bounded: 400 x 50 ms).
+        for _ in range(400):
+            lease = entry.lease
+            if lease is None or self.tasks.get(task_id) is not entry:
+                break
             try:
-                await self.core.worker_stub(lease.worker_address).CancelTask(
+                reply = await self.core.worker_stub(lease.worker_address).CancelTask(
                     core_worker_pb2.CancelTaskRequest(task_id=task_id, force=force), timeout=10)
             except grpc.aio.AioRpcError:
-                pass  # the worker is gone; the push fails and reports the cancellation
+                break  # the worker is gone; the push fails and reports the cancellation
+            if reply.attempted:
+                break
+            await asyncio.sleep(0.05)
         return True
 
     async def shutdown(self) -> None:

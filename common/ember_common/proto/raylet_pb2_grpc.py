@@ -125,8 +125,10 @@ class RayletServicer:
         raise NotImplementedError('Method not implemented!')
 
     def NotifyWorkerBlocked(self, request, context):
-        """A leased worker is blocked in get()/wait(): its CPUs are lent out until it unblocks.
-        Idempotent. Failure: ignored (the CPUs stay held).
+        """A leased worker is blocked in get()/wait(): its CPUs are lent out until it unblocks;
+        blocked=false replies once they are its own again (it may wait for other leases to end
+        or block), so the worker continues only then. Idempotent. Failure: ignored (the worker
+        continues; the raylet counts it as blocked until its lease ends).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -58,8 +58,10 @@ class RayletStub:
     CancelWorkerLease: _grpc.UnaryUnaryMultiCallable[_raylet_pb2.CancelWorkerLeaseRequest, _raylet_pb2.CancelWorkerLeaseReply]
     """Withdraws a queued lease request. Idempotent. Failure: ignored (the raylet is gone)."""
     NotifyWorkerBlocked: _grpc.UnaryUnaryMultiCallable[_raylet_pb2.NotifyWorkerBlockedRequest, _raylet_pb2.NotifyWorkerBlockedReply]
-    """A leased worker is blocked in get()/wait(): its CPUs are lent out until it unblocks.
-    Idempotent. Failure: ignored (the CPUs stay held).
+    """A leased worker is blocked in get()/wait(): its CPUs are lent out until it unblocks;
+    blocked=false replies once they are its own again (it may wait for other leases to end
+    or block), so the worker continues only then. Idempotent. Failure: ignored (the worker
+    continues; the raylet counts it as blocked until its lease ends).
     """
     GetNodeStats: _grpc.UnaryUnaryMultiCallable[_raylet_pb2.GetNodeStatsRequest, _raylet_pb2.GetNodeStatsReply]
     """Idempotent read. Failure: retry or report the node unreachable."""
@@ -107,8 +109,10 @@ class RayletAsyncStub(RayletStub):
     CancelWorkerLease: _aio.UnaryUnaryMultiCallable[_raylet_pb2.CancelWorkerLeaseRequest, _raylet_pb2.CancelWorkerLeaseReply]  # type: ignore[assignment]
     """Withdraws a queued lease request. Idempotent. Failure: ignored (the raylet is gone)."""
     NotifyWorkerBlocked: _aio.UnaryUnaryMultiCallable[_raylet_pb2.NotifyWorkerBlockedRequest, _raylet_pb2.NotifyWorkerBlockedReply]  # type: ignore[assignment]
-    """A leased worker is blocked in get()/wait(): its CPUs are lent out until it unblocks.
-    Idempotent. Failure: ignored (the CPUs stay held).
+    """A leased worker is blocked in get()/wait(): its CPUs are lent out until it unblocks;
+    blocked=false replies once they are its own again (it may wait for other leases to end
+    or block), so the worker continues only then. Idempotent. Failure: ignored (the worker
+    continues; the raylet counts it as blocked until its lease ends).
     """
     GetNodeStats: _aio.UnaryUnaryMultiCallable[_raylet_pb2.GetNodeStatsRequest, _raylet_pb2.GetNodeStatsReply]  # type: ignore[assignment]
     """Idempotent read. Failure: retry or report the node unreachable."""
@@ -183,8 +187,10 @@ class RayletServicer(metaclass=_abc_1.ABCMeta):
         request: _raylet_pb2.NotifyWorkerBlockedRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_raylet_pb2.NotifyWorkerBlockedReply, _abc.Awaitable[_raylet_pb2.NotifyWorkerBlockedReply]]:
-        """A leased worker is blocked in get()/wait(): its CPUs are lent out until it unblocks.
-        Idempotent. Failure: ignored (the CPUs stay held).
+        """A leased worker is blocked in get()/wait(): its CPUs are lent out until it unblocks;
+        blocked=false replies once they are its own again (it may wait for other leases to end
+        or block), so the worker continues only then. Idempotent. Failure: ignored (the worker
+        continues; the raylet counts it as blocked until its lease ends).
         """
 
     @_abc_1.abstractmethod

@@ -7,6 +7,12 @@ A submitted request is decided by `scheduler.decide`: it spills to another node,
 run it) until a node that can joins or `infeasible_timeout_s` passes, then fails with a reason.
 A queued request that no longer fits here is spilled again while it has never been redirected.
 The driver (raylet.py) owns the futures and the workers and executes what this class decides.
+
+Blocked workers: a leased worker that waits in get()/wait() lends its CPUs to other leases; when
+it resumes it takes them back before it continues, never beyond what the node has: at once if
+they are free, else it waits (`resume`) and `schedule` hands them back first, as leases end or
+other workers block. While a worker waits to resume, requests that need CPUs wait behind it (so
+new tasks cannot starve it); a running task always ends or blocks, so it gets them in the end.
 """
 from __future__ import annotations
 
@@ -64,6 +70,7 @@ class Schedule:
     grants: list[Grant] = field(default_factory=list)
     spills: list[Spill] = field(default_factory=list)
     workers_wanted: int = 0
+    resumed: list[bytes] = field(default_factory=list)  # leases whose lent CPUs came back
 
 
 class LeaseQueue:
@@ -78,6 +85,7 @@ class LeaseQueue:
         self.cluster: dict[str, RemoteNode] = {}
         self.waiting: list[LeaseRequest] = []
         self.infeasible: list[LeaseRequest] = []
+        self.resuming: dict[bytes, dict[str, float]] = {}  # lease id -> lent resources, FIFO
 
     def __len__(self) -> int:
         return len(self.waiting) + len(self.infeasible)
@@ -100,11 +108,36 @@ class LeaseQueue:
         return decide(self.resources, self.cluster, self.node_id, req.resources,
                       req.spillback_count).reason
 
+    def resume(self, lease_id: bytes, lent: dict[str, float]) -> bool:
+        """A blocked worker wants its lent resources back: True if it got them now (taken),
+        else it waits and a later `schedule` lists it in `resumed`."""
+        if not any(v > 0 for v in lent.values()):
+            return True  # nothing was lent
+        if not self.resuming and self.resources.can_reclaim(lent):
+            self.resources.reclaim(lent)
+            return True
+        self.resuming[lease_id] = lent
+        return False
+
+    def drop_resume(self, lease_id: bytes) -> bool:
+        """The lease ended while its worker waited to resume; True if it was waiting."""
+        return self.resuming.pop(lease_id, None) is not None
+
     def schedule(self, idle_workers: int) -> Schedule:
-        """Grants waiting requests that fit now, in order, up to `idle_workers`; spills those that
-        do not fit here but fit elsewhere now (never redirected before)."""
+        """Hands lent resources back to resuming workers first (in order); then grants waiting
+        requests that fit now, in order, up to `idle_workers` (those that need CPUs only when no
+        worker still waits to resume); spills those that do not fit here but fit elsewhere now
+        (never redirected before)."""
         out = Schedule()
+        for lease_id, lent in list(self.resuming.items()):
+            if not self.resources.can_reclaim(lent):
+                break
+            self.resources.reclaim(lent)
+            del self.resuming[lease_id]
+            out.resumed.append(lease_id)
         for req in list(self.waiting):
+            if self.resuming and req.resources.get("CPU", 0.0) > 0:
+                continue  # behind a worker that waits for its CPUs
             if not self.resources.fits_now(req.resources):
                 if req.spillback_count == 0:
                     d = decide(self.resources, self.cluster, self.node_id, req.resources, 0)

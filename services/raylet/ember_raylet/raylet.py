@@ -51,6 +51,8 @@ class Raylet:
         self.workers: dict[str, WorkerProc] = {}
         self.leases: dict[bytes, Lease] = {}
         self.futures: dict[bytes, asyncio.Future[LeaseReply]] = {}
+        # Blocked workers waiting for their lent CPUs back (lease id -> the unblock RPC's wait).
+        self.resumes: dict[bytes, asyncio.Future[None]] = {}
         self.queue = LeaseQueue(node_id, self.resources, config.infeasible_timeout_s, clock)
         self.bundles = BundleTable(self.resources)
         cpus = int(self.resources.total.get("CPU", 0))
@@ -212,6 +214,8 @@ class Raylet:
         for req in [r for r in self.queue.waiting if self._gone(r.lease_id)]:
             self.queue.cancel(req.lease_id)
         sched = self.queue.schedule(self.pool.count(WorkerState.IDLE))
+        for lease_id in sched.resumed:
+            self._resumed(lease_id)
         for s in sched.spills:
             self._spill(s)
         for g in sched.grants:
@@ -240,8 +244,10 @@ class Raylet:
     def _release(self, lease: Lease) -> None:
         if self.leases.pop(lease.lease_id, None) is None:
             return
-        if lease.blocked:
+        if lease.blocked:  # its lent CPUs come back with the rest of the allocation
+            self.queue.drop_resume(lease.lease_id)
             self.resources.reclaim(self._lendable(lease))
+            self._wake(lease.lease_id)
         self.resources.release(lease.alloc)
         lease.worker.lease = None
 
@@ -269,18 +275,44 @@ class Raylet:
         cpu = lease.alloc.resources.get("CPU", 0.0)
         return {"CPU": cpu} if cpu else {}
 
-    def notify_blocked(self, worker_id: str, blocked: bool) -> None:
-        """A leased worker blocks in get/wait (its CPUs are lent) or resumes."""
+    async def notify_blocked(self, worker_id: str, blocked: bool) -> None:
+        """A leased worker blocks in get/wait (its CPUs are lent to other leases) or resumes:
+        then this returns once its CPUs are its own again (at once if they are free, else when
+        leases end or other workers block), so no more CPUs run tasks than the node has."""
         w = self.workers.get(worker_id)
         lease = w.lease if w is not None else None
-        if lease is None or lease.blocked == blocked:
+        if lease is None or (lease.blocked == blocked and lease.lease_id not in self.resumes):
             return
-        lease.blocked = blocked
         if blocked:
+            if lease.lease_id in self.resumes:  # blocked again (another thread) while waiting
+                self.queue.drop_resume(lease.lease_id)  # to resume: its CPUs stay lent
+                self._wake(lease.lease_id)
+                return
+            lease.blocked = True
             self.resources.lend(self._lendable(lease))
             self.dispatch()
-        else:
-            self.resources.reclaim(self._lendable(lease))
+            return
+        fut = self.resumes.get(lease.lease_id)
+        if fut is None:
+            if self.queue.resume(lease.lease_id, self._lendable(lease)):
+                lease.blocked = False
+                return
+            fut = self.resumes[lease.lease_id] = asyncio.get_running_loop().create_future()
+            log.debug("worker %s waits for its %s back", worker_id, self._lendable(lease))
+        await asyncio.shield(fut)
+
+    def _resumed(self, lease_id: bytes) -> None:
+        """The lease queue gave the worker of lease_id its CPUs back: it may continue."""
+        lease = self.leases.get(lease_id)
+        if lease is not None:
+            lease.blocked = False
+        self._wake(lease_id)
+
+    def _wake(self, lease_id: bytes) -> None:
+        """Answers the unblock call that waits for lease_id, if one does."""
+        fut = self.resumes.pop(lease_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     def tick(self) -> None:
         """Executes the queue's timed decisions (infeasible requests: wait, spill or fail)."""

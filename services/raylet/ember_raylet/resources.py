@@ -81,8 +81,13 @@ class NodeResources:
         for k, v in resources.items():
             self.available[k] = self.available.get(k, 0.0) + v
 
+    def can_reclaim(self, resources: dict[str, float]) -> bool:
+        """Whether lent resources are free to be taken back now."""
+        return all(self.available.get(k, 0.0) + EPS >= v for k, v in resources.items() if v > 0)
+
     def reclaim(self, resources: dict[str, float]) -> None:
-        """The blocked worker resumes; availability may go below zero briefly (as in Ray)."""
+        """Lent resources come back: the blocked worker resumes (only once `can_reclaim`: the
+        lease queue makes it wait until then) or its lease ends while blocked."""
         for k, v in resources.items():
             self.available[k] = self.available.get(k, 0.0) - v
 

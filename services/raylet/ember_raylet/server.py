@@ -51,7 +51,7 @@ class RayletServicer(raylet_pb2_grpc.RayletServicer):
 
     @rpc_errors
     async def NotifyWorkerBlocked(self, request: raylet_pb2.NotifyWorkerBlockedRequest, context: rpc.Context) -> Any:
-        self.raylet.notify_blocked(request.worker_id, request.blocked)
+        await self.raylet.notify_blocked(request.worker_id, request.blocked)
         return raylet_pb2.NotifyWorkerBlockedReply()
 
     @rpc_errors
