@@ -11,13 +11,17 @@ the GCS and returns an ActorHandle whose method calls go straight to the actor's
 """
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
+import logging
 import os
 from typing import Any, Callable
 
 from ember._private import placement_groups as pg_door
 from ember._private import scheduling
 from ember._private.executor import ActorExit
+from ember._private.object_ref import ObjectRef, OwnerAddress
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
 from ember._private.remote_function import (
     build_args,
@@ -30,7 +34,8 @@ from ember._private.task_queue import TaskEntry
 from ember_common import ids, rpc, tracing
 from ember_common.proto import common_pb2
 
-__all__ = ["ActorClass", "ActorHandle", "exit_actor", "method"]
+__all__ = ["ActorClass", "ActorHandle", "exit_actor", "list_named_actors", "method"]
+log = logging.getLogger(__name__)
 
 STREAMING = -1  # ActorMethod.num_returns of a streaming generator method
 
@@ -48,6 +53,16 @@ def method(*args: Any, **options: Any) -> Any:
         return fn
 
     return decorate
+
+
+def _check_name(name: Any) -> None:
+    """Ray's rules for an actor name: None (unnamed) or a non-empty str."""
+    if name is None:
+        return
+    if not isinstance(name, str):
+        raise TypeError(f"actor name must be a str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("Actor name cannot be an empty string.")
 
 
 def _methods(cls: type) -> list[common_pb2.ActorMethod]:
@@ -73,6 +88,7 @@ class ActorClass:
         lifetime = options.get("lifetime")
         if lifetime not in (None, "detached", "non_detached"):
             raise ValueError(f"lifetime must be 'detached' or 'non_detached', got {lifetime!r}")
+        _check_name(options.get("name"))
         mc = options.get("max_concurrency")
         if mc is not None and (not isinstance(mc, int) or mc < 1):
             raise ValueError(f"max_concurrency must be an int >= 1, got {mc!r}")
@@ -176,7 +192,34 @@ def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
         if opts.get("get_if_exists"):
             return get_actor(name, namespace)
         raise ValueError(str(e)) from None
-    return ActorHandle(spec.actor_id, ac.__name__, list(ac._methods), max_task_retries)
+    return ActorHandle(spec.actor_id, ac.__name__, list(ac._methods), max_task_retries,
+                       None if spec.actor_creation.detached else _own_handles(core, spec))
+
+
+def _own_handles(core: Any, spec: common_pb2.TaskSpec) -> ObjectRef:
+    """The creator owns the actor's handle count (Ray's protocol): a ref to the id of the
+    creation task's return, carried by every handle and by every call in flight, counted like
+    any object ref (handles passed to tasks and actors borrow it). When nothing holds it any
+    more the owner tells the GCS, which destroys the (non-detached) actor."""
+    oid, aid = spec.return_ids[0], spec.actor_id
+    core.register_owned(oid)
+    core.ref_table.on_free(oid, functools.partial(_out_of_scope, core, aid))
+    return ObjectRef(oid, core.address, core)
+
+
+def _out_of_scope(core: Any, actor_id: bytes) -> None:
+    """No handle to the actor is left (any thread): the GCS destroys it."""
+    if core.is_shutdown:
+        return  # the job is ending: the GCS ends its actors anyway
+
+    async def tell() -> None:
+        try:
+            await core.gcs.kill_actor(actor_id, True, out_of_scope=True, timeout_s=30)
+        except Exception as e:  # the GCS is gone too (cluster shutting down)
+            log.debug("actor %s out of scope: %s", actor_id.hex()[:8], e)
+        core.actor_submitter.queues.pop(actor_id, None)
+
+    core.post(lambda: asyncio.ensure_future(tell()))
 
 
 class ActorID:
@@ -197,11 +240,13 @@ class ActorHandle:
     """A reference to an actor; pass it to tasks and other actors freely."""
 
     def __init__(self, actor_id: bytes, class_name: str, methods: list[common_pb2.ActorMethod],
-                 max_task_retries: int) -> None:
+                 max_task_retries: int, ref: ObjectRef | None = None) -> None:
         self._ember_actor_id = actor_id
         self._ember_class_name = class_name
         self._ember_methods = {m.name: m for m in methods}
         self._ember_max_task_retries = max_task_retries
+        # Counts this handle in the owner's handle count (None: detached, not counted).
+        self._ember_ref = ref
 
     @property
     def _actor_id(self) -> ActorID:
@@ -227,12 +272,13 @@ class ActorHandle:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_handle, (self._ember_actor_id, self._ember_class_name,
                                   [m.SerializeToString() for m in self._ember_methods.values()],
-                                  self._ember_max_task_retries))
+                                  self._ember_max_task_retries, self._ember_ref))
 
 
-def _rebuild_handle(actor_id: bytes, class_name: str, methods: list[bytes], retries: int) -> ActorHandle:
+def _rebuild_handle(actor_id: bytes, class_name: str, methods: list[bytes], retries: int,
+                    ref: ObjectRef | None = None) -> ActorHandle:
     return ActorHandle(actor_id, class_name, [common_pb2.ActorMethod.FromString(m) for m in methods],
-                       retries)
+                       retries, ref)
 
 
 class ActorMethod:
@@ -274,6 +320,8 @@ class ActorMethod:
         if tracing.enabled():
             tracing.submit_span(f"submit {name}", spec.trace_context,
                                 **{"ember.actor_id": h._ember_actor_id.hex()})
+        if h._ember_ref is not None:  # the call keeps the actor alive until it is done
+            keep.append(h._ember_ref)
         return hand_over(core, TaskEntry(spec, keep, None), n, core.actor_submitter.submit,
                          h._ember_max_task_retries)
 
@@ -293,18 +341,46 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
         raise ValueError(f"Failed to look up actor with name '{name}' in namespace '{ns}'. "
                          "Check the name and the namespace.") from None
     c = a.creation_spec.actor_creation
-    return ActorHandle(a.actor_id, a.class_name, list(c.methods), c.max_task_retries)
+    ref = None
+    if not c.detached:  # counted in its owner's handle count, as a borrowed ref
+        o = a.creation_spec.caller
+        ref = ObjectRef(a.creation_spec.return_ids[0],
+                        OwnerAddress(o.ip, o.port, o.worker_id, o.node_id), core)
+    return ActorHandle(a.actor_id, a.class_name, list(c.methods), c.max_task_retries, ref)
+
+
+def list_named_actors(all_namespaces: bool = False) -> list[str] | list[dict[str, str]]:
+    """The live named actors: their names in the current namespace, or with all_namespaces
+    `{"name": ..., "namespace": ...}` for every namespace (as `ray.util.list_named_actors`)."""
+    from ember._private import worker as _w
+
+    w = _w.global_worker()
+    core = w.core
+    actors = core.gcs_call(lambda: core.gcs.get_all_actor_info(timeout_s=30))
+    named = sorted((a.namespace, a.name) for a in actors
+                   if a.name and a.state != common_pb2.ActorInfo.DEAD)
+    if all_namespaces:
+        return [{"name": name, "namespace": ns} for ns, name in named]
+    mine = w.current_namespace()
+    return [name for ns, name in named if ns == mine]
+
+
+KILLED = "killed by ember.kill()"  # the death cause the GCS records (actor_policy.py)
 
 
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
-    """Kills an actor (its pending calls fail with RayActorError); with no_restart=False it
-    restarts if max_restarts allows."""
+    """Kills an actor, interrupting what it runs. With no_restart (the default) it is DEAD:
+    its queued, in-flight and later calls raise ActorDiedError ("killed by ember.kill()");
+    with no_restart=False it restarts if max_restarts allows."""
     from ember._private import worker as _w
 
     if not isinstance(actor, ActorHandle):
         raise ValueError(f"ember.kill() only supports actors, got {type(actor).__name__}")
     core = _w.global_worker().core
-    core.gcs_call(lambda: core.gcs.kill_actor(actor._ember_actor_id, no_restart, timeout_s=30))
+    aid = actor._ember_actor_id
+    core.gcs_call(lambda: core.gcs.kill_actor(aid, no_restart, timeout_s=30))
+    if no_restart:
+        core.post(core.actor_submitter.killed, aid, KILLED)
 
 
 def exit_actor() -> None:
