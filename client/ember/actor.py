@@ -41,15 +41,21 @@ STREAMING = -1  # ActorMethod.num_returns of a streaming generator method
 
 
 def method(*args: Any, **options: Any) -> Any:
-    """Decorates an actor method with options: `@ember.method(num_returns=2)`."""
+    """Decorates an actor method with options: `@ember.method(num_returns=2)`,
+    `@ember.method(concurrency_group="io")` (a group declared by the class's
+    `concurrency_groups`)."""
     if args:
         raise TypeError("use @ember.method(num_returns=...) with keyword arguments")
     for k in options:
         if k not in ("num_returns", "concurrency_group", "max_task_retries", "retry_exceptions"):
             raise ValueError(f"Invalid option keyword {k!r} for ember.method")
+    group = options.get("concurrency_group")
+    if group is not None and (not isinstance(group, str) or not group):
+        raise ValueError(f"concurrency_group must be a non-empty str, got {group!r}")
 
     def decorate(fn: Callable) -> Callable:
         fn.__ember_num_returns__ = options.get("num_returns")  # type: ignore[attr-defined]
+        fn.__ember_concurrency_group__ = group  # type: ignore[attr-defined]
         return fn
 
     return decorate
@@ -65,6 +71,23 @@ def _check_name(name: Any) -> None:
         raise ValueError("Actor name cannot be an empty string.")
 
 
+def _concurrency_groups(groups: Any, cls_name: str) -> dict[str, int]:
+    """Ray's `concurrency_groups`: a dict of group name -> max concurrency (an int >= 1)."""
+    if groups in (None, {}, []):
+        return {}
+    if not isinstance(groups, dict):
+        raise TypeError(f"concurrency_groups of actor class {cls_name} must be a dict of group "
+                        f"name -> max concurrency, got {type(groups).__name__}")
+    for name, limit in groups.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"concurrency group names of actor class {cls_name} must be "
+                             f"non-empty strs, got {name!r}")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError(f"concurrency group {name!r} of actor class {cls_name}: the max "
+                             f"concurrency must be an int >= 1, got {limit!r}")
+    return dict(groups)
+
+
 def _methods(cls: type) -> list[common_pb2.ActorMethod]:
     out = []
     for name, member in inspect.getmembers(cls):
@@ -75,6 +98,7 @@ def _methods(cls: type) -> list[common_pb2.ActorMethod]:
         nr = streaming_default(member, getattr(member, "__ember_num_returns__", None))
         out.append(common_pb2.ActorMethod(
             name=name, num_returns=STREAMING if nr == "streaming" else nr,
+            concurrency_group=getattr(member, "__ember_concurrency_group__", None) or "",
             is_async=inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member),
             is_generator=inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member)))
     return out
@@ -95,6 +119,13 @@ class ActorClass:
         self._cls = cls
         self._options = options
         self._methods = _methods(cls)
+        self._groups = _concurrency_groups(options.get("concurrency_groups"), cls.__name__)
+        for m in self._methods:
+            if m.concurrency_group and m.concurrency_group not in self._groups:
+                raise ValueError(
+                    f"method {cls.__name__}.{m.name} is in concurrency group "
+                    f"{m.concurrency_group!r}, which the class does not declare (its "
+                    f"concurrency_groups: {sorted(self._groups) or 'none'})")
         self.__name__ = cls.__name__
         self.__qualname__ = cls.__qualname__
         self.__doc__ = cls.__doc__
@@ -181,7 +212,7 @@ def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
             max_restarts=opts.get("max_restarts") or 0, max_task_retries=max_task_retries,
             max_concurrency=max_concurrency, name=name, namespace=namespace,
             detached=opts.get("lifetime") == "detached", is_async=is_async, class_name=ac.__name__,
-            methods=ac._methods, owner_node_id=core.node_id))
+            methods=ac._methods, owner_node_id=core.node_id, concurrency_groups=ac._groups))
     _place(core, ac, spec, opts)
     if tracing.enabled():
         tracing.inject(spec.trace_context)
@@ -193,7 +224,8 @@ def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
             return get_actor(name, namespace)
         raise ValueError(str(e)) from None
     return ActorHandle(spec.actor_id, ac.__name__, list(ac._methods), max_task_retries,
-                       None if spec.actor_creation.detached else _own_handles(core, spec))
+                       None if spec.actor_creation.detached else _own_handles(core, spec),
+                       tuple(ac._groups))
 
 
 def _own_handles(core: Any, spec: common_pb2.TaskSpec) -> ObjectRef:
@@ -240,13 +272,15 @@ class ActorHandle:
     """A reference to an actor; pass it to tasks and other actors freely."""
 
     def __init__(self, actor_id: bytes, class_name: str, methods: list[common_pb2.ActorMethod],
-                 max_task_retries: int, ref: ObjectRef | None = None) -> None:
+                 max_task_retries: int, ref: ObjectRef | None = None,
+                 groups: tuple[str, ...] = ()) -> None:
         self._ember_actor_id = actor_id
         self._ember_class_name = class_name
         self._ember_methods = {m.name: m for m in methods}
         self._ember_max_task_retries = max_task_retries
         # Counts this handle in the owner's handle count (None: detached, not counted).
         self._ember_ref = ref
+        self._ember_groups = groups  # the actor's concurrency groups
 
     @property
     def _actor_id(self) -> ActorID:
@@ -258,7 +292,7 @@ class ActorHandle:
         m = self._ember_methods.get(name)
         if m is None:
             raise AttributeError(f"'{self._ember_class_name}' object has no attribute '{name}'")
-        return ActorMethod(self, m, m.num_returns)
+        return ActorMethod(self, m, m.num_returns, m.concurrency_group)
 
     def __repr__(self) -> str:
         return f"Actor({self._ember_class_name}, {self._ember_actor_id.hex()})"
@@ -272,24 +306,27 @@ class ActorHandle:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_handle, (self._ember_actor_id, self._ember_class_name,
                                   [m.SerializeToString() for m in self._ember_methods.values()],
-                                  self._ember_max_task_retries, self._ember_ref))
+                                  self._ember_max_task_retries, self._ember_ref,
+                                  self._ember_groups))
 
 
 def _rebuild_handle(actor_id: bytes, class_name: str, methods: list[bytes], retries: int,
-                    ref: ObjectRef | None = None) -> ActorHandle:
+                    ref: ObjectRef | None = None, groups: tuple[str, ...] = ()) -> ActorHandle:
     return ActorHandle(actor_id, class_name, [common_pb2.ActorMethod.FromString(m) for m in methods],
-                       retries, ref)
+                       retries, ref, groups)
 
 
 class ActorMethod:
     def __init__(self, handle: ActorHandle, meta: common_pb2.ActorMethod | bytes,
-                 num_returns: int) -> None:
+                 num_returns: int, concurrency_group: str = "") -> None:
         self._handle = handle
         self._meta = common_pb2.ActorMethod.FromString(meta) if isinstance(meta, bytes) else meta
         self._num_returns = num_returns
+        self._group = concurrency_group
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ActorMethod, (self._handle, self._meta.SerializeToString(), self._num_returns))
+        return (ActorMethod, (self._handle, self._meta.SerializeToString(), self._num_returns,
+                              self._group))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"Actor methods cannot be called directly. Instead of "
@@ -297,10 +334,16 @@ class ActorMethod:
 
     def options(self, **options: Any) -> ActorMethod:
         for k in options:
-            if k not in ("num_returns", "name"):
+            if k not in ("num_returns", "name", "concurrency_group"):
                 raise ValueError(f"Invalid option keyword {k!r} for actor method {self._meta.name}")
         nr = options.get("num_returns", self._num_returns)
-        return ActorMethod(self._handle, self._meta, STREAMING if nr == "streaming" else nr)
+        group = options.get("concurrency_group") or self._group
+        if group and group not in self._handle._ember_groups:
+            raise ValueError(
+                f"concurrency_group={group!r} for {self._handle._ember_class_name}."
+                f"{self._meta.name}: the actor has no such group (its concurrency_groups: "
+                f"{sorted(self._handle._ember_groups) or 'none'})")
+        return ActorMethod(self._handle, self._meta, STREAMING if nr == "streaming" else nr, group)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         from ember._private import worker as _w
@@ -316,7 +359,7 @@ class ActorMethod:
         spec = common_pb2.TaskSpec(
             task_id=task_id, job_id=core.job_id, name=name, args=task_args, kwarg_names=kwarg_names,
             return_ids=return_ids, actor_id=h._ember_actor_id, method_name=self._meta.name,
-            caller=core.address_proto, streaming=streaming)
+            caller=core.address_proto, streaming=streaming, concurrency_group=self._group)
         if tracing.enabled():
             tracing.submit_span(f"submit {name}", spec.trace_context,
                                 **{"ember.actor_id": h._ember_actor_id.hex()})
@@ -346,7 +389,8 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
         o = a.creation_spec.caller
         ref = ObjectRef(a.creation_spec.return_ids[0],
                         OwnerAddress(o.ip, o.port, o.worker_id, o.node_id), core)
-    return ActorHandle(a.actor_id, a.class_name, list(c.methods), c.max_task_retries, ref)
+    return ActorHandle(a.actor_id, a.class_name, list(c.methods), c.max_task_retries, ref,
+                       tuple(c.concurrency_groups))
 
 
 def list_named_actors(all_namespaces: bool = False) -> list[str] | list[dict[str, str]]:
