@@ -17,7 +17,10 @@ def test_a_call_cancelled_before_it_starts_does_not_run():
     assert c.cancel(b"a") is True
     assert c.start(b"a") is False  # answered TaskCancelledError instead of running
     assert c.start(b"b") is True
-    assert c.cancel(b"b") is False  # a sync call that started runs to its end
+    assert c.cancel(b"b") is True  # a sync call that started runs to its end...
+    assert c.finished(b"b") is True  # ...and is then answered as cancelled
+    c.arrived(b"c")
+    assert c.start(b"c") and c.finished(b"c") is False
 
 
 def test_a_cancel_that_overtakes_its_call_is_remembered_boundedly():
@@ -40,7 +43,7 @@ def test_a_running_async_call_is_cancelled_through_its_future():
     assert c.start(b"a")
     c.running(b"a", fut)
     assert c.cancel(b"a") is True and fut.cancelled()
-    c.finished(b"a")
+    assert c.finished(b"a") is False
     assert c.cancel(b"a") is False
 
 

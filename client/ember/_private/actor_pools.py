@@ -10,8 +10,9 @@ never holds up another one.
 Cancellation (`CallCancels`): a call that has not started when its caller cancels it is
 answered with TaskCancelledError instead of running; a running call of an async actor has its
 coroutine cancelled (`asyncio.CancelledError` inside it); a running sync call runs to its end
-(Ray's rule: actors have state). A cancel may overtake its call (they travel on different RPCs):
-it is remembered, boundedly, until the call arrives.
+(Ray's rule: actors have state) and is then answered with TaskCancelledError (as Ray's `get`
+of a cancelled call). A cancel may overtake its call (they travel on different RPCs): it is
+remembered, boundedly, until the call arrives.
 """
 from __future__ import annotations
 
@@ -100,6 +101,8 @@ class CallCancels:
         self._lock = threading.Lock()
         self._queued: set[bytes] = set()  # arrived, not started
         self._cancelled: set[bytes] = set()  # arrived and cancelled before they started
+        self._active: set[bytes] = set()  # started, not finished
+        self._cancelled_active: set[bytes] = set()  # cancelled while running (sync)
         self._running: dict[bytes, concurrent.futures.Future[Any]] = {}  # async, running
         self._early: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._max_early = max_early
@@ -119,6 +122,7 @@ class CallCancels:
             if task_id in self._cancelled:
                 self._cancelled.discard(task_id)
                 return False
+            self._active.add(task_id)
             return True
 
     def running(self, task_id: bytes, fut: concurrent.futures.Future[Any]) -> None:
@@ -126,20 +130,29 @@ class CallCancels:
         with self._lock:
             self._running[task_id] = fut
 
-    def finished(self, task_id: bytes) -> None:
-        """An async call is over."""
+    def finished(self, task_id: bytes) -> bool:
+        """A started call is over: True if it was cancelled while it ran (its reply becomes
+        TaskCancelledError)."""
         with self._lock:
             self._running.pop(task_id, None)
+            self._active.discard(task_id)
+            if task_id in self._cancelled_active:
+                self._cancelled_active.discard(task_id)
+                return True
+            return False
 
     def cancel(self, task_id: bytes) -> bool:
-        """The caller cancels a call: True if it was queued here (it will not run) or a
-        running async call (its coroutine is cancelled); otherwise it is remembered in case
-        the call has not arrived yet, and False."""
+        """The caller cancels a call: True if it was queued here (it will not run), running
+        async (its coroutine is cancelled) or running sync (its reply will say cancelled);
+        otherwise it is remembered in case the call has not arrived yet, and False."""
         with self._lock:
             fut = self._running.get(task_id)
             if fut is None:
                 if task_id in self._queued:
                     self._cancelled.add(task_id)
+                    return True
+                if task_id in self._active:
+                    self._cancelled_active.add(task_id)
                     return True
                 self._early[task_id] = None
                 while len(self._early) > self._max_early:
