@@ -101,6 +101,19 @@ def test_a_handle_kept_by_another_actor_keeps_it_alive(cluster):
     assert _starts(timeout=60)
 
 
+def test_an_actor_made_in_a_task_lives_while_the_driver_holds_the_returned_handle(cluster):
+    @ray.remote(num_cpus=0)
+    def make():
+        return Holder.remote()  # owned by the task's worker, borrowed by the driver
+
+    h = ray.get(make.remote(), timeout=60)
+    time.sleep(1.0)  # the task's own handle is gone by now
+    assert ray.get(h.ping.remote(), timeout=60) == "pong"
+    del h
+    gc.collect()
+    assert _starts(timeout=60)
+
+
 def test_a_named_actor_goes_with_its_last_handle_and_its_name_is_free_again(cluster):
     a = Holder.options(name="solo").remote()
     assert ray.get(a.ping.remote(), timeout=60) == "pong"
