@@ -114,7 +114,7 @@ def _place(core: Any, ac: ActorClass, spec: common_pb2.TaskSpec, opts: dict[str,
 _spread_next = 0
 
 
-def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
+def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ActorHandle:
     core = w.core
     opts = ac._options
     name = opts.get("name") or ""
