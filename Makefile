@@ -35,7 +35,7 @@ LINT_CORE_MODULES := $(foreach m,memory_store reference_table task_queue actor_q
 	references task_submitter actor_submitter object_ref core_worker object_api executor \
 	executor_effects worker generator \
 	task_stream plasma serialization function_manager core_worker_server worker_main \
-	runtime_context options scheduling remote_function signatures task_errors blocking,-m ember._private.$(m)) -m ember.actor
+	runtime_context options scheduling remote_function signatures task_errors blocking actor_pools actor_options,-m ember._private.$(m)) -m ember.actor
 lint: $(DEV)
 	$(VENV)/bin/ruff check $(LINT_SVC_PATHS)
 	$(VENV)/bin/mypy $(LINT_SVC_PACKAGES)

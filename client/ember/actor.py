@@ -11,58 +11,30 @@ the GCS and returns an ActorHandle whose method calls go straight to the actor's
 """
 from __future__ import annotations
 
-import inspect
+import asyncio
+import functools
+import logging
 import os
-from typing import Any, Callable
+from typing import Any
 
 from ember._private import placement_groups as pg_door
 from ember._private import scheduling, signatures
+from ember._private.actor_options import STREAMING, check_name, concurrency_groups, method, method_table
 from ember._private.executor import ActorExit
+from ember._private.object_ref import ObjectRef, OwnerAddress
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
 from ember._private.remote_function import (
     build_args,
     by_reference,
     hand_over,
     import_object,
-    streaming_default,
 )
 from ember._private.task_queue import TaskEntry
 from ember_common import ids, rpc, tracing
 from ember_common.proto import common_pb2
 
-__all__ = ["ActorClass", "ActorHandle", "exit_actor", "method"]
-
-STREAMING = -1  # ActorMethod.num_returns of a streaming generator method
-
-
-def method(*args: Any, **options: Any) -> Any:
-    """Decorates an actor method with options: `@ember.method(num_returns=2)`."""
-    if args:
-        raise TypeError("use @ember.method(num_returns=...) with keyword arguments")
-    for k in options:
-        if k not in ("num_returns", "concurrency_group", "max_task_retries", "retry_exceptions"):
-            raise ValueError(f"Invalid option keyword {k!r} for ember.method")
-
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn.__ember_num_returns__ = options.get("num_returns")  # type: ignore[attr-defined]
-        return fn
-
-    return decorate
-
-
-def _methods(cls: type) -> list[common_pb2.ActorMethod]:
-    out = []
-    for name, member in inspect.getmembers(cls):
-        if name.startswith("__") and name != "__call__":
-            continue
-        if not (inspect.isfunction(member) or inspect.ismethod(member)):
-            continue
-        nr = streaming_default(member, getattr(member, "__ember_num_returns__", None))
-        out.append(common_pb2.ActorMethod(
-            name=name, num_returns=STREAMING if nr == "streaming" else nr,
-            is_async=inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member),
-            is_generator=inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member)))
-    return out
+__all__ = ["ActorClass", "ActorHandle", "exit_actor", "list_named_actors", "method"]
+log = logging.getLogger(__name__)
 
 
 class ActorClass:
@@ -73,12 +45,20 @@ class ActorClass:
         lifetime = options.get("lifetime")
         if lifetime not in (None, "detached", "non_detached"):
             raise ValueError(f"lifetime must be 'detached' or 'non_detached', got {lifetime!r}")
+        check_name(options.get("name"))
         mc = options.get("max_concurrency")
         if mc is not None and (not isinstance(mc, int) or mc < 1):
             raise ValueError(f"max_concurrency must be an int >= 1, got {mc!r}")
         self._cls = cls
         self._options = options
-        self._methods = _methods(cls)
+        self._methods = method_table(cls)
+        self._groups = concurrency_groups(options.get("concurrency_groups"), cls.__name__)
+        for m in self._methods:
+            if m.concurrency_group and m.concurrency_group not in self._groups:
+                raise ValueError(
+                    f"method {cls.__name__}.{m.name} is in concurrency group "
+                    f"{m.concurrency_group!r}, which the class does not declare (its "
+                    f"concurrency_groups: {sorted(self._groups) or 'none'})")
         self.__name__ = cls.__name__
         self.__qualname__ = cls.__qualname__
         self.__doc__ = cls.__doc__
@@ -169,7 +149,7 @@ def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any
             max_restarts=opts.get("max_restarts") or 0, max_task_retries=max_task_retries,
             max_concurrency=max_concurrency, name=name, namespace=namespace,
             detached=opts.get("lifetime") == "detached", is_async=is_async, class_name=ac.__name__,
-            methods=ac._methods, owner_node_id=core.node_id))
+            methods=ac._methods, owner_node_id=core.node_id, concurrency_groups=ac._groups))
     _place(core, ac, spec, opts)
     if tracing.enabled():
         tracing.inject(spec.trace_context)
@@ -180,7 +160,35 @@ def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any
         if opts.get("get_if_exists"):
             return get_actor(name, namespace)
         raise ValueError(str(e)) from None
-    return ActorHandle(spec.actor_id, ac.__name__, list(ac._methods), max_task_retries, sigs)
+    return ActorHandle(spec.actor_id, ac.__name__, list(ac._methods), max_task_retries,
+                       None if spec.actor_creation.detached else _own_handles(core, spec),
+                       tuple(ac._groups), sigs)
+
+
+def _own_handles(core: Any, spec: common_pb2.TaskSpec) -> ObjectRef:
+    """The creator owns the actor's handle count (Ray's protocol): a ref to the id of the
+    creation task's return, carried by every handle and by every call in flight, counted like
+    any object ref (handles passed to tasks and actors borrow it). When nothing holds it any
+    more the owner tells the GCS, which destroys the (non-detached) actor."""
+    oid, aid = spec.return_ids[0], spec.actor_id
+    core.register_owned(oid)
+    core.ref_table.on_free(oid, functools.partial(_out_of_scope, core, aid))
+    return ObjectRef(oid, core.address, core)
+
+
+def _out_of_scope(core: Any, actor_id: bytes) -> None:
+    """No handle to the actor is left (any thread): the GCS destroys it."""
+    if core.is_shutdown:
+        return  # the job is ending: the GCS ends its actors anyway
+
+    async def tell() -> None:
+        try:
+            await core.gcs.kill_actor(actor_id, True, out_of_scope=True, timeout_s=30)
+        except Exception as e:  # the GCS is gone too (cluster shutting down)
+            log.debug("actor %s out of scope: %s", actor_id.hex()[:8], e)
+        core.actor_submitter.queues.pop(actor_id, None)
+
+    core.post(lambda: asyncio.ensure_future(tell()))
 
 
 class ActorID:
@@ -201,13 +209,17 @@ class ActorHandle:
     """A reference to an actor; pass it to tasks and other actors freely."""
 
     def __init__(self, actor_id: bytes, class_name: str, methods: list[common_pb2.ActorMethod],
-                 max_task_retries: int,
+                 max_task_retries: int, ref: ObjectRef | None = None,
+                 groups: tuple[str, ...] = (),
                  method_signatures: dict[str, signatures.Signature] | None = None) -> None:
         self._ember_signatures = method_signatures or {}  # checked at submission when known
         self._ember_actor_id = actor_id
         self._ember_class_name = class_name
         self._ember_methods = {m.name: m for m in methods}
         self._ember_max_task_retries = max_task_retries
+        # Counts this handle in the owner's handle count (None: detached, not counted).
+        self._ember_ref = ref
+        self._ember_groups = groups  # the actor's concurrency groups
 
     @property
     def _actor_id(self) -> ActorID:
@@ -219,7 +231,7 @@ class ActorHandle:
         m = self._ember_methods.get(name)
         if m is None:
             raise AttributeError(f"'{self._ember_class_name}' object has no attribute '{name}'")
-        return ActorMethod(self, m, m.num_returns)
+        return ActorMethod(self, m, m.num_returns, m.concurrency_group)
 
     def __repr__(self) -> str:
         return f"Actor({self._ember_class_name}, {self._ember_actor_id.hex()})"
@@ -233,24 +245,28 @@ class ActorHandle:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_handle, (self._ember_actor_id, self._ember_class_name,
                                   [m.SerializeToString() for m in self._ember_methods.values()],
-                                  self._ember_max_task_retries, self._ember_signatures))
+                                  self._ember_max_task_retries, self._ember_ref,
+                                  self._ember_groups, self._ember_signatures))
 
 
 def _rebuild_handle(actor_id: bytes, class_name: str, methods: list[bytes], retries: int,
+                    ref: ObjectRef | None = None, groups: tuple[str, ...] = (),
                     sigs: dict[str, signatures.Signature] | None = None) -> ActorHandle:
     return ActorHandle(actor_id, class_name, [common_pb2.ActorMethod.FromString(m) for m in methods],
-                       retries, sigs)
+                       retries, ref, groups, sigs)
 
 
 class ActorMethod:
     def __init__(self, handle: ActorHandle, meta: common_pb2.ActorMethod | bytes,
-                 num_returns: int) -> None:
+                 num_returns: int, concurrency_group: str = "") -> None:
         self._handle = handle
         self._meta = common_pb2.ActorMethod.FromString(meta) if isinstance(meta, bytes) else meta
         self._num_returns = num_returns
+        self._group = concurrency_group
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ActorMethod, (self._handle, self._meta.SerializeToString(), self._num_returns))
+        return (ActorMethod, (self._handle, self._meta.SerializeToString(), self._num_returns,
+                              self._group))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"Actor methods cannot be called directly. Instead of "
@@ -258,10 +274,16 @@ class ActorMethod:
 
     def options(self, **options: Any) -> ActorMethod:
         for k in options:
-            if k not in ("num_returns", "name"):
+            if k not in ("num_returns", "name", "concurrency_group"):
                 raise ValueError(f"Invalid option keyword {k!r} for actor method {self._meta.name}")
         nr = options.get("num_returns", self._num_returns)
-        return ActorMethod(self._handle, self._meta, STREAMING if nr == "streaming" else nr)
+        group = options.get("concurrency_group") or self._group
+        if group and group not in self._handle._ember_groups:
+            raise ValueError(
+                f"concurrency_group={group!r} for {self._handle._ember_class_name}."
+                f"{self._meta.name}: the actor has no such group (its concurrency_groups: "
+                f"{sorted(self._handle._ember_groups) or 'none'})")
+        return ActorMethod(self._handle, self._meta, STREAMING if nr == "streaming" else nr, group)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         from ember._private import worker as _w
@@ -280,10 +302,12 @@ class ActorMethod:
         spec = common_pb2.TaskSpec(
             task_id=task_id, job_id=core.job_id, name=name, args=task_args, kwarg_names=kwarg_names,
             return_ids=return_ids, actor_id=h._ember_actor_id, method_name=self._meta.name,
-            caller=core.address_proto, streaming=streaming)
+            caller=core.address_proto, streaming=streaming, concurrency_group=self._group)
         if tracing.enabled():
             tracing.submit_span(f"submit {name}", spec.trace_context,
                                 **{"ember.actor_id": h._ember_actor_id.hex()})
+        if h._ember_ref is not None:  # the call keeps the actor alive until it is done
+            keep.append(h._ember_ref)
         return hand_over(core, TaskEntry(spec, keep, None), n, core.actor_submitter.submit,
                          h._ember_max_task_retries)
 
@@ -303,19 +327,48 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
         raise ValueError(f"Failed to look up actor with name '{name}' in namespace '{ns}'. "
                          "Check the name and the namespace.") from None
     c = a.creation_spec.actor_creation
-    return ActorHandle(a.actor_id, a.class_name, list(c.methods), c.max_task_retries,
+    ref = None
+    if not c.detached:  # counted in its owner's handle count, as a borrowed ref
+        o = a.creation_spec.caller
+        ref = ObjectRef(a.creation_spec.return_ids[0],
+                        OwnerAddress(o.ip, o.port, o.worker_id, o.node_id), core)
+    return ActorHandle(a.actor_id, a.class_name, list(c.methods), c.max_task_retries, ref,
+                       tuple(c.concurrency_groups),
                        signatures.known(a.creation_spec.function.function_id))
 
 
+def list_named_actors(all_namespaces: bool = False) -> list[str] | list[dict[str, str]]:
+    """The live named actors: their names in the current namespace, or with all_namespaces
+    `{"name": ..., "namespace": ...}` for every namespace (as `ray.util.list_named_actors`)."""
+    from ember._private import worker as _w
+
+    w = _w.global_worker()
+    core = w.core
+    actors = core.gcs_call(lambda: core.gcs.get_all_actor_info(timeout_s=30))
+    named = sorted((a.namespace, a.name) for a in actors
+                   if a.name and a.state != common_pb2.ActorInfo.DEAD)
+    if all_namespaces:
+        return [{"name": name, "namespace": ns} for ns, name in named]
+    mine = w.current_namespace()
+    return [name for ns, name in named if ns == mine]
+
+
+KILLED = "killed by ember.kill()"  # the death cause the GCS records (actor_policy.py)
+
+
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
-    """Kills an actor (its pending calls fail with RayActorError); with no_restart=False it
-    restarts if max_restarts allows."""
+    """Kills an actor, interrupting what it runs. With no_restart (the default) it is DEAD:
+    its queued, in-flight and later calls raise ActorDiedError ("killed by ember.kill()");
+    with no_restart=False it restarts if max_restarts allows."""
     from ember._private import worker as _w
 
     if not isinstance(actor, ActorHandle):
         raise ValueError(f"ember.kill() only supports actors, got {type(actor).__name__}")
     core = _w.global_worker().core
-    core.gcs_call(lambda: core.gcs.kill_actor(actor._ember_actor_id, no_restart, timeout_s=30))
+    aid = actor._ember_actor_id
+    core.gcs_call(lambda: core.gcs.kill_actor(aid, no_restart, timeout_s=30))
+    if no_restart:
+        core.post(core.actor_submitter.killed, aid, KILLED)
 
 
 def exit_actor() -> None:

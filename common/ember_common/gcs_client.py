@@ -153,12 +153,14 @@ class GcsClient(PlacementGroupMethods):
                                  idempotent=True, timeout_s=timeout_s, retry=retry)
         return list(reply.actors)
 
-    async def kill_actor(self, actor_id: bytes, no_restart: bool, *, timeout_s: float | None = None,
+    async def kill_actor(self, actor_id: bytes, no_restart: bool, *, out_of_scope: bool = False,
+                         timeout_s: float | None = None,
                          retry: backoff.Backoff | None = None) -> None:
-        """Kills an actor (restarting it unless no_restart). NotFound for an unknown actor."""
+        """Kills an actor (restarting it unless no_restart); out_of_scope (from its owner): no
+        handle is left, a non-detached actor dies. NotFound for an unknown actor."""
         await self._call(self._actors.KillActor, gcs_pb2.KillActorRequest(
-            actor_id=actor_id, no_restart=no_restart), idempotent=True, timeout_s=timeout_s,
-            retry=retry)
+            actor_id=actor_id, no_restart=no_restart, out_of_scope=out_of_scope),
+            idempotent=True, timeout_s=timeout_s, retry=retry)
 
     # ------------------------------------------------------------------ WorkerInfoGcsService
     async def report_worker_failure(self, worker_id: str, node_id: str, reason: str, *,

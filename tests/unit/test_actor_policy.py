@@ -75,6 +75,15 @@ def test_kill():
     assert P.killed(actor(state=A.DEAD), no_restart=True) is None
 
 
+def test_out_of_scope_destroys_non_detached_actors_whatever_their_restarts():
+    d = P.out_of_scope(actor(max_restarts=-1))
+    assert isinstance(d, Die) and "references to the actor were removed" in d.cause
+    assert d.release_lease  # its worker (and the resources it holds) go back
+    assert P.out_of_scope(actor(state=A.PENDING_CREATION)) is not None
+    assert P.out_of_scope(actor(detached=True)) is None
+    assert P.out_of_scope(actor(state=A.DEAD)) is None
+
+
 def test_creation_failures_count_as_restarts():
     a = actor(1, state=A.PENDING_CREATION)
     d = P.creation_worker_died(a, "UNAVAILABLE")

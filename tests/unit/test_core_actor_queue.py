@@ -63,9 +63,45 @@ def test_a_delivered_call_costs_a_retry_and_an_undelivered_one_does_not():
     assert q.actor_alive(0, "old:1") is None  # an older incarnation: keep waiting
     q.resolved()
     assert pushes(q.actor_alive(2, "b:2")) == [0, 1]
-    out = q.push_failed(e[0], 2, "UNAVAILABLE", delivered=True)  # no retry left
-    assert isinstance(out[0], Fail) and isinstance(out[0].error, exc.RayActorError)
+    q.resolved()
+    # No retry left: its seq is finished at once (later calls do not wait for it), its error
+    # waits for the GCS's word on the actor.
+    assert q.push_failed(e[0], 2, "UNAVAILABLE", delivered=True) == [WaitForActor()]
+    assert q.needs_actor() and q.low == 1
+    out = q.actor_alive(3, "c:3")
+    assert isinstance(out[0], Fail) and out[0].entry is e[0]
+    assert isinstance(out[0].error, exc.ActorDiedError)
     assert "max_task_retries=1" in str(out[0].error)
+
+
+def test_a_call_in_flight_when_the_actor_dies_fails_with_the_death_cause():
+    q = ActorCallQueue(ACTOR, max_task_retries=0)
+    q.actor_alive(1, "a:1")
+    e = submit(q, 3)
+    assert pushes(q.ready(e[0]) + q.ready(e[1])) == [0, 1]
+    # The worker was killed under both calls: they are doomed until the GCS answers.
+    assert q.push_failed(e[0], 1, "UNAVAILABLE", delivered=True) == [WaitForActor()]
+    assert q.push_failed(e[1], 1, "UNAVAILABLE", delivered=True) == []
+    out = q.actor_dead("killed by ember.kill()")
+    assert [f.entry for f in out] == [e[0], e[1]]
+    assert all(isinstance(f.error, exc.ActorDiedError) and "killed by ember.kill()" in str(f.error)
+               for f in out)
+    assert not q.doomed and not q.needs_actor()
+
+
+def test_a_kill_by_this_process_fails_in_flight_calls_when_their_push_breaks():
+    q = ActorCallQueue(ACTOR, max_task_retries=-1)
+    q.actor_alive(1, "a:1")
+    e = submit(q, 2)
+    assert pushes(q.ready(e[0])) == [0]
+    assert q.actor_dead("killed by ember.kill()") == []  # nothing waiting: in flight only
+    out = q.push_failed(e[0], 1, "UNAVAILABLE", delivered=True)  # retries would be forever
+    assert isinstance(out[0], Fail) and isinstance(out[0].error, exc.ActorDiedError)
+    assert "killed by ember.kill()" in str(out[0].error)
+    out = q.ready(e[1])
+    assert isinstance(out[0], Fail) and "killed by ember.kill()" in str(out[0].error)
+    q.actor_dead("a later report")  # the first cause stays
+    assert q.dead_cause == "killed by ember.kill()"
 
 
 def test_a_failure_from_an_older_incarnation_keeps_the_new_address():
@@ -89,3 +125,37 @@ def test_a_dead_actor_fails_waiting_and_later_calls():
                for f in out)
     out = q.ready(e[2])
     assert isinstance(out[0], Fail) and not q.needs_actor() and q.low == 3
+
+
+def test_a_cancelled_call_not_yet_sent_fails_and_later_calls_do_not_wait_for_it():
+    q = ActorCallQueue(ACTOR, max_task_retries=0)
+    q.actor_alive(1, "a:1")
+    e = submit(q, 4)
+    assert pushes(q.ready(e[0])) == [0]
+    # e[1] is still resolving its arguments; e[2] is ready but waits behind it.
+    assert q.ready(e[2]) == []
+    out, address = q.cancel(e[1])
+    assert address is None
+    assert isinstance(out[0], Fail) and out[0].entry is e[1]
+    assert isinstance(out[0].error, exc.TaskCancelledError)
+    assert pushes(out) == [2]  # its turn is skipped
+    assert q.ready(e[1]) == []  # its arguments arrive late: nothing happens
+    out, address = q.cancel(e[3])  # waiting for its arguments too
+    assert isinstance(out[0].error, exc.TaskCancelledError) and address is None
+    assert pushes(q.replied(e[0], OK) + q.replied(e[2], OK)) == [] and q.low == 4
+
+
+def test_a_cancelled_call_in_flight_is_the_workers_to_drop_and_is_never_resent():
+    q = ActorCallQueue(ACTOR, max_task_retries=-1)
+    q.actor_alive(1, "a:1")
+    e = submit(q, 2)
+    assert pushes(q.ready(e[0])) == [0]
+    assert q.cancel(e[0]) == ([], "a:1")
+    out = q.push_failed(e[0], 1, "UNAVAILABLE", delivered=True)
+    assert isinstance(out[0], Fail) and isinstance(out[0].error, exc.TaskCancelledError)
+    assert q.cancel(e[0]) == ([], None)  # finished: nothing to do
+    # Calls waiting for the actor are dropped at once.
+    assert q.ready(e[1]) == [WaitForActor()]
+    out, address = q.cancel(e[1])
+    assert isinstance(out[0].error, exc.TaskCancelledError) and address is None
+    assert not q.needs_actor()

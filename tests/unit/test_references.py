@@ -202,3 +202,32 @@ def test_counts_stay_exact_under_threads():
     assert rec.released == [] and t.has_local_ref(b"x")
     t.remove_local_ref(b"x")
     assert rec.released == [(b"x", True)]
+
+
+def test_a_watcher_of_an_owned_id_is_called_once_when_nothing_holds_it():
+    """An actor's owner watches its handle id (actor lifetime by handle count): the watcher runs
+    when the last local ref and the last borrower are gone, once, before the release; a
+    borrowed id or an escaped one never triggers it."""
+    t, rec, _ = make()
+    fired: list[bytes] = []
+    t.add_owned(b"h")
+    t.on_free(b"h", lambda: fired.append(b"h"))
+    t.add_local_ref(b"h", MINE)
+    t.add_borrowers([b"h"], "w1")
+    t.remove_local_ref(b"h")
+    assert fired == [] and t.owns(b"h")  # a borrower (a task holding the handle) keeps it
+    t.remove_borrowers([b"h"], "w1")
+    assert fired == [b"h"] and rec.released == [(b"h", True)]
+    t.add_owned(b"h2")
+    t.on_free(b"h2", lambda: fired.append(b"h2"))
+    t.add_local_ref(b"h2", MINE)
+    t.remove_local_ref(b"h2")
+    t.add_local_ref(b"h2", MINE)  # a stray ref made after the release changes nothing
+    t.remove_local_ref(b"h2")
+    assert fired == [b"h", b"h2"]
+    t.add_owned(b"e")
+    t.on_free(b"e", lambda: fired.append(b"e"))
+    t.add_local_ref(b"e", MINE)
+    t.mark_escaped(b"e")  # pickled out of band: kept until exit
+    t.remove_local_ref(b"e")
+    assert fired == [b"h", b"h2"]

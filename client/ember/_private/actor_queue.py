@@ -12,8 +12,13 @@ instructions out (carried out by actor_submitter.py):
 
 A call whose push fails is resent to the next incarnation if it never reached the worker (free)
 or if it has `max_task_retries` left (-1: forever; each resend after delivery costs one);
-otherwise it fails with RayActorError. Once the actor is DEAD every waiting and later call fails
-with ActorDiedError naming the cause. Pure: no I/O.
+otherwise it is *doomed*: it fails with ActorDiedError once the GCS has said what became of the
+actor (DEAD: the death cause, e.g. "killed by ember.kill()"; alive again: it died while running
+the call, which was not retried). Once the actor is DEAD — reported by the GCS, or killed by
+this process (`actor_dead` right after its `ember.kill`) — every waiting, in-flight and later
+call fails with ActorDiedError naming the cause. A cancelled call that was not sent yet fails
+with TaskCancelledError and is skipped (`cancel`); one in flight is the worker's to drop. Pure:
+no I/O.
 """
 from __future__ import annotations
 
@@ -55,6 +60,9 @@ class ActorCallQueue:
         self.dead_cause: str | None = None
         self.waiting: dict[int, TaskEntry] = {}   # ready to send (arguments resolved), by seq
         self.inflight: dict[int, TaskEntry] = {}  # sent, no reply yet
+        # Broke after delivery with no retry left: failed once the GCS says what happened
+        # (entry, the push's status code).
+        self.doomed: dict[int, tuple[TaskEntry, str]] = {}
         self.send_ptr = 0  # calls go out strictly in seq order
         self.resolving = False  # a WaitForActor is being carried out
         # Every seq below `low` is finished (replied or failed); `done` holds finished ones above.
@@ -72,6 +80,8 @@ class ActorCallQueue:
         if entry.retries_left is None:
             entry.retries_left = self.max_task_retries
         out: list[Instruction] = []
+        if entry.cancelled:
+            return out  # cancelled while its arguments were resolved: already failed
         if self.dead_cause is not None:
             self._fail(entry, exc.ActorDiedError(self._died_msg(), self.actor_id.hex()), out)
         else:
@@ -94,23 +104,43 @@ class ActorCallQueue:
         if incarnation == self.incarnation and self.address is not None:
             self.address = None  # the worker is gone: wait for a restart
         out: list[Instruction] = []
-        if (not delivered or entry.retries_left != 0) and self.dead_cause is None:
+        if entry.cancelled:  # never resent
+            self._fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex()), out)
+        elif self.dead_cause is not None:
+            self._fail(entry, exc.ActorDiedError(self._died_msg(), self.actor_id.hex()), out)
+        elif not delivered or entry.retries_left != 0:
             if delivered:  # it may have run: this costs one of its retries
                 assert entry.retries_left is not None
                 entry.retries_left -= 1
             self.waiting[entry.spec.seq_no] = entry
             self.send_ptr = min(self.send_ptr, entry.spec.seq_no)
-        else:
-            self._fail(entry, exc.RayActorError(
-                f"The actor {self.actor_id.hex()} died while running {entry.spec.name}() "
-                f"({code}); the call was not retried (max_task_retries="
-                f"{self.max_task_retries}).", self.actor_id.hex()), out)
+        else:  # never resent: later calls must not wait for it, but its error waits for the GCS
+            self._finish(entry.spec.seq_no)
+            self.doomed[entry.spec.seq_no] = (entry, code)
         self._want_actor(out)
         return out
 
+    def cancel(self, entry: TaskEntry) -> tuple[list[Instruction], str | None]:
+        """ember.cancel on a call. One not sent yet (waiting for its arguments, its turn or the
+        actor) never will be: it fails with TaskCancelledError now and later calls no longer
+        wait for it. For one in flight, returns the address of the worker that must drop it
+        if it has not started (None: nothing to ask)."""
+        entry.cancelled = True
+        seq = entry.spec.seq_no
+        out: list[Instruction] = []
+        if seq in self.inflight:
+            return out, self.address
+        if seq < self.low or seq in self.done:
+            return out, None  # finished (or doomed: it fails with the actor's fate)
+        self.waiting.pop(seq, None)
+        self._fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex()), out)
+        self._flush(out)
+        return out, None
+
     def needs_actor(self) -> bool:
-        """Calls are waiting for an address and the actor is not known to be dead."""
-        return bool(self.waiting) and self.dead_cause is None
+        """Calls are waiting for an address (or for the actor's fate) and the actor is not
+        known to be dead."""
+        return bool(self.waiting or self.doomed) and self.dead_cause is None
 
     def actor_alive(self, incarnation: int, address: str) -> list[Instruction] | None:
         """The GCS says the actor is ALIVE at address; None when that incarnation is older than
@@ -122,16 +152,26 @@ class ActorCallQueue:
         if self.waiting:
             self.send_ptr = min(self.send_ptr, min(self.waiting))
         out: list[Instruction] = []
+        for seq in sorted(self.doomed):
+            entry, code = self.doomed.pop(seq)
+            out.append(Fail(entry, exc.ActorDiedError(
+                f"The actor {self.actor_id.hex()} died while running {entry.spec.name}() "
+                f"({code}); the call was not retried (max_task_retries="
+                f"{self.max_task_retries}).", self.actor_id.hex())))
         self._flush(out)
         return out
 
     def actor_dead(self, cause: str) -> list[Instruction]:
-        """The actor is DEAD: every waiting call fails, and so will later ones."""
-        self.dead_cause = cause or "unknown cause"
+        """The actor is DEAD: every waiting and doomed call fails, and so will later ones (and
+        in-flight ones when their push breaks). Idempotent: the first cause stays."""
+        if self.dead_cause is None:
+            self.dead_cause = cause or "unknown cause"
         err = exc.ActorDiedError(self._died_msg(), self.actor_id.hex())
         out: list[Instruction] = []
         for seq in sorted(self.waiting):
             self._fail(self.waiting.pop(seq), err, out)
+        for seq in sorted(self.doomed):
+            out.append(Fail(self.doomed.pop(seq)[0], err))
         return out
 
     def resolved(self) -> None:

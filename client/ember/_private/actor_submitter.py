@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from ember_common import backoff, rpc
-from ember_common.proto import common_pb2
+from ember_common.proto import common_pb2, core_worker_pb2
 
 from .actor_queue import MAX_INFLIGHT, ActorCallQueue, Instruction, PushCall
 from .task_queue import Complete, Fail, TaskEntry
@@ -48,6 +48,34 @@ class ActorSubmitter:
         q.assign_seq(entry)
         self.submitter.tasks[entry.spec.task_id] = entry
         self.submitter.resolve_then(entry, lambda e: self._run(q, q.ready(e)))
+
+    async def cancel(self, task_id: bytes) -> bool:
+        """ember.cancel on an actor call (loop thread): dropped here if not sent yet, else the
+        actor's worker is asked to drop it if it has not started (a running call of an async
+        actor is cancelled there; one of a sync actor runs to its end, as in Ray). False when
+        the call is not (or no longer) known here."""
+        entry = self.submitter.tasks.get(task_id)
+        q = self.queues.get(entry.spec.actor_id) if entry is not None else None
+        if entry is None or q is None:
+            return False
+        out, address = q.cancel(entry)
+        self._run(q, out)
+        if address is not None:
+            req = core_worker_pb2.CancelTaskRequest(task_id=task_id, force=False)
+            try:
+                await self.core.worker_stub(address).CancelTask(req, timeout=10)
+            except grpc.aio.AioRpcError as e:  # the worker is gone: the push fails and says so
+                log.debug("cancel of %s: %s", task_id.hex()[:8], e.code().name)
+        return True
+
+    def killed(self, actor_id: bytes, cause: str) -> None:
+        """Loop thread: this process killed the actor for good (the GCS has marked it DEAD):
+        waiting calls fail now, in-flight ones when their push breaks, later ones at once —
+        none is sent to a worker that may not have exited yet."""
+        q = self.queues.get(actor_id)
+        if q is None:
+            q = self.queues[actor_id] = ActorCallQueue(actor_id, 0)
+        self._run(q, q.actor_dead(cause))
 
     def _run(self, q: ActorCallQueue, out: list[Instruction]) -> None:
         # isinstance chain, most frequent first (cheaper than `match` on this hot path).

@@ -4,7 +4,8 @@ Normal tasks and calls of a plain actor run one at a time on the process's main 
 arrival order. Actor calls are first put back into each caller's submission order (sequence
 numbers, see `_actor_call`). A threaded actor (max_concurrency > 1) runs calls on a thread pool;
 an async actor (any `async def` method) runs them as coroutines on its own event loop thread, up
-to max_concurrency at once. Arguments, returns and streams go through one pipeline
+to max_concurrency at once. Concurrency groups each get their own pool or limit, and actor calls
+are cancelled by their callers through `CallCancels` (both in actor_pools.py). Arguments, returns and streams go through one pipeline
 (result_pipeline.py) for both paths: `_do_sync` and `_do_async` (executor_effects.py) only carry
 out its effects (blocking calls or awaits). Small results travel back inline in the PushTask reply; bigger ones
 are written to the node's shared-memory store. A user exception becomes a RayTaskError carrying
@@ -28,6 +29,7 @@ from ember_common import backoff, tracing
 from ember_common.proto import common_pb2, core_worker_pb2
 
 from . import result_pipeline as rp
+from .actor_pools import CallCancels, ThreadPool, async_limits, thread_pools, unknown_group
 from .executor_effects import PipelineEffects
 from .result_pipeline import drive_async, drive_sync
 
@@ -73,13 +75,12 @@ class TaskExecutor(PipelineEffects):
         self.actor_gpu_ids: list[int] = []
         self.actor_restarted = False
         self._callers: dict[str, _Caller] = {}
-        self._pool: queue.SimpleQueue[QueueItem] | None = None  # threaded actor: calls for its threads
-        self._pool_threads = 0  # started so far (grown on demand up to max_concurrency)
-        self._pool_idle = 0
-        self._pool_waiting = 0  # calls put but not yet taken by a thread
-        self._pool_lock = threading.Lock()
+        # Threaded actor: a pool per concurrency group ("" = default, when max_concurrency > 1;
+        # else default calls run on the main thread). Async actor: a limit per group.
+        self._pools: dict[str, ThreadPool] = {}
         self._user_loop: asyncio.AbstractEventLoop | None = None
-        self._sem: asyncio.Semaphore | None = None
+        self._limits: dict[str, asyncio.Semaphore] = {}
+        self._cancels = CallCancels()
 
     # ------------------------------------------------------------------ entry (core loop)
     async def push(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
@@ -97,17 +98,23 @@ class TaskExecutor(PipelineEffects):
 
     def _actor_call(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
         """Runs calls of each caller in its submission order (seq_no), whatever order they
-        arrive in; a call resent after a failure (seq below the expected one) runs at once."""
+        arrive in; a call resent after a failure (seq below the expected one) runs at once, and
+        seqs below the caller's lowest_unacked are never waited for (it skipped them)."""
         if self.actor is None:
             fut.set_result(self._error_reply(spec, exc.ActorDiedError(
                 "This worker hosts no actor (it exited or was never created here).")))
             return
+        self._cancels.arrived(spec.task_id)
         st = self._callers.get(spec.caller.worker_id)
         if st is None:
             st = self._callers[spec.caller.worker_id] = _Caller(spec.lowest_unacked)
         if spec.seq_no < st.next_seq:
             self._dispatch(spec, fut)
             return
+        if spec.lowest_unacked > st.next_seq:  # the caller skipped seqs (cancelled, given up)
+            for seq in sorted(q for q in st.buffered if q < spec.lowest_unacked):
+                self._dispatch(*st.buffered.pop(seq))
+            st.next_seq = spec.lowest_unacked
         st.buffered[spec.seq_no] = (spec, fut)
         while st.next_seq in st.buffered:
             s, f = st.buffered.pop(st.next_seq)
@@ -115,32 +122,36 @@ class TaskExecutor(PipelineEffects):
             self._dispatch(s, f)
 
     def _dispatch(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
+        """Runs an actor call in its concurrency group (in caller order, see _actor_call)."""
         if self._user_loop is not None:
             asyncio.ensure_future(self._run_async(spec, fut))
-        elif self._pool is not None:
-            assert self.actor_spec is not None  # a pool exists only once the actor was created
-            # Start threads only as calls pile up: for short calls one or two threads do the
-            # work, and fewer threads fight over the GIL.
-            with self._pool_lock:
-                self._pool_waiting += 1
-                start = (self._pool_waiting > self._pool_idle and
-                         self._pool_threads < self.actor_spec.actor_creation.max_concurrency)
-                if start:
-                    self._pool_threads += 1
-                    self._pool_idle += 1
-            self._pool.put((spec, fut))
-            if start:
-                threading.Thread(target=self._pool_thread, daemon=True,
-                                 name=f"ember-actor-{self._pool_threads}").start()
-        else:
+            return
+        pool = self._pools.get(spec.concurrency_group)
+        if pool is not None:
+            pool.put((spec, fut))
+        elif not spec.concurrency_group:
             self._queue.put((spec, fut))
+        else:
+            self._unknown_group(spec, fut)
+
+    def _unknown_group(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
+        assert self.actor_spec is not None
+        self._cancels.start(spec.task_id)
+        self._cancels.finished(spec.task_id)
+        err = unknown_group(spec, self.actor_spec.actor_creation)
+        _resolve(fut, self._error_reply(spec, self._task_error(spec, err), application=True))
 
     def request_exit(self) -> None:
         """Ends run_forever() after the tasks queued before this."""
         self._queue.put(None)
 
     def cancel(self, task_id: bytes, force: bool) -> bool:
-        """Cancels the running task if it is task_id (force: the process exits); False if not."""
+        """Cancels the running task if it is task_id (force: the process exits); False if not.
+        On an actor: the call does not run if it has not started, a running async call is
+        cancelled, a running sync call is answered as cancelled once it ends (its caller
+        rejects force=True)."""
+        if self.actor is not None:
+            return self._cancels.cancel(task_id)
         spec = self.running
         if spec is None or spec.task_id != task_id:
             return False
@@ -165,19 +176,10 @@ class TaskExecutor(PipelineEffects):
                 reply = self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex()))
             self.core.post(_resolve, fut, reply)
 
-    def _pool_thread(self) -> None:
-        assert self._pool is not None
-        while True:
-            spec, fut = self._pool.get()
-            with self._pool_lock:
-                self._pool_idle -= 1
-                self._pool_waiting -= 1
-            try:
-                reply = self.execute(spec)
-            finally:
-                with self._pool_lock:
-                    self._pool_idle += 1
-            self.core.post(_resolve, fut, reply)
+    def _run_in_pool(self, item: QueueItem) -> None:
+        """A pool thread runs one actor call."""
+        spec, fut = item
+        self.core.post(_resolve, fut, self.execute(spec))
 
     def _mark(self, spec: common_pb2.TaskSpec) -> None:
         name = self.actor_spec.actor_creation.class_name if self.actor_spec is not None else spec.name
@@ -199,8 +201,18 @@ class TaskExecutor(PipelineEffects):
                     tracing.set_error(sp, reply.error_message)
         else:
             reply = self._execute(spec)
+        if spec.actor_id and not spec.HasField("actor_creation"):
+            reply = self._unless_cancelled(spec, reply)
         if self.core.refs.unacked():  # refs borrowed by this task and still held: register first
             self.core.run(self.core.refs.flush())
+        return reply
+
+    def _unless_cancelled(self, spec: common_pb2.TaskSpec,
+                          reply: core_worker_pb2.PushTaskReply) -> core_worker_pb2.PushTaskReply:
+        """An actor call is over: a call cancelled while it ran (sync) answers
+        TaskCancelledError (a stream has already sent its items and keeps its reply)."""
+        if self._cancels.finished(spec.task_id) and not spec.streaming:
+            return self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex()))
         return reply
 
     def _span(self, spec: common_pb2.TaskSpec) -> ContextManager[Any]:
@@ -232,6 +244,10 @@ class TaskExecutor(PipelineEffects):
             self.actor_spec = spec
             self.actor_gpu_ids = list(spec.gpu_ids)
             self.actor_restarted = spec.attempt > 0
+        elif is_method and not self._cancels.start(spec.task_id):
+            if on_main:
+                self.running = None
+            return self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex()))
         self._mark(spec)
         try:
             try:
@@ -279,23 +295,32 @@ class TaskExecutor(PipelineEffects):
         c = spec.actor_creation
         self.actor = instance
         if c.is_async:
-            self._sem = asyncio.Semaphore(c.max_concurrency or 1000)
+            self._limits = async_limits(c)
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="ember-actor-loop", daemon=True).start()
             self._user_loop = loop
-        elif c.max_concurrency > 1:
-            self._pool = queue.SimpleQueue()
+        else:
+            self._pools = thread_pools(c, self._run_in_pool)
 
     async def _run_async(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
-        assert self._sem is not None
-        async with self._sem:
-            if tracing.enabled() and spec.trace_context:
-                with self._span(spec) as sp:
+        limit = self._limits.get(spec.concurrency_group)
+        if limit is None:
+            self._unknown_group(spec, fut)
+            return
+        async with limit:
+            if not self._cancels.start(spec.task_id):
+                _resolve(fut, self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex())))
+                return
+            try:
+                if tracing.enabled() and spec.trace_context:
+                    with self._span(spec) as sp:
+                        reply = await self._run_async_call(spec)
+                        if reply.is_application_error:
+                            tracing.set_error(sp, reply.error_message)
+                else:
                     reply = await self._run_async_call(spec)
-                    if reply.is_application_error:
-                        tracing.set_error(sp, reply.error_message)
-            else:
-                reply = await self._run_async_call(spec)
+            finally:
+                self._cancels.finished(spec.task_id)
         if self.core.refs.unacked():
             await self.core.refs.flush()
         _resolve(fut, reply)
@@ -316,7 +341,13 @@ class TaskExecutor(PipelineEffects):
                 cf = asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._user_loop)
             else:
                 cf = asyncio.run_coroutine_threadsafe(_call_sync(method, args, kwargs), self._user_loop)
-            result = await asyncio.wrap_future(cf)
+            self._cancels.running(spec.task_id, cf)  # ember.cancel cancels its coroutine
+            try:
+                result = await asyncio.wrap_future(cf)
+            except asyncio.CancelledError:
+                if not cf.cancelled():
+                    raise  # this worker is shutting down, not a cancel of the call
+                return self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex()))
             return await drive_async(rp.returns(spec, result, self._task_error, self._error_reply,
                                                 self.core.refs.hand_over, self._max_inline),
                                      self._do_async)

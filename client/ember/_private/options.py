@@ -26,7 +26,7 @@ ACTOR_OPTIONS = {
 
 # Ray options Ember knows but does not implement yet: setting them must not pass silently.
 UNSUPPORTED = {"runtime_env": "runtime environments",
-               "label_selector": "label selectors", "concurrency_groups": "concurrency groups"}
+               "label_selector": "label selectors"}
 
 
 def validate(options: dict[str, Any], allowed: set[str], what: str) -> None:

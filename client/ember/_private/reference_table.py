@@ -69,6 +69,7 @@ class ReferenceTable:
         # Owner side.
         self._borrowers: dict[bytes, set[str]] = {}
         self._by_borrower: dict[str, set[bytes]] = {}
+        self._on_free: dict[bytes, Callable[[], None]] = {}  # owned id -> called when released
         self.closed = False  # set at shutdown: nothing is released any more
 
     # ------------------------------------------------------------------ local counts (any thread)
@@ -97,7 +98,21 @@ class ReferenceTable:
             elif self._borrowed:
                 self._last_borrow(oid)
         if not self.closed:
-            self._on_release(oid, owned)
+            self._released(oid, owned)
+
+    def _released(self, oid: bytes, owned: bool) -> None:
+        """Outside the lock: the watcher of an owned id (on_free), then the driver."""
+        if owned and self._on_free:
+            fn = self._on_free.pop(oid, None)
+            if fn is not None:
+                fn()
+        self._on_release(oid, owned)
+
+    def on_free(self, oid: bytes, fn: Callable[[], None]) -> None:
+        """Calls fn (once, outside the lock, on whichever thread lets go last) when the owned
+        oid is released: no local ref, borrower or escape keeps it any more. An actor's owner
+        watches its handle id this way (actor lifetime by handle count)."""
+        self._on_free[oid] = fn
 
     def mark_escaped(self, oid: bytes) -> None:
         """Pins a ref until the process exits (it was pickled where no borrower is tracked)."""
@@ -264,7 +279,7 @@ class ReferenceTable:
                 del self._by_borrower[borrower]
         if not self.closed:
             for oid in free:
-                self._on_release(oid, True)
+                self._released(oid, True)
         return free
 
     def borrower_died(self, borrower: str) -> list[bytes]:

@@ -385,10 +385,24 @@ def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: flo
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancels the task behind object_ref (see Ray's ray.cancel). An actor call that has not
+    started never runs; a running async actor call is cancelled; force=True is a ValueError
+    for actor calls. `get` then raises TaskCancelledError."""
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
-    w = global_worker()
-    w.core.run(w.core.submitter.cancel(object_ref.task_id(), force))
+    core = global_worker().core
+    core.run(_cancel(core, object_ref.task_id(), force))
+
+
+async def _cancel(core: CoreWorker, task_id: bytes, force: bool) -> None:
+    # On the loop: the call's submission (posted there) has been handled by now.
+    entry = core.submitter.tasks.get(task_id)
+    if entry is not None and entry.spec.actor_id:
+        if force:
+            raise ValueError("force=True is not supported for actor tasks.")
+        await core.actor_submitter.cancel(task_id)
+    else:
+        await core.submitter.cancel(task_id, force)
 
 
 def _gcs_nodes() -> list[common_pb2.NodeInfo]:

@@ -72,7 +72,7 @@ class TaskArg(_message.Message):
     def __init__(self, value: _Optional[_Union[SerializedObject, _Mapping]] = ..., ref: _Optional[_Union[ObjectRefProto, _Mapping]] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "trace_context", "gpu_ids", "actor_id", "actor_creation", "method_name", "seq_no", "lowest_unacked", "streaming", "placement_group_id", "placement_group_bundle_index", "placement_group_capture_child_tasks")
+    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "trace_context", "gpu_ids", "actor_id", "actor_creation", "method_name", "seq_no", "lowest_unacked", "streaming", "placement_group_id", "placement_group_bundle_index", "placement_group_capture_child_tasks", "concurrency_group")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class TaskSpec(_message.Message):
     PLACEMENT_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_GROUP_BUNDLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_GROUP_CAPTURE_CHILD_TASKS_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_GROUP_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     job_id: bytes
     name: str
@@ -133,22 +134,32 @@ class TaskSpec(_message.Message):
     placement_group_id: bytes
     placement_group_bundle_index: int
     placement_group_capture_child_tasks: bool
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[_Union[ActorCreationSpec, _Mapping]] = ..., method_name: _Optional[str] = ..., seq_no: _Optional[int] = ..., lowest_unacked: _Optional[int] = ..., streaming: _Optional[bool] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., placement_group_capture_child_tasks: _Optional[bool] = ...) -> None: ...
+    concurrency_group: str
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[_Union[ActorCreationSpec, _Mapping]] = ..., method_name: _Optional[str] = ..., seq_no: _Optional[int] = ..., lowest_unacked: _Optional[int] = ..., streaming: _Optional[bool] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., placement_group_capture_child_tasks: _Optional[bool] = ..., concurrency_group: _Optional[str] = ...) -> None: ...
 
 class ActorMethod(_message.Message):
-    __slots__ = ("name", "num_returns", "is_async", "is_generator")
+    __slots__ = ("name", "num_returns", "is_async", "is_generator", "concurrency_group")
     NAME_FIELD_NUMBER: _ClassVar[int]
     NUM_RETURNS_FIELD_NUMBER: _ClassVar[int]
     IS_ASYNC_FIELD_NUMBER: _ClassVar[int]
     IS_GENERATOR_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_GROUP_FIELD_NUMBER: _ClassVar[int]
     name: str
     num_returns: int
     is_async: bool
     is_generator: bool
-    def __init__(self, name: _Optional[str] = ..., num_returns: _Optional[int] = ..., is_async: _Optional[bool] = ..., is_generator: _Optional[bool] = ...) -> None: ...
+    concurrency_group: str
+    def __init__(self, name: _Optional[str] = ..., num_returns: _Optional[int] = ..., is_async: _Optional[bool] = ..., is_generator: _Optional[bool] = ..., concurrency_group: _Optional[str] = ...) -> None: ...
 
 class ActorCreationSpec(_message.Message):
-    __slots__ = ("max_restarts", "max_task_retries", "max_concurrency", "name", "namespace", "detached", "is_async", "class_name", "methods", "owner_node_id")
+    __slots__ = ("max_restarts", "max_task_retries", "max_concurrency", "name", "namespace", "detached", "is_async", "class_name", "methods", "owner_node_id", "concurrency_groups")
+    class ConcurrencyGroupsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     MAX_TASK_RETRIES_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +170,7 @@ class ActorCreationSpec(_message.Message):
     CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
     METHODS_FIELD_NUMBER: _ClassVar[int]
     OWNER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_GROUPS_FIELD_NUMBER: _ClassVar[int]
     max_restarts: int
     max_task_retries: int
     max_concurrency: int
@@ -169,7 +181,8 @@ class ActorCreationSpec(_message.Message):
     class_name: str
     methods: _containers.RepeatedCompositeFieldContainer[ActorMethod]
     owner_node_id: str
-    def __init__(self, max_restarts: _Optional[int] = ..., max_task_retries: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., detached: _Optional[bool] = ..., is_async: _Optional[bool] = ..., class_name: _Optional[str] = ..., methods: _Optional[_Iterable[_Union[ActorMethod, _Mapping]]] = ..., owner_node_id: _Optional[str] = ...) -> None: ...
+    concurrency_groups: _containers.ScalarMap[str, int]
+    def __init__(self, max_restarts: _Optional[int] = ..., max_task_retries: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., detached: _Optional[bool] = ..., is_async: _Optional[bool] = ..., class_name: _Optional[str] = ..., methods: _Optional[_Iterable[_Union[ActorMethod, _Mapping]]] = ..., owner_node_id: _Optional[str] = ..., concurrency_groups: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ActorInfo(_message.Message):
     __slots__ = ("actor_id", "state", "address", "name", "namespace", "class_name", "num_restarts", "job_id", "death_cause", "creation_spec", "incarnation", "lease_id", "raylet_address", "pid")

@@ -210,12 +210,14 @@ class GetAllActorInfoReply(_message.Message):
     def __init__(self, actors: _Optional[_Iterable[_Union[_common_pb2.ActorInfo, _Mapping]]] = ...) -> None: ...
 
 class KillActorRequest(_message.Message):
-    __slots__ = ("actor_id", "no_restart")
+    __slots__ = ("actor_id", "no_restart", "out_of_scope")
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
     NO_RESTART_FIELD_NUMBER: _ClassVar[int]
+    OUT_OF_SCOPE_FIELD_NUMBER: _ClassVar[int]
     actor_id: bytes
     no_restart: bool
-    def __init__(self, actor_id: _Optional[bytes] = ..., no_restart: _Optional[bool] = ...) -> None: ...
+    out_of_scope: bool
+    def __init__(self, actor_id: _Optional[bytes] = ..., no_restart: _Optional[bool] = ..., out_of_scope: _Optional[bool] = ...) -> None: ...
 
 class KillActorReply(_message.Message):
     __slots__ = ()

@@ -479,8 +479,9 @@ class ActorInfoGcsServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def KillActor(self, request, context):
-        """Kills an actor (restarting it unless no_restart). Idempotent. NOT_FOUND for an unknown
-        actor. Failure: retry with backoff.
+        """Kills an actor (restarting it unless no_restart), or, from its owner with out_of_scope,
+        destroys a non-detached actor no handle refers to any more. Idempotent. NOT_FOUND for an
+        unknown actor. Failure: retry with backoff.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -218,8 +218,9 @@ class ActorInfoGcsServiceStub:
     GetAllActorInfo: _grpc.UnaryUnaryMultiCallable[_gcs_pb2.GetAllActorInfoRequest, _gcs_pb2.GetAllActorInfoReply]
     """Every actor. Idempotent read. Failure: retry with backoff."""
     KillActor: _grpc.UnaryUnaryMultiCallable[_gcs_pb2.KillActorRequest, _gcs_pb2.KillActorReply]
-    """Kills an actor (restarting it unless no_restart). Idempotent. NOT_FOUND for an unknown
-    actor. Failure: retry with backoff.
+    """Kills an actor (restarting it unless no_restart), or, from its owner with out_of_scope,
+    destroys a non-detached actor no handle refers to any more. Idempotent. NOT_FOUND for an
+    unknown actor. Failure: retry with backoff.
     """
 
 @_typing.type_check_only
@@ -245,8 +246,9 @@ class ActorInfoGcsServiceAsyncStub(ActorInfoGcsServiceStub):
     GetAllActorInfo: _aio.UnaryUnaryMultiCallable[_gcs_pb2.GetAllActorInfoRequest, _gcs_pb2.GetAllActorInfoReply]  # type: ignore[assignment]
     """Every actor. Idempotent read. Failure: retry with backoff."""
     KillActor: _aio.UnaryUnaryMultiCallable[_gcs_pb2.KillActorRequest, _gcs_pb2.KillActorReply]  # type: ignore[assignment]
-    """Kills an actor (restarting it unless no_restart). Idempotent. NOT_FOUND for an unknown
-    actor. Failure: retry with backoff.
+    """Kills an actor (restarting it unless no_restart), or, from its owner with out_of_scope,
+    destroys a non-detached actor no handle refers to any more. Idempotent. NOT_FOUND for an
+    unknown actor. Failure: retry with backoff.
     """
 
 class ActorInfoGcsServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -299,8 +301,9 @@ class ActorInfoGcsServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _gcs_pb2.KillActorRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_gcs_pb2.KillActorReply, _abc.Awaitable[_gcs_pb2.KillActorReply]]:
-        """Kills an actor (restarting it unless no_restart). Idempotent. NOT_FOUND for an unknown
-        actor. Failure: retry with backoff.
+        """Kills an actor (restarting it unless no_restart), or, from its owner with out_of_scope,
+        destroys a non-detached actor no handle refers to any more. Idempotent. NOT_FOUND for an
+        unknown actor. Failure: retry with backoff.
         """
 
 def add_ActorInfoGcsServiceServicer_to_server(servicer: ActorInfoGcsServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

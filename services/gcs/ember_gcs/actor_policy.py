@@ -2,8 +2,9 @@
 
 States: PENDING_CREATION -> ALIVE -> (RESTARTING -> ALIVE)* -> DEAD. Restarts are counted
 against `max_restarts` (-1: forever; 0: never); a failure while `__init__` runs counts as a
-restart too. Death causes say what happened. Lifetime: a non-detached actor dies with its job
-and with the worker that created it (its owner); a detached one lives until killed. The driver
+restart too. Death causes say what happened. Lifetime: a non-detached actor dies with its job,
+with the worker that created it (its owner), and when its owner reports that no handle to it is
+left anywhere (out of scope); a detached one lives until killed. The driver
 (actors.ActorManager) persists the result, (re)starts creation and returns leases.
 """
 from __future__ import annotations
@@ -38,6 +39,9 @@ class Die:
 
 
 Decision = Restart | RetryCreation | Die
+
+OUT_OF_SCOPE = ("all references to the actor were removed: its handles went out of scope "
+                "(a non-detached actor lives while a handle to it does)")
 
 
 class ActorPolicy:
@@ -90,6 +94,13 @@ class ActorPolicy:
         if a.state == A.DEAD or not no_restart:
             return None
         return Die("killed by ember.kill()")
+
+    def out_of_scope(self, a: common_pb2.ActorInfo) -> Decision | None:
+        """The owner says no handle to the actor is left (Ray's reference-counted lifetime):
+        a non-detached actor dies, whatever its max_restarts; a detached one stays."""
+        if a.state == A.DEAD or a.creation_spec.actor_creation.detached:
+            return None
+        return Die(OUT_OF_SCOPE)
 
     def creation_worker_died(self, a: common_pb2.ActorInfo, code: str) -> Decision:
         """The worker died while running __init__ (the push failed with this status code)."""

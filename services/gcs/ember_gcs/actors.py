@@ -116,12 +116,18 @@ class ActorManager:
             raise NotFound(f"Failed to look up actor with name '{name}' in namespace '{namespace}'")
         return self.actors[actor_id]
 
-    async def kill(self, actor_id: bytes, no_restart: bool) -> None:
-        """ember.kill(): the actor dies (no_restart) or its worker is killed and it restarts."""
+    async def kill(self, actor_id: bytes, no_restart: bool, out_of_scope: bool = False) -> None:
+        """ember.kill(): the actor dies (no_restart) or its worker is killed and it restarts.
+        out_of_scope (from its owner): no handle is left, a non-detached actor dies."""
         a = self.actors.get(actor_id)
         if a is None:
             raise NotFound(f"actor {actor_id.hex()} is unknown")
         if a.state == A.DEAD:
+            return
+        if out_of_scope:
+            d = self.policy.out_of_scope(a)
+            if d is not None:
+                await self._execute(a, d)
             return
         await self._execute(a, self.policy.killed(a, no_restart))
         await self._release_lease(a)

@@ -91,7 +91,7 @@ class ActorInfoServicer(gcs_pb2_grpc.ActorInfoGcsServiceServicer):
 
     @rpc_errors
     async def KillActor(self, request: gcs_pb2.KillActorRequest, context: rpc.Context) -> gcs_pb2.KillActorReply:
-        await self.actors.kill(request.actor_id, request.no_restart)
+        await self.actors.kill(request.actor_id, request.no_restart, request.out_of_scope)
         return gcs_pb2.KillActorReply()
 
 
