@@ -31,6 +31,7 @@ class LeaseRequest:
     actor: bool = False
     deadline_s: float = 0.0  # when an infeasible request fails (clock time)
     gpu_ids: list[int] | None = None  # preset (a bundle's GPUs) instead of allocated ones
+    env: str = ""  # runtime env hash: only a worker started in that env may take the grant
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Schedule:
     grants: list[Grant] = field(default_factory=list)
     spills: list[Spill] = field(default_factory=list)
     workers_wanted: int = 0
+    wanted_by_env: dict[str, int] = field(default_factory=dict)  # the same, per runtime env
 
 
 class LeaseQueue:
@@ -100,10 +102,12 @@ class LeaseQueue:
         return decide(self.resources, self.cluster, self.node_id, req.resources,
                       req.spillback_count).reason
 
-    def schedule(self, idle_workers: int) -> Schedule:
-        """Grants waiting requests that fit now, in order, up to `idle_workers`; spills those that
+    def schedule(self, idle_workers: int | dict[str, int]) -> Schedule:
+        """Grants waiting requests that fit now, in order, up to the idle workers (a count, or
+        counts per runtime env: a request only takes a worker of its env); spills those that
         do not fit here but fit elsewhere now (never redirected before)."""
         out = Schedule()
+        idle = dict(idle_workers) if isinstance(idle_workers, dict) else {"": idle_workers}
         for req in list(self.waiting):
             if not self.resources.fits_now(req.resources):
                 if req.spillback_count == 0:
@@ -112,12 +116,13 @@ class LeaseQueue:
                         self.waiting.remove(req)
                         out.spills.append(Spill(req, d.node))
                 continue
-            if idle_workers <= 0:
+            if idle.get(req.env, 0) <= 0:
                 out.workers_wanted += 1
+                out.wanted_by_env[req.env] = out.wanted_by_env.get(req.env, 0) + 1
                 continue
             alloc = self.resources.allocate(req.resources)
             assert alloc is not None  # fits_now held
-            idle_workers -= 1
+            idle[req.env] -= 1
             self.waiting.remove(req)
             out.grants.append(Grant(req, alloc))
         return out
@@ -160,6 +165,13 @@ class LeaseQueue:
                     lst.remove(req)
                     return req
         return None
+
+    def drop_env(self, env: str) -> list[LeaseRequest]:
+        """Removes (and returns) every waiting request of a runtime env that failed to set up."""
+        gone = [r for r in self.waiting + self.infeasible if r.env == env]
+        for req in gone:
+            self.cancel(req.lease_id)
+        return gone
 
     def drop_owner(self, worker_id: str) -> list[LeaseRequest]:
         """Removes (and returns) every waiting request of a process that died."""
