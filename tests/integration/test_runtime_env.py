@@ -10,6 +10,7 @@ import dataclasses
 import glob
 import os
 import socket
+import subprocess
 import sys
 import zipfile
 
@@ -70,6 +71,11 @@ class Probe:
 
 
 @ember.remote
+def env_in_context() -> dict:
+    return dict(ember.get_runtime_context().runtime_env)
+
+
+@ember.remote
 def read_file(rel: str) -> str | None:
     return open(rel).read() if os.path.exists(rel) else None
 
@@ -87,6 +93,8 @@ def test_env_vars_task_and_actor(cluster):
     a = Probe.options(runtime_env=RuntimeEnv(env_vars={"EMBER_TEST_RENV": "actor-value"})).remote()
     assert ember.get(a.env.remote("EMBER_TEST_RENV")) == "actor-value"
     assert ember.get(probe.remote())["var"] is None  # no env: a plain worker
+    ctx_env = ember.get(env_in_context.options(runtime_env=env).remote())
+    assert ctx_env == {"env_vars": {"EMBER_TEST_RENV": "task-value"}}
 
 
 def test_workers_are_pooled_per_env(cluster):
@@ -183,6 +191,11 @@ def test_unresolvable_requirement_fails_with_pip_output_then_good_tasks_run(clus
     assert isinstance(info.value.cause, exc.RuntimeEnvSetupError)
     assert "No matching distribution" in str(info.value.cause)
     assert ember.get(probe.remote(), timeout=60)["var"] is None  # the cluster carries on
+    status = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ember"), "status",
+                             "--address", ember.get_runtime_context().gcs_address],
+                            capture_output=True, text=True, timeout=60)
+    assert "Runtime env set-up failures" in status.stdout, status.stdout + status.stderr
+    assert "pip install renv-no-such-package==9.9 failed" in status.stdout
 
 
 def test_setup_timeout_fails_the_task(cluster):
@@ -214,3 +227,10 @@ def test_nested_tasks_and_actors_inherit_the_parent_env(cluster):
     env = {"env_vars": {"EMBER_TEST_RENV_A": "parent"}}
     assert ember.get(parent_task.options(runtime_env=env).remote(), timeout=120) == (
         "parent", "parent", "child", "parent")
+
+
+def test_env_whose_workers_cannot_start_fails_instead_of_respawning(cluster):
+    broken = {"env_vars": {"PYTHONHOME": "/nonexistent-python-home"}}  # the interpreter cannot start
+    with pytest.raises(exc.RuntimeEnvSetupError, match="exited before registering"):
+        ember.get(probe.options(runtime_env=broken).remote(), timeout=120)
+    assert ember.get(probe.remote(), timeout=60)["pid"] > 0

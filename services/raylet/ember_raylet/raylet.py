@@ -27,11 +27,12 @@ from .resources import NodeResources, validate_request
 from .runtime_env import RuntimeEnvManager, SetupFailed
 from .scheduler import RemoteNode
 from .worker_pool import WorkerPool, WorkerState, shape_of
-from .worker_procs import Lease, WorkerProc, spawn_worker, stop_all
+from .worker_procs import Lease, WorkerProc, err_tail, spawn_worker, stop_all
 
 log = logging.getLogger(__name__)
 
 LeaseReply = raylet_pb2.RequestWorkerLeaseReply
+MAX_ENV_START_FAILURES = 3
 
 
 class Raylet:
@@ -64,6 +65,7 @@ class Raylet:
         self.runtime_envs = RuntimeEnvManager(
             runtime_env_dir or os.path.join(session_dir, "runtime_resources"))
         self.env_json: dict[str, str] = {}  # runtime env hash -> its serialized env
+        self.env_start_failures: dict[str, int] = {}  # env hash -> workers dead before registering
         self.closing = False
         # Called with (worker_id, reason) when a worker process exits (the GCS is told).
         self.on_worker_death: Callable[[str, str], None] | None = None
@@ -100,6 +102,7 @@ class Raylet:
         """A worker registered (NotFound unless this raylet started it)."""
         self.pool.registered(worker_id, port)
         self.workers[worker_id].port = port
+        self.env_start_failures.pop(self.pool.workers[worker_id].env, None)
         self.dispatch()
 
     def owner_died(self, worker_id: str) -> None:
@@ -118,7 +121,7 @@ class Raylet:
             return
         w.dead = True
         self.workers.pop(w.worker_id, None)
-        self.pool.exited(w.worker_id)
+        gone = self.pool.exited(w.worker_id)
         if w.lease is not None:
             self._release(w.lease)
         if not self.closing:
@@ -129,6 +132,8 @@ class Raylet:
             if w.port == 0:
                 log.error("worker %s exited with code %s before registering; see %s/worker-%s.err",
                           w.worker_id, code, self.logs_dir, w.worker_id)
+                if gone is not None and gone.env:
+                    self._env_worker_failed(gone.env, w)
             self.dispatch()
 
     def kill_worker(self, w: WorkerProc) -> None:
@@ -262,6 +267,20 @@ class Raylet:
         if self.runtime_envs.context(env) is None:
             asyncio.ensure_future(self._set_up(env, serialized))
         return env
+
+    def _env_worker_failed(self, env: str, w: WorkerProc) -> None:
+        """A worker of a runtime env died before registering: after MAX_ENV_START_FAILURES in a
+        row, the env's waiting requests fail (a broken env, e.g. bad env_vars, must not make
+        the raylet start workers forever)."""
+        n = self.env_start_failures[env] = self.env_start_failures.get(env, 0) + 1
+        if n < MAX_ENV_START_FAILURES:
+            return
+        del self.env_start_failures[env]
+        msg = (f"RuntimeEnvSetupError: {n} workers started in the runtime env exited before "
+               f"registering (last exit code {w.popen.returncode}); the last one's stderr:\n"
+               f"{err_tail(self.logs_dir, w.worker_id)}")
+        for req in self.queue.drop_env(env):
+            self._answer(req.lease_id, Infeasible(msg))
 
     async def _set_up(self, env: str, serialized: str) -> None:
         try:

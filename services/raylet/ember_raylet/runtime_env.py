@@ -134,6 +134,8 @@ class RuntimeEnvManager:
         self.packages: _Once[str] = _Once()
         self.venvs: _Once[str] = _Once()
         self.failures: list[tuple[str, str]] = []  # (env hash, message), the latest last
+        # Called after a failed set-up (the server publishes the latest failures for `ember status`).
+        self.on_failure: Callable[[], object] | None = None
 
     def context(self, key: str) -> EnvContext | None:
         """The set-up env of that hash, or None."""
@@ -162,6 +164,8 @@ class RuntimeEnvManager:
         self.failures.append((key, msg))
         del self.failures[:-20]
         log.error("runtime env %s could not be set up: %s", key, msg)
+        if self.on_failure is not None:
+            self.on_failure()
         raise SetupFailed(msg)
 
     async def _build(self, env: dict[str, Any]) -> EnvContext:

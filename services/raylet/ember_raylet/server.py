@@ -3,6 +3,7 @@ heartbeats, follows the cluster view, and forwards worker output (log monitor)."
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import time
@@ -184,6 +185,9 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
     link = GcsLink(raylet, node)
     raylet.runtime_envs.kv_get = lambda uri: link.gcs.internal_kv_get("runtime_env", uri.encode(),
                                                                       timeout_s=60)
+    raylet.runtime_envs.on_failure = lambda: rpc.best_effort(link.gcs.internal_kv_put(
+        "runtime_env", f"failures/{ns.node_id}".encode(),
+        json.dumps(raylet.runtime_envs.failures[-5:]).encode(), timeout_s=10))
     raylet.on_worker_death = link.report_worker_death
     await link.register(cfg.start_timeout_s / 2)
     raylet._prestart()

@@ -64,6 +64,18 @@ def spawn_worker(worker_id: str, logs_dir: str, env_vars: dict[str, str], *,
     return WorkerProc(worker_id, popen)
 
 
+def err_tail(logs_dir: str, worker_id: str, lines: int = 15) -> str:
+    """The last lines of a worker's stderr file ("" when there is none)."""
+    try:
+        with open(os.path.join(logs_dir, f"worker-{worker_id}.err"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
 async def stop_all(procs: list[subprocess.Popen[bytes]], grace_s: float = 2.0) -> None:
     """SIGTERM every process, then SIGKILL those still running after grace_s."""
     for pp in procs:
