@@ -143,16 +143,18 @@ def test_pip_local_wheel_task_and_actor_share_one_venv(cluster, tmp_path):
     pip = {"packages": ["renv_tinypkg==1.0"],
            "pip_install_options": ["--no-index", "--find-links", dist]}
     env = {"pip": pip}
-    assert ember.get(import_value.options(runtime_env=env).remote("renv_tinypkg")) == 1234
-    a = Probe.options(runtime_env=env).remote()
+    # the same requirement set under two envs (env_vars differ), requested at once by a task
+    # and an actor: one virtualenv is built, both wait for it
+    other = {"pip": pip, "env_vars": {"EMBER_TEST_RENV": "v"}}
+    ref = import_value.options(runtime_env=env).remote("renv_tinypkg")
+    a = Probe.options(runtime_env=other).remote()
     assert ember.get(a.imported.remote("renv_tinypkg")) == 1234
+    assert ember.get(ref) == 1234
     python = ember.get(a.python.remote())
     assert "/runtime_resources/pip/" in python
-    # the same requirement set under another env (env_vars differ): the venv is built once
-    other = {"pip": pip, "env_vars": {"EMBER_TEST_RENV": "v"}}
-    assert ember.get(import_value.options(runtime_env=other).remote("renv_tinypkg")) == 1234
     venvs = glob.glob(os.path.join(python.split("/pip/")[0], "pip", "*", ".ember-ready"))
     assert len(venvs) == 1
+    assert ember.get(a.env.remote("EMBER_TEST_RENV")) == "v"
     with pytest.raises(ModuleNotFoundError):  # the base workers do not have it
         ember.get(import_value.remote("renv_tinypkg"))
 
