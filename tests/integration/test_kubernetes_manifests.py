@@ -1,0 +1,200 @@
+"""deploy/kubernetes: rendered with the real `kubectl kustomize`, every object validated against the
+Kubernetes 1.31 schemas (`kubernetes-validate`, strict: unknown fields fail), and held to the
+compose file: the same images, roles and settings, so the compose e2e tests cover what the pods run.
+
+No Kubernetes cluster is available here; what a cluster would add (scheduling, DNS, volumes) is
+not tested.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "kubernetes"
+SCHEMA_VERSION = "1.31.0"
+
+# healthcheck.py's gRPC service names, by role: the probes must ask the same ones.
+GRPC_HEALTH = {"gcs": "ember.Gcs", "raylet": "ember.Raylet", "objmgr": "ember.ObjectManager"}
+# Settings that differ by design. k8s: the node's address is the pod's IP and the raylet's CPU
+# count its CPU request (compose derives both inside the container).
+K8S_ONLY = {"EMBER_NODE_IP", "EMBER_NUM_CPUS"}
+
+
+def _kubectl() -> str:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        if os.environ.get("EMBER_TEST_REQUIRE_KUBECTL"):
+            pytest.fail("kubectl is not on PATH (apt-get install -y kubernetes-client)")
+        pytest.skip("kubectl is not on PATH: apt-get install -y kubernetes-client (.ci/run does)")
+    return kubectl
+
+
+def render(path: Path) -> list[dict[str, Any]]:
+    out = subprocess.run([_kubectl(), "kustomize", str(path)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def base() -> list[dict[str, Any]]:
+    return render(K8S)
+
+
+def _by(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+def _containers(objs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [(o, c) for o in objs if o["kind"] in ("Deployment", "StatefulSet")
+            for c in o["spec"]["template"]["spec"]["containers"]]
+
+
+@pytest.mark.parametrize("where", [".", "overlays/gpu"])
+def test_every_object_validates_against_the_kubernetes_schemas(where: str) -> None:
+    import kubernetes_validate
+
+    objs = render(K8S / where)
+    kinds = sorted({o["kind"] for o in objs})
+    assert kinds == ["ConfigMap", "Deployment", "Namespace", "Service", "StatefulSet"]
+    for obj in objs:
+        try:
+            kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {e.message} at {list(e.path)}")
+        if obj["kind"] != "Namespace":
+            assert obj["metadata"]["namespace"] == "ember"
+
+
+def test_deliberately_broken_object_is_caught() -> None:
+    """The validation above can fail: a field the schema does not know is refused."""
+    import kubernetes_validate
+
+    bad = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"},
+           "spec": {"ports": [{"port": 1}], "selectr": {"a": "b"}}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, SCHEMA_VERSION, strict=True)
+
+
+def _compose_value(raw: Any) -> str:
+    """`${VAR:-default}` as compose resolves it with VAR unset."""
+    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", str(raw))
+
+
+def _compose_services() -> dict[str, dict[str, Any]]:
+    doc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    out = {}
+    for name, svc in doc["services"].items():
+        if svc.get("profiles"):
+            continue  # driver and otlp run only on demand
+        image = _compose_value(svc["image"]).split(":")[0]
+        cmd = [_compose_value(a) for a in svc.get("command") or []]
+        settings = {k: _compose_value(v) for k, v in (svc.get("environment") or {}).items()}
+        settings.update(a.split("=", 1) for a in cmd[1:] if "=" in a)
+        role = cmd[0] if cmd else image.removeprefix("ember-")  # no command: the image's CMD
+        out[name] = {"image": image, "role": role, "settings": settings}
+    return out
+
+
+def _k8s_settings(objs: list[dict[str, Any]], container: dict[str, Any]) -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for src in container.get("envFrom", []):
+        cm = _by(objs, "ConfigMap", src["configMapRef"]["name"])
+        settings.update(cm["data"])
+    for e in container.get("env", []):
+        settings[e["name"]] = e.get("value", "<from the pod>")
+    settings.update(a.split("=", 1) for a in container.get("args", [])[1:] if "=" in a)
+    return settings
+
+
+def test_pods_run_the_compose_services_with_the_same_images_roles_and_settings(base) -> None:
+    compose = _compose_services()
+    k8s = _containers(base)
+    assert k8s
+    for name, svc in compose.items():
+        if name == "etcd":
+            (obj, c), = [(o, c) for o, c in k8s if c["image"].split(":")[0] == "ember-etcd"]
+            assert c["volumeMounts"][0]["mountPath"] == "/var/lib/ember-etcd"
+            continue
+        node = "head" if name.endswith("-head") else "worker" if name.endswith("-worker") else None
+        matches = [(o, c) for o, c in k8s if c["image"].split(":")[0] == svc["image"]
+                   and (node is None or o["metadata"]["name"] == f"ember-{node}")]
+        assert len(matches) == 1, f"compose service {name}: {len(matches)} k8s containers"
+        obj, c = matches[0]
+        assert c["args"][0] == svc["role"], name
+        ours = _k8s_settings(base, c)
+        for key, value in svc["settings"].items():
+            if key in K8S_ONLY:
+                continue
+            assert ours.get(key, "") == value, f"{name}: {key}={ours.get(key)!r} here, {value!r} in compose"
+        # The shared config map may give a service a cluster-wide setting compose gives only
+        # others (e.g. the cluster name), but with the value compose uses.
+        extra = {k for k in set(ours) - set(svc["settings"]) - K8S_ONLY
+                 if not any(o["settings"].get(k) == ours[k] for o in compose.values())}
+        assert not extra, f"{name}: settings only in Kubernetes: {sorted(extra)}"
+
+
+def test_probes_ask_the_services_own_health_endpoints(base) -> None:
+    for obj, c in _containers(base):
+        role = c["args"][0] if c.get("args") else "etcd"
+        for probe in ("readinessProbe", "livenessProbe"):
+            p = c[probe]
+            if role in GRPC_HEALTH:
+                assert p["grpc"]["service"] == GRPC_HEALTH[role], (obj["metadata"]["name"], role)
+                assert {"containerPort": p["grpc"]["port"]}.items() <= c["ports"][0].items()
+            elif role == "serve-proxy":
+                assert p["httpGet"] == {"path": "/-/healthz", "port": 8000}
+            else:
+                assert p["httpGet"]["path"] == "/health"
+
+
+def test_node_pods_share_an_in_memory_store_and_map_cpu_requests(base) -> None:
+    for node in ("ember-head", "ember-worker"):
+        sts = _by(base, "StatefulSet", node)
+        spec = sts["spec"]["template"]["spec"]
+        shm = [v for v in spec["volumes"] if v["name"] == "shm"]
+        assert shm and shm[0]["emptyDir"]["medium"] == "Memory"
+        names = [c["name"] for c in spec["containers"]]
+        assert names == ["objmgr", "raylet"]
+        for c in spec["containers"]:
+            assert {"name": "shm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+            ip = [e for e in c["env"] if e["name"] == "EMBER_NODE_IP"]
+            assert ip[0]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+        raylet = spec["containers"][1]
+        cpus = [e for e in raylet["env"] if e["name"] == "EMBER_NUM_CPUS"][0]["valueFrom"]
+        assert cpus["resourceFieldRef"] == {"containerName": "raylet", "resource": "requests.cpu",
+                                            "divisor": "1"}
+        assert "EMBER_NUM_CPUS=$(EMBER_NUM_CPUS)" in raylet["args"]
+        head = [a for a in raylet["args"] if a.startswith("EMBER_HEAD=")]
+        assert head == (["EMBER_HEAD=1"] if node == "ember-head" else [])
+
+
+def test_gpu_overlay_asks_for_and_declares_the_same_gpus() -> None:
+    objs = render(K8S / "overlays" / "gpu")
+    raylet = _by(objs, "StatefulSet", "ember-worker")["spec"]["template"]["spec"]["containers"][1]
+    assert raylet["name"] == "raylet"
+    gpus = raylet["resources"]["limits"]["nvidia.com/gpu"]
+    declared = [e["value"] for e in raylet["env"] if e["name"] == "EMBER_NUM_GPUS"]
+    assert declared == [str(gpus)]
+    head = _by(objs, "StatefulSet", "ember-head")["spec"]["template"]["spec"]["containers"][1]
+    assert "limits" not in head["resources"]
+
+
+def test_containers_run_unprivileged(base) -> None:
+    for obj, c in _containers(base):
+        pod = obj["spec"]["template"]["spec"]["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] == 10001  # the images' `ember` user
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"]}
