@@ -229,3 +229,28 @@ def test_lease_queue_grants_only_with_a_worker_of_the_request_env():
     assert s.wanted_by_env == {"envA": 1, "envB": 1} and s.workers_wanted == 2
     assert [r.lease_id for r in q.drop_env("envB")] == [b"\x03"]
     assert len(q) == 1
+
+
+def test_zip_files_upload_as_they_are_and_wheels_only_as_py_modules(tmp_path):
+    store: dict[str, bytes] = {}
+    up = packaging.Uploader(lambda uri: uri in store, store.__setitem__, lambda: 10**6)
+    z = tmp_path / "app.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("main.py", "X = 1\n")
+    uri = up.package(str(z), [], module=False, what="working_dir")
+    assert store[uri] == z.read_bytes() and uri.endswith(".zip")
+    whl = tmp_path / "m-1.0-py3-none-any.whl"
+    whl.write_bytes(z.read_bytes())
+    assert up.package(str(whl), [], module=True, what="py_modules").endswith(".whl")
+    with pytest.raises(ValueError, match="wheels go in py_modules"):
+        up.package(str(whl), [], module=False, what="working_dir")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match="must be a directory or .zip file"):
+        up.package(str(tmp_path / "notes.txt"), [], module=False, what="working_dir")
+
+
+def test_py_modules_accepts_module_objects():
+    import ember.runtime_env as mod
+
+    got = validation.validate({"py_modules": [mod]})["py_modules"]
+    assert got == [os.path.dirname(mod.__file__)]
