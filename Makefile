@@ -32,7 +32,10 @@ test: lint
 LINT_SVC_PATHS := common/ember_common services
 LINT_SVC_PACKAGES := -p ember_common -p ember_gcs -p ember_raylet -p ember_objmgr -p ember_serve_proxy
 LINT_CORE_MODULES := $(foreach m,memory_store reference_table task_queue actor_queue result_pipeline \
-	references task_submitter actor_submitter object_ref,-m ember._private.$(m))
+	references task_submitter actor_submitter object_ref core_worker object_api executor \
+	executor_effects worker generator \
+	task_stream plasma serialization function_manager core_worker_server worker_main \
+	runtime_context options scheduling remote_function,-m ember._private.$(m)) -m ember.actor
 lint: $(DEV)
 	$(VENV)/bin/ruff check $(LINT_SVC_PATHS)
 	$(VENV)/bin/mypy $(LINT_SVC_PACKAGES)

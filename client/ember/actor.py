@@ -44,7 +44,7 @@ def method(*args: Any, **options: Any) -> Any:
         if k not in ("num_returns", "concurrency_group", "max_task_retries", "retry_exceptions"):
             raise ValueError(f"Invalid option keyword {k!r} for ember.method")
 
-    def decorate(fn: Callable) -> Callable:
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn.__ember_num_returns__ = options.get("num_returns")  # type: ignore[attr-defined]
         return fn
 
@@ -135,7 +135,7 @@ def _place(core: Any, ac: ActorClass, spec: common_pb2.TaskSpec, opts: dict[str,
 _spread_next = 0
 
 
-def _create(w: Any, ac: ActorClass, args: tuple, kwargs: dict) -> ActorHandle:
+def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ActorHandle:
     core = w.core
     opts = ac._options
     name = opts.get("name") or ""

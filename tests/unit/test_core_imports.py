@@ -8,6 +8,7 @@ core module that does I/O.
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 
 import ember._private
@@ -17,6 +18,12 @@ PKG = "ember._private"
 # Pure cores: events in, decisions out. They import nothing that talks to a socket.
 PURE = {"memory_store", "reference_table", "task_queue", "actor_queue", "result_pipeline"}
 IO_MODULES = {"grpc", "grpc.aio", "asyncio"}
+
+
+@functools.cache
+def _parse(path: pathlib.Path) -> ast.Module:
+    """A core file's syntax tree, parsed once per run (the tests below only read it)."""
+    return ast.parse(path.read_text())
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -55,7 +62,7 @@ def _graph() -> dict[str, set[str]]:
     mods = {p.stem for p in PRIVATE.glob("*.py") if p.stem != "__init__"}
     graph: dict[str, set[str]] = {}
     for m in mods:
-        names = _imports(ast.parse((PRIVATE / f"{m}.py").read_text()), m)
+        names = _imports(_parse(PRIVATE / f"{m}.py"), m)
         graph[m] = {n[len(PKG) + 1:].split(".")[0] for n in names
                     if n.startswith(PKG + ".")} & mods - {m}
     return graph
@@ -114,7 +121,7 @@ def test_core_modules_import_no_circle() -> None:
 def test_pure_cores_do_no_io() -> None:
     graph = _graph()
     for m in sorted(PURE & set(graph)):
-        names = _imports(ast.parse((PRIVATE / f"{m}.py").read_text()), m)
+        names = _imports(_parse(PRIVATE / f"{m}.py"), m)
         assert not names & IO_MODULES, f"{m} imports {sorted(names & IO_MODULES)}"
         assert graph[m] <= PURE | {"object_ref", "serialization"}, f"{m} imports {sorted(graph[m])}"
 
@@ -136,8 +143,8 @@ def _private_names(tree: ast.AST) -> set[str]:
 
 
 def _core_files() -> dict[str, ast.AST]:
-    files = {p.stem: ast.parse(p.read_text()) for p in PRIVATE.glob("*.py") if p.stem != "__init__"}
-    files["actor"] = ast.parse((PRIVATE.parent / "actor.py").read_text())
+    files: dict[str, ast.AST] = {p.stem: _parse(p) for p in PRIVATE.glob("*.py") if p.stem != "__init__"}
+    files["actor"] = _parse(PRIVATE.parent / "actor.py")
     return files
 
 

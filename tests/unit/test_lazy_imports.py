@@ -22,7 +22,7 @@ try:
     ember.not_a_library
 except AttributeError as e:
     out["unknown"] = str(e)
-ember.serve, ember.train, ember.experimental.internal_kv
+ember.serve, ember.train.ScalingConfig, ember.experimental.internal_kv
 out["first_use"] = sorted(sys.modules)
 print(json.dumps(out))
 """

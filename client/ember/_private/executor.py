@@ -5,8 +5,8 @@ arrival order. Actor calls are first put back into each caller's submission orde
 numbers, see `_actor_call`). A threaded actor (max_concurrency > 1) runs calls on a thread pool;
 an async actor (any `async def` method) runs them as coroutines on its own event loop thread, up
 to max_concurrency at once. Arguments, returns and streams go through one pipeline
-(result_pipeline.py) for both paths: `_do_sync` and `_do_async` only carry out its effects
-(blocking calls or awaits). Small results travel back inline in the PushTask reply; bigger ones
+(result_pipeline.py) for both paths: `_do_sync` and `_do_async` (executor_effects.py) only carry
+out its effects (blocking calls or awaits). Small results travel back inline in the PushTask reply; bigger ones
 are written to the node's shared-memory store. A user exception becomes a RayTaskError carrying
 the remote traceback. Before each task the executor writes a marker line to stdout/stderr so
 the raylet's log monitor can tell the driver which task printed what.
@@ -15,26 +15,25 @@ from __future__ import annotations
 
 import _thread
 import asyncio
-import functools
 import inspect
 import os
 import queue
 import sys
 import threading
-import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, cast
 
 from ember import exceptions as exc
-from ember_common import backoff, rpc, tracing
+from ember_common import backoff, tracing
 from ember_common.proto import common_pb2, core_worker_pb2
 
 from . import result_pipeline as rp
-from .object_ref import ObjectRef
+from .executor_effects import PipelineEffects
 from .result_pipeline import drive_async, drive_sync
-from .serialization import serialize_error
 
-_PRIVATE_DIR = os.path.dirname(os.path.abspath(__file__))
+if TYPE_CHECKING:
+    from .core_worker import CoreWorker
+    from .function_manager import FunctionManager
 
 # A line "\x1e<job hex>\x1f<task name>" announces whose output follows (see the log monitor).
 LOG_MARKER = "\x1e"
@@ -45,28 +44,36 @@ class ActorExit(SystemExit):
     """Raised by ember.actor.exit_actor() to end the actor after the current call."""
 
 
+# Where a pushed task's PushTaskReply goes (a future on the core loop).
+ReplyFuture = asyncio.Future[core_worker_pb2.PushTaskReply]
+# A task waiting in the main queue or the actor's pool; None ends run_forever().
+QueueItem = tuple[common_pb2.TaskSpec, ReplyFuture]
+
+
 @dataclass
 class _Caller:
     next_seq: int
-    buffered: dict[int, tuple[common_pb2.TaskSpec, asyncio.Future]] = field(default_factory=dict)
+    buffered: dict[int, QueueItem] = field(default_factory=dict)
 
 
-class TaskExecutor:
-    def __init__(self, core: Any, function_manager: Any) -> None:
+class TaskExecutor(PipelineEffects):
+    """Runs the tasks and actor calls pushed to this worker (see the module's docstring)."""
+
+    def __init__(self, core: CoreWorker, function_manager: FunctionManager) -> None:
         self.core = core
         self.functions = function_manager
         self._max_inline: int = core.config.max_inline_bytes
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[QueueItem | None] = queue.SimpleQueue()
         self.running: common_pb2.TaskSpec | None = None
         self._cancel_requested: bytes | None = None
         self._last_marker: tuple[bytes, str] | None = None
         # Actor state (set by the creation task).
-        self.actor: Any = None
+        self.actor: object | None = None  # the actor instance (user class)
         self.actor_spec: common_pb2.TaskSpec | None = None
         self.actor_gpu_ids: list[int] = []
         self.actor_restarted = False
         self._callers: dict[str, _Caller] = {}
-        self._pool: queue.SimpleQueue | None = None  # threaded actor: calls for its threads
+        self._pool: queue.SimpleQueue[QueueItem] | None = None  # threaded actor: calls for its threads
         self._pool_threads = 0  # started so far (grown on demand up to max_concurrency)
         self._pool_idle = 0
         self._pool_waiting = 0  # calls put but not yet taken by a thread
@@ -76,18 +83,19 @@ class TaskExecutor:
 
     # ------------------------------------------------------------------ entry (core loop)
     async def push(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
-        fut = asyncio.get_running_loop().create_future()
+        """Core loop: runs a pushed task and returns its reply."""
+        fut: ReplyFuture = asyncio.get_running_loop().create_future()
         self.submit(spec, fut)
         return await fut
 
-    def submit(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
+    def submit(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
         """Core loop: runs a pushed task; fut gets its PushTaskReply."""
         if spec.actor_id and not spec.HasField("actor_creation"):
             self._actor_call(spec, fut)
         else:
             self._queue.put((spec, fut))
 
-    def _actor_call(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
+    def _actor_call(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
         """Runs calls of each caller in its submission order (seq_no), whatever order they
         arrive in; a call resent after a failure (seq below the expected one) runs at once."""
         if self.actor is None:
@@ -106,10 +114,11 @@ class TaskExecutor:
             st.next_seq += 1
             self._dispatch(s, f)
 
-    def _dispatch(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
+    def _dispatch(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
         if self._user_loop is not None:
             asyncio.ensure_future(self._run_async(spec, fut))
         elif self._pool is not None:
+            assert self.actor_spec is not None  # a pool exists only once the actor was created
             # Start threads only as calls pile up: for short calls one or two threads do the
             # work, and fewer threads fight over the GIL.
             with self._pool_lock:
@@ -127,9 +136,11 @@ class TaskExecutor:
             self._queue.put((spec, fut))
 
     def request_exit(self) -> None:
+        """Ends run_forever() after the tasks queued before this."""
         self._queue.put(None)
 
     def cancel(self, task_id: bytes, force: bool) -> bool:
+        """Cancels the running task if it is task_id (force: the process exits); False if not."""
         spec = self.running
         if spec is None or spec.task_id != task_id:
             return False
@@ -180,6 +191,7 @@ class TaskExecutor:
                 stream.flush()
 
     def execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
+        """Runs one task or call here (main or pool thread) and returns its reply."""
         if tracing.enabled() and spec.trace_context:
             with self._span(spec) as sp:
                 reply = self._execute(spec)
@@ -191,14 +203,15 @@ class TaskExecutor:
             self.core.run(self.core.refs.flush())
         return reply
 
-    def _span(self, spec: common_pb2.TaskSpec) -> Any:
+    def _span(self, spec: common_pb2.TaskSpec) -> ContextManager[Any]:
         """The execution span, child of the submission that travelled with the task."""
         core = self.core
-        return tracing.execute_span(
+        # The kit types execute_span's context manager as Any (two span kinds behind it).
+        return cast(ContextManager[Any], tracing.execute_span(
             f"execute {spec.name}", spec.trace_context,
             **{"ember.task_id": spec.task_id.hex(), "ember.job_id": spec.job_id.hex(),
                "ember.node_id": core.node_id, "ember.worker_id": core.worker_id,
-               "ember.attempt": spec.attempt, "ember.actor_id": spec.actor_id.hex() or None})
+               "ember.attempt": spec.attempt, "ember.actor_id": spec.actor_id.hex() or None}))
 
     def _execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         creating = spec.HasField("actor_creation")
@@ -273,7 +286,7 @@ class TaskExecutor:
         elif c.max_concurrency > 1:
             self._pool = queue.SimpleQueue()
 
-    async def _run_async(self, spec: common_pb2.TaskSpec, fut: asyncio.Future) -> None:
+    async def _run_async(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
         assert self._sem is not None
         async with self._sem:
             if tracing.enabled() and spec.trace_context:
@@ -291,8 +304,9 @@ class TaskExecutor:
         assert self._user_loop is not None
         self._mark(spec)
         try:
-            args, kwargs = rp.inline_args(spec) or await drive_async(rp.resolve_args(spec),
-                                                                     self._do_async)
+            inline = rp.inline_args(spec)
+            args, kwargs = inline if inline is not None else await drive_async(
+                rp.resolve_args(spec), self._do_async)
             method = getattr(self.actor, spec.method_name)
             if spec.streaming:
                 return await drive_async(rp.stream(spec, method(*args, **kwargs), self._task_error,
@@ -328,138 +342,11 @@ class TaskExecutor:
         core.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(report_and_exit()))
         return self._error_reply(spec, exc.ActorDiedError("The actor exited via exit_actor()."))
 
-    # ------------------------------------------------------------------ the pipeline's effects
-    def _stream(self, spec: common_pb2.TaskSpec, gen: Any) -> core_worker_pb2.PushTaskReply:
-        loop = asyncio.new_event_loop() if inspect.isasyncgen(gen) else None
-        try:
-            return drive_sync(rp.stream(spec, gen, self._task_error, self._error_reply,
-                                        self.core.refs.hand_over, self._max_inline),
-                              functools.partial(self._do_sync, loop=loop))
-        finally:
-            if loop is not None:
-                loop.close()
 
-    def _do_sync(self, effect: rp.Effect, loop: asyncio.AbstractEventLoop | None = None) -> Any:
-        """Does one effect of the pipeline with blocking calls (main or pool thread)."""
-        core = self.core
-        if type(effect) is rp.Store:  # the common case first, without `match`
-            return core.store_value(effect.object_id, effect.value, effect.owner_worker_id)
-        match effect:
-            case rp.Store(oid, sv, owner):
-                return core.store_value(oid, sv, owner)
-            case rp.Materialize(entry, owner):
-                return core.materialize(entry, owner)
-            case rp.Fetch(ref):
-                return core.get([ObjectRef(ref.object_id, rp.owner_of(ref), core)])[0]
-            case rp.Register(done):
-                return core.run(done)
-            case rp.Report(caller, request):
-                return self._report(caller, request)
-            case rp.Next(gen):
-                if loop is not None:
-                    try:
-                        return loop.run_until_complete(gen.__anext__())
-                    except StopAsyncIteration:
-                        return rp.END
-                try:
-                    return next(gen)
-                except StopIteration:
-                    return rp.END
-        raise TypeError(f"unknown effect {effect!r}")
-
-    async def _do_async(self, effect: rp.Effect) -> Any:
-        """Does one effect of the pipeline on the core loop (async actors)."""
-        core = self.core
-        if type(effect) is rp.Store:  # the common case first, without `match`
-            return await core.store_value_async(effect.object_id, effect.value,
-                                                effect.owner_worker_id)
-        match effect:
-            case rp.Store(oid, sv, owner):
-                return await core.store_value_async(oid, sv, owner)
-            case rp.Materialize(entry, owner):
-                return await core.materialize_async(entry, owner)
-            case rp.Fetch(ref):
-                return await core.get_async(ObjectRef(ref.object_id, rp.owner_of(ref), core))
-            case rp.Register(done):
-                return await done
-            case rp.Report(caller, request):
-                try:
-                    await core.worker_stub(f"{caller.ip}:{caller.port}").ReportGeneratorItem(
-                        request, timeout=60)
-                except Exception as e:  # gone, or unreachable: the reply says so
-                    raise rp.CallerGone(_why(e)) from None
-                return None
-            case rp.Next(gen):
-                assert self._user_loop is not None
-                step = gen.__anext__ if inspect.isasyncgen(gen) else (lambda: _next_sync(gen))
-                try:
-                    return await asyncio.wrap_future(
-                        asyncio.run_coroutine_threadsafe(step(), self._user_loop))
-                except StopAsyncIteration:
-                    return rp.END
-        raise TypeError(f"unknown effect {effect!r}")
-
-    def _report(self, caller: common_pb2.Address,
-                request: core_worker_pb2.ReportGeneratorItemRequest) -> None:
-        """Sends one item to the caller (blocking off the loop, in the background on it)."""
-        call = lambda: self.core.worker_stub(f"{caller.ip}:{caller.port}").ReportGeneratorItem(  # noqa: E731
-            request, timeout=60)
-        if self.core.in_loop():
-            rpc.best_effort(call())
-        else:
-            try:
-                self.core.run(call)
-            except Exception as e:  # gone, or unreachable: the reply says so
-                raise rp.CallerGone(_why(e)) from None
-
-    def _task_error(self, spec: common_pb2.TaskSpec, e: BaseException) -> exc.RayTaskError:
-        frames = e.__traceback__
-        while frames is not None and frames.tb_frame.f_code.co_filename.startswith(_PRIVATE_DIR):
-            frames = frames.tb_next  # Ember's own frames above the user's code
-        tb = "".join(traceback.format_exception(type(e), e, frames))
-        tp = spec.trace_context.get("traceparent", "")
-        trace_id = tp.split("-")[1] if tp.count("-") >= 2 else ""
-        return exc.RayTaskError(spec.name, tb, e, pid=os.getpid(), ip=self.core.ip, trace_id=trace_id)
-
-    def _error_reply(self, spec: common_pb2.TaskSpec, error: BaseException,
-                     application: bool = False, index: int = 0) -> core_worker_pb2.PushTaskReply:
-        reply = core_worker_pb2.PushTaskReply(is_application_error=application,
-                                              error_message=str(error) if application else "")
-        if spec.streaming:  # the error is the stream's last item
-            item = rp.error_item(spec, index, error)
-            try:
-                self._report(spec.caller, core_worker_pb2.ReportGeneratorItemRequest(
-                    task_id=spec.task_id, index=index, item=item))
-            except rp.CallerGone:
-                reply.returns.append(item)  # undelivered: it travels in the reply instead
-            reply.num_streamed = index + 1
-            return reply
-        sv = serialize_error(error)
-        proto = sv.to_proto()
-        for oid in spec.return_ids:
-            reply.returns.append(common_pb2.ReturnObject(object_id=oid, value=proto, size=sv.size))
-        return reply
-
-
-def _why(e: BaseException) -> str:
-    """A one-line cause for a failed call (a gRPC error's code and details)."""
-    code = getattr(e, "code", None)
-    if callable(code):
-        return f"{code().name}: {e.details()}"  # type: ignore[attr-defined]
-    return f"{type(e).__name__}: {e}"
-
-
-async def _next_sync(gen: Any) -> Any:
-    try:
-        return next(gen)
-    except StopIteration:
-        raise StopAsyncIteration from None
-
-
-async def _call_sync(method: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+async def _call_sync(method: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
     return method(*args, **kwargs)
 
 
-def _resolve(fut: asyncio.Future, reply: Any) -> None:
+def _resolve(fut: ReplyFuture, reply: core_worker_pb2.PushTaskReply) -> None:
     if not fut.done():
         fut.set_result(reply)

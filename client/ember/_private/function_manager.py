@@ -7,17 +7,22 @@ import hashlib
 import json
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember_common import tracing
 from .serialization import dumps_function
+
+if TYPE_CHECKING:
+    from .core_worker import CoreWorker
 
 NAMESPACE = "fun"
 JOB_NAMESPACE = "job"
 
 
 class FunctionManager:
-    def __init__(self, core: Any) -> None:
+    """Exports functions and classes to the GCS function table and loads them in workers."""
+
+    def __init__(self, core: CoreWorker) -> None:
         self.core = core
         self._exported: dict[int, str] = {}  # id(fn object) -> function_id
         self._keepalive: dict[int, Any] = {}

@@ -10,13 +10,16 @@ are ignored) until the total is known; ObjectRefGenerator hands out the refs in 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ember_common import ids
 from ember_common.proto import common_pb2
 
 from .object_ref import ObjectRef
 from .serialization import ERROR_METADATA, serialize
+
+if TYPE_CHECKING:
+    from .core_worker import CoreWorker
 
 
 class GeneratorState:
@@ -25,7 +28,7 @@ class GeneratorState:
     def __init__(self) -> None:
         self.items: dict[int, common_pb2.ReturnObject] = {}
         self.total: int | None = None
-        self._waiters: list[asyncio.Future] = []
+        self._waiters: list[asyncio.Future[None]] = []
 
     def add(self, index: int, item: common_pb2.ReturnObject) -> None:
         if index in self.items or (self.total is not None and index >= self.total):
@@ -77,7 +80,7 @@ class GeneratorState:
 class ObjectRefGenerator:
     """Iterate (or `async for`) to get one ObjectRef per yielded value, in order."""
 
-    def __init__(self, task_id: bytes, core: Any) -> None:
+    def __init__(self, task_id: bytes, core: CoreWorker) -> None:
         self._task_id = task_id
         self._core = core
         self._next = 0

@@ -210,7 +210,7 @@ class PlasmaClient:
                 buf[pos:pos + n] = np.frombuffer(chunk.data, dtype=np.uint8)
                 pos += n
 
-        rest: list[asyncio.Future] = []
+        rest: list[asyncio.Future[None]] = []
         try:
             await fetch(0, REMOTE_FIRST_BYTES)
             await asyncio.gather(*rest)

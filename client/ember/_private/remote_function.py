@@ -94,7 +94,7 @@ def import_object(module: str, qualname: str) -> Any:
     return found
 
 
-def build_args(core: Any, args: tuple, kwargs: dict, what: str) -> tuple[list[common_pb2.TaskArg], list[str], list[ObjectRef]]:
+def build_args(core: Any, args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> tuple[list[common_pb2.TaskArg], list[str], list[ObjectRef]]:
     """Serializes call arguments: top-level ObjectRefs by reference, others by value (big values
     are put into the object store first and passed by reference)."""
     task_args: list[common_pb2.TaskArg] = []
@@ -180,8 +180,8 @@ def with_placement(spec: Any, placement: scheduling.Placement) -> Any:
     return (*key, placement)
 
 
-def submit_in_context(core: Any, t: tuple[Any, ...], options: dict[str, Any], args: tuple,
-                      kwargs: dict) -> Any:
+def submit_in_context(core: Any, t: tuple[Any, ...], options: dict[str, Any], args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Any:
     """A call from inside a task or actor whose placement group captures child tasks: the
     task goes into that group (Ray's placement_group_capture_child_tasks)."""
     from .placement_groups import current
@@ -196,8 +196,8 @@ def submit_in_context(core: Any, t: tuple[Any, ...], options: dict[str, Any], ar
     return submit_from_template(core, template, t[2], key, args, kwargs)
 
 
-def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, args: tuple,
-                         kwargs: dict) -> Any:
+def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> Any:
     task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{template.name}()")
     task_id = ids.new_task_id()
     spec = common_pb2.TaskSpec()

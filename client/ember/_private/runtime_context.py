@@ -1,11 +1,16 @@
 """ember.get_runtime_context(): ids of the current job, node, worker and task."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .worker import Worker
 
 
 class RuntimeContext:
-    def __init__(self, worker: Any) -> None:
+    """Ids of what this process is running now (Ray's RuntimeContext)."""
+
+    def __init__(self, worker: Worker) -> None:
         self._worker = worker
 
     def get_job_id(self) -> str:

@@ -47,7 +47,7 @@ class SerializedValue:
             data=self.data, buffers=[bytes(b) for b in self.buffers], metadata=self.metadata)
 
 
-class _Pickler(cloudpickle.CloudPickler):
+class _Pickler(cloudpickle.CloudPickler):  # type: ignore[misc]  # cloudpickle ships no types
     """CloudPickler that keeps code objects' file names, so remote tracebacks show source lines
     (cloudpickle 3 replaces them with "<dynamic-code>" for deterministic payloads)."""
 
@@ -74,7 +74,8 @@ def serialize(value: Any, metadata: str = "") -> SerializedValue:
         return SerializedValue(pickle.dumps(value, protocol=5), [], metadata)
     buffers: list[pickle.PickleBuffer] = []
     prev = getattr(_ctx, "refs", None)
-    _ctx.refs = refs = []
+    refs: list[Any] = []
+    _ctx.refs = refs
     try:
         f = io.BytesIO()
         _Pickler(f, protocol=5, buffer_callback=buffers.append).dump(value)

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Any
+import functools
+from typing import TYPE_CHECKING, AsyncIterator
 
 import grpc
 
+from ember_common import rpc
 from ember_common.proto import common_pb2, core_worker_pb2
+
+if TYPE_CHECKING:
+    from .core_worker import CoreWorker
+    from .executor import ReplyFuture, TaskExecutor
 
 
 class _Conn:
@@ -23,7 +29,7 @@ class _Conn:
         self.streams = streams
         self.address = address
         self.call = streams.core.worker_stub(address).TaskStream()
-        self.pending: dict[bytes, asyncio.Future] = {}
+        self.pending: dict[bytes, ReplyFuture] = {}
         self.outbox: collections.deque[common_pb2.TaskSpec] = collections.deque()
         self.wake = asyncio.Event()
         self.broken: grpc.aio.AioRpcError | None = None
@@ -31,8 +37,8 @@ class _Conn:
         self._writer = asyncio.ensure_future(self._write_loop())
         self._reader = asyncio.ensure_future(self._read_loop())
 
-    def push(self, spec: common_pb2.TaskSpec) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
+    def push(self, spec: common_pb2.TaskSpec) -> ReplyFuture:
+        fut: ReplyFuture = asyncio.get_running_loop().create_future()
         if self.broken is not None:
             fut.set_exception(_StreamEnded(self.address, delivered=False))
             return fut
@@ -105,14 +111,14 @@ class _StreamEnded(grpc.aio.AioRpcError):
 
 
 class TaskStreams:
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: CoreWorker) -> None:
         self.core = core
         self.conns: dict[str, _Conn] = {}
 
     async def push(self, address: str, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         return await self.push_nowait(address, spec)
 
-    def push_nowait(self, address: str, spec: common_pb2.TaskSpec) -> asyncio.Future:
+    def push_nowait(self, address: str, spec: common_pb2.TaskSpec) -> ReplyFuture:
         """A future for the reply (no coroutine per task)."""
         conn = self.conns.get(address)
         if conn is None:
@@ -125,13 +131,14 @@ class TaskStreams:
         self.conns.clear()
 
 
-async def serve_stream(executor: Any, request_iterator: Any, context: Any) -> Any:
+async def serve_stream(executor: TaskExecutor, request_iterator: AsyncIterator[core_worker_pb2.TaskBatch],
+                       context: rpc.Context) -> AsyncIterator[core_worker_pb2.TaskReplyBatch]:
     """Worker side of TaskStream: runs each task as PushTask would, replies as they finish."""
-    out: asyncio.Queue = asyncio.Queue()
+    out: asyncio.Queue[core_worker_pb2.TaskStreamReply | None] = asyncio.Queue()
     state = {"inflight": 0, "reading": True}
     loop = asyncio.get_running_loop()
 
-    def done(fut: asyncio.Future, task_id: bytes) -> None:
+    def done(task_id: bytes, fut: ReplyFuture) -> None:
         state["inflight"] -= 1
         out.put_nowait(core_worker_pb2.TaskStreamReply(task_id=task_id, reply=fut.result()))
 
@@ -139,9 +146,9 @@ async def serve_stream(executor: Any, request_iterator: Any, context: Any) -> An
         try:
             async for batch in request_iterator:
                 for spec in batch.specs:
-                    fut = loop.create_future()
+                    fut: ReplyFuture = loop.create_future()
                     state["inflight"] += 1
-                    fut.add_done_callback(lambda f, tid=spec.task_id: done(f, tid))
+                    fut.add_done_callback(functools.partial(done, spec.task_id))
                     executor.submit(spec, fut)
         finally:
             state["reading"] = False

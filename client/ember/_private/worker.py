@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ember_common import backoff, rpc, tracing
 from ember_common import resources as kit_resources
@@ -21,6 +21,9 @@ from .core_worker import CoreWorker, WorkerMode
 from .function_manager import FunctionManager
 from .object_ref import ObjectRef
 from .serialization import serialize
+
+if TYPE_CHECKING:
+    from .log_printer import LogPrinter
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ class Worker:
         # Called (in order) by shutdown() before the job is marked finished: modules with work
         # still in flight on the core's loop register here (placement_groups.flush).
         self.before_shutdown: list[Callable[[], None]] = []
-        self.log_printer: Any = None
+        self.log_printer: LogPrinter | None = None
 
     def current_namespace(self) -> str:
         """The driver's namespace, or (in a worker) that of the job of the running task/actor."""
@@ -149,7 +152,7 @@ def _resolve_address(address: str | None) -> str | None:
         if info is None:
             raise ConnectionError("address='auto' but no running Ember cluster was found "
                                   "(start one with `ember start --head`)")
-        return info["gcs_address"]
+        return str(info["gcs_address"])
     if address is not None and address.startswith("ember://"):
         address = address[len("ember://"):]
     return address
@@ -195,8 +198,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
          resources: dict[str, float] | None = None, object_store_memory: int | None = None,
          memory: int | None = None, namespace: str | None = None, ignore_reinit_error: bool = False,
          include_dashboard: bool | None = None, log_to_driver: bool = True,
-         runtime_env: dict | None = None, logging_level: int | str = logging.INFO,
-         configure_logging: bool = True, **kwargs: Any) -> Any:
+         runtime_env: dict[str, Any] | None = None, logging_level: int | str = logging.INFO,
+         configure_logging: bool = True, **kwargs: Any) -> RuntimeContextInfo:
     """Connects to a cluster, or starts an embedded one (GCS, raylet, objmgr as child processes)."""
     global _global_worker
     for k in kwargs:
@@ -272,7 +275,7 @@ def _add_job(gcs_address: str, worker_id: str) -> bytes:
         return gcs.add_job(job, timeout_s=30)
 
 
-class RuntimeContextInfo(dict):
+class RuntimeContextInfo(dict[str, Any]):
     """What init() returns (Ray returns a context with address info)."""
 
     def __init__(self, w: Worker) -> None:
@@ -340,7 +343,8 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
     if tracing.enabled():
         n = 1 if isinstance(object_refs, ObjectRef) else len(object_refs) if isinstance(
             object_refs, (list, tuple)) else None
-        with tracing.span("get", **{"ember.get.num_refs": n, "ember.get.timeout_s": timeout}):
+        attrs: dict[str, Any] = {"ember.get.num_refs": n, "ember.get.timeout_s": timeout}
+        with tracing.span("get", **attrs):
             return _get(object_refs, timeout)
     return _get(object_refs, timeout)
 

@@ -1,5 +1,8 @@
 """The torch engine in one process on a tiny local model: the KV batch, sampling, continuous
-batching, cancellation, preemption and stop strings (no cluster, no sockets)."""
+batching, cancellation, preemption and stop strings (no cluster, no sockets).
+
+In the integration tier for its weight, not for processes: importing torch and transformers and
+writing and loading a model take most of a unit-tier budget on their own (~6 s of CPU)."""
 from __future__ import annotations
 
 import asyncio
