@@ -9,6 +9,14 @@ import pytest
 import ember
 
 
+def test_a_bad_job_env_fails_init_and_leaves_nothing_running(tmp_path):
+    with pytest.raises(ValueError, match="unknown field"):
+        ember.init(num_cpus=1, runtime_env={"workdir": str(tmp_path)})
+    with pytest.raises(ValueError, match="does not exist"):
+        ember.init(num_cpus=1, runtime_env={"working_dir": str(tmp_path / "missing")})
+    assert not ember.is_initialized()
+
+
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     wd = tmp_path_factory.mktemp("jobdir")
