@@ -43,7 +43,7 @@ __all__ = [
 
 # Libraries load on first use (`ember.data`, `ray.train.report`, ...), so a worker or a service
 # never pays for libraries it does not use.
-_LAZY_SUBMODULES = ("data", "experimental", "serve", "train", "tune")
+_LAZY_SUBMODULES = ("data", "experimental", "runtime_env", "serve", "train", "tune")
 
 
 def __getattr__(name: str) -> Any:

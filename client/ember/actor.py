@@ -23,6 +23,7 @@ from ember._private.actor_options import STREAMING, check_name, concurrency_grou
 from ember._private.executor import ActorExit
 from ember._private.object_ref import ObjectRef, OwnerAddress
 from ember._private.options import ACTOR_OPTIONS, resource_request, validate
+from ember._private.runtime_env import context as runtime_env
 from ember._private.remote_function import (
     build_args,
     by_reference,
@@ -129,6 +130,7 @@ def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any
             pass
     fid = w.functions.export(ac._cls, f"actor class {ac.__name__}")
     signatures.remember(fid, sigs)
+    renv = runtime_env.resolve(opts.get("runtime_env"), f"runtime_env of actor {ac.__name__}")
     task_args, kwarg_names, keep = build_args(core, args, kwargs, f"{ac.__name__}.__init__()")
     for r in keep:  # the GCS and the actor's worker read these, possibly after restarts
         core.mark_escaped(r.binary())
@@ -143,7 +145,7 @@ def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any
         args=task_args, kwarg_names=kwarg_names,
         return_ids=[ids.object_id_for_return(task_id, 1)],
         resources=resource_request(opts, 0.0),
-        caller=core.address_proto,
+        caller=core.address_proto, serialized_runtime_env=renv,
         actor_id=os.urandom(16),
         actor_creation=common_pb2.ActorCreationSpec(
             max_restarts=opts.get("max_restarts") or 0, max_task_retries=max_task_retries,

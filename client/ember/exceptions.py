@@ -9,6 +9,7 @@
           ├── NodeDiedError
           ├── TaskCancelledError
           ├── TaskUnschedulableError  no node can ever satisfy the resources (infeasible)
+          ├── RuntimeEnvSetupError    the task's or actor's runtime_env could not be set up
           ├── ObjectLostError
           │    └── OwnerDiedError
           ├── ObjectStoreFullError
@@ -21,7 +22,8 @@ from typing import Any
 
 __all__ = [
     "RayError", "RayTaskError", "RayActorError", "ActorDiedError", "WorkerCrashedError",
-    "NodeDiedError", "TaskCancelledError", "TaskUnschedulableError", "ObjectLostError",
+    "NodeDiedError", "TaskCancelledError", "TaskUnschedulableError", "RuntimeEnvSetupError",
+    "ObjectLostError",
     "OwnerDiedError", "ObjectStoreFullError", "GetTimeoutError", "RaySystemError",
     "EmberError",
 ]
@@ -134,7 +136,10 @@ def _subclassable(cls: type) -> bool:
 
 
 class RayActorError(RayError):
-    """An actor died or could not be reached."""
+    """An actor died or could not be reached. `cause`: what killed it, when known (e.g. the
+    RuntimeEnvSetupError of an actor whose runtime_env could not be set up)."""
+
+    cause: BaseException | None = None
 
     def __init__(self, message: str = "The actor died unexpectedly.", actor_id: str = "") -> None:
         self.actor_id = actor_id
@@ -166,6 +171,20 @@ class TaskCancelledError(RayError):
 
 class TaskUnschedulableError(RayError):
     """No node in the cluster can ever satisfy the task's resource request."""
+
+
+class RuntimeEnvSetupError(RayError):
+    """The node could not set up the runtime_env (a package, a pip install, the set-up timeout);
+    `error_message` says what failed (with pip's output tail). Not retried."""
+
+    def __init__(self, error_message: str = "", task_name: str = "") -> None:
+        self.error_message = error_message
+        self.task_name = task_name
+        what = f" for {task_name}()" if task_name else ""
+        super().__init__(f"Failed to set up runtime environment{what}.\n{error_message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RuntimeEnvSetupError, (self.error_message, self.task_name))
 
 
 class ObjectLostError(RayError):

@@ -14,6 +14,7 @@ _OTHER_VARS = {
     "EMBER_ADDRESS", "EMBER_SESSION_DIR", "EMBER_NODE_ID", "EMBER_RAYLET_ADDRESS",
     "EMBER_GCS_ADDRESS", "EMBER_OBJMGR_ADDRESS", "EMBER_STORE_DIR", "EMBER_WORKER_ID",
     "EMBER_JOB_ID", "EMBER_TEMP_DIR", "EMBER_NODE_IP", "EMBER_LOG_LEVEL", "EMBER_TRACE_DIR",
+    "EMBER_RUNTIME_ENV",  # a worker's runtime env (JSON), set by its raylet; inherited by its children
     "EMBER_METRICS_EXPORT_PORT",  # containers: docker/entrypoint.py turns it into --metrics-export-port
     # The image build and docker-compose.yml (a shell that runs the e2e tests or a driver has them).
     "EMBER_IMAGE_TAG", "EMBER_OS_IMAGE", "EMBER_EXTRAS", "EMBER_REBUILD_OS",
@@ -46,6 +47,8 @@ class Config:
     start_timeout_s: float = 30.0
     # Fraction of memory used for the object store when none is given.
     object_store_memory_fraction: float = 0.3
+    # A runtime env's working_dir / py_modules package may be at most this big, zipped (Ray: 500 MiB).
+    runtime_env_max_package_bytes: int = 500 * 1024 * 1024
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Config:

@@ -211,6 +211,8 @@ class RayletSettings(ServiceSettings):
     port: int = setting(0, env="EMBER_RAYLET_PORT", help="port to bind (0 = any)")
     head: bool = setting(False, env="EMBER_HEAD", help="this is the head node")
     num_prestart_workers: int | None = setting(None, help="workers to keep started (default: CPUs)")
+    runtime_env_dir: str = setting("", env="EMBER_RUNTIME_ENV_DIR",
+                                   help="runtime-env cache: packages, pip venvs (default: <session_dir>/runtime_resources)")
 
     def __post_init__(self) -> None:
         super().__post_init__()

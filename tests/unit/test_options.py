@@ -136,7 +136,7 @@ def test_resource_request_ignores_zero_gpus_and_memory():
     assert resource_request({"resources": None}, 1) == {"CPU": 1.0}
 
 
-@pytest.mark.parametrize("opts", [{"runtime_env": {"pip": ["x"]}}])
+@pytest.mark.parametrize("opts", [{"runtime_env": {"conda": "env.yml"}}, {"runtime_env": {"uv": ["x"]}}])
 def test_known_but_unsupported_options_fail_clearly(opts):
     with pytest.raises(ValueError, match="not supported"):
         validate(opts, TASK_OPTIONS, "remote function f")

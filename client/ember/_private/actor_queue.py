@@ -27,6 +27,7 @@ from typing import NamedTuple, Union
 from ember import exceptions as exc
 from ember_common.proto import core_worker_pb2
 
+from . import runtime_env
 from .task_queue import Complete, Fail, TaskEntry
 
 # Calls to one actor in flight at once from one caller (all on one task stream).
@@ -83,7 +84,7 @@ class ActorCallQueue:
         if entry.cancelled:
             return out  # cancelled while its arguments were resolved: already failed
         if self.dead_cause is not None:
-            self._fail(entry, exc.ActorDiedError(self._died_msg(), self.actor_id.hex()), out)
+            self._fail(entry, self._died_error(), out)
         else:
             self.waiting[entry.spec.seq_no] = entry
             self._flush(out)
@@ -107,7 +108,7 @@ class ActorCallQueue:
         if entry.cancelled:  # never resent
             self._fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex()), out)
         elif self.dead_cause is not None:
-            self._fail(entry, exc.ActorDiedError(self._died_msg(), self.actor_id.hex()), out)
+            self._fail(entry, self._died_error(), out)
         elif not delivered or entry.retries_left != 0:
             if delivered:  # it may have run: this costs one of its retries
                 assert entry.retries_left is not None
@@ -166,7 +167,7 @@ class ActorCallQueue:
         in-flight ones when their push breaks). Idempotent: the first cause stays."""
         if self.dead_cause is None:
             self.dead_cause = cause or "unknown cause"
-        err = exc.ActorDiedError(self._died_msg(), self.actor_id.hex())
+        err = self._died_error()
         out: list[Instruction] = []
         for seq in sorted(self.waiting):
             self._fail(self.waiting.pop(seq), err, out)
@@ -212,6 +213,13 @@ class ActorCallQueue:
     def _fail(self, entry: TaskEntry, error: BaseException, out: list[Instruction]) -> None:
         self._finish(entry.spec.seq_no)
         out.append(Fail(entry, error))
+
+    def _died_error(self) -> exc.ActorDiedError:
+        err = exc.ActorDiedError(self._died_msg(), self.actor_id.hex())
+        setup = runtime_env.setup_error_from(self.dead_cause or "")
+        if setup is not None:  # its runtime env could not be set up: that is the cause
+            err.__cause__ = err.cause = exc.RuntimeEnvSetupError(setup)
+        return err
 
     def _died_msg(self) -> str:
         return f"The actor {self.actor_id.hex()} is dead: {self.dead_cause}"

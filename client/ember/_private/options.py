@@ -7,6 +7,7 @@ from typing import Any
 from ember_common import resources as kit_resources
 
 from . import scheduling
+from .runtime_env import validation as runtime_env_validation
 
 TASK_OPTIONS = {
     "num_cpus", "num_gpus", "memory", "resources", "max_retries", "retry_exceptions",
@@ -25,11 +26,11 @@ ACTOR_OPTIONS = {
 
 
 # Ray options Ember knows but does not implement yet: setting them must not pass silently.
-UNSUPPORTED = {"runtime_env": "runtime environments",
-               "label_selector": "label selectors"}
+UNSUPPORTED = {"label_selector": "label selectors"}
 
 
 def validate(options: dict[str, Any], allowed: set[str], what: str) -> None:
+    """Checks @remote / .options(...) keywords and values; ValueError/TypeError name the option."""
     for k in options:
         if k not in allowed:
             raise ValueError(f"Invalid option keyword {k!r} for {what}. Valid ones are: "
@@ -38,6 +39,8 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> None:
         v = options.get(k)
         if v not in (None, "default", {}, []):
             raise ValueError(f"{k}={v!r} for {what}: {feature} are not supported by Ember yet")
+    # runtime_env: the fields and their types (paths are checked when the task is submitted).
+    runtime_env_validation.validate(options.get("runtime_env"), f"runtime_env of {what}")
     # Strategy, placement group and bundle index: checked here (without the caller's context;
     # the submission resolves the parent's group again).
     scheduling.resolve(options, what)

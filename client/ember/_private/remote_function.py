@@ -9,6 +9,7 @@ from ember_common.proto import common_pb2
 
 from . import scheduling, signatures, task_errors
 from .object_ref import ObjectRef
+from .runtime_env import context as runtime_env
 from .options import TASK_OPTIONS, resource_request, validate
 from .serialization import serialize
 from .task_queue import TaskEntry
@@ -167,7 +168,9 @@ def spec_template(w: Any, function: Any, name: str,
                                                qualname=function.__qualname__, function_id=fid),
         resources=resource_request(options, 1.0), max_retries=max_retries,
         retry_exceptions=retry_flag,
-        streaming=num_returns == "streaming", caller=core.address_proto)
+        streaming=num_returns == "streaming", caller=core.address_proto,
+        serialized_runtime_env=runtime_env.resolve(options.get("runtime_env"),
+                                                   f"runtime_env of remote function {name}"))
     placement = scheduling.resolve(options, f"remote function {name}", request=dict(spec.resources))
     return (spec, num_returns, with_placement(spec, placement),
             scheduling.needs_context(options), allowlist)
@@ -177,6 +180,8 @@ def with_placement(spec: Any, placement: scheduling.Placement) -> Any:
     """Writes the placement into the spec; the queue key (resource shape, plus the placement
     unless it is the default: tasks bound for different groups or nodes never share a lease)."""
     key = tuple(sorted(spec.resources.items()))
+    if spec.serialized_runtime_env:  # workers are pooled per runtime env: never shared across envs
+        key = (*key, ("runtime_env", spec.serialized_runtime_env))
     if placement == scheduling.DEFAULT:
         spec.ClearField("placement_group_id")
         spec.placement_group_bundle_index = 0

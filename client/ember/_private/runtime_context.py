@@ -56,6 +56,22 @@ class RuntimeContext:
         return self._worker.core.gcs_address
 
     @property
+    def runtime_env(self) -> Any:
+        """The runtime env this worker runs in (a driver: the job's), as a RuntimeEnv with
+        package URIs in place of local paths (Ray's `get_runtime_context().runtime_env`)."""
+        from ember.runtime_env import RuntimeEnv
+
+        from .runtime_env import context
+
+        return RuntimeEnv(_validate=False, **context.current())
+
+    def get_runtime_env_string(self) -> str:
+        """The runtime env as JSON ("{}" when none), as Ray's."""
+        from .runtime_env import context
+
+        return context.parent_env() or "{}"
+
+    @property
     def namespace(self) -> str:
         return self._worker.current_namespace()
 

@@ -19,7 +19,7 @@ from ember import exceptions as exc
 from ember_common import rpc, tracing
 from ember_common.proto import common_pb2, core_worker_pb2, raylet_pb2
 
-from . import task_errors
+from . import runtime_env, task_errors
 from .scheduling import Placement
 from .task_queue import (
     CancelLeaseRequest,
@@ -144,7 +144,8 @@ class TaskSubmitter:
             return
         request = raylet_pb2.RequestWorkerLeaseRequest(
             lease_id=lease_id, resources=dict(spec.resources), job_id=self.core.job_id,
-            name=spec.name, owner_worker_id=self.core.worker_id)
+            name=spec.name, owner_worker_id=self.core.worker_id,
+            serialized_runtime_env=spec.serialized_runtime_env)
         placement = key[-1] if key and isinstance(key[-1], Placement) else None
         if placement is not None:
             if placement.pg_id:
@@ -165,7 +166,12 @@ class TaskSubmitter:
                 on_hop=lambda a: self.queue.request_moved(key, lease_id, a),
                 metadata=tracing.metadata_from(spec.trace_context))
         except rpc.Infeasible as e:
-            self._run(self.queue.lease_failed(key, lease_id, exc.TaskUnschedulableError(str(e))))
+            # The raylet could not set up the runtime env: every queued task of this env fails
+            # with RuntimeEnvSetupError (not retried: the same env would fail again).
+            setup = runtime_env.setup_error_from(str(e))
+            failure: BaseException = (exc.TaskUnschedulableError(str(e)) if setup is None else
+                                      exc.RuntimeEnvSetupError(setup, task_name=spec.name))
+            self._run(self.queue.lease_failed(key, lease_id, failure))
             return
         except rpc.ServiceError as e:
             error = None

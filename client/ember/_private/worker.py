@@ -205,6 +205,10 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
     for k in kwargs:
         if k not in _IGNORED_INIT_ARGS:
             raise TypeError(f"init() got an unexpected keyword argument {k!r}")
+    from .runtime_env import context as runtime_env_context
+    from .runtime_env import validation as runtime_env_validation
+
+    runtime_env_validation.validate(runtime_env, "ember.init(runtime_env=...)")  # before any start
     with _init_lock:
         if _global_worker is not None:
             if ignore_reinit_error:
@@ -256,6 +260,11 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
         w = Worker(core, WorkerMode.DRIVER, cluster, namespace or f"anonymous-{uuid.uuid4()}")
         _global_worker = w
         w.functions.export_job_paths(w.namespace)
+        try:  # the job's runtime env, its packages uploaded once; every task and actor inherits it
+            runtime_env_context.set_job_env(runtime_env)
+        except Exception:
+            shutdown()
+            raise
         from .log_printer import LogPrinter
 
         w.log_printer = LogPrinter(core, print_logs=log_to_driver)
@@ -316,6 +325,9 @@ def shutdown() -> None:
 
             tracing.flush()
         finally:
+            from .runtime_env import context as runtime_env_context
+
+            runtime_env_context.reset()
             if w.cluster is not None:
                 w.cluster.stop()
 

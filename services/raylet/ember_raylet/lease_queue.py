@@ -37,6 +37,7 @@ class LeaseRequest:
     actor: bool = False
     deadline_s: float = 0.0  # when an infeasible request fails (clock time)
     gpu_ids: list[int] | None = None  # preset (a bundle's GPUs) instead of allocated ones
+    env: str = ""  # runtime env hash: only a worker started in that env may take the grant
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class Schedule:
     spills: list[Spill] = field(default_factory=list)
     workers_wanted: int = 0
     resumed: list[bytes] = field(default_factory=list)  # leases whose lent CPUs came back
+    wanted_by_env: dict[str, int] = field(default_factory=dict)  # the same, per runtime env
 
 
 class LeaseQueue:
@@ -123,11 +125,12 @@ class LeaseQueue:
         """The lease ended while its worker waited to resume; True if it was waiting."""
         return self.resuming.pop(lease_id, None) is not None
 
-    def schedule(self, idle_workers: int) -> Schedule:
+    def schedule(self, idle_workers: int | dict[str, int]) -> Schedule:
         """Hands lent resources back to resuming workers first (in order); then grants waiting
-        requests that fit now, in order, up to `idle_workers` (those that need CPUs only when no
-        worker still waits to resume); spills those that do not fit here but fit elsewhere now
-        (never redirected before)."""
+        requests that fit now, in order, up to the idle workers (a count, or counts per runtime
+        env: a request only takes a worker of its env; those that need CPUs only when no worker
+        still waits to resume); spills those that do not fit here but fit elsewhere now (never
+        redirected before)."""
         out = Schedule()
         for lease_id, lent in list(self.resuming.items()):
             if not self.resources.can_reclaim(lent):
@@ -135,6 +138,7 @@ class LeaseQueue:
             self.resources.reclaim(lent)
             del self.resuming[lease_id]
             out.resumed.append(lease_id)
+        idle = dict(idle_workers) if isinstance(idle_workers, dict) else {"": idle_workers}
         for req in list(self.waiting):
             if self.resuming and req.resources.get("CPU", 0.0) > 0:
                 continue  # behind a worker that waits for its CPUs
@@ -145,12 +149,13 @@ class LeaseQueue:
                         self.waiting.remove(req)
                         out.spills.append(Spill(req, d.node))
                 continue
-            if idle_workers <= 0:
+            if idle.get(req.env, 0) <= 0:
                 out.workers_wanted += 1
+                out.wanted_by_env[req.env] = out.wanted_by_env.get(req.env, 0) + 1
                 continue
             alloc = self.resources.allocate(req.resources)
             assert alloc is not None  # fits_now held
-            idle_workers -= 1
+            idle[req.env] -= 1
             self.waiting.remove(req)
             out.grants.append(Grant(req, alloc))
         return out
@@ -193,6 +198,13 @@ class LeaseQueue:
                     lst.remove(req)
                     return req
         return None
+
+    def drop_env(self, env: str) -> list[LeaseRequest]:
+        """Removes (and returns) every waiting request of a runtime env that failed to set up."""
+        gone = [r for r in self.waiting + self.infeasible if r.env == env]
+        for req in gone:
+            self.cancel(req.lease_id)
+        return gone
 
     def drop_owner(self, worker_id: str) -> list[LeaseRequest]:
         """Removes (and returns) every waiting request of a process that died."""

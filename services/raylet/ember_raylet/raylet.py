@@ -9,6 +9,7 @@ the loops that notice exited processes and drive both policies' clocks.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import time
@@ -23,13 +24,15 @@ from . import bundles as bundles_mod
 from .bundles import BundleTable
 from .lease_queue import Fail, LeaseQueue, LeaseRequest, Spill
 from .resources import NodeResources, validate_request
+from .runtime_env import RuntimeEnvManager, SetupFailed
 from .scheduler import RemoteNode
 from .worker_pool import WorkerPool, WorkerState, shape_of
-from .worker_procs import Lease, WorkerProc, spawn_worker, stop_all
+from .worker_procs import Lease, WorkerProc, err_tail, spawn_worker, stop_all
 
 log = logging.getLogger(__name__)
 
 LeaseReply = raylet_pb2.RequestWorkerLeaseReply
+MAX_ENV_START_FAILURES = 3
 
 
 class Raylet:
@@ -37,7 +40,8 @@ class Raylet:
 
     def __init__(self, *, node_id: str, config: Config, resources: dict[str, float], gcs_address: str,
                  objmgr_address: str, store_dir: str, session_dir: str, node_ip: str,
-                 num_prestart_workers: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 num_prestart_workers: int | None = None, runtime_env_dir: str = "",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.node_id = node_id
         self.cfg = config
         self.resources = NodeResources(resources)
@@ -60,6 +64,10 @@ class Raylet:
             num_prestart=cpus if num_prestart_workers is None else num_prestart_workers,
             max_starting=max(2, min(cpus, 8)), startup_timeout_s=config.worker_startup_timeout_s,
             idle_timeout_s=config.worker_idle_timeout_s, clock=clock)
+        self.runtime_envs = RuntimeEnvManager(
+            runtime_env_dir or os.path.join(session_dir, "runtime_resources"))
+        self.env_json: dict[str, str] = {}  # runtime env hash -> its serialized env
+        self.env_start_failures: dict[str, int] = {}  # env hash -> workers dead before registering
         self.closing = False
         # Called with (worker_id, reason) when a worker process exits (the GCS is told).
         self.on_worker_death: Callable[[str, str], None] | None = None
@@ -70,15 +78,22 @@ class Raylet:
         return self.queue.cluster
 
     # ------------------------------------------------------------------ workers
-    def start_worker(self) -> WorkerProc:
-        """Launches one worker process (it registers with RegisterWorker)."""
-        w = spawn_worker(ids.new_worker_id(), self.logs_dir, {
+    def start_worker(self, env: str = "") -> WorkerProc:
+        """Launches one worker process (it registers with RegisterWorker), in runtime env
+        `env` (its hash; the env must be set up: runtime_envs.context)."""
+        node = {
             "EMBER_RAYLET_ADDRESS": self.address, "EMBER_GCS_ADDRESS": self.gcs_address,
             "EMBER_OBJMGR_ADDRESS": self.objmgr_address, "EMBER_NODE_ID": self.node_id,
             "EMBER_STORE_DIR": self.store_dir, "EMBER_SESSION_DIR": self.session_dir,
-            "EMBER_NODE_IP": self.node_ip})
+            "EMBER_NODE_IP": self.node_ip}
+        ctx = self.runtime_envs.context(env) if env else None
+        if ctx is None:
+            w = spawn_worker(ids.new_worker_id(), self.logs_dir, node)
+        else:
+            w = spawn_worker(ids.new_worker_id(), self.logs_dir, node, python=ctx.python, cwd=ctx.cwd,
+                             runtime_env_vars=ctx.worker_env(self.env_json[env]))
         self.workers[w.worker_id] = w
-        self.pool.add_starting(w.worker_id)
+        self.pool.add_starting(w.worker_id, env)
         return w
 
     def starting(self) -> int:
@@ -89,6 +104,7 @@ class Raylet:
         """A worker registered (NotFound unless this raylet started it)."""
         self.pool.registered(worker_id, port)
         self.workers[worker_id].port = port
+        self.env_start_failures.pop(self.pool.workers[worker_id].env, None)
         self.dispatch()
 
     def owner_died(self, worker_id: str) -> None:
@@ -107,7 +123,7 @@ class Raylet:
             return
         w.dead = True
         self.workers.pop(w.worker_id, None)
-        self.pool.exited(w.worker_id)
+        gone = self.pool.exited(w.worker_id)
         if w.lease is not None:
             self._release(w.lease)
         if not self.closing:
@@ -118,6 +134,8 @@ class Raylet:
             if w.port == 0:
                 log.error("worker %s exited with code %s before registering; see %s/worker-%s.err",
                           w.worker_id, code, self.logs_dir, w.worker_id)
+                if gone is not None and gone.env:
+                    self._env_worker_failed(gone.env, w)
             self.dispatch()
 
     def kill_worker(self, w: WorkerProc) -> None:
@@ -159,8 +177,9 @@ class Raylet:
             resources = bundles_mod.translate(resources, req.placement_group_id, idx)
             if req.resources.get("GPU", 0) > 0:
                 gpu_ids = self.bundles.gpu_ids(req.placement_group_id, idx)
+        env = self._want_env(req.serialized_runtime_env)
         lr = LeaseRequest(req.lease_id, resources, req.spillback_count, req.name,
-                          req.owner_worker_id, bool(req.actor_id), gpu_ids=gpu_ids)
+                          req.owner_worker_id, bool(req.actor_id), gpu_ids=gpu_ids, env=env)
         fut: asyncio.Future[LeaseReply] = asyncio.get_running_loop().create_future()
         self.futures[req.lease_id] = fut
         decision = self.queue.submit(lr)
@@ -213,13 +232,13 @@ class Raylet:
             return
         for req in [r for r in self.queue.waiting if self._gone(r.lease_id)]:
             self.queue.cancel(req.lease_id)
-        sched = self.queue.schedule(self.pool.count(WorkerState.IDLE))
+        sched = self.queue.schedule(self.pool.idle_by_env())
         for lease_id in sched.resumed:
             self._resumed(lease_id)
         for s in sched.spills:
             self._spill(s)
         for g in sched.grants:
-            pw = self.pool.take_idle(shape_of(g.request.resources))
+            pw = self.pool.take_idle(shape_of(g.request.resources), g.request.env)
             assert pw is not None  # schedule() granted at most as many as were idle
             w = self.workers[pw.worker_id]
             if self._gone(g.request.lease_id):  # the caller went away meanwhile
@@ -234,8 +253,49 @@ class Raylet:
                 worker_address=common_pb2.Address(ip=self.node_ip, port=w.port, worker_id=w.worker_id,
                                                   node_id=self.node_id),
                 gpu_ids=g.alloc.gpu_ids if g.request.gpu_ids is None else g.request.gpu_ids, pid=w.pid)))
-        for _ in range(self.pool.to_start(sched.workers_wanted)):
+        for _ in range(self.pool.to_start(sched.wanted_by_env.get("", 0))):
             self.start_worker()
+        for env, n in sched.wanted_by_env.items():  # envs set up; the others start when ready
+            if env and self.runtime_envs.context(env) is not None:
+                for _ in range(self.pool.to_start(n, env)):
+                    self.start_worker(env)
+
+    # ------------------------------------------------------------------ runtime envs
+    def _want_env(self, serialized: str) -> str:
+        """The hash of a request's runtime env ("" for none); starts its set-up on this node
+        unless it is set up (the request waits; `dispatch` starts its workers once ready)."""
+        if not serialized:
+            return ""
+        env = hashlib.sha1(serialized.encode()).hexdigest()[:16]
+        self.env_json[env] = serialized
+        if self.runtime_envs.context(env) is None:
+            asyncio.ensure_future(self._set_up(env, serialized))
+        return env
+
+    def _env_worker_failed(self, env: str, w: WorkerProc) -> None:
+        """A worker of a runtime env died before registering: after MAX_ENV_START_FAILURES in a
+        row, the env's waiting requests fail (a broken env, e.g. bad env_vars, must not make
+        the raylet start workers forever)."""
+        n = self.env_start_failures[env] = self.env_start_failures.get(env, 0) + 1
+        if n < MAX_ENV_START_FAILURES:
+            return
+        del self.env_start_failures[env]
+        msg = (f"RuntimeEnvSetupError: {n} workers started in the runtime env exited before "
+               f"registering (last exit code {w.popen.returncode}); the last one's stderr:\n"
+               f"{err_tail(self.logs_dir, w.worker_id)}")
+        for req in self.queue.drop_env(env):
+            self._answer(req.lease_id, Infeasible(msg))
+
+    async def _set_up(self, env: str, serialized: str) -> None:
+        try:
+            await self.runtime_envs.ensure(env, serialized)
+        except SetupFailed as e:
+            # Every request waiting for this env fails with the reason (the caller raises
+            # RuntimeEnvSetupError); the next request of the env tries again.
+            for req in self.queue.drop_env(env):
+                self._answer(req.lease_id, Infeasible(f"RuntimeEnvSetupError: {e}"))
+            return
+        self.dispatch()
 
     def _gone(self, lease_id: bytes) -> bool:
         fut = self.futures.get(lease_id)

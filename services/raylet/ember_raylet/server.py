@@ -3,6 +3,7 @@ heartbeats, follows the cluster view, and forwards worker output (log monitor)."
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import time
@@ -169,7 +170,7 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
     raylet = Raylet(node_id=ns.node_id, config=cfg, resources=dict(ns.resources),
                     gcs_address=ns.gcs_address, objmgr_address=ns.objmgr_address,
                     store_dir=ns.store_dir, session_dir=ns.session_dir, node_ip=ns.node_ip,
-                    num_prestart_workers=ns.num_prestart_workers)
+                    num_prestart_workers=ns.num_prestart_workers, runtime_env_dir=ns.runtime_env_dir)
     register_metrics(raylet)
     server, port, health = rpc.build_server(
         [lambda s: raylet_pb2_grpc.add_RayletServicer_to_server(RayletServicer(raylet, stop), s)],
@@ -182,6 +183,11 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
         available_resources=raylet.resources.snapshot_available(), start_time=time.time(),
         is_head=ns.head, store_dir=ns.store_dir, object_store_memory=ns.object_store_memory_bytes)
     link = GcsLink(raylet, node)
+    raylet.runtime_envs.kv_get = lambda uri: link.gcs.internal_kv_get("runtime_env", uri.encode(),
+                                                                      timeout_s=60)
+    raylet.runtime_envs.on_failure = lambda: rpc.best_effort(link.gcs.internal_kv_put(
+        "runtime_env", f"failures/{ns.node_id}".encode(),
+        json.dumps(raylet.runtime_envs.failures[-5:]).encode(), timeout_s=10))
     raylet.on_worker_death = link.report_worker_death
     await link.register(cfg.start_timeout_s / 2)
     raylet._prestart()

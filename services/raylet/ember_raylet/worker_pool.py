@@ -6,6 +6,9 @@ processes, no sockets): events in, decisions out, an injected clock.
   `add_starting`. A worker that does not register within `startup_timeout_s` is killed.
 - Reuse by shape: `take_idle(shape)` prefers the most recently idle worker that last ran the
   same resource shape (its imports and GPU set-up are warm), else any idle worker.
+- Pooled per runtime env: every worker belongs to one env (its hash; "" for none), chosen when
+  it starts (`add_starting(id, env)`); `take_idle(shape, env)` only hands out a worker of that
+  env, and `to_start(waiting, env)` counts start-ups per env (prestarted workers have none).
 - Idle reaping: workers idle longer than `idle_timeout_s` beyond the `num_prestart` kept
   alive are killed (`tick`).
 """
@@ -40,6 +43,7 @@ class PoolWorker:
     since_s: float  # clock time of the last state change
     port: int = 0
     shape: Shape = ()
+    env: str = ""  # runtime env hash ("": none)
 
 
 @dataclass(frozen=True)
@@ -65,25 +69,35 @@ class WorkerPool:
         self.workers: dict[str, PoolWorker] = {}
         self._idle: list[str] = []  # most recently idle last
 
-    def count(self, state: WorkerState) -> int:
-        """Workers in that state (DEAD: told to die, not gone yet)."""
-        return sum(1 for w in self.workers.values() if w.state is state)
+    def count(self, state: WorkerState, env: str | None = None) -> int:
+        """Workers in that state (DEAD: told to die, not gone yet), of one env unless None."""
+        return sum(1 for w in self.workers.values()
+                   if w.state is state and (env is None or w.env == env))
+
+    def idle_by_env(self) -> dict[str, int]:
+        """Idle workers per runtime env hash."""
+        out: dict[str, int] = {}
+        for wid in self._idle:
+            env = self.workers[wid].env
+            out[env] = out.get(env, 0) + 1
+        return out
 
     def alive(self) -> int:
         """Workers starting, idle or leased (not those told to die and not yet gone)."""
         return sum(1 for w in self.workers.values() if w.state is not WorkerState.DEAD)
 
-    def to_start(self, waiting: int) -> int:
-        """How many processes to launch now for `waiting` grants without a worker, within
-        `max_starting` concurrent start-ups, and to keep `num_prestart` alive."""
-        starting = self.count(WorkerState.STARTING)
+    def to_start(self, waiting: int, env: str = "") -> int:
+        """How many processes of runtime env `env` to launch now for `waiting` grants without a
+        worker, within `max_starting` concurrent start-ups of that env, and (no env) to keep
+        `num_prestart` alive."""
+        starting = self.count(WorkerState.STARTING, env)
         for_waiting = min(waiting, self.max_starting) - starting
-        for_prestart = self.num_prestart - self.alive()
+        for_prestart = self.num_prestart - self.alive() if env == "" else 0
         return max(0, for_waiting, for_prestart)
 
-    def add_starting(self, worker_id: str) -> None:
-        """The driver launched a process for this worker."""
-        self.workers[worker_id] = PoolWorker(worker_id, WorkerState.STARTING, self.clock())
+    def add_starting(self, worker_id: str, env: str = "") -> None:
+        """The driver launched a process for this worker, in runtime env `env`."""
+        self.workers[worker_id] = PoolWorker(worker_id, WorkerState.STARTING, self.clock(), env=env)
 
     def registered(self, worker_id: str, port: int) -> None:
         """The worker registered: it is idle. NotFound if this pool did not start it."""
@@ -93,12 +107,13 @@ class WorkerPool:
         w.port = port
         self._set_idle(w)
 
-    def take_idle(self, shape: Shape) -> PoolWorker | None:
-        """Leases an idle worker, preferring one that last ran `shape`; None if none is idle."""
-        if not self._idle:
+    def take_idle(self, shape: Shape, env: str = "") -> PoolWorker | None:
+        """Leases an idle worker of runtime env `env`, preferring one that last ran `shape`;
+        None if none of that env is idle (a worker of another env is never handed out)."""
+        mine = [wid for wid in self._idle if self.workers[wid].env == env]
+        if not mine:
             return None
-        pick = next((wid for wid in reversed(self._idle) if self.workers[wid].shape == shape),
-                    self._idle[-1])
+        pick = next((wid for wid in reversed(mine) if self.workers[wid].shape == shape), mine[-1])
         self._idle.remove(pick)
         w = self.workers[pick]
         w.state, w.since_s, w.shape = WorkerState.LEASED, self.clock(), shape
@@ -117,7 +132,7 @@ class WorkerPool:
             return None
         if worker_id in self._idle:
             self._idle.remove(worker_id)
-        prev = PoolWorker(w.worker_id, w.state, w.since_s, w.port, w.shape)
+        prev = PoolWorker(w.worker_id, w.state, w.since_s, w.port, w.shape, w.env)
         w.state = WorkerState.DEAD
         return prev
 

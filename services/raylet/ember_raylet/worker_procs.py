@@ -43,20 +43,37 @@ class Lease:
     actor: bool = False  # a dedicated actor worker (not counted as a running task)
 
 
-def spawn_worker(worker_id: str, logs_dir: str, env_vars: dict[str, str]) -> WorkerProc:
+def spawn_worker(worker_id: str, logs_dir: str, env_vars: dict[str, str], *,
+                 python: str = sys.executable, cwd: str | None = None,
+                 runtime_env_vars: dict[str, str] | None = None) -> WorkerProc:
     """Starts `python -m ember._private.worker_main` with the node's addresses in its
-    environment, its output in logs_dir/worker-<id>.out/.err."""
+    environment, its output in logs_dir/worker-<id>.out/.err. A worker of a runtime env runs
+    on that env's python (a pip virtualenv), in its working_dir, with its variables (which
+    never override the node's addresses)."""
     env = dict(os.environ)
+    env.update(runtime_env_vars or {})
     env.update(env_vars)
     env.update({"EMBER_WORKER_ID": worker_id, "PYTHONUNBUFFERED": "1"})
     os.makedirs(logs_dir, exist_ok=True)
     out = open(os.path.join(logs_dir, f"worker-{worker_id}.out"), "ab")
     err = open(os.path.join(logs_dir, f"worker-{worker_id}.err"), "ab")
-    popen = subprocess.Popen([sys.executable, "-m", "ember._private.worker_main"], env=env,
+    popen = subprocess.Popen([python, "-m", "ember._private.worker_main"], env=env, cwd=cwd,
                              stdout=out, stderr=err, stdin=subprocess.DEVNULL, close_fds=True)
     out.close()
     err.close()
     return WorkerProc(worker_id, popen)
+
+
+def err_tail(logs_dir: str, worker_id: str, lines: int = 15) -> str:
+    """The last lines of a worker's stderr file ("" when there is none)."""
+    try:
+        with open(os.path.join(logs_dir, f"worker-{worker_id}.err"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
 async def stop_all(procs: list[subprocess.Popen[bytes]], grace_s: float = 2.0) -> None:

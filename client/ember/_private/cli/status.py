@@ -62,6 +62,11 @@ def cmd_status(ns: argparse.Namespace) -> int:
                                       or "none"))
         for pg_id, why in never:
             print(f"  {pg_id[:12]}  {why}")
+    failures = runtime_env_failures(address)
+    if failures:
+        print("Runtime env set-up failures (latest per node; the raylet log has the details):")
+        for node_id, env, msg in failures:
+            print(f"  {node_id[:12]}  env {env}: {msg}")
     print("Resources (used/total):")
     print(f"  {usage(total, avail)}")
     endpoints = metrics_endpoints(address, {n.node_id for n in alive})
@@ -140,3 +145,22 @@ def store_stats(address: str) -> str:
         return "object store unreachable"
     finally:
         ch.close()
+
+
+def runtime_env_failures(address: str) -> list[tuple[str, str, str]]:
+    """(node id, env hash, first line of the reason) of the raylets' latest runtime env set-up
+    failures (they publish them in the KV, namespace "runtime_env", key failures/<node id>)."""
+    import json
+
+    from ember_common import rpc
+
+    out = []
+    try:
+        with gcs(address) as client:
+            for key in client.internal_kv_keys("runtime_env", b"failures/", timeout_s=5):
+                blob = client.internal_kv_get("runtime_env", key, timeout_s=5)
+                for env, msg in json.loads(blob or b"[]")[-3:]:
+                    out.append((key.decode()[len("failures/"):], env, msg.splitlines()[0][:160]))
+    except (rpc.ServiceError, ValueError):
+        return []
+    return out
