@@ -83,8 +83,12 @@ def test_a_group_the_cluster_can_never_place_fails_at_once(cluster, tmp_path):
     assert live_groups() == {}
 
 
-def test_a_group_that_cannot_be_placed_now_times_out_naming_what_is_missing(cluster, tmp_path, monkeypatch):
+def test_a_group_that_cannot_be_placed_now_times_out_naming_what_is_missing(cluster, tmp_path, monkeypatch,
+                                                                           capsys):
+    from ember.train._internal import worker_group
+
     monkeypatch.setenv("TRAIN_PLACEMENT_GROUP_TIMEOUT_S", "3")
+    monkeypatch.setattr(worker_group, "WARN_AFTER_S", 1.0)
     blocker = placement_group([{"CPU": 2}] * 3, strategy="STRICT_SPREAD")  # every CPU of the cluster
     try:
         assert blocker.wait(60)
@@ -93,6 +97,7 @@ def test_a_group_that_cannot_be_placed_now_times_out_naming_what_is_missing(clus
             DataParallelTrainer(where, scaling_config=ScalingConfig(num_workers=2),
                                 run_config=RunConfig(storage_path=str(tmp_path))).fit()
         assert time.monotonic() - t0 < 20
+        assert "waiting up to 3 s for the placement group of 2 workers" in capsys.readouterr().out
         assert live_groups() == {blocker.id.hex(): "CREATED"}
     finally:
         remove_placement_group(blocker)

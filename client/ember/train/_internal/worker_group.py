@@ -6,7 +6,8 @@ one bundle per worker (the ScalingConfig's `resources_per_worker`, 1 CPU by defa
 - Outside a placement group (a plain `fit()`): a new group of `num_workers` bundles. The
   controller runs in the driver and holds nothing, so there is no trainer bundle (Ray 2.60's
   controller actor takes 0 CPUs the same way). It waits `TRAIN_PLACEMENT_GROUP_TIMEOUT_S`
-  (Ray's variable, default 100 s) for the group; past that the group is removed and the start
+  (Ray's variable, default 100 s) for the group, printing what is missing once it has waited
+  10 s (Ray warns about a pending group too); past that the group is removed and the start
   fails naming what the cluster lacks. The group is removed when the group shuts down: at the
   end of the run, on failure, and before a restart (the next attempt makes a new one, as Ray does).
 - Inside a placement group whose last `num_workers` bundles each hold a worker (a Tune trial
@@ -43,6 +44,7 @@ from .worker import TrainWorker
 
 PG_TIMEOUT_ENV = "TRAIN_PLACEMENT_GROUP_TIMEOUT_S"
 DEFAULT_PG_TIMEOUT_S = 100.0
+WARN_AFTER_S = 10.0  # a group still pending then gets a console line saying what is missing
 
 
 @dataclass
@@ -139,7 +141,13 @@ def reserve(scaling: ScalingConfig, timeout_s: float | None = None) -> Reservati
     pg = placement_group(bundles, strategy=scaling.placement_strategy)
     wait_s = pg_timeout_s() if timeout_s is None else timeout_s
     try:
-        ready, _ = ember.wait([pg.ready()], timeout=wait_s)
+        ref = pg.ready()
+        ready, _ = ember.wait([ref], timeout=min(wait_s, WARN_AFTER_S))
+        if not ready and wait_s > WARN_AFTER_S:
+            print(f"(Train) waiting up to {wait_s:g} s for the placement group of {scaling.num_workers} workers "
+                  f"({scaling.worker_resources} each, {scaling.placement_strategy}); missing now: "
+                  f"{missing_now(bundles, ember.available_resources())}", flush=True)
+            ready, _ = ember.wait([ref], timeout=wait_s - WARN_AFTER_S)
         if not ready:
             raise WorkerStartError(
                 f"the placement group for {scaling.num_workers} training workers "
