@@ -44,8 +44,11 @@ def test_pbt_copies_a_better_trials_weights(cluster, tmp_path):
             tune.report({"score": w, "lr": config["lr"]},
                         checkpoint=tune.Checkpoint.from_dict({"w": w, "step": step}))
 
+    # No resampling: explore moves the donor's lr one step along LRS, so the slow trial's new lr
+    # (from a donor at 0.1 or 1.0) is at least 0.01; a resample could draw 0.001 again.
     pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=4,
-                                  hyperparam_mutations={"lr": LRS}, quantile_fraction=0.25)
+                                  hyperparam_mutations={"lr": LRS}, quantile_fraction=0.25,
+                                  resample_probability=0.0)
     results = tune.Tuner(
         train_weights, param_space={"lr": tune.grid_search(LRS)},
         tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pbt),

@@ -5,8 +5,11 @@ trial the scheduler picks, or asking the search algorithm for a new config; (2) 
 in-flight `train()` calls of the running trials (`ember.wait`); (3) hands each result to the
 stopper, the scheduler and the searcher and carries out the decision (continue, pause, stop);
 (4) prints the status table and saves the experiment state. A trial's failure is retried from
-its latest checkpoint per FailureConfig and recorded, not fatal. With `reuse_actors` a finished
-trial's actor starts the next trial of the same resource shape (no new process).
+its latest checkpoint per FailureConfig and recorded, not fatal. Each trial runs in a placement
+group of its PlacementGroupFactory (`trial_placement.py`), removed when the trial ends; trials
+start while the sum of the running groups fits the cluster, and a started trial's actor waits
+for its group. With `reuse_actors` a finished trial's actor, with its group, starts the next
+trial of the same request (no new process, no new group).
 """
 from __future__ import annotations
 
@@ -22,11 +25,12 @@ from ember.train._internal import storage
 
 from ..experiment.trial import Trial
 from ..schedulers.trial_scheduler import TrialScheduler
-from ..trainable import resources_of
+from ..trainable.util import request_of
 from . import experiment_state as es
 from .progress import ProgressPrinter
 from .tracing import TrialSpans
 from .trial_actor import TrialActor
+from .trial_placement import TrialRequest, release, start_trial_actor
 
 _TICK_S = 0.5
 
@@ -62,9 +66,11 @@ class TuneController:
         self._index = trial_index
         self._exp_id = uuid.uuid4().hex[:5]
         self._elapsed_before = elapsed_s
-        self._live: dict[str, dict[str, Any]] = {}  # trial_id -> {"actor", "ref", "head", "need"}
+        self._live: dict[str, dict[str, Any]] = {}  # trial_id -> {"actor", "ref", "req", "pg", "need"}
         self._ref_trial: dict[Any, str] = {}
-        self._idle: list[tuple[Any, tuple]] = []  # (actor, head-resources key)
+        self._idle: list[tuple[Any, TrialRequest, Any]] = []  # (actor, its request, its group)
+        self._nodes: list[dict[str, Any]] = []
+        self._never: dict[TrialRequest, str | None] = {}
         self._search_done = False
         self._metric_checked = False
         self._spans = TrialSpans()
@@ -96,6 +102,7 @@ class TuneController:
     def run(self) -> list[Trial]:
         """Runs the loop until every trial ended (or the budget/stopper ended the run); returns the trials."""
         self._total = {k: float(v) for k, v in ember.cluster_resources().items()}
+        self._nodes = ember.nodes()
         self._blob_ref = ember.put(cloudpickle.dumps(self._cls))
         self._start_time = time.monotonic()
         budget = self._tc.time_budget_s
@@ -137,16 +144,24 @@ class TuneController:
                 if not self._new_trial():
                     return
                 continue
-            head, need = resources_of(self._cls, trial.config)
-            if not _fits(need, {}, self._total):
-                self._fail_trial(trial, ValueError(
-                    f"trial {trial.trial_id} needs {need} but the cluster has only {self._total}"), retry=False)
+            try:
+                req = TrialRequest.of(request_of(self._cls, trial.config))
+            except ValueError as e:
+                self._fail_trial(trial, e, retry=False)
                 continue
-            if not _fits(need, self._used(exclude_idle_key=self._key(head)), self._total):
+            if req not in self._never:
+                self._never[req] = req.infeasible(self._nodes)
+            why = self._never[req]
+            if why is not None:
+                self._fail_trial(trial, ValueError(
+                    f"trial {trial.trial_id} needs a placement group of {req.bundle_dicts} "
+                    f"({req.strategy}) that this cluster can never place: {why}"), retry=False)
+                continue
+            if not _fits(req.need, self._used(exclude_idle=req), self._total):
                 if not self._evict_idle():
                     return
                 continue
-            self._launch(trial, head, need)
+            self._launch(trial, req)
 
     def _new_trial(self) -> bool:
         if self._search_done:
@@ -174,46 +189,34 @@ class TuneController:
         es.write_trial_files(self._fs, trial, params_only=True)
         return True
 
-    @staticmethod
-    def _key(head: dict[str, float]) -> tuple:
-        return tuple(sorted((k, v) for k, v in head.items() if v))
-
-    def _used(self, exclude_idle_key: tuple | None = None) -> dict[str, float]:
+    def _used(self, exclude_idle: TrialRequest | None = None) -> dict[str, float]:
         used: dict[str, float] = {}
         for live in self._live.values():
             _add(used, live["need"])
         skipped = False
-        for _, key in self._idle:
-            if key == exclude_idle_key and not skipped:
-                skipped = True  # the trial about to start will take this actor over
+        for _, req, _ in self._idle:
+            if req == exclude_idle and not skipped:
+                skipped = True  # the trial about to start will take this actor (and group) over
                 continue
-            _add(used, dict(key))
+            _add(used, req.need)
         return used
 
     def _evict_idle(self) -> bool:
         if not self._idle:
             return False
-        actor, _ = self._idle.pop(0)
-        ember.kill(actor)
+        actor, _, pg = self._idle.pop(0)
+        release(actor, pg)
         return True
 
-    def _actor_for(self, head: dict[str, float]) -> Any:
-        key = self._key(head)
-        for i, (actor, k) in enumerate(self._idle):
-            if k == key:
+    def _actor_for(self, req: TrialRequest) -> tuple[Any, Any]:
+        for i, (actor, r, pg) in enumerate(self._idle):
+            if r == req:
                 del self._idle[i]
-                return actor
-        opts: dict[str, Any] = {"num_cpus": head.get("CPU", 0.0)}
-        if head.get("GPU"):
-            opts["num_gpus"] = head["GPU"]
-        if head.get("memory"):
-            opts["memory"] = head["memory"]
-        custom = {k: v for k, v in head.items() if k not in ("CPU", "GPU", "memory") and v}
-        if custom:
-            opts["resources"] = custom
-        return self._actor_cls.options(**opts).remote(self._blob_ref)
+                return actor, pg
+        return start_trial_actor(self._actor_cls, req, self._blob_ref)
 
-    def _launch(self, trial: Trial, head: dict[str, float], need: dict[str, float]) -> None:
+    def _launch(self, trial: Trial, req: TrialRequest) -> None:
+        need = req.need
         restore = trial.restore_checkpoint or trial.checkpoint
         trial.restore_checkpoint = None
         if restore is not None and restore is trial.checkpoint:
@@ -228,14 +231,14 @@ class TuneController:
                 "trial_dir": trial.path, "filesystem": self._fs, "storage_path": self._exp_path,
                 "resources": need, "checkpoint_index": trial.checkpoint_count,
                 "checkpoint_frequency": cc.checkpoint_frequency, "checkpoint_at_end": bool(cc.checkpoint_at_end)}
-        actor = self._actor_for(head)
+        actor, pg = self._actor_for(req)
         trial.set_status(Trial.RUNNING)
         self._spans.start(trial, self._exp_name, restored=restore is not None)
         with self._spans.active(trial):
             actor.start.remote(trial.config, info, restore)
             ref = actor.train.remote()
         # "restoring" protects the checkpoint from retention until the trial has loaded it.
-        self._live[trial.trial_id] = {"actor": actor, "ref": ref, "head": head, "need": need,
+        self._live[trial.trial_id] = {"actor": actor, "ref": ref, "req": req, "pg": pg, "need": need,
                                       "restoring": restore}
         self._ref_trial[ref] = trial.trial_id
 
@@ -317,7 +320,7 @@ class TuneController:
             self._ref_trial.pop(live["ref"], None)
             if self._rc.checkpoint_config.checkpoint_at_end and status == Trial.TERMINATED:
                 self._save_trial(trial, live["actor"])
-            self._release(live["actor"], live["head"], healthy=status != Trial.ERROR)
+            self._release(live, healthy=status != Trial.ERROR)
         trial.set_status(status)
         self._spans.end(trial)
         self.progress.on_trial_end(trial)
@@ -337,25 +340,26 @@ class TuneController:
         self._ref_trial.pop(live["ref"], None)
         if trial.restore_checkpoint is None:
             self._save_trial(trial, live["actor"])
-        self._release(live["actor"], live["head"], healthy=True)
+        self._release(live, healthy=True)
         trial.set_status(Trial.PAUSED)
         self._spans.event(trial, "paused")
 
-    def _release(self, actor: Any, head: dict[str, float], healthy: bool) -> None:
+    def _release(self, live: dict[str, Any], healthy: bool) -> None:
+        actor = live["actor"]
         if self._reuse and healthy:
-            self._idle.append((actor, self._key(head)))  # its next start() stops the old trial
+            self._idle.append((actor, live["req"], live["pg"]))  # its next start() stops the old trial
             return
         try:
             ember.get(actor.stop.remote(), timeout=30)
         except Exception:  # noqa: BLE001 - the actor is killed below either way
             pass
-        ember.kill(actor)
+        release(actor, live["pg"])
 
     def _fail_trial(self, trial: Trial, error: BaseException, retry: bool = True) -> None:
         live = self._live.pop(trial.trial_id, None)
         if live is not None:
             self._ref_trial.pop(live["ref"], None)
-            ember.kill(live["actor"])
+            release(live["actor"], live["pg"])
         trial.error = error
         trial.error_msg = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         trial.num_failures += 1
@@ -400,20 +404,20 @@ class TuneController:
 
     def _shutdown_actors(self) -> None:
         for tid, live in list(self._live.items()):
-            ember.kill(live["actor"])
+            release(live["actor"], live["pg"])
             trial = self._by_id[tid]
             if not trial.is_finished:
                 trial.set_status(Trial.PAUSED if trial.status == Trial.RUNNING else trial.status)
         self._live.clear()
         self._ref_trial.clear()
         # Idle actors still hold their last trial: let it clean up (bounded), then kill them.
-        stops = [actor.stop.remote() for actor, _ in self._idle]
+        stops = [actor.stop.remote() for actor, _, _ in self._idle]
         if stops:
             try:
                 ember.wait(stops, num_returns=len(stops), timeout=10)
             except Exception:  # noqa: BLE001 - they are killed below either way
                 pass
-        for actor, _ in self._idle:
-            ember.kill(actor)
+        for actor, _, pg in self._idle:
+            release(actor, pg)
         self._idle.clear()
         self._spans.end_all()

@@ -4,8 +4,10 @@ Each trial runs the trainer's `fit()` inside its trial actor, on a copy of the t
 `train_loop_config` is the trainer's own merged with the trial's sampled
 `param_space["train_loop_config"]` (other top-level keys that the trainer has as attributes,
 such as `scaling_config`, replace the trainer's), and whose `run_config` writes under the
-trial's directory. The trial reserves the trainer's resources: `scaling_config.trainer_resources`
-(default none) for the trial actor, plus one bundle per worker for the workers the trainer starts.
+trial's directory. The trial's placement group is the trainer's: `scaling_config.trainer_resources`
+(default none) for the trial actor, plus one bundle per worker with the `placement_strategy`;
+the workers the trainer starts run in those bundles of the trial's group (the worker group finds
+it with `get_current_placement_group()`), as Ray Train's do under Tune.
 
 How results reach Tune: the trainer runs with the trial's Tune session installed in the trial
 process. A Train controller that finds a session in its process (`ember.train._internal.session.

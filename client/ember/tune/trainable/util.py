@@ -1,9 +1,10 @@
 """`with_resources`, `with_parameters` and `PlacementGroupFactory`, with Ray Tune's signatures.
 
-`PlacementGroupFactory(bundles, strategy)` is accepted wherever Ray accepts it; until Ember has
-placement groups, a trial asks for the *sum* of the bundles as one resource request (the trial
-actor holds the first bundle; any further bundles are reserved for what the trial starts, e.g.
-Train workers). That reserves the right amount on one node but does not pin bundles to nodes.
+`PlacementGroupFactory(bundles, strategy)` is accepted wherever Ray accepts it, and a resources
+dict is a one-bundle factory (as Ray converts it). Each trial gets a real placement group of
+the factory's bundles (see `tune/_internal/trial_placement.py`): the trial actor runs in
+bundle 0 holding its resources (none when the first bundle is empty, which is then left out of
+the group, as Ray does), and tasks and actors it starts are captured into the group.
 """
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from typing import Any, Callable
 
 from .trainable import Trainable
 
-__all__ = ["PlacementGroupFactory", "normalize_resources", "resources_of", "with_parameters",
-           "with_resources"]
+__all__ = ["PlacementGroupFactory", "normalize_resources", "request_of", "resources_of",
+           "with_parameters", "with_resources"]
 
 
 class PlacementGroupFactory:
@@ -68,8 +69,8 @@ def normalize_resources(res: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def resources_of(trainable: Any, config: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
-    """(what the trial actor holds, what the trial needs in all) for one trial.
+def request_of(trainable: Any, config: dict[str, Any]) -> PlacementGroupFactory:
+    """The PlacementGroupFactory one trial asks for (a resources dict becomes one bundle).
 
     Defaults: 1 CPU for functions and Trainable classes (`default_resource_request`), the
     trainer's ScalingConfig for a Train trainer."""
@@ -81,11 +82,16 @@ def resources_of(trainable: Any, config: dict[str, Any]) -> tuple[dict[str, floa
     if callable(spec) and not isinstance(spec, PlacementGroupFactory):
         spec = spec(config)
     if spec is None:
-        return {"CPU": 1.0}, {"CPU": 1.0}
+        return PlacementGroupFactory([{"CPU": 1.0}])
     if isinstance(spec, PlacementGroupFactory):
-        return spec.bundles[0], spec.required_resources
-    res = normalize_resources(spec)
-    return res, res
+        return spec
+    return PlacementGroupFactory([normalize_resources(spec)])
+
+
+def resources_of(trainable: Any, config: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """(what the trial actor holds, what the trial needs in all) for one trial."""
+    pgf = request_of(trainable, config)
+    return pgf.bundles[0], pgf.required_resources
 
 
 def with_resources(trainable: Any, resources: dict[str, float] | PlacementGroupFactory | Callable) -> Any:
