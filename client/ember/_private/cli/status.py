@@ -71,20 +71,16 @@ def cmd_status(ns: argparse.Namespace) -> int:
 
 def placement_group_states(address: str) -> dict[str, int] | None:
     """Placement groups by state (REMOVED ones left out); None when the GCS does not answer."""
-    from ember_common import rpc
-    from ember_common.proto import common_pb2
-
-    from .listing import placement_groups
+    from ember._private import state
 
     try:
-        groups = placement_groups(address)
-    except rpc.ServiceError:
+        groups, _ = state.fetch("placement_groups", address, timeout_s=5)
+    except ConnectionError:
         return None
     states: dict[str, int] = {}
     for g in groups:
-        if g.state != common_pb2.PlacementGroupInfo.REMOVED:
-            name = common_pb2.PlacementGroupInfo.State.Name(g.state)
-            states[name] = states.get(name, 0) + 1
+        if g["state"] != "REMOVED":
+            states[g["state"]] = states.get(g["state"], 0) + 1
     return states
 
 
