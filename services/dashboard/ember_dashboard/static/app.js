@@ -28,7 +28,10 @@ function table(id, headers, rows) {
   return `<table id="${id}"><thead><tr>${headers.map(h => `<th>${esc(h)}</th>`).join("")}</tr></thead>` +
     `<tbody>${rows.join("") || `<tr><td colspan="${headers.length}" class="muted">none</td></tr>`}</tbody></table>`;
 }
-function setPage(html) { document.getElementById("page").innerHTML = html; }
+let lastHtml = null;
+// Unchanged pages are not re-rendered (what the user selected or typed stays, nothing flickers).
+function setPage(html) { if (html !== lastHtml) { lastHtml = html; document.getElementById("page").innerHTML = html; } }
+function setWrap(wrap, html) { if (wrap.dataset.html !== html) { wrap.dataset.html = html; wrap.innerHTML = html; } }
 function stamp() { document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString(); }
 
 // ------------------------------------------------------------------ overview
@@ -67,7 +70,7 @@ async function jobs() {
   });
   const tbl = table("jobs-table", ["Submission / job id", "Type", "Status", "Entrypoint", "Started", "Ended"], rows);
   const wrap = document.getElementById("jobs-table-wrap");
-  if (wrap) { wrap.innerHTML = tbl; return; }  // a refresh: leave the form as the user left it
+  if (wrap) { setWrap(wrap, tbl); return; }  // a refresh: leave the form as the user left it
   setPage(`<h2>Jobs</h2><form class="submit" id="submit-form"><b>Submit a job</b><br>
     <input type="text" id="submit-entrypoint" placeholder="python -c &quot;print('hello')&quot;">
     <input type="text" id="submit-id" placeholder="submission id (optional)" style="width:16em">
@@ -179,7 +182,7 @@ async function metrics() {
   const shown = samples.filter(s => DEFAULT_SERIES.some(p => s.name.startsWith(p)) || s.name.includes("object_store") || s.name.includes("tasks")).slice(0, 8);
   setPage(`<h2>Metrics</h2><p>Endpoint <select id="metric-target">${names.map(n => `<option ${n === metricTarget ? "selected" : ""}>${esc(n)}</option>`).join("")}</select>
     <span class="mono muted">${esc(targets[metricTarget])}</span></p><div id="charts">` +
-    shown.map((s, i) => `<canvas class="chart" id="chart-${i}" width="360" height="150" data-key="${esc(metricTarget + "|" + s.name + JSON.stringify(s.labels))}" title="${esc(s.name)}"></canvas>`).join("") +
+    shown.map((s, i) => `<canvas class="chart" id="chart-${i}" width="360" height="150" data-key="${esc(metricTarget + "|" + s.name + JSON.stringify(s.labels))}" title="${esc(s.name + (Object.keys(s.labels).length ? " " + Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(",") : ""))}"></canvas>`).join("") +
     `</div>` + table("metrics-table", ["Metric", "Labels", "Value"], samples.slice(0, 300).map(s =>
       `<tr><td class="mono">${esc(s.name)}</td><td class="mono">${esc(JSON.stringify(s.labels))}</td><td>${s.value}</td></tr>`)));
   document.getElementById("metric-target").onchange = (e) => { metricTarget = e.target.value; route(); };
@@ -208,9 +211,11 @@ async function traces(query) {
   const rows = d.traces.map(t => `<tr data-id="${esc(t.trace_id)}"><td class="mono"><a class="trace-link" href="#/traces/${esc(t.trace_id)}">${esc(t.trace_id)}</a></td>` +
     `<td>${esc(t.root)}</td><td>${esc(t.services.join(", "))}</td><td>${t.spans}</td><td>${t.duration_ms.toFixed(2)} ms</td>` +
     `<td>${new Date(t.start_ns / 1e6).toLocaleTimeString()}</td><td>${t.error ? st("FAILED") : ""}</td></tr>`);
-  const prior = search ? search.value : (params.get("contains") || "");
-  setPage(`<h2>Traces</h2><p><input id="trace-search" placeholder="span or service contains…" value="${esc(prior)}"> <span class="muted">${esc(d.dir)}</span></p>` +
-    table("traces-table", ["Trace", "Root span", "Services", "Spans", "Duration", "Started", ""], rows));
+  const tbl = table("traces-table", ["Trace", "Root span", "Services", "Spans", "Duration", "Started", ""], rows);
+  const wrap = document.getElementById("traces-table-wrap");
+  if (wrap && search) { setWrap(wrap, tbl); return; }  // a refresh: leave the search box alone
+  setPage(`<h2>Traces</h2><p><input id="trace-search" placeholder="span or service contains…" value="${esc(params.get("contains") || "")}">` +
+    ` <span class="muted">${esc(d.dir)}</span></p><div id="traces-table-wrap">${tbl}</div>`);
   document.getElementById("trace-search").onchange = () => route();
 }
 
