@@ -34,7 +34,7 @@ def tail_log(root: str, name: str, lines: int = 1000) -> str:
     if not isinstance(lines, int) or lines <= 0:
         raise ValueError(f"lines must be a positive integer, got {lines!r}")
     path = os.path.join(root, name)
-    if os.path.realpath(os.path.dirname(path)) != os.path.realpath(root) or not os.path.isfile(path):
+    if os.path.dirname(os.path.realpath(path)) != os.path.realpath(root) or not os.path.isfile(path):
         raise ValueError(f"no log file {name!r}")
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
