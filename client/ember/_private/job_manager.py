@@ -23,6 +23,11 @@ import uuid
 import zipfile
 from typing import Any
 
+from .internal_kv import _internal_kv_del as kv_del
+from .internal_kv import _internal_kv_exists as kv_exists
+from .internal_kv import _internal_kv_get as kv_get
+from .internal_kv import _internal_kv_list as kv_list
+from .internal_kv import _internal_kv_put as kv_put
 from .state import JOB_KV_NAMESPACE, JOB_KV_PREFIX
 
 NAMESPACE = JOB_KV_NAMESPACE
@@ -36,21 +41,15 @@ def _key(submission_id: str) -> bytes:
     return JOB_KV_PREFIX + submission_id.encode()
 
 
-def _kv() -> Any:
-    from . import internal_kv
-
-    return internal_kv
-
-
 def read_info(submission_id: str) -> dict[str, Any] | None:
     """A job's record, or None."""
-    raw = _kv()._internal_kv_get(_key(submission_id), namespace=NAMESPACE)
+    raw = kv_get(_key(submission_id), namespace=NAMESPACE)
     return json.loads(raw) if raw else None
 
 
 def write_info(info: dict[str, Any]) -> None:
     """Stores a job's record."""
-    _kv()._internal_kv_put(_key(info["submission_id"]), json.dumps(info).encode(), namespace=NAMESPACE)
+    kv_put(_key(info["submission_id"]), json.dumps(info).encode(), namespace=NAMESPACE)
 
 
 class JobSupervisor:
@@ -178,7 +177,7 @@ def package_key(uri: str) -> bytes:
 
 def package_exists(uri: str) -> bool:
     """Whether a package was uploaded."""
-    return bool(_kv()._internal_kv_exists(package_key(uri), namespace=PACKAGE_NAMESPACE))
+    return bool(kv_exists(package_key(uri), namespace=PACKAGE_NAMESPACE))
 
 
 def put_package(uri: str, data: bytes) -> None:
@@ -190,7 +189,7 @@ def put_package(uri: str, data: bytes) -> None:
         zipfile.ZipFile(io.BytesIO(data)).testzip()
     except zipfile.BadZipFile:
         raise ValueError(f"package {uri} is not a zip file") from None
-    _kv()._internal_kv_put(package_key(uri), data, namespace=PACKAGE_NAMESPACE)
+    kv_put(package_key(uri), data, namespace=PACKAGE_NAMESPACE)
 
 
 def _check_runtime_env(runtime_env: dict[str, Any] | None) -> tuple[bytes | None, dict[str, str]]:
@@ -211,7 +210,7 @@ def _check_runtime_env(runtime_env: dict[str, Any] | None) -> tuple[bytes | None
         if not isinstance(wd, str):
             raise ValueError("runtime_env['working_dir'] must be a string")
         if "://" in wd:
-            payload = _kv()._internal_kv_get(package_key(wd), namespace=PACKAGE_NAMESPACE)
+            payload = kv_get(package_key(wd), namespace=PACKAGE_NAMESPACE)
             if payload is None:
                 raise ValueError(f"working_dir package {wd} was not uploaded")
         else:
@@ -255,7 +254,7 @@ def start(entrypoint: str, *, submission_id: str | None = None, runtime_env: dic
             "driver_agent_http_address": None, "driver_node_id": None, "driver_exit_code": None,
             "entrypoint_num_cpus": entrypoint_num_cpus, "entrypoint_num_gpus": entrypoint_num_gpus,
             "entrypoint_memory": entrypoint_memory, "entrypoint_resources": entrypoint_resources}
-    existed = _kv()._internal_kv_put(_key(sid), json.dumps(info).encode(), overwrite=False, namespace=NAMESPACE)
+    existed = kv_put(_key(sid), json.dumps(info).encode(), overwrite=False, namespace=NAMESPACE)
     if existed:
         raise ValueError(f"Job with submission_id {sid} already exists. Please use a different submission_id.")
     try:
@@ -264,7 +263,7 @@ def start(entrypoint: str, *, submission_id: str | None = None, runtime_env: dic
             num_gpus=entrypoint_num_gpus or 0, memory=entrypoint_memory or None, resources=resources or None,
             max_concurrency=4).remote(sid, entrypoint, payload, env_vars)
     except Exception as e:
-        _kv()._internal_kv_del(_key(sid), namespace=NAMESPACE)
+        kv_del(_key(sid), namespace=NAMESPACE)
         raise ValueError(f"cannot start job {sid}: {e}") from None
     return sid, handle
 
@@ -301,7 +300,7 @@ def info(sid: str) -> dict[str, Any] | None:
 def list_infos() -> list[dict[str, Any]]:
     """Every submitted job's record."""
     out = []
-    for key in _kv()._internal_kv_list(JOB_KV_PREFIX, namespace=NAMESPACE):
+    for key in kv_list(JOB_KV_PREFIX, namespace=NAMESPACE):
         rec = info(key[len(JOB_KV_PREFIX):].decode())
         if rec:
             out.append(rec)
@@ -362,5 +361,5 @@ def delete(sid: str) -> bool:
         except Exception:
             pass
         ember.kill(sup)
-    _kv()._internal_kv_del(_key(sid), namespace=NAMESPACE)
+    kv_del(_key(sid), namespace=NAMESPACE)
     return True
