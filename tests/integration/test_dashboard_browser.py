@@ -3,7 +3,8 @@ selenium) against a live cluster (`ember start --head --dashboard-port 0`, metri
 an ember_file directory) running tasks, an actor, a placement group and a Serve app. Each page is
 checked against the cluster's state as the state API reports it; a job is submitted through the
 page's form and followed to its log line; a trace is opened as a waterfall. Screenshots of every
-page are saved under the test's tmp directory (printed at the end), the test's artifact.
+page are saved under the test's tmp directory (printed at the end), the test's artifact, and
+copied to $EMBER_TEST_ARTIFACTS/dashboard-screenshots when that is set.
 
 Without chromium/chromedriver the test skips, naming what is missing, unless
 EMBER_TEST_REQUIRE_BROWSER=1 (set by .ci/run, which installs both) makes that a failure.
@@ -158,6 +159,9 @@ def browser(live):
     yield b
     b.quit()
     print(f"\ndashboard screenshots: {live['shots']}")
+    keep = os.environ.get("EMBER_TEST_ARTIFACTS")  # CI: a directory that outlives pytest's tmp dirs
+    if keep:
+        shutil.copytree(live["shots"], os.path.join(keep, "dashboard-screenshots"), dirs_exist_ok=True)
 
 
 def visit(browser, live, route, ready_css, name):

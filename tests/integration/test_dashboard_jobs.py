@@ -43,7 +43,7 @@ def dashboard(tmp_path_factory):
     info = json.loads((tmp / "ember-tmp" / "ember_current_cluster").read_text())
     url = info["dashboard_url"]
     assert f"Dashboard: {url}" in out
-    yield url, env, tmp
+    yield url, env, info["gcs_address"]
     ember_cli(env, "stop", check=False)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and any(
@@ -74,7 +74,8 @@ def test_submit_with_working_dir_env_and_metadata(dashboard, tmp_path):
     """))
     client = JobSubmissionClient(url)
     sid = client.submit_job(entrypoint="python prog.py", runtime_env={"working_dir": str(tmp_path),
-                            "env_vars": {"GREETING": "hi"}}, metadata={"owner": "test"}, submission_id="wd-job")
+                            "env_vars": {"GREETING": "hi"}}, metadata={"owner": "test"}, submission_id="wd-job",
+                            entrypoint_num_cpus=1)
     assert sid == "wd-job"
     assert _wait_status(client, sid) == JobStatus.SUCCEEDED, client.get_job_logs(sid)
     assert "RESULT [0, 2, 4] shipped hi" in client.get_job_logs(sid)
@@ -82,6 +83,10 @@ def test_submit_with_working_dir_env_and_metadata(dashboard, tmp_path):
     assert info.type == JobType.SUBMISSION and info.metadata == {"owner": "test"} and info.driver_exit_code == 0
     assert info.runtime_env["working_dir"].startswith("gcs://_ray_pkg_") and info.end_time >= info.start_time
     assert sid in [j.submission_id for j in client.list_jobs()]
+    from ember.util.state import list_actors
+
+    supervisor = list_actors(address=dashboard[2], filters=[("name", "=", sid)], detail=True)[0]
+    assert supervisor.class_name == "JobSupervisor" and supervisor.required_resources == {"CPU": 1.0}
     assert client.delete_job(sid) is True
     with pytest.raises(RuntimeError, match="404"):
         client.get_job_info(sid)
