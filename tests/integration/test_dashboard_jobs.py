@@ -85,8 +85,16 @@ def test_submit_with_working_dir_env_and_metadata(dashboard, tmp_path):
     assert sid in [j.submission_id for j in client.list_jobs()]
     from ember.util.state import list_actors
 
+    from ember.util.state import list_nodes
+
     supervisor = list_actors(address=dashboard[2], filters=[("name", "=", sid)], detail=True)[0]
     assert supervisor.class_name == "JobSupervisor" and supervisor.required_resources == {"CPU": 1.0}
+    deadline = time.monotonic() + 30  # the supervisor ends with its job, releasing its CPU
+    while list_actors(address=dashboard[2], filters=[("name", "=", sid)])[0].state != "DEAD" or \
+            list_nodes(address=dashboard[2], detail=True)[0].resources_available["CPU"] != 2.0:
+        assert time.monotonic() < deadline, list_nodes(address=dashboard[2], detail=True)
+        time.sleep(0.2)
+    assert "RESULT [0, 2, 4] shipped hi" in client.get_job_logs(sid)  # kept after the supervisor ended
     assert client.delete_job(sid) is True
     with pytest.raises(RuntimeError, match="404"):
         client.get_job_info(sid)

@@ -6,7 +6,10 @@ Each job's record is Ray's JobInfo/JobDetails as JSON in the internal KV (namesp
 `_ember_jobs`, key `job_info:<submission id>`): written PENDING by the submitter, RUNNING and
 then SUCCEEDED / FAILED / STOPPED by the supervisor, so a finished job stays listed after its
 supervisor is gone. The output goes to `<session>/logs/job-driver-<submission id>.log` on the
-supervisor's node (Ray's file name) and is kept in the supervisor's memory for `logs()`.
+supervisor's node (Ray's file name), is kept in the supervisor's memory for `logs()` while the
+job runs and in the KV (`job_logs:<submission id>`, last 8 MiB) once it ends. A supervisor ends
+itself when its job ends (as Ray's does), so a finished job holds no worker process and none of
+its entrypoint resources.
 
 Working directories arrive as zip packages: `ember job submit --working-dir` zips the
 directory itself; Ray's JobSubmissionClient uploads `gcs://_ray_pkg_<hash>.zip` through
@@ -34,11 +37,17 @@ NAMESPACE = JOB_KV_NAMESPACE
 PACKAGE_NAMESPACE = "_ember_packages"
 MAX_PACKAGE_BYTES = 100 * 2**20
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+# A finished job's output kept in the KV (its last 8 MiB; the full log stays in the log file).
+MAX_KEPT_LOG_BYTES = 8 * 2**20
 SUPPORTED_RUNTIME_ENV = ("working_dir", "env_vars")
 
 
 def _key(submission_id: str) -> bytes:
     return JOB_KV_PREFIX + submission_id.encode()
+
+
+def _logs_key(submission_id: str) -> bytes:
+    return b"job_logs:" + submission_id.encode()
 
 
 def read_info(submission_id: str) -> dict[str, Any] | None:
@@ -108,8 +117,25 @@ class JobSupervisor:
             status, message = "SUCCEEDED", "Job finished successfully."
         else:
             status, message = "FAILED", f"Job entrypoint command failed with exit code {rc}"
+        kv_put(_logs_key(self.submission_id), "".join(self.lines).encode()[-MAX_KEPT_LOG_BYTES:],
+               namespace=NAMESPACE)
         self._update(status=status, message=message, end_time=int(time.time() * 1000),
                      driver_exit_code=rc, error_type=None if status != "FAILED" else "JOB_ENTRYPOINT_COMMAND_ERROR")
+        self._end_self()
+
+    def _end_self(self) -> None:
+        """Ends this supervisor once its job has ended (as Ray's does): its worker process and
+        the entrypoint resources it holds are released; the record and the logs stay in the KV."""
+        import shutil
+
+        import ember
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+        time.sleep(1.0)  # let a creation reply or a logs() call in flight finish first
+        try:
+            ember.kill(ember.get_actor(self.submission_id, namespace=NAMESPACE), no_restart=True)
+        except Exception:  # already killed by delete()
+            pass
 
     def status(self) -> tuple[str, int | None]:
         """(RUNNING|SUCCEEDED|FAILED|STOPPED, exit code or None)."""
@@ -278,22 +304,20 @@ def _supervisor(sid: str) -> Any:
 
 
 def info(sid: str) -> dict[str, Any] | None:
-    """The job's record (a RUNNING/PENDING job whose supervisor died is reported FAILED)."""
-    import ember
-
+    """The job's record; a PENDING/RUNNING job whose supervisor died without writing an end is
+    reported FAILED with the supervisor's death cause."""
     rec = read_info(sid)
-    if rec is None or rec["status"] in TERMINAL:
+    if rec is None or rec["status"] in TERMINAL or _supervisor(sid) is not None:
         return rec
-    sup = _supervisor(sid)
-    if sup is None and rec["status"] == "RUNNING":
-        rec.update(status="FAILED", message="The job's supervisor actor died", error_type="JOB_SUPERVISOR_ACTOR_DIED")
-    elif sup is not None and rec["status"] == "RUNNING":
-        try:
-            state, rc = ember.get(sup.status.remote(), timeout=10)
-        except Exception:
-            return rec
-        if state != "RUNNING":  # the reader thread is about to write it: report it now
-            rec.update(status=state, driver_exit_code=rc)
+    from . import state
+
+    actors, _ = state.fetch("actors", state.resolve_address(None), 10.0)
+    dead = [a for a in actors if a["name"] == sid and a["ray_namespace"] == NAMESPACE and a["state"] == "DEAD"]
+    rec = read_info(sid)  # the supervisor may have written the end meanwhile
+    if dead and rec is not None and rec["status"] not in TERMINAL:
+        cause = (dead[-1]["death_cause"] or {}).get("error_message", "")
+        rec.update(status="FAILED", error_type="JOB_SUPERVISOR_ACTOR_DIED",
+                   message=f"Job supervisor actor died: {cause.splitlines()[-1] if cause else 'unknown cause'}")
     return rec
 
 
@@ -308,7 +332,8 @@ def list_infos() -> list[dict[str, Any]]:
 
 
 def logs(sid: str, offset: int = 0) -> tuple[str, int]:
-    """Output from line `offset` on (from the supervisor, else from the log file here)."""
+    """Output from line `offset` on and the next offset: from the running supervisor, else what
+    it kept in the KV when the job ended."""
     import ember
 
     sup = _supervisor(sid)
@@ -316,22 +341,13 @@ def logs(sid: str, offset: int = 0) -> tuple[str, int]:
         try:
             text, nxt = ember.get(sup.logs.remote(offset), timeout=30)
             return str(text), int(nxt)
-        except Exception:
+        except Exception:  # it ended meanwhile: the KV has the output
             pass
-    from . import state
-
-    rec = read_info(sid) or {}
-    path = None
-    try:
-        root = state.session_logs_dir(ember.get_runtime_context().gcs_address)
-        path = os.path.join(root, f"job-driver-{sid}.log") if root else None
-    except Exception:
-        path = None
-    if rec and path and os.path.exists(path):
-        with open(path, errors="replace") as f:
-            lines = f.readlines()
-        return "".join(lines[offset:]), len(lines)
-    return "", offset
+    raw = kv_get(_logs_key(sid), namespace=NAMESPACE)
+    if raw is None:
+        return "", offset
+    lines = raw.decode(errors="replace").splitlines(keepends=True)
+    return "".join(lines[offset:]), max(offset, len(lines))
 
 
 def stop(sid: str) -> bool:
@@ -358,8 +374,9 @@ def delete(sid: str) -> bool:
     if sup is not None:
         try:
             ember.get(sup.cleanup.remote(), timeout=30)
-        except Exception:
+            ember.kill(sup)
+        except Exception:  # it ended by itself meanwhile
             pass
-        ember.kill(sup)
+    kv_del(_logs_key(sid), namespace=NAMESPACE)
     kv_del(_key(sid), namespace=NAMESPACE)
     return True

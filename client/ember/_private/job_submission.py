@@ -5,8 +5,8 @@
 The CLI connects as a driver, zips the working directory (if any) and starts the job through
 `ember._private.job_manager` (a detached JobSupervisor actor, 0 CPUs, in namespace
 `_ember_jobs`, and the job's record in the internal KV, as the dashboard's REST API does). The
-CLI prints the job's output as it comes and exits with the job's exit code, then removes the
-supervisor (the record stays, so the dashboard and `ember list jobs` still show the job); with
+CLI prints the job's output as it comes and exits with the job's exit code (the supervisor ends
+with the job; its record and output stay, so the dashboard and `ember list jobs` show it); with
 --no-wait it prints the submission id, and `ember job logs|status|stop ID` follow it (`stop`
 also removes the job, as `ray job stop` + `ray job delete`).
 """
@@ -24,19 +24,23 @@ from .job_manager import NAMESPACE, JobSupervisor
 __all__ = ["JobSupervisor", "NAMESPACE", "add_parser", "main"]
 
 
-def _follow(ember: Any, sup: Any, out: Any = sys.stdout) -> int:
+def _follow(sid: str, out: Any = sys.stdout) -> int:
+    """Prints the job's output as it comes; its exit code (1 for a job without one) at the end."""
     offset = 0
     while True:
-        state, rc = ember.get(sup.status.remote())
-        text, offset = ember.get(sup.logs.remote(offset))
+        rec = job_manager.info(sid) or {}
+        text, offset = job_manager.logs(sid, offset)
         if text:
             out.write(text)
             out.flush()
-        if state != "RUNNING":
-            text, offset = ember.get(sup.logs.remote(offset))
+        if rec.get("status") in job_manager.TERMINAL:
+            text, offset = job_manager.logs(sid, offset)
             out.write(text)
             out.flush()
-            return 0 if not rc else (rc if 0 < rc < 256 else 1)
+            if rec.get("status") == "FAILED" and rec.get("driver_exit_code") is None:
+                print(f"error: {rec.get('message')}", file=sys.stderr)
+            rc = rec.get("driver_exit_code")
+            return 0 if rc == 0 else (rc if isinstance(rc, int) and 0 < rc < 256 else 1)
         time.sleep(0.3)
 
 
@@ -57,20 +61,17 @@ def main(ns: argparse.Namespace) -> int:
 
             try:
                 payload = job_manager.zip_dir(ns.working_dir) if ns.working_dir else None
-                sid, sup = job_manager.start(shlex.join(entry), submission_id=ns.submission_id,
+                sid, _ = job_manager.start(shlex.join(entry), submission_id=ns.submission_id,
                                              working_dir_zip=payload)
             except ValueError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
-            ember.get(sup.status.remote())  # surfaces a failed start here
             print(f"Job '{sid}' submitted", file=sys.stderr)
             if ns.no_wait:
                 return 0
-            rc = _follow(ember, sup)
+            rc = _follow(sid)
             print(f"Job '{sid}' {'succeeded' if rc == 0 else f'failed (exit code {rc})'}",
                   file=sys.stderr)
-            ember.get(sup.cleanup.remote())
-            ember.kill(sup)
             return rc
         rec = job_manager.info(ns.submission_id)
         if rec is None:
