@@ -14,7 +14,7 @@ from typing import Any
 from .common import cluster_address, table
 from .listing import RESOURCES, add_state_flags, fetch_rows
 
-GETTABLE = {k: v for k, v in RESOURCES.items() if k != "objects"} | {"objects": "objects"}
+GETTABLE = RESOURCES
 
 
 def add_parser(sub: Any) -> None:
