@@ -7,7 +7,8 @@ Loaded modules (a fresh interpreter per service, so nothing else loaded them fir
 
 Every import statement of every file (lazy imports in functions included), read with `ast`:
 - `ember_common` imports no `ember` and no service;
-- services import only `ember_common` and themselves (serve-proxy, a driver, may import `ember`);
+- services import only `ember_common` and themselves (serve-proxy and the dashboard, drivers,
+  may import `ember`);
 - libraries (`ember.data`, `ember.serve`, `ember.train`, `ember.tune`, `ember.util`) reach the core
   only through its public doors: `ember` itself and its public modules, `ember._private` modules
   on the allow-list below, never `ember_common.proto`;
@@ -33,7 +34,7 @@ PACKAGES = {"ember_common": ROOT / "common" / "ember_common",
             "ember_gcs": ROOT / "services" / "gcs" / "ember_gcs",
             "ember_raylet": ROOT / "services" / "raylet" / "ember_raylet",
             "ember_objmgr": ROOT / "services" / "objmgr" / "ember_objmgr"}
-FORBIDDEN_IN_KIT = ("ember", "ember_gcs", "ember_raylet", "ember_objmgr", "ember_serve_proxy")
+FORBIDDEN_IN_KIT = ("ember", "ember_gcs", "ember_raylet", "ember_objmgr", "ember_serve_proxy", "ember_dashboard")
 KIT_MODULES = sorted(f"ember_common.{p.stem}" for p in PACKAGES["ember_common"].glob("*.py")
                      if p.stem != "__init__")
 
@@ -147,8 +148,12 @@ def test_the_circle_finder_finds_circles():
 # Allowed imports, checked on every import statement in the tree.
 
 ALL_PACKAGES = {"ember": ROOT / "client" / "ember", **PACKAGES,
-                "ember_serve_proxy": ROOT / "services" / "serve-proxy" / "ember_serve_proxy"}
-SERVICE_PACKAGES = ("ember_gcs", "ember_raylet", "ember_objmgr", "ember_serve_proxy")
+                "ember_serve_proxy": ROOT / "services" / "serve-proxy" / "ember_serve_proxy",
+                "ember_dashboard": ROOT / "services" / "dashboard" / "ember_dashboard"}
+SERVICE_PACKAGES = ("ember_gcs", "ember_raylet", "ember_objmgr", "ember_serve_proxy", "ember_dashboard")
+# Services that are also drivers and may use `ember`: serve-proxy (routes requests to replica
+# actors) and the dashboard (reads the state API, runs jobs as actors, reads Serve's status).
+DRIVER_SERVICES = ("ember_serve_proxy", "ember_dashboard")
 LIBRARIES = ("ember.data", "ember.serve", "ember.train", "ember.tune", "ember.util")
 # The core's modules a library may import. Each is a door, not an implementation detail:
 DOORS = {
@@ -160,6 +165,9 @@ DOORS = {
     # the scheduling strategy classes, which the core interprets (re-exported by
     # ember.util.scheduling_strategies, as Ray's)
     "ember._private.scheduling",
+    # the state door: the cluster's tables (GCS, raylets' workers, object managers' objects) as
+    # plain dicts in Ray's state-API shapes, for ember.util.state and the dashboard (issue 18)
+    "ember._private.state",
 }
 # Offenders in other engineers' areas when this test was written: (module, import). Each must
 # still be there (so the list only shrinks); fixing one means deleting its entry.
@@ -224,7 +232,7 @@ def violations(name: str, path: pathlib.Path, source: str | None = None) -> list
             bad.append(f"{where}: nothing imports a service")
         if top == "ember_common" and ttop == "ember":
             bad.append(f"{where}: the kit imports no `ember`")
-        if top in SERVICE_PACKAGES and ttop == "ember" and top != "ember_serve_proxy":
+        if top in SERVICE_PACKAGES and ttop == "ember" and top not in DRIVER_SERVICES:
             bad.append(f"{where}: services import only `ember_common`")
         if any(_within(name, lib) for lib in LIBRARIES):
             if _within(target, "ember._private") and target not in DOORS:

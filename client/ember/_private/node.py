@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 EMBER_TMP = os.environ.get("EMBER_TEMP_DIR", os.path.join(tempfile.gettempdir(), "ember-sessions"))
 CURRENT_CLUSTER_FILE = os.path.join(EMBER_TMP, "ember_current_cluster")
@@ -220,3 +221,38 @@ def read_current_cluster() -> dict | None:
             return json.load(f)
     except (OSError, ValueError):
         return None
+
+
+DEFAULT_DASHBOARD_PORT = 8265
+
+
+def start_dashboard(session_dir: str, gcs_address: str, *, host: str = "127.0.0.1",
+                    port: int = DEFAULT_DASHBOARD_PORT, die_with_parent: bool = False,
+                    timeout_s: float = 60.0) -> ServiceProcess:
+    """Starts the dashboard service (web UI + Ray's REST APIs) for a cluster; it reports its
+    port once it listens and is connected. RuntimeError naming the port when it cannot start."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"dashboard port must be in 0..65535, got {port}")
+    args = ["--gcs-address", gcs_address, "--host", host, "--port", str(port),
+            "--log-dir", os.path.join(session_dir, "logs"), "--connect-timeout-s", str(timeout_s)]
+    if os.environ.get("EMBER_TRACE_DIR"):
+        args += ["--trace-dir", os.environ["EMBER_TRACE_DIR"]]
+    return start_service("ember_dashboard", args, session_dir, "dashboard", timeout_s=timeout_s,
+                         die_with_parent=die_with_parent)
+
+
+def start_embedded_dashboard(cluster: Any, init_kwargs: dict[str, Any]) -> None:
+    """`ember.init(include_dashboard=True, dashboard_host=, dashboard_port=)` on an embedded
+    cluster: the dashboard as one more child process (stopped first, with the cluster); its URL
+    goes to `cluster.dashboard_url` (and init()'s returned context). Port 8265 by default; 0 =
+    any free one. A failed start stops the cluster and raises."""
+    host = str(init_kwargs.get("dashboard_host") or "127.0.0.1")
+    port = init_kwargs.get("dashboard_port")
+    try:
+        proc = start_dashboard(cluster.session_dir, cluster.gcs_address, host=host,
+                               port=DEFAULT_DASHBOARD_PORT if port is None else int(port), die_with_parent=True)
+    except Exception:
+        cluster.stop()
+        raise
+    cluster.procs.insert(1, proc)  # EmbeddedCluster.stop: procs[1:] first, the GCS last
+    cluster.dashboard_url = f"http://{host}:{proc.port}"

@@ -230,6 +230,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                                                config.object_store_memory_fraction)
             # Ray's private _metrics_export_port: raylet N, objmgr N+1, GCS N+2.
             cluster = EmbeddedCluster(res, store, config, int(kwargs.get("_metrics_export_port") or 0))
+            if include_dashboard:  # Ray's include_dashboard / dashboard_host / dashboard_port
+                node_mod.start_embedded_dashboard(cluster, kwargs)
             gcs_address = cluster.gcs_address
             node = cluster.node
             node_id, raylet, objmgr, store_dir, session_dir = (
@@ -289,7 +291,8 @@ class RuntimeContextInfo(dict[str, Any]):
 
     def __init__(self, w: Worker) -> None:
         super().__init__(address=w.core.gcs_address, node_id=w.core.node_id,
-                         session_dir=w.core.session_dir)
+                         session_dir=w.core.session_dir,
+                         dashboard_url=getattr(w.cluster, "dashboard_url", None))
         self.address_info = dict(self)
 
     def __enter__(self) -> RuntimeContextInfo:

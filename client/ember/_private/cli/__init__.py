@@ -6,7 +6,10 @@
     ember start --address HOST:PORT [--num-cpus N ...]     # add a node     (start_stop.py)
     ember stop [--force]                                   # stop every node started here
     ember status [--address HOST:PORT]                     # nodes, resources, actors (status.py)
-    ember list actors|nodes|jobs|objects|placement-groups [--detail]  # one line per entry
+    ember list actors|nodes|jobs|objects|placement-groups|workers [--filter C=V] [--limit N]
+               [--detail] [--format table|json]            # Ray's state API (listing.py)
+    ember get actors|nodes|jobs|placement-groups|workers|objects ID   # one entry (state_cli.py)
+    ember summary actors|objects                           # counts by class / call site
     ember memory                                           # objects in the stores (listing.py)
     ember job submit|status|logs|stop ...                  # job submission (job.py)
     ember trace show TRACE_ID [--dir SPAN_DIR]             # one trace as a tree (trace.py)
@@ -21,9 +24,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, job, listing, start_stop, status, trace
+from . import bench, job, listing, start_stop, state_cli, status, trace
 
-_GROUPS = (start_stop, status, listing, trace, bench, job)
+_GROUPS = (start_stop, status, listing, state_cli, trace, bench, job)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,172 +1,191 @@
-"""`ember list actors|nodes|jobs|objects|placement-groups` and `ember memory` (= `ember list
-objects`)."""
+"""`ember list nodes|actors|jobs|placement-groups|workers|objects` and `ember memory` (= `ember
+list objects`), on the state API (`ember.util.state`) as `ray list ...` is on Ray's:
+
+    ember list actors --filter state=ALIVE --filter "class_name!=Foo" --limit 10 --detail
+    ember list nodes --format json
+
+--filter takes Ray's `COLUMN=VALUE` / `COLUMN!=VALUE` (repeatable, all must hold); --format
+table (default) prints aligned columns, json prints Ray's dicts.
+"""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
-from .common import cluster_address, gcs, table
+from .common import cluster_address, table
+
+RESOURCES = {"actors": "actors", "nodes": "nodes", "jobs": "jobs", "objects": "objects",
+             "placement-groups": "placement_groups", "workers": "workers"}
 
 
 def add_parser(sub: Any) -> None:
     """`list` and `memory`."""
-    ls = sub.add_parser("list", help="list actors, nodes, jobs, objects or placement groups")
-    ls.add_argument("what", choices=["actors", "nodes", "jobs", "objects", "placement-groups"])
-    ls.add_argument("--address", default=None)
-    ls.add_argument("--detail", action="store_true", help="also print death causes")
+    ls = sub.add_parser("list", help="list " + ", ".join(RESOURCES) + " (Ray's state API)")
+    ls.add_argument("what", choices=list(RESOURCES))
+    add_state_flags(ls)
+    ls.add_argument("--filter", action="append", default=[], metavar="COLUMN=VALUE",
+                    help="keep entries whose COLUMN is (=) or is not (!=) VALUE; repeatable")
+    ls.add_argument("--limit", type=int, default=100, help="at most this many entries (default 100)")
+    ls.add_argument("--detail", action="store_true", help="every column (tables: death causes, why "
+                    "a placement group waits)")
     ls.set_defaults(func=cmd_list)
     mm = sub.add_parser("memory", help="objects in the object stores (= ember list objects)")
-    mm.add_argument("--address", default=None)
-    mm.set_defaults(func=cmd_memory, what="objects", detail=False)
+    add_state_flags(mm)
+    mm.set_defaults(func=cmd_list, what="objects", detail=False, filter=[], limit=10_000)
+
+
+def add_state_flags(p: argparse.ArgumentParser) -> None:
+    """--address and --format, shared by list/get/summary."""
+    p.add_argument("--address", default=None, help="GCS HOST:PORT (default: the cluster started here)")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+
+
+def parse_filters(texts: list[str]) -> list[tuple[str, str, str]]:
+    """`a=b` / `a!=b` strings as Ray's filter tuples; ValueError naming a malformed one."""
+    out = []
+    for t in texts:
+        if "!=" in t:
+            column, value = t.split("!=", 1)
+            predicate = "!="
+        elif "=" in t:
+            column, value = t.split("=", 1)
+            predicate = "="
+        else:
+            raise ValueError(f"--filter {t!r}: expected COLUMN=VALUE or COLUMN!=VALUE")
+        out.append((column.strip(), predicate, value.strip()))
+    return out
 
 
 def cmd_list(ns: argparse.Namespace) -> int:
-    """One line per entry; 1 when no GCS answers."""
-    from ember_common import rpc
+    """Prints the entries; 1 (with the reason on stderr) on a bad flag or an unreachable cluster."""
+    from ember.util.state import common
 
     address = cluster_address(ns)
     if address is None:
         return 1
-    client = gcs(address)
+    resource = RESOURCES[ns.what]
     try:
-        if ns.what == "actors":
-            lines = actor_lines(client.get_all_actor_info(),
-                                {n.node_id for n in client.get_all_node_info()}, ns.detail)
-        elif ns.what == "objects":
-            lines = object_lines(client.get_all_node_info())
-        elif ns.what == "nodes":
-            lines = node_lines(client.get_all_node_info())
-        elif ns.what == "placement-groups":
-            lines = placement_group_lines(placement_groups(address), ns.detail)
-        else:
-            lines = job_lines(client.get_all_job_info())
-    except rpc.ServiceError as e:
-        print(f"error: cannot reach the GCS at {address}: {e.code.name}", file=sys.stderr)
+        rows = fetch_rows(resource, address)
+        entries, matched = common.apply(resource, rows, filters=parse_filters(ns.filter), limit=ns.limit,
+                                        detail=ns.detail or ns.format == "table")
+    except (ValueError, ConnectionError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 1
-    finally:
-        client.close()
-    for line in lines:
-        print(line)
+    dicts = [e.asdict() for e in entries]
+    if ns.format == "json":
+        if not ns.detail:
+            keep = common.SCHEMAS[resource].list_columns(detail=False)
+            dicts = [{k: d[k] for k in keep} for d in dicts]
+        print(json.dumps(dicts, indent=2, default=str))
+    else:
+        for line in TABLES[resource](dicts, ns.detail):
+            print(line)
+    if matched > len(entries):
+        print(f"({matched - len(entries)} more entries; raise --limit to see them)", file=sys.stderr)
     return 0
 
 
-def cmd_memory(ns: argparse.Namespace) -> int:
-    """`ember memory`: every object in every node's store."""
-    return cmd_list(ns)
+def fetch_rows(resource: str, address: str) -> list[dict[str, Any]]:
+    """Every entry of a resource through the state door; unreachable parts noted on stderr."""
+    from ember._private import state
+
+    rows, missing = state.fetch(resource, address, timeout_s=10)
+    for m in missing:
+        print(f"  {m} did not answer; its entries are missing", file=sys.stderr)
+    return rows
 
 
-def actor_lines(actors: list[Any], nodes: set[str], detail: bool) -> list[str]:
+def _short(node_id: str | None) -> str:
+    return node_id[:12] if node_id else "-"
+
+
+def actor_lines(actors: list[dict[str, Any]], detail: bool) -> list[str]:
     """The actor table: NAME is the actor's name and NAMESPACE its namespace (as `ray list
-    actors`), both in full; '-' when unnamed."""
-    from ember_common.proto import common_pb2
-
+    actors`), both in full; '-' when unnamed; with detail the death cause under a dead one."""
     header = ["ACTOR_ID", "CLASS", "STATE", "NAME", "NAMESPACE", "NODE", "PID", "RESTARTS"]
     rows, causes = [], {}
     for a in actors:
-        state = common_pb2.ActorInfo.State.Name(a.state)
-        node = a.address.node_id[:12] if a.address.node_id in nodes else "-"
-        rows.append([a.actor_id.hex(), a.class_name, state, a.name or "-", a.namespace or "-", node,
-                     str(a.pid or "-"), str(a.num_restarts)])
-        if detail and a.state == common_pb2.ActorInfo.DEAD:
-            causes[len(rows) - 1] = a.death_cause.splitlines()[0] if a.death_cause else "-"
-    lines = table(header, rows, right=("PID", "RESTARTS"))
+        node = _short(a["node_id"]) if a["state"] != "DEAD" else "-"
+        rows.append([a["actor_id"], a["class_name"], a["state"], a["name"] or "-", a["ray_namespace"] or "-",
+                     node, str(a["pid"] or "-"), str(a["num_restarts"] or 0)])
+        if detail and a["state"] == "DEAD":
+            msg = (a.get("death_cause") or {}).get("error_message") or "-"
+            causes[len(rows) - 1] = msg.splitlines()[0]
+    return _with_notes(table(header, rows, right=("PID", "RESTARTS")), causes, "death cause: ")
+
+
+def _with_notes(lines: list[str], notes: dict[int, str], prefix: str = "") -> list[str]:
     out = lines[:1]
     for i, line in enumerate(lines[1:]):
         out.append(line)
-        if i in causes:
-            out.append(f"    death cause: {causes[i]}")
+        if i in notes:
+            out.append(f"    {prefix}{notes[i]}")
     return out
 
 
-def node_lines(nodes: list[Any]) -> list[str]:
-    """One line per node: id, state, raylet address, head, resources."""
-    from ember_common.proto import common_pb2
+def node_lines(nodes: list[dict[str, Any]], detail: bool) -> list[str]:
+    """One row per node: id, ip, head, state, used/total resources (and why a dead one died)."""
+    from .common import usage
 
-    out = []
+    header = ["NODE_ID", "NODE_IP", "IS_HEAD_NODE", "STATE", "RESOURCES"]
+    rows, why = [], {}
     for n in nodes:
-        state = "ALIVE" if n.state == common_pb2.NodeInfo.ALIVE else "DEAD"
-        out.append(f"{n.node_id} {state:6} {n.raylet_address:22} head={n.is_head} "
-                   f"{dict(n.total_resources)}")
-    return out
+        avail = n.get("resources_available") or {}
+        rows.append([n["node_id"], n["node_ip"], str(n["is_head_node"]), n["state"],
+                     usage(n["resources_total"], avail) if n["state"] == "ALIVE" else "-"])
+        if detail and n["state_message"]:
+            why[len(rows) - 1] = n["state_message"]
+    return _with_notes(table(header, rows), why)
 
 
-def placement_groups(address: str) -> list[Any]:
-    """Every placement group the GCS knows (removed ones included); rpc errors as ServiceError."""
-    import grpc
-
-    from ember_common import rpc
-    from ember_common.proto import gcs_pb2, gcs_pb2_grpc
-
-    ch = rpc.sync_channel(address)
-    try:
-        stub = gcs_pb2_grpc.PlacementGroupInfoGcsServiceStub(ch)
-        reply = stub.GetAllPlacementGroup(gcs_pb2.GetAllPlacementGroupRequest(), timeout=5)
-    except grpc.RpcError as e:
-        raise rpc.status_to_exception(e) from None
-    finally:
-        ch.close()
-    return list(reply.placement_groups)
-
-
-def placement_group_lines(groups: list[Any], detail: bool) -> list[str]:
-    """The placement group table (as `ray list placement-groups`): id, name, state, strategy,
-    bundles with their nodes; with detail, why a group waits or was removed."""
-    from ember_common.proto import common_pb2
-
-    PG = common_pb2.PlacementGroupInfo
+def placement_group_lines(groups: list[dict[str, Any]], detail: bool) -> list[str]:
+    """The placement group table: id, name, state, strategy, lifetime, bundles with their nodes;
+    with detail, why a group waits or was removed."""
     header = ["PLACEMENT_GROUP_ID", "NAME", "STATE", "STRATEGY", "LIFETIME", "BUNDLES"]
     rows, why = [], {}
     for g in groups:
-        bundles = " ".join(
-            f"{b.index}:{_fmt(dict(b.resources))}@{b.node_id[:8] if b.node_id else '-'}" for b in g.bundles)
-        rows.append([g.placement_group_id.hex(), g.name or "-", PG.State.Name(g.state),
-                     PG.Strategy.Name(g.strategy), "detached" if g.detached else "job", bundles])
-        if detail and g.state_message:
-            why[len(rows) - 1] = g.state_message
-    lines = table(header, rows)
-    out = lines[:1]
-    for i, line in enumerate(lines[1:]):
-        out.append(line)
-        if i in why:
-            out.append(f"    {why[i]}")
-    return out
+        bundles = " ".join(f"{b['bundle_id']}:{_fmt(b['unit_resources'])}@{(b['node_id'] or '-')[:8]}"
+                           for b in g["bundles"] or [])
+        rows.append([g["placement_group_id"], g["name"] or "-", g["state"], g["strategy"] or "-",
+                     "detached" if g["is_detached"] else "job", bundles])
+        if detail and g.get("state_message"):
+            why[len(rows) - 1] = g["state_message"]
+    return _with_notes(table(header, rows), why)
 
 
 def _fmt(resources: dict[str, float]) -> str:
     return ",".join(f"{k}={v:g}" for k, v in sorted(resources.items()))
 
 
-def job_lines(jobs: list[Any]) -> list[str]:
-    """One line per job: id, state, driver pid, entrypoint."""
-    return [f"{j.job_id.hex()} {'FINISHED' if j.is_dead else 'RUNNING':9} pid={j.driver_pid} "
-            f"{j.entrypoint[:60]}" for j in jobs]
+def job_lines(jobs: list[dict[str, Any]], detail: bool) -> list[str]:
+    """One row per job: job id, submission id, type, status, entrypoint (cut at 60)."""
+    header = ["JOB_ID", "SUBMISSION_ID", "TYPE", "STATUS", "ENTRYPOINT"]
+    rows = [[j["job_id"] or "-", j["submission_id"] or "-", j["type"], j["status"],
+             (j["entrypoint"] or "")[:60]] for j in jobs]
+    return table(header, rows)
 
 
-def object_lines(nodes: list[Any]) -> list[str]:
-    """Every object in every alive node's store: id, size, state, node, owner, pins."""
-    import grpc
+def worker_lines(workers: list[dict[str, Any]], detail: bool) -> list[str]:
+    """One row per worker or driver: id, type, alive, node, ip, pid (and the task it runs)."""
+    header = ["WORKER_ID", "WORKER_TYPE", "IS_ALIVE", "NODE", "IP", "PID", "TASK"]
+    rows = [[w["worker_id"], w["worker_type"], str(w["is_alive"]), _short(w["node_id"]), w["ip"],
+             str(w["pid"]), w.get("current_task") or "-"] for w in workers]
+    return table(header, rows, right=("PID",))
 
-    from ember_common import rpc
-    from ember_common.proto import common_pb2, objmgr_pb2, objmgr_pb2_grpc
 
+def object_lines(objects: list[dict[str, Any]], detail: bool) -> list[str]:
+    """Every object in every alive node's store: id, size, state, node, owner, pins; a total."""
     out = [f"{'OBJECT_ID':42} {'SIZE':>12} {'STATE':8} {'NODE':14} {'OWNER':18} PINS"]
     total = 0
-    for n in nodes:
-        if n.state != common_pb2.NodeInfo.ALIVE:
-            continue
-        ch = rpc.sync_channel(n.objmgr_address)
-        try:
-            reply = objmgr_pb2_grpc.ObjectManagerStub(ch).ListObjects(objmgr_pb2.ListObjectsRequest(),
-                                                                      timeout=5)
-        except grpc.RpcError as e:
-            out.append(f"  node {n.node_id[:12]}: object manager unreachable ({e.code().name})")
-            continue
-        finally:
-            ch.close()
-        for o in reply.objects:
-            total += o.size
-            out.append(f"{o.object_id.hex():42} {o.size:>12} {o.state:8} {n.node_id[:12]:14} "
-                       f"{o.owner_worker_id[:16]:18} {o.pins}")
+    for o in objects:
+        total += o["object_size"]
+        out.append(f"{o['object_id']:42} {o['object_size']:>12} {o['store_state']:8} {_short(o['node_id']):14} "
+                   f"{(o['owner_worker_id'] or '')[:16]:18} {o['pins']}")
     out.append(f"total {total / 2**20:.1f} MiB in shared memory and spill")
     return out
+
+
+TABLES = {"actors": actor_lines, "nodes": node_lines, "jobs": job_lines, "objects": object_lines,
+          "placement_groups": placement_group_lines, "workers": worker_lines}

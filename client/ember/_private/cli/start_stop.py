@@ -29,6 +29,12 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--metrics-export-port", type=int, default=0,
                    help="serve Prometheus metrics: raylet on N, object manager on N+1, GCS on "
                         "N+2 (head); 0 = off")
+    s.add_argument("--include-dashboard", action="store_true",
+                   help="start the dashboard (web UI + job REST API) on the head, port 8265")
+    s.add_argument("--dashboard-port", type=int, default=None,
+                   help="start the dashboard on the head on this port (0 = any free one)")
+    s.add_argument("--dashboard-host", default="127.0.0.1",
+                   help="interface the dashboard listens on (default loopback; 0.0.0.0 = all)")
     s.set_defaults(func=cmd_start)
     st = sub.add_parser("stop", help="stop every Ember node started on this machine")
     st.add_argument("--force", action="store_true")
@@ -87,22 +93,35 @@ def cmd_start(ns: argparse.Namespace) -> int:
             session_dir, gcs_address, resources=res, object_store_memory=store, is_head=ns.head,
             node_ip=ns.node_ip_address, metrics_export_port=ns.metrics_export_port)
         procs.extend(node_procs)
-    except RuntimeError as e:
+        dashboard = None
+        if ns.head and (ns.include_dashboard or ns.dashboard_port is not None):
+            port = node_mod.DEFAULT_DASHBOARD_PORT if ns.dashboard_port is None else ns.dashboard_port
+            dashboard = node_mod.start_dashboard(session_dir, gcs_address, host=ns.dashboard_host, port=port)
+            procs.append(dashboard)
+    except (RuntimeError, ValueError) as e:
         for p in procs:
             node_mod.stop_process(p.pid, popen=p.popen)
         print(f"error: {e}", file=sys.stderr)
         return 1
-    # Stop order: raylet, objmgr, then the GCS.
-    record.pids = [p.pid for p in node_procs] + [p.pid for p in procs if p not in node_procs]
+    # Stop order: the dashboard (a driver), raylet, objmgr, then the GCS.
+    record.pids = ([dashboard.pid] if dashboard else []) + [p.pid for p in node_procs] + [
+        p.pid for p in procs if p not in node_procs and p is not dashboard]
     record.save()
     if ns.head:
-        node_mod.write_current_cluster({"gcs_address": gcs_address, "session_dir": session_dir})
+        info = {"gcs_address": gcs_address, "session_dir": session_dir}
+        if dashboard is not None:
+            info["dashboard_url"] = f"http://{ns.dashboard_host}:{dashboard.port}"
+        node_mod.write_current_cluster(info)
         print(f"Ember head node started: GCS at {gcs_address} (storage: {ns.gcs_storage}).")
         print(f"  Add nodes:        ember start --address={gcs_address}")
         print("  Connect drivers:  ember.init(address='auto')   or   "
               f"ember.init(address='{gcs_address}')")
     else:
         print(f"Ember node {record.node_id[:8]} joined the cluster at {gcs_address}.")
+    if dashboard is not None:
+        host = ns.node_ip_address if ns.dashboard_host in ("0.0.0.0", "::") else ns.dashboard_host
+        print(f"  Dashboard: http://{host}:{dashboard.port}   (jobs: ember job submit / Ray's "
+              f"JobSubmissionClient('http://{host}:{dashboard.port}'))")
     print(f"  Resources: {res}")
     if ns.metrics_export_port:
         print("  Metrics:   " + ", ".join(f"{k} http://{ns.node_ip_address}:{v}/metrics"

@@ -80,24 +80,20 @@ def cmd_status(ns: argparse.Namespace) -> int:
 def placement_group_states(address: str) -> tuple[dict[str, int], list[tuple[str, str]]] | None:
     """Placement groups by state (REMOVED ones left out), and (hex id, why) of the waiting groups
     that can never be placed on the alive nodes; None when the GCS does not answer."""
-    from ember_common import rpc
-    from ember_common.proto import common_pb2
-
-    from .listing import placement_groups
+    from ember._private import state
 
     try:
-        groups = placement_groups(address)
-    except rpc.ServiceError:
+        groups, _ = state.fetch("placement_groups", address, timeout_s=5)
+    except ConnectionError:
         return None
-    PG = common_pb2.PlacementGroupInfo
     states: dict[str, int] = {}
-    never = []
+    never: list[tuple[str, str]] = []
     for g in groups:
-        if g.state != PG.REMOVED:
-            name = PG.State.Name(g.state)
-            states[name] = states.get(name, 0) + 1
-        if g.state in (PG.PENDING, PG.RESCHEDULING) and g.state_message.startswith("infeasible"):
-            never.append((g.placement_group_id.hex(), g.state_message))
+        if g["state"] != "REMOVED":
+            states[g["state"]] = states.get(g["state"], 0) + 1
+        why = g.get("state_message") or ""
+        if g["state"] in ("PENDING", "RESCHEDULING") and why.startswith("infeasible"):
+            never.append((g["placement_group_id"], why))
     return states, never
 
 
