@@ -87,7 +87,7 @@ def cmd_start(ns: argparse.Namespace) -> int:
             session_dir, gcs_address, resources=res, object_store_memory=store, is_head=ns.head,
             node_ip=ns.node_ip_address, metrics_export_port=ns.metrics_export_port)
         procs.extend(node_procs)
-    except RuntimeError as e:
+    except (RuntimeError, ValueError) as e:  # ValueError: the auth token configuration
         for p in procs:
             node_mod.stop_process(p.pid, popen=p.popen)
         print(f"error: {e}", file=sys.stderr)
