@@ -34,7 +34,7 @@ from typing import Any, Awaitable, Callable, TypeVar, cast
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from . import auth, channel_auth, metrics, tracing
+from . import auth, channel_auth, metrics, tls, tracing
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 # The context every async servicer method receives.
@@ -245,8 +245,9 @@ def build_server(
     service_names: list[str] | None = None,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Creates an asyncio gRPC server with the given servicers, the standard health service, the
-    token check (auth.py; on unless EMBER_AUTH_MODE=disabled) and the tracing / metrics
-    interceptors when those are on (nothing is added when they are off).
+    token check (auth.py; on unless EMBER_AUTH_MODE=disabled), mutual TLS when EMBER_USE_TLS=1
+    (tls.py) and the tracing / metrics interceptors when those are on (nothing is added when
+    they are off).
 
     Returns (server, bound_port, health_servicer). Binding a port in use raises OSError naming it.
     """
@@ -266,8 +267,10 @@ def build_server(
         add(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    creds = tls.server_credentials() if tls.enabled() else None  # TLSConfigError before binding
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = (server.add_secure_port(f"{host}:{port}", creds) if creds is not None
+                 else server.add_insecure_port(f"{host}:{port}"))
     except RuntimeError as exc:
         raise OSError(f"cannot listen on {host}:{port}: {exc}") from None
     if bound == 0:
@@ -295,16 +298,19 @@ def _auth_metric() -> None:
 
 def aio_channel(address: str, extra_options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
     """An asyncio channel with Ember's options (big messages, no gRPC-level retries) that sends
-    this process's auth token on every call."""
+    this process's auth token on every call, over mutual TLS when EMBER_USE_TLS=1."""
     opts = CHANNEL_OPTIONS + (extra_options or [])
-    channel = grpc.aio.insecure_channel(address, options=opts)
+    channel = (grpc.aio.secure_channel(address, tls.channel_credentials(), options=opts) if tls.enabled()
+               else grpc.aio.insecure_channel(address, options=opts))
     md = auth.client_metadata()
     return channel_auth.AioAuthChannel(channel, md) if md else channel
 
 
 def sync_channel(address: str) -> grpc.Channel:
-    """A blocking channel with Ember's options that sends the auth token on every call."""
-    channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    """A blocking channel with Ember's options that sends the auth token on every call (over
+    mutual TLS when EMBER_USE_TLS=1)."""
+    channel = (grpc.secure_channel(address, tls.channel_credentials(), options=CHANNEL_OPTIONS)
+               if tls.enabled() else grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
     md = auth.client_metadata()
     return grpc.intercept_channel(channel, channel_auth.SyncAuthInterceptor(md)) if md else channel
 
