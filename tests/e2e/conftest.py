@@ -175,14 +175,15 @@ class Cluster:
 @pytest.fixture(scope="session")
 def cluster(docker_services, docker_compose_command: str, docker_compose_file: str,
             docker_compose_project_name: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    missing = [i for i in IMAGES if subprocess.run(["docker", "image", "inspect", f"{i}:latest"],
+    tag = os.environ.get("EMBER_IMAGE_TAG") or "latest"  # as `make images` tagged them
+    missing = [i for i in IMAGES if subprocess.run(["docker", "image", "inspect", f"{i}:{tag}"],
                                                    capture_output=True).returncode != 0]
     if missing:
         pytest.fail(f"images {missing} are not built: run `make images` (docker/build-offline.sh)")
     env_file = tmp_path_factory.mktemp("compose") / "e2e.env"
     gcs_port, http_port = _free_port(), _free_port()
     token = secrets.token_hex(32)  # the cluster's token, as `make compose-env` writes it
-    env_file.write_text(f"EMBER_AUTH_TOKEN={token}\n"
+    env_file.write_text(f"EMBER_AUTH_TOKEN={token}\nEMBER_IMAGE_TAG={tag}\n"
                         f"EMBER_GCS_HOST_PORT={gcs_port}\nEMBER_HTTP_HOST_PORT={http_port}\n"
                         "EMBER_OBJECT_STORE_BYTES=134217728\nEMBER_SHM_SIZE=256m\n"
                         # generous: a loaded CI machine must not declare live nodes dead
