@@ -203,11 +203,16 @@ def http_authorized(headers: Any) -> bool:
     return False
 
 
-def _deny_reason(metadata: Any, expected: bytes) -> str | None:
+def _deny_reason(metadata: Any, expected: str) -> str | None:
+    """None when the metadata carries the expected header value (no allocation on that path)."""
     for key, value in metadata or ():
         if key == HEADER:
-            got = value.encode() if isinstance(value, str) else bytes(value)
-            return None if hmac.compare_digest(got, expected) else "wrong token"
+            try:
+                ok = hmac.compare_digest(value, expected) if isinstance(value, str) else \
+                    hmac.compare_digest(bytes(value), expected.encode())
+            except TypeError:  # a non-ASCII str value: not our token
+                ok = False
+            return None if ok else "wrong token"
     return "no token"
 
 
@@ -215,7 +220,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
     """Rejects calls without the right `authorization: Bearer <token>` (health checks pass)."""
 
     def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._expected = f"Bearer {token}"
 
     async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
         """Passes an authenticated call on; answers UNAUTHENTICATED otherwise."""
