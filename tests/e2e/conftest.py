@@ -22,6 +22,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -101,8 +102,15 @@ def docker_setup() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def docker_cleanup() -> list[str]:
-    return ["--profile tracing down -v --remove-orphans -t 10"]  # the profile: otlp goes too
+def compose_env_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The cluster's compose settings (written by `cluster`; `down` needs its token too)."""
+    return str(tmp_path_factory.mktemp("compose") / "e2e.env")
+
+
+@pytest.fixture(scope="session")
+def docker_cleanup(compose_env_file: str) -> list[str]:
+    # the profile: otlp goes too; the env file: compose requires EMBER_AUTH_TOKEN for any command
+    return [f'--env-file "{compose_env_file}" --profile tracing down -v --remove-orphans -t 10']
 
 
 @dataclass
@@ -173,14 +181,14 @@ class Cluster:
 
 
 @pytest.fixture(scope="session")
-def cluster(docker_services, docker_compose_command: str, docker_compose_file: str,
+def cluster(compose_env_file: str, docker_services, docker_compose_command: str, docker_compose_file: str,
             docker_compose_project_name: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tag = os.environ.get("EMBER_IMAGE_TAG") or "latest"  # as `make images` tagged them
     missing = [i for i in IMAGES if subprocess.run(["docker", "image", "inspect", f"{i}:{tag}"],
                                                    capture_output=True).returncode != 0]
     if missing:
         pytest.fail(f"images {missing} are not built: run `make images` (docker/build-offline.sh)")
-    env_file = tmp_path_factory.mktemp("compose") / "e2e.env"
+    env_file = Path(compose_env_file)
     gcs_port, http_port = _free_port(), _free_port()
     token = secrets.token_hex(32)  # the cluster's token, as `make compose-env` writes it
     env_file.write_text(f"EMBER_AUTH_TOKEN={token}\nEMBER_IMAGE_TAG={tag}\n"
