@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEV := $(VENV)/.dev-installed
 
-.PHONY: install demo test lint unit integration e2e images protos bench clean
+.PHONY: install demo test lint unit integration e2e images protos bench clean compose-env
 
 # What the tests and the demo need: the package (editable) with its dev extra.
 $(DEV): pyproject.toml
@@ -62,3 +62,9 @@ bench: $(DEV)
 
 clean:
 	rm -rf $(VENV) build *.egg-info client/*.egg-info
+
+# The compose cluster's auth token: appended to .env (mode 0600) when .env has none.
+compose-env:
+	@grep -qs '^EMBER_AUTH_TOKEN=' .env || { umask 077; \
+	  echo "EMBER_AUTH_TOKEN=$$(python3 -c 'import secrets; print(secrets.token_hex(32))')" >> .env; \
+	  echo "wrote a new EMBER_AUTH_TOKEN to .env"; }

@@ -5,6 +5,7 @@ With no arguments it checks the service this container runs (written by ember-co
 port comes from the service's port file, which the service writes once it is serving. gRPC
 services are asked through grpc.health.v1 (SERVING for their own service name); HTTP ones
 (serve-proxy, otlp) must answer an HTTP request. Exit 0 = healthy, 1 = not, with one line why.
+Health checks need no auth token; with EMBER_USE_TLS=1 they use the node's TLS files.
 Imports only grpc, so it costs little every few seconds.
 """
 from __future__ import annotations
@@ -15,10 +16,21 @@ SERVICES = {"gcs": "ember.Gcs", "raylet": "ember.Raylet", "objmgr": "ember.Objec
 
 
 def check_grpc(address: str, service: str) -> str | None:
+    import os
+
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as ch:
+    if os.environ.get("EMBER_USE_TLS", "").strip().lower() in ("1", "true", "yes", "on"):
+        def pem(var: str) -> bytes:
+            with open(os.environ[var], "rb") as f:
+                return f.read()
+        creds = grpc.ssl_channel_credentials(pem("EMBER_TLS_CA_CERT"), pem("EMBER_TLS_SERVER_KEY"),
+                                             pem("EMBER_TLS_SERVER_CERT"))
+        channel = grpc.secure_channel(address, creds)
+    else:
+        channel = grpc.insecure_channel(address)
+    with channel as ch:
         try:
             reply = health_pb2_grpc.HealthStub(ch).Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=3)

@@ -1,5 +1,9 @@
 """Shared fixtures. Every module is checked for leaked processes and object-store directories
-when it ends (the autouse fixture below is set up first, so it is torn down last)."""
+when it ends (the autouse fixture below is set up first, so it is torn down last).
+
+Auth: the whole session runs with HOME in a temporary directory and no EMBER_AUTH_* variables,
+so every cluster takes the default path (token mode, ~/.ember/auth_token created on first use)
+without touching the real ~/.ember."""
 from __future__ import annotations
 
 import glob
@@ -17,8 +21,24 @@ def _store_dirs() -> set[str]:
             | set(glob.glob(f"/tmp/ember-sessions/{mine}/spill/*")))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def auth_home(tmp_path_factory):
+    """HOME is a temporary directory with a fresh ~/.ember/auth_token; auth variables cleared."""
+    from ember_common import auth
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+    for name in (auth.MODE_ENV, auth.TOKEN_ENV, auth.PATH_ENV):
+        mp.delenv(name, raising=False)
+    auth.reset()
+    auth.ensure_token()  # as the first `ember start --head` / ember.init() would; services started
+    yield               # directly by a test find it too
+    mp.undo()
+    auth.reset()
+
+
 @pytest.fixture(autouse=True, scope="module")
-def no_leaks():
+def no_leaks(auth_home):
     before_dirs = _store_dirs()
     yield
     me = psutil.Process()

@@ -14,18 +14,22 @@
           │    └── OwnerDiedError
           ├── ObjectStoreFullError
           ├── GetTimeoutError         (also a TimeoutError)
-          └── RaySystemError          Ember itself failed (a bug or a lost service)
+          ├── RaySystemError          Ember itself failed (a bug or a lost service)
+          └── AuthenticationError     the cluster rejected this process's auth token
+                                      (also ember_common.rpc.AuthenticationError, a ServiceError)
 """
 from __future__ import annotations
 
 from typing import Any
+
+from ember_common import rpc as _rpc
 
 __all__ = [
     "RayError", "RayTaskError", "RayActorError", "ActorDiedError", "WorkerCrashedError",
     "NodeDiedError", "TaskCancelledError", "TaskUnschedulableError", "RuntimeEnvSetupError",
     "ObjectLostError",
     "OwnerDiedError", "ObjectStoreFullError", "GetTimeoutError", "RaySystemError",
-    "EmberError",
+    "EmberError", "AuthenticationError",
 ]
 
 
@@ -209,3 +213,12 @@ class GetTimeoutError(RayError, TimeoutError):
 
 class RaySystemError(RayError):
     """Ember itself failed (a lost service or an internal bug)."""
+
+
+class AuthenticationError(RayError, _rpc.AuthenticationError):
+    """The cluster rejected this process's auth token, or it sent none. The message names the
+    token source this process used (EMBER_AUTH_TOKEN, EMBER_AUTH_TOKEN_PATH or
+    ~/.ember/auth_token) and how to set the cluster's token (`ember get-auth-token`)."""
+
+
+_rpc.use_client_error(AuthenticationError)  # failed calls of the kit's clients raise this class

@@ -18,6 +18,9 @@ _OTHER_VARS = {
     "EMBER_METRICS_EXPORT_PORT",  # containers: docker/entrypoint.py turns it into --metrics-export-port
     # The image build and docker-compose.yml (a shell that runs the e2e tests or a driver has them).
     "EMBER_IMAGE_TAG", "EMBER_OS_IMAGE", "EMBER_EXTRAS", "EMBER_REBUILD_OS",
+    # Security (ember_common.auth, ember_common.tls).
+    "EMBER_AUTH_MODE", "EMBER_AUTH_TOKEN", "EMBER_AUTH_TOKEN_PATH",
+    "EMBER_USE_TLS", "EMBER_TLS_SERVER_CERT", "EMBER_TLS_SERVER_KEY", "EMBER_TLS_CA_CERT",
 }
 
 

@@ -18,6 +18,7 @@ subclass the core raised. Exception tree:
      +-- OutOfRange              OUT_OF_RANGE
      +-- Cancelled               CANCELLED
      +-- Internal                INTERNAL, UNKNOWN
+     +-- AuthenticationError     UNAUTHENTICATED     (the token is missing or wrong; see auth.py)
     A core's plain ValueError answers INVALID_ARGUMENT, TimeoutError DEADLINE_EXCEEDED, anything
     else INTERNAL (logged).
 """
@@ -33,7 +34,7 @@ from typing import Any, Awaitable, Callable, TypeVar, cast
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from . import metrics, tracing
+from . import auth, channel_auth, metrics, tls, tracing
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 # The context every async servicer method receives.
@@ -130,11 +131,19 @@ class Internal(ServiceError):
     code = grpc.StatusCode.INTERNAL
 
 
+class AuthenticationError(ServiceError):
+    """The peer rejected this process's token (or that it sent none). The message says which
+    token source this process used and how to set the cluster's token.
+    `ember.exceptions.AuthenticationError` is this class."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
 # Exception type -> gRPC status code, for servicers. First match wins (subclasses first).
 ERROR_TABLE: list[tuple[type[BaseException], grpc.StatusCode]] = [
     *((cls, cls.code) for cls in (NotFound, InvalidArgument, AlreadyExists, Infeasible,
                                    ResourceExhausted, Unavailable, DeadlineExceeded, DataLoss,
-                                   OutOfRange, Cancelled, Internal)),
+                                   OutOfRange, Cancelled, Internal, AuthenticationError)),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
 ]
@@ -194,7 +203,26 @@ def status_to_exception(err: grpc.RpcError) -> ServiceError:
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = (err.details() if hasattr(err, "details") else None) or code.name
     typ = _BY_CODE.get(code)
+    if typ is not None and issubclass(typ, AuthenticationError):
+        return typ(auth_hint(details))
     return typ(details) if typ is not None else ServiceError(f"{code.name}: {details}", code=code)
+
+
+def use_client_error(cls: type[ServiceError]) -> None:
+    """Makes status_to_exception raise cls (a subclass of a table class) for that class's code:
+    how `ember.exceptions.AuthenticationError` is both a RayError and this kit's error."""
+    _BY_CODE[cls.code] = cls
+
+
+def auth_hint(details: str) -> str:
+    """An UNAUTHENTICATED reply's text plus the token source this process used and the fix."""
+    try:
+        source = auth.load().source
+    except auth.AuthConfigError as e:
+        source = str(e)
+    return (f"authentication failed: {details}. This process used {source}; set "
+            f"{auth.TOKEN_ENV} (or {auth.PATH_ENV}) to the cluster's token, which "
+            "`ember get-auth-token` prints on the head node")
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -216,14 +244,20 @@ def build_server(
     port: int = 0,
     service_names: list[str] | None = None,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    """Creates an asyncio gRPC server with the given servicers, the standard health service and
-    the tracing / metrics interceptors when those are on (nothing is added when they are off).
+    """Creates an asyncio gRPC server with the given servicers, the standard health service, the
+    token check (auth.py; on unless EMBER_AUTH_MODE=disabled), mutual TLS when EMBER_USE_TLS=1
+    (tls.py) and the tracing / metrics interceptors when those are on (nothing is added when
+    they are off).
 
     Returns (server, bound_port, health_servicer). Binding a port in use raises OSError naming it.
     """
     # Tracing outside, metrics inside: the metrics interceptor then sees the registered handler
     # (the same object on every call) and wraps each method once.
-    interceptors = []
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    src = auth.require_token()  # auth on without a token: a one-line start-up error
+    if src.token is not None:
+        interceptors.append(auth.ServerInterceptor(src.token))
+        _auth_metric()
     if tracing.enabled():
         interceptors.append(_AioInterceptor(tracing.ServerInterceptor()))
     if metrics.enabled():
@@ -233,8 +267,10 @@ def build_server(
         add(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    creds = tls.server_credentials() if tls.enabled() else None  # TLSConfigError before binding
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = (server.add_secure_port(f"{host}:{port}", creds) if creds is not None
+                 else server.add_insecure_port(f"{host}:{port}"))
     except RuntimeError as exc:
         raise OSError(f"cannot listen on {host}:{port}: {exc}") from None
     if bound == 0:
@@ -248,14 +284,35 @@ async def mark_serving(health_servicer: health.aio.HealthServicer, names: list[s
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
 
-def aio_channel(address: str) -> grpc.aio.Channel:
-    """An asyncio channel with Ember's options (big messages, no gRPC-level retries)."""
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+_metric_registered = False
+
+
+def _auth_metric() -> None:
+    global _metric_registered
+    if metrics.enabled() and not _metric_registered:
+        _metric_registered = True
+        metrics.gauge("ember_rpc_unauthenticated_total",
+                      "gRPC calls this process rejected for a missing or wrong token",
+                      lambda: auth.rejected_total)
+
+
+def aio_channel(address: str, extra_options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
+    """An asyncio channel with Ember's options (big messages, no gRPC-level retries) that sends
+    this process's auth token on every call, over mutual TLS when EMBER_USE_TLS=1."""
+    opts = CHANNEL_OPTIONS + (extra_options or [])
+    channel = (grpc.aio.secure_channel(address, tls.channel_credentials(), options=opts) if tls.enabled()
+               else grpc.aio.insecure_channel(address, options=opts))
+    md = auth.client_metadata()
+    return channel_auth.AioAuthChannel(channel, md) if md else channel
 
 
 def sync_channel(address: str) -> grpc.Channel:
-    """A blocking channel with Ember's options."""
-    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    """A blocking channel with Ember's options that sends the auth token on every call (over
+    mutual TLS when EMBER_USE_TLS=1)."""
+    channel = (grpc.secure_channel(address, tls.channel_credentials(), options=CHANNEL_OPTIONS)
+               if tls.enabled() else grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
+    md = auth.client_metadata()
+    return grpc.intercept_channel(channel, channel_auth.SyncAuthInterceptor(md)) if md else channel
 
 
 class ChannelPool:

@@ -4,8 +4,9 @@ docker/build-offline.sh), and always torn down (`down -v`) at the end, even when
 
 Compose: v2 (`docker compose`) when the docker CLI has it, else v1 (`docker-compose`, Debian 12's
 package). v1 has no `up --wait`, so the fixture waits for every container's healthcheck itself.
-The cluster gets its own project name, free host ports and a small object store (an env file
-passed with --env-file, so this process's environment stays as it is).
+The cluster gets its own project name, free host ports, a small object store and a fresh auth
+token (an env file passed with --env-file); host drivers of the session get that token through
+EMBER_AUTH_TOKEN.
 
 Without a Docker engine every e2e test is skipped, saying so; CI (.ci/run) starts one and sets
 EMBER_TEST_REQUIRE_DOCKER=1, which turns the skip into an error.
@@ -14,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -99,8 +102,15 @@ def docker_setup() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def docker_cleanup() -> list[str]:
-    return ["--profile tracing down -v --remove-orphans -t 10"]  # the profile: otlp goes too
+def compose_env_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The cluster's compose settings (written by `cluster`; `down` needs its token too)."""
+    return str(tmp_path_factory.mktemp("compose") / "e2e.env")
+
+
+@pytest.fixture(scope="session")
+def docker_cleanup(compose_env_file: str) -> list[str]:
+    # the profile: otlp goes too; the env file: compose requires EMBER_AUTH_TOKEN for any command
+    return [f'--env-file "{compose_env_file}" --profile tracing down -v --remove-orphans -t 10']
 
 
 @dataclass
@@ -111,6 +121,7 @@ class Cluster:
     http_port: int
     gateway: str  # the host's address on the cluster network (what host drivers advertise)
     env_file: str = ""
+    token: str = ""  # EMBER_AUTH_TOKEN of the cluster (in its env file)
 
     def with_settings(self, extra: str) -> Cluster:
         """The same project, with more compose settings (KEY=VALUE lines) in its env file."""
@@ -118,7 +129,7 @@ class Cluster:
         with open(self.env_file) as src, open(path, "w") as dst:
             dst.write(src.read() + extra.strip() + "\n")
         return Cluster(self.project, self.compose.replace(self.env_file, path), self.gcs_port,
-                       self.http_port, self.gateway, path)
+                       self.http_port, self.gateway, path, self.token)
 
     def run(self, args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
         r = subprocess.run(f"{self.compose} {args}", shell=True, capture_output=True, text=True,
@@ -170,15 +181,18 @@ class Cluster:
 
 
 @pytest.fixture(scope="session")
-def cluster(docker_services, docker_compose_command: str, docker_compose_file: str,
+def cluster(compose_env_file: str, docker_services, docker_compose_command: str, docker_compose_file: str,
             docker_compose_project_name: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    missing = [i for i in IMAGES if subprocess.run(["docker", "image", "inspect", f"{i}:latest"],
+    tag = os.environ.get("EMBER_IMAGE_TAG") or "latest"  # as `make images` tagged them
+    missing = [i for i in IMAGES if subprocess.run(["docker", "image", "inspect", f"{i}:{tag}"],
                                                    capture_output=True).returncode != 0]
     if missing:
         pytest.fail(f"images {missing} are not built: run `make images` (docker/build-offline.sh)")
-    env_file = tmp_path_factory.mktemp("compose") / "e2e.env"
+    env_file = Path(compose_env_file)
     gcs_port, http_port = _free_port(), _free_port()
-    env_file.write_text(f"EMBER_GCS_HOST_PORT={gcs_port}\nEMBER_HTTP_HOST_PORT={http_port}\n"
+    token = secrets.token_hex(32)  # the cluster's token, as `make compose-env` writes it
+    env_file.write_text(f"EMBER_AUTH_TOKEN={token}\nEMBER_IMAGE_TAG={tag}\n"
+                        f"EMBER_GCS_HOST_PORT={gcs_port}\nEMBER_HTTP_HOST_PORT={http_port}\n"
                         "EMBER_OBJECT_STORE_BYTES=134217728\nEMBER_SHM_SIZE=256m\n"
                         # generous: a loaded CI machine must not declare live nodes dead
                         "EMBER_NODE_DEATH_TIMEOUT_S=10\n")
@@ -193,7 +207,18 @@ def cluster(docker_services, docker_compose_command: str, docker_compose_file: s
     net = json.loads(subprocess.run(["docker", "network", "inspect", f"{c.project}_default"],
                                     capture_output=True, text=True, check=True).stdout)[0]
     c.gateway = net["IPAM"]["Config"][0]["Gateway"]
-    yield c
+    c.token = token
+    # Host drivers of this session (in-process and subprocesses) use the cluster's token.
+    from ember_common import auth
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv(auth.TOKEN_ENV, token)
+    auth.reset()
+    try:
+        yield c
+    finally:
+        mp.undo()
+        auth.reset()
 
 
 DRIVER_PRELUDE = """

@@ -4,6 +4,7 @@ brings the node back."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
@@ -52,7 +53,8 @@ def test_raylet_port_in_use_exits_with_one_line(cluster: Cluster) -> None:
     """The raylet shares its node's network namespace with the objmgr, which holds port 8076."""
     objmgr = cluster.container("objmgr-worker")   # (compose v1's `run` cannot join a network)
     r = subprocess.run(["docker", "run", "--rm", "--network", f"container:{objmgr}",
-                        "--ipc", f"container:{objmgr}", "ember-raylet:latest", "raylet",
+                        "--ipc", f"container:{objmgr}", "-e", "EMBER_AUTH_TOKEN",  # value from our env
+                        f"ember-raylet:{os.environ.get('EMBER_IMAGE_TAG') or 'latest'}", "raylet",
                         "EMBER_RAYLET_PORT=8076"], capture_output=True, text=True, errors="replace",
                        timeout=120)
     assert r.returncode != 0

@@ -87,8 +87,10 @@ def test_deliberately_broken_object_is_caught() -> None:
 
 
 def _compose_value(raw: Any) -> str:
-    """`${VAR:-default}` as compose resolves it with VAR unset."""
-    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", str(raw))
+    """`${VAR:-default}` as compose resolves it with VAR unset; a required `${VAR:?why}` (a
+    secret such as EMBER_AUTH_TOKEN, from .env) as `<secret VAR>`."""
+    raw = re.sub(r"\$\{([A-Z0-9_]+):\?[^}]*\}", r"<secret \1>", str(raw))
+    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", raw)
 
 
 def _compose_services() -> dict[str, dict[str, Any]]:
@@ -112,7 +114,9 @@ def _k8s_settings(objs: list[dict[str, Any]], container: dict[str, Any]) -> dict
         cm = _by(objs, "ConfigMap", src["configMapRef"]["name"])
         settings.update(cm["data"])
     for e in container.get("env", []):
-        settings[e["name"]] = e.get("value", "<from the pod>")
+        secret = e.get("valueFrom", {}).get("secretKeyRef")
+        settings[e["name"]] = (f"<secret {e['name']}>" if secret  # stands for compose's ${VAR:?...}
+                               else e.get("value", "<from the pod>"))
     settings.update(a.split("=", 1) for a in container.get("args", [])[1:] if "=" in a)
     return settings
 
@@ -198,3 +202,12 @@ def test_containers_run_unprivileged(base) -> None:
         assert sc["allowPrivilegeEscalation"] is False
         assert sc["readOnlyRootFilesystem"] is True
         assert sc["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_the_auth_token_comes_from_a_secret_in_every_ember_pod(base) -> None:
+    for obj, c in _containers(base):
+        if c["image"].split(":")[0] == "ember-etcd":
+            continue
+        token = [e for e in c.get("env", []) if e["name"] == "EMBER_AUTH_TOKEN"]
+        assert token and token[0]["valueFrom"]["secretKeyRef"] == {"name": "ember-auth", "key": "token"}, \
+            (obj["metadata"]["name"], c["name"])

@@ -14,6 +14,7 @@ import ember
 from ember import serve
 from ember.serve import api as serve_api
 from ember.testing import wait_for as _wait_for
+from ember_common import auth
 
 
 def wait_for(cond, timeout=30.0, what="condition"):
@@ -61,7 +62,8 @@ def test_seed_example_two_gpu_replicas(url):
             gpus.add(tuple(r.json()["gpu"]))
         assert gpus == {(0,), (1,)}  # both replicas served, each with its own GPU
         assert c.get(url + "/-/healthz").text == "success"
-        assert c.get(url + "/-/routes").json() == {"/": "llm"}
+        assert c.get(url + "/-/routes").status_code == 401  # the admin view needs the token
+        assert c.get(url + "/-/routes", headers=auth.http_headers()).json() == {"/": "llm"}
         # malformed JSON is the client's fault; a user exception is a 500; both keep serving
         r = c.post(url + "/", content=b"{not json", headers={"content-type": "application/json"})
         assert r.status_code == 400 and "malformed JSON" in r.text

@@ -209,7 +209,7 @@ def _ok(u: str) -> bool:
 def test_standalone_proxy_continues_the_incoming_trace(url):
     """The proxy as compose runs it (python -m ember_serve_proxy with the same flags), tracing to
     files: an incoming traceparent becomes the parent of the proxy's span and of the replica call."""
-    from ember_common import tracing
+    from ember_common import auth, tracing
 
     serve.run(Echo.bind(), name="echo2", route_prefix="/e2")
     gcs = ember.get_runtime_context().gcs_address
@@ -226,7 +226,9 @@ def test_standalone_proxy_continues_the_incoming_trace(url):
             wait_for(lambda: _ok(u + "/e2/x"), 30, "the standalone proxy to route")
             r = httpx.get(u + "/e2/x", timeout=30, headers={"traceparent": f"00-{trace_id}-{parent}-01"})
             assert r.json()["path"] == "/e2/x"
-            assert httpx.get(u + "/-/routes", timeout=30).json().get("/e2") == "echo2"
+            assert httpx.get(u + "/-/routes", timeout=30).status_code == 401  # an admin view
+            assert httpx.get(u + "/-/routes", timeout=30,
+                             headers=auth.http_headers()).json().get("/e2") == "echo2"
             m = httpx.get(f"http://127.0.0.1:{mport}/metrics", timeout=30).text
             assert 'ember_serve_proxy_request_seconds_count{application="echo2",status="200"}' in m
             assert 'ember_serve_proxy_inflight_requests{deployment="echo2#Echo"} 0.0' in m

@@ -61,6 +61,13 @@ def write_info(info: dict[str, Any]) -> None:
     kv_put(_key(info["submission_id"]), json.dumps(info).encode(), namespace=NAMESPACE)
 
 
+# EMBER_ variables a job's driver keeps: its node's IP, log level, trace dir, and the cluster's
+# auth/TLS set-up.
+_PASSED_ENV = ("EMBER_NODE_IP", "EMBER_LOG_LEVEL", "EMBER_TRACE_DIR", "EMBER_AUTH_MODE",
+               "EMBER_AUTH_TOKEN", "EMBER_AUTH_TOKEN_PATH", "EMBER_USE_TLS", "EMBER_TLS_SERVER_CERT",
+               "EMBER_TLS_SERVER_KEY", "EMBER_TLS_CA_CERT")
+
+
 class JobSupervisor:
     """Runs one entrypoint as a subprocess on its node; keeps its output and its record."""
 
@@ -78,7 +85,7 @@ class JobSupervisor:
             with zipfile.ZipFile(io.BytesIO(working_dir_zip)) as z:
                 z.extractall(self.dir)
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith("EMBER_") or k in ("EMBER_NODE_IP", "EMBER_LOG_LEVEL", "EMBER_TRACE_DIR")}
+               if not k.startswith("EMBER_") or k in _PASSED_ENV}
         env["EMBER_ADDRESS"] = ember.get_runtime_context().gcs_address
         env["PYTHONUNBUFFERED"] = "1"
         # `python` in the entrypoint is the one running this worker (its venv)

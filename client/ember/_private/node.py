@@ -3,6 +3,10 @@ the nodes of `ember start`.
 
 Every service binds its port itself (port 0 = any free one) and writes it to a port file, so
 there is no race over free ports. Logs go to <session_dir>/logs/<name>.{out,err}.
+
+Auth (ember_common.auth): `start_gcs` (a head node, the embedded cluster) creates
+~/.ember/auth_token (0600) when auth is on and no token is configured; `start_node` requires
+one. Every service gets the token in its environment, never on its command line.
 """
 from __future__ import annotations
 
@@ -63,7 +67,10 @@ def start_service(module: str, args: list[str], session_dir: str, name: str,
         cmd.append("--die-with-parent")
     out = open(os.path.join(logs, f"{name}.out"), "ab")
     err = open(os.path.join(logs, f"{name}.err"), "ab")
+    from ember_common import auth
+
     full_env = dict(os.environ)
+    full_env.update(auth.service_env())
     full_env.update(env or {})
     popen = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=full_env,
                              start_new_session=not die_with_parent, close_fds=True)
@@ -154,9 +161,12 @@ def metrics_ports(base: int) -> dict[str, int]:
 def start_gcs(session_dir: str, *, port: int = 0, storage: str = "memory", host: str = "0.0.0.0",
               die_with_parent: bool = False, cluster_name: str = "default",
               metrics_export_port: int = 0) -> ServiceProcess:
-    """Starts a GCS (its command line from ember_common.settings.GcsSettings)."""
+    """Starts a GCS (its command line from ember_common.settings.GcsSettings), creating the
+    auth token file first when auth is on and no token is configured."""
+    from ember_common import auth
     from ember_common.settings import GcsSettings
 
+    auth.ensure_token()
     args = GcsSettings(port=port, host=host, storage=storage, cluster_name=cluster_name,
                        session_dir=session_dir, metrics_export_port=metrics_export_port).to_argv()
     return start_service("ember_gcs", args, session_dir, "gcs", die_with_parent=die_with_parent)
@@ -170,8 +180,11 @@ def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float
     """Starts an object manager and a raylet for one node (metrics on ports
     `metrics_ports(metrics_export_port)` when it is not 0). Bad resources raise ValueError
     naming the resource before anything starts."""
+    from ember_common import auth
     from ember_common import resources as kit_resources
     from ember_common.ids import new_node_id
+
+    auth.require_token()  # a node never starts open by accident
     from ember_common.settings import ObjmgrSettings, RayletSettings
 
     resources = kit_resources.validate(resources, source="node resources")

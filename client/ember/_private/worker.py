@@ -163,6 +163,8 @@ def _pick_node(gcs_address: str) -> common_pb2.NodeInfo:
     with SyncGcsClient(gcs_address, retry=backoff.NO_RETRY, timeout_s=10) as gcs:
         try:
             nodes = gcs.get_all_node_info()
+        except rpc.AuthenticationError:
+            raise  # reached, but refused: ember.exceptions.AuthenticationError says how to fix it
         except rpc.ServiceError as e:
             raise ConnectionError(f"cannot reach the Ember GCS at {gcs_address}: {e}") from None
     alive = [n for n in nodes if n.state == common_pb2.NodeInfo.ALIVE]

@@ -187,6 +187,8 @@ def _wait_routed(route_prefix: str, deadline: float) -> None:
     import json
     import urllib.request
 
+    from ember_common import auth
+
     addr = _current_proxy()
     if addr is None:
         return
@@ -195,7 +197,8 @@ def _wait_routed(route_prefix: str, deadline: float) -> None:
     unreachable_until = time.monotonic() + 5.0
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=5) as r:
+            req = urllib.request.Request(url, headers=auth.http_headers())  # an admin view: token
+            with urllib.request.urlopen(req, timeout=5) as r:
                 if route_prefix in json.loads(r.read()):
                     return
             unreachable_until = float("inf")  # it answers: wait for the route until the deadline

@@ -123,9 +123,8 @@ class Puller:
         chans = self._channels.get(source)
         if chans is None:
             # Separate connections: one HTTP/2 connection is served by one thread at each end.
-            opts = rpc.CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)]
-            chans = self._channels[source] = [grpc.aio.insecure_channel(source, options=opts)
-                                              for _ in range(self.streams)]
+            opts: list[tuple[str, Any]] = [("grpc.use_local_subchannel_pool", 1)]
+            chans = self._channels[source] = [rpc.aio_channel(source, opts) for _ in range(self.streams)]
         return [ch.unary_stream(METHOD, request_serializer=objmgr_pb2.ReadRangeRequest.SerializeToString,
                                 response_deserializer=None) for ch in chans]
 

@@ -1,5 +1,9 @@
 """The proxy's ASGI app: `/-/healthz`, `/-/routes`, and every other path routed by prefix.
 
+The application routes and `/-/healthz` are public; the `/-/routes` admin view needs the
+cluster's token (`Authorization: Bearer <token>` or the `ember-authentication-token` cookie,
+ember_common.auth) and answers 401 without it.
+
 Per request: match the longest route prefix (RouteTable, refreshed by a long poll on the
 controller, never per request), buffer the body, take a replica from the deployment's Router
 (power of two choices; queue while every replica is at max_ongoing_requests; 503 past
@@ -19,7 +23,7 @@ from typing import Any
 
 from ember.exceptions import ActorDiedError, RayActorError
 from ember.serve._private.router import BackPressureError, RouteTable
-from ember_common import tracing
+from ember_common import auth, tracing
 
 log = logging.getLogger(__name__)
 _ATTEMPTS = 3
@@ -108,6 +112,11 @@ class ProxyApp:
             if path == "/-/healthz":
                 return await _simple(send, 200, "success")
             if path == "/-/routes":
+                if not auth.http_authorized(scope.get("headers", ())):
+                    log.warning("rejected /-/routes from %s: no or wrong token", scope.get("client"))
+                    return await _simple(send, 401, "/-/routes needs the cluster's auth token "
+                                         "(Authorization: Bearer <token>; `ember get-auth-token`)",
+                                         [(b"www-authenticate", b"Bearer"), *_TEXT])
                 routes = {p: a for p, a in table.prefixes}
                 return await _simple(send, 200, json.dumps(routes), [(b"content-type", b"application/json")])
         if not table.ready.is_set():

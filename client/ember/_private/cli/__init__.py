@@ -14,6 +14,8 @@
     ember job submit|status|logs|stop ...                  # job submission (job.py)
     ember trace show TRACE_ID [--dir SPAN_DIR]             # one trace as a tree (trace.py)
     ember microbenchmark [--filter NAME] [--duration-s S]  # Ray's microbenchmarks (bench.py)
+    ember get-auth-token [--generate]                      # the cluster token (auth_cmd.py)
+    ember tls generate DIR [--hostname NAME ...]           # CA + node certs for mTLS (tls_cmd.py)
 
 Each module adds its sub-parsers with `add_parser(sub)` and binds its command with
 `set_defaults(func=...)`; heavy imports (the core worker, protos) happen inside the commands,
@@ -24,9 +26,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, job, listing, start_stop, state_cli, status, trace
+from . import auth_cmd, bench, job, listing, start_stop, state_cli, status, tls_cmd, trace
 
-_GROUPS = (start_stop, status, listing, state_cli, trace, bench, job)
+_GROUPS = (start_stop, status, listing, state_cli, trace, bench, job, auth_cmd, tls_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

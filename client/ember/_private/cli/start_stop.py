@@ -98,7 +98,7 @@ def cmd_start(ns: argparse.Namespace) -> int:
             port = node_mod.DEFAULT_DASHBOARD_PORT if ns.dashboard_port is None else ns.dashboard_port
             dashboard = node_mod.start_dashboard(session_dir, gcs_address, host=ns.dashboard_host, port=port)
             procs.append(dashboard)
-    except (RuntimeError, ValueError) as e:
+    except (RuntimeError, ValueError) as e:  # ValueError: the auth token configuration
         for p in procs:
             node_mod.stop_process(p.pid, popen=p.popen)
         print(f"error: {e}", file=sys.stderr)
