@@ -51,6 +51,7 @@ def _targets(c) -> dict[str, tuple[str, str, object]]:
     """service -> (address, method path, request) of a harmless read RPC."""
     node = c.nodes[0].record
     probe = Probe.remote()
+    c.probe = probe  # an actor lives while a handle does (Ray's lifetime): keep its worker up
     worker = f"127.0.0.1:{ember.get(probe.core_port.remote(), timeout=60)}"
     return {
         "gcs": (c.gcs_address, "/ember.NodeInfoGcsService/GetAllNodeInfo", gcs_pb2.GetAllNodeInfoRequest()),

@@ -98,12 +98,12 @@ def test_actor_constructor_and_methods_are_checked(ray_start):
 
 
 def test_handles_from_get_actor_check_calls(ray_start):
-    Acc.options(name="acc-by-name").remote(1)
+    owner = Acc.options(name="acc-by-name").remote(1)  # keeps the (non-detached) actor alive
     h = ray.get_actor("acc-by-name")
     with pytest.raises(TypeError, match="missing a required argument: 'x'"):
         h.add.remote()
     assert ray.get(h.add.remote(2), timeout=60) == 3
-    ray.kill(h)
+    ray.kill(owner)
 
 
 def test_tasks_check_calls_too(ray_start):
