@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import socket
 import sys
 from typing import Any, Awaitable, Callable
 
@@ -23,6 +24,20 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default=os.environ.get("EMBER_LOG_LEVEL", "INFO"))
     parser.add_argument("--metrics-export-port", type=int, default=0,
                         help="serve Prometheus metrics at http://HOST:PORT/metrics (0 = off)")
+
+
+def listen_http(host: str, port: int, backlog: int) -> socket.socket | None:
+    """A listening TCP socket for an HTTP service (uvicorn serves on it), or None after one
+    line on stderr saying why it cannot listen."""
+    try:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError as e:
+        print(f"error: cannot listen on {host}:{port}: {e}", file=sys.stderr)
+        return None
+    return sock
 
 
 def setup(ns: Any, name: str) -> None:

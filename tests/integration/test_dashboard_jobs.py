@@ -20,7 +20,8 @@ import pytest
 
 from ember.job_submission import JobStatus, JobSubmissionClient, JobType
 
-RAY_PYTHON = "/work/rayvenv/bin/python"
+# Ray 2.60 is not a dependency: its interpreter (a venv with `ray[default]==2.60.0`) is optional.
+RAY_PYTHON = os.environ.get("EMBER_TEST_RAY_PYTHON", "/work/rayvenv/bin/python")
 
 
 def ember_cli(env, *args, check=True):

@@ -14,7 +14,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -40,13 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --gcs-address (or EMBER_ADDRESS) is required", file=sys.stderr)
         return 2
     service.setup(ns, "dashboard")
-    try:
-        sock = socket.socket(socket.AF_INET6 if ":" in ns.host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((ns.host, ns.port))
-        sock.listen(128)
-    except OSError as e:
-        print(f"error: cannot listen on {ns.host}:{ns.port}: {e}", file=sys.stderr)
+    sock = service.listen_http(ns.host, ns.port, backlog=128)
+    if sock is None:
         return 1
     import ember
     from ember_common import backoff

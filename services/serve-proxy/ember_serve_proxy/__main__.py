@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import socket
 import sys
 from collections.abc import Iterator
 
@@ -31,13 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --gcs-address (or EMBER_ADDRESS) is required", file=sys.stderr)
         return 2
     service.setup(ns, "serve-proxy")
-    try:
-        sock = socket.socket(socket.AF_INET6 if ":" in ns.host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((ns.host, ns.port))
-        sock.listen(2048)
-    except OSError as e:
-        print(f"error: cannot listen on {ns.host}:{ns.port}: {e}", file=sys.stderr)
+    sock = service.listen_http(ns.host, ns.port, backlog=2048)
+    if sock is None:
         return 1
     import ember
     from ember_common import backoff
