@@ -52,6 +52,9 @@ class Config:
     object_store_memory_fraction: float = 0.3
     # A runtime env's working_dir / py_modules package may be at most this big, zipped (Ray: 500 MiB).
     runtime_env_max_package_bytes: int = 500 * 1024 * 1024
+    # An owner keeps at most this many bytes of task specs to rebuild lost objects (Ray's
+    # max_lineage_bytes); past it the oldest lineage is evicted.
+    max_lineage_bytes: int = 1024 * 1024 * 1024
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Config:

@@ -243,8 +243,12 @@ class TaskSubmitter:
             return
         if reply.nested:  # refs nested in the results: the results hold them
             self.core.refs.take_nested(reply.nested)
+        shared = False
         for ret in reply.returns:
             self.core.set_object(ret)
+            shared = shared or ret.in_plasma
+        if shared:  # a return in shared memory can be lost with its node: keep its lineage
+            self.core.record_lineage(entry)
 
     def finish_with_error(self, entry: TaskEntry, error: BaseException) -> None:
         """The task (or actor call) failed with error: its returns (or stream) raise it."""
