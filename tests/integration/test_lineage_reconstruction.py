@@ -1,0 +1,153 @@
+"""Object fault tolerance on a real multi-node cluster: a task's return lost with its node is
+rebuilt on get by running the task again (its lost arguments first), within max_retries; a put
+object or an object whose owner died is not, and get names why. Nodes are killed with SIGKILL
+(raylet, object manager and workers); replacement nodes bring the resources the reruns need."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember import exceptions as ex
+from ember.testing import LocalCluster, wait_for
+
+N = 256 * 1024  # int64s: 2 MiB, far over the inline limit, so values live in shared memory
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EMBER_NODE_DEATH_TIMEOUT_S", "2")
+    c = LocalCluster()
+    try:
+        c.add_node({"CPU": 1}, is_head=True)
+        ember.init(address=c.gcs_address)
+        yield c
+    finally:
+        ember.shutdown()
+        c.shutdown()
+        mp.undo()
+
+
+def core():
+    return ember._private.worker.global_worker().core
+
+
+def node_of(ref) -> str:
+    entry = core().store.get(ref.binary())
+    assert entry is not None and entry.in_plasma, "expected a value in shared memory"
+    return entry.node_id
+
+
+def kill_and_wait(c, node) -> None:
+    c.kill_raylet(node)
+    wait_for(lambda: not any(n["NodeID"] == node.node_id and n["Alive"] for n in ember.nodes()),
+             timeout_s=30, what=f"node {node.node_id} to be marked dead")
+
+
+@ember.remote(max_retries=2)
+def produce(n, start):
+    return np.arange(start, start + n, dtype=np.int64)
+
+
+@ember.remote(max_retries=2)
+def add_one(a):
+    return a + 1
+
+
+def test_a_return_lost_with_its_node_is_rebuilt_on_get(cluster):
+    a = cluster.add_node({"CPU": 1, "lin1": 1})
+    ref = produce.options(resources={"lin1": 1}).remote(N, 7)
+    ready, _ = ember.wait([ref], timeout=120)
+    assert ready and node_of(ref) == a.node_id  # not read yet: the only copy is on node a
+    before = core().ref_table.lineage.stats()["reconstructions"]
+
+    cluster.kill_raylet(a)  # no wait for the GCS to notice: the failed pull is the signal
+    b = cluster.add_node({"CPU": 1, "lin1": 1})
+    value = ember.get(ref, timeout=180)
+    assert value[0] == 7 and value[-1] == 7 + N - 1 and len(value) == N
+    assert node_of(ref) == b.node_id
+    assert core().ref_table.lineage.stats()["reconstructions"] == before + 1
+
+
+def test_lost_arguments_are_rebuilt_first_recursively(cluster):
+    pa = cluster.add_node({"CPU": 1, "lin2a": 1})
+    pb = cluster.add_node({"CPU": 1, "lin2b": 1})
+    x = produce.options(resources={"lin2a": 1}).remote(N, 100)
+    y = add_one.options(resources={"lin2b": 1}).remote(x)
+    ready, _ = ember.wait([y], timeout=120)
+    assert ready and node_of(x) == pa.node_id and node_of(y) == pb.node_id
+    del x  # its value is freed; the lineage y needs stays with the owner
+    lineage = core().ref_table.lineage
+    before = lineage.stats()["reconstructions"]
+
+    kill_and_wait(cluster, pa)  # the node with the argument
+    kill_and_wait(cluster, pb)  # and the node with the output
+    cluster.add_node({"CPU": 1, "lin2a": 1})
+    cluster.add_node({"CPU": 1, "lin2b": 1})
+    value = ember.get(y, timeout=180)
+    assert value[0] == 101 and value[-1] == 100 + N and len(value) == N
+    assert lineage.stats()["reconstructions"] == before + 2  # y, and x under it
+
+    # Dropping y drops the whole chain's lineage: nothing grows per task.
+    entries = lineage.stats()["entries"]
+    del y, value, ready
+    wait_for(lambda: lineage.stats()["entries"] <= entries - 2, timeout_s=10,
+             what="y's and x's lineage to be dropped with y's last reference")
+
+
+def test_a_task_with_no_retries_left_is_not_rebuilt_and_get_says_why(cluster):
+    a = cluster.add_node({"CPU": 1, "lin3": 1})
+    ref = produce.options(resources={"lin3": 1}, max_retries=0).remote(N, 1)
+    ready, _ = ember.wait([ref], timeout=120)
+    assert ready and node_of(ref) == a.node_id
+    kill_and_wait(cluster, a)
+    with pytest.raises(ex.ObjectReconstructionFailedMaxAttemptsExceededError,
+                       match=r"produce\(\).*max_retries=0"):
+        ember.get(ref, timeout=60)
+    # The cluster keeps working, and the error is an ObjectLostError as Ray's is.
+    assert issubclass(ex.ObjectReconstructionFailedMaxAttemptsExceededError, ex.ObjectLostError)
+    assert ember.get(add_one.remote(1), timeout=60) == 2
+
+
+def test_lineage_does_not_grow_with_tasks_whose_refs_are_gone(cluster):
+    lineage = core().ref_table.lineage
+    start = lineage.stats()["entries"]
+    for i in range(20):  # bounded: 20 big-return tasks, each ref dropped after its get
+        ref = produce.remote(N, i)
+        assert ember.get(ref, timeout=60)[0] == i
+        del ref
+    wait_for(lambda: lineage.stats()["entries"] <= start, timeout_s=10,
+             what="the lineage of released returns to be dropped")
+    assert lineage.stats()["bytes"] >= 0
+
+
+class Holder:
+    def __init__(self):
+        self.ref = None
+
+    def make(self):
+        self.ref = ember.put(np.arange(N, dtype=np.int64))
+        return [self.ref]  # nested: the caller borrows it; the actor owns it
+
+
+def test_a_lost_put_object_raises_object_lost_error(cluster):
+    """A put() value has no lineage: lost with its node's object store, get raises
+    ObjectLostError naming what failed (its owner, an actor, is still alive)."""
+    n = cluster.add_node({"CPU": 1, "lin5": 1})
+    holder = ember.remote(Holder).options(resources={"lin5": 1}).remote()
+    [ref] = ember.get(holder.make.remote(), timeout=120)
+    cluster.kill_objmgr(n)
+    with pytest.raises(ex.ObjectLostError, match="is lost") as info:
+        ember.get(ref, timeout=60)
+    assert not isinstance(info.value, ex.OwnerDiedError)
+    assert ember.get(add_one.remote(1), timeout=60) == 2
+
+
+def test_an_object_whose_owner_died_raises_owner_died_error(cluster):
+    n = cluster.add_node({"CPU": 1, "lin6": 1})
+    holder = ember.remote(Holder).options(resources={"lin6": 1}).remote()
+    [ref] = ember.get(holder.make.remote(), timeout=120)
+    kill_and_wait(cluster, n)
+    with pytest.raises(ex.OwnerDiedError, match="owner"):
+        ember.get(ref, timeout=60)
