@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar, cast
 
 import grpc
 
 from ember import exceptions as exc
-from ember_common import ids, metrics, rpc, tracing
+from ember_common import ids, rpc, tracing
 from ember_common.config import Config
 from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 
 from .memory_store import MemoryStore
 from .object_ref import ObjectRef, OwnerAddress
 from .plasma import PlasmaClient
-from .reconstruction import Reconstructor, register_metric
+from .reconstruction import Reconstructor
 from .reference_table import ReferenceTable
 from .serialization import ERROR_METADATA, SerializedValue, deserialize, deserialize_proto
 
@@ -33,10 +32,7 @@ if TYPE_CHECKING:
     from .core_worker import CoreWorker
     from .task_queue import TaskEntry
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
-# A get rebuilds one lost object at most this many times (each run draws on max_retries too).
-MAX_RECOVERIES = 10
 
 
 class ObjectAPI:
@@ -55,7 +51,6 @@ class ObjectAPI:
     objmgr: objmgr_pb2_grpc.ObjectManagerAsyncStub
     _nodes: dict[str, common_pb2.NodeInfo]
     _reconstructor: Reconstructor | None = None
-    _lineage_metric = False
 
     if TYPE_CHECKING:  # CoreWorker's loop plumbing and node view
         def run(self, coro: Awaitable[T] | Callable[[], Awaitable[T]],
@@ -184,19 +179,8 @@ class ObjectAPI:
 
     async def _materialize_or_recover(self, entry: common_pb2.ReturnObject, ref: ObjectRef,
                                       timeout: float | None) -> Any:
-        """materialize_async; when every copy of an owned object is lost, its task runs again
-        (arguments rebuilt first, recursively) and the new value is read."""
-        for _ in range(MAX_RECOVERIES):
-            try:
-                return await self.materialize_async(entry, ref.owner_address)
-            except exc.ObjectLostError as e:
-                if not self._recoverable(entry, ref):
-                    raise
-                log.info("object %s is lost (%s); reconstructing it", ref.hex(), e)
-            await self.reconstructor().recover(ref.binary())
-            entry = await self.wait_object(ref, timeout)
-        raise exc.ObjectReconstructionFailedError(
-            ref.hex(), f"Object {ref.hex()} was lost again after {MAX_RECOVERIES} reconstructions")
+        """materialize_async; an owned object whose every copy is lost is rebuilt first."""
+        return await self.reconstructor().read(entry, ref, timeout)
 
     def reconstructor(self) -> Reconstructor:
         """The driver of this process's lineage (made on first use)."""
@@ -206,18 +190,8 @@ class ObjectAPI:
         return r
 
     def record_lineage(self, entry: TaskEntry) -> None:
-        """Loop thread: a normal task finished with a return in shared memory; its owner keeps
-        what rebuilding the return needs (lineage.py) while the return is referenced."""
-        spec = entry.spec
-        if spec.actor_id or spec.streaming:
-            return
-        lineage = self.ref_table.lineage
-        if not self._lineage_metric:
-            self._lineage_metric = True
-            if metrics.enabled():
-                register_metric(lineage)
-        lineage.record(spec, entry.key, entry.retry_allowlist, entry.retries_left,
-                       self.ref_table.is_referenced)
+        """Loop thread: a task finished with a return in shared memory; keep its lineage."""
+        self.reconstructor().record(entry)
 
     def _ready_now(self, refs: list[ObjectRef], errors_ready: bool) -> dict[bytes, Any]:
         """In a worker that would lend its CPUs to wait: the entries of borrowed refs whose

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from ember import exceptions as exc
 from ember_common import metrics, tracing
 from ember_common.proto import common_pb2, objmgr_pb2, objmgr_pb2_grpc
 
@@ -37,13 +38,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 2.0  # an object manager that does not answer this soon counts as lost
 MAX_DEPTH = 100  # arguments rebuilt recursively, at most this deep
+# A get rebuilds one lost object at most this many times (each run draws on max_retries too).
+MAX_RECOVERIES = 10
+
+
+_counted: list[Lineage] = []  # the lineage the metric reads: this process's current core's
 
 
 def register_metric(lineage: Lineage) -> None:
-    """The reconstructions counter in this process's metrics registry (no-op when off)."""
-    metrics.gauge("ember_object_reconstructions_total",
-                  "Lost objects this owner started rebuilding from their lineage",
-                  lambda: float(lineage.reconstructions))
+    """The reconstructions counter in this process's metrics registry (once per process; a
+    later core's lineage replaces the one it reads; no-op while metrics are off)."""
+    first = not _counted
+    _counted[:] = [lineage]
+    if first and metrics.enabled():
+        metrics.gauge("ember_object_reconstructions_total",
+                      "Lost objects this owner started rebuilding from their lineage",
+                      lambda: float(_counted[0].reconstructions))
+    elif first:
+        _counted.clear()  # metrics off: nothing registered, try again with the next core
 
 
 class Reconstructor:
@@ -52,6 +64,34 @@ class Reconstructor:
     def __init__(self, core: CoreWorker) -> None:
         self.core = core
         self.lineage = core.ref_table.lineage
+        register_metric(self.lineage)
+
+    def record(self, entry: TaskEntry) -> None:
+        """A normal task finished with a return in shared memory: its owner keeps what
+        rebuilding the return needs while the return is referenced (actor calls and streams
+        are not recorded)."""
+        spec = entry.spec
+        if spec.actor_id or spec.streaming:
+            return
+        self.lineage.record(spec, entry.key, entry.retry_allowlist, entry.retries_left,
+                            self.core.ref_table.is_referenced)
+
+    async def read(self, entry: common_pb2.ReturnObject, ref: ObjectRef,
+                   timeout: float | None) -> Any:
+        """The value of entry; when every copy of the owned object is lost, its task runs
+        again (lost arguments rebuilt first) and the new value is read."""
+        core = self.core
+        for _ in range(MAX_RECOVERIES):
+            try:
+                return await core.materialize_async(entry, ref.owner_address)
+            except exc.ObjectLostError as e:
+                if not (entry.in_plasma and core.ref_table.owns(ref.binary())):
+                    raise
+                log.info("object %s is lost (%s); reconstructing it", ref.hex(), e)
+            await self.recover(ref.binary())
+            entry = await core.wait_object(ref, timeout)
+        raise exc.ObjectReconstructionFailedError(
+            ref.hex(), f"Object {ref.hex()} was lost again after {MAX_RECOVERIES} reconstructions")
 
     async def recover(self, oid: bytes, depth: int = 0) -> None:
         """Starts rebuilding the owned object oid (or joins the run already going on); returns
@@ -63,9 +103,9 @@ class Reconstructor:
         spec = plan.spec
         try:
             if tracing.enabled():
-                with tracing.span(f"reconstruct {spec.name}", **{
-                        "ember.object_id": oid.hex(), "ember.task_id": plan.task_id.hex(),
-                        "ember.attempt": spec.attempt}):
+                attrs: dict[str, Any] = {"ember.object_id": oid.hex(), "ember.attempt": spec.attempt,
+                                         "ember.task_id": plan.task_id.hex()}
+                with tracing.span(f"reconstruct {spec.name}", **attrs):
                     arg_refs = await self._prepare(spec, depth)
                     spec.trace_context.clear()
                     tracing.submit_span(f"submit {spec.name}", spec.trace_context,
