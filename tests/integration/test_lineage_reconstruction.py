@@ -4,12 +4,19 @@ object or an object whose owner died is not, and get names why. Nodes are killed
 (raylet, object manager and workers); replacement nodes bring the resources the reruns need."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
 import ember
 from ember import exceptions as ex
 from ember.testing import LocalCluster, wait_for
+from ember_common import tracing
 
 N = 256 * 1024  # int64s: 2 MiB, far over the inline limit, so values live in shared memory
 
@@ -151,3 +158,57 @@ def test_an_object_whose_owner_died_raises_owner_died_error(cluster):
     kill_and_wait(cluster, n)
     with pytest.raises(ex.OwnerDiedError, match="owner"):
         ember.get(ref, timeout=60)
+
+
+TRACED_DRIVER = textwrap.dedent("""
+    import json, numpy as np
+    import ember
+    from ember.testing import LocalCluster
+    from ember_common import metrics
+    from opentelemetry import trace
+    from prometheus_client import generate_latest
+
+    metrics.configure(1, "driver")  # this process's registry (no endpoint is served)
+    with LocalCluster() as c:
+        c.add_node({"CPU": 1}, is_head=True)
+        a = c.add_node({"CPU": 1, "t": 1})
+        ember.init(address=c.gcs_address)
+
+        @ember.remote(max_retries=1, resources={"t": 1})
+        def produce():
+            return np.arange(256 * 1024, dtype=np.int64)
+
+        with trace.get_tracer("test").start_as_current_span("job") as root:
+            trace_id = format(root.get_span_context().trace_id, "032x")
+            ref = produce.remote()
+            ember.wait([ref], timeout=120)
+            c.kill_raylet(a)
+            c.add_node({"CPU": 1, "t": 1})
+            ok = int(ember.get(ref, timeout=120)[-1]) == 256 * 1024 - 1
+        text = generate_latest(metrics.registry()).decode()
+        ember.shutdown()
+    print(json.dumps({"trace_id": trace_id, "ok": ok, "metrics": text}))
+""")
+
+
+def test_a_reconstruction_has_a_span_and_is_counted(tmp_path):
+    """Tracing on: the rerun is a `reconstruct produce` span in the get's trace, with the
+    rerun's submit and execute spans under it; metrics on: the counter says 1."""
+    env = dict(os.environ, OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path),
+               OTEL_BSP_SCHEDULE_DELAY="100", EMBER_NODE_DEATH_TIMEOUT_S="2")
+    r = subprocess.run([sys.executable, "-c", TRACED_DRIVER], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["ok"]
+    assert "ember_object_reconstructions_total 1.0" in out["metrics"]
+    spans = tracing.read_trace(str(tmp_path), out["trace_id"])
+    rec = [s for s in spans if s["name"] == "reconstruct produce"]
+    assert len(rec) == 1, sorted(s["name"] for s in spans)
+    ids = {s["span_id"]: s for s in spans}
+    under = [s for s in spans if s["parent_id"] == rec[0]["span_id"]]
+    assert any(s["name"] == "submit produce" for s in under)
+    submit = next(s for s in under if s["name"] == "submit produce")
+    assert any(s["name"] == "execute produce" and s["parent_id"] == submit["span_id"]
+               for s in spans)
+    assert rec[0]["parent_id"] in ids  # inside the driver's trace, not a root of its own
