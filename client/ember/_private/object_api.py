@@ -174,8 +174,8 @@ class ObjectAPI:
 
     # ---------------------------------------------------------------- lineage reconstruction
     def _recoverable(self, entry: common_pb2.ReturnObject, ref: ObjectRef) -> bool:
-        """A value in shared memory that this process owns: its lineage may rebuild it."""
-        return entry.in_plasma and self.ref_table.owns(ref.binary())
+        """An owned task return in shared memory: its lineage may rebuild it."""
+        return entry.in_plasma and self.reconstructor().recoverable(entry, ref)
 
     async def _materialize_or_recover(self, entry: common_pb2.ReturnObject, ref: ObjectRef,
                                       timeout: float | None) -> Any:

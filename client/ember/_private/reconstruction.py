@@ -28,7 +28,7 @@ from ember import exceptions as exc
 from ember_common import metrics, tracing
 from ember_common.proto import common_pb2, objmgr_pb2, objmgr_pb2_grpc
 
-from .lineage import InFlight, Lineage, task_of
+from .lineage import InFlight, Lineage, is_put, task_of
 from .object_ref import ObjectRef, OwnerAddress
 from .task_queue import TaskEntry
 
@@ -76,6 +76,12 @@ class Reconstructor:
         self.lineage.record(spec, entry.key, entry.retry_allowlist, entry.retries_left,
                             self.core.ref_table.is_referenced)
 
+    def recoverable(self, entry: common_pb2.ReturnObject, ref: ObjectRef) -> bool:
+        """A task return in shared memory that this process owns (a put() value has no
+        lineage: its loss is reported as it is)."""
+        oid = ref.binary()
+        return entry.in_plasma and not is_put(oid) and self.core.ref_table.owns(oid)
+
     async def read(self, entry: common_pb2.ReturnObject, ref: ObjectRef,
                    timeout: float | None) -> Any:
         """The value of entry; when every copy of the owned object is lost, its task runs
@@ -85,10 +91,14 @@ class Reconstructor:
             try:
                 return await core.materialize_async(entry, ref.owner_address)
             except exc.ObjectLostError as e:
-                if not (entry.in_plasma and core.ref_table.owns(ref.binary())):
+                if not self.recoverable(entry, ref):
                     raise
-                log.info("object %s is lost (%s); reconstructing it", ref.hex(), e)
-            await self.recover(ref.binary())
+                lost = e
+            log.info("object %s is lost (%s); reconstructing it", ref.hex(), lost)
+            try:
+                await self.recover(ref.binary())
+            except exc.ObjectLostError as why:  # say both: why it was lost, why not rebuilt
+                raise type(why)(why.object_id, f"{why} [it was lost: {lost}]") from None
             entry = await core.wait_object(ref, timeout)
         raise exc.ObjectReconstructionFailedError(
             ref.hex(), f"Object {ref.hex()} was lost again after {MAX_RECOVERIES} reconstructions")
