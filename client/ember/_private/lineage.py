@@ -93,7 +93,8 @@ class Lineage:
             raise ValueError(f"max_lineage_bytes must be >= 0, got {max_bytes}")
         self.owner = owner_worker_id
         self.max_bytes = max_bytes
-        self._lock = threading.Lock()
+        # Reentrant: an ObjectRef collected while this thread holds it releases through here.
+        self._lock = threading.RLock()
         self._entries: dict[bytes, _Entry] = {}  # task id -> entry
         self._specs: collections.OrderedDict[bytes, None] = collections.OrderedDict()  # eviction order
         self._pending: set[bytes] = set()  # task ids being run again
