@@ -103,6 +103,22 @@ def test_lost_arguments_are_rebuilt_first_recursively(cluster):
              what="y's and x's lineage to be dropped with y's last reference")
 
 
+def test_a_task_whose_argument_was_lost_before_it_ran_gets_it_rebuilt(cluster):
+    """The consumer is submitted after the producer's node died: its worker cannot fetch the
+    argument, so the owner rebuilds the argument and runs the consumer again."""
+    a = cluster.add_node({"CPU": 1, "lin7": 1})
+    x = produce.options(resources={"lin7": 1}).remote(N, 5)
+    ready, _ = ember.wait([x], timeout=120)
+    assert ready and node_of(x) == a.node_id
+    lineage = core().ref_table.lineage
+    before = lineage.stats()["reconstructions"]
+    cluster.kill_raylet(a)
+    cluster.add_node({"CPU": 1, "lin7": 1})
+    value = ember.get(add_one.remote(x), timeout=180)
+    assert value[0] == 6 and value[-1] == 5 + N and len(value) == N
+    assert lineage.stats()["reconstructions"] == before + 1
+
+
 def test_a_task_with_no_retries_left_is_not_rebuilt_and_get_says_why(cluster):
     a = cluster.add_node({"CPU": 1, "lin3": 1})
     ref = produce.options(resources={"lin3": 1}, max_retries=0).remote(N, 1)

@@ -193,6 +193,15 @@ class ObjectAPI:
         """Loop thread: a task finished with a return in shared memory; keep its lineage."""
         self.reconstructor().record(entry)
 
+    def retry_after_lost_argument(self, entry: TaskEntry,
+                                  reply: core_worker_pb2.PushTaskReply) -> bool:
+        """Loop thread: True when the task failed only because an owned argument was lost;
+        the argument is being rebuilt and the task will be resubmitted after it."""
+        first = reply.returns[0]
+        if first.in_plasma or first.value.metadata != ERROR_METADATA:
+            return False
+        return self.reconstructor().retry_after_lost_argument(entry, first)
+
     def _ready_now(self, refs: list[ObjectRef], errors_ready: bool) -> dict[bytes, Any]:
         """In a worker that would lend its CPUs to wait: the entries of borrowed refs whose
         owner has them now (asked without waiting), so that only a real wait lends. An owner's

@@ -30,6 +30,7 @@ from ember_common.proto import common_pb2, objmgr_pb2, objmgr_pb2_grpc
 
 from .lineage import InFlight, Lineage, is_put, task_of
 from .object_ref import ObjectRef, OwnerAddress
+from .serialization import deserialize_proto
 from .task_queue import TaskEntry
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class Reconstructor:
             except exc.ObjectLostError as e:
                 if not self.recoverable(entry, ref):
                     raise
-                lost = e
+                lost = str(e)  # not the exception: its traceback would hold this frame's refs
             log.info("object %s is lost (%s); reconstructing it", ref.hex(), lost)
             try:
                 await self.recover(ref.binary())
@@ -139,6 +140,40 @@ class Reconstructor:
             store.add_waiter(watch, fut)
             fut.add_done_callback(lambda _: self.lineage.finished(plan.task_id))
         self.core.submitter.submit(entry)
+
+    def retry_after_lost_argument(self, entry: TaskEntry, error: common_pb2.ReturnObject) -> bool:
+        """A task's worker could not fetch an argument (its reply's error, not the user's): when
+        that argument is an owned task return that is lost, rebuild it and resubmit the task
+        (one of the task's retries). True when that is under way."""
+        spec = entry.spec
+        if spec.actor_id or spec.streaming or entry.retries_left == 0:
+            return False
+        try:
+            err = deserialize_proto(error.value)
+            lost = bytes.fromhex(getattr(err, "object_id", "") or "")
+        except Exception:
+            return False
+        if (not isinstance(err, exc.ObjectLostError) or isinstance(err, exc.OwnerDiedError)
+                or is_put(lost) or not self.core.ref_table.owns(lost)
+                or not any(r.binary() == lost for r in entry.arg_refs)
+                or (task_of(lost) not in self.lineage)):
+            return False
+        if entry.retries_left is not None and entry.retries_left > 0:
+            entry.retries_left -= 1
+        spec.attempt += 1
+        log.info("%s() could not fetch its argument %s (%s): rebuilding it, then retrying",
+                 spec.name, lost.hex(), err)
+        asyncio.ensure_future(self._rebuild_then_resubmit(entry, lost))
+        return True
+
+    async def _rebuild_then_resubmit(self, entry: TaskEntry, lost: bytes) -> None:
+        submitter = self.core.submitter
+        try:
+            await self.recover(lost)
+        except exc.ObjectLostError as why:
+            submitter.finish_with_error(entry, why)
+            return
+        submitter.submit(entry)
 
     async def _prepare(self, spec: common_pb2.TaskSpec, depth: int) -> list[Any]:
         """The refs the rerun holds (its ref arguments); owned ones that are lost are rebuilt

@@ -231,6 +231,9 @@ class TaskSubmitter:
     # -------------------------------------------------------------- results
     def complete(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
         """Records a finished task's results (or, for a generator, its item count)."""
+        if entry.arg_refs and not reply.is_application_error and reply.returns and \
+                self.core.retry_after_lost_argument(entry, reply):
+            return  # its worker could not fetch a lost owned argument: rebuilt, then resubmitted
         self.tasks.pop(entry.spec.task_id, None)
         if entry.spec.streaming:
             st = self.core.generators.get(entry.spec.task_id)
