@@ -119,6 +119,18 @@ def test_a_task_whose_argument_was_lost_before_it_ran_gets_it_rebuilt(cluster):
     assert lineage.stats()["reconstructions"] == before + 1
 
 
+def test_several_returns_lost_together_are_rebuilt_by_one_get(cluster):
+    a = cluster.add_node({"CPU": 1, "lin8": 1})
+    refs = [produce.options(resources={"lin8": 1}).remote(N, 1000 * i) for i in range(3)]
+    ready, _ = ember.wait(refs, num_returns=3, timeout=120)
+    assert len(ready) == 3 and {node_of(r) for r in refs} == {a.node_id}
+    del ready
+    cluster.kill_raylet(a)
+    cluster.add_node({"CPU": 2, "lin8": 2})
+    values = ember.get(refs, timeout=180)
+    assert [int(v[0]) for v in values] == [0, 1000, 2000]
+
+
 def test_a_task_with_no_retries_left_is_not_rebuilt_and_get_says_why(cluster):
     a = cluster.add_node({"CPU": 1, "lin3": 1})
     ref = produce.options(resources={"lin3": 1}, max_retries=0).remote(N, 1)

@@ -170,7 +170,9 @@ class ObjectAPI:
 
     async def _recover_all(self, entries: list[common_pb2.ReturnObject], refs: list[ObjectRef],
                            timeout: float | None) -> list[Any]:
-        return [await self._materialize_or_recover(e, r, timeout) for e, r in zip(entries, refs)]
+        # Concurrently: objects lost with one node are rebuilt side by side.
+        return list(await asyncio.gather(*(self._materialize_or_recover(e, r, timeout)
+                                           for e, r in zip(entries, refs))))
 
     # ---------------------------------------------------------------- lineage reconstruction
     def _recoverable(self, entry: common_pb2.ReturnObject, ref: ObjectRef) -> bool:
