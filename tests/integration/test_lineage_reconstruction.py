@@ -240,3 +240,49 @@ def test_a_reconstruction_has_a_span_and_is_counted(tmp_path):
     assert any(s["name"] == "execute produce" and s["parent_id"] == submit["span_id"]
                for s in spans)
     assert rec[0]["parent_id"] in ids  # inside the driver's trace, not a root of its own
+
+
+BOUNDED_DRIVER = textwrap.dedent("""
+    import json, numpy as np
+    import ember
+    from ember import exceptions as ex
+    from ember.testing import LocalCluster
+
+    with LocalCluster() as c:
+        c.add_node({"CPU": 1}, is_head=True)
+        a = c.add_node({"CPU": 1, "t": 1})
+        ember.init(address=c.gcs_address)
+
+        @ember.remote(max_retries=3, resources={"t": 1})
+        def produce():
+            return np.arange(256 * 1024, dtype=np.int64)
+
+        ref = produce.remote()
+        ember.wait([ref], timeout=120)
+        lineage = ember._private.worker.global_worker().core.ref_table.lineage
+        stats = lineage.stats()
+        c.kill_raylet(a)
+        c.add_node({"CPU": 1, "t": 1})
+        try:
+            ember.get(ref, timeout=120)
+            error = None
+        except ex.ObjectLostError as e:
+            error = [type(e).__name__, str(e)]
+        ember.shutdown()
+    print(json.dumps({"stats": stats, "error": error}))
+""")
+
+
+def test_lineage_past_the_byte_bound_is_evicted_and_get_says_so():
+    """EMBER_MAX_LINEAGE_BYTES bounds what an owner keeps: with a bound below one spec, the
+    spec is evicted at once and the lost return fails naming the eviction and the variable."""
+    env = dict(os.environ, EMBER_MAX_LINEAGE_BYTES="1", EMBER_NODE_DEATH_TIMEOUT_S="2")
+    r = subprocess.run([sys.executable, "-c", BOUNDED_DRIVER], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["stats"]["entries"] == 1 and out["stats"]["bytes"] == 0
+    assert out["stats"]["evictions"] == 1
+    name, message = out["error"]
+    assert name == "ObjectReconstructionFailedLineageEvictedError"
+    assert "EMBER_MAX_LINEAGE_BYTES" in message and "evicted" in message
