@@ -198,7 +198,9 @@ class Reconstructor:
             r.ClearField("resolved")
             if not self.lineage.in_flight(task_of(aid)) and await self._lost(aid, nodes):
                 if depth >= MAX_DEPTH:
-                    raise RecursionError(f"lineage deeper than {MAX_DEPTH} tasks")
+                    raise exc.ObjectReconstructionFailedError(aid.hex(), (
+                        f"Object {aid.hex()} is lost and cannot be reconstructed: more than "
+                        f"{MAX_DEPTH} lost tasks deep in a chain of arguments"))
                 await self.recover(aid, depth + 1)
         return refs
 
