@@ -46,6 +46,9 @@ class Config:
     worker_startup_timeout_s: float = 60.0
     # Workers idle this long beyond the node's prestarted ones are stopped.
     worker_idle_timeout_s: float = 10.0
+    # An owner keeps at most this many bytes of task specs to rebuild lost objects (Ray's
+    # max_lineage_bytes); past it the oldest lineage is evicted.
+    max_lineage_bytes: int = 1024 * 1024 * 1024
     # Seconds to wait for a service process to come up.
     start_timeout_s: float = 30.0
     # Fraction of memory used for the object store when none is given.

@@ -91,7 +91,8 @@ class CoreWorker(ObjectAPI):
         # counts (any thread, under the table's lock).
         self.store = MemoryStore()
         self.ref_table = ReferenceTable(self.worker_id, on_release=self._release_soon,
-                                        on_pending=self._refs_pending)
+                                        on_pending=self._refs_pending,
+                                        max_lineage_bytes=config.max_lineage_bytes)
         # ObjectRefs count straight into the table (no frame of ours on the hot path).
         self.add_local_ref = self.ref_table.add_local_ref
         self.remove_local_ref = self.ref_table.remove_local_ref

@@ -231,6 +231,9 @@ class TaskSubmitter:
     # -------------------------------------------------------------- results
     def complete(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
         """Records a finished task's results (or, for a generator, its item count)."""
+        if entry.arg_refs and not reply.is_application_error and reply.returns and \
+                self.core.retry_after_lost_argument(entry, reply):
+            return  # its worker could not fetch a lost owned argument: rebuilt, then resubmitted
         self.tasks.pop(entry.spec.task_id, None)
         if entry.spec.streaming:
             st = self.core.generators.get(entry.spec.task_id)
@@ -243,8 +246,12 @@ class TaskSubmitter:
             return
         if reply.nested:  # refs nested in the results: the results hold them
             self.core.refs.take_nested(reply.nested)
+        shared = False
         for ret in reply.returns:
             self.core.set_object(ret)
+            shared = shared or ret.in_plasma
+        if shared:  # a return in shared memory can be lost with its node: keep its lineage
+            self.core.record_lineage(entry)
 
     def finish_with_error(self, entry: TaskEntry, error: BaseException) -> None:
         """The task (or actor call) failed with error: its returns (or stream) raise it."""
