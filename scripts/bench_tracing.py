@@ -2,23 +2,28 @@
 
 Each round runs the microbenchmark's "single client tasks async" workload (batches of 1,000
 `small_value.remote()` then one get) in a fresh embedded cluster, once with tracing off and once
-exporting OTLP/gRPC to a receiver process on loopback (ember.testing.otlp_receiver), alternating.
+exporting OTLP/gRPC to a sink process on loopback, alternating. The sink (started by this
+script) takes each Export call's bytes and answers without parsing them, so that what it costs
+(it stands for the tracing backend, not for Ember, and shares the machine's cores) stays small;
+its CPU is reported apart. `--receiver` uses ember.testing.otlp_receiver instead (parses every
+span and writes it as a JSON line, as the tests read them).
 Reported per run: tasks/s (wall clock: noise on a loaded machine) and CPU µs per task of the
-driver and of every process under it (raylet, workers, ...: user + system from psutil), which
-stays meaningful under load. The receiver's CPU is reported apart (it stands for the tracing
-backend, not for Ember).
+driver and of every process under it (raylet, workers, ...: user + system from psutil) over the
+timed batches, which stays meaningful under load.
 
     .venv/bin/python scripts/bench_tracing.py [--rounds 3] [--batches 8] [--sampler-arg 1.0]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from typing import Iterator
 
 _CHILD = r"""
 import json, os, sys, time
@@ -39,27 +44,67 @@ for _ in range(3):
 me = psutil.Process()
 
 def cpu():
-    total = sum(me.cpu_times()[:2])
+    out = {"driver": sum(me.cpu_times()[:2])}
     for p in me.children(recursive=True):
         try:
-            t = p.cpu_times()
-            total += t.user + t.system
+            t, cmd = p.cpu_times(), " ".join(p.cmdline())
         except psutil.NoSuchProcess:
-            pass
-    return total
+            continue
+        name = next((n for n in ("gcs", "raylet", "objmgr", "worker") if n in cmd), "other")
+        out[name] = out.get(name, 0.0) + t.user + t.system
+    return out
 
 n = int(sys.argv[1])
 c0, t0 = cpu(), time.perf_counter()
 for _ in range(n):
     batch()
 wall = time.perf_counter() - t0
-from ember_common import tracing
-tracing.flush()  # the driver's spans are exported (and paid for) inside the measurement
-time.sleep(6.0)  # the workers export within their 5 s schedule delay (OTEL_BSP_SCHEDULE_DELAY)
-c1 = cpu()
-print("RESULT " + json.dumps({"tasks_per_s": n * 1000 / wall, "cpu_us_per_task": (c1 - c0) / (n * 1000) * 1e6}))
+c1 = cpu()  # spans still queued (under one export batch per process) are not counted
+per = {k: (v - c0.get(k, 0.0)) / (n * 1000) * 1e6 for k, v in c1.items()}
+print("RESULT " + json.dumps({"tasks_per_s": n * 1000 / wall, "cpu_us_per_task": sum(per.values()),
+                              **{"cpu_" + k: v for k, v in per.items()}}))
 ember.shutdown()
 """
+
+
+_SINK = r"""
+import sys, time
+from concurrent import futures
+import grpc
+
+def export(request, context):
+    return b""  # an empty ExportTraceServiceResponse
+
+handler = grpc.method_handlers_generic_handler("opentelemetry.proto.collector.trace.v1.TraceService", {
+    "Export": grpc.unary_unary_rpc_method_handler(export)})  # bytes in, bytes out: nothing parsed
+server = grpc.server(futures.ThreadPoolExecutor(2))
+server.add_generic_rpc_handlers((handler,))
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+print(port, flush=True)
+sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def sink() -> Iterator[tuple[str, int]]:
+    """(OTLP/gRPC endpoint, pid) of a process that accepts exports and drops them."""
+    p = subprocess.Popen([sys.executable, "-c", _SINK], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        yield f"http://127.0.0.1:{int(p.stdout.readline())}", p.pid
+    finally:
+        assert p.stdin is not None
+        p.stdin.close()
+        p.wait(10)
+
+
+@contextlib.contextmanager
+def receiver() -> Iterator[tuple[str, int]]:
+    from ember.testing.otlp_receiver import OtlpReceiver
+
+    with tempfile.TemporaryDirectory() as d, OtlpReceiver(d) as rx:
+        yield rx.grpc_endpoint, rx.proc.pid
 
 
 def run_one(tracing_on: bool, batches: int, endpoint: str, sampler_arg: float) -> dict:
@@ -84,14 +129,13 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=8, help="batches of 1,000 tasks per run")
     ap.add_argument("--sampler-arg", type=float, default=1.0,
                     help="below 1: parentbased_traceidratio with this ratio")
+    ap.add_argument("--receiver", action="store_true",
+                    help="export to ember.testing.otlp_receiver (parses and writes every span)")
     args = ap.parse_args()
     import psutil
 
-    from ember.testing.otlp_receiver import OtlpReceiver
-
-    with tempfile.TemporaryDirectory() as d, OtlpReceiver(d) as rx:
-        endpoint = rx.grpc_endpoint
-        rproc = psutil.Process(rx.proc.pid)
+    with (receiver() if args.receiver else sink()) as (endpoint, pid):
+        rproc = psutil.Process(pid)
         res: dict[str, list[dict]] = {"off": [], "on": []}
         for i in range(args.rounds):
             for mode in ("off", "on"):

@@ -289,9 +289,9 @@ class _Poller:
                     self.streaming.clear()
                     return
                 for sid, data, done, error in batch:
-                    inbox = self.inboxes.get(sid)
-                    if inbox is not None:
-                        inbox.put(data, done, error)
+                    box = self.inboxes.get(sid)
+                    if box is not None:
+                        box.put(data, done, error)
                         if done:
                             self.close(sid)
         finally:
