@@ -11,7 +11,12 @@ Reported per run: tasks/s (wall clock: noise on a loaded machine) and CPU µs pe
 driver and of every process under it (raylet, workers, ...: user + system from psutil) over the
 timed batches, which stays meaningful under load.
 
-    .venv/bin/python scripts/bench_tracing.py [--rounds 3] [--batches 8] [--sampler-arg 1.0]
+`--inproc` measures only what tracing itself costs per task, in one process: the submit span,
+the execute span (with its context attached and detached) and the export of both (OTLP/gRPC to
+the sink, flushed after every 1,000 tasks), as CPU time of the process (all threads): the
+figure to compare before/after a change to the tracing code, robust under load.
+
+    .venv/bin/python scripts/bench_tracing.py [--rounds 3] [--batches 8] [--sampler-arg 1.0] [--inproc]
 """
 from __future__ import annotations
 
@@ -107,6 +112,46 @@ def receiver() -> Iterator[tuple[str, int]]:
         yield rx.grpc_endpoint, rx.proc.pid
 
 
+_INPROC = r"""
+import json, os, sys, time
+from ember_common import tracing
+
+assert tracing.setup("ember-driver")
+attrs = {"ember.task_id": "ab" * 12, "ember.job_id": "01000000", "ember.node_id": "n" * 56,
+         "ember.worker_id": "w" * 56, "ember.attempt": 0, "ember.actor_id": None}
+
+def batch():
+    for _ in range(1000):
+        carrier = {}
+        tracing.submit_span("submit small_value", carrier, **{"ember.task_id": "ab" * 12})
+        with tracing.execute_span("execute small_value", carrier, **attrs):
+            pass
+    tracing.flush()
+
+for _ in range(2):
+    batch()
+n = int(sys.argv[1])
+t0 = time.process_time()
+for _ in range(n):
+    batch()
+print("RESULT " + json.dumps({"tracing_cpu_us_per_task": (time.process_time() - t0) / (n * 1000) * 1e6}))
+"""
+
+
+def run_inproc(batches: int, endpoint: str, sampler_arg: float) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
+    if sampler_arg < 1.0:
+        env.update(OTEL_TRACES_SAMPLER="parentbased_traceidratio", OTEL_TRACES_SAMPLER_ARG=str(sampler_arg))
+    out = subprocess.run([sys.executable, "-c", _INPROC, str(batches * 4)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            r: dict = json.loads(line[7:])
+            return r
+    raise RuntimeError(f"in-process run failed:\n{out.stdout}\n{out.stderr[-3000:]}")
+
+
 def run_one(tracing_on: bool, batches: int, endpoint: str, sampler_arg: float) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     if tracing_on:
@@ -131,10 +176,20 @@ def main() -> None:
                     help="below 1: parentbased_traceidratio with this ratio")
     ap.add_argument("--receiver", action="store_true",
                     help="export to ember.testing.otlp_receiver (parses and writes every span)")
-    args = ap.parse_args()
     import psutil
 
+    ap.add_argument("--inproc", action="store_true",
+                    help="only the tracing work per task, in one process (CPU µs per task)")
+    args = ap.parse_args()
     with (receiver() if args.receiver else sink()) as (endpoint, pid):
+        if args.inproc:
+            xs = []
+            for i in range(args.rounds):
+                r = run_inproc(args.batches, endpoint, args.sampler_arg)
+                xs.append(r["tracing_cpu_us_per_task"])
+                print(i, f"tracing CPU per task {xs[-1]:.1f} µs (load average {os.getloadavg()[0]:.1f})", flush=True)
+            print(f"mean {statistics.mean(xs):.1f} µs, min {min(xs):.1f} µs")
+            return
         rproc = psutil.Process(pid)
         res: dict[str, list[dict]] = {"off": [], "on": []}
         for i in range(args.rounds):
