@@ -47,7 +47,7 @@ class Stream:
 RAY_SERVER = r"""
 import sys, ray
 from ray import serve
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never another session's cluster
 """ + _DEPLOYMENT + r"""
 serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[1])})
 serve.run(Stream.bind(), route_prefix="/")
