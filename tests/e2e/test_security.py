@@ -83,6 +83,7 @@ def test_the_dashboard_container_answers_and_needs_the_token(cluster):
 
 
 def test_read_only_node_containers_run_tasks_that_write_scratch_files(cluster):
+    """Tasks write scratch files and runtime envs unpack on the tmpfs; the root stays read-only."""
     out = cluster.exec_python("raylet-head", """
 import ember, os, tempfile
 ember.init()
@@ -95,9 +96,19 @@ def scratch():
         return os.path.getsize(f.name)
 
 print("RESULT", sum(ember.get([scratch.remote() for _ in range(4)], timeout=120)))
+os.makedirs("/tmp/wd", exist_ok=True)
+with open("/tmp/wd/data.txt", "w") as f:
+    f.write("unpacked on a read-only node")
+
+@ember.remote(runtime_env={"working_dir": "/tmp/wd"})
+def read_working_dir():
+    return open("data.txt").read()
+
+print("WORKDIR", ember.get(read_working_dir.remote(), timeout=180))
 try:
     open("/opt/ember/written-by-a-task", "w")
 except OSError as e:
     print("READONLY", e.errno)
 """)
     assert "RESULT 4096" in out and "READONLY 30" in out, out  # EROFS
+    assert "WORKDIR unpacked on a read-only node" in out, out  # runtime envs unpack to the tmpfs
