@@ -124,49 +124,92 @@ def under(prefix: str, rules: list[Rule]) -> list[Rule]:
     return [Rule(f"{prefix}.{r.path}" if r.path else prefix, r.check) for r in rules]
 
 
-def _present(parent: Any, name: str) -> bool:
-    if parent.DESCRIPTOR.fields_by_name[name].has_presence:  # a singular sub-message
-        return bool(parent.HasField(name))
-    return bool(getattr(parent, name))
+class _Field:
+    """One field of a compiled plan: its checks, whether it is required, the plan below it."""
+
+    __slots__ = ("name", "many", "is_map", "required", "checks", "child", "presence")
+
+    def __init__(self, key: str) -> None:
+        self.many = key.endswith(("[]", "{}"))
+        self.is_map = key.endswith("{}")
+        self.name = key[:-2] if self.many else key
+        self.required = False
+        self.checks: list[Check] = []
+        self.child: _Node | None = None
+        self.presence: bool | None = None  # the field has HasField (a singular sub-message)
 
 
-def _walk(msg: Any, parts: tuple[str, ...], label: str) -> Iterator[tuple[str, Any, Any, str]]:
-    """(label, value, parent, field name) for each value the path reaches (parent/name: for the
-    presence check of a plain field; None for elements)."""
-    head, rest = parts[0], parts[1:]
-    many = head.endswith("[]") or head.endswith("{}")
-    name = head[:-2] if many else head
-    value = getattr(msg, name)
-    here = f"{label}{name}"
-    if many:
-        items = value.items() if head.endswith("{}") else enumerate(value)
-        for key, item in items:
-            if rest:
-                yield from _walk(item, rest, f"{here}[{key!r}].")
+class _Node:
+    """Rules compiled into a tree by path, so that each field is read once per request."""
+
+    __slots__ = ("whole", "fields")
+
+    def __init__(self) -> None:
+        self.whole: list[Check] = []
+        self.fields: dict[str, _Field] = {}
+
+
+def _compile(rules: list[Rule]) -> _Node:
+    root = _Node()
+    for rule in rules:
+        node, parts = root, rule.parts
+        if not parts:
+            root.whole.append(rule.check)
+            continue
+        for i, part in enumerate(parts):
+            f = node.fields.get(part) or node.fields.setdefault(part, _Field(part))
+            if i == len(parts) - 1:
+                if rule.check is REQUIRED:
+                    f.required = True
+                else:
+                    f.checks.append(rule.check)
             else:
-                yield f"{here}[{key!r}]", item, None, ""
-        return
-    if not rest:
-        yield here, value, msg, name
-    elif msg.HasField(name):
-        yield from _walk(value, rest, f"{here}.")
+                node = f.child = f.child or _Node()
+    return root
+
+
+def _run(node: _Node, msg: Any, label: str) -> Iterator[str]:
+    for check in node.whole:
+        problem = check(msg)
+        if problem:
+            yield f"{label.rstrip('.')} {problem}".lstrip()
+    for f in node.fields.values():
+        value = getattr(msg, f.name)
+        here = label + f.name
+        if f.many:
+            for key, item in (value.items() if f.is_map else enumerate(value)):
+                at = f"{here}[{key!r}]"
+                for check in f.checks:
+                    problem = check(item)
+                    if problem:
+                        yield f"{at} {problem}"
+                if f.child is not None:
+                    yield from _run(f.child, item, at + ".")
+            continue
+        if f.presence is None:
+            f.presence = bool(msg.DESCRIPTOR.fields_by_name[f.name].has_presence)
+        present = msg.HasField(f.name) if f.presence else bool(value)
+        if not present and f.required:
+            yield f"{here} is required"
+            continue
+        if f.child is not None and present:
+            yield from _run(f.child, value, here + ".")
+        if f.checks and (present or f.presence):  # an unset plain field passes (REQUIRED decides)
+            for check in f.checks:
+                problem = check(value)
+                if problem:
+                    yield f"{here} {problem}"
+
+
+_compiled: dict[int, tuple[list[Rule], _Node]] = {}
 
 
 def problems(msg: Any, rules: list[Rule]) -> Iterator[str]:
     """What is wrong with msg under rules, one text per problem, each naming its field."""
-    for rule in rules:
-        parts = rule.parts
-        found = _walk(msg, parts, "") if parts else iter([("", msg, None, "")])
-        for label, value, parent, name in found:
-            if rule.check is REQUIRED:
-                if parent is not None and not _present(parent, name):
-                    yield f"{label} is required"
-                continue
-            if parent is not None and isinstance(value, (str, bytes)) and not value:
-                continue  # an unset plain field: REQUIRED says whether that is allowed
-            problem = rule.check(value)
-            if problem:
-                yield f"{label} {problem}".lstrip()
+    hit = _compiled.get(id(rules))
+    if hit is None or hit[0] is not rules:
+        hit = _compiled[id(rules)] = (rules, _compile(rules))
+    return _run(hit[1], msg, "")
 
 
 def first_problem(msg: Any, rules_by_type: dict[str, list[Rule]]) -> str | None:
