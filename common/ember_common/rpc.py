@@ -206,6 +206,9 @@ def status_to_exception(err: grpc.RpcError) -> ServiceError:
     typ = _BY_CODE.get(code)
     if typ is not None and issubclass(typ, AuthenticationError):
         return typ(auth_hint(details))
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+        details += (" (a gRPC message limit: EMBER_MAX_MESSAGE_BYTES on the receiving side; "
+                    "big values belong in the object store, e.g. ember.put)")
     return typ(details) if typ is not None else ServiceError(f"{code.name}: {details}", code=code)
 
 

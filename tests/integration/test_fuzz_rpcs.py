@@ -225,6 +225,7 @@ def test_an_oversized_request_is_resource_exhausted_and_the_gcs_keeps_serving(cl
             put(request, timeout=30)
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "larger than max" in err.value.details(), err.value.details()
+        assert "EMBER_MAX_MESSAGE_BYTES" in str(rpc.status_to_exception(err.value))  # the kit's hint
         small = gcs_pb2.InternalKVPutRequest(namespace="fuzz", key=b"small", value=b"x" * 1024)
         assert put(small, timeout=30).added
 
