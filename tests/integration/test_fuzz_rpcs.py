@@ -243,3 +243,27 @@ def test_a_malformed_request_names_the_field(cluster):
             raw(b"\x0a\xff", timeout=30)  # field 1, length 255, nothing follows
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "not a valid ember.ReturnWorkerRequest message" in err.value.details()
+
+
+def test_a_garbage_pickle_fails_that_task_only_and_the_worker_keeps_serving(cluster):
+    """An authenticated client's well-formed spec with an unknown function or an argument that
+    is not a pickle: the task fails (an application error in the reply), the worker lives on."""
+    from ember_common import ids
+    from ember_common.proto import common_pb2
+
+    garbage = [common_pb2.TaskArg(value=common_pb2.SerializedObject(data=b"\x80\x05garbage"))]
+    specs = [
+        common_pb2.TaskSpec(task_id=ids.new_task_id(), name="garbage", args=garbage,
+                            function=common_pb2.FunctionDescriptor(function_id="no-such-function"),
+                            return_ids=[ids.object_id_for_return(ids.new_task_id(), 1)]),
+        common_pb2.TaskSpec(task_id=ids.new_task_id(), actor_id=b"a" * 16, method_name="ping", args=garbage,
+                            return_ids=[ids.object_id_for_return(ids.new_task_id(), 1)]),
+    ]
+    with rpc.sync_channel(cluster.worker_address) as ch:
+        push = ch.unary_unary("/ember.CoreWorker/PushTask",
+                              request_serializer=core_worker_pb2.PushTaskRequest.SerializeToString,
+                              response_deserializer=core_worker_pb2.PushTaskReply.FromString)
+        replies = [push(core_worker_pb2.PushTaskRequest(spec=spec), timeout=60) for spec in specs]
+    assert all(r.is_application_error for r in replies), replies
+    assert "UnpicklingError" in replies[1].error_message
+    assert ember.get(cluster.probe.ping.remote(), timeout=60) == "pong"
