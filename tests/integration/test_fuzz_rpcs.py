@@ -267,3 +267,31 @@ def test_a_garbage_pickle_fails_that_task_only_and_the_worker_keeps_serving(clus
     assert all(r.is_application_error for r in replies), replies
     assert "UnpicklingError" in replies[1].error_message
     assert ember.get(cluster.probe.ping.remote(), timeout=60) == "pong"
+
+
+def test_write_object_refuses_chunks_outside_the_object(cluster):
+    """A chunk past the object's end (or before it) would overwrite other objects in the shared
+    arena: the call fails INVALID_ARGUMENT and the unsealed object is dropped."""
+    from ember_common import ids
+
+    oid = ids.new_put_id()
+    with rpc.sync_channel(cluster.nodes[0].record.objmgr_address) as ch:
+        write = ch.stream_unary("/ember.ObjectManager/WriteObject",
+                                request_serializer=objmgr_pb2.ObjectChunk.SerializeToString,
+                                response_deserializer=objmgr_pb2.WriteObjectReply.FromString)
+        for offset in (8, -8):
+            chunks = [objmgr_pb2.ObjectChunk(object_id=oid, total_size=16, offset=0, data=b"a" * 16),
+                      objmgr_pb2.ObjectChunk(total_size=16, offset=offset, data=b"b" * 16)]
+            with pytest.raises(grpc.RpcError) as err:
+                write(iter(chunks), timeout=30)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "does not fit object" in err.value.details(), err.value.details()
+        with pytest.raises(grpc.RpcError) as err:
+            write(iter([objmgr_pb2.ObjectChunk(object_id=b"short", total_size=1, data=b"x")]), timeout=30)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "20 bytes" in err.value.details()
+        stats = ch.unary_unary("/ember.ObjectManager/ListObjects",
+                               request_serializer=objmgr_pb2.ListObjectsRequest.SerializeToString,
+                               response_deserializer=objmgr_pb2.ListObjectsReply.FromString)
+        assert oid not in [o.object_id for o in stats(objmgr_pb2.ListObjectsRequest(), timeout=30).objects]
+        write(iter([objmgr_pb2.ObjectChunk(object_id=oid, total_size=4, offset=0, data=b"good")]), timeout=30)
+        assert oid in [o.object_id for o in stats(objmgr_pb2.ListObjectsRequest(), timeout=30).objects]
