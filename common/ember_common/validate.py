@@ -17,7 +17,7 @@ Paths: ``a.b`` walks into sub-messages (an unset one ends the walk: nothing belo
 ``xs[]`` applies the rest of the path (or the check) to every element of a repeated field;
 ``m{}`` to every value of a map field. `REQUIRED` is the presence check (a set sub-message, a
 non-empty string, bytes, repeated or map field); every other check runs on the values present
-and lets an empty scalar pass (pair it with REQUIRED when the field must be set).
+and lets an unset (zero or empty) plain field pass (pair it with REQUIRED when it must be set).
 """
 from __future__ import annotations
 
