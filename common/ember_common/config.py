@@ -55,6 +55,9 @@ class Config:
     object_store_memory_fraction: float = 0.3
     # A runtime env's working_dir / py_modules package may be at most this big, zipped (Ray: 500 MiB).
     runtime_env_max_package_bytes: int = 500 * 1024 * 1024
+    # A gRPC request bigger than this is refused by the server with RESOURCE_EXHAUSTED (never
+    # unlimited; big objects travel through the object store, not in one message).
+    max_message_bytes: int = 1024 * 1024 * 1024
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Config:

@@ -2,7 +2,8 @@
 selenium) against a live cluster (`ember start --head --dashboard-port 0`, metrics on, spans to
 an ember_file directory) running tasks, an actor, a placement group and a Serve app. Each page is
 checked against the cluster's state as the state API reports it; a job is submitted through the
-page's form and followed to its log line; a trace is opened as a waterfall. Screenshots of every
+page's form and followed to its log line; a trace is opened as a waterfall. The browser signs in
+first through the login form the dashboard shows without its token cookie. Screenshots of every
 page are saved under the test's tmp directory (printed at the end), the test's artifact, and
 copied to $EMBER_TEST_ARTIFACTS/dashboard-screenshots when that is set.
 
@@ -156,12 +157,33 @@ def browser(live):
         opts.add_argument(arg)
     b = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     b.set_page_load_timeout(30)
+    sign_in(b, live)
     yield b
     b.quit()
     print(f"\ndashboard screenshots: {live['shots']}")
     keep = os.environ.get("EMBER_TEST_ARTIFACTS")  # CI: a directory that outlives pytest's tmp dirs
     if keep:
         shutil.copytree(live["shots"], os.path.join(keep, "dashboard-screenshots"), dirs_exist_ok=True)
+
+
+def sign_in(browser, live):
+    """A browser without the cookie gets the login form (dashboard auth.py); a wrong token is
+    refused on the page, the cluster's token sets the cookie every later request carries."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from ember_common import auth
+
+    for token, expect_error in (("not-the-token", True), (auth.load().token, False)):
+        browser.get(f"{live['url']}/")
+        field = WebDriverWait(browser, 30).until(lambda b: b.find_elements(By.NAME, "token"))[0]
+        field.send_keys(token)
+        field.submit()
+        if expect_error:
+            WebDriverWait(browser, 30).until(lambda b: b.find_elements(By.CSS_SELECTOR, ".err"))
+    WebDriverWait(browser, 30).until(lambda b: not b.find_elements(By.NAME, "token"))
+    assert any(c["name"] == "ember-authentication-token" and c["httpOnly"] for c in browser.get_cookies())
+    browser.save_screenshot(str(live["shots"] / "signed-in.png"))
 
 
 def visit(browser, live, route, ready_css, name):
