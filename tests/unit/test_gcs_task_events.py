@@ -99,6 +99,10 @@ def test_bound_evicts_finished_attempts_first_and_counts_drops_per_job():
     assert s.dropped_by_job == {JOB_A.hex(): 5, JOB_B.hex(): 3}
     assert s.query([("task_id", "=", tid(5).hex())])[1] == 0
     assert len(s.infos) == 10 and len(s.attempts_of) == 10  # evicted tasks' infos freed too
+    s.add(batch([(0, 0, TA.RUNNING, 170), (5, 0, TA.FINISHED, 171)]))  # late reports of evicted ones
+    assert len(s) == 10 and s.query([("task_id", "=", tid(0).hex())])[1] == 0 and s.num_dropped == 8
+    owner_submits(s, 1)  # the owner's report of an evicted task: ignored, and its info not kept
+    assert len(s) == 10 and len(s.infos) == 10
     # every index stays consistent with the store
     assert sum(len(v) for v in s.by_job.values()) == 10
     assert sum(len(v) for v in s.by_state.values()) == 10

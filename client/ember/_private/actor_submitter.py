@@ -100,6 +100,7 @@ class ActorSubmitter:
             self._run(q, q.replied(entry, fut.result()))
             return
         code = err.code() if isinstance(err, grpc.aio.AioRpcError) else grpc.StatusCode.UNKNOWN
+        task_events.push_failed(entry.spec, code.name, str(err))
         if incarnation == q.incarnation and q.address is not None:
             log.info("actor %s unreachable (%s); waiting for a restart", q.actor_id.hex()[:8],
                      code.name)

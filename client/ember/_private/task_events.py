@@ -4,7 +4,8 @@ transitions of every task, batched to the GCS's TaskInfoGcsService off the hot p
     submitted(spec)             owner: PENDING_ARGS_AVAIL, and what the task is (name, job, ...)
     record(spec, STATE)         owner: PENDING_NODE_ASSIGNMENT, SUBMITTED_TO_WORKER; executor: RUNNING
     executed(spec, reply)       owner and executor: FINISHED, or FAILED for an application error
-    failed(spec, error)         owner: FAILED (worker died, cancelled, unschedulable, ...)
+    failed(spec, error)         owner: FAILED (cancelled, unschedulable, retries exhausted, ...)
+    push_failed(spec, code, m)  owner: this attempt's worker did not answer (FAILED, WORKER_DIED)
 
 A hook costs one flag test, a clock read and one tuple appended to a deque (no lock: a deque's
 append and popleft are atomic). A daemon thread wakes every `task_events_report_interval_s`,
@@ -104,6 +105,17 @@ def failed(spec: common_pb2.TaskSpec, error: BaseException) -> None:
         if len(_events) < _max_events:
             name = type(error).__name__
             what = (ERROR_TYPES.get(name, name), str(error)[:4096])
+            _events.append((spec.task_id, spec.attempt, FAILED, _time_ns(), what))
+        else:
+            _drop(spec)
+
+
+def push_failed(spec: common_pb2.TaskSpec, code: str, details: str) -> None:
+    """The attempt's worker did not answer (it died, or the stream broke): the attempt FAILED
+    (a retry, if any, is the next attempt)."""
+    if on:
+        if len(_events) < _max_events:
+            what = ("WORKER_DIED", f"the worker running the task did not answer ({code}: {details})"[:4096])
             _events.append((spec.task_id, spec.attempt, FAILED, _time_ns(), what))
         else:
             _drop(spec)

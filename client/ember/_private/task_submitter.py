@@ -227,6 +227,7 @@ class TaskSubmitter:
         try:
             reply = await self.core.task_streams.push(lease.worker_address, entry.spec)
         except grpc.aio.AioRpcError as e:
+            task_events.push_failed(entry.spec, e.code().name, e.details() or "")
             self._run(self.queue.push_failed(entry, e.code().name, e.details() or ""))
             return
         self._run(self.queue.push_replied(entry, reply))

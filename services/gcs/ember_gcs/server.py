@@ -45,7 +45,8 @@ async def serve(ns: GcsSettings, stop: asyncio.Event) -> None:
         host = "" if ns.host in ("0.0.0.0", "::") else ns.host
         await core.kv.put(metrics.KV_NAMESPACE, b"gcs", f"{host}:{metrics.bound_port}".encode())
     rpc.write_port_file(ns.port_file, port)
-    log.info("GCS serving on %s:%d (storage %s)", ns.host, port, ns.storage)
+    log.info("GCS serving on %s:%d (storage %s; task events: at most %d attempts)", ns.host, port,
+             ns.storage, tasks.max_attempts)
     deaths = asyncio.ensure_future(core.detect_deaths(stop))
     await stop.wait()
     log.info("GCS stopping")

@@ -260,4 +260,4 @@ def add_all(core: GcsCore, server: grpc.aio.Server, tasks: TaskEventStore | None
     gcs_pb2_grpc.add_InternalKVGcsServiceServicer_to_server(InternalKVServicer(core), server)
     gcs_pb2_grpc.add_InternalPubSubGcsServiceServicer_to_server(InternalPubSubServicer(core), server)
     gcs_pb2_grpc.add_PlacementGroupInfoGcsServiceServicer_to_server(PlacementGroupServicer(core), server)
-    gcs_task_pb2_grpc.add_TaskInfoGcsServiceServicer_to_server(TaskInfoServicer(tasks or TaskEventStore()), server)
+    gcs_task_pb2_grpc.add_TaskInfoGcsServiceServicer_to_server(TaskInfoServicer(TaskEventStore() if tasks is None else tasks), server)

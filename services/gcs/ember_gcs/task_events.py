@@ -10,7 +10,8 @@ task attempts out. No I/O and no clock: every time comes with the event.
   attempt that only the executor reported still has a name.
 - Bounded by `max_attempts`: past it the oldest *finished* attempt goes first, then the oldest
   of any state; every eviction is counted against the attempt's job, as are the events
-  reporters could not send (`dropped_by_job`).
+  reporters could not send (`dropped_by_job`). The last `max_attempts` evicted attempts are
+  remembered (at least EVICTED_MEMORY), so late reports about them do not bring them back.
 - Indexes by job, state and name answer filtered lists without a scan; counts per
   (function, type, state) are kept as attempts change, so a summary costs one pass over the
   functions, not over the attempts.
@@ -33,6 +34,7 @@ FILTER_COLUMNS = ("task_id", "attempt_number", "name", "state", "job_id", "actor
                   "func_or_class_name", "node_id", "worker_id", "worker_pid", "error_type")
 PREDICATES = ("=", "!=")
 Key = tuple[bytes, int]
+EVICTED_MEMORY = 100_000  # evicted attempts remembered, at least (~100 bytes each)
 
 
 @dataclass(slots=True)
@@ -81,6 +83,9 @@ class TaskEventStore:
         self.by_state: dict[int, set[Key]] = {}
         self.by_name: dict[str, set[Key]] = {}
         self.counts: dict[tuple[str, int], dict[int, int]] = {}  # (name, type) -> state -> n
+        # Attempts evicted lately: their late events (an executor reports on its own schedule)
+        # must not bring them back as nameless attempts (bounded like the store).
+        self.evicted: OrderedDict[Key, None] = OrderedDict()
         self.dropped_by_job: dict[str, int] = {}
         self.num_dropped = 0
 
@@ -108,6 +113,8 @@ class TaskEventStore:
                                                           batch.time_ns)):
             a = self.attempts.get((tid, attempt))
             if a is None:
+                if (tid, attempt) in self.evicted:
+                    continue
                 a = self._new(tid, attempt)
             if state not in a.state_ts_ns:
                 a.state_ts_ns[state] = ts
@@ -118,6 +125,9 @@ class TaskEventStore:
                 a.error_type, a.error_message = err
             if _rank(state) > _rank(a.state):
                 self._move(a, state)
+        for tid in batch.info_task_id:  # described, but every event was about evicted attempts
+            if tid not in self.attempts_of:
+                self.infos.pop(tid, None)
         for job, n in batch.dropped_by_job.items():
             self._drop(job, n)
 
@@ -140,6 +150,9 @@ class TaskEventStore:
             a = self.attempts.pop(key)
         else:
             key, a = self.attempts.popitem(last=False)
+        self.evicted[key] = None
+        if len(self.evicted) > max(self.max_attempts, EVICTED_MEMORY):
+            self.evicted.popitem(last=False)
         self._unindex(a)
         left = self.attempts_of[a.task_id]
         left.remove(a.attempt)
