@@ -187,34 +187,33 @@ def _batch(core: CoreWorker, items: list[Any], infos: list[Any],
            dropped: dict[str, int]) -> gcs_task_pb2.TaskEventBatch:
     b = gcs_task_pb2.TaskEventBatch(worker_id=core.worker_id, node_id=core.node_id, pid=os.getpid(),
                                     dropped_by_job=dropped)
+    # Column by column with comprehensions and extend: far cheaper than zip(*items) or one
+    # append per field (this thread shares the GIL with the process's hot path).
     if items:
-        tids, attempts, states, times, errors = zip(*items)
-        b.task_id.extend(tids)
-        b.attempt.extend(attempts)
-        b.state.extend(states)
-        b.time_ns.extend(times)
-        for i, err in enumerate(errors):
-            if err is not None:
-                b.error_index.append(i)
-                b.error_type.append(err[0])
-                b.error_message.append(err[1])
-    seen: set[bytes] = set()
-    for spec in infos:
-        tid = spec.task_id
-        if tid in seen:
-            continue
-        seen.add(tid)
-        b.info_task_id.append(tid)
-        b.info_job_id.append(spec.job_id)
-        b.info_name.append(spec.name)
-        if spec.HasField("actor_creation"):
-            b.info_type.append(TA.ACTOR_CREATION_TASK)
-        else:
-            b.info_type.append(TA.ACTOR_TASK if spec.actor_id else TA.NORMAL_TASK)
-        b.info_actor_id.append(spec.actor_id)
-        tp = spec.trace_context.get("traceparent", "") if spec.trace_context else ""
-        b.info_trace_id.append(tp.split("-")[1] if tp.count("-") >= 2 else "")
+        b.task_id.extend([e[0] for e in items])
+        b.attempt.extend([e[1] for e in items])
+        b.state.extend([e[2] for e in items])
+        b.time_ns.extend([e[3] for e in items])
+        errors = [(i, e[4]) for i, e in enumerate(items) if e[4] is not None]
+        if errors:
+            b.error_index.extend([i for i, _ in errors])
+            b.error_type.extend([err[0] for _, err in errors])
+            b.error_message.extend([err[1] for _, err in errors])
+    if infos:
+        actor_ids = [s.actor_id for s in infos]
+        b.info_task_id.extend([s.task_id for s in infos])
+        b.info_job_id.extend([s.job_id for s in infos])
+        b.info_name.extend([s.name for s in infos])
+        b.info_actor_id.extend(actor_ids)
+        b.info_type.extend([(TA.ACTOR_CREATION_TASK if s.HasField("actor_creation") else TA.ACTOR_TASK)
+                            if a else TA.NORMAL_TASK for s, a in zip(infos, actor_ids)])
+        b.info_trace_id.extend([_trace_id(s) if s.trace_context else "" for s in infos])
     return b
+
+
+def _trace_id(spec: common_pb2.TaskSpec) -> str:
+    tp = spec.trace_context.get("traceparent", "")
+    return tp.split("-")[1] if tp.count("-") >= 2 else ""
 
 
 _reporter: _Reporter | None = None
