@@ -109,6 +109,15 @@ def test_bound_evicts_finished_attempts_first_and_counts_drops_per_job():
     assert sum(n for c in s.counts.values() for n in c.values()) == 10
 
 
+def test_a_batch_with_ragged_columns_is_refused_whole():
+    s = TaskEventStore()
+    b = batch([(1, 0, TA.RUNNING, 1), (2, 0, TA.RUNNING, 2)])
+    del b.time_ns[1]
+    with pytest.raises(rpc.InvalidArgument, match="event columns differ"):
+        s.add(b)
+    assert len(s) == 0
+
+
 def test_drops_reported_by_processes_are_counted():
     s = TaskEventStore()
     s.add(batch([], dropped={JOB_A.hex(): 40}))

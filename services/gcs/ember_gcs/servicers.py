@@ -236,7 +236,7 @@ class TaskInfoServicer(gcs_task_pb2_grpc.TaskInfoGcsServiceServicer):
         counts = self.store.summary([(f.column, f.predicate, f.value) for f in request.filters])
         names = gcs_task_pb2.TaskAttempt.State.Name
         summary = [gcs_task_pb2.TaskFuncSummary(func_name=name, type=typ,  # type: ignore[arg-type]
-                                                state_counts={names(s): n for s, n in c.items()})  # type: ignore[arg-type]
+                                                state_counts={names(s): n for s, n in c.items()})
                    for (name, typ), c in sorted(counts.items())]
         return gcs_task_pb2.GetTaskSummaryReply(
             summary=summary, total=sum(sum(c.values()) for c in counts.values()),

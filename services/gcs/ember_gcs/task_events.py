@@ -94,9 +94,12 @@ class TaskEventStore:
 
     # ------------------------------------------------------------------ ingest
     def add(self, batch: gcs_task_pb2.TaskEventBatch) -> None:
-        """Merges one reporter's batch."""
+        """Merges one reporter's batch; InvalidArgument (nothing merged) when its columns differ
+        in length."""
+        _check_columns(batch)
         for tid, job, name, typ, actor, trace in zip(batch.info_task_id, batch.info_job_id, batch.info_name,
-                                                     batch.info_type, batch.info_actor_id, batch.info_trace_id):
+                                                     batch.info_type, batch.info_actor_id, batch.info_trace_id,
+                                                     strict=True):
             info = self.infos.get(tid)
             if info is None:
                 self.infos[tid] = TaskInfo(name, typ, job, actor, trace)
@@ -107,15 +110,17 @@ class TaskEventStore:
                 info.name, info.type, info.job_id, info.actor_id, info.trace_id = name, typ, job, actor, trace
                 for a in mine:
                     self._index(a)
-        errors = {i: (t, m) for i, t, m in zip(batch.error_index, batch.error_type, batch.error_message)}
+        errors = {i: (t, m) for i, t, m in zip(batch.error_index, batch.error_type, batch.error_message,
+                                               strict=True)}
         running = TA.RUNNING
         for i, (tid, attempt, state, ts) in enumerate(zip(batch.task_id, batch.attempt, batch.state,
-                                                          batch.time_ns)):
-            a = self.attempts.get((tid, attempt))
-            if a is None:
+                                                          batch.time_ns, strict=True)):
+            found = self.attempts.get((tid, attempt))
+            if found is None:
                 if (tid, attempt) in self.evicted:
                     continue
-                a = self._new(tid, attempt)
+                found = self._new(tid, attempt)
+            a = found
             if state not in a.state_ts_ns:
                 a.state_ts_ns[state] = ts
             if state == running:
@@ -182,11 +187,13 @@ class TaskEventStore:
 
     def _unindex(self, a: Attempt) -> None:
         key = (a.task_id, a.attempt)
-        for index, k in ((self.by_job, a.info.job_id), (self.by_state, a.state), (self.by_name, a.info.name)):
-            s = index[k]  # type: ignore[index]
+        indexes: tuple[tuple[dict[Any, set[Key]], Any], ...] = (
+            (self.by_job, a.info.job_id), (self.by_state, a.state), (self.by_name, a.info.name))
+        for index, k in indexes:
+            s = index[k]
             s.discard(key)
             if not s:
-                del index[k]  # type: ignore[attr-defined]
+                del index[k]
         c = self.counts[(a.info.name, a.info.type)]
         c[a.state] -= 1
         if not c[a.state]:
@@ -243,6 +250,16 @@ class TaskEventStore:
                 c = out.setdefault((a.info.name, a.info.type), {})
                 c[a.state] = c.get(a.state, 0) + 1
         return out
+
+
+def _check_columns(b: gcs_task_pb2.TaskEventBatch) -> None:
+    groups = {"event": ("task_id", "attempt", "state", "time_ns"),
+              "error": ("error_index", "error_type", "error_message"),
+              "info": ("info_task_id", "info_job_id", "info_name", "info_type", "info_actor_id", "info_trace_id")}
+    for what, names in groups.items():
+        sizes = {n: len(getattr(b, n)) for n in names}
+        if len(set(sizes.values())) > 1:
+            raise rpc.InvalidArgument(f"task event batch: the {what} columns differ in length: {sizes}")
 
 
 def check_filters(filters: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
