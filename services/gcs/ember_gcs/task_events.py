@@ -237,7 +237,12 @@ class TaskEventStore:
             yield from reversed(self.attempts.values())
             return
         order = self.attempts
-        yield from sorted((order[k] for k in best), key=lambda a: a.seq, reverse=True)
+        if len(best) * 8 < len(order):  # a small set: sort it by arrival
+            yield from sorted((order[k] for k in best), key=lambda a: a.seq, reverse=True)
+            return
+        for key, a in reversed(order.items()):  # a large one: walk the store, newest first
+            if key in best:
+                yield a
 
     def summary(self, filters: Iterable[tuple[str, str, str]] = ()) -> dict[tuple[str, int], dict[int, int]]:
         """(function, type) -> state -> attempts; from the kept counts when unfiltered."""
