@@ -63,8 +63,8 @@ class Attempt:
     state_ts_ns: dict[int, int] = field(default_factory=dict)
 
 
-def _rank(state: int) -> int:
-    return 7 if state == TA.FAILED else state  # FAILED beats FINISHED
+# How far a state is (Ray's order; FAILED beats FINISHED).
+RANK = {s: (7 if s == TA.FAILED else s) for s in TA.State.values()}
 
 
 class TaskEventStore:
@@ -113,6 +113,7 @@ class TaskEventStore:
         errors = {i: (t, m) for i, t, m in zip(batch.error_index, batch.error_type, batch.error_message,
                                                strict=True)}
         running = TA.RUNNING
+        rank = RANK
         for i, (tid, attempt, state, ts) in enumerate(zip(batch.task_id, batch.attempt, batch.state,
                                                           batch.time_ns, strict=True)):
             found = self.attempts.get((tid, attempt))
@@ -128,7 +129,7 @@ class TaskEventStore:
             err = errors.get(i)
             if err is not None and not a.error_type:
                 a.error_type, a.error_message = err
-            if _rank(state) > _rank(a.state):
+            if rank[state] > rank[a.state]:
                 self._move(a, state)
         for tid in batch.info_task_id:  # described, but every event was about evicted attempts
             if tid not in self.attempts_of:
@@ -171,11 +172,22 @@ class TaskEventStore:
         self.num_dropped += n
 
     def _move(self, a: Attempt, state: int) -> None:
-        self._unindex(a)
+        """A new state: only the state index and the counts change."""
+        key = (a.task_id, a.attempt)
+        old = a.state
+        s = self.by_state[old]
+        s.discard(key)
+        if not s:
+            del self.by_state[old]
+        self.by_state.setdefault(state, set()).add(key)
+        c = self.counts[(a.info.name, a.info.type)]
+        c[old] -= 1
+        if not c[old]:
+            del c[old]
+        c[state] = c.get(state, 0) + 1
         a.state = state
-        self._index(a)
         if state in FINAL:
-            self.finished[(a.task_id, a.attempt)] = None
+            self.finished[key] = None
 
     def _index(self, a: Attempt) -> None:
         key = (a.task_id, a.attempt)
