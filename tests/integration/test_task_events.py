@@ -174,3 +174,30 @@ def test_the_gcs_store_keeps_its_bound_and_counts_drops(monkeypatch):
         assert ember.get(noop.remote(7)) == 7  # the cluster keeps working
     finally:
         ember.shutdown()
+
+
+OFF_DRIVER = """
+import time
+import ember
+from ember._private import task_events
+from ember.util import state
+
+ember.init(num_cpus=1)
+
+@ember.remote
+def noop(i):
+    return i
+
+assert ember.get([noop.remote(i) for i in range(50)]) == list(range(50))
+time.sleep(2.5)  # two report intervals: anything recorded would be in
+print("ON", task_events.on, "TASKS", len(state.list_tasks(limit=1000)), "SUMMARY",
+      state.summarize_tasks()["cluster"]["total_tasks"], flush=True)
+ember.shutdown()
+"""
+
+
+def test_events_off_records_nothing_and_tasks_still_run():
+    env = dict(os.environ, EMBER_TASK_EVENTS_ENABLED="0")  # the driver and every process it starts
+    r = subprocess.run([sys.executable, "-c", OFF_DRIVER], env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "ON False TASKS 0 SUMMARY 0" in r.stdout, r.stdout + r.stderr[-2000:]

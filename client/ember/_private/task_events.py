@@ -176,7 +176,8 @@ class _Reporter:
     def stop(self) -> None:
         """Stops the thread after one last flush."""
         self.stopping.set()
-        self.thread.join(timeout=5)
+        self.thread.join(timeout=2)
+        self.client.timeout_s = 2.0  # exiting: one short try
         try:
             self.flush()
         finally:
@@ -241,8 +242,11 @@ def stop() -> None:
     if r is None:
         return
     _reporter = None
-    r.stop()
     on = False
+    try:
+        r.stop()
+    except Exception as e:  # the GCS is gone (the cluster is stopping): nothing more to do
+        log.debug("task events: last batch not sent (%s)", e)
 
 
 def flush() -> None:
