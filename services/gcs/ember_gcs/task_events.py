@@ -18,6 +18,7 @@ task attempts out. No I/O and no clock: every time comes with the event.
 """
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
@@ -54,6 +55,7 @@ class Attempt:
     attempt: int
     info: TaskInfo
     seq: int = 0  # arrival order (newest first in lists)
+    key: Key = (b"", 0)  # (task_id, attempt), one tuple shared by the store and its indexes
     state: int = TA.NIL
     node_id: str = ""
     worker_id: str = ""
@@ -144,8 +146,9 @@ class TaskEventStore:
         if info is None:
             info = self.infos[tid] = TaskInfo()
         self._seq += 1
-        a = Attempt(tid, attempt, info, self._seq)
-        self.attempts[(tid, attempt)] = a
+        key = (tid, attempt)
+        a = Attempt(tid, attempt, info, self._seq, key)
+        self.attempts[key] = a
         self.attempts_of.setdefault(tid, []).append(attempt)
         self._index(a)
         return a
@@ -173,7 +176,7 @@ class TaskEventStore:
 
     def _move(self, a: Attempt, state: int) -> None:
         """A new state: only the state index and the counts change."""
-        key = (a.task_id, a.attempt)
+        key = a.key
         old = a.state
         s = self.by_state[old]
         s.discard(key)
@@ -190,7 +193,7 @@ class TaskEventStore:
             self.finished[key] = None
 
     def _index(self, a: Attempt) -> None:
-        key = (a.task_id, a.attempt)
+        key = a.key
         self.by_job.setdefault(a.info.job_id, set()).add(key)
         self.by_state.setdefault(a.state, set()).add(key)
         self.by_name.setdefault(a.info.name, set()).add(key)
@@ -198,7 +201,7 @@ class TaskEventStore:
         c[a.state] = c.get(a.state, 0) + 1
 
     def _unindex(self, a: Attempt) -> None:
-        key = (a.task_id, a.attempt)
+        key = a.key
         indexes: tuple[tuple[dict[Any, set[Key]], Any], ...] = (
             (self.by_job, a.info.job_id), (self.by_state, a.state), (self.by_name, a.info.name))
         for index, k in indexes:
@@ -220,6 +223,9 @@ class TaskEventStore:
         checked = check_filters(filters)
         if limit < 0:
             raise rpc.InvalidArgument(f"limit must be >= 0, got {limit}")
+        if not checked:  # everything matches: no need to walk past the limit
+            newest = reversed(self.attempts.values())
+            return list(newest if not limit else itertools.islice(newest, limit)), len(self.attempts)
         out: list[Attempt] = []
         total = 0
         for a in self._candidates(checked):
