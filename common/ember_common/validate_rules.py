@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from . import ids
-from .proto import common_pb2
+from .proto import common_pb2, gcs_task_pb2
 from .validate import (
     REQUIRED,
     Rule,
@@ -118,6 +118,19 @@ GCS: dict[str, list[Rule]] = {
     "WaitPlacementGroupUntilReadyRequest": [*NEEDS_PG_ID, Rule("timeout_s", not_nan),
                                             Rule("also_report[]", PG_ID)],
 }
+# Task events (proto/gcs_task.proto): a batch's columns carry task ids, attempts and enums the
+# store indexes; a filter names its column (the store answers INVALID_ARGUMENT for an unknown one).
+TASK_FILTERS = [Rule("filters[].column", REQUIRED), Rule("filters[].value", max_len(1024))]
+GCS_TASK: dict[str, list[Rule]] = {
+    "AddTaskEventDataRequest": [
+        Rule("data", REQUIRED), Rule("data.worker_id", name_id), Rule("data.node_id", name_id),
+        Rule("data.pid", at_least(0)), Rule("data.task_id[]", TASK_ID), Rule("data.attempt[]", at_least(0)),
+        Rule("data.state[]", enum_of(gcs_task_pb2.TaskAttempt.State)), Rule("data.info_task_id[]", TASK_ID),
+        Rule("data.info_type[]", enum_of(gcs_task_pb2.TaskAttempt.Type)),
+        Rule("data.error_message[]", TEXT_LIMIT)],
+    "GetTaskEventsRequest": [*TASK_FILTERS, Rule("limit", at_least(0))],
+    "GetTaskSummaryRequest": TASK_FILTERS,
+}
 GROUP_INDEXES = [Rule("groups[].placement_group_id", REQUIRED), Rule("groups[].placement_group_id", PG_ID),
                  Rule("groups[].bundle_indexes[]", at_least(-1))]
 RAYLET: dict[str, list[Rule]] = {
@@ -163,5 +176,5 @@ CORE_WORKER: dict[str, list[Rule]] = {
 }
 
 # Full message name -> rules (every service's messages are in package `ember`).
-RULES: dict[str, list[Rule]] = {f"ember.{name}": rules for table in (GCS, RAYLET, OBJMGR, CORE_WORKER)
+RULES: dict[str, list[Rule]] = {f"ember.{name}": rules for table in (GCS, GCS_TASK, RAYLET, OBJMGR, CORE_WORKER)
                                 for name, rules in table.items()}

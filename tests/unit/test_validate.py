@@ -8,11 +8,11 @@ import math
 import pytest
 
 from ember_common import ids
-from ember_common.proto import common_pb2, core_worker_pb2, gcs_pb2, objmgr_pb2, raylet_pb2
+from ember_common.proto import common_pb2, core_worker_pb2, gcs_pb2, gcs_task_pb2, objmgr_pb2, raylet_pb2
 from ember_common.validate import first_problem, problems
 from ember_common.validate_rules import RULES
 
-SERVICE_FILES = (gcs_pb2, raylet_pb2, objmgr_pb2, core_worker_pb2)
+SERVICE_FILES = (gcs_pb2, gcs_task_pb2, raylet_pb2, objmgr_pb2, core_worker_pb2)
 
 
 def _unary_request_types() -> dict[str, object]:

@@ -5,6 +5,7 @@ nothing fetched from elsewhere) and the JSON it reads.
     GET /api/v0/{resource}                  Ray's state REST API: limit, detail, filter_keys /
                                             filter_predicates / filter_values
     GET /api/v0/{actors|objects}/summarize  Ray's summaries
+    GET /api/v0/tasks, /api/v0/tasks/summarize   the same for tasks (tasks_api.py)
     GET /api/cluster                        nodes with resources and object store use
     GET /api/serve/applications/            Serve applications, deployments, replicas, proxies
     GET /api/logs, /api/logs/file?name=&lines=   the head session's log files
@@ -30,7 +31,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from . import auth, jobs_api, readers
+from . import auth, jobs_api, readers, tasks_api
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 RESOURCES = {"actors": "actors", "nodes": "nodes", "jobs": "jobs", "placement_groups": "placement_groups",
@@ -228,7 +229,7 @@ async def trace(request: Request) -> Response:
 def build_app(*, session_name: str, log_dir: str | None, trace_dir: str | None) -> Starlette:
     """The app; log_dir None = the head session's (found through the GCS), trace_dir None = no traces."""
     routes = [
-        Route("/", index), *jobs_api.ROUTES,
+        Route("/", index), *jobs_api.ROUTES, *tasks_api.ROUTES,
         Route("/api/v0/{resource}", state_list),
         Route("/api/v0/{resource}/summarize", state_summary),
         Route("/api/cluster", cluster),
