@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import random
 import time
 from typing import Callable
 
@@ -57,7 +58,11 @@ class Raylet:
         self.futures: dict[bytes, asyncio.Future[LeaseReply]] = {}
         # Blocked workers waiting for their lent CPUs back (lease id -> the unblock RPC's wait).
         self.resumes: dict[bytes, asyncio.Future[None]] = {}
-        self.queue = LeaseQueue(node_id, self.resources, config.infeasible_timeout_s, clock)
+        self.queue = LeaseQueue(node_id, self.resources, config.infeasible_timeout_s, clock,
+                                spread_threshold=config.scheduler_spread_threshold,
+                                hold_s=max(1.0, 4 * config.heartbeat_period_s),
+                                settle_s=2 * config.heartbeat_period_s,
+                                pick=random.Random().choice)
         self.bundles = BundleTable(self.resources)
         cpus = int(self.resources.total.get("CPU", 0))
         self.pool = WorkerPool(
