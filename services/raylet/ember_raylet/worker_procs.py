@@ -74,7 +74,7 @@ def spawn_worker(worker_id: str, logs_dir: str, env_vars: dict[str, str], *,
                              stdout=out, stderr=err, stdin=subprocess.DEVNULL, close_fds=True)
     out.close()
     err.close()
-    return WorkerProc(worker_id, popen)  # type: ignore[arg-type]  # Popen[bytes] is a Proc
+    return WorkerProc(worker_id, popen)
 
 
 def err_tail(logs_dir: str, worker_id: str, lines: int = 15) -> str:
