@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -122,3 +123,32 @@ def test_fork_server_can_be_disabled():
                           timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "worker_main" in proc.stdout.strip().splitlines()[-1], (proc.stdout, time.monotonic() - t0)
+
+
+def test_template_reports_exits_and_delivers_early_kills(tmp_path):
+    """The raylet's handle (ForkedProc) learns each exit from the template, and a kill asked
+    for before the pid is known reaches the child once it is."""
+    from ember_raylet.forks import ForkServer
+
+    mute = socket.socket()  # listens, never answers: a forked worker waits there to register
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(16)
+    addr = f"127.0.0.1:{mute.getsockname()[1]}"
+    node = {"EMBER_RAYLET_ADDRESS": addr, "EMBER_GCS_ADDRESS": addr, "EMBER_OBJMGR_ADDRESS": addr,
+            "EMBER_NODE_ID": "n", "EMBER_STORE_DIR": str(tmp_path), "EMBER_SESSION_DIR": str(tmp_path),
+            "EMBER_NODE_IP": "127.0.0.1"}
+    fs = ForkServer(node, str(tmp_path / "logs"))
+    try:
+        early = fs.fork("w-early")
+        early.kill()  # before the template has even finished preloading
+        assert early.wait(60) == -signal.SIGKILL
+        late = fs.fork("w-late")
+        wait_for(lambda: late.pid, timeout_s=30, what="the template to fork")
+        assert fs.ready and late.poll() is None
+        assert _ppid(late.pid) == fs.pid
+        late.send_signal(signal.SIGKILL)
+        assert late.wait(30) == -signal.SIGKILL
+    finally:
+        fs.close()
+        mute.close()
+    assert fs.popen.returncode is not None and not fs.alive

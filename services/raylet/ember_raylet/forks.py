@@ -178,3 +178,6 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait()
+        self._reader.join(timeout_s)
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
