@@ -84,10 +84,13 @@ def run_one(python: str, runtime: str, scenario: str, quick: bool, timeout_s: fl
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                               cwd=os.path.expanduser("~") if runtime == "ray" else None)
     except subprocess.TimeoutExpired:
+        print(f"    {runtime} {scenario} timed out after {timeout_s:g}s", file=sys.stderr, flush=True)
         return {"error": f"timed out after {timeout_s:g}s"}
     lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = proc.stderr.strip().splitlines()[-3:]
+        print(f"    {runtime} {scenario} FAILED (exit {proc.returncode}):\n" +
+              "\n".join(proc.stderr.strip().splitlines()[-15:]), file=sys.stderr, flush=True)
         return {"error": f"exit {proc.returncode}: {' | '.join(tail)[-300:]}"}
     res: dict[str, Any] = json.loads(lines[-1])
     print(f"    {runtime} {scenario}: {res} ({time.monotonic() - t0:.0f}s)", flush=True,
@@ -111,7 +114,9 @@ def table(results: dict[str, dict[str, dict[str, Any]]], scenarios: list[str]) -
         for rt in ("ember", "ray"):
             err = results.get(rt, {}).get(scen, {}).get("error")
             if err:
-                rows.append((f"{scen}: FAILED", err if rt == "ember" else "", err if rt == "ray" else ""))
+                short = err if len(err) <= 70 else err[:32] + "..." + err[-35:]
+                rows.append((f"{scen}: FAILED ({rt})", short if rt == "ember" else "",
+                             short if rt == "ray" else ""))
     for scen, key, label in ROWS:
         wanted = scenarios if scen == "scenario" else [scen]
         for s in wanted:
