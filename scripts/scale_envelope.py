@@ -17,8 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -80,12 +83,26 @@ def run_one(python: str, runtime: str, scenario: str, quick: bool, timeout_s: fl
     cmd += ["--n", str(n)] if n else []
     t0 = time.monotonic()
     print(f"--- {runtime} {scenario} ...", flush=True, file=sys.stderr)
+    tmp = tempfile.mkdtemp(prefix="scale-envelope-")  # the `ember start` nodes' records
+    env = dict(os.environ, SCALE_ENVELOPE_TMP=tmp)
+    # Own session: on a timeout the whole process group goes (drivers, Ray's daemons).
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=os.path.expanduser("~") if runtime == "ray" else None,
+                            start_new_session=True)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                              cwd=os.path.expanduser("~") if runtime == "ray" else None)
+        stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         print(f"    {runtime} {scenario} timed out after {timeout_s:g}s", file=sys.stderr, flush=True)
         return {"error": f"timed out after {timeout_s:g}s"}
+    finally:
+        if os.path.isdir(os.path.join(tmp, "nodes")) and os.listdir(os.path.join(tmp, "nodes")):
+            subprocess.run([sys.executable, "-m", "ember._private.cli", "stop", "--force"],
+                           env=dict(os.environ, EMBER_TEMP_DIR=tmp), stdout=subprocess.DEVNULL,
+                           timeout=120)
+        shutil.rmtree(tmp, ignore_errors=True)
+    proc = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
     lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = proc.stderr.strip().splitlines()[-3:]

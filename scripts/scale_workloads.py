@@ -149,7 +149,8 @@ class EmberNodes:
     """Nodes started with the `ember` command, recorded in a private EMBER_TEMP_DIR."""
 
     def __init__(self) -> None:
-        self.tmp = tempfile.mkdtemp(prefix="ember-scale-")
+        # scale_envelope.py gives the directory, to stop the nodes even if this process is killed.
+        self.tmp = os.environ.get("SCALE_ENVELOPE_TMP") or tempfile.mkdtemp(prefix="ember-scale-")
         self.env = dict(os.environ, EMBER_TEMP_DIR=self.tmp)
         self.cli = [sys.executable, "-m", "ember._private.cli"]
         self.port = _free_port()
