@@ -36,9 +36,11 @@ def _pss_kb(pid: int) -> int:
 @ember.remote(num_cpus=0)
 class Probe:
     def __init__(self) -> None:
-        self.r = random.random()
+        import numpy as np
 
-    def info(self) -> tuple[int, float, str, bytes]:
+        self.r = (random.random(), float(np.random.rand()))
+
+    def info(self) -> tuple[int, tuple[float, float], str, bytes]:
         ref = ember.put(os.urandom(200_000))  # the object store works in a forked worker
         return os.getpid(), self.r, os.environ.get("EMBER_WORKER_ID", ""), ember.get(ref)[:4]
 
@@ -59,7 +61,8 @@ def test_default_env_actors_are_forked_from_one_template(local):
     assert len(parents) == 1, parents
     template = parents.pop()
     assert "ember._private.fork_server" in _cmdline(template)
-    assert len({i[1] for i in infos}) == 12, "random is re-seeded in each child"
+    assert len({i[1][0] for i in infos}) == 12, "random is re-seeded in each child"
+    assert len({i[1][1] for i in infos}) == 12, "numpy's global generator too"
     assert len({i[2] for i in infos}) == 12, "each child has its own worker id"
     # Idle forked actors share the template's pages: well under a fresh interpreter's ~25 MB.
     pss = sorted(_pss_kb(p) for p in pids)

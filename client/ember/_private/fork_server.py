@@ -86,6 +86,7 @@ def _child(req: dict[str, str], wake_r: int, wake_w: int) -> None:
             os.dup2(fd, target)
             os.close(fd)
         os.environ["EMBER_WORKER_ID"] = req["worker_id"]
+        _reseed()
         # The frozen objects stay frozen: a collection would write their headers (copy-on-write).
         from . import worker_main
 
@@ -99,6 +100,15 @@ def _child(req: dict[str, str], wake_r: int, wake_w: int) -> None:
         traceback.print_exc()
     finally:
         os._exit(code)
+
+
+def _reseed() -> None:
+    """Fresh random state per child: `random` and ember's ids re-seed themselves at fork
+    (os.register_at_fork); numpy's global generator does not, so it is seeded here if the
+    template loaded it (numpy loads `numpy.random` lazily, on first use in the child)."""
+    nprandom = sys.modules.get("numpy.random")
+    if nprandom is not None:
+        nprandom.seed()
 
 
 def _reap() -> None:
