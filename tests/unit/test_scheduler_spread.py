@@ -153,3 +153,13 @@ def test_a_report_later_than_settle_ends_older_holds_only():
     assert q.view()["a"].available["CPU"] == 3
     clock.t += 20
     assert q.view()["a"].available["CPU"] == 4
+
+
+def test_prefer_here_keeps_a_fitting_request_local_above_the_threshold():
+    """SPREAD and soft affinity chose this node: it runs here while it fits, spills when not."""
+    busy = local_with(8, 7)
+    idle = {"a": node("a", 8)}
+    assert decide(busy, idle, "local", {"CPU": 1}, 0).kind == "spill"
+    assert decide(busy, idle, "local", {"CPU": 1}, 0, prefer_here=True).kind == "local"
+    full = local_with(8, 8)
+    assert decide(full, idle, "local", {"CPU": 1}, 0, prefer_here=True).kind == "spill"

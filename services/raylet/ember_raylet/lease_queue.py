@@ -44,6 +44,7 @@ class LeaseRequest:
     deadline_s: float = 0.0  # when an infeasible request fails (clock time)
     gpu_ids: list[int] | None = None  # preset (a bundle's GPUs) instead of allocated ones
     env: str = ""  # runtime env hash: only a worker started in that env may take the grant
+    prefer_here: bool = False  # SPREAD / soft affinity chose this node: local whenever it fits
 
 
 @dataclass(frozen=True)
@@ -282,4 +283,4 @@ class LeaseQueue:
 
     def _decide(self, req: LeaseRequest) -> Decision:
         return decide(self.resources, self.view(), self.node_id, req.resources,
-                      req.spillback_count, self.spread_threshold, self.pick)
+                      req.spillback_count, self.spread_threshold, self.pick, req.prefer_here)

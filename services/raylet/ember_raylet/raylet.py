@@ -210,7 +210,8 @@ class Raylet:
                 gpu_ids = self.bundles.gpu_ids(req.placement_group_id, idx)
         env = self._want_env(req.serialized_runtime_env)
         lr = LeaseRequest(req.lease_id, resources, req.spillback_count, req.name,
-                          req.owner_worker_id, bool(req.actor_id), gpu_ids=gpu_ids, env=env)
+                          req.owner_worker_id, bool(req.actor_id), gpu_ids=gpu_ids, env=env,
+                          prefer_here=req.prefer_here)
         fut: asyncio.Future[LeaseReply] = asyncio.get_running_loop().create_future()
         self.futures[req.lease_id] = fut
         decision = self.queue.submit(lr)

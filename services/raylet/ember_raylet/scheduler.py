@@ -65,11 +65,13 @@ def score(total: dict[str, float], available: dict[str, float], request: dict[st
 
 def decide(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: str,
            request: dict[str, float], spillback_count: int,
-           spread_threshold: float = DEFAULT_SPREAD_THRESHOLD, pick: Pick | None = None) -> Decision:
-    """Decides one lease request (see the module docstring)."""
+           spread_threshold: float = DEFAULT_SPREAD_THRESHOLD, pick: Pick | None = None,
+           prefer_here: bool = False) -> Decision:
+    """Decides one lease request (see the module docstring). prefer_here (SPREAD, soft
+    affinity: the caller chose this node): local whenever it fits now."""
     local_now = local.fits_now(request)
-    if local_now and (spillback_count > 0 or not any(v > 0 for v in request.values())):
-        return Decision("local")  # pinned here, or it needs nothing a node could run out of
+    if local_now and (spillback_count > 0 or prefer_here or not any(v > 0 for v in request.values())):
+        return Decision("local")  # pinned or chosen here, or it needs nothing a node runs out of
     local_ever = local.fits_total(request)
     if spillback_count > 0:
         if local_ever:
