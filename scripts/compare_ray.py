@@ -3,7 +3,9 @@
 Both runs use the same code, client/ember/_private/perf.py: first with Ember
 (`<ember-python> -m ember._private.perf`), then with Ray, by running perf.py as a plain script
 under the Ray venv's interpreter (`<ray-python> .../perf.py --module ray`). Each writes its
-results as JSON; this script then prints one table: name, ember/s, ray/s, ember/ray.
+results as JSON; this script then prints one table: name, ember/s, ray/s, ember/ray. The rows
+are Ray's `ray microbenchmark` workloads plus "actor creation" (10 `num_cpus=0` actors, each
+answering one call, then killed; per second = actors), which Ray's list lacks.
 
 Ray lives in its own virtual environment so it never mixes with Ember's packages:
 
@@ -31,8 +33,10 @@ PERF = os.path.join(ROOT, "client", "ember", "_private", "perf.py")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ray-python", default="/tmp/rayvenv/bin/python",
-                   help="python of a venv with ray installed (default /tmp/rayvenv/bin/python)")
+    p.add_argument("--ray-python", default=os.environ.get("EMBER_TEST_RAY_PYTHON",
+                                                          "/tmp/rayvenv/bin/python"),
+                   help="python of a venv with ray installed (default $EMBER_TEST_RAY_PYTHON, "
+                        "else /tmp/rayvenv/bin/python)")
     p.add_argument("--ember-python", default=sys.executable,
                    help="python of a venv with ember installed (default: this one)")
     p.add_argument("--filter", default="", metavar="SUBSTRING",

@@ -40,6 +40,10 @@ class Config:
     max_pending_lease_requests: int = 10
     # Tasks pushed to one leased worker before the first one returns.
     max_tasks_in_flight_per_worker: int = 1
+    # Ray's hybrid scheduling: a node busier than this share spreads new work to less-loaded ones.
+    scheduler_spread_threshold: float = 0.5
+    # 1: a raylet starts default-env workers by forking a preloaded template process; 0: fresh interpreters.
+    worker_fork_server: int = 1
     # Default task retries after a worker crash (Ray's default is 3).
     task_max_retries: int = 3
     # A worker process that has not registered with its raylet this long after start is killed.

@@ -123,13 +123,15 @@ class MemoryStore:
                 self._sync_waiters.setdefault(oid, []).append(ev)
         deadline = None if timeout is None else self._clock() + timeout
         try:
+            i = 0  # oids[:i] have arrived: each wake-up checks on from the first missing one
             while True:
-                pending = [oid for oid in oids if oid not in self._objects]
-                if not pending:
+                while i < len(oids) and oids[i] in self._objects:
+                    i += 1
+                if i == len(oids):
                     return []
                 left = None if deadline is None else deadline - self._clock()
                 if left is not None and left <= 0:
-                    return pending
+                    return [oid for oid in oids[i:] if oid not in self._objects]
                 ev.wait(left)
                 ev.clear()
         finally:

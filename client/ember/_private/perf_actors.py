@@ -131,6 +131,20 @@ def _n_clients_n_actors_arg(mod: Any) -> Fn:
                   *clients, *actors)
 
 
+def _actor_creation(mod: Any) -> Fn:
+    """Creates 10 actors (num_cpus=0), waits until each answers a call, then kills them (the
+    kill is part of the timed call, as the next call needs the workers back)."""
+    actor_cls, _, _ = _classes(mod)
+
+    def create() -> None:
+        actors = [actor_cls.remote() for _ in range(10)]
+        mod.get([a.small_value.remote() for a in actors])
+        for a in actors:
+            mod.kill(a)
+
+    return create
+
+
 # --- async actors ----------------------------------------------------------------------------
 
 def _async_actor_sync(mod: Any) -> Fn:
@@ -175,4 +189,6 @@ BENCHMARKS: list[tuple[str, Callable[[Any], Fn], float]] = [
     ("1:1 async-actor calls with args async", _async_actor_args_async, 1000),
     ("1:n async-actor calls async", _one_client_n_async_actors, 5000 * _n_cpu()),
     ("n:n async-actor calls async", _n_tasks_n_async_actors, 4 * 5000),
+    # Not in Ray's list: actor start-up (issue 20), 10 per call.
+    ("actor creation", _actor_creation, 10),
 ]

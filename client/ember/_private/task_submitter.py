@@ -202,11 +202,13 @@ class TaskSubmitter:
             if not alive:
                 return None
             self._spread_next = (self._spread_next + 1) % len(alive)
+            request.prefer_here = True  # that raylet grants it if it fits (no hybrid spreading)
             return alive[self._spread_next].raylet_address
         node = nodes.get(placement.node_id)
         if node is not None and node.state == common_pb2.NodeInfo.ALIVE:
             if not placement.soft:
                 request.spillback_count = 1
+            request.prefer_here = True
             return node.raylet_address
         if placement.soft:
             return None

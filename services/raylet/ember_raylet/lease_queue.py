@@ -6,6 +6,12 @@ A submitted request is decided by `scheduler.decide`: it spills to another node,
 (FIFO, granted when it fits and a worker is free), or waits as *infeasible* (no node can ever
 run it) until a node that can joins or `infeasible_timeout_s` passes, then fails with a reason.
 A queued request that no longer fits here is spilled again while it has never been redirected.
+
+Spreading: the cluster view (the GCS's node feed, refreshed by heartbeats) lags behind the
+spills this raylet just sent, so each spill *holds* its resources on the target node in this
+queue's view for `hold_s` (or until a report shows them taken, or comes `settle_s` after the
+spill, by when the node's heartbeat must include them): ten requests
+decided in one burst go to ten different free nodes instead of all to the first one.
 The driver (raylet.py) owns the futures and the workers and executes what this class decides.
 
 Blocked workers: a leased worker that waits in get()/wait() lends its CPUs to other leases; when
@@ -20,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .resources import Allocation, NodeResources
-from .scheduler import RemoteNode, decide
+from .scheduler import DEFAULT_SPREAD_THRESHOLD, Decision, Pick, RemoteNode, decide
 
 Clock = Callable[[], float]
 
@@ -38,6 +44,7 @@ class LeaseRequest:
     deadline_s: float = 0.0  # when an infeasible request fails (clock time)
     gpu_ids: list[int] | None = None  # preset (a bundle's GPUs) instead of allocated ones
     env: str = ""  # runtime env hash: only a worker started in that env may take the grant
+    prefer_here: bool = False  # SPREAD / soft affinity chose this node: local whenever it fits
 
 
 @dataclass(frozen=True)
@@ -79,8 +86,15 @@ class LeaseQueue:
     """Requests waiting on this node, in arrival order; the infeasible ones apart."""
 
     def __init__(self, node_id: str, resources: NodeResources, infeasible_timeout_s: float,
-                 clock: Clock) -> None:
+                 clock: Clock, *, spread_threshold: float = DEFAULT_SPREAD_THRESHOLD,
+                 hold_s: float = 2.0, settle_s: float = 0.0, pick: Pick | None = None) -> None:
         self.node_id = node_id
+        self.settle_s = settle_s or hold_s / 2
+        self.spread_threshold = spread_threshold
+        self.hold_s = hold_s
+        self.pick = pick
+        # node id -> (when, resources) spilled there and not yet seen in its reports
+        self.holds: dict[str, list[tuple[float, dict[str, float]]]] = {}
         self.resources = resources
         self.infeasible_timeout_s = infeasible_timeout_s
         self.clock = clock
@@ -95,9 +109,9 @@ class LeaseQueue:
     def submit(self, req: LeaseRequest) -> Spill | str:
         """Decides a new request: a Spill, or "queued" / "infeasible" (it waits here; a
         reason is logged by the driver through `why_infeasible`)."""
-        d = decide(self.resources, self.cluster, self.node_id, req.resources, req.spillback_count)
+        d = self._decide(req)
         if d.kind == "spill" and d.node is not None:
-            return Spill(req, d.node)
+            return self._spill(req, d.node)
         if d.kind == "infeasible":
             req.deadline_s = self.clock() + self.infeasible_timeout_s
             self.infeasible.append(req)
@@ -107,8 +121,7 @@ class LeaseQueue:
 
     def why_infeasible(self, req: LeaseRequest) -> str:
         """The reason no node can run the request now."""
-        return decide(self.resources, self.cluster, self.node_id, req.resources,
-                      req.spillback_count).reason
+        return self._decide(req).reason
 
     def resume(self, lease_id: bytes, lent: dict[str, float]) -> bool:
         """A blocked worker wants its lent resources back: True if it got them now (taken),
@@ -144,10 +157,10 @@ class LeaseQueue:
                 continue  # behind a worker that waits for its CPUs
             if not self.resources.fits_now(req.resources):
                 if req.spillback_count == 0:
-                    d = decide(self.resources, self.cluster, self.node_id, req.resources, 0)
+                    d = self._decide(req)
                     if d.kind == "spill" and d.node is not None:
                         self.waiting.remove(req)
-                        out.spills.append(Spill(req, d.node))
+                        out.spills.append(self._spill(req, d.node))
                 continue
             if idle.get(req.env, 0) <= 0:
                 out.workers_wanted += 1
@@ -166,11 +179,11 @@ class LeaseQueue:
         out: list[Spill | Fail] = []
         now = self.clock()
         for req in list(self.infeasible):
-            d = decide(self.resources, self.cluster, self.node_id, req.resources, req.spillback_count)
+            d = self._decide(req)
             if d.kind != "infeasible":
                 self.infeasible.remove(req)
                 if d.kind == "spill" and d.node is not None:
-                    out.append(Spill(req, d.node))
+                    out.append(self._spill(req, d.node))
                 else:
                     self.waiting.append(req)
             elif now >= req.deadline_s:
@@ -220,10 +233,54 @@ class LeaseQueue:
         return gone
 
     def update_node(self, node: RemoteNode) -> None:
-        """The cluster view: a node joined, changed or (alive=False) left."""
+        """The cluster view: a node joined, changed or (alive=False) left. A report ends the
+        holds it must already reflect: all of them when it shows less available than the last
+        one (the spilled work arrived), else those older than `settle_s`."""
         if node.node_id == self.node_id:
             return
+        old = self.cluster.get(node.node_id)
+        held = self.holds.get(node.node_id)
+        if held is not None:
+            if old is None or not node.alive or any(
+                    node.available.get(k, 0.0) < v - 1e-9 for k, v in old.available.items()):
+                del self.holds[node.node_id]
+            else:
+                now = self.clock()
+                held[:] = [(t, r) for t, r in held if now - t < self.settle_s]
         if node.alive:
             self.cluster[node.node_id] = node
         else:
             self.cluster.pop(node.node_id, None)
+
+    # ------------------------------------------------------------------ spreading
+    def _spill(self, req: LeaseRequest, node: RemoteNode) -> Spill:
+        """A spill decision; its resources are held on the target in this view."""
+        if self.hold_s > 0:
+            self.holds.setdefault(node.node_id, []).append((self.clock(), dict(req.resources)))
+        return Spill(req, self.cluster.get(node.node_id, node))
+
+    def view(self) -> dict[str, RemoteNode]:
+        """The cluster view less the resources held by recent spills."""
+        if not self.holds:
+            return self.cluster
+        now = self.clock()
+        out = dict(self.cluster)
+        for node_id, held in list(self.holds.items()):
+            live = [(t, r) for t, r in held if now - t < self.hold_s]
+            if not live:
+                del self.holds[node_id]
+                continue
+            self.holds[node_id] = live
+            n = self.cluster.get(node_id)
+            if n is None:
+                continue
+            avail = dict(n.available)
+            for _, r in live:
+                for k, v in r.items():
+                    avail[k] = avail.get(k, 0.0) - v
+            out[node_id] = RemoteNode(n.node_id, n.raylet_address, n.total, avail, n.alive)
+        return out
+
+    def _decide(self, req: LeaseRequest) -> Decision:
+        return decide(self.resources, self.view(), self.node_id, req.resources,
+                      req.spillback_count, self.spread_threshold, self.pick, req.prefer_here)

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import random
 import time
 from typing import Callable
 
@@ -22,6 +23,7 @@ from ember_common.rpc import Infeasible, InvalidArgument
 
 from . import bundles as bundles_mod
 from .bundles import BundleTable
+from .forks import ForkServer
 from .lease_queue import Fail, LeaseQueue, LeaseRequest, Spill
 from .resources import NodeResources, validate_request
 from .runtime_env import RuntimeEnvManager, SetupFailed
@@ -57,17 +59,25 @@ class Raylet:
         self.futures: dict[bytes, asyncio.Future[LeaseReply]] = {}
         # Blocked workers waiting for their lent CPUs back (lease id -> the unblock RPC's wait).
         self.resumes: dict[bytes, asyncio.Future[None]] = {}
-        self.queue = LeaseQueue(node_id, self.resources, config.infeasible_timeout_s, clock)
+        self.queue = LeaseQueue(node_id, self.resources, config.infeasible_timeout_s, clock,
+                                spread_threshold=config.scheduler_spread_threshold,
+                                hold_s=max(1.0, 4 * config.heartbeat_period_s),
+                                settle_s=2 * config.heartbeat_period_s,
+                                pick=random.Random().choice)
         self.bundles = BundleTable(self.resources)
         cpus = int(self.resources.total.get("CPU", 0))
+        # A forked worker costs little CPU to start, so more may start at once.
+        starting = max(4, min(2 * cpus, 16)) if config.worker_fork_server else max(2, min(cpus, 8))
         self.pool = WorkerPool(
             num_prestart=cpus if num_prestart_workers is None else num_prestart_workers,
-            max_starting=max(2, min(cpus, 8)), startup_timeout_s=config.worker_startup_timeout_s,
+            max_starting=starting, startup_timeout_s=config.worker_startup_timeout_s,
             idle_timeout_s=config.worker_idle_timeout_s, clock=clock)
         self.runtime_envs = RuntimeEnvManager(
             runtime_env_dir or os.path.join(session_dir, "runtime_resources"))
         self.env_json: dict[str, str] = {}  # runtime env hash -> its serialized env
         self.env_start_failures: dict[str, int] = {}  # env hash -> workers dead before registering
+        self.forks: ForkServer | None = None  # the worker template, once started
+        self.forks_warned = False
         self.closing = False
         # Called with (worker_id, reason) when a worker process exits (the GCS is told).
         self.on_worker_death: Callable[[str, str], None] | None = None
@@ -87,7 +97,11 @@ class Raylet:
             "EMBER_STORE_DIR": self.store_dir, "EMBER_SESSION_DIR": self.session_dir,
             "EMBER_NODE_IP": self.node_ip}
         ctx = self.runtime_envs.context(env) if env else None
-        if ctx is None:
+        forks = self._fork_server(node) if ctx is None else None
+        if forks is not None:
+            wid = ids.new_worker_id()
+            w = WorkerProc(wid, forks.fork(wid))
+        elif ctx is None:
             w = spawn_worker(ids.new_worker_id(), self.logs_dir, node)
         else:
             w = spawn_worker(ids.new_worker_id(), self.logs_dir, node, python=ctx.python, cwd=ctx.cwd,
@@ -95,6 +109,21 @@ class Raylet:
         self.workers[w.worker_id] = w
         self.pool.add_starting(w.worker_id, env)
         return w
+
+    def _fork_server(self, node: dict[str, str]) -> ForkServer | None:
+        """The node's worker template (started on first use), or None when it is disabled
+        (EMBER_WORKER_FORK_SERVER=0) or died (then workers start as fresh interpreters)."""
+        if not self.cfg.worker_fork_server:
+            return None
+        if self.forks is None:
+            self.forks = ForkServer(node, self.logs_dir)
+        if not self.forks.alive:
+            if not self.forks_warned:
+                log.warning("the worker template (pid %d) is gone; starting workers as fresh "
+                            "interpreters; see %s/fork-server.err", self.forks.pid, self.logs_dir)
+                self.forks_warned = True
+            return None
+        return self.forks
 
     def starting(self) -> int:
         """Worker processes started and not registered yet."""
@@ -104,6 +133,8 @@ class Raylet:
         """A worker registered (NotFound unless this raylet started it)."""
         self.pool.registered(worker_id, port)
         self.workers[worker_id].port = port
+        if self.forks is not None:
+            self.forks.registered(worker_id, pid)
         self.env_start_failures.pop(self.pool.workers[worker_id].env, None)
         self.dispatch()
 
@@ -179,7 +210,8 @@ class Raylet:
                 gpu_ids = self.bundles.gpu_ids(req.placement_group_id, idx)
         env = self._want_env(req.serialized_runtime_env)
         lr = LeaseRequest(req.lease_id, resources, req.spillback_count, req.name,
-                          req.owner_worker_id, bool(req.actor_id), gpu_ids=gpu_ids, env=env)
+                          req.owner_worker_id, bool(req.actor_id), gpu_ids=gpu_ids, env=env,
+                          prefer_here=req.prefer_here)
         fut: asyncio.Future[LeaseReply] = asyncio.get_running_loop().create_future()
         self.futures[req.lease_id] = fut
         decision = self.queue.submit(lr)
@@ -488,3 +520,5 @@ class Raylet:
             if fut is not None and not fut.done():
                 fut.cancel()
         await stop_all([w.popen for w in self.workers.values()])
+        if self.forks is not None:
+            self.forks.close()

@@ -1,16 +1,27 @@
 """Where a lease request goes: here, another node (spillback), or nowhere (infeasible).
 
-Pure logic over this node's resources and the cluster view the GCS publishes. Local first: a
-request that fits here now runs here. Otherwise it spills to an alive node that has the
-resources available now (the most available first), or, if none has them now but this node
-could run it later, waits here; if only other nodes could ever run it, it goes to one of them.
-A request already redirected once (spillback_count > 0) is never redirected again.
+Pure logic over this node's resources and the cluster view the GCS publishes, in the shape of
+Ray's *hybrid* policy. Every node that has the resources available now gets a score, its
+utilization of the requested resources (the busiest of them, GPUs aside; below `spread_threshold` it
+counts as 0, so lightly loaded nodes tie). The lowest score wins and this node wins ties:
+work stays local while this node is under the threshold (locality, no hop), and spreads to
+the least-loaded nodes once it is busier than the threshold or full. Among remote nodes with
+equal scores the one with the most headroom wins, then `pick` (a random choice in the raylet,
+so several raylets deciding at once do not herd onto one node).
+
+If no node has the resources now, the request waits here when this node could run it later;
+if only other nodes could ever run it, it goes to the one with the most total headroom;
+otherwise it is infeasible, with a reason naming the missing amounts. A request already
+redirected once (spillback_count > 0) is never redirected again: it runs or waits here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
-from .resources import EPS, NodeResources
+from .resources import EPS, GPU, NodeResources
+
+DEFAULT_SPREAD_THRESHOLD = 0.5  # Ray's scheduler_spread_threshold
 
 
 @dataclass
@@ -29,14 +40,38 @@ class Decision:
     reason: str = field(default="")
 
 
+Pick = Callable[[list[RemoteNode]], RemoteNode]
+
+
 def _fits(have: dict[str, float], request: dict[str, float]) -> bool:
     return all(have.get(k, 0.0) + EPS >= v for k, v in request.items() if v > 0)
 
 
+def utilization(total: dict[str, float], available: dict[str, float],
+                request: dict[str, float]) -> float:
+    """The busiest requested resource's used share (0..1). GPUs do not count: their shares are
+    packed (two 0.5 requests share one GPU), so a node with room on a GPU is as good as any."""
+    keys = [k for k, v in request.items() if v > 0 and k != GPU]
+    used = [1.0 - max(available.get(k, 0.0), 0.0) / total[k] for k in keys if total.get(k, 0.0) > EPS]
+    return max(max(used, default=0.0), 0.0)
+
+
+def score(total: dict[str, float], available: dict[str, float], request: dict[str, float],
+          spread_threshold: float) -> float:
+    """The hybrid policy's node score: utilization, 0 below the spread threshold."""
+    u = utilization(total, available, request)
+    return 0.0 if u < spread_threshold else u
+
+
 def decide(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: str,
-           request: dict[str, float], spillback_count: int) -> Decision:
-    if local.fits_now(request):
-        return Decision("local")
+           request: dict[str, float], spillback_count: int,
+           spread_threshold: float = DEFAULT_SPREAD_THRESHOLD, pick: Pick | None = None,
+           prefer_here: bool = False) -> Decision:
+    """Decides one lease request (see the module docstring). prefer_here (SPREAD, soft
+    affinity: the caller chose this node): local whenever it fits now."""
+    local_now = local.fits_now(request)
+    if local_now and (spillback_count > 0 or prefer_here or not any(v > 0 for v in request.values())):
+        return Decision("local")  # pinned or chosen here, or it needs nothing a node runs out of
     local_ever = local.fits_total(request)
     if spillback_count > 0:
         if local_ever:
@@ -48,15 +83,32 @@ def decide(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: 
             f"{', '.join(short)}; the node it was meant for may have left the cluster."))
     others = [n for n in cluster.values() if n.alive and n.node_id != local_node_id]
     now = [n for n in others if _fits(n.available, request)]
+    if local_now:
+        mine = score(local.total, local.available, request, spread_threshold)
+        if mine == 0.0 or not now:
+            return Decision("local")
+        best = _best(now, request, spread_threshold, pick)
+        if score(best.total, best.available, request, spread_threshold) < mine:
+            return Decision("spill", best)
+        return Decision("local")
     if now:
-        best = max(now, key=lambda n: _headroom(n.available, request))
-        return Decision("spill", best)
+        return Decision("spill", _best(now, request, spread_threshold, pick))
     if local_ever:
         return Decision("queue")
     later = [n for n in others if _fits(n.total, request)]
     if later:
         return Decision("spill", max(later, key=lambda n: _headroom(n.total, request)))
     return Decision("infeasible", reason=_why(request, cluster, local))
+
+
+def _best(nodes: list[RemoteNode], request: dict[str, float], spread_threshold: float,
+          pick: Pick | None) -> RemoteNode:
+    """The lowest score, then the most headroom; `pick` chooses among exact ties."""
+    keyed = [((score(n.total, n.available, request, spread_threshold),
+               -_headroom(n.available, request)), n) for n in nodes]
+    top = min(k for k, _ in keyed)
+    ties = [n for k, n in keyed if k == top]
+    return ties[0] if pick is None or len(ties) == 1 else pick(ties)
 
 
 def _headroom(have: dict[str, float], request: dict[str, float]) -> float:

@@ -9,8 +9,21 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .resources import Allocation
+
+
+class Proc(Protocol):
+    """What the raylet needs of a worker process: a Popen, or a forks.ForkedProc."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+    def kill(self) -> None: ...
+    def send_signal(self, sig: int) -> None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 @dataclass
@@ -18,7 +31,7 @@ class WorkerProc:
     """A worker process started by this raylet."""
 
     worker_id: str
-    popen: subprocess.Popen[bytes]
+    popen: Proc
     port: int = 0
     lease: Lease | None = None
     dead: bool = False
@@ -76,7 +89,7 @@ def err_tail(logs_dir: str, worker_id: str, lines: int = 15) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-async def stop_all(procs: list[subprocess.Popen[bytes]], grace_s: float = 2.0) -> None:
+async def stop_all(procs: list[Proc], grace_s: float = 2.0) -> None:
     """SIGTERM every process, then SIGKILL those still running after grace_s."""
     for pp in procs:
         if pp.poll() is None:
@@ -90,4 +103,7 @@ async def stop_all(procs: list[subprocess.Popen[bytes]], grace_s: float = 2.0) -
     for pp in procs:
         if pp.poll() is None:
             pp.kill()
-            pp.wait()
+            try:
+                pp.wait(5.0)
+            except subprocess.TimeoutExpired:
+                pass
