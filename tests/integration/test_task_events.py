@@ -151,7 +151,7 @@ def test_ten_thousand_tasks_list_and_summary(cluster):
     for what, s in timings.items():
         print(f"  {what}: {s * 1000:.0f} ms")
     # The bound the issue sets is 1 s; under a loaded test machine only a generous one holds.
-    assert timings["list_tasks(limit=100)"] < 3.0 and timings["summarize_tasks()"] < 3.0
+    assert timings["list_tasks(limit=100)"] < 3.0 and timings["summarize_tasks()"] < 3.0, (timings, load)
 
 
 def test_the_gcs_store_keeps_its_bound_and_counts_drops(monkeypatch):
