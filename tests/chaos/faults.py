@@ -55,6 +55,9 @@ class FaultSchedule:
         "kill": KILL_TARGETS, "sigkill": SIGKILL_TARGETS, "netcut": NETCUT_TARGETS})
     weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     down_s: tuple[float, float] = (1.0, 4.0)
+    # a cut longer than the GCS's node death timeout (10 s in the suite) makes the node die and
+    # come back; a shorter one must go unnoticed
+    netcut_down_s: tuple[float, float] = (2.0, 14.0)
     gap_s: tuple[float, float] = (2.0, 6.0)
 
     def __post_init__(self) -> None:
@@ -64,7 +67,8 @@ class FaultSchedule:
         self.kinds = {k: tuple(v) for k, v in self.kinds.items() if v}
         if not self.kinds:
             raise ValueError("a fault schedule needs at least one kind with a target")
-        for name, (lo, hi) in (("down_s", self.down_s), ("gap_s", self.gap_s)):
+        for name, (lo, hi) in (("down_s", self.down_s), ("netcut_down_s", self.netcut_down_s),
+                               ("gap_s", self.gap_s)):
             if not 0 <= lo <= hi:
                 raise ValueError(f"{name} must be (low, high) with 0 <= low <= high, got {(lo, hi)}")
 
@@ -77,7 +81,7 @@ class FaultSchedule:
         while True:
             kind = rng.choices(kinds, weights)[0]
             target = rng.choice(self.kinds[kind])
-            down = round(rng.uniform(*self.down_s), 2)
+            down = round(rng.uniform(*(self.netcut_down_s if kind == "netcut" else self.down_s)), 2)
             gap = round(rng.uniform(*self.gap_s), 2)
             pick = rng.randrange(1 << 16)
             yield FaultEvent(i, kind, target, down, gap, pick)

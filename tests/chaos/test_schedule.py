@@ -17,12 +17,13 @@ def test_same_seed_same_faults_other_seed_other_faults() -> None:
 
 
 def test_every_kind_and_bounds_respected() -> None:
-    s = FaultSchedule(1, down_s=(1.0, 2.0), gap_s=(3.0, 4.0))
+    s = FaultSchedule(1, down_s=(1.0, 2.0), netcut_down_s=(5.0, 6.0), gap_s=(3.0, 4.0))
     evs = s.first(300)
     assert {e.kind for e in evs} == {"kill", "sigkill", "netcut"}
     for e in evs:
         assert e.target in s.kinds[e.kind]
-        assert 1.0 <= e.down_s <= 2.0 and 3.0 <= e.gap_s <= 4.0
+        lo, hi = (5.0, 6.0) if e.kind == "netcut" else (1.0, 2.0)
+        assert lo <= e.down_s <= hi and 3.0 <= e.gap_s <= 4.0
     killed = {e.target for e in evs if e.kind == "kill"}
     assert {"raylet-head", "raylet-worker", "objmgr-worker", "gcs", "etcd", "serve-proxy"} <= killed
 
