@@ -123,8 +123,10 @@ def chaos_cluster(artifacts: Path, tmp_path_factory: pytest.TempPathFactory,
                f'-f "{HERE / "compose.chaos.yml"}" -p "{project}"')
     c = ChaosCluster(project, compose, gcs_port, http_port, token)
     failed_before = request.session.testsfailed
+    setup_failed = True
     try:
-        c.run("up -d --no-build", timeout=UP_BOUND_S)
+        if c.run("up -d --no-build", check=False, timeout=UP_BOUND_S).returncode != 0:
+            c.run("up -d --no-build", timeout=UP_BOUND_S)  # a dependency slow to be healthy
         from .docker_faults import ALL_SERVICES, DockerCluster
 
         dc = DockerCluster(project, http_port)
@@ -136,9 +138,10 @@ def chaos_cluster(artifacts: Path, tmp_path_factory: pytest.TempPathFactory,
             if time.monotonic() - t0 > UP_BOUND_S:
                 raise AssertionError(f"chaos cluster not healthy after {UP_BOUND_S}s: {h}")
             time.sleep(1)
+        setup_failed = False
         yield c
     finally:
-        if request.session.testsfailed > failed_before:
+        if setup_failed or request.session.testsfailed > failed_before:
             logs = c.run("logs --no-color --timestamps", check=False, timeout=120)
             (artifacts / f"{project}-compose.log").write_text(logs.stdout + logs.stderr)
         c.run("--profile driver down -v --remove-orphans -t 5", check=False, timeout=180)

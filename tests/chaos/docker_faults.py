@@ -55,6 +55,9 @@ class DockerCluster:
         self.client = docker.from_env(timeout=60)
         self.network_name = f"{project}_default"
 
+    def close(self) -> None:
+        self.client.close()
+
     def container(self, service: str) -> Container:
         found = self.client.containers.list(all=True, filters={
             "label": [f"com.docker.compose.project={self.project}",
@@ -212,16 +215,21 @@ class FaultRunner:
     def wait_recovered(self, ev: FaultEvent) -> bool:
         t0 = time.monotonic()
         problem: str | None = "not probed"
+        seen: list[tuple[float, str]] = []  # each new problem and when it was first seen
         while time.monotonic() - t0 < self.recovery_bound_s:
             try:
                 problem = self.health_probe()
             except Exception as e:  # a probe that fails is a cluster not yet healthy
                 problem = f"probe failed: {type(e).__name__}: {e}"
             if problem is None:
-                self.log.fault(ev, "recovered", recovery_s=round(time.monotonic() - t0, 2))
+                self.log.fault(ev, "recovered", recovery_s=round(time.monotonic() - t0, 2),
+                               waited_on=seen)
                 return True
+            if not seen or seen[-1][1] != problem[:200]:
+                seen.append((round(time.monotonic() - t0, 1), problem[:200]))
             self.sleep(0.5)
-        self.log.fault(ev, "not_recovered", error=problem, waited_s=self.recovery_bound_s)
+        self.log.fault(ev, "not_recovered", error=problem, waited_s=self.recovery_bound_s,
+                       waited_on=seen)
         return False
 
 

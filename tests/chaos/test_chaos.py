@@ -85,12 +85,21 @@ class DriverOutput:
         try:
             rc = int(self.proc.wait(timeout_s))
         except Exception:
+            self.close()
+            raise AssertionError(f"the workload driver did not end within {timeout_s}s: {self.tail()}") from None
+        self.close()
+        return rc
+
+    def close(self) -> None:
+        """Kills the driver if it still runs; joins the readers and closes the pipes."""
+        if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(30)
-            raise AssertionError(f"the workload driver did not end within {timeout_s}s: {self.tail()}") from None
         for t in self._threads:
             t.join(10)
-        return rc
+        for f in (self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                f.close()
 
     def tail(self) -> str:
         return "\n".join(self.other[-20:] + self.err[-40:])
@@ -128,11 +137,20 @@ def test_mixed_workload_under_faults(chaos_cluster: ChaosCluster, artifacts: Pat
     print(f"\nchaos seed {seed} (replay: EMBER_CHAOS_SEED={seed}), duration {DURATION_S:.0f}s, "
           f"artifacts {artifacts}")
     dc = DockerCluster(c.project, c.http_port)
+    try:
+        _run_suite(c, dc, seed, artifacts)
+    finally:
+        dc.close()
 
+
+def _run_suite(c: ChaosCluster, dc: DockerCluster, seed: int, artifacts: Path) -> None:
     # 1. the Serve app, then the baseline of the stores with nothing of the workload in them
     setup = DriverOutput(c.driver("serve"))
-    setup.wait_for("serve_ready", 300)
-    assert setup.finish(60) == 0, setup.tail()
+    try:
+        setup.wait_for("serve_ready", 300)
+        assert setup.finish(60) == 0, setup.tail()
+    finally:
+        setup.close()
     _wait("the Serve app answers through the proxy", 120,
           lambda: None if dc.http_ok("/chaos?x=1") else "no 200 yet")
     baseline = dc.store_usage()
@@ -153,9 +171,7 @@ def test_mixed_workload_under_faults(chaos_cluster: ChaosCluster, artifacts: Pat
             rc = work.finish(DURATION_S + OP_BOUND_S + 120)
         finally:
             http.stop()
-            if work.proc.poll() is None:
-                work.proc.kill()
-                work.proc.wait(30)
+            work.close()
         # 3. after the faults: healthy again, a fresh driver works, the stores are back to baseline
         final_recovery_s = _wait("healthy cluster after the faults", RECOVERY_BOUND_S,
                                  lambda: cluster_problem(dc, "/chaos?x=0"))
