@@ -72,6 +72,15 @@ class FaultSchedule:
             if not 0 <= lo <= hi:
                 raise ValueError(f"{name} must be (low, high) with 0 <= low <= high, got {(lo, hi)}")
 
+    @classmethod
+    def of_kinds(cls, seed: int, kinds: list[str]) -> FaultSchedule:
+        """The default targets of the named kinds only (ValueError naming an unknown kind)."""
+        targets = {"kill": KILL_TARGETS, "sigkill": SIGKILL_TARGETS, "netcut": NETCUT_TARGETS}
+        unknown = sorted(set(kinds) - set(targets))
+        if unknown:
+            raise ValueError(f"unknown fault kinds {unknown}; known: {sorted(targets)}")
+        return cls(seed, kinds={k: targets[k] for k in kinds})
+
     def events(self) -> Iterator[FaultEvent]:
         """The endless sequence; the caller stops taking events when its time is up."""
         rng = random.Random(self.seed)
@@ -110,7 +119,8 @@ class FaultLog:
                     "replay": f"EMBER_CHAOS_SEED={seed} pytest -m chaos tests/chaos"})
 
     def write(self, record: dict[str, Any]) -> dict[str, Any]:
-        rec = {"t": round(self.clock() - self.t0, 3), **record}
+        now = self.clock()
+        rec = {"t": round(now - self.t0, 3), "wall": round(now, 3), **record}
         self.records.append(rec)
         self.stream.write(json.dumps(rec, sort_keys=True) + "\n")
         self.stream.flush()

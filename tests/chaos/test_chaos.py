@@ -36,6 +36,8 @@ DURATION_S = float(os.environ.get("EMBER_CHAOS_DURATION_S", "90"))
 OP_BOUND_S = float(os.environ.get("EMBER_CHAOS_OP_BOUND_S", "120"))
 RECOVERY_BOUND_S = float(os.environ.get("EMBER_CHAOS_RECOVERY_BOUND_S", "120"))
 MIN_AVAILABILITY = float(os.environ.get("EMBER_CHAOS_MIN_AVAILABILITY", "0.9"))
+# Which fault kinds run (comma-separated, of faults.DEFAULT_WEIGHTS); all by default.
+KINDS = [k for k in os.environ.get("EMBER_CHAOS_KINDS", "kill,sigkill,netcut").split(",") if k]
 # Bytes an objmgr may hold above its baseline once the workload is gone (small inline leftovers
 # such as a Serve replica's state); a leaked 50 MB object is far above it.
 STORE_SLACK_BYTES = 8 * 2**20
@@ -165,7 +167,8 @@ def _run_suite(c: ChaosCluster, dc: DockerCluster, seed: int, artifacts: Path) -
         log = FaultLog(f, seed)
         try:
             work.wait_for("ready", 180)
-            runner = FaultRunner(dc, FaultSchedule(seed), log,
+            schedule = FaultSchedule.of_kinds(seed, KINDS)
+            runner = FaultRunner(dc, schedule, log,
                                  lambda: cluster_problem(dc, "/chaos?x=0"), RECOVERY_BOUND_S)
             runner.run(DURATION_S, stop=lambda: work.proc.poll() is not None)
             rc = work.finish(DURATION_S + OP_BOUND_S + 120)

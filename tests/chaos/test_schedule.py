@@ -33,6 +33,9 @@ def test_kinds_restricted_and_bad_settings_named() -> None:
     assert {(e.kind, e.target) for e in evs} == {("kill", "gcs")}
     with pytest.raises(ValueError, match="unknown fault kinds \\['explode'\\]"):
         FaultSchedule(1, kinds={"explode": ("gcs",)})
+    assert {e.kind for e in FaultSchedule.of_kinds(3, ["netcut"]).first(10)} == {"netcut"}
+    with pytest.raises(ValueError, match="unknown fault kinds \\['boom'\\]"):
+        FaultSchedule.of_kinds(3, ["kill", "boom"])
     with pytest.raises(ValueError, match="at least one kind"):
         FaultSchedule(1, kinds={"kill": ()})
     with pytest.raises(ValueError, match="down_s"):

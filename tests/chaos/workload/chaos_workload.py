@@ -32,6 +32,7 @@ _print_lock = threading.Lock()
 
 
 def emit(**rec: Any) -> None:
+    rec["wall"] = round(time.time(), 3)  # to line up with the fault log's wall times
     with _print_lock:
         print(json.dumps(rec, sort_keys=True), flush=True)
 
@@ -59,7 +60,8 @@ class Tally:
         try:
             got = op()
         except ex.GetTimeoutError as e:
-            self._violation(f"{kind}: hang: no result within {self.bound_s}s ({e})")
+            started = time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - t0)))
+            self._violation(f"{kind}: hang: no result within {self.bound_s}s of {started} ({e})")
         except ex.RayError as e:
             msg = str(e).strip()
             with self.lock:
@@ -82,6 +84,7 @@ class Tally:
                 self.max_s[kind] = max(self.max_s.get(kind, 0.0), dt)
 
     def _violation(self, text: str) -> None:
+        text = f"{time.strftime('%H:%M:%S')} {text}"
         with self.lock:
             self.violations.append(text)
         emit(type="violation", text=text)
