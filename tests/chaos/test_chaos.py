@@ -38,6 +38,8 @@ RECOVERY_BOUND_S = float(os.environ.get("EMBER_CHAOS_RECOVERY_BOUND_S", "120"))
 MIN_AVAILABILITY = float(os.environ.get("EMBER_CHAOS_MIN_AVAILABILITY", "0.9"))
 # Which fault kinds run (comma-separated, of faults.DEFAULT_WEIGHTS); all by default.
 KINDS = [k for k in os.environ.get("EMBER_CHAOS_KINDS", "kill,sigkill,netcut").split(",") if k]
+# Which workload loops run (the driver's LOOPS); all by default.
+LOOPS = os.environ.get("EMBER_CHAOS_LOOPS", "task,actor,object50MB,data")
 # Bytes an objmgr may hold above its baseline once the workload is gone (small inline leftovers
 # such as a Serve replica's state); a leaked 50 MB object is far above it.
 STORE_SLACK_BYTES = 8 * 2**20
@@ -159,7 +161,7 @@ def _run_suite(c: ChaosCluster, dc: DockerCluster, seed: int, artifacts: Path) -
 
     # 2. workload + HTTP load + faults, together
     http = HttpLoad(c.http_port).start()
-    work = DriverOutput(c.driver(f"run {DURATION_S} {OP_BOUND_S}"))
+    work = DriverOutput(c.driver(f"run {DURATION_S} {OP_BOUND_S} {LOOPS}"))
     report: dict[str, Any] = {"seed": seed, "duration_s": DURATION_S, "op_bound_s": OP_BOUND_S,
                               "loadavg_start": Path("/proc/loadavg").read_text().split()[:3]}
     log_path = artifacts / f"faults-{seed}.jsonl"
@@ -184,6 +186,9 @@ def _run_suite(c: ChaosCluster, dc: DockerCluster, seed: int, artifacts: Path) -
         log.write({"event": "stores_at_baseline", "after_s": round(leak_s, 2)})
         records = log.records
 
+    with open(artifacts / f"driver-{seed}.jsonl", "w") as f:  # every line the driver wrote
+        f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in work.records)
+        f.writelines(json.dumps({"stderr": ln}) + "\n" for ln in work.err[-200:])
     summary = work.first("summary")
     report.update(summarize(records))
     report.update({
@@ -203,7 +208,7 @@ def _run_suite(c: ChaosCluster, dc: DockerCluster, seed: int, artifacts: Path) -
     assert not report["not_recovered"], f"faults the cluster did not recover from (seed {seed}): " \
                                         f"{report['not_recovered']}"
     assert not http.violations, http.violations
-    for kind in ("task", "actor", "object50MB", "data"):
+    for kind in LOOPS.split(","):
         assert summary["ok"].get(kind, 0) > 0, f"no {kind} operation succeeded: {summary}"
     avail = report["http"]["availability"]
     assert avail is not None and avail >= MIN_AVAILABILITY, \

@@ -1,8 +1,9 @@
 """The chaos suite's workload: a driver run in the compose `driver` service (mounted at /app).
 
   python /app/chaos_workload.py serve             deploy the Serve app the HTTP load calls
-  python /app/chaos_workload.py run DURATION_S OP_BOUND_S
-                                                  the mixed workload, then a summary line
+  python /app/chaos_workload.py run DURATION_S OP_BOUND_S [LOOPS]
+                                                  the mixed workload (LOOPS: comma-separated, of
+                                                  task,actor,object50MB,data), then a summary line
 
 Every line on stdout is one JSON object. The workload runs one loop per kind of operation, in
 threads, until DURATION_S has passed: tasks with retries, calls to actors with max_restarts and
@@ -174,14 +175,19 @@ def loop_data(t: Tally, stop: threading.Event) -> None:
         time.sleep(0.5)
 
 
-def run(duration_s: float, bound_s: float) -> int:
+LOOPS = {"task": loop_tasks, "actor": loop_actors, "object50MB": loop_objects, "data": loop_data}
+
+
+def run(duration_s: float, bound_s: float, loops: list[str]) -> int:
+    unknown = sorted(set(loops) - set(LOOPS))
+    if unknown:
+        raise SystemExit(f"unknown workload loops {unknown}; known: {sorted(LOOPS)}")
     ember.init()
     emit(type="ready", nodes=_node_ids())
     t = Tally(bound_s)
     stop = threading.Event()
-    loops = [loop_tasks, loop_actors, loop_objects, loop_data]
-    threads = [threading.Thread(target=_guard(f, t), args=(t, stop), name=f.__name__, daemon=True)
-               for f in loops]
+    threads = [threading.Thread(target=_guard(LOOPS[k], t), args=(t, stop), name=LOOPS[k].__name__,
+                                daemon=True) for k in loops]
     for th in threads:
         th.start()
     t_end = time.monotonic() + duration_s
@@ -239,4 +245,5 @@ def deploy_serve() -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
         sys.exit(deploy_serve())
-    sys.exit(run(float(sys.argv[2]), float(sys.argv[3])))
+    sys.exit(run(float(sys.argv[2]), float(sys.argv[3]),
+                 sys.argv[4].split(",") if len(sys.argv) > 4 else sorted(LOOPS)))
