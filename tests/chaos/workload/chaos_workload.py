@@ -209,8 +209,12 @@ def run(duration_s: float, bound_s: float, loops: list[str]) -> int:
              violations=t.violations, max_s={k: round(v, 2) for k, v in t.max_s.items()},
              samples=t.samples)
     if hung:
+        import faulthandler
         import os
 
+        sys.stdout.flush()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)  # where each one is stuck
+        sys.stderr.flush()
         os._exit(3)  # a thread stuck in the core worker would keep shutdown waiting
     ember.shutdown()
     return 0
