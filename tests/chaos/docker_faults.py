@@ -105,8 +105,13 @@ class DockerCluster:
     def worker_pids(self, service: str) -> list[int]:
         return [int(p) for p in self.exec_python(service, _WORKER_PIDS).split()]
 
-    def sigkill(self, service: str, pid: int) -> None:
-        self.exec_python(service, f"import os, signal; os.kill({pid}, signal.SIGKILL)")
+    def sigkill(self, service: str, pid: int) -> bool:
+        """SIGKILLs a process in a container; False when it had already exited."""
+        out = self.exec_python(service, (
+            "import os, signal\n"
+            f"try:\n    os.kill({pid}, signal.SIGKILL)\n    print('killed')\n"
+            "except ProcessLookupError:\n    print('gone')"))
+        return out.strip() == "killed"
 
     def http_ok(self, path: str, timeout_s: float = 5) -> bool:
         try:
@@ -199,8 +204,9 @@ class FaultRunner:
             pids = c.worker_pids(ev.target)
             if pids:
                 pid = pids[ev.pick % len(pids)]
-                c.sigkill(ev.target, pid)
                 detail.update(pid=pid, of=len(pids))
+                if not c.sigkill(ev.target, pid):
+                    detail["skipped"] = "the worker exited before the kill"
             else:
                 detail["skipped"] = "no worker process"
         elif ev.kind == "netcut":

@@ -62,6 +62,12 @@ class DriverOutput:
             t.start()
 
     def _read(self, stream: Any, out: bool) -> None:
+        try:
+            self._read_lines(stream, out)
+        except (ValueError, OSError):  # the pipe was closed under us (close() after a timeout)
+            pass
+
+    def _read_lines(self, stream: Any, out: bool) -> None:
         for line in stream:
             line = line.rstrip("\n")
             if not out:
