@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEV := $(VENV)/.dev-installed
 
-.PHONY: install demo test lint unit integration e2e images protos bench clean compose-env
+.PHONY: install demo test lint unit integration e2e chaos chaos-long images protos bench clean compose-env
 
 # What the tests and the demo need: the package (editable) with its dev extra.
 $(DEV): pyproject.toml
@@ -49,6 +49,15 @@ integration: $(DEV)
 
 e2e: images
 	$(PY) -m pytest -q tests/e2e
+
+# The chaos suite (tests/chaos) alone: faults for EMBER_CHAOS_DURATION_S seconds (90 by default, the
+# run `make test` and CI do); `make chaos-long` injects them for 10 minutes. EMBER_CHAOS_SEED
+# replays a run's fault order (its log: /tmp/ember-chaos/faults-<seed>.jsonl).
+chaos: images
+	$(PY) -m pytest -q -s tests/chaos
+
+chaos-long: images
+	EMBER_CHAOS_DURATION_S=$${EMBER_CHAOS_DURATION_S:-600} $(PY) -m pytest -q -s tests/chaos
 
 # Service images, offline: debootstrap base + wheelhouse (docker/build-offline.sh).
 images: $(DEV)

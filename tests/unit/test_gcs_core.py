@@ -55,3 +55,28 @@ def test_restarted_gcs_gives_reloaded_nodes_a_grace_period():
         assert _state(restarted, "n1") == common_pb2.NodeInfo.DEAD
 
     asyncio.run(main())
+
+
+def test_node_registered_again_by_a_new_raylet_loses_its_actors():
+    """In containers a restarted raylet keeps its node id (it comes from the node's address):
+    the GCS sees a later start_time and treats the old raylet's actors as on a dead node."""
+    async def main() -> None:
+        core = GcsCore(MemoryStorage(), node_death_timeout_s=30)
+        await core.register_node(common_pb2.NodeInfo(node_id="n1", start_time=100.0,
+                                                     total_resources={"CPU": 1}))
+        a = common_pb2.ActorInfo(actor_id=b"a1", state=common_pb2.ActorInfo.ALIVE,
+                                 class_name="Replica")
+        a.address.node_id = "n1"
+        core.actors.actors[a.actor_id] = a          # max_restarts 0: it dies with its node
+        # the same raylet registering again (a retried call, a GCS restart): nothing happens
+        await core.register_node(common_pb2.NodeInfo(node_id="n1", start_time=100.0,
+                                                     total_resources={"CPU": 1}))
+        assert a.state == common_pb2.ActorInfo.ALIVE
+        # a new raylet under the same node id: the actor died with the old one
+        await core.register_node(common_pb2.NodeInfo(node_id="n1", start_time=160.0,
+                                                     total_resources={"CPU": 1}))
+        assert a.state == common_pb2.ActorInfo.DEAD
+        assert "its node n1 died" in a.death_cause, a.death_cause
+        assert _state(core, "n1") == common_pb2.NodeInfo.ALIVE  # the node itself is back
+
+    asyncio.run(main())

@@ -80,6 +80,12 @@ class GcsCore:
         if not info.node_id:
             raise ValueError("node_id is required")
         resources.validate(dict(info.total_resources), source=f"node {info.node_id} resources")
+        prev = self.nodes.get(info.node_id)
+        # The same node id from a raylet that started after the recorded one (in containers the
+        # id comes from the node's address, which a restarted raylet keeps): the previous
+        # raylet's workers died with it, so its actors and bundles go as on a node death.
+        restarted = (prev is not None and prev.state == common_pb2.NodeInfo.ALIVE
+                     and prev.start_time > 0 and info.start_time > prev.start_time)
         info.state = common_pb2.NodeInfo.ALIVE
         info.death_reason = ""
         await self.storage.put(NODES, info.node_id.encode(), info.SerializeToString())
@@ -88,6 +94,11 @@ class GcsCore:
         log.info("node %s registered (raylet %s, resources %s)", info.node_id[:8],
                  info.raylet_address, dict(info.total_resources))
         self._publish_node(info)
+        if restarted:
+            log.warning("node %s: a new raylet replaced the one that registered it; the old "
+                        "raylet's actors restart or die", info.node_id[:8])
+            await self.actors.on_node_dead(info.node_id)
+            await self.pgs.on_node_dead(info.node_id)
         self.pgs.wake()
 
     def heartbeat(self, node_id: str, available: dict[str, float], total: dict[str, float]) -> None:
