@@ -356,7 +356,15 @@ class CoreWorker(ObjectAPI):
         worker lends its CPUs to other tasks meanwhile and takes them back before it returns
         (blocking.py); a driver just waits."""
         if self._lends():
-            return self.blocked_waits.run(coro, fn)
+            ex = self.executor
+            assert ex is not None
+            # Tasks pipelined behind this one go back to their owner (one may be what this
+            # waits for: it would never run here), then the CPUs are lent.
+            self.post(ex.set_blocked, True)
+            try:
+                return self.blocked_waits.run(coro, fn)
+            finally:
+                self.post(ex.set_blocked, False)
         if fn is not None:
             return fn()
         assert coro is not None

@@ -9,7 +9,9 @@ carries out:
   `max_pending_lease_requests` in flight per key, never more than the queued tasks);
 - `CancelLeaseRequest(address, lease_id)`: the queue emptied while requests were pending;
 - `Push(lease, entry)`: send the task to the leased worker (at most
-  `max_tasks_in_flight_per_worker` per lease);
+  `max_tasks_in_flight_per_worker` per lease, spread evenly: the least loaded lease first);
+- `GiveBack(lease)`: ask the worker for the tasks it holds but has not started (work stealing:
+  another lease of the key is idle while this one has a backlog);
 - `ReturnLease(lease, disconnect)`: give a worker back (idle past the linger time, not needed
   when granted, or broken: disconnect=True);
 - `Complete(entry, reply)` / `Fail(entry, error)`: the task is done;
@@ -19,7 +21,16 @@ Retries: a worker that dies under a task (a failed push) costs one of its `max_r
 (-1: forever); an application error is retried only with `retry_exceptions`: `True` retries any
 error, a list of exception classes (kept on the owner's TaskEntry as `retry_allowlist`; it never
 travels to the worker) only errors of those classes, which the injected `classify(reply,
-allowlist)` decides from the reply. A retried task goes back to the head of its queue. Pure: no
+allowlist)` decides from the reply. A retried task goes back to the head of its queue.
+
+Pipelining without deadlock: with more than one task in flight per worker, a task that blocks in
+`get`/`wait` on a task queued behind it on the same worker would wait forever. The worker
+therefore gives back every task it has not started when its running task blocks (and refuses
+new ones while it stays blocked); each comes back `returned_unstarted` and is queued again at the
+head, with no attempt counted, and the lease is *held* (no more pushes) until one of its tasks
+ends normally, so the returned tasks run on other workers (the blocked worker lent its CPUs to
+its raylet, which can grant another lease). An idle lease steals the same way from a lease with a
+backlog (`GiveBack`). Pure: no
 I/O; the clock and the error classifier are injected (the driver gives its loop's clock and a
 classifier that reads the error in the reply).
 """
@@ -44,7 +55,7 @@ class Lease:
     """A worker leased from a raylet."""
 
     __slots__ = ("lease_id", "raylet_address", "worker_address", "gpu_ids", "inflight",
-                 "linger_at", "dead")
+                 "linger_at", "dead", "held")
 
     def __init__(self, lease_id: bytes, raylet_address: str, worker_address: str,
                  gpu_ids: list[int]) -> None:
@@ -55,6 +66,8 @@ class Lease:
         self.inflight = 0
         self.linger_at: float | None = None  # idle since; returned at this clock time
         self.dead = False
+        # Gave tasks back (blocked) or asked to (stolen from): no pushes until a task of it ends.
+        self.held = False
 
     def __repr__(self) -> str:
         return f"Lease({self.lease_id.hex()[:8]} {self.worker_address} inflight={self.inflight})"
@@ -97,6 +110,10 @@ class Push(NamedTuple):
     entry: TaskEntry
 
 
+class GiveBack(NamedTuple):
+    lease: Lease
+
+
 class ReturnLease(NamedTuple):
     lease: Lease
     disconnect: bool
@@ -116,7 +133,8 @@ class SetTimer(NamedTuple):
     at: float
 
 
-Instruction = Union[RequestLease, CancelLeaseRequest, Push, ReturnLease, Complete, Fail, SetTimer]
+Instruction = Union[RequestLease, CancelLeaseRequest, Push, GiveBack, ReturnLease, Complete, Fail,
+                    SetTimer]
 
 # Whether the application error in a reply is an instance of one of the allowlisted classes.
 Classifier = Callable[[core_worker_pb2.PushTaskReply, tuple[type[BaseException], ...]], bool]
@@ -204,8 +222,10 @@ class TaskQueue:
         lease = Lease(lease_id, raylet_address, worker_address, gpu_ids)
         q.leases.append(lease)
         out: list[Instruction] = []
-        if not q.tasks:
+        if not q.tasks and not self._steal(q, out):
             self._return(q, lease, False, out)
+        elif not q.tasks:
+            self._maybe_linger(q, lease, out)  # kept for the tasks it is stealing
         else:
             self._pump(key, q, out)
         return out
@@ -238,8 +258,14 @@ class TaskQueue:
         entry.lease = None
         q = self._keys[entry.key]
         out: list[Instruction] = []
+        if reply.returned_unstarted:
+            lease.held = lease.inflight > 0  # blocked (or stolen from) while a task of it runs
+        else:
+            lease.held = False
         if entry.cancelled:
             out.append(Fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex())))
+        elif reply.returned_unstarted:
+            q.tasks.appendleft(entry)  # not run: no attempt counted
         elif reply.is_application_error and self._retries_error(entry, reply):
             self._retry(q, entry)
         else:
@@ -319,17 +345,26 @@ class TaskQueue:
         tasks = q.tasks
         if tasks:
             limit = self.max_inflight
-            for lease in q.leases:
-                while tasks and lease.inflight < limit and not lease.dead:
-                    lease.linger_at = None
-                    entry = tasks.popleft()
-                    lease.inflight += 1
-                    entry.lease = lease
-                    spec = entry.spec
-                    if spec.gpu_ids or lease.gpu_ids:
-                        del spec.gpu_ids[:]
-                        spec.gpu_ids.extend(lease.gpu_ids)
-                    out.append(Push(lease, entry))
+            leases = q.leases
+            while tasks:
+                # The least loaded lease that can take one more (one lease: no search).
+                best: Lease | None = None
+                for lease in leases:
+                    if lease.inflight < limit and not lease.dead and not lease.held and (
+                            best is None or lease.inflight < best.inflight):
+                        best = lease
+                if best is None:
+                    break
+                lease = best
+                lease.linger_at = None
+                entry = tasks.popleft()
+                lease.inflight += 1
+                entry.lease = lease
+                spec = entry.spec
+                if spec.gpu_ids or lease.gpu_ids:
+                    del spec.gpu_ids[:]
+                    spec.gpu_ids.extend(lease.gpu_ids)
+                out.append(Push(lease, entry))
         want = min(len(tasks), self.max_requests) - len(q.requests)
         for _ in range(want):
             lease_id = self._new_id()
@@ -338,6 +373,17 @@ class TaskQueue:
         if not tasks and q.requests:
             for lease_id, addr in q.requests.items():
                 out.append(CancelLeaseRequest(addr, lease_id))
+
+    def _steal(self, q: _Key, out: list[Instruction]) -> bool:
+        """No task is queued and a lease could take more: ask every lease holding tasks it
+        has not started (more than one in flight) to give them back. True if one was asked."""
+        asked = False
+        for lease in q.leases:
+            if lease.inflight > 1 and not lease.held and not lease.dead:
+                lease.held = True
+                out.append(GiveBack(lease))
+                asked = True
+        return asked
 
     def _retries_error(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> bool:
         """Whether an application error is retried: retries left, retry_exceptions set, and the
@@ -362,6 +408,8 @@ class TaskQueue:
     def _maybe_linger(self, q: _Key, lease: Lease, out: list[Instruction]) -> None:
         if lease.inflight or q.tasks or lease.dead:
             return
+        if self.max_inflight > 1 and not self.closing:
+            self._steal(q, out)  # idle while another lease of the key has a backlog
         if self.closing or self.linger_s <= 0:
             self._return(q, lease, False, out)
         elif lease.linger_at is None:
