@@ -327,3 +327,22 @@ def test_one_in_flight_per_worker_never_steals():
     grant(q, b"L1", "w:2")
     out = q.push_replied(b, OK)
     assert of(out, GiveBack) == []
+
+
+def test_each_pending_lease_request_is_cancelled_once():
+    q, _ = make(max_requests=3)
+    ts = [task(i) for i in range(3)]
+    for t in ts:
+        q.enqueue(t)
+    for lid in (b"L0", b"L1", b"L2"):
+        assert q.request_started(KEY, lid) is not None
+    q.lease_granted(KEY, b"L0", "home:1", "w:1", [])
+    assert of(q.push_replied(ts[0], OK), CancelLeaseRequest) == []  # ts[2] still queued
+    out = q.push_replied(ts[1], OK)  # ts[2] pushed: the queue is empty
+    assert sorted(c.lease_id for c in of(out, CancelLeaseRequest)) == [b"L1", b"L2"]
+    out = q.push_replied(ts[2], OK)
+    assert of(out, CancelLeaseRequest) == []  # not sent twice
+    assert of(q.enqueue(task(7)), CancelLeaseRequest) == []
+    assert of(q.lease_cancelled(KEY, b"L1"), CancelLeaseRequest) == []
+    # The worker is busy with task 7: a new request is made, L2 (being cancelled) not counted.
+    assert len(of(q.enqueue(task(8)), RequestLease)) == 1

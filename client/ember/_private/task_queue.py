@@ -145,12 +145,13 @@ def _never(reply: core_worker_pb2.PushTaskReply, allowlist: tuple[type[BaseExcep
 
 
 class _Key:
-    __slots__ = ("tasks", "leases", "requests")
+    __slots__ = ("tasks", "leases", "requests", "cancelling")
 
     def __init__(self) -> None:
         self.tasks: collections.deque[TaskEntry] = collections.deque()
         self.leases: list[Lease] = []
         self.requests: dict[bytes, str] = {}  # lease_id -> raylet address it is pending at
+        self.cancelling: set[bytes] = set()  # requests whose cancel was sent (once each)
 
 
 class TaskQueue:
@@ -205,6 +206,7 @@ class TaskQueue:
         q = self._keys[key]
         if not q.tasks:
             q.requests.pop(lease_id, None)
+            q.cancelling.discard(lease_id)  # never sent: its cancel (if any) finds nothing
             return None
         return q.tasks[0].spec
 
@@ -219,6 +221,7 @@ class TaskQueue:
         """A raylet leased a worker for key."""
         q = self._keys[key]
         q.requests.pop(lease_id, None)
+        q.cancelling.discard(lease_id)
         lease = Lease(lease_id, raylet_address, worker_address, gpu_ids)
         q.leases.append(lease)
         out: list[Instruction] = []
@@ -234,6 +237,7 @@ class TaskQueue:
         """A lease request ended without a worker (it was cancelled)."""
         q = self._keys[key]
         q.requests.pop(lease_id, None)
+        q.cancelling.discard(lease_id)
         out: list[Instruction] = []
         self._pump(key, q, out)
         return out
@@ -244,6 +248,7 @@ class TaskQueue:
         owner is shutting down, nothing fails)."""
         q = self._keys[key]
         q.requests.pop(lease_id, None)
+        q.cancelling.discard(lease_id)
         out: list[Instruction] = []
         if error is not None:
             while q.tasks:
@@ -365,14 +370,17 @@ class TaskQueue:
                     del spec.gpu_ids[:]
                     spec.gpu_ids.extend(lease.gpu_ids)
                 out.append(Push(lease, entry))
-        want = min(len(tasks), self.max_requests) - len(q.requests)
+        # Requests being cancelled will end without a worker: they do not count.
+        want = min(len(tasks), self.max_requests) - len(q.requests) + len(q.cancelling)
         for _ in range(want):
             lease_id = self._new_id()
             q.requests[lease_id] = self.home
             out.append(RequestLease(key, lease_id, self.home))
-        if not tasks and q.requests:
+        if not tasks and len(q.requests) > len(q.cancelling):
             for lease_id, addr in q.requests.items():
-                out.append(CancelLeaseRequest(addr, lease_id))
+                if lease_id not in q.cancelling:  # each request is cancelled once
+                    q.cancelling.add(lease_id)
+                    out.append(CancelLeaseRequest(addr, lease_id))
 
     def _steal(self, q: _Key, out: list[Instruction]) -> bool:
         """No task is queued and a lease could take more: ask every lease holding tasks it
