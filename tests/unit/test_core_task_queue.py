@@ -346,3 +346,19 @@ def test_each_pending_lease_request_is_cancelled_once():
     assert of(q.lease_cancelled(KEY, b"L1"), CancelLeaseRequest) == []
     # The worker is busy with task 7: a new request is made, L2 (being cancelled) not counted.
     assert len(of(q.enqueue(task(8)), RequestLease)) == 1
+
+
+def test_when_a_pipelined_worker_dies_only_the_task_it_ran_costs_an_attempt():
+    q, _ = make(max_requests=1, inflight=3)
+    a, b, c = task(1, retries=0), task(2, retries=0), task(3, retries=0)
+    for t in (a, b, c):
+        q.enqueue(t)
+    grant(q, b"L0", "w:1")
+    out = q.push_failed(a, "UNAVAILABLE", "gone")  # a ran (the oldest unanswered): it fails
+    assert [type(f.error) for f in of(out, Fail)] == [exc.WorkerCrashedError]
+    assert of(out, ReturnLease)[0].disconnect is True
+    out = q.push_failed(b, "UNAVAILABLE", "gone") + q.push_failed(c, "UNAVAILABLE", "gone")
+    assert of(out, Fail) == []  # b and c never started: queued again, no attempt counted
+    assert q.queued(KEY) == 2 and b.spec.attempt == 0 and c.spec.attempt == 0
+    out = grant(q, b"L1", "w:2")
+    assert [p.entry for p in of(out, Push)] == [b, c]  # their order kept

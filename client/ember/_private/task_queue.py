@@ -55,7 +55,7 @@ class Lease:
     """A worker leased from a raylet."""
 
     __slots__ = ("lease_id", "raylet_address", "worker_address", "gpu_ids", "inflight",
-                 "linger_at", "dead", "held")
+                 "linger_at", "dead", "held", "pending", "running", "requeued")
 
     def __init__(self, lease_id: bytes, raylet_address: str, worker_address: str,
                  gpu_ids: list[int]) -> None:
@@ -68,6 +68,11 @@ class Lease:
         self.dead = False
         # Gave tasks back (blocked) or asked to (stolen from): no pushes until a task of it ends.
         self.held = False
+        # Tasks pushed and not answered, in push order: the worker runs them in that order, so
+        # when it dies only the oldest one (`running`, fixed then) can have started.
+        self.pending: collections.deque[TaskEntry] = collections.deque()
+        self.running: TaskEntry | None = None
+        self.requeued = 0  # where the next task this lease gives back goes in the queue
 
     def __repr__(self) -> str:
         return f"Lease({self.lease_id.hex()[:8]} {self.worker_address} inflight={self.inflight})"
@@ -261,16 +266,22 @@ class TaskQueue:
         assert lease is not None
         lease.inflight -= 1
         entry.lease = None
+        pending = lease.pending
+        if pending[0] is entry:
+            pending.popleft()
+        else:
+            pending.remove(entry)
         q = self._keys[entry.key]
         out: list[Instruction] = []
         if reply.returned_unstarted:
             lease.held = lease.inflight > 0  # blocked (or stolen from) while a task of it runs
         else:
             lease.held = False
+            lease.requeued = 0
         if entry.cancelled:
             out.append(Fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex())))
         elif reply.returned_unstarted:
-            q.tasks.appendleft(entry)  # not run: no attempt counted
+            self._requeue(q, lease, entry)  # not run: no attempt counted
         elif reply.is_application_error and self._retries_error(entry, reply):
             self._retry(q, entry)
         else:
@@ -281,7 +292,8 @@ class TaskQueue:
 
     def push_failed(self, entry: TaskEntry, code: str, details: str) -> list[Instruction]:
         """The push broke (the worker died): the lease goes back as broken and the task is
-        retried while its retries last."""
+        retried while its retries last. Tasks pipelined behind the one that ran there never
+        started: they are queued again without costing an attempt."""
         lease = entry.lease
         assert lease is not None
         lease.inflight -= 1
@@ -290,9 +302,14 @@ class TaskQueue:
         out: list[Instruction] = []
         if not lease.dead:
             lease.dead = True
+            lease.running = lease.pending[0] if lease.pending else None
             self._return(q, lease, True, out)
+        if entry in lease.pending:
+            lease.pending.remove(entry)
         if entry.cancelled:
             out.append(Fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex())))
+        elif entry is not lease.running and not self.closing:
+            self._requeue(q, lease, entry)  # queued behind the task that ran: never started
         elif entry.retries_left != 0 and not self.closing:
             log.info("task %s: worker %s died (%s); retrying (attempt %d)", entry.spec.name,
                      lease.worker_address, code, entry.spec.attempt + 2)
@@ -364,6 +381,7 @@ class TaskQueue:
                 lease.linger_at = None
                 entry = tasks.popleft()
                 lease.inflight += 1
+                lease.pending.append(entry)
                 entry.lease = lease
                 spec = entry.spec
                 if spec.gpu_ids or lease.gpu_ids:
@@ -392,6 +410,13 @@ class TaskQueue:
                 out.append(GiveBack(lease))
                 asked = True
         return asked
+
+    def _requeue(self, q: _Key, lease: Lease, entry: TaskEntry) -> None:
+        """A task the worker never started goes back near the head of its queue, after the
+        ones this lease gave back before it (they come back in push order)."""
+        at = min(lease.requeued, len(q.tasks))
+        q.tasks.insert(at, entry)
+        lease.requeued = at + 1
 
     def _retries_error(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> bool:
         """Whether an application error is retried: retries left, retry_exceptions set, and the
