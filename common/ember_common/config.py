@@ -38,8 +38,9 @@ class Config:
     lease_linger_s: float = 0.002
     # Lease requests in flight per scheduling shape, at most.
     max_pending_lease_requests: int = 10
-    # Tasks pushed to one leased worker before the first one returns.
-    max_tasks_in_flight_per_worker: int = 1
+    # Tasks pushed to one leased worker before the first one returns (pipelining: the worker
+    # gives back what it has not started when its task blocks, idle workers steal a backlog).
+    max_tasks_in_flight_per_worker: int = 16
     # Default task retries after a worker crash (Ray's default is 3).
     task_max_retries: int = 3
     # A worker process that has not registered with its raylet this long after start is killed.

@@ -259,9 +259,11 @@ def test_a_blocked_worker_gives_back_the_task_queued_behind_it_and_the_lease_is_
     q.enqueue(b)
     out = grant(q, b"L0", "w:1")
     assert [p.entry for p in of(out, Push)] == [a, b]
+    # b waits behind a: another worker is asked for at once (it would steal b).
+    assert of(out, RequestLease) == [RequestLease(KEY, b"L1", "home:1")]
     out = q.push_replied(b, RETURNED)
     assert of(out, Push) == [] and of(out, Complete) == [] and of(out, ReturnLease) == []
-    assert of(out, RequestLease) == [RequestLease(KEY, b"L1", "home:1")]
+    assert of(out, RequestLease) == []  # L1 is still on its way
     assert q.queued(KEY) == 1 and b.spec.attempt == 0 and b.retries_left == 3
     assert of(q.enqueue(c), Push) == []  # held: nothing more goes to the blocked worker
     out = grant(q, b"L1", "w:2")
@@ -362,3 +364,19 @@ def test_when_a_pipelined_worker_dies_only_the_task_it_ran_costs_an_attempt():
     assert q.queued(KEY) == 2 and b.spec.attempt == 0 and c.spec.attempt == 0
     out = grant(q, b"L1", "w:2")
     assert [p.entry for p in of(out, Push)] == [b, c]  # their order kept
+
+
+def test_a_task_pipelined_behind_a_running_one_asks_for_another_worker_which_steals_it():
+    """slow then fast on one worker: fast must not wait for slow when another worker exists."""
+    q, _ = make(inflight=4)
+    slow, fast = task(1), task(2)
+    q.enqueue(slow)
+    q.enqueue(fast)
+    out = grant(q, b"L0", "w:1")
+    assert [p.entry for p in of(out, Push)] == [slow, fast]
+    assert q.pending_requests(KEY) == {b"L1": "home:1"}  # the backlog of one asks for a worker
+    out = grant(q, b"L1", "w:2")  # nothing queued: the new worker steals instead of going back
+    assert [g.lease.worker_address for g in of(out, GiveBack)] == ["w:1"]
+    out = q.push_replied(fast, RETURNED)
+    assert [(p.lease.worker_address, p.entry) for p in of(out, Push)] == [("w:2", fast)]
+    assert of(out, CancelLeaseRequest) == [] and q.pending_requests(KEY) == {}

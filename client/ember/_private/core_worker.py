@@ -216,9 +216,18 @@ class CoreWorker(ObjectAPI):
         self.refs.kick()
 
     def _release_soon(self, oid: bytes, owned: bool) -> None:
-        """The reference table released oid (any thread): forget it on the loop."""
-        if not self._shutdown:
-            self.post(self._release, oid, owned)
+        """The reference table released oid (any thread). An inline entry already stored is
+        forgotten here and now (two dict pops: no wake-up of the loop, whose thread would
+        otherwise take the GIL once per few puts); anything else is forgotten on the loop,
+        after a result still on its way was stored."""
+        if self._shutdown:
+            return
+        entry = self.store.get(oid)
+        if entry is not None and not entry.in_plasma:
+            self.store.pop(oid)
+            self.ref_table.drop_nested(oid)  # drops the refs nested in it
+            return
+        self.post(self._release, oid, owned)
 
     def _release(self, oid: bytes, owned: bool) -> None:
         entry = self.store.pop(oid)

@@ -209,11 +209,14 @@ class TaskQueue:
         """The driver is about to send a lease request: the spec whose shape it asks for, or
         None (the request is dropped) when no task is left to run."""
         q = self._keys[key]
-        if not q.tasks:
-            q.requests.pop(lease_id, None)
-            q.cancelling.discard(lease_id)  # never sent: its cancel (if any) finds nothing
-            return None
-        return q.tasks[0].spec
+        if q.tasks:
+            return q.tasks[0].spec
+        for lease in q.leases:  # a backlog pipelined on a worker: a new one would steal it
+            if lease.inflight > 1 and not lease.held and not lease.dead:
+                return lease.pending[-1].spec
+        q.requests.pop(lease_id, None)
+        q.cancelling.discard(lease_id)  # never sent: its cancel (if any) finds nothing
+        return None
 
     def request_moved(self, key: SchedulingKey, lease_id: bytes, address: str) -> None:
         """The request followed a spillback to another raylet."""
@@ -388,13 +391,19 @@ class TaskQueue:
                     del spec.gpu_ids[:]
                     spec.gpu_ids.extend(lease.gpu_ids)
                 out.append(Push(lease, entry))
-        # Requests being cancelled will end without a worker: they do not count.
-        want = min(len(tasks), self.max_requests) - len(q.requests) + len(q.cancelling)
+        # Workers are asked for while tasks wait: queued here, or pipelined behind a running
+        # task (a new worker steals those). Requests being cancelled do not count.
+        backlog = len(tasks)
+        if self.max_inflight > 1:
+            for lease in q.leases:
+                if lease.inflight > 1 and not lease.held:
+                    backlog += lease.inflight - 1
+        want = min(backlog, self.max_requests) - len(q.requests) + len(q.cancelling)
         for _ in range(want):
             lease_id = self._new_id()
             q.requests[lease_id] = self.home
             out.append(RequestLease(key, lease_id, self.home))
-        if not tasks and len(q.requests) > len(q.cancelling):
+        if not backlog and len(q.requests) > len(q.cancelling):
             for lease_id, addr in q.requests.items():
                 if lease_id not in q.cancelling:  # each request is cancelled once
                     q.cancelling.add(lease_id)
