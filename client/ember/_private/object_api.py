@@ -256,10 +256,10 @@ class ObjectAPI:
             if has(r.binary()):
                 found.append(i)
                 if len(found) >= num_returns:
-                    rest = list(refs)
+                    others = list(refs)
                     for j in reversed(found):
-                        del rest[j]
-                    return [refs[j] for j in found], rest
+                        del others[j]
+                    return [refs[j] for j in found], others
         ready_ids = {refs[j].binary() for j in found}
         if len(ready_ids) < num_returns and timeout != 0:
             ready_ids.update(self._ready_now([r for r in refs if r.binary() not in ready_ids],
