@@ -190,6 +190,8 @@ class TaskExecutor(PipelineEffects):
         if spec is None or spec.task_id != task_id:
             # Pushed here but not started (pipelined behind the running task, or still on its
             # way): it answers TaskCancelledError instead of running.
+            if len(self._cancel_queued) > 10_000:  # ids of tasks that never came: forget them
+                self._cancel_queued.clear()
             self._cancel_queued.add(task_id)
             return True
         if force:
