@@ -65,7 +65,7 @@ else
 fi
 
 # --- 3. service images ----------------------------------------------------------------------------
-for target in etcd gcs raylet objmgr serve-proxy otlp; do
+for target in etcd gcs raylet objmgr serve-proxy dashboard otlp; do
   say "docker build --target $target -> ember-$target:$TAG"
   docker build -q -f docker/Dockerfile --target "$target" \
     --build-arg BASE_IMAGE="$OS_IMAGE" --build-arg PIP_ARGS="--no-index" \

@@ -5,7 +5,7 @@ environment into the service's command line, then execs it (same PID, so SIGTERM
 
 Settings come as NAME=value arguments right after ROLE (how docker-compose.yml passes them, so
 that they stay out of the environment of programs run with `docker compose exec`), else from the
-environment. ROLE is gcs | raylet | objmgr | serve-proxy | otlp | driver (`driver CMD...` runs CMD, a user
+environment. ROLE is gcs | raylet | objmgr | serve-proxy | dashboard | otlp | driver (`driver CMD...` runs CMD, a user
 program, with EMBER_NODE_IP set to this container's address). Variables (default):
 
     all           EMBER_GCS_ADDRESS (gcs:6379)   EMBER_CLUSTER_NAME (default)   EMBER_LOG_LEVEL (INFO)
@@ -19,6 +19,8 @@ program, with EMBER_NODE_IP set to this container's address). Variables (default
                   which share a network namespace, agree)   EMBER_NODE_IP (the IP the GCS is reached
                   from: what other nodes and drivers connect to)
     serve-proxy   EMBER_HTTP_PORT (8000)
+    dashboard     EMBER_DASHBOARD_PORT (8265); its HTTP endpoints need the cluster's token, as the
+                  services' gRPC ones (GET /api/healthz, the healthcheck's, is open)
     metrics       EMBER_METRICS_EXPORT_PORT (0 = off): Prometheus /metrics of the service on this
                   port plus an offset per role, the scheme of `ember start --metrics-export-port`
                   (raylet +0, objmgr +1, gcs +2, serve-proxy +3), so the raylet and the objmgr of
@@ -42,7 +44,7 @@ PORT_FILE = "/tmp/ember-service.port"  # read by ember-healthcheck
 _CONTAINER_VARS = ("EMBER_CLUSTER_NAME", "EMBER_GCS_PORT", "EMBER_GCS_STORAGE", "EMBER_OBJMGR_PORT",
                    "EMBER_OBJECT_STORE_BYTES", "EMBER_SPILL_DIR", "EMBER_RAYLET_PORT", "EMBER_NUM_CPUS",
                    "EMBER_NUM_GPUS", "EMBER_RESOURCES", "EMBER_HEAD", "EMBER_HTTP_PORT", "EMBER_TRACE_OUT",
-                   "EMBER_METRICS_EXPORT_PORT")
+                   "EMBER_METRICS_EXPORT_PORT", "EMBER_DASHBOARD_PORT")
 METRICS_OFFSET = {"raylet": 0, "objmgr": 1, "gcs": 2, "serve-proxy": 3}
 
 
@@ -186,18 +188,22 @@ def _command(role: str) -> list[str]:
         if common["metrics_export_port"]:  # a driver, not a service: no settings dataclass
             args += ["--metrics-export-port", str(common["metrics_export_port"])]
         return args
+    if role == "dashboard":  # a driver of the cluster too (the web UI and the job REST API)
+        os.environ["EMBER_NODE_IP"] = node_ip(gcs_address())
+        return [sys.executable, "-m", "ember_dashboard", "--gcs-address", gcs_address(), "--host", "0.0.0.0",
+                "--port", str(env_int("EMBER_DASHBOARD_PORT", 8265)), "--port-file", PORT_FILE]
     if role == "driver":  # a user program in its own container: advertise the container's IP
         os.environ["EMBER_NODE_IP"] = node_ip(env("EMBER_ADDRESS", "gcs:6379"))
         return []
     if role == "otlp":
         return ["ember-otlp-sink", "--out", env("EMBER_TRACE_OUT", "/var/lib/ember/traces/spans.jsonl"),
                 "--port-file", PORT_FILE]
-    raise ConfigError(f"unknown role {role!r} (gcs | raylet | objmgr | serve-proxy | otlp | driver)")
+    raise ConfigError(f"unknown role {role!r} (gcs | raylet | objmgr | serve-proxy | dashboard | otlp | driver)")
 
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print("usage: ember-container gcs|raylet|objmgr|serve-proxy|otlp [extra flags]", file=sys.stderr)
+        print("usage: ember-container gcs|raylet|objmgr|serve-proxy|dashboard|otlp [extra flags]", file=sys.stderr)
         return 2
     role, extra = argv[0], argv[1:]
     while extra and re.match(r"^EMBER_[A-Z0-9_]+=", extra[0]):

@@ -4,7 +4,7 @@
 With no arguments it checks the service this container runs (written by ember-container): the
 port comes from the service's port file, which the service writes once it is serving. gRPC
 services are asked through grpc.health.v1 (SERVING for their own service name); HTTP ones
-(serve-proxy, otlp) must answer an HTTP request. Exit 0 = healthy, 1 = not, with one line why.
+(serve-proxy, dashboard, otlp) must answer an HTTP request. Exit 0 = healthy, 1 = not, with one line why.
 Health checks need no auth token; with EMBER_USE_TLS=1 they use the node's TLS files.
 Imports only grpc, so it costs little every few seconds.
 """
@@ -41,13 +41,13 @@ def check_grpc(address: str, service: str) -> str | None:
     return None
 
 
-def check_http(address: str) -> str | None:
+def check_http(address: str, path: str = "/-/healthz") -> str | None:
     import http.client
 
     host, _, port = address.rpartition(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=3)
     try:
-        conn.request("GET", "/-/healthz")
+        conn.request("GET", path)
         conn.getresponse().read()  # any HTTP answer means the server is up
     except OSError as e:
         return f"{address}: {e}"
@@ -78,6 +78,7 @@ def main(argv: list[str]) -> int:
                 print(f"unhealthy: {role} is not serving yet (no port file)", file=sys.stderr)
                 return 1
             problem = (check_http(f"127.0.0.1:{port}") if role == "otlp"
+                       else check_http(f"127.0.0.1:{port}", "/api/healthz") if role == "dashboard"
                        else check_grpc(f"127.0.0.1:{port}", SERVICES.get(role, "")))
     if problem:
         print(f"unhealthy: {problem}", file=sys.stderr)

@@ -81,7 +81,7 @@ RAY_SERVER = r"""
 import sys, json, ray
 from ray import serve
 """ + _LOAD_ENGINE + r"""
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never another session's cluster
 """ + _PLAIN_DEPLOYMENT + r"""
 serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[1])})
 serve.run(Engine.bind(sys.argv[2], sys.argv[3], json.loads(sys.argv[4])), route_prefix="/")

@@ -8,7 +8,9 @@ chunk is one line (`tok NNNNN\\n`), so chunks are counted in the bytes received 
 proxy relays them one by one or several per HTTP chunk.
 
 Reports, per system: chunks/s (all clients together), request latency p50/p99, time to first
-chunk p50/p99, and the ideal request latency (CHUNKS x GAP_MS). `in_process` is the same
+chunk p50/p99, the ideal request latency (CHUNKS x GAP_MS), and the CPU time per chunk of each
+process under the server (proxy, replica, raylet, ...; user + system, from psutil): the figure
+that stays meaningful on a loaded machine, where wall-clock rates are noise. `in_process` is the same
 generator consumed by CONCURRENCY tasks in this process (no HTTP, no Serve): the ideal as this
 machine can deliver it under its current load, measured in the same run.
 
@@ -45,7 +47,7 @@ class Stream:
 RAY_SERVER = r"""
 import sys, ray
 from ray import serve
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never another session's cluster
 """ + _DEPLOYMENT + r"""
 serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[1])})
 serve.run(Stream.bind(), route_prefix="/")
@@ -123,12 +125,53 @@ def _pct(xs: list[float], q: float) -> float:
     return round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000, 1) if xs else float("nan")
 
 
+def _cpu_times() -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of every process under this one (the server, its cluster,
+    the proxy, the replica), by pid, with a short name."""
+    import psutil
+
+    out = {}
+    for p in psutil.Process().children(recursive=True):
+        try:
+            t = p.cpu_times()
+            cmd = " ".join(p.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        out[p.pid] = (_short_name(cmd), t.user + t.system)
+    return out
+
+
+def _short_name(cmd: str) -> str:
+    for key, name in (("serve_proxy", "proxy"), ("serve-proxy", "proxy"), ("ServeReplica", "replica"),
+                      ("ember_raylet", "raylet"), ("ember_gcs", "gcs"), ("ember_objmgr", "objmgr"),
+                      ("default_worker", "worker"), ("ember._private.worker", "worker"),
+                      ("worker_main", "worker"), ("-c", "driver")):
+        if key in cmd:
+            return name
+    return cmd[:40]
+
+
+def _cpu_per_chunk(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
+                   chunks: int) -> dict[str, float]:
+    """µs of CPU per chunk delivered, per process (busiest first; name:pid), and in all."""
+    rows = []
+    for pid, (name, t1) in after.items():
+        d = t1 - before.get(pid, (name, 0.0))[1]
+        if d > 0.01:
+            rows.append((d, f"{name}:{pid}"))
+    rows.sort(reverse=True)
+    per = {k: round(d / max(chunks, 1) * 1e6, 1) for d, k in rows[:6]}
+    per["total"] = round(sum(d for d, _ in rows) / max(chunks, 1) * 1e6, 1)
+    return per
+
+
 async def load(host: str, port: int, args: argparse.Namespace) -> dict:
     """Bounded in count (requests) and in time (duration)."""
     warm: dict[str, list] = {"lat": [], "ttfc": [], "lines": [], "errors": []}
     await asyncio.gather(*[_client(host, port, time.monotonic() + 5, [3], warm) for _ in range(args.concurrency)])
     out: dict[str, list] = {"lat": [], "ttfc": [], "lines": [], "errors": []}
     budget = [args.requests]
+    cpu0, load0 = _cpu_times(), os.getloadavg()[0]
     t0 = time.perf_counter()
     await asyncio.gather(*[_client(host, port, time.monotonic() + args.duration, budget, out)
                            for _ in range(args.concurrency)])
@@ -138,7 +181,8 @@ async def load(host: str, port: int, args: argparse.Namespace) -> dict:
             "chunks_per_s": round(sum(out["lines"]) / elapsed, 1),
             "p50_ms": _pct(out["lat"], 0.5), "p99_ms": _pct(out["lat"], 0.99),
             "ttfc_p50_ms": _pct(out["ttfc"], 0.5), "ttfc_p99_ms": _pct(out["ttfc"], 0.99),
-            "errors": len(out["errors"]) + short}
+            "errors": len(out["errors"]) + short, "load_avg": round(load0, 1),
+            "cpu_us_per_chunk": _cpu_per_chunk(cpu0, _cpu_times(), sum(out["lines"]))}
 
 
 async def floor(args: argparse.Namespace) -> dict:
@@ -203,6 +247,9 @@ def main() -> None:
     for name, v in results.items():
         print(f"{name:<16}{v['chunks_per_s']:>10}{v['p50_ms']:>9}{v['p99_ms']:>9}{v['ttfc_p50_ms']:>8}"
               f"{v['ttfc_p99_ms']:>8}{v['errors']:>8}")
+    for name, v in results.items():
+        if "cpu_us_per_chunk" in v:
+            print(f"{name} CPU µs per chunk (load average {v['load_avg']}): {v['cpu_us_per_chunk']}")
     if "ember" in results and "ray_serve_2.60" in results:
         e, r = results["ember"], results["ray_serve_2.60"]
         print(f"\nember/ray chunks/s: {e['chunks_per_s'] / max(r['chunks_per_s'], 1e-9):.2f}x; "

@@ -11,7 +11,10 @@
           ├── TaskUnschedulableError  no node can ever satisfy the resources (infeasible)
           ├── RuntimeEnvSetupError    the task's or actor's runtime_env could not be set up
           ├── ObjectLostError
-          │    └── OwnerDiedError
+          │    ├── OwnerDiedError
+          │    └── ObjectReconstructionFailedError      lineage could not rebuild it
+          │         ├── ObjectReconstructionFailedMaxAttemptsExceededError
+          │         └── ObjectReconstructionFailedLineageEvictedError
           ├── ObjectStoreFullError
           ├── GetTimeoutError         (also a TimeoutError)
           ├── RaySystemError          Ember itself failed (a bug or a lost service)
@@ -28,7 +31,9 @@ __all__ = [
     "RayError", "RayTaskError", "RayActorError", "ActorDiedError", "WorkerCrashedError",
     "NodeDiedError", "TaskCancelledError", "TaskUnschedulableError", "RuntimeEnvSetupError",
     "ObjectLostError",
-    "OwnerDiedError", "ObjectStoreFullError", "GetTimeoutError", "RaySystemError",
+    "OwnerDiedError", "ObjectReconstructionFailedError",
+    "ObjectReconstructionFailedMaxAttemptsExceededError",
+    "ObjectReconstructionFailedLineageEvictedError", "ObjectStoreFullError", "GetTimeoutError", "RaySystemError",
     "EmberError", "AuthenticationError",
 ]
 
@@ -198,9 +203,26 @@ class ObjectLostError(RayError):
         self.object_id = object_id
         super().__init__(message or f"Object {object_id} is lost.")
 
+    def __reduce__(self) -> tuple[Any, ...]:  # keeps the id and the message apart
+        return (type(self), (self.object_id, str(self)))
+
 
 class OwnerDiedError(ObjectLostError):
     """The process that owned the object exited."""
+
+
+class ObjectReconstructionFailedError(ObjectLostError):
+    """Every copy of the object is lost and its owner could not rebuild it from its lineage
+    (the message says why)."""
+
+
+class ObjectReconstructionFailedMaxAttemptsExceededError(ObjectReconstructionFailedError):
+    """The object is lost and the task that made it has no retries left (`max_retries`)."""
+
+
+class ObjectReconstructionFailedLineageEvictedError(ObjectReconstructionFailedError):
+    """The object is lost and its lineage was evicted to bound the owner's memory
+    (`EMBER_MAX_LINEAGE_BYTES`)."""
 
 
 class ObjectStoreFullError(RayError):

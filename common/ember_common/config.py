@@ -47,12 +47,26 @@ class Config:
     worker_startup_timeout_s: float = 60.0
     # Workers idle this long beyond the node's prestarted ones are stopped.
     worker_idle_timeout_s: float = 10.0
+    # An owner keeps at most this many bytes of task specs to rebuild lost objects (Ray's
+    # max_lineage_bytes); past it the oldest lineage is evicted.
+    max_lineage_bytes: int = 1024 * 1024 * 1024
     # Seconds to wait for a service process to come up.
     start_timeout_s: float = 30.0
     # Fraction of memory used for the object store when none is given.
     object_store_memory_fraction: float = 0.3
     # A runtime env's working_dir / py_modules package may be at most this big, zipped (Ray: 500 MiB).
     runtime_env_max_package_bytes: int = 500 * 1024 * 1024
+    # A gRPC request bigger than this is refused by the server with RESOURCE_EXHAUSTED (never
+    # unlimited; big objects travel through the object store, not in one message).
+    max_message_bytes: int = 1024 * 1024 * 1024
+    # Task events (state transitions for `ember list tasks`): recorded by owners and executors
+    # and sent to the GCS in batches every report interval (Ray's RAY_task_events_report_interval_ms).
+    task_events_enabled: bool = True
+    task_events_report_interval_s: float = 1.0
+    # Events a process keeps waiting for its next batch; past it they are dropped and counted.
+    task_events_max_buffer_size: int = 100_000
+    # Task attempts the GCS keeps (Ray's task_events_max_num_task_in_gcs); finished ones go first.
+    task_events_max_num_task_in_gcs: int = 100_000
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Config:
@@ -64,13 +78,24 @@ class Config:
             if name in env:
                 raw = env[name]
                 try:
-                    kwargs[f.name] = type(getattr(cls, f.name))(raw)
+                    kind = type(getattr(cls, f.name))
+                    kwargs[f.name] = _flag(raw) if kind is bool else kind(raw)
                 except ValueError:
                     raise ValueError(f"{name}={raw!r} is not a valid {f.type}") from None
         for key in env:
             if key.startswith("EMBER_") and key not in known and not key.startswith("EMBER_TEST_"):
                 warnings.warn(f"unknown environment variable {key} (ignored)", RuntimeWarning, stacklevel=2)
         return cls(**kwargs)
+
+
+def _flag(raw: str) -> bool:
+    """1/true/yes/on or 0/false/no/off; ValueError otherwise."""
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(raw)
 
 
 _REGISTERED: set[str] = set()

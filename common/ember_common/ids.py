@@ -25,6 +25,13 @@ def random_bytes(n: int) -> bytes:
 
 TASK_ID_LEN = 16
 OBJECT_ID_LEN = TASK_ID_LEN + 4
+# Made elsewhere, checked at every service's edge (validate_rules): actor and lease ids are
+# random 16 bytes, placement group ids 18 (Ray's PlacementGroupID), job ids the GCS's 4-byte
+# counter.
+ACTOR_ID_LEN = 16
+LEASE_ID_LEN = 16
+PLACEMENT_GROUP_ID_LEN = 18
+JOB_ID_LEN = 4
 
 
 def new_task_id() -> bytes:

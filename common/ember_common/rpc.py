@@ -34,7 +34,8 @@ from typing import Any, Awaitable, Callable, TypeVar, cast
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from . import auth, channel_auth, metrics, tls, tracing
+from . import auth, channel_auth, metrics, tls, tracing, validate, validate_rules
+from .config import get_config
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 # The context every async servicer method receives.
@@ -205,6 +206,9 @@ def status_to_exception(err: grpc.RpcError) -> ServiceError:
     typ = _BY_CODE.get(code)
     if typ is not None and issubclass(typ, AuthenticationError):
         return typ(auth_hint(details))
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+        details += (" (a gRPC message limit: EMBER_MAX_MESSAGE_BYTES on the receiving side; "
+                    "big values belong in the object store, e.g. ember.put)")
     return typ(details) if typ is not None else ServiceError(f"{code.name}: {details}", code=code)
 
 
@@ -247,7 +251,9 @@ def build_server(
     """Creates an asyncio gRPC server with the given servicers, the standard health service, the
     token check (auth.py; on unless EMBER_AUTH_MODE=disabled), mutual TLS when EMBER_USE_TLS=1
     (tls.py) and the tracing / metrics interceptors when those are on (nothing is added when
-    they are off).
+    they are off). Every unary-request method of the servicers parses its request leniently and
+    checks it against `validate_rules.RULES` before it runs (INVALID_ARGUMENT naming the field);
+    a request bigger than EMBER_MAX_MESSAGE_BYTES is RESOURCE_EXHAUSTED (gRPC's own check).
 
     Returns (server, bound_port, health_servicer). Binding a port in use raises OSError naming it.
     """
@@ -262,9 +268,10 @@ def build_server(
         interceptors.append(_AioInterceptor(tracing.ServerInterceptor()))
     if metrics.enabled():
         interceptors.append(_AioInterceptor(metrics.ServerInterceptor()))
-    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors or None)
+    server = grpc.aio.server(options=server_options(), interceptors=interceptors or None)
+    registrar = cast(grpc.aio.Server, validate.Registrar(server, validate_rules.RULES, InvalidArgument))
     for add in add_servicers:
-        add(server)
+        add(registrar)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     creds = tls.server_credentials() if tls.enabled() else None  # TLSConfigError before binding
@@ -276,6 +283,15 @@ def build_server(
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port} (address in use?)")
     return server, bound, health_servicer
+
+
+def server_options() -> list[tuple[str, Any]]:
+    """CHANNEL_OPTIONS with the receive limit from EMBER_MAX_MESSAGE_BYTES (config.py; 1 GiB):
+    a bigger request is refused by gRPC with RESOURCE_EXHAUSTED before any handler runs."""
+    limit = get_config().max_message_bytes
+    if limit <= 0:
+        raise ValueError(f"EMBER_MAX_MESSAGE_BYTES must be > 0, got {limit} (no unlimited messages)")
+    return [(k, limit if k == "grpc.max_receive_message_length" else v) for k, v in CHANNEL_OPTIONS]
 
 
 async def mark_serving(health_servicer: health.aio.HealthServicer, names: list[str]) -> None:

@@ -16,16 +16,23 @@ so a task's execution span is the child of its submission wherever and whenever 
 
 With tracing on, every task makes two spans, so `submit_span` / `execute_span` have fast paths
 for the default configuration (see "Per-task fast paths" below) and the OTLP exporters encode
-with `otlp_encoding` (same messages as the SDK's encoder, about three times faster).
+with `otlp_encoding` (same messages as the SDK's encoder, about three times faster). Finished
+spans go to a tracing_export.SpanBuffer (the SDK's BatchSpanProcessor's job, with a cheaper way
+in: the fast paths queue a plain tuple per span, which the OTLP/gRPC exporter encodes as is).
+Sampling is decided before anything is built: with the SDK's default parent-based samplers
+(always_on, always_off, traceidratio at the root) the fast paths decide inline, and a task that
+is not sampled only propagates the decision (its traceparent), recording nothing.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
+import re
 import threading
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any
+
+from .tracing_files import FileSpanExporter, read_trace, render_tree, span_to_dict  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -63,25 +70,29 @@ def setup(default_service_name: str, node_id: str = "") -> bool:
         from opentelemetry import trace
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from .tracing_export import SpanBuffer
 
         service = os.environ.get("OTEL_SERVICE_NAME") or default_service_name
         attrs: dict[str, Any] = {"service.name": service, "process.pid": os.getpid()}
         if node_id:
             attrs["ember.node_id"] = node_id
         provider = TracerProvider(resource=Resource.create(attrs))
-        for name in names:
-            provider.add_span_processor(BatchSpanProcessor(
-                _make_exporter(name, service),
-                # A task makes two spans; the SDK's default queue (2048) drops spans at a few
-                # thousand tasks a second. OTEL_BSP_MAX_QUEUE_SIZE still wins when set.
-                max_queue_size=None if "OTEL_BSP_MAX_QUEUE_SIZE" in os.environ else 16384))
+        exporters = [_make_exporter(name, service) for name in names]
+        # A task makes two spans; the SDK's default queue (2048) would drop spans at a few
+        # thousand tasks a second, so the default here is 16384 (OTEL_BSP_MAX_QUEUE_SIZE wins).
+        buffer = SpanBuffer(exporters, resource=provider.resource)
+        provider.add_span_processor(buffer)
         trace.set_tracer_provider(provider)
         import atexit
 
         atexit.register(provider.shutdown)
         _provider = provider
         _tracer = trace.get_tracer("ember")
+        buffer.scope = getattr(_tracer, "_instrumentation_scope", None)
+        for exp in exporters:
+            if getattr(exp, "accepts_records", False):
+                exp.resource, exp.scope = provider.resource, buffer.scope
         _enabled = True
         _init_fast_path(provider)
         return True
@@ -97,8 +108,12 @@ def _make_exporter(name: str, service: str) -> Any:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
             class FastOTLPSpanExporter(OTLPSpanExporter):
+                accepts_records = True  # SpanBuffer's tuples, encoded as they are
+                resource: Any = None
+                scope: Any = None
+
                 def _translate_data(self, data: Any) -> Any:
-                    return otlp_encoding.encode_spans(data)
+                    return otlp_encoding.encode_spans(data, self.resource, self.scope)
 
             return FastOTLPSpanExporter()
         if proto == "http/protobuf":
@@ -149,10 +164,14 @@ _resource: Any = None
 _scope: Any = None
 _random_flag = 0
 _otel: Any = None  # namespace of OpenTelemetry names the fast paths use
+_root_bound: int | None = None  # a root is sampled iff trace_id's low 64 bits < this (None: ask the sampler)
+_buffer: Any = None  # the SpanBuffer, when the fast paths may queue records into it directly
+_only_buffer: Any = None  # the provider's processor tuple while the SpanBuffer is its only one
 
 
 def _init_fast_path(provider: Any) -> None:
     global _fast, _sampler, _id_gen, _processor, _resource, _scope, _random_flag, _otel
+    global _buffer, _only_buffer, _LightSpan
     import types
 
     from opentelemetry import baggage, context, propagate, trace
@@ -160,6 +179,7 @@ def _init_fast_path(provider: Any) -> None:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.sampling import ParentBased
     from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState, set_span_in_context
+    from opentelemetry.trace import propagation as trace_propagation
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     try:
@@ -173,15 +193,58 @@ def _init_fast_path(provider: Any) -> None:
     w3c = all(isinstance(p, (TraceContextTextMapPropagator, W3CBaggagePropagator)) for p in parts)
     w3c = w3c and any(isinstance(p, TraceContextTextMapPropagator) for p in parts)
     _sampler, _id_gen, _processor, _resource, _scope = sampler, id_gen, processor, resource, scope
-    _random_flag = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+    _random_flag = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0)) if id_gen.is_trace_id_random() else 0
+    _init_sampling(sampler)
+    from .tracing_export import SpanBuffer, to_readable
+
+    procs: Any = getattr(processor, "_span_processors", ())
+    if len(procs) == 1 and isinstance(procs[0], SpanBuffer):
+        _buffer, _only_buffer = procs[0], procs
     _otel = types.SimpleNamespace(
         baggage=baggage, context=context, ReadableSpan=ReadableSpan,
         NonRecordingSpan=NonRecordingSpan, SpanContext=SpanContext, SpanKind=SpanKind,
         TraceFlags=TraceFlags, TraceState=TraceState, set_span_in_context=set_span_in_context,
-        get_current_span=trace.get_current_span, parent_based=isinstance(sampler, ParentBased))
+        get_current_span=trace.get_current_span, parent_based=isinstance(sampler, ParentBased),
+        get_current=context.get_current, to_readable=to_readable,
+        span_key=getattr(trace_propagation, "_SPAN_KEY", None),
+        baggage_key=getattr(baggage, "_BAGGAGE_KEY", None))
+    w3c = w3c and _otel.span_key is not None and _otel.baggage_key is not None
     _fast = w3c
-    global _LightSpan
     _LightSpan = _light_span_class()
+
+
+def _init_sampling(sampler: Any) -> None:
+    """_root_bound for the SDK's parent-based samplers whose decision the fast paths can make
+    inline: the default children's samplers, and always_on / always_off / traceidratio at the
+    root. Any other sampler is asked (its should_sample) for every root span."""
+    global _root_bound
+    from opentelemetry.sdk.trace import sampling as smp
+
+    _root_bound = None
+    if not isinstance(sampler, smp.ParentBased):
+        return
+    defaults = (getattr(sampler, "_remote_parent_sampled", None) is smp.ALWAYS_ON
+                and getattr(sampler, "_remote_parent_not_sampled", None) is smp.ALWAYS_OFF
+                and getattr(sampler, "_local_parent_sampled", None) is smp.ALWAYS_ON
+                and getattr(sampler, "_local_parent_not_sampled", None) is smp.ALWAYS_OFF)
+    root = getattr(sampler, "_root", None)
+    if not defaults:
+        return
+    if root is smp.ALWAYS_ON:
+        _root_bound = 1 << 64
+    elif root is smp.ALWAYS_OFF:
+        _root_bound = 0
+    elif type(root) is smp.TraceIdRatioBased:
+        _root_bound = root.bound
+
+
+def _emit(rec: tuple[Any, ...]) -> None:
+    """A finished fast-path span (a tracing_export RECORD) to the span processors: queued as is
+    while the SpanBuffer is the only one, else as an SDK ReadableSpan."""
+    if _buffer is not None and _processor._span_processors is _only_buffer:
+        _buffer.add_record(rec)
+    else:
+        _processor.on_end(_otel.to_readable(rec, _resource, _scope))
 
 
 _LightSpan: Any = None
@@ -195,8 +258,10 @@ def _light_span_class() -> Any:
     processors' on_start is not called for it (Ember's own processors do nothing there)."""
     import traceback
 
-    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.trace import Event
     from opentelemetry.trace import Span, Status, StatusCode
+
+    unset = Status(StatusCode.UNSET)  # immutable: shared by every span until one sets its status
 
     class LightSpan(Span):
         __slots__ = ("_name", "_ctx", "_parent", "_attrs", "_kind", "_events", "_status",
@@ -206,7 +271,7 @@ def _light_span_class() -> Any:
                      kind: Any) -> None:
             self._name, self._ctx, self._parent, self._attrs = name, ctx, parent, attributes
             self._events: list[Any] = []
-            self._kind, self._status = kind, Status(StatusCode.UNSET)
+            self._kind, self._status = kind, unset
             self._end: int | None = None
             self._start = time.time_ns()
 
@@ -266,11 +331,10 @@ def _light_span_class() -> Any:
             if self._end is not None:
                 return
             self._end = end_time or time.time_ns()
-            _processor.on_end(ReadableSpan(
-                name=self._name, context=self._ctx, parent=self._parent, resource=_resource,
-                attributes=self._attrs, events=tuple(self._events), kind=self._kind,
-                status=self._status, start_time=self._start, end_time=self._end,
-                instrumentation_scope=_scope))
+            ctx = self._ctx
+            _emit((self._name, ctx.trace_id, ctx.span_id, int(ctx.trace_flags), ctx.trace_state,
+                   self._parent, self._kind, self._start, self._end, self._attrs, self._status,
+                   tuple(self._events)))
 
         def __repr__(self) -> str:
             return f"LightSpan(name={self._name!r}, context={self._ctx!r})"
@@ -292,38 +356,45 @@ def submit_span(name: str, carrier: Any, **attributes: Any) -> None:
     Nothing is attached or detached; on the fast path no SDK Span is made either: the finished
     span goes straight to the span processors."""
     o = _otel
-    if not _fast or o.baggage.get_all():
+    if not _fast:
         _submit_span_generic(name, carrier, attributes)
         return
-    parent = o.get_current_span().get_span_context()
-    if parent.is_valid:
+    current = o.get_current()
+    if current.get(o.baggage_key):
+        _submit_span_generic(name, carrier, attributes)
+        return
+    span = current.get(o.span_key)
+    parent = span.get_span_context() if span is not None else None
+    if parent is not None and parent.is_valid:
         if not o.parent_based:
             _submit_span_generic(name, carrier, attributes)
             return
         trace_id, flags, state = parent.trace_id, int(parent.trace_flags), parent.trace_state
         sampled = flags & 1
-        parent_ctx: Any = parent
-    else:
-        trace_id = _id_gen.generate_trace_id()
-        result = _sampler.should_sample(None, trace_id, name, o.SpanKind.PRODUCER, attributes)
-        if result.trace_state:
-            _submit_span_generic(name, carrier, attributes)
+        if not sampled:  # propagate the decision; nothing is recorded
+            carrier["traceparent"] = f"00-{trace_id:032x}-{parent.span_id:016x}-{flags:02x}"
+            if state:
+                carrier["tracestate"] = state.to_header()
             return
-        if result.attributes and result.attributes != attributes:  # the sampler added some
-            attributes = dict(result.attributes)
-        sampled = 1 if result.decision.is_sampled() else 0
-        flags = sampled | (_random_flag if _id_gen.is_trace_id_random() else 0)
-        state, parent_ctx = None, None
-    if not sampled:  # propagate the decision; nothing is recorded
-        span_id = parent.span_id if parent.is_valid else _id_gen.generate_span_id()
     else:
-        span_id = _id_gen.generate_span_id()
-        ctx = o.SpanContext(trace_id, span_id, False, o.TraceFlags(flags), state)
+        parent = None
+        trace_id = _id_gen.generate_trace_id()
+        if _root_bound is not None:  # decided inline, before anything is built
+            sampled = 1 if trace_id & 0xFFFFFFFFFFFFFFFF < _root_bound else 0
+        else:
+            result = _sampler.should_sample(None, trace_id, name, o.SpanKind.PRODUCER, attributes)
+            if result.trace_state:
+                _submit_span_generic(name, carrier, attributes)
+                return
+            if result.attributes and result.attributes != attributes:  # the sampler added some
+                attributes = dict(result.attributes)
+            sampled = 1 if result.decision.is_sampled() else 0
+        flags, state = sampled | _random_flag, None
+    span_id = _id_gen.generate_span_id()
+    if sampled:
         now = time.time_ns()
-        _processor.on_end(o.ReadableSpan(
-            name=name, context=ctx, parent=parent_ctx, resource=_resource,
-            attributes=attributes, kind=o.SpanKind.PRODUCER, start_time=now, end_time=now,
-            instrumentation_scope=_scope))
+        _emit((name, trace_id, span_id, flags, state, parent, o.SpanKind.PRODUCER, now, now,
+               attributes, None, ()))
     carrier["traceparent"] = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
     if state:
         carrier["tracestate"] = state.to_header()
@@ -347,19 +418,18 @@ def execute_span(name: str, carrier: Any, **attributes: Any) -> Any:
     return _CurrentSpan(name, parent, {k: v for k, v in attributes.items() if v is not None})
 
 
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
 def _parse_traceparent(carrier: Any) -> Any:
     """The remote parent context from a W3C traceparent, or None (use the generic path)."""
     tp = carrier.get("traceparent")
     if not tp or len(carrier) != ("tracestate" in carrier) + 1:
         return None  # none, or baggage / other headers too
-    parts = tp.split("-")
-    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16 \
-            or len(parts[3]) != 2:
+    m = _TRACEPARENT.fullmatch(tp)
+    if m is None:
         return None
-    try:
-        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
-    except ValueError:
-        return None
+    trace_id, span_id, flags = int(m[1], 16), int(m[2], 16), int(m[3], 16)
     if not trace_id or not span_id:
         return None
     o = _otel
@@ -483,76 +553,3 @@ def metadata_from(trace_context: Any) -> tuple[tuple[str, str], ...] | None:
     if not _enabled or not trace_context:
         return None
     return tuple(trace_context.items())
-
-
-class FileSpanExporter:
-    """Writes finished spans as JSON lines to <dir>/<service>-<pid>.jsonl (for `ember trace show`)."""
-
-    def __init__(self, directory: str, service: str) -> None:
-        os.makedirs(directory, exist_ok=True)
-        self.path = os.path.join(directory, f"{service}-{os.getpid()}.jsonl")
-        self.service = service
-
-    def export(self, spans: Sequence[Any]) -> Any:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
-        with open(self.path, "a") as f:
-            for s in spans:
-                f.write(json.dumps(span_to_dict(s, self.service)) + "\n")
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        pass
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
-
-
-def span_to_dict(s: Any, service: str) -> dict[str, Any]:
-    ctx = s.get_span_context()
-    return {
-        "trace_id": format(ctx.trace_id, "032x"), "span_id": format(ctx.span_id, "016x"),
-        "parent_id": format(s.parent.span_id, "016x") if s.parent is not None else "",
-        "name": s.name, "service": service, "start_ns": s.start_time, "end_ns": s.end_time,
-        "status": s.status.status_code.name,
-        "error": s.status.description or "",
-        "attributes": {k: v for k, v in (s.attributes or {}).items()},
-    }
-
-
-def read_trace(directory: str, trace_id: str) -> list[dict[str, Any]]:
-    """Every span of one trace found in an ember_file directory."""
-    spans = []
-    for name in sorted(os.listdir(directory)):
-        if not name.endswith(".jsonl"):
-            continue
-        with open(os.path.join(directory, name)) as f:
-            for line in f:
-                try:
-                    d = json.loads(line)
-                except ValueError:
-                    continue
-                if d.get("trace_id") == trace_id:
-                    spans.append(d)
-    return spans
-
-
-def render_tree(spans: list[dict[str, Any]]) -> Iterator[str]:
-    """Lines of an indented tree: service, span name, duration, errors."""
-    by_parent: dict[str, list[dict[str, Any]]] = {}
-    ids = {s["span_id"] for s in spans}
-    for s in spans:
-        parent = s["parent_id"] if s["parent_id"] in ids else ""
-        by_parent.setdefault(parent, []).append(s)
-    for children in by_parent.values():
-        children.sort(key=lambda s: s["start_ns"])
-
-    def walk(parent: str, depth: int) -> Iterator[str]:
-        for s in by_parent.get(parent, []):
-            ms = (s["end_ns"] - s["start_ns"]) / 1e6
-            first = (s["error"] or "").splitlines()[:1]
-            err = f"  ERROR {first[0] if first else ''}" if s["status"] == "ERROR" else ""
-            yield f"{'  ' * depth}{s['service']:16} {s['name']}  {ms:.2f} ms{err}"
-            yield from walk(s["span_id"], depth + 1)
-
-    yield from walk("", 0)

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-IMAGES = ["ember-etcd", "ember-gcs", "ember-raylet", "ember-objmgr", "ember-serve-proxy"]
+IMAGES = ["ember-etcd", "ember-gcs", "ember-raylet", "ember-objmgr", "ember-serve-proxy", "ember-dashboard"]
 CORE_SERVICES = ["etcd", "gcs", "objmgr-head", "raylet-head", "objmgr-worker", "raylet-worker"]
 HEALTHY_TIMEOUT_S = 180
 
@@ -122,6 +122,7 @@ class Cluster:
     gateway: str  # the host's address on the cluster network (what host drivers advertise)
     env_file: str = ""
     token: str = ""  # EMBER_AUTH_TOKEN of the cluster (in its env file)
+    dashboard_port: int = 0  # the dashboard's published port on 127.0.0.1
 
     def with_settings(self, extra: str) -> Cluster:
         """The same project, with more compose settings (KEY=VALUE lines) in its env file."""
@@ -129,7 +130,7 @@ class Cluster:
         with open(self.env_file) as src, open(path, "w") as dst:
             dst.write(src.read() + extra.strip() + "\n")
         return Cluster(self.project, self.compose.replace(self.env_file, path), self.gcs_port,
-                       self.http_port, self.gateway, path, self.token)
+                       self.http_port, self.gateway, path, self.token, self.dashboard_port)
 
     def run(self, args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
         r = subprocess.run(f"{self.compose} {args}", shell=True, capture_output=True, text=True,
@@ -189,16 +190,18 @@ def cluster(compose_env_file: str, docker_services, docker_compose_command: str,
     if missing:
         pytest.fail(f"images {missing} are not built: run `make images` (docker/build-offline.sh)")
     env_file = Path(compose_env_file)
-    gcs_port, http_port = _free_port(), _free_port()
+    gcs_port, http_port, dashboard_port = _free_port(), _free_port(), _free_port()
     token = secrets.token_hex(32)  # the cluster's token, as `make compose-env` writes it
     env_file.write_text(f"EMBER_AUTH_TOKEN={token}\nEMBER_IMAGE_TAG={tag}\n"
                         f"EMBER_GCS_HOST_PORT={gcs_port}\nEMBER_HTTP_HOST_PORT={http_port}\n"
+                        f"EMBER_DASHBOARD_HOST_PORT={dashboard_port}\n"
                         "EMBER_OBJECT_STORE_BYTES=134217728\nEMBER_SHM_SIZE=256m\n"
                         # generous: a loaded CI machine must not declare live nodes dead
                         "EMBER_NODE_DEATH_TIMEOUT_S=10\n")
     compose = (f'{docker_compose_command} --env-file "{env_file}" -f "{docker_compose_file}" '
                f'-p "{docker_compose_project_name}"')
-    c = Cluster(docker_compose_project_name, compose, gcs_port, http_port, "", str(env_file))
+    c = Cluster(docker_compose_project_name, compose, gcs_port, http_port, "", str(env_file),
+                dashboard_port=dashboard_port)
     t0 = time.monotonic()
     # docker_services' finally runs `down -v` whatever happens from here on.
     c.run("up -d --no-build", timeout=300)

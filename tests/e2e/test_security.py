@@ -1,7 +1,8 @@
 """Security of the compose cluster: a host driver without the cluster's token (or with a wrong
 one) is refused with AuthenticationError while one with it runs a task; the serve-proxy's admin
-view needs the token; every container runs with no capabilities, no privilege escalation and a
-read-only root filesystem."""
+view needs the token, and so does the dashboard container (its health check is open); every
+container, node containers included, runs with no capabilities, no privilege escalation and a
+read-only root filesystem, and the node containers still run tasks that write files."""
 from __future__ import annotations
 
 import json
@@ -62,10 +63,52 @@ def test_containers_are_locked_down(cluster):
         name, hc = c["Name"], c["HostConfig"]
         assert hc["CapDrop"] == ["ALL"] and not hc.get("CapAdd"), name
         assert "no-new-privileges:true" in (hc.get("SecurityOpt") or []), name
-        role = c["Config"]["Labels"].get("com.docker.compose.service", "")
-        if not role.startswith(("objmgr", "raylet")):  # node containers: writable root for now
-            assert hc["ReadonlyRootfs"] is True, name
+        assert hc["ReadonlyRootfs"] is True, name
         assert hc["Privileged"] is False, name
         for binding in (hc.get("PortBindings") or {}).values():
             assert all(b["HostIp"] == "127.0.0.1" for b in binding), (name, binding)
         assert "EMBER_AUTH_TOKEN=" not in " ".join(c["Config"].get("Cmd") or []), name
+
+
+def test_the_dashboard_container_answers_and_needs_the_token(cluster):
+    cluster.wait_healthy(["dashboard"])
+    url = f"http://127.0.0.1:{cluster.dashboard_port}"
+    assert httpx.get(url + "/api/healthz", timeout=30).text == "success"
+    assert httpx.get(url + "/api/version", timeout=30).status_code == 401
+    assert httpx.get(url + "/api/version", timeout=30, headers={"Authorization": "Bearer " + "0" * 64}).status_code == 403
+    bearer = {"Authorization": f"Bearer {cluster.token}"}
+    assert httpx.get(url + "/api/version", timeout=30, headers=bearer).json()["ray_version"] == "2.60.0"
+    nodes = httpx.get(url + "/api/v0/nodes", timeout=60, headers=bearer).json()
+    assert nodes["data"]["result"]["total"] >= 2, nodes  # it reads the cluster as a driver
+
+
+def test_read_only_node_containers_run_tasks_that_write_scratch_files(cluster):
+    """Tasks write scratch files and runtime envs unpack on the tmpfs; the root stays read-only."""
+    out = cluster.exec_python("raylet-head", """
+import ember, os, tempfile
+ember.init()
+
+@ember.remote
+def scratch():
+    with tempfile.NamedTemporaryFile(dir=None) as f:  # /tmp: the container's tmpfs
+        f.write(b"x" * 1024)
+        f.flush()
+        return os.path.getsize(f.name)
+
+print("RESULT", sum(ember.get([scratch.remote() for _ in range(4)], timeout=120)))
+os.makedirs("/tmp/wd", exist_ok=True)
+with open("/tmp/wd/data.txt", "w") as f:
+    f.write("unpacked on a read-only node")
+
+@ember.remote(runtime_env={"working_dir": "/tmp/wd"})
+def read_working_dir():
+    return open("data.txt").read()
+
+print("WORKDIR", ember.get(read_working_dir.remote(), timeout=180))
+try:
+    open("/opt/ember/written-by-a-task", "w")
+except OSError as e:
+    print("READONLY", e.errno)
+""")
+    assert "RESULT 4096" in out and "READONLY 30" in out, out  # EROFS
+    assert "WORKDIR unpacked on a read-only node" in out, out  # runtime envs unpack to the tmpfs

@@ -59,7 +59,7 @@ def _targets(c) -> dict[str, tuple[str, str, object]]:
         "objmgr": (node.objmgr_address, "/ember.ObjectManager/GetStoreStats",
                    objmgr_pb2.GetStoreStatsRequest()),
         "core worker": (worker, "/ember.CoreWorker/CancelTask",
-                        core_worker_pb2.CancelTaskRequest(task_id=b"\0" * 24)),
+                        core_worker_pb2.CancelTaskRequest(task_id=b"\0" * 16)),
     }
 
 

@@ -1,8 +1,10 @@
 """The dashboard in a real browser (Debian's chromium + chromium-driver, headless, driven by
 selenium) against a live cluster (`ember start --head --dashboard-port 0`, metrics on, spans to
 an ember_file directory) running tasks, an actor, a placement group and a Serve app. Each page is
-checked against the cluster's state as the state API reports it; a job is submitted through the
-page's form and followed to its log line; a trace is opened as a waterfall. Screenshots of every
+checked against the cluster's state as the state API reports it (the tasks page filtered in the
+page and laid out on its timeline); a job is submitted through the page's form and followed to
+its log line; a trace is opened as a waterfall. The browser signs in first through the login
+form the dashboard shows without its token cookie. Screenshots of every
 page are saved under the test's tmp directory (printed at the end), the test's artifact, and
 copied to $EMBER_TEST_ARTIFACTS/dashboard-screenshots when that is set.
 
@@ -156,12 +158,33 @@ def browser(live):
         opts.add_argument(arg)
     b = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     b.set_page_load_timeout(30)
+    sign_in(b, live)
     yield b
     b.quit()
     print(f"\ndashboard screenshots: {live['shots']}")
     keep = os.environ.get("EMBER_TEST_ARTIFACTS")  # CI: a directory that outlives pytest's tmp dirs
     if keep:
         shutil.copytree(live["shots"], os.path.join(keep, "dashboard-screenshots"), dirs_exist_ok=True)
+
+
+def sign_in(browser, live):
+    """A browser without the cookie gets the login form (dashboard auth.py); a wrong token is
+    refused on the page, the cluster's token sets the cookie every later request carries."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from ember_common import auth
+
+    for token, expect_error in (("not-the-token", True), (auth.load().token, False)):
+        browser.get(f"{live['url']}/")
+        field = WebDriverWait(browser, 30).until(lambda b: b.find_elements(By.NAME, "token"))[0]
+        field.send_keys(token)
+        field.submit()
+        if expect_error:
+            WebDriverWait(browser, 30).until(lambda b: b.find_elements(By.CSS_SELECTOR, ".err"))
+    WebDriverWait(browser, 30).until(lambda b: not b.find_elements(By.NAME, "token"))
+    assert any(c["name"] == "ember-authentication-token" and c["httpOnly"] for c in browser.get_cookies())
+    browser.save_screenshot(str(live["shots"] / "signed-in.png"))
 
 
 def visit(browser, live, route, ready_css, name):
@@ -225,6 +248,38 @@ def test_actors_page_shows_the_actor_and_its_state(browser, live):
     assert row.find_element(By.CSS_SELECTOR, ".actor-name").text == "browser-actor"
     assert row.find_element(By.CSS_SELECTOR, ".actor-state").text == actor.state == "ALIVE"
     assert row.find_element(By.CSS_SELECTOR, ".actor-class").text == "Greeter"
+
+
+def test_tasks_page_lists_filters_and_lays_out_tasks(browser, live):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    deadline = time.monotonic() + 30  # workers report their RUNNING about once a second
+    while len(state.list_tasks(address=live["gcs"], filters=[("name", "=", "square"), ("state", "=", "FINISHED")],
+                               limit=100)) < 20 and time.monotonic() < deadline:
+        time.sleep(0.3)
+    squares = state.list_tasks(address=live["gcs"], filters=[("name", "=", "square")], limit=100, detail=True)
+    assert len(squares) == 20 and all(t.state == "FINISHED" and t.start_time_ms for t in squares)
+    visit(browser, live, "tasks", "#tasks-table tbody tr[data-id]", "tasks")
+    assert "FINISHED" in wait_text(browser, "#tasks-summary", lambda t: "tasks" in t)
+    stable(lambda: browser.find_element(By.ID, "tasks-filter-name").send_keys("square"))
+    Select(browser.find_element(By.ID, "tasks-filter-state")).select_by_value("FINISHED")
+    browser.find_element(By.ID, "tasks-apply").click()
+    assert wait_text(browser, "#tasks-count", lambda t: t.startswith("20 of 20"), 30)
+    rows = stable(lambda: [(r.get_attribute("data-id"), r.find_element(By.CSS_SELECTOR, ".task-state").text)
+                           for r in browser.find_elements(By.CSS_SELECTOR, "#tasks-table tbody tr[data-id]")])
+    assert {i for i, _ in rows} == {t.task_id for t in squares} and {s for _, s in rows} == {"FINISHED"}
+    bars = browser.find_elements(By.CSS_SELECTOR, "#tasks-timeline .task-bar")
+    assert len(bars) == 20  # one bar per task on its worker's lane
+    browser.save_screenshot(str(live["shots"] / "tasks-filtered.png"))
+    Select(browser.find_element(By.ID, "tasks-filter-state")).select_by_value("FAILED")
+    browser.find_element(By.ID, "tasks-apply").click()
+    assert wait_text(browser, "#tasks-count", lambda t: t.startswith("0 of 0"), 30)
+    one = squares[0]
+    visit(browser, live, f"tasks/{one.task_id}", "#task-events-0 tbody tr", "task")
+    assert browser.find_element(By.ID, "task-id").text == one.task_id
+    events = browser.find_element(By.ID, "task-events-0").text
+    assert all(s in events for s in ("PENDING_ARGS_AVAIL", "SUBMITTED_TO_WORKER", "RUNNING", "FINISHED")), events
 
 
 def test_placement_groups_page(browser, live):

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from ember.job_submission import JobStatus, JobSubmissionClient, JobType
+from ember_common import auth
 
 # Ray 2.60 is not a dependency: its interpreter (a venv with `ray[default]==2.60.0`) is optional.
 RAY_PYTHON = os.environ.get("EMBER_TEST_RAY_PYTHON", "/work/rayvenv/bin/python")
@@ -145,11 +146,12 @@ def test_bad_requests_name_the_problem(dashboard):
     with pytest.raises(RuntimeError, match="404.*nope does not exist"):
         client.get_job_logs("nope")
     for body, match in ((b"{", b"not JSON"), (b"[]", b"JSON object"), (b'{"entrypoint": "x", "colour": 1}', b"colour")):
-        req = urllib.request.Request(url + "/api/jobs/", data=body, method="POST")
+        req = urllib.request.Request(url + "/api/jobs/", data=body, method="POST", headers=auth.http_headers())
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(req, timeout=10)
         assert e.value.code == 400 and match in e.value.read()
-    req = urllib.request.Request(url + "/api/packages/gcs/_ray_pkg_x.zip", data=b"not a zip", method="PUT")
+    req = urllib.request.Request(url + "/api/packages/gcs/_ray_pkg_x.zip", data=b"not a zip", method="PUT",
+                                 headers=auth.http_headers())
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=10)
     assert e.value.code == 400 and b"not a zip" in e.value.read()
@@ -158,20 +160,24 @@ def test_bad_requests_name_the_problem(dashboard):
 
 def test_state_rest_api(dashboard):
     url, _, _ = dashboard
-    with urllib.request.urlopen(url + "/api/v0/nodes?filter_keys=state&filter_predicates=%3D&filter_values=ALIVE",
-                                timeout=10) as r:
+    with urllib.request.urlopen(urllib.request.Request(
+            url + "/api/v0/nodes?filter_keys=state&filter_predicates=%3D&filter_values=ALIVE",
+            headers=auth.http_headers()), timeout=10) as r:
         d = json.loads(r.read())
     assert d["result"] is True and d["data"]["result"]["total"] == 1
     node = d["data"]["result"]["result"][0]
     assert node["state"] == "ALIVE" and node["resources_total"]["CPU"] == 2.0
     with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(url + "/api/v0/nodes?filter_keys=x&filter_predicates=%3D&filter_values=1", timeout=10)
+        urllib.request.urlopen(urllib.request.Request(
+            url + "/api/v0/nodes?filter_keys=x&filter_predicates=%3D&filter_values=1", headers=auth.http_headers()),
+            timeout=10)
     assert e.value.code == 400 and b"'x' is not supported" in e.value.read()
 
 
 @pytest.mark.skipif(not os.path.exists(RAY_PYTHON), reason=f"Ray 2.60's venv is not at {RAY_PYTHON}")
 def test_rays_own_job_submission_client(dashboard, tmp_path):
-    """Ray 2.60's JobSubmissionClient, unchanged, against Ember's dashboard."""
+    """Ray 2.60's JobSubmissionClient, unchanged, against Ember's dashboard; it sends the token
+    as Ray's does under token auth (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN)."""
     url, _, _ = dashboard
     (tmp_path / "prog.py").write_text("import time\nprint('from working dir', open('data.txt').read())\n"
                                       "for i in range(3):\n    print('tick', i, flush=True); time.sleep(0.2)\n")
@@ -198,8 +204,9 @@ def test_rays_own_job_submission_client(dashboard, tmp_path):
         out["deleted"] = c.delete_job(sid2)
         print("OUT" + json.dumps(out))
     """)
-    r = subprocess.run([RAY_PYTHON, "-c", script], capture_output=True, text=True, timeout=150,
-                       env={k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "EMBER_"))})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "EMBER_"))}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=auth.load().token or "")
+    r = subprocess.run([RAY_PYTHON, "-c", script], capture_output=True, text=True, timeout=150, env=env)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("OUT")]
     assert lines, r.stdout + r.stderr[-3000:]
     out = json.loads(lines[0][3:])
@@ -208,3 +215,28 @@ def test_rays_own_job_submission_client(dashboard, tmp_path):
     assert out["logs"].endswith("tick 2\n") and out["metadata"]["who"] == "ray"
     assert "ray-client-job" in out["listed"]
     assert out["stopped"] is True and out["status2"] == "STOPPED" and out["deleted"] is True
+
+
+def test_endpoints_need_the_token_and_health_is_open(dashboard):
+    url, _, _ = dashboard
+
+    def get(path, headers=None):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url + path, headers=headers or {}), timeout=10) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    assert get("/api/healthz") == (200, b"success")
+    for path in ("/api/version", "/api/jobs/", "/api/v0/nodes", "/api/cluster"):
+        status, body = get(path)
+        assert status == 401 and b"ember get-auth-token" in body, (path, status, body)
+        assert get(path, {"Authorization": "Bearer " + "0" * 64})[0] == 403, path
+        assert get(path, auth.http_headers())[0] == 200, path
+    token = auth.load().token
+    assert get("/api/version", {"Cookie": f"ember-authentication-token={token}"})[0] == 200
+    assert get("/api/version", {"X-Ray-Authorization": f"Bearer {token}"})[0] == 200
+    status, page = get("/", {"Accept": "text/html"})  # a browser without the cookie: the login form
+    assert status == 401 and b'name="token"' in page
+    with pytest.raises(RuntimeError, match="403"):  # a caller's own header wins over the token file
+        JobSubmissionClient(url, headers={"Authorization": "Bearer wrong"})

@@ -119,12 +119,12 @@ def test_pubsub_delivers_node_snapshot_and_logs(cluster):
             if msg.HasField("logs"):
                 stop.set()
 
-        follow = asyncio.ensure_future(gcs.follow(["nodes", "logs"], handle, stop, job_id=b"J"))
+        follow = asyncio.ensure_future(gcs.follow(["nodes", "logs"], handle, stop, job_id=b"JJJJ"))
         for _ in range(100):  # the snapshot comes first
             if any(m.HasField("node") and m.node.node_id == node.node_id for m in got):
                 break
             await asyncio.sleep(0.05)
-        await gcs.publish_logs([gcs_pb2.LogBatch(job_id=b"J", lines=["hello"])])
+        await gcs.publish_logs([gcs_pb2.LogBatch(job_id=b"JJJJ", lines=["hello"])])
         await asyncio.wait_for(follow, 10)
         assert [list(m.logs.lines) for m in got if m.HasField("logs")] == [["hello"]]
 

@@ -158,6 +158,8 @@ def test_probes_ask_the_services_own_health_endpoints(base) -> None:
                 assert {"containerPort": p["grpc"]["port"]}.items() <= c["ports"][0].items()
             elif role == "serve-proxy":
                 assert p["httpGet"] == {"path": "/-/healthz", "port": 8000}
+            elif role == "dashboard":  # the one open endpoint of the dashboard (its auth.py)
+                assert p["httpGet"] == {"path": "/api/healthz", "port": 8265}
             else:
                 assert p["httpGet"]["path"] == "/health"
 
@@ -198,10 +200,41 @@ def test_containers_run_unprivileged(base) -> None:
     for obj, c in _containers(base):
         pod = obj["spec"]["template"]["spec"]["securityContext"]
         assert pod["runAsNonRoot"] is True and pod["runAsUser"] == 10001  # the images' `ember` user
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
         sc = c["securityContext"]
         assert sc["allowPrivilegeEscalation"] is False
         assert sc["readOnlyRootFilesystem"] is True
         assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert not sc.get("privileged") and "add" not in sc["capabilities"]
+
+
+def test_compose_containers_are_locked_down_as_the_pods() -> None:
+    """Every compose service (profiles included): no capabilities, no privilege escalation, a
+    read-only root with tmpfs scratch owned by the images' user (uid/gid options: this Docker
+    ignores tmpfs modes), no host namespaces beyond a node's own pair, loopback ports."""
+    doc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for name, svc in doc["services"].items():
+        assert svc.get("cap_drop") == ["ALL"] and not svc.get("cap_add"), name
+        assert "no-new-privileges:true" in svc.get("security_opt", []), name
+        assert svc.get("read_only") is True, name
+        assert not svc.get("privileged") and svc.get("pid") is None, name
+        owned = [t for t in svc.get("tmpfs", []) if t.split(":")[0] in ("/var/lib/ember", "/home/ember")]
+        assert len(owned) == 2 and all("uid=10001" in t and "gid=10001" in t for t in owned), name
+        for port in svc.get("ports", []):
+            assert _compose_value(port).startswith("127.0.0.1:"), (name, port)
+        for ns in ("network_mode", "ipc"):
+            assert str(svc.get(ns, "service:")).startswith(("service:", "shareable")), (name, ns)
+
+
+def test_the_dashboard_runs_as_in_compose(base) -> None:
+    svc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["dashboard"]
+    assert _compose_value(svc["ports"][0]) == "127.0.0.1:8265:8265"
+    (obj, c), = [(o, c) for o, c in _containers(base) if c["image"].split(":")[0] == "ember-dashboard"]
+    assert obj["kind"] == "Deployment" and c["args"] == ["dashboard"]
+    assert c["ports"] == [{"name": "http", "containerPort": 8265}]
+    service = _by(base, "Service", "dashboard")
+    assert service["spec"].get("type", "ClusterIP") == "ClusterIP"  # reached by port-forward only
+    assert service["spec"]["ports"][0]["targetPort"] == 8265
 
 
 def test_the_auth_token_comes_from_a_secret_in_every_ember_pod(base) -> None:

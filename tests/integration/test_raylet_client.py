@@ -64,7 +64,7 @@ def test_lease_follows_spillback_and_returns_there(fast_failures):
                 assert lease.grant.worker_address.node_id == other.node_id
                 stats = await client.get_node_stats(address=other.record.raylet_address)
                 assert any(w.leased for w in stats.workers)
-                await client.return_worker(b"no-such-lease", address=lease.raylet_address)  # idempotent
+                await client.return_worker(b"no-such-lease-id", address=lease.raylet_address)  # idempotent
                 await client.return_worker(req.lease_id, address=lease.raylet_address)
                 stats = await client.get_node_stats(address=other.record.raylet_address)
                 assert not any(w.leased for w in stats.workers)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from ember import serve
-from ember.serve._private.streams import StreamPump
+from ember.serve._private.streams import StreamMux, StreamPump
 
 
 # ---------------------------------------------------------------- the pump alone (no sockets)
@@ -90,6 +90,38 @@ def test_pump_backpressure_and_timeout():
     asyncio.run(go())
 
 
+def test_mux_one_poll_brings_every_ready_stream_and_never_holds_the_first():
+    async def go():
+        gates = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+        def gen(name, fail=False):
+            async def g():
+                yield f"{name}0".encode()
+                await gates[name].wait()
+                yield f"{name}1".encode()
+                yield f"{name}2".encode()
+                if fail:
+                    raise ValueError("boom")
+            return g()
+
+        mux = StreamMux()
+        mux.add("a", StreamPump(gen("a")))
+        mux.add("b", StreamPump(gen("b", fail=True)))
+        await asyncio.sleep(0.02)  # both first items ready before the poll: one poll has both
+        assert sorted(await mux.poll(1)) == [("a", b"a0", False, None), ("b", b"b0", False, None)]
+        t0 = time.monotonic()
+        poll = asyncio.ensure_future(mux.poll(5))
+        await asyncio.sleep(0.05)
+        assert not poll.done()  # nothing ready: the poll waits
+        gates["a"].set()
+        assert await poll == [("a", b"a1a2", True, None)]  # a's burst, joined; a is over
+        assert time.monotonic() - t0 < 1 and len(mux) == 1
+        gates["b"].set()
+        assert await mux.poll(1) == [("b", b"b1b2", False, None), ("b", b"", True, "ValueError: boom")]
+        assert len(mux) == 0 and await mux.poll(0.05) == []  # empty: answers after the timeout
+    asyncio.run(go())
+
+
 # ---------------------------------------------------------------- through the proxy
 @serve.deployment(max_ongoing_requests=32)
 class Chunks:
@@ -144,6 +176,20 @@ def test_paced_chunks_arrive_one_by_one_as_produced(url):
             seen = [(time.monotonic() - t0, part) for part in r.iter_raw()]
     assert [p for _, p in seen] == [f"{i:04d}\n".encode() for i in range(5)]  # nothing waited to coalesce
     assert seen[0][0] < 0.09 and seen[-1][0] > 0.3  # the first at once, the rest as produced
+
+
+def test_concurrent_streams_share_the_polls_and_each_gets_its_own_body(url):
+    async def one(c, i):
+        n = 3 + i % 4
+        kind = "paced" if i % 2 else "burst"
+        r = await c.get(url + "/chunks", params={"kind": kind, "n": n})
+        return r.status_code, r.text, "".join(f"{k:04d}\n" for k in range(n))
+
+    async def go():
+        async with httpx.AsyncClient(timeout=30) as c:
+            return await asyncio.gather(*[one(c, i) for i in range(24)])
+    for status, text, want in asyncio.run(go()):
+        assert status == 200 and text == want
 
 
 def test_a_failing_generator_cuts_the_body_and_the_replica_keeps_serving(url):

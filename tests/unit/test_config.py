@@ -43,10 +43,22 @@ def test_every_field_is_read_from_its_variable():
     env = {}
     for f in dataclasses.fields(Config):
         default = getattr(defaults, f.name)
-        env["EMBER_" + f.name.upper()] = str(default + 1)
+        env["EMBER_" + f.name.upper()] = ("0" if default else "1") if isinstance(default, bool) else str(default + 1)
     cfg = no_warnings_from_env(env)
     for f in dataclasses.fields(Config):
-        assert getattr(cfg, f.name) == getattr(defaults, f.name) + 1, f.name
+        default = getattr(defaults, f.name)
+        assert getattr(cfg, f.name) == ((not default) if isinstance(default, bool) else default + 1), f.name
+
+
+@pytest.mark.parametrize("raw,value", [("0", False), ("false", False), ("Off", False), ("no", False),
+                                       ("1", True), ("true", True), ("YES", True), ("on", True)])
+def test_flags_read_as_words_or_digits(raw, value):
+    assert no_warnings_from_env({"EMBER_TASK_EVENTS_ENABLED": raw}).task_events_enabled is value
+
+
+def test_a_malformed_flag_names_the_variable():
+    with pytest.raises(ValueError, match="EMBER_TASK_EVENTS_ENABLED='maybe'"):
+        Config.from_env({"EMBER_TASK_EVENTS_ENABLED": "maybe"})
 
 
 def test_non_ember_variables_are_ignored():

@@ -19,6 +19,7 @@ import grpc
 from ember_common import backoff, rpc
 from ember_common.proto import common_pb2, core_worker_pb2
 
+from . import task_events
 from .actor_queue import MAX_INFLIGHT, ActorCallQueue, Instruction, PushCall
 from .task_queue import Complete, Fail, TaskEntry
 
@@ -47,6 +48,7 @@ class ActorSubmitter:
             q = self.queues[entry.spec.actor_id] = ActorCallQueue(entry.spec.actor_id, max_task_retries)
         q.assign_seq(entry)
         self.submitter.tasks[entry.spec.task_id] = entry
+        task_events.submitted(entry.spec)
         self.submitter.resolve_then(entry, lambda e: self._run(q, q.ready(e)))
 
     async def cancel(self, task_id: bytes) -> bool:
@@ -81,6 +83,7 @@ class ActorSubmitter:
         # isinstance chain, most frequent first (cheaper than `match` on this hot path).
         for ins in out:
             if isinstance(ins, PushCall):
+                task_events.record(ins.entry.spec, task_events.SUBMITTED_TO_WORKER)
                 fut = self.core.task_streams.push_nowait(ins.address, ins.entry.spec)
                 fut.add_done_callback(functools.partial(self._pushed, q, ins.entry, ins.incarnation))
             elif isinstance(ins, Complete):
@@ -97,6 +100,7 @@ class ActorSubmitter:
             self._run(q, q.replied(entry, fut.result()))
             return
         code = err.code() if isinstance(err, grpc.aio.AioRpcError) else grpc.StatusCode.UNKNOWN
+        task_events.push_failed(entry.spec, code.name, str(err))
         if incarnation == q.incarnation and q.address is not None:
             log.info("actor %s unreachable (%s); waiting for a restart", q.actor_id.hex()[:8],
                      code.name)

@@ -39,6 +39,7 @@ from .plasma import PlasmaClient
 from .reference_table import ReferenceTable
 from .references import References
 from .serialization import ERROR_METADATA, serialize
+from . import task_events
 from .task_stream import TaskStreams
 from .task_submitter import TaskSubmitter
 
@@ -91,7 +92,8 @@ class CoreWorker(ObjectAPI):
         # counts (any thread, under the table's lock).
         self.store = MemoryStore()
         self.ref_table = ReferenceTable(self.worker_id, on_release=self._release_soon,
-                                        on_pending=self._refs_pending)
+                                        on_pending=self._refs_pending,
+                                        max_lineage_bytes=config.max_lineage_bytes)
         # ObjectRefs count straight into the table (no frame of ours on the hot path).
         self.add_local_ref = self.ref_table.add_local_ref
         self.remove_local_ref = self.ref_table.remove_local_ref
@@ -115,6 +117,7 @@ class CoreWorker(ObjectAPI):
         self.address = OwnerAddress(self.ip, self.port, self.worker_id, self.node_id)
         self.address_proto = common_pb2.Address(ip=self.ip, port=self.port, worker_id=self.worker_id,
                                                 node_id=self.node_id)
+        task_events.start(self)  # reporter of task state transitions (off the hot path)
 
     # ---------------------------------------------------------------- loop plumbing
     def _run_loop(self) -> None:
@@ -197,6 +200,7 @@ class CoreWorker(ObjectAPI):
             self.run(self._async_shutdown(), timeout=10)
         except Exception as e:  # the loop may already be gone at interpreter exit
             log.debug("core worker shutdown: %s", e)
+        task_events.stop()  # the last batch
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
 

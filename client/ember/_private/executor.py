@@ -29,6 +29,7 @@ from ember_common import backoff, tracing
 from ember_common.proto import common_pb2, core_worker_pb2
 
 from . import result_pipeline as rp
+from . import task_events
 from .actor_pools import CallCancels, ThreadPool, async_limits, thread_pools, unknown_group
 from .executor_effects import PipelineEffects
 from .result_pipeline import drive_async, drive_sync
@@ -238,6 +239,7 @@ class TaskExecutor(PipelineEffects):
 
     def execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         """Runs one task or call here (main or pool thread) and returns its reply."""
+        task_events.started(spec)
         if tracing.enabled() and spec.trace_context:
             with self._span(spec) as sp:
                 reply = self._execute(spec)
@@ -249,6 +251,7 @@ class TaskExecutor(PipelineEffects):
             reply = self._unless_cancelled(spec, reply)
         if self.core.refs.unacked():  # refs borrowed by this task and still held: register first
             self.core.run(self.core.refs.flush())
+        task_events.executed(spec, reply)
         return reply
 
     def _unless_cancelled(self, spec: common_pb2.TaskSpec,
@@ -355,6 +358,7 @@ class TaskExecutor(PipelineEffects):
             if not self._cancels.start(spec.task_id):
                 _resolve(fut, self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex())))
                 return
+            task_events.started(spec)
             try:
                 if tracing.enabled() and spec.trace_context:
                     with self._span(spec) as sp:
@@ -367,6 +371,7 @@ class TaskExecutor(PipelineEffects):
                 self._cancels.finished(spec.task_id)
         if self.core.refs.unacked():
             await self.core.refs.flush()
+        task_events.executed(spec, reply)
         _resolve(fut, reply)
 
     async def _run_async_call(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:

@@ -4,7 +4,9 @@
 top of the class (the memory store, the reference table, the shared-memory client, the node
 view) and the loop plumbing (run/in_loop/worker_stub, the blocking-wait notice to the raylet).
 Owned objects wait in the memory store; borrowed ones are fetched from their owner; values in
-shared memory are pulled from the nearest node holding a copy and the copy reported back.
+shared memory are pulled from the nearest node holding a copy and the copy reported back. An
+owned task return whose every copy is lost is rebuilt from its lineage on `get`
+(reconstruction.py, over the policy in lineage.py) before it is read again.
 """
 from __future__ import annotations
 
@@ -22,8 +24,13 @@ from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc
 from .memory_store import MemoryStore
 from .object_ref import ObjectRef, OwnerAddress
 from .plasma import PlasmaClient
+from .reconstruction import Reconstructor
 from .reference_table import ReferenceTable
 from .serialization import ERROR_METADATA, SerializedValue, deserialize, deserialize_proto
+
+if TYPE_CHECKING:
+    from .core_worker import CoreWorker
+    from .task_queue import TaskEntry
 
 T = TypeVar("T")
 
@@ -43,6 +50,7 @@ class ObjectAPI:
     plasma: PlasmaClient
     objmgr: objmgr_pb2_grpc.ObjectManagerAsyncStub
     _nodes: dict[str, common_pb2.NodeInfo]
+    _reconstructor: Reconstructor | None = None
 
     if TYPE_CHECKING:  # CoreWorker's loop plumbing and node view
         def run(self, coro: Awaitable[T] | Callable[[], Awaitable[T]],
@@ -120,7 +128,13 @@ class ObjectAPI:
 
     async def get_async(self, ref: ObjectRef) -> Any:
         """get() for code running on the loop."""
-        return await self.materialize_async(await self.wait_object(ref, None), ref.owner_address)
+        entry = await self.wait_object(ref, None)
+        try:
+            return await self.materialize_async(entry, ref.owner_address)
+        except exc.ObjectLostError:
+            if not self._recoverable(entry, ref):
+                raise
+        return await self._materialize_or_recover(entry, ref, None)
 
     def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
         """get() from a user thread: owned objects wait here, borrowed ones on the loop."""
@@ -141,12 +155,54 @@ class ObjectAPI:
         # Every entry is present now: the waits above returned only once each object was.
         present = cast(list[common_pb2.ReturnObject], entries)
         if any(e.in_plasma for e in present):
-            return self.run(self._materialize_all(present, refs))
+            try:
+                return self.run(self._materialize_all(present, refs))
+            except exc.ObjectLostError:
+                if not any(self._recoverable(e, r) for e, r in zip(present, refs)):
+                    raise
+            # Some owned object is lost: rebuild it (lending CPUs while its task reruns).
+            return self._blocking(self._recover_all(present, refs, timeout))
         return [self.materialize(e) for e in present]
 
     async def _materialize_all(self, entries: list[common_pb2.ReturnObject],
                                refs: list[ObjectRef]) -> list[Any]:
         return [await self.materialize_async(e, r.owner_address) for e, r in zip(entries, refs)]
+
+    async def _recover_all(self, entries: list[common_pb2.ReturnObject], refs: list[ObjectRef],
+                           timeout: float | None) -> list[Any]:
+        # Concurrently: objects lost with one node are rebuilt side by side.
+        return list(await asyncio.gather(*(self._materialize_or_recover(e, r, timeout)
+                                           for e, r in zip(entries, refs))))
+
+    # ---------------------------------------------------------------- lineage reconstruction
+    def _recoverable(self, entry: common_pb2.ReturnObject, ref: ObjectRef) -> bool:
+        """An owned task return in shared memory: its lineage may rebuild it."""
+        return entry.in_plasma and self.reconstructor().recoverable(entry, ref)
+
+    async def _materialize_or_recover(self, entry: common_pb2.ReturnObject, ref: ObjectRef,
+                                      timeout: float | None) -> Any:
+        """materialize_async; an owned object whose every copy is lost is rebuilt first."""
+        return await self.reconstructor().read(entry, ref, timeout)
+
+    def reconstructor(self) -> Reconstructor:
+        """The driver of this process's lineage (made on first use)."""
+        r = self._reconstructor
+        if r is None:
+            r = self._reconstructor = Reconstructor(cast("CoreWorker", self))
+        return r
+
+    def record_lineage(self, entry: TaskEntry) -> None:
+        """Loop thread: a task finished with a return in shared memory; keep its lineage."""
+        self.reconstructor().record(entry)
+
+    def retry_after_lost_argument(self, entry: TaskEntry,
+                                  reply: core_worker_pb2.PushTaskReply) -> bool:
+        """Loop thread: True when the task failed only because an owned argument was lost;
+        the argument is being rebuilt and the task will be resubmitted after it."""
+        first = reply.returns[0]
+        if first.in_plasma or first.value.metadata != ERROR_METADATA:
+            return False
+        return self.reconstructor().retry_after_lost_argument(entry, first)
 
     def _ready_now(self, refs: list[ObjectRef], errors_ready: bool) -> dict[bytes, Any]:
         """In a worker that would lend its CPUs to wait: the entries of borrowed refs whose

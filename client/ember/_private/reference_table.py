@@ -10,7 +10,9 @@ replies and borrower RPCs):
 - nested refs: outer object id -> the refs nested in it, held while the outer object is kept;
 - owner side: the borrowers (worker ids) of each owned object;
 - borrower side: refs held here but owned elsewhere, the registrations (AddBorrower) and
-  removals (RemoveBorrower) the owners still have to hear, and what is in flight.
+  removals (RemoveBorrower) the owners still have to hear, and what is in flight;
+- the lineage of owned task returns (`lineage`, lineage.py): kept with the ref, told at each
+  owned object's last reference so that it drops what no reference needs any more.
 
 Decisions go out through two callbacks given by the driver (references.py, core_worker.py):
 `on_release(oid, owned)` when an object has no reference left here (owned: free it on every
@@ -24,6 +26,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from .lineage import DEFAULT_MAX_LINEAGE_BYTES, Lineage
 from .object_ref import OwnerAddress
 
 # A RemoveBorrower is sent this long after the count reached zero (see references.py).
@@ -48,8 +51,10 @@ class ReferenceTable:
 
     def __init__(self, worker_id: str, on_release: Callable[[bytes, bool], None],
                  on_pending: Callable[[], None], clock: Callable[[], float] = time.monotonic,
-                 remove_delay_s: float = REMOVE_DELAY_S) -> None:
+                 remove_delay_s: float = REMOVE_DELAY_S,
+                 max_lineage_bytes: int = DEFAULT_MAX_LINEAGE_BYTES) -> None:
         self.worker_id = worker_id
+        self.lineage = Lineage(worker_id, max_lineage_bytes)
         self._on_release = on_release
         self._on_pending = on_pending
         self._clock = clock
@@ -101,11 +106,14 @@ class ReferenceTable:
             self._released(oid, owned)
 
     def _released(self, oid: bytes, owned: bool) -> None:
-        """Outside the lock: the watcher of an owned id (on_free), then the driver."""
-        if owned and self._on_free:
-            fn = self._on_free.pop(oid, None)
-            if fn is not None:
-                fn()
+        """Outside the lock: the watcher of an owned id (on_free), the lineage, then the
+        driver."""
+        if owned:
+            if self._on_free:
+                fn = self._on_free.pop(oid, None)
+                if fn is not None:
+                    fn()
+            self.lineage.release(oid)
         self._on_release(oid, owned)
 
     def on_free(self, oid: bytes, fn: Callable[[], None]) -> None:

@@ -303,3 +303,80 @@ def session_logs_dir(address: str) -> str | None:
             if os.path.isdir(path):
                 return path
     return None
+
+
+# ---------------------------------------------------------------------- tasks (task events)
+def fetch_tasks(address: str, filters: list[tuple[str, str, Any]] | None = None, limit: int = 0,
+                timeout_s: float = 30.0) -> tuple[list[dict[str, Any]], int, dict[str, int]]:
+    """Task attempts from the GCS's task-event store (filtered and limited there, newest
+    first), how many matched, and the events lost per job (hex; the store's bound and the
+    reporters' drops). ValueError names a bad filter."""
+    from ember_common import rpc
+
+    client = _task_client(address, timeout_s)
+    try:
+        reply = client.get_task_events([(c, p, _text(v)) for c, p, v in filters or []], limit)
+    except rpc.InvalidArgument as e:
+        raise ValueError(str(e)) from None
+    except rpc.ServiceError as e:
+        raise _unreachable(address, e) from None
+    finally:
+        client.close()
+    return [_task_row(t) for t in reply.tasks], int(reply.total), dict(reply.dropped_by_job)
+
+
+def task_summary(address: str, filters: list[tuple[str, str, Any]] | None = None,
+                 timeout_s: float = 30.0) -> tuple[list[tuple[str, str, dict[str, int]]], int, int]:
+    """(function, type, state counts) per function, the attempts counted and the events lost."""
+    from ember_common import rpc
+    from ember_common.proto import gcs_task_pb2
+
+    client = _task_client(address, timeout_s)
+    try:
+        reply = client.get_task_summary([(c, p, _text(v)) for c, p, v in filters or []])
+    except rpc.InvalidArgument as e:
+        raise ValueError(str(e)) from None
+    except rpc.ServiceError as e:
+        raise _unreachable(address, e) from None
+    finally:
+        client.close()
+    types = gcs_task_pb2.TaskAttempt.Type.Name
+    return ([(s.func_name, types(s.type), dict(s.state_counts)) for s in reply.summary],
+            int(reply.total), int(reply.num_dropped))
+
+
+def _task_client(address: str, timeout_s: float) -> Any:
+    from ember_common import backoff
+    from ember_common.gcs_task_client import TaskEventsClient
+
+    return TaskEventsClient(address, retry=backoff.NO_RETRY, timeout_s=timeout_s)
+
+
+def _text(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _task_row(t: Any) -> dict[str, Any]:
+    from ember_common.proto import gcs_task_pb2
+
+    TA = gcs_task_pb2.TaskAttempt
+    ts = dict(t.state_ts_ns)
+    ms = {k: v // 1_000_000 for k, v in ts.items()}
+    order = TA.State.keys()
+    events = sorted(({"state": k, "created_ms": v} for k, v in ms.items()),
+                    key=lambda e: (e["created_ms"], order.index(e["state"])))
+    end = ms.get("FINISHED", ms.get("FAILED"))
+    return {
+        "task_id": t.task_id.hex(), "attempt_number": int(t.attempt), "name": t.name,
+        "state": TA.State.Name(t.state), "job_id": t.job_id.hex(), "actor_id": t.actor_id.hex() or None,
+        "type": TA.Type.Name(t.type), "func_or_class_name": t.func_name, "parent_task_id": None,
+        "node_id": t.node_id or None, "worker_id": t.worker_id or None, "worker_pid": int(t.pid) or None,
+        "error_type": t.error_type or None, "error_message": t.error_message or None,
+        "language": "PYTHON", "required_resources": None, "runtime_env_info": None,
+        "placement_group_id": None, "events": events, "profiling_data": None,
+        "creation_time_ms": ms.get("PENDING_ARGS_AVAIL", min(ms.values(), default=None)),
+        "start_time_ms": ms.get("RUNNING"), "end_time_ms": end, "task_log_info": None,
+        "call_site": None, "label_selector": None, "is_debugger_paused": None,
+        # Ember's own column: the trace of the task's submission (`ember trace show ID`)
+        "trace_id": t.trace_id or None,
+    }

@@ -19,7 +19,7 @@ from ember import exceptions as exc
 from ember_common import rpc, tracing
 from ember_common.proto import common_pb2, core_worker_pb2, raylet_pb2
 
-from . import runtime_env, task_errors
+from . import runtime_env, task_errors, task_events
 from .scheduling import Placement
 from .task_queue import (
     CancelLeaseRequest,
@@ -63,6 +63,7 @@ class TaskSubmitter:
     def submit(self, entry: TaskEntry) -> None:
         """Loop thread: resolves owned top-level arguments, then queues the task."""
         self.tasks[entry.spec.task_id] = entry
+        task_events.submitted(entry.spec)
         self.resolve_then(entry, self._enqueue)
 
     def resolve_then(self, entry: TaskEntry, then: Callable[[TaskEntry], None]) -> None:
@@ -101,6 +102,7 @@ class TaskSubmitter:
             if error is not None:
                 self.finish_with_error(entry, error)
                 return
+        task_events.record(entry.spec, task_events.PENDING_NODE_ASSIGNMENT)
         self._run(self.queue.enqueue(entry))
 
     # -------------------------------------------------------------- instructions
@@ -224,9 +226,11 @@ class TaskSubmitter:
             pass  # the raylet died; the lease died with it
 
     async def _do_push(self, lease: Lease, entry: TaskEntry) -> None:
+        task_events.record(entry.spec, task_events.SUBMITTED_TO_WORKER)
         try:
             reply = await self.core.task_streams.push(lease.worker_address, entry.spec)
         except grpc.aio.AioRpcError as e:
+            task_events.push_failed(entry.spec, e.code().name, e.details() or "")
             self._run(self.queue.push_failed(entry, e.code().name, e.details() or ""))
             return
         self._run(self.queue.push_replied(entry, reply))
@@ -234,7 +238,11 @@ class TaskSubmitter:
     # -------------------------------------------------------------- results
     def complete(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
         """Records a finished task's results (or, for a generator, its item count)."""
+        if entry.arg_refs and not reply.is_application_error and reply.returns and \
+                self.core.retry_after_lost_argument(entry, reply):
+            return  # its worker could not fetch a lost owned argument: rebuilt, then resubmitted
         self.tasks.pop(entry.spec.task_id, None)
+        task_events.executed(entry.spec, reply)
         if entry.spec.streaming:
             st = self.core.generators.get(entry.spec.task_id)
             if st is not None:
@@ -246,12 +254,17 @@ class TaskSubmitter:
             return
         if reply.nested:  # refs nested in the results: the results hold them
             self.core.refs.take_nested(reply.nested)
+        shared = False
         for ret in reply.returns:
             self.core.set_object(ret)
+            shared = shared or ret.in_plasma
+        if shared:  # a return in shared memory can be lost with its node: keep its lineage
+            self.core.record_lineage(entry)
 
     def finish_with_error(self, entry: TaskEntry, error: BaseException) -> None:
         """The task (or actor call) failed with error: its returns (or stream) raise it."""
         self.tasks.pop(entry.spec.task_id, None)
+        task_events.failed(entry.spec, error)
         if entry.spec.streaming:
             st = self.core.generators.get(entry.spec.task_id)
             if st is not None:

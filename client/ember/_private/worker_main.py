@@ -40,6 +40,7 @@ def main() -> None:
     from ember_common import rpc, tracing
     from ember_common.config import get_config
 
+    from . import task_events
     from . import worker as worker_mod
     from .core_worker import CoreWorker, WorkerMode
     from .executor import TaskExecutor
@@ -47,6 +48,7 @@ def main() -> None:
     tracing.setup("ember-worker")
 
     def on_term(*_: object) -> None:
+        task_events.stop()  # the last task events (at most a 2 s try)
         tracing.shutdown()
         os._exit(0)
 
@@ -74,6 +76,7 @@ def main() -> None:
         core.executor.run_forever()
     except KeyboardInterrupt:
         pass
+    task_events.stop()
     tracing.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

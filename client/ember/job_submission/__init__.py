@@ -112,6 +112,17 @@ def _zip_dir(path: str) -> bytes:
     return buf.getvalue()
 
 
+def _auth_headers() -> dict[str, str]:
+    """The cluster token as `Authorization: Bearer` (ember_common.auth: EMBER_AUTH_TOKEN, its
+    path, ~/.ember/auth_token), as Ray's client sends RAY_AUTH_TOKEN; {} when there is none."""
+    from ember_common import auth
+
+    try:
+        return auth.http_headers()
+    except auth.AuthConfigError:
+        return {}
+
+
 class JobSubmissionClient:
     """Submits and follows jobs through a dashboard (Ray's JobSubmissionClient)."""
 
@@ -119,7 +130,7 @@ class JobSubmissionClient:
                  cookies: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None,
                  headers: dict[str, Any] | None = None, verify: str | bool | None = True) -> None:
         self._address = _resolve(address)
-        self._headers = {str(k): str(v) for k, v in (headers or {}).items()}
+        self._headers = {**_auth_headers(), **{str(k): str(v) for k, v in (headers or {}).items()}}
         self._default_metadata = {str(k): str(v) for k, v in (metadata or {}).items()}
         self.server_ray_version = self._call("GET", "/api/version")["ray_version"]
 

@@ -69,6 +69,11 @@ class LocalCluster:
         for p in node.procs:
             _kill(p)
 
+    def kill_objmgr(self, node: Node) -> None:
+        """SIGKILLs only the node's object manager: its store is lost, its raylet and workers
+        live on (an object store failure, for object fault-tolerance tests)."""
+        _kill(node.procs[1])
+
     def kill_gcs(self) -> None:
         assert self.gcs is not None
         _kill(self.gcs)

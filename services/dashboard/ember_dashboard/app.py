@@ -5,12 +5,14 @@ nothing fetched from elsewhere) and the JSON it reads.
     GET /api/v0/{resource}                  Ray's state REST API: limit, detail, filter_keys /
                                             filter_predicates / filter_values
     GET /api/v0/{actors|objects}/summarize  Ray's summaries
+    GET /api/v0/tasks, /api/v0/tasks/summarize   the same for tasks (tasks_api.py)
     GET /api/cluster                        nodes with resources and object store use
     GET /api/serve/applications/            Serve applications, deployments, replicas, proxies
     GET /api/logs, /api/logs/file?name=&lines=   the head session's log files
     GET /api/metrics/targets, /api/metrics/scrape?target=   Prometheus endpoints (from the KV)
     GET /api/traces?contains=&since_ms=&until_ms=, /api/traces/{trace_id}   ember_file spans
     + the job REST API (jobs_api.py)
+    Every endpoint but GET /api/healthz and the login needs the cluster's token (auth.py).
 
 Handlers read the cluster through `ember.util.state`, `ember.serve` and the internal KV, in
 the thread pool (those calls block).
@@ -23,12 +25,13 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from . import jobs_api, readers
+from . import auth, jobs_api, readers, tasks_api
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 RESOURCES = {"actors": "actors", "nodes": "nodes", "jobs": "jobs", "placement_groups": "placement_groups",
@@ -226,7 +229,7 @@ async def trace(request: Request) -> Response:
 def build_app(*, session_name: str, log_dir: str | None, trace_dir: str | None) -> Starlette:
     """The app; log_dir None = the head session's (found through the GCS), trace_dir None = no traces."""
     routes = [
-        Route("/", index), *jobs_api.ROUTES,
+        Route("/", index), *jobs_api.ROUTES, *tasks_api.ROUTES,
         Route("/api/v0/{resource}", state_list),
         Route("/api/v0/{resource}/summarize", state_summary),
         Route("/api/cluster", cluster),
@@ -236,7 +239,7 @@ def build_app(*, session_name: str, log_dir: str | None, trace_dir: str | None) 
         Route("/api/traces", traces), Route("/api/traces/{trace_id}", trace),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, middleware=[Middleware(auth.TokenAuthMiddleware)])  # auth.py: the token
     app.state.session_name = session_name
     app.state.log_dir = log_dir
     app.state.trace_dir = trace_dir

@@ -14,6 +14,7 @@ from ember_common.settings import GcsSettings
 from . import servicers
 from .backend import open_storage
 from .core import GcsCore
+from .task_events import TaskEventStore
 
 log = logging.getLogger(__name__)
 
@@ -34,16 +35,18 @@ async def serve(ns: GcsSettings, stop: asyncio.Event) -> None:
     core = GcsCore(storage, cfg.node_death_timeout_s, cluster_id=ns.cluster_name)
     await core.load()
     core.pgs.start()
-    register_metrics(core)
-    server, port, health = rpc.build_server([lambda s: servicers.add_all(core, s)],
+    tasks = TaskEventStore(cfg.task_events_max_num_task_in_gcs)  # memory only, as Ray's
+    server, port, health = rpc.build_server([lambda s: servicers.add_all(core, s, tasks)],
                                             host=ns.host, port=ns.port)
+    register_metrics(core, tasks)
     await server.start()
     await rpc.mark_serving(health, [servicers.HEALTH_NAME, *servicers.SERVICE_NAMES])
     if metrics.bound_port:  # "" host: the GCS's own address (ember status fills it in)
         host = "" if ns.host in ("0.0.0.0", "::") else ns.host
         await core.kv.put(metrics.KV_NAMESPACE, b"gcs", f"{host}:{metrics.bound_port}".encode())
     rpc.write_port_file(ns.port_file, port)
-    log.info("GCS serving on %s:%d (storage %s)", ns.host, port, ns.storage)
+    log.info("GCS serving on %s:%d (storage %s; task events: at most %d attempts)", ns.host, port,
+             ns.storage, tasks.max_attempts)
     deaths = asyncio.ensure_future(core.detect_deaths(stop))
     await stop.wait()
     log.info("GCS stopping")
@@ -55,7 +58,7 @@ async def serve(ns: GcsSettings, stop: asyncio.Event) -> None:
     await storage.close()
 
 
-def register_metrics(core: GcsCore) -> None:
+def register_metrics(core: GcsCore, tasks: TaskEventStore) -> None:
     """Live gauges of the cluster tables (no-op unless --metrics-export-port is set)."""
     if not metrics.enabled():
         return
@@ -70,6 +73,10 @@ def register_metrics(core: GcsCore) -> None:
                   lambda: by_state(core.actors.actors.values(), common_pb2.ActorInfo.State), ("state",))
     metrics.gauge("ember_placement_groups", "Placement groups by state",
                   lambda: {(state,): float(n) for state, n in core.pgs.manager.counts().items()}, ("state",))
+    metrics.gauge("ember_task_events_stored", "Task attempts in the task-event store",
+                  lambda: float(len(tasks)))
+    metrics.gauge("ember_task_events_dropped", "Task events lost (store bound, reporters' drops)",
+                  lambda: float(tasks.num_dropped))
     metrics.gauge("ember_nodes_total", "Nodes by state",
                   lambda: by_state(core.nodes.values(), common_pb2.NodeInfo.State), ("state",))
 

@@ -12,10 +12,11 @@ from typing import AsyncIterator
 import grpc
 
 from ember_common import rpc
-from ember_common.proto import gcs_pb2, gcs_pb2_grpc
+from ember_common.proto import gcs_pb2, gcs_pb2_grpc, gcs_task_pb2, gcs_task_pb2_grpc
 from ember_common.rpc import rpc_errors
 
 from .core import GcsCore
+from .task_events import TaskEventStore, to_proto
 
 
 class NodeInfoServicer(gcs_pb2_grpc.NodeInfoGcsServiceServicer):
@@ -208,15 +209,50 @@ class PlacementGroupServicer(gcs_pb2_grpc.PlacementGroupInfoGcsServiceServicer):
         return gcs_pb2.WaitPlacementGroupUntilReadyReply(ready=ready, placement_group=g, ready_ids=also)
 
 
+class TaskInfoServicer(gcs_task_pb2_grpc.TaskInfoGcsServiceServicer):
+    """Task events (core: TaskEventStore, proto/gcs_task.proto)."""
+
+    def __init__(self, store: TaskEventStore) -> None:
+        self.store = store
+
+    @rpc_errors
+    async def AddTaskEventData(self, request: gcs_task_pb2.AddTaskEventDataRequest,
+                               context: rpc.Context) -> gcs_task_pb2.AddTaskEventDataReply:
+        self.store.add(request.data)
+        return gcs_task_pb2.AddTaskEventDataReply()
+
+    @rpc_errors
+    async def GetTaskEvents(self, request: gcs_task_pb2.GetTaskEventsRequest,
+                            context: rpc.Context) -> gcs_task_pb2.GetTaskEventsReply:
+        rows, total = self.store.query([(f.column, f.predicate, f.value) for f in request.filters],
+                                       request.limit)
+        return gcs_task_pb2.GetTaskEventsReply(
+            tasks=[to_proto(a) for a in rows], total=total, num_stored=len(self.store),
+            dropped_by_job=self.store.dropped_by_job, num_dropped=self.store.num_dropped)
+
+    @rpc_errors
+    async def GetTaskSummary(self, request: gcs_task_pb2.GetTaskSummaryRequest,
+                             context: rpc.Context) -> gcs_task_pb2.GetTaskSummaryReply:
+        counts = self.store.summary([(f.column, f.predicate, f.value) for f in request.filters])
+        names = gcs_task_pb2.TaskAttempt.State.Name
+        summary = [gcs_task_pb2.TaskFuncSummary(func_name=name, type=typ,  # type: ignore[arg-type]
+                                                state_counts={names(s): n for s, n in c.items()})
+                   for (name, typ), c in sorted(counts.items())]
+        return gcs_task_pb2.GetTaskSummaryReply(
+            summary=summary, total=sum(sum(c.values()) for c in counts.values()),
+            num_dropped=self.store.num_dropped)
+
+
 # Health name of the GCS as a whole (docker/healthcheck.py asks for it), then each service's.
 HEALTH_NAME = "ember.Gcs"
 SERVICE_NAMES = [gcs_pb2.DESCRIPTOR.services_by_name[name].full_name for name in (
     "NodeInfoGcsService", "JobInfoGcsService", "ActorInfoGcsService", "WorkerInfoGcsService",
     "InternalKVGcsService", "InternalPubSubGcsService", "PlacementGroupInfoGcsService")]
+SERVICE_NAMES.append(gcs_task_pb2.DESCRIPTOR.services_by_name["TaskInfoGcsService"].full_name)
 
 
-def add_all(core: GcsCore, server: grpc.aio.Server) -> None:
-    """Registers every GCS service over core on server."""
+def add_all(core: GcsCore, server: grpc.aio.Server, tasks: TaskEventStore | None = None) -> None:
+    """Registers every GCS service over core (and the task-event store) on server."""
     gcs_pb2_grpc.add_NodeInfoGcsServiceServicer_to_server(NodeInfoServicer(core), server)
     gcs_pb2_grpc.add_JobInfoGcsServiceServicer_to_server(JobInfoServicer(core), server)
     gcs_pb2_grpc.add_ActorInfoGcsServiceServicer_to_server(ActorInfoServicer(core), server)
@@ -224,3 +260,4 @@ def add_all(core: GcsCore, server: grpc.aio.Server) -> None:
     gcs_pb2_grpc.add_InternalKVGcsServiceServicer_to_server(InternalKVServicer(core), server)
     gcs_pb2_grpc.add_InternalPubSubGcsServiceServicer_to_server(InternalPubSubServicer(core), server)
     gcs_pb2_grpc.add_PlacementGroupInfoGcsServiceServicer_to_server(PlacementGroupServicer(core), server)
+    gcs_task_pb2_grpc.add_TaskInfoGcsServiceServicer_to_server(TaskInfoServicer(TaskEventStore() if tasks is None else tasks), server)

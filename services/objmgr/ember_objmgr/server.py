@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any, AsyncIterator
 
-from ember_common import backoff, metrics, rpc, service, tracing
+from ember_common import backoff, ids, metrics, rpc, service, tracing
 from ember_common.gcs_client import GcsClient
 from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 from ember_common.rpc import rpc_errors
@@ -110,16 +110,36 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
 
     @rpc_errors
     async def WriteObject(self, request_iterator: Any, context: Any) -> Any:
+        """Chunks of one object (the first names it and its size); each chunk must lie inside
+        the object, or the call fails INVALID_ARGUMENT and the unsealed object is dropped (a
+        chunk out of bounds would overwrite other objects in the arena)."""
         oid = b""
-        offset = 0
-        async for chunk in request_iterator:
-            if not oid:
-                oid = chunk.object_id
-                if self.store.contains(oid):
-                    return objmgr_pb2.WriteObjectReply()
-                offset = self.store.create(oid, chunk.total_size, chunk.owner_worker_id)
-            n = len(chunk.data)
-            self.store.view[offset + chunk.offset:offset + chunk.offset + n] = chunk.data
+        offset = size = 0
+        fresh = False
+        try:
+            async for chunk in request_iterator:
+                if not oid:
+                    oid, size = chunk.object_id, chunk.total_size
+                    if len(oid) != ids.OBJECT_ID_LEN or size < 0:
+                        raise rpc.InvalidArgument(
+                            f"WriteObject: the first chunk needs an object_id of {ids.OBJECT_ID_LEN} bytes "
+                            f"(got {len(oid)}) and a total_size >= 0 (got {size})")
+                    if self.store.contains(oid):
+                        return objmgr_pb2.WriteObjectReply()
+                    fresh = oid not in self.store.objects
+                    offset = self.store.create(oid, size, chunk.owner_worker_id)
+                elif chunk.object_id and chunk.object_id != oid:
+                    raise rpc.InvalidArgument(f"WriteObject: a chunk of object {chunk.object_id.hex()} "
+                                              f"in the stream of {oid.hex()}")
+                n = len(chunk.data)
+                if chunk.offset < 0 or chunk.offset + n > size:
+                    raise rpc.InvalidArgument(f"WriteObject: a chunk of {n} bytes at offset {chunk.offset} "
+                                              f"does not fit object {oid.hex()} of {size} bytes")
+                self.store.view[offset + chunk.offset:offset + chunk.offset + n] = chunk.data
+        except BaseException:
+            if fresh:
+                self.store.abort(oid)  # never sealed: its space is free again
+            raise
         if oid:
             self.store.seal(oid)
         return objmgr_pb2.WriteObjectReply()

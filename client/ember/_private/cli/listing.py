@@ -1,4 +1,4 @@
-"""`ember list nodes|actors|jobs|placement-groups|workers|objects` and `ember memory` (= `ember
+"""`ember list nodes|actors|jobs|placement-groups|workers|objects|tasks` and `ember memory` (= `ember
 list objects`), on the state API (`ember.util.state`) as `ray list ...` is on Ray's:
 
     ember list actors --filter state=ALIVE --filter "class_name!=Foo" --limit 10 --detail
@@ -17,7 +17,7 @@ from typing import Any
 from .common import cluster_address, table
 
 RESOURCES = {"actors": "actors", "nodes": "nodes", "jobs": "jobs", "objects": "objects",
-             "placement-groups": "placement_groups", "workers": "workers"}
+             "placement-groups": "placement_groups", "workers": "workers", "tasks": "tasks"}
 
 
 def add_parser(sub: Any) -> None:
@@ -67,9 +67,13 @@ def cmd_list(ns: argparse.Namespace) -> int:
         return 1
     resource = RESOURCES[ns.what]
     try:
-        rows = fetch_rows(resource, address)
-        entries, matched = common.apply(resource, rows, filters=parse_filters(ns.filter), limit=ns.limit,
-                                        detail=ns.detail or ns.format == "table")
+        if resource == "tasks":  # filtered and limited in the GCS (10,000s of attempts)
+            entries, matched = fetch_tasks(address, parse_filters(ns.filter), ns.limit,
+                                           ns.detail or ns.format == "table")
+        else:
+            rows = fetch_rows(resource, address)
+            entries, matched = common.apply(resource, rows, filters=parse_filters(ns.filter), limit=ns.limit,
+                                            detail=ns.detail or ns.format == "table")
     except (ValueError, ConnectionError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -95,6 +99,37 @@ def fetch_rows(resource: str, address: str) -> list[dict[str, Any]]:
     for m in missing:
         print(f"  {m} did not answer; its entries are missing", file=sys.stderr)
     return rows
+
+
+def fetch_tasks(address: str, filters: list[tuple[str, str, str]], limit: int,
+                detail: bool) -> tuple[list[Any], int]:
+    """Task attempts (newest first) and how many matched; lost events noted on stderr."""
+    from ember._private import state
+    from ember.util.state import common
+
+    if limit <= 0:
+        raise ValueError(f"--limit must be positive, got {limit}")
+    rows, matched, dropped = state.fetch_tasks(address, common.validate_filters("tasks", filters), limit,
+                                               timeout_s=10)
+    lost = sum(dropped.values())
+    if lost:
+        print(f"  {lost} task events were dropped (store bound or full reporter buffers); "
+              "the list may be incomplete", file=sys.stderr)
+    entries, _ = common.apply("tasks", rows, limit=max(len(rows), 1), detail=detail)
+    return entries, matched
+
+
+def task_lines(tasks: list[dict[str, Any]], detail: bool) -> list[str]:
+    """One row per task attempt; with detail the first line of a failed one's error under it."""
+    header = ["TASK_ID", "ATTEMPT", "NAME", "STATE", "TYPE", "JOB_ID", "NODE", "PID", "ERROR_TYPE"]
+    rows, errors = [], {}
+    for t in tasks:
+        rows.append([t["task_id"], str(t["attempt_number"]), t["name"], t["state"], t["type"], t["job_id"],
+                     _short(t["node_id"]), str(t["worker_pid"] or "-"), t["error_type"] or "-"])
+        if detail and t.get("error_message"):
+            lines = [ln for ln in t["error_message"].splitlines() if ln.strip()]
+            errors[len(rows) - 1] = lines[-1] if lines else ""
+    return _with_notes(table(header, rows, right=("ATTEMPT", "PID")), errors, "error: ")
 
 
 def _short(node_id: str | None) -> str:
@@ -188,4 +223,4 @@ def object_lines(objects: list[dict[str, Any]], detail: bool) -> list[str]:
 
 
 TABLES = {"actors": actor_lines, "nodes": node_lines, "jobs": job_lines, "objects": object_lines,
-          "placement_groups": placement_group_lines, "workers": worker_lines}
+          "placement_groups": placement_group_lines, "workers": worker_lines, "tasks": task_lines}

@@ -3,6 +3,8 @@
     ember get actors 5f3a...          # every column of one actor (json, or key: value lines)
     ember summary actors              # actors per class, counted by state
     ember summary objects --format json
+    ember get tasks 9c1e...           # every attempt of one task
+    ember summary tasks               # tasks per function, counted by state
 """
 from __future__ import annotations
 
@@ -19,13 +21,13 @@ GETTABLE = RESOURCES
 
 def add_parser(sub: Any) -> None:
     """`get` and `summary`."""
-    g = sub.add_parser("get", help="one actor, node, job, placement group, worker or object by id")
+    g = sub.add_parser("get", help="one actor, node, job, placement group, worker, object or task by id")
     g.add_argument("what", choices=list(GETTABLE))
     g.add_argument("id")
     add_state_flags(g)
     g.set_defaults(func=cmd_get)
-    s = sub.add_parser("summary", help="actors per class / objects per call site, by state")
-    s.add_argument("what", choices=["actors", "objects"])
+    s = sub.add_parser("summary", help="actors per class / objects per call site / tasks per function, by state")
+    s.add_argument("what", choices=["actors", "objects", "tasks"])
     add_state_flags(s)
     s.set_defaults(func=cmd_summary)
 
@@ -39,8 +41,13 @@ def cmd_get(ns: argparse.Namespace) -> int:
         return 1
     resource = GETTABLE[ns.what]
     try:
-        rows = fetch_rows(resource, address)
-    except (ConnectionError, RuntimeError) as e:
+        if resource == "tasks":
+            from .. import state
+
+            rows = state.fetch_tasks(address, [("task_id", "=", ns.id)], 0, timeout_s=10)[0]
+        else:
+            rows = fetch_rows(resource, address)
+    except (ValueError, ConnectionError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if resource == "jobs":
@@ -71,6 +78,8 @@ def cmd_summary(ns: argparse.Namespace) -> int:
     address = cluster_address(ns)
     if address is None:
         return 1
+    if ns.what == "tasks":
+        return _summary_tasks(ns, address)
     try:
         rows = fetch_rows(ns.what, address)
     except (ConnectionError, RuntimeError) as e:
@@ -100,4 +109,31 @@ def cmd_summary(ns: argparse.Namespace) -> int:
     for line in table(["CALL_SITE", "OBJECTS", "SIZE_MB", "NODES", "REFERENCE_TYPES"], body,
                       right=("OBJECTS", "SIZE_MB", "NODES")):
         print(line)
+    return 0
+
+
+def _summary_tasks(ns: argparse.Namespace, address: str) -> int:
+    """Tasks per function (or Class.method) and type, counted by state in the GCS."""
+    from ember.util.state import common
+
+    from .. import state
+
+    try:
+        counts, total, lost = state.task_summary(address, None, timeout_s=10)
+    except (ValueError, ConnectionError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    summary = common.summarize_tasks(counts, total)
+    if ns.format == "json":
+        print(json.dumps(summary, indent=2))
+        return 0
+    c = summary["cluster"]
+    print(f"======== Tasks Summary: {c['total_tasks']} tasks, {c['total_actor_tasks']} actor tasks, "
+          f"{c['total_actor_scheduled']} actors scheduled ========")
+    body = [[name, e["type"], ", ".join(f"{k}: {v}" for k, v in sorted(e["state_counts"].items()))]
+            for name, e in sorted(c["summary"].items())]
+    for line in table(["FUNC_OR_CLASS_NAME", "TYPE", "STATE_COUNTS"], body):
+        print(line)
+    if lost:
+        print(f"({lost} task events were dropped; counts may be low)", file=sys.stderr)
     return 0

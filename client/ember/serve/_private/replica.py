@@ -1,7 +1,8 @@
 """ServeReplica: the actor that hosts one replica of a deployment (an async actor).
 
 It builds the user's class (or wraps the user's function), answers HTTP requests relayed by the
-proxy (`handle_http`, then `stream_next` for the rest of a streamed body, see streams.py),
+proxy (`handle_http`, then `stream_poll` for the rest of the proxy's streamed bodies, all
+together, see streams.py),
 Python calls from DeploymentHandles (`handle_request`; `handle_request_streaming` then
 `stream_next`), health checks (which also
 report the ongoing-request count the autoscaler reads), `reconfigure(user_config)` and
@@ -21,10 +22,11 @@ from typing import Any
 import cloudpickle
 
 from . import http_util
-from .streams import StreamPump, aiter_any
+from .streams import StreamMux, StreamPump, aiter_any
 
 log = logging.getLogger(__name__)
 _FIRST_CHUNK_WAIT_S = 0.1  # how long handle_http waits to send a stream's first chunk with its head
+_POLL_WAIT_S = 10.0  # how long a stream_poll waits for something before answering empty
 
 
 @dataclass
@@ -70,6 +72,8 @@ class ServeReplica:
         self._tasks: dict[str, asyncio.Task] = {}
         self._disconnects: dict[str, asyncio.Event] = {}
         self._streams: dict[str, StreamPump] = {}
+        self._muxes: dict[str, StreamMux] = {}  # by caller (group): its open HTTP streams
+        self._group_of: dict[str, str] = {}  # stream id -> its group
         self._idle_since = time.monotonic()
 
     async def ready(self) -> dict[str, Any]:
@@ -128,6 +132,28 @@ class ServeReplica:
         if self._streams.pop(stream_id, None) is not None:
             self._disconnects.pop(stream_id, None)
             self.ongoing -= 1
+        group = self._group_of.pop(stream_id, None)
+        if group is not None:
+            mux = self._muxes.get(group)
+            if mux is not None:
+                mux.remove(stream_id)
+
+    async def stream_poll(self, group: str, timeout_s: float = _POLL_WAIT_S) -> list[tuple[str, bytes, bool, str | None]]:
+        """What the caller's open HTTP streams (those started by handle_http with this group)
+        produced since its previous poll: (stream id, bytes, done, error or None) per stream
+        with something ready; waits while none has (at most timeout_s, then [])."""
+        mux = self._muxes.get(group)
+        if mux is None:
+            mux = self._muxes[group] = StreamMux()
+        out = await mux.poll(timeout_s)
+        for sid, _, done, err in out:
+            if done:
+                if err is not None:
+                    log.warning("stream %s failed: %s", sid, err)
+                self._end_stream(sid)
+        if not len(mux) and self._muxes.get(group) is mux:
+            del self._muxes[group]
+        return out
 
     async def stream_next(self, stream_id: str) -> tuple[list[Any], bool]:
         """The next batch of a streamed reply: every item produced since the previous call (at
@@ -145,10 +171,12 @@ class ServeReplica:
         return items, done
 
     # ------------------------------------------------------------------ HTTP
-    async def handle_http(self, request_id: str, scope: dict[str, Any], body: bytes) -> tuple[Any, ...]:
+    async def handle_http(self, request_id: str, scope: dict[str, Any], body: bytes,
+                          group: str | None = None) -> tuple[Any, ...]:
         """("full", status, headers, body), ("cancelled",) or ("stream", status, headers,
         first_chunk, done): a streamed body's first chunk comes with the head when it is produced
-        within _FIRST_CHUNK_WAIT_S (saving a round trip); the rest comes from stream_next()."""
+        within _FIRST_CHUNK_WAIT_S (saving a round trip); the rest comes from stream_poll(group)
+        when a group is given, else from stream_next(request_id)."""
         self.ongoing += 1
         streaming = False
         disc = asyncio.Event()
@@ -180,6 +208,12 @@ class ServeReplica:
                 items, done = [], True
             if done:
                 self._end_stream(request_id)
+            elif group is not None:
+                mux = self._muxes.get(group)
+                if mux is None:
+                    mux = self._muxes[group] = StreamMux()
+                self._group_of[request_id] = group
+                mux.add(request_id, pump)
             return ("stream", head[1], head[2], head[3] + b"".join(items), done)
         except asyncio.CancelledError:
             if streaming:

@@ -9,12 +9,20 @@ behind a pull still in flight: under load each round trip carries more items ins
 backlog growing. One pull is in flight per stream at a time, which is also the back-pressure: a
 pump stops reading its iterator while `max_buffered` items wait, and gives up (closing the
 iterator) when nobody pulls for `idle_timeout_s`.
+
+The proxy does not pull each stream by itself: a StreamMux groups every HTTP stream one proxy
+has open on this replica, and one `ServeReplica.stream_poll(group)` call (one in flight per
+proxy and replica) returns what every stream of the group produced since the previous poll. A
+pull still waits only when nothing is ready and returns as soon as one item is, so no chunk is
+held back; but the round trip (an actor call, two thread hops on each side) is shared by all the
+chunks and streams that became ready while the previous one was in flight, instead of one call
+per chunk per stream.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +39,7 @@ class StreamPump:
         self._idle_timeout_s = idle_timeout_s
         self._ready: asyncio.Future | None = None   # a take() waiting for an item
         self._space: asyncio.Future | None = None   # the reader waiting for room
-        self._taken = asyncio.Event()
+        self.listener: Callable[[], None] | None = None  # called when items or the end arrive
         self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
@@ -58,6 +66,13 @@ class StreamPump:
         f, self._ready = self._ready, None
         if f is not None and not f.done():
             f.set_result(None)
+        if self.listener is not None:
+            self.listener()
+
+    @property
+    def ready(self) -> bool:
+        """take_ready() would return something now (items, the end, or an error)."""
+        return bool(self._items) or self._done
 
     @property
     def done(self) -> bool:
@@ -74,6 +89,10 @@ class StreamPump:
                 await asyncio.wait_for(asyncio.shield(f), timeout_s)
             except asyncio.TimeoutError:
                 return [], False
+        return self.take_ready()
+
+    def take_ready(self) -> tuple[list[Any], bool]:
+        """take() without waiting: ([], False) when nothing is ready."""
         items, self._items = self._items, []
         s, self._space = self._space, None
         if s is not None and not s.done():
@@ -89,6 +108,71 @@ class StreamPump:
         self._done = True
         self._items = []
         self._wake()
+
+
+class StreamMux:
+    """The open HTTP streams of one caller (a proxy) on this replica; `poll()` returns what any
+    of them has ready. Loop thread only."""
+
+    def __init__(self) -> None:
+        self._pumps: dict[str, StreamPump] = {}
+        self._ready: dict[str, None] = {}  # stream ids with something to take (ordered)
+        self._waiter: asyncio.Future | None = None
+
+    def __len__(self) -> int:
+        return len(self._pumps)
+
+    def add(self, stream_id: str, pump: StreamPump) -> None:
+        self._pumps[stream_id] = pump
+        pump.listener = lambda: self._mark(stream_id)
+        if pump.ready:
+            self._mark(stream_id)
+
+    def remove(self, stream_id: str) -> None:
+        pump = self._pumps.pop(stream_id, None)
+        if pump is not None:
+            pump.listener = None
+        self._ready.pop(stream_id, None)
+
+    def _mark(self, stream_id: str) -> None:
+        self._ready[stream_id] = None
+        f, self._waiter = self._waiter, None
+        if f is not None and not f.done():
+            f.set_result(None)
+
+    async def poll(self, timeout_s: float) -> list[tuple[str, bytes, bool, str | None]]:
+        """(stream_id, the items joined, done, error) for every stream with something ready;
+        waits (at most timeout_s, then []) while none has. A stream that is done or failed is
+        removed (error: "Type: message" of the user's exception, after the items before it)."""
+        if not self._ready:
+            self._waiter = f = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(f), timeout_s)
+            except asyncio.TimeoutError:
+                return []
+        out: list[tuple[str, bytes, bool, str | None]] = []
+        ready, self._ready = self._ready, {}
+        for sid in ready:
+            pump = self._pumps.get(sid)
+            if pump is None:
+                continue
+            while pump.ready:  # twice when items came before an error: the items, then it
+                try:
+                    items, done = pump.take_ready()
+                except Exception as e:
+                    out.append((sid, b"", True, f"{type(e).__name__}: {e}"))
+                    done = True
+                else:
+                    if items or done:
+                        out.append((sid, _join(items), done, None))
+                if done:
+                    self.remove(sid)
+                    break
+        return out
+
+
+def _join(items: list[Any]) -> bytes:
+    return items[0] if len(items) == 1 and isinstance(items[0], bytes) else b"".join(items)
 
 
 async def _aclose(it: Any) -> None:

@@ -7,8 +7,10 @@ objects that also read like dicts.
 
 Sources: actors, nodes, jobs and placement groups from the GCS; workers from each raylet;
 objects from each object manager (what `ember memory` shows); submitted jobs from the job
-records the job REST API keeps in the internal KV. Tasks are not listed yet: per-task events
-are a later slice. Each call goes through `ember._private.state` (the state door).
+records the job REST API keeps in the internal KV; tasks from the GCS's task-event store (owners
+and executors report state transitions there in batches, about once a second, so a task shows
+up to a second late), filtered and limited in the GCS. Each call goes through
+`ember._private.state` (the state door).
 """
 from __future__ import annotations
 
@@ -27,17 +29,20 @@ from .common import (
     ObjectState,
     PlacementGroupState,
     StateSchema,
+    TaskState,
     WorkerState,
     apply,
+    validate_filters,
 )
 from .common import summarize_actors as _summarize_actors
 from .common import summarize_objects as _summarize_objects
+from .common import summarize_tasks as _summarize_tasks
 
 __all__ = ["ActorState", "JobState", "NodeState", "ObjectState", "PlacementGroupState",
-           "StateSchema", "WorkerState", "get_actor", "get_job", "get_node", "get_objects",
-           "get_placement_group", "get_worker", "list_actors", "list_jobs", "list_nodes",
-           "list_objects", "list_placement_groups", "list_workers", "summarize_actors",
-           "summarize_objects"]
+           "StateSchema", "TaskState", "WorkerState", "get_actor", "get_job", "get_node", "get_objects",
+           "get_placement_group", "get_task", "get_worker", "list_actors", "list_jobs", "list_nodes",
+           "list_objects", "list_placement_groups", "list_tasks", "list_workers", "summarize_actors",
+           "summarize_objects", "summarize_tasks"]
 
 Filters = list[tuple[str, str, Any]] | None
 
@@ -164,3 +169,42 @@ def summarize_objects(address: str | None = None, timeout: int = DEFAULT_RPC_TIM
                       raise_on_missing_output: bool = True, _explain: bool = False) -> dict[str, Any]:
     """Objects grouped by call site with counts and total size: {'cluster': {...}}."""
     return _summarize_objects(_rows("objects", address, timeout, raise_on_missing_output))
+
+
+def list_tasks(address: str | None = None, filters: Filters = None, limit: int = DEFAULT_LIMIT,
+               timeout: int = DEFAULT_RPC_TIMEOUT, detail: bool = False, raise_on_missing_output: bool = True,
+               _explain: bool = False) -> list[TaskState]:
+    """Task attempts (newest first) from the task events; filtered and limited in the GCS. When
+    events were lost (the GCS's bound, or a reporter's full buffer) a warning says how many."""
+    if not isinstance(limit, int) or limit <= 0:
+        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    checked = validate_filters("tasks", filters)
+    rows, _, dropped = _door.fetch_tasks(_door.resolve_address(address), checked, limit, timeout)
+    lost = sum(dropped.values())
+    if lost:
+        warnings.warn(f"tasks: {lost} task events were dropped (the GCS keeps at most "
+                      "EMBER_TASK_EVENTS_MAX_NUM_TASK_IN_GCS attempts); the list may be incomplete",
+                      RuntimeWarning, stacklevel=2)
+    entries, _ = apply("tasks", rows, limit=max(len(rows), 1), detail=detail)
+    return entries  # type: ignore[return-value]
+
+
+def get_task(id: Any, address: str | None = None, timeout: int = DEFAULT_RPC_TIMEOUT,
+             _explain: bool = False) -> TaskState | list[TaskState] | None:
+    """A task's attempts by task id (hex) or by an ObjectRef it returns: the attempt when there
+    is one, a list when it was retried (as Ray), None when unknown."""
+    task_id = id.task_id().hex() if hasattr(id, "task_id") else id
+    if not isinstance(task_id, str) or not task_id:
+        raise ValueError(f"an id is a non-empty hex string or an ObjectRef, got {id!r}")
+    rows, _, _ = _door.fetch_tasks(_door.resolve_address(address), [("task_id", "=", task_id)], 0, timeout)
+    entries, _ = apply("tasks", rows, limit=max(len(rows), 1), detail=True)
+    if not entries:
+        return None
+    return entries[0] if len(entries) == 1 else entries  # type: ignore[return-value]
+
+
+def summarize_tasks(address: str | None = None, timeout: int = DEFAULT_RPC_TIMEOUT,
+                    raise_on_missing_output: bool = True, _explain: bool = False) -> dict[str, Any]:
+    """Ray's task summary: attempts per function (or Class.method) by state, counted in the GCS."""
+    summary, total, _ = _door.task_summary(_door.resolve_address(address), None, timeout)
+    return _summarize_tasks(summary, total)

@@ -167,12 +167,46 @@ class ObjectState(StateSchema):
     pins: int | None = state_column(filterable=False, detail=True)
 
 
+@dataclass
+class TaskState(StateSchema):
+    """A task attempt (Ray's TaskState) from the task events; trace_id is Ember's."""
+    task_id: str = state_column(filterable=True)
+    attempt_number: int = state_column(filterable=True)
+    name: str = state_column(filterable=True)
+    state: str = state_column(filterable=True)
+    job_id: str = state_column(filterable=True)
+    actor_id: str | None = state_column(filterable=True)
+    type: str = state_column(filterable=True)
+    func_or_class_name: str = state_column(filterable=True)
+    parent_task_id: str | None = state_column(filterable=False)
+    node_id: str | None = state_column(filterable=True)
+    worker_id: str | None = state_column(filterable=True)
+    worker_pid: int | None = state_column(filterable=True)
+    error_type: str | None = state_column(filterable=True)
+    language: str | None = state_column(filterable=False, detail=True)
+    required_resources: dict | None = state_column(filterable=False, detail=True)
+    runtime_env_info: dict | None = state_column(filterable=False, detail=True)
+    placement_group_id: str | None = state_column(filterable=False, detail=True)
+    events: list | None = state_column(filterable=False, detail=True)
+    profiling_data: dict | None = state_column(filterable=False, detail=True)
+    creation_time_ms: int | None = state_column(filterable=False, detail=True)
+    start_time_ms: int | None = state_column(filterable=False, detail=True)
+    end_time_ms: int | None = state_column(filterable=False, detail=True)
+    task_log_info: dict | None = state_column(filterable=False, detail=True)
+    error_message: str | None = state_column(filterable=False, detail=True)
+    call_site: str | None = state_column(filterable=False, detail=True)
+    label_selector: dict | None = state_column(filterable=False, detail=True)
+    is_debugger_paused: bool | None = state_column(filterable=False, detail=True)
+    trace_id: str | None = state_column(filterable=False, detail=True)
+
+
 SCHEMAS: dict[str, type[StateSchema]] = {
     "actors": ActorState, "nodes": NodeState, "jobs": JobState,
-    "placement_groups": PlacementGroupState, "workers": WorkerState, "objects": ObjectState}
+    "placement_groups": PlacementGroupState, "workers": WorkerState, "objects": ObjectState,
+    "tasks": TaskState}
 # The column `get_*` looks an entry up by.
 ID_COLUMNS = {"actors": "actor_id", "nodes": "node_id", "placement_groups": "placement_group_id",
-              "workers": "worker_id", "objects": "object_id"}
+              "workers": "worker_id", "objects": "object_id", "tasks": "task_id"}
 
 
 def validate_filters(resource: str, filters: list[tuple[str, str, Any]] | None) -> list[tuple[str, str, Any]]:
@@ -255,3 +289,22 @@ def summarize_objects(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"cluster": {"summary": summary, "total_objects": len(rows),
                         "total_size_mb": sum(o["object_size"] for o in rows) / 2**20,
                         "callsite_enabled": False, "summary_by": "callsite"}}
+
+
+def summarize_tasks(summary: list[tuple[str, str, dict[str, int]]], total: int) -> dict[str, Any]:
+    """Ray's TaskSummaries under 'cluster' from the GCS's per-function counts: tasks per
+    function (or Class.method), counted by state."""
+    out: dict[str, dict[str, Any]] = {}
+    actor_tasks = actors_scheduled = 0
+    for name, typ, counts in summary:
+        e = out.setdefault(name, {"func_or_class_name": name, "type": typ, "state_counts": {}})
+        for state, n in counts.items():
+            e["state_counts"][state] = e["state_counts"].get(state, 0) + n
+        n = sum(counts.values())
+        if typ == "ACTOR_TASK":
+            actor_tasks += n
+        elif typ == "ACTOR_CREATION_TASK":
+            actors_scheduled += n
+    return {"cluster": {"summary": out, "total_tasks": total - actor_tasks - actors_scheduled,
+                        "total_actor_tasks": actor_tasks, "total_actor_scheduled": actors_scheduled,
+                        "summary_by": "func_name"}}

@@ -232,7 +232,7 @@ async function traceView(id) {
 }
 
 // ------------------------------------------------------------------ router
-const PAGES = {overview, jobs, actors, "placement-groups": placementGroups, serve, logs, metrics, traces};
+const PAGES = {overview, jobs, tasks: tasksPage, actors, "placement-groups": placementGroups, serve, logs, metrics, traces};
 async function route() {
   clearTimeout(timer);
   const [path, query] = (location.hash.replace(/^#\/?/, "") || "overview").split("?");

@@ -1,0 +1,61 @@
+"""A blocking client of the GCS's TaskInfoGcsService (proto/gcs_task.proto), one method per RPC.
+
+Blocking on purpose: its callers are a reporter's background thread (`ember._private.task_events`)
+and the state door, neither of which runs on an event loop. Errors are the kit's `rpc`
+exceptions; the reads are retried under the given backoff policy, AddTaskEventData never (the
+reporter counts a failed batch as dropped).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence, TypeVar
+
+import grpc
+
+from . import backoff, rpc
+from .proto import gcs_task_pb2, gcs_task_pb2_grpc
+
+T = TypeVar("T")
+
+
+class TaskEventsClient:
+    """TaskInfoGcsService over one blocking channel."""
+
+    def __init__(self, address: str, *, retry: backoff.Backoff = backoff.NO_RETRY,
+                 timeout_s: float = 10.0) -> None:
+        self.address = address
+        self.retry = retry
+        self.timeout_s = timeout_s
+        self._channel = rpc.sync_channel(address)
+        self._stub = gcs_task_pb2_grpc.TaskInfoGcsServiceStub(self._channel)
+
+    def close(self) -> None:
+        """Closes the channel."""
+        self._channel.close()
+
+    def _call(self, method: Callable[..., T], request: Any, idempotent: bool) -> T:
+        def once() -> T:
+            try:
+                return method(request, timeout=self.timeout_s)
+            except grpc.RpcError as e:
+                raise rpc.status_to_exception(e) from None
+
+        return backoff.retry_sync(once, self.retry if idempotent else backoff.NO_RETRY,
+                                  retry_on=rpc.is_transient)
+
+    def add_task_event_data(self, batch: gcs_task_pb2.TaskEventBatch) -> None:
+        """Sends one batch of transitions (never retried)."""
+        self._call(self._stub.AddTaskEventData, gcs_task_pb2.AddTaskEventDataRequest(data=batch), False)
+
+    def get_task_events(self, filters: Sequence[tuple[str, str, str]] = (),
+                        limit: int = 0) -> gcs_task_pb2.GetTaskEventsReply:
+        """Attempts matching every filter, newest first (limit 0: all). InvalidArgument names a
+        bad filter."""
+        req = gcs_task_pb2.GetTaskEventsRequest(limit=limit, filters=[
+            gcs_task_pb2.TaskFilter(column=c, predicate=p, value=str(v)) for c, p, v in filters])
+        return self._call(self._stub.GetTaskEvents, req, True)
+
+    def get_task_summary(self, filters: Sequence[tuple[str, str, str]] = ()) -> gcs_task_pb2.GetTaskSummaryReply:
+        """Attempts counted per function and state."""
+        req = gcs_task_pb2.GetTaskSummaryRequest(filters=[
+            gcs_task_pb2.TaskFilter(column=c, predicate=p, value=str(v)) for c, p, v in filters])
+        return self._call(self._stub.GetTaskSummary, req, True)

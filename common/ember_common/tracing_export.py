@@ -1,0 +1,175 @@
+"""Where finished spans go: SpanBuffer, the batching span processor `tracing.setup()` installs.
+
+It does what the SDK's BatchSpanProcessor does (a bounded queue, a thread that exports a batch
+when `max_export_batch_size` spans wait or every `schedule_delay`, force_flush, shutdown; the
+same OTEL_BSP_* variables), with a cheaper way in for the per-task fast paths: `add_record()`
+appends a plain tuple (see RECORD below) instead of an SDK ReadableSpan, so a task's span costs
+one tuple and a deque append in the task's thread. The export thread turns records into
+ReadableSpans only for exporters that need them; the OTLP exporters encode records directly
+(otlp_encoding.record_bytes). Spans made by the SDK itself (`tracing.span()`, users' own spans)
+come through `on_end()` as ReadableSpans, as with any span processor.
+
+RECORD = (name, trace_id, span_id, trace_flags, trace_state, parent SpanContext or None, kind,
+start_ns, end_ns, attributes, status, events)
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+from typing import Any, Sequence
+
+from opentelemetry.sdk.trace import SpanProcessor
+
+log = logging.getLogger(__name__)
+Record = tuple[Any, ...]  # a RECORD (see the module docstring)
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        log.warning("%s=%r is not an integer; using %d", name, raw, default)
+        return default
+
+
+class SpanBuffer(SpanProcessor):
+    """A span processor: queues finished spans (records or ReadableSpans) and exports them in
+    batches from one thread, to every exporter given."""
+
+    def __init__(self, exporters: Sequence[Any], resource: Any = None, scope: Any = None,
+                 max_queue_size: int | None = None) -> None:
+        self.exporters = list(exporters)
+        self.resource, self.scope = resource, scope  # what records are turned into spans with
+        self.max_queue = max_queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 16384)
+        self.batch = max(1, min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512), self.max_queue))
+        self.delay_s = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
+        self._queue: collections.deque[Any] = collections.deque()
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._exporting = False
+        self._shutdown = False
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="ember-span-export", daemon=True)
+        self._thread.start()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    # ----------------------------------------------------------------- producers (any thread)
+    def add_record(self, rec: Record) -> None:
+        """Queues one finished span as a RECORD tuple."""
+        q = self._queue
+        q.append(rec)
+        n = len(q)
+        if n >= self.batch and n % self.batch == 0 or n > self.max_queue:
+            self._wake.set()
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        pass
+
+    def _on_ending(self, span: Any) -> None:
+        pass
+
+    def on_end(self, span: Any) -> None:
+        """A finished SDK span (sampled ones only, as the SDK's processors do)."""
+        if span.context is not None and span.context.trace_flags.sampled:
+            self.add_record(span)
+
+    # ----------------------------------------------------------------- export thread
+    def _run(self) -> None:
+        while not self._shutdown:
+            self._wake.wait(self.delay_s)
+            self._wake.clear()
+            self._export_all()
+        self._export_all()
+
+    def _take(self) -> list[Any]:
+        q = self._queue
+        if len(q) > self.max_queue:  # the exporter cannot keep up: drop the oldest, say so once
+            over = len(q) - self.max_queue
+            for _ in range(over):
+                q.popleft()
+            if not self.dropped:
+                log.warning("span queue full (%d): dropping spans (OTEL_BSP_MAX_QUEUE_SIZE)", self.max_queue)
+            self.dropped += over
+        return [q.popleft() for _ in range(min(self.batch, len(q)))]
+
+    def _export_all(self) -> None:
+        with self._idle:
+            self._exporting = True
+        try:
+            while True:
+                batch = self._take()
+                if not batch:
+                    return
+                self._export(batch)
+        finally:
+            with self._idle:
+                self._exporting = False
+                self._idle.notify_all()
+
+    def _export(self, batch: list[Any]) -> None:
+        from opentelemetry import context
+
+        token = context.attach(context.set_value(context._SUPPRESS_INSTRUMENTATION_KEY, True))
+        try:
+            spans: list[Any] | None = None
+            for exp in self.exporters:
+                try:
+                    if getattr(exp, "accepts_records", False):
+                        exp.export(batch)
+                    else:
+                        if spans is None:
+                            spans = [to_readable(r, self.resource, self.scope) if type(r) is tuple else r
+                                     for r in batch]
+                        exp.export(spans)
+                except Exception:
+                    log.exception("exporting %d spans failed", len(batch))
+        finally:
+            context.detach(token)
+
+    # ----------------------------------------------------------------- control
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Exports everything queued now; True when done within the timeout."""
+        if self._shutdown:
+            return True
+        deadline = timeout_millis / 1000
+        self._wake.set()
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._queue and not self._exporting, deadline)
+
+    def shutdown(self) -> None:
+        if self._shutdown:
+            return
+        self._shutdown = True
+        self._wake.set()
+        self._thread.join(30)
+        for exp in self.exporters:
+            try:
+                exp.shutdown()
+            except Exception:
+                log.exception("shutting down a span exporter failed")
+
+    def _after_fork(self) -> None:
+        self._queue.clear()
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._exporting = False
+        self._thread = threading.Thread(target=self._run, name="ember-span-export", daemon=True)
+        self._thread.start()
+
+
+def to_readable(rec: Record, resource: Any, scope: Any) -> Any:
+    """The SDK ReadableSpan of a RECORD (for exporters that take SDK spans)."""
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    name, trace_id, span_id, flags, state, parent, kind, start, end, attrs, status, events = rec
+    extra = {} if status is None else {"status": status}
+    return ReadableSpan(name=name, context=SpanContext(trace_id, span_id, False, TraceFlags(flags), state),
+                        parent=parent, resource=resource, attributes=attrs, events=events or (),
+                        kind=kind, start_time=start, end_time=end, instrumentation_scope=scope, **extra)

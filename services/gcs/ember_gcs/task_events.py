@@ -1,0 +1,341 @@
+"""The GCS's task-event store (Ray's GcsTaskManager), pure: batches of state transitions in,
+task attempts out. No I/O and no clock: every time comes with the event.
+
+- One record per task attempt (task id, attempt number), merging the transitions reported by
+  the owner (PENDING_ARGS_AVAIL .. SUBMITTED_TO_WORKER, FINISHED/FAILED) and the executor
+  (RUNNING with its node/worker/pid, FINISHED/FAILED), in any arrival order: each state keeps
+  its first timestamp, and the attempt's state is the furthest one reached (Ray's order;
+  FINISHED and FAILED are final, FAILED wins over FINISHED).
+- What a task is (name, type, job, actor, trace id) is kept once per task id, so a retry's
+  attempt that only the executor reported still has a name.
+- Bounded by `max_attempts`: past it the oldest *finished* attempt goes first, then the oldest
+  of any state; every eviction is counted against the attempt's job, as are the events
+  reporters could not send (`dropped_by_job`). The last `max_attempts` evicted attempts are
+  remembered (at least EVICTED_MEMORY), so late reports about them do not bring them back.
+- Indexes by job, state and name answer filtered lists without a scan; counts per
+  (function, type, state) are kept as attempts change, so a summary costs one pass over the
+  functions, not over the attempts.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from ember_common import rpc
+from ember_common.proto import gcs_task_pb2
+
+TA = gcs_task_pb2.TaskAttempt
+STATE_NAMES = {v: k for k, v in TA.State.items()}
+TYPE_NAMES = {v: k for k, v in TA.Type.items()}
+FINAL = {TA.FINISHED, TA.FAILED}
+# Columns a filter may name (Ray's TaskState filterable columns that Ember records).
+FILTER_COLUMNS = ("task_id", "attempt_number", "name", "state", "job_id", "actor_id", "type",
+                  "func_or_class_name", "node_id", "worker_id", "worker_pid", "error_type")
+PREDICATES = ("=", "!=")
+Key = tuple[bytes, int]
+EVICTED_MEMORY = 100_000  # evicted attempts remembered, at least (~100 bytes each)
+
+
+@dataclass(slots=True)
+class TaskInfo:
+    """What a task is; shared by its attempts."""
+    name: str = ""
+    type: int = TA.NORMAL_TASK
+    job_id: bytes = b""
+    actor_id: bytes = b""
+    trace_id: str = ""
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One task attempt's merged record."""
+    task_id: bytes
+    attempt: int
+    info: TaskInfo
+    seq: int = 0  # arrival order (newest first in lists)
+    key: Key = (b"", 0)  # (task_id, attempt), one tuple shared by the store and its indexes
+    state: int = TA.NIL
+    node_id: str = ""
+    worker_id: str = ""
+    pid: int = 0
+    error_type: str = ""
+    error_message: str = ""
+    state_ts_ns: dict[int, int] = field(default_factory=dict)
+
+
+# How far a state is (Ray's order; FAILED beats FINISHED).
+RANK = {s: (7 if s == TA.FAILED else s) for s in TA.State.values()}
+
+
+class TaskEventStore:
+    """Bounded task attempts with per-job drop counts; see the module docstring."""
+
+    def __init__(self, max_attempts: int = 100_000) -> None:
+        if max_attempts <= 0:
+            raise ValueError(f"max_attempts must be positive, got {max_attempts}")
+        self.max_attempts = max_attempts
+        self.attempts: OrderedDict[Key, Attempt] = OrderedDict()  # oldest first
+        self.finished: OrderedDict[Key, None] = OrderedDict()  # final attempts, in finishing order
+        self.infos: dict[bytes, TaskInfo] = {}
+        self.attempts_of: dict[bytes, list[int]] = {}  # task id -> its stored attempt numbers
+        self._seq = 0
+        self.by_job: dict[bytes, set[Key]] = {}
+        self.by_state: dict[int, set[Key]] = {}
+        self.by_name: dict[str, set[Key]] = {}
+        self.counts: dict[tuple[str, int], dict[int, int]] = {}  # (name, type) -> state -> n
+        # Attempts evicted lately: their late events (an executor reports on its own schedule)
+        # must not bring them back as nameless attempts (bounded like the store).
+        self.evicted: OrderedDict[Key, None] = OrderedDict()
+        self.dropped_by_job: dict[str, int] = {}
+        self.num_dropped = 0
+
+    def __len__(self) -> int:
+        return len(self.attempts)
+
+    # ------------------------------------------------------------------ ingest
+    def add(self, batch: gcs_task_pb2.TaskEventBatch) -> None:
+        """Merges one reporter's batch; InvalidArgument (nothing merged) when its columns differ
+        in length."""
+        _check_columns(batch)
+        for tid, job, name, typ, actor, trace in zip(batch.info_task_id, batch.info_job_id, batch.info_name,
+                                                     batch.info_type, batch.info_actor_id, batch.info_trace_id,
+                                                     strict=True):
+            info = self.infos.get(tid)
+            if info is None:
+                self.infos[tid] = TaskInfo(name, typ, job, actor, trace)
+            elif not info.name:  # an attempt seen before its info: fill it in (indexes follow)
+                mine = [self.attempts[(tid, n)] for n in self.attempts_of.get(tid, ())]
+                for a in mine:
+                    self._unindex(a)
+                info.name, info.type, info.job_id, info.actor_id, info.trace_id = name, typ, job, actor, trace
+                for a in mine:
+                    self._index(a)
+        errors = {i: (t, m) for i, t, m in zip(batch.error_index, batch.error_type, batch.error_message,
+                                               strict=True)}
+        running = TA.RUNNING
+        rank = RANK
+        for i, (tid, attempt, state, ts) in enumerate(zip(batch.task_id, batch.attempt, batch.state,
+                                                          batch.time_ns, strict=True)):
+            found = self.attempts.get((tid, attempt))
+            if found is None:
+                if (tid, attempt) in self.evicted:
+                    continue
+                found = self._new(tid, attempt)
+            a = found
+            if state not in a.state_ts_ns:
+                a.state_ts_ns[state] = ts
+            if state == running:
+                a.node_id, a.worker_id, a.pid = batch.node_id, batch.worker_id, batch.pid
+            err = errors.get(i)
+            if err is not None and not a.error_type:
+                a.error_type, a.error_message = err
+            if rank[state] > rank[a.state]:
+                self._move(a, state)
+        for tid in batch.info_task_id:  # described, but every event was about evicted attempts
+            if tid not in self.attempts_of:
+                self.infos.pop(tid, None)
+        for job, n in batch.dropped_by_job.items():
+            self._drop(job, n)
+
+    def _new(self, tid: bytes, attempt: int) -> Attempt:
+        while len(self.attempts) >= self.max_attempts:
+            self._evict()
+        info = self.infos.get(tid)
+        if info is None:
+            info = self.infos[tid] = TaskInfo()
+        self._seq += 1
+        key = (tid, attempt)
+        a = Attempt(tid, attempt, info, self._seq, key)
+        self.attempts[key] = a
+        self.attempts_of.setdefault(tid, []).append(attempt)
+        self._index(a)
+        return a
+
+    def _evict(self) -> None:
+        if self.finished:
+            key, _ = self.finished.popitem(last=False)
+            a = self.attempts.pop(key)
+        else:
+            key, a = self.attempts.popitem(last=False)
+        self.evicted[key] = None
+        if len(self.evicted) > max(self.max_attempts, EVICTED_MEMORY):
+            self.evicted.popitem(last=False)
+        self._unindex(a)
+        left = self.attempts_of[a.task_id]
+        left.remove(a.attempt)
+        if not left:
+            del self.attempts_of[a.task_id]
+            del self.infos[a.task_id]
+        self._drop(a.info.job_id.hex(), 1)
+
+    def _drop(self, job: str, n: int) -> None:
+        self.dropped_by_job[job] = self.dropped_by_job.get(job, 0) + n
+        self.num_dropped += n
+
+    def _move(self, a: Attempt, state: int) -> None:
+        """A new state: only the state index and the counts change."""
+        key = a.key
+        old = a.state
+        s = self.by_state[old]
+        s.discard(key)
+        if not s:
+            del self.by_state[old]
+        self.by_state.setdefault(state, set()).add(key)
+        c = self.counts[(a.info.name, a.info.type)]
+        c[old] -= 1
+        if not c[old]:
+            del c[old]
+        c[state] = c.get(state, 0) + 1
+        a.state = state
+        if state in FINAL:
+            self.finished[key] = None
+
+    def _index(self, a: Attempt) -> None:
+        key = a.key
+        self.by_job.setdefault(a.info.job_id, set()).add(key)
+        self.by_state.setdefault(a.state, set()).add(key)
+        self.by_name.setdefault(a.info.name, set()).add(key)
+        c = self.counts.setdefault((a.info.name, a.info.type), {})
+        c[a.state] = c.get(a.state, 0) + 1
+
+    def _unindex(self, a: Attempt) -> None:
+        key = a.key
+        indexes: tuple[tuple[dict[Any, set[Key]], Any], ...] = (
+            (self.by_job, a.info.job_id), (self.by_state, a.state), (self.by_name, a.info.name))
+        for index, k in indexes:
+            s = index[k]
+            s.discard(key)
+            if not s:
+                del index[k]
+        c = self.counts[(a.info.name, a.info.type)]
+        c[a.state] -= 1
+        if not c[a.state]:
+            del c[a.state]
+            if not c:
+                del self.counts[(a.info.name, a.info.type)]
+
+    # ------------------------------------------------------------------ queries
+    def query(self, filters: Iterable[tuple[str, str, str]] = (), limit: int = 0) -> tuple[list[Attempt], int]:
+        """Attempts matching every (column, predicate, value), newest first, at most limit (0:
+        all), and how many matched. InvalidArgument names a bad column or predicate."""
+        checked = check_filters(filters)
+        if limit < 0:
+            raise rpc.InvalidArgument(f"limit must be >= 0, got {limit}")
+        if not checked:  # everything matches: no need to walk past the limit
+            newest = reversed(self.attempts.values())
+            return list(newest if not limit else itertools.islice(newest, limit)), len(self.attempts)
+        out: list[Attempt] = []
+        total = 0
+        for a in self._candidates(checked):
+            if all(_matches(a, c, p, v) for c, p, v in checked):
+                total += 1
+                if not limit or len(out) < limit:
+                    out.append(a)
+        return out, total
+
+    def _candidates(self, filters: list[tuple[str, str, str]]) -> Iterator[Attempt]:
+        """Newest first; through the smallest index an '=' filter names when there is one."""
+        best: set[Key] | None = None
+        for column, predicate, value in filters:
+            if predicate != "=":
+                continue
+            keys: set[Key] | None = None
+            if column == "job_id":
+                keys = self.by_job.get(_unhex(value), set())
+            elif column == "state":
+                state = TA.State.keys().index(value.upper()) if value.upper() in TA.State.keys() else -1
+                keys = self.by_state.get(TA.State.values()[state], set()) if state >= 0 else set()
+            elif column in ("name", "func_or_class_name"):
+                keys = set().union(*(s for n, s in self.by_name.items() if n.lower() == value.lower()))
+            if keys is not None and (best is None or len(keys) < len(best)):
+                best = keys
+        if best is None:
+            yield from reversed(self.attempts.values())
+            return
+        order = self.attempts
+        if len(best) * 8 < len(order):  # a small set: sort it by arrival
+            yield from sorted((order[k] for k in best), key=lambda a: a.seq, reverse=True)
+            return
+        for key, a in reversed(order.items()):  # a large one: walk the store, newest first
+            if key in best:
+                yield a
+
+    def summary(self, filters: Iterable[tuple[str, str, str]] = ()) -> dict[tuple[str, int], dict[int, int]]:
+        """(function, type) -> state -> attempts; from the kept counts when unfiltered."""
+        checked = check_filters(filters)
+        if not checked:
+            return {k: dict(v) for k, v in self.counts.items()}
+        out: dict[tuple[str, int], dict[int, int]] = {}
+        for a in self._candidates(checked):
+            if all(_matches(a, c, p, v) for c, p, v in checked):
+                c = out.setdefault((a.info.name, a.info.type), {})
+                c[a.state] = c.get(a.state, 0) + 1
+        return out
+
+
+def _check_columns(b: gcs_task_pb2.TaskEventBatch) -> None:
+    groups = {"event": ("task_id", "attempt", "state", "time_ns"),
+              "error": ("error_index", "error_type", "error_message"),
+              "info": ("info_task_id", "info_job_id", "info_name", "info_type", "info_actor_id", "info_trace_id")}
+    for what, names in groups.items():
+        sizes = {n: len(getattr(b, n)) for n in names}
+        if len(set(sizes.values())) > 1:
+            raise rpc.InvalidArgument(f"task event batch: the {what} columns differ in length: {sizes}")
+
+
+def check_filters(filters: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The filters, or InvalidArgument naming an unknown column or predicate."""
+    out = []
+    for column, predicate, value in filters:
+        if column not in FILTER_COLUMNS:
+            raise rpc.InvalidArgument(f"Given filter column {column!r} is not supported. Enter filters with "
+                                      f"one of following columns: {sorted(FILTER_COLUMNS)}")
+        if predicate not in PREDICATES:
+            raise rpc.InvalidArgument(f"Unsupported filter predicate {predicate!r}: use '=' or '!='")
+        out.append((column, predicate, str(value)))
+    return out
+
+
+def _unhex(value: str) -> bytes:
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        return b"\x00invalid"
+
+
+def column(a: Attempt, name: str) -> Any:
+    """A Ray TaskState column of an attempt (ids in hex, state and type by name)."""
+    if name == "task_id":
+        return a.task_id.hex()
+    if name == "attempt_number":
+        return a.attempt
+    if name in ("name", "func_or_class_name"):
+        return a.info.name
+    if name == "state":
+        return STATE_NAMES[a.state]
+    if name == "job_id":
+        return a.info.job_id.hex()
+    if name == "actor_id":
+        return a.info.actor_id.hex()
+    if name == "type":
+        return TYPE_NAMES[a.info.type]
+    if name == "worker_pid":
+        return a.pid
+    return getattr(a, name)
+
+
+def _matches(a: Attempt, col: str, predicate: str, value: str) -> bool:
+    have = column(a, col)
+    equal = str(have).lower() == value.lower()
+    return equal if predicate == "=" else not equal
+
+
+def to_proto(a: Attempt) -> gcs_task_pb2.TaskAttempt:
+    """The attempt as the wire record."""
+    return TA(task_id=a.task_id, attempt=a.attempt, state=a.state, name=a.info.name,  # type: ignore[arg-type]
+              func_name=a.info.name, type=a.info.type, job_id=a.info.job_id,  # type: ignore[arg-type]
+              actor_id=a.info.actor_id, node_id=a.node_id, worker_id=a.worker_id, pid=a.pid,
+              error_type=a.error_type, error_message=a.error_message, trace_id=a.info.trace_id,
+              state_ts_ns={STATE_NAMES[s]: t for s, t in a.state_ts_ns.items()})
