@@ -380,3 +380,18 @@ def test_a_task_pipelined_behind_a_running_one_asks_for_another_worker_which_ste
     out = q.push_replied(fast, RETURNED)
     assert [(p.lease.worker_address, p.entry) for p in of(out, Push)] == [("w:2", fast)]
     assert of(out, CancelLeaseRequest) == [] and q.pending_requests(KEY) == {}
+
+
+def test_a_stealing_lease_is_kept_past_its_linger_time_until_the_tasks_come_back():
+    q, clock = make(inflight=4)
+    slow, fast = task(1), task(2)
+    q.enqueue(slow)
+    q.enqueue(fast)
+    grant(q, b"L0", "w:1")
+    out = grant(q, b"L1", "w:2")
+    assert of(out, GiveBack) and of(out, SetTimer)
+    clock.t += 1.0  # the give-back is slow to come back (a loaded worker)
+    out = q.expire(clock.t)
+    assert of(out, ReturnLease) == [] and of(out, SetTimer)  # still waiting for it
+    out = q.push_replied(fast, RETURNED)
+    assert [(p.lease.worker_address, p.entry) for p in of(out, Push)] == [("w:2", fast)]

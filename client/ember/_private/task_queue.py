@@ -343,6 +343,9 @@ class TaskQueue:
                 at = lease.linger_at
                 if at is None:
                     continue
+                if at <= now and any(v.held and v.inflight > 1 for v in q.leases):
+                    # A give-back is on its way (this lease asked for it): wait for it.
+                    at = lease.linger_at = now + self.linger_s
                 if at <= now:
                     lease.linger_at = None
                     if not lease.inflight and not q.tasks:
