@@ -86,6 +86,7 @@ class TaskExecutor(PipelineEffects):
         # pushed here go back to their owner unstarted), and cancels of tasks not started yet.
         self._blocked = 0
         self._cancel_queued: set[bytes] = set()
+        self._queued: dict[bytes, QueueItem] = {}  # normal tasks waiting for the main thread
 
     # ------------------------------------------------------------------ entry (core loop)
     async def push(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
@@ -101,6 +102,8 @@ class TaskExecutor(PipelineEffects):
         elif self._blocked and not spec.actor_id:
             fut.set_result(_RETURNED)  # the running task is blocked: run it elsewhere
         else:
+            if not spec.actor_id:
+                self._queued[spec.task_id] = (spec, fut)
             self._queue.put((spec, fut))
 
     # ------------------------------------------------------------------ give-back (core loop)
@@ -127,6 +130,7 @@ class TaskExecutor(PipelineEffects):
             if item is None or item[0].actor_id:
                 keep.append(item)
             else:
+                self._queued.pop(item[0].task_id, None)
                 _resolve(item[1], _RETURNED)
         for kept in keep:
             self._queue.put(kept)
@@ -194,6 +198,9 @@ class TaskExecutor(PipelineEffects):
             if len(self._cancel_queued) > 10_000:  # ids of tasks that never came: forget them
                 self._cancel_queued.clear()
             self._cancel_queued.add(task_id)
+            item = self._queued.pop(task_id, None)
+            if item is not None:  # queued here: answered now, skipped when its turn comes
+                _resolve(item[1], self._error_reply(item[0], exc.TaskCancelledError(task_id.hex())))
             return True
         if force:
             self.core.loop.call_later(0.05, os._exit, 1)
@@ -210,6 +217,8 @@ class TaskExecutor(PipelineEffects):
             if item is None:
                 return
             spec, fut = item
+            if self._queued:
+                self._queued.pop(spec.task_id, None)
             if self._cancel_queued and spec.task_id in self._cancel_queued:
                 self._cancel_queued.discard(spec.task_id)
                 self.core.post(_resolve, fut, self._error_reply(
