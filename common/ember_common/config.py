@@ -38,8 +38,9 @@ class Config:
     lease_linger_s: float = 0.002
     # Lease requests in flight per scheduling shape, at most.
     max_pending_lease_requests: int = 10
-    # Tasks pushed to one leased worker before the first one returns.
-    max_tasks_in_flight_per_worker: int = 1
+    # Tasks pushed to one leased worker before the first one returns (pipelining: the worker
+    # gives back what it has not started when its task blocks, idle workers steal a backlog).
+    max_tasks_in_flight_per_worker: int = 16
     # Ray's hybrid scheduling: a node busier than this share spreads new work to less-loaded ones.
     scheduler_spread_threshold: float = 0.5
     # 1: a raylet starts default-env workers by forking a preloaded template process; 0: fresh interpreters.

@@ -10,6 +10,7 @@ from ember._private.task_queue import (
     CancelLeaseRequest,
     Complete,
     Fail,
+    GiveBack,
     Push,
     RequestLease,
     ReturnLease,
@@ -33,12 +34,12 @@ class Clock:
 
 
 def make(max_requests: int = 10, linger_s: float = 0.002,
-         classify: Any = None) -> tuple[TaskQueue, Clock]:
+         classify: Any = None, inflight: int = 1) -> tuple[TaskQueue, Clock]:
     clock = Clock()
     n = itertools.count()
     extra = {} if classify is None else {"classify": classify}
     return TaskQueue("home:1", max_pending_lease_requests=max_requests,
-                     max_tasks_in_flight_per_worker=1, lease_linger_s=linger_s, clock=clock,
+                     max_tasks_in_flight_per_worker=inflight, lease_linger_s=linger_s, clock=clock,
                      new_lease_id=lambda: b"L%d" % next(n), **extra), clock
 
 
@@ -228,3 +229,169 @@ def test_shutdown_returns_every_lease_and_cancels_every_request():
     assert [r.lease.lease_id for r in of(out, ReturnLease)] == [b"L0"]
     assert {c.lease_id for c in of(out, CancelLeaseRequest)} == {b"L1", b"L2"}
     assert q.closing
+
+
+# ---------------------------------------------------------------- pipelining, give-back, stealing
+RETURNED = core_worker_pb2.PushTaskReply(returned_unstarted=True)
+
+
+def test_pipelined_pushes_go_to_the_least_loaded_lease_up_to_the_limit():
+    q, _ = make(inflight=3)
+    ts = [task(i) for i in range(8)]
+    for t in ts:
+        q.enqueue(t)
+    out = grant(q, b"L0", "w:1")
+    assert [p.entry for p in of(out, Push)] == ts[:3]  # three in flight on the only worker
+    out = grant(q, b"L1", "w:2")
+    assert [p.entry for p in of(out, Push)] == ts[3:6]
+    out = q.push_replied(ts[0], OK)  # w:1 has room again: the next queued task goes there
+    assert [(p.lease.worker_address, p.entry) for p in of(out, Push)] == [("w:1", ts[6])]
+
+
+def test_a_blocked_worker_gives_back_the_task_queued_behind_it_and_the_lease_is_held():
+    """The deadlock case: A runs on the only worker and blocks on B, pushed behind it. B comes
+    back unstarted: it is queued again (no attempt counted), not pushed to the blocked worker,
+    and a new lease is asked for; B runs on the new worker, then A ends and the held lease takes
+    work again."""
+    q, _ = make(max_requests=1, inflight=2)
+    a, b, c = task(1), task(2), task(3)
+    q.enqueue(a)
+    q.enqueue(b)
+    out = grant(q, b"L0", "w:1")
+    assert [p.entry for p in of(out, Push)] == [a, b]
+    # b waits behind a: another worker is asked for at once (it would steal b).
+    assert of(out, RequestLease) == [RequestLease(KEY, b"L1", "home:1")]
+    out = q.push_replied(b, RETURNED)
+    assert of(out, Push) == [] and of(out, Complete) == [] and of(out, ReturnLease) == []
+    assert of(out, RequestLease) == []  # L1 is still on its way
+    assert q.queued(KEY) == 1 and b.spec.attempt == 0 and b.retries_left == 3
+    assert of(q.enqueue(c), Push) == []  # held: nothing more goes to the blocked worker
+    out = grant(q, b"L1", "w:2")
+    assert [(p.lease.worker_address, p.entry) for p in of(out, Push)] == [("w:2", b), ("w:2", c)]
+    out = q.push_replied(a, OK)  # A ended: w:1 is not held any more
+    assert of(out, Complete) == [Complete(a, OK)]
+    d = task(4)
+    assert [(p.lease.worker_address, p.entry) for p in of(q.enqueue(d), Push)] == [("w:1", d)]
+
+
+def test_a_returned_task_that_was_cancelled_fails_as_cancelled():
+    q, _ = make(inflight=2)
+    a, b = task(1), task(2)
+    q.enqueue(a)
+    q.enqueue(b)
+    grant(q, b"L0")
+    b.cancelled = True
+    out = q.push_replied(b, RETURNED)
+    assert [type(f.error) for f in of(out, Fail)] == [exc.TaskCancelledError]
+    assert q.queued(KEY) == 0
+
+
+def test_a_new_idle_lease_steals_the_backlog_instead_of_going_back():
+    q2, _ = make(max_requests=2, inflight=4)
+    ts = [task(i) for i in range(4)]
+    for t in ts:
+        q2.enqueue(t)
+    assert q2.request_started(KEY, b"L1") is not None  # both requests are on their way
+    out = grant(q2, b"L0", "w:1")
+    assert len(of(out, Push)) == 4  # the whole backlog went to the first worker
+    out = q2.lease_granted(KEY, b"L1", "home:1", "w:2", [])
+    assert of(out, ReturnLease) == [] and [g.lease.worker_address for g in of(out, GiveBack)] == ["w:1"]
+    for t in ts[1:]:  # w:1 runs ts[0] and gives the other three back
+        out = q2.push_replied(t, RETURNED)
+    assert {t.lease.worker_address for t in ts[1:] if t.lease} == {"w:2"}
+
+
+def test_an_idle_lease_steals_from_a_lease_with_a_backlog():
+    q, _ = make(inflight=3)
+    ts = [task(i) for i in range(4)]
+    for t in ts:
+        q.enqueue(t)
+    grant(q, b"L0", "w:1")  # ts[0..2]
+    grant(q, b"L1", "w:2")  # ts[3]
+    out = q.push_replied(ts[3], OK)  # w:2 is idle, w:1 still holds two unstarted tasks
+    assert [g.lease.worker_address for g in of(out, GiveBack)] == ["w:1"]
+    assert of(out, ReturnLease) == []
+    out = q.push_replied(ts[2], RETURNED)
+    assert [(p.lease.worker_address, p.entry) for p in of(out, Push)] == [("w:2", ts[2])]
+    # A steal that found nothing unstarted: the held lease is free again once a task ends.
+    out = q.push_replied(ts[0], OK)
+    assert of(out, Complete) == [Complete(ts[0], OK)]
+    e = task(9)
+    assert [p.lease.worker_address for p in of(q.enqueue(e), Push)] == ["w:1"]
+
+
+def test_one_in_flight_per_worker_never_steals():
+    q, _ = make(inflight=1)
+    a, b = task(1), task(2)
+    q.enqueue(a)
+    q.enqueue(b)
+    grant(q, b"L0", "w:1")
+    grant(q, b"L1", "w:2")
+    out = q.push_replied(b, OK)
+    assert of(out, GiveBack) == []
+
+
+def test_each_pending_lease_request_is_cancelled_once():
+    q, _ = make(max_requests=3)
+    ts = [task(i) for i in range(3)]
+    for t in ts:
+        q.enqueue(t)
+    for lid in (b"L0", b"L1", b"L2"):
+        assert q.request_started(KEY, lid) is not None
+    q.lease_granted(KEY, b"L0", "home:1", "w:1", [])
+    assert of(q.push_replied(ts[0], OK), CancelLeaseRequest) == []  # ts[2] still queued
+    out = q.push_replied(ts[1], OK)  # ts[2] pushed: the queue is empty
+    assert sorted(c.lease_id for c in of(out, CancelLeaseRequest)) == [b"L1", b"L2"]
+    out = q.push_replied(ts[2], OK)
+    assert of(out, CancelLeaseRequest) == []  # not sent twice
+    assert of(q.enqueue(task(7)), CancelLeaseRequest) == []
+    assert of(q.lease_cancelled(KEY, b"L1"), CancelLeaseRequest) == []
+    # The worker is busy with task 7: a new request is made, L2 (being cancelled) not counted.
+    assert len(of(q.enqueue(task(8)), RequestLease)) == 1
+
+
+def test_when_a_pipelined_worker_dies_only_the_task_it_ran_costs_an_attempt():
+    q, _ = make(max_requests=1, inflight=3)
+    a, b, c = task(1, retries=0), task(2, retries=0), task(3, retries=0)
+    for t in (a, b, c):
+        q.enqueue(t)
+    grant(q, b"L0", "w:1")
+    out = q.push_failed(a, "UNAVAILABLE", "gone")  # a ran (the oldest unanswered): it fails
+    assert [type(f.error) for f in of(out, Fail)] == [exc.WorkerCrashedError]
+    assert of(out, ReturnLease)[0].disconnect is True
+    out = q.push_failed(b, "UNAVAILABLE", "gone") + q.push_failed(c, "UNAVAILABLE", "gone")
+    assert of(out, Fail) == []  # b and c never started: queued again, no attempt counted
+    assert q.queued(KEY) == 2 and b.spec.attempt == 0 and c.spec.attempt == 0
+    out = grant(q, b"L1", "w:2")
+    assert [p.entry for p in of(out, Push)] == [b, c]  # their order kept
+
+
+def test_a_task_pipelined_behind_a_running_one_asks_for_another_worker_which_steals_it():
+    """slow then fast on one worker: fast must not wait for slow when another worker exists."""
+    q, _ = make(inflight=4)
+    slow, fast = task(1), task(2)
+    q.enqueue(slow)
+    q.enqueue(fast)
+    out = grant(q, b"L0", "w:1")
+    assert [p.entry for p in of(out, Push)] == [slow, fast]
+    assert q.pending_requests(KEY) == {b"L1": "home:1"}  # the backlog of one asks for a worker
+    out = grant(q, b"L1", "w:2")  # nothing queued: the new worker steals instead of going back
+    assert [g.lease.worker_address for g in of(out, GiveBack)] == ["w:1"]
+    out = q.push_replied(fast, RETURNED)
+    assert [(p.lease.worker_address, p.entry) for p in of(out, Push)] == [("w:2", fast)]
+    assert of(out, CancelLeaseRequest) == [] and q.pending_requests(KEY) == {}
+
+
+def test_a_stealing_lease_is_kept_past_its_linger_time_until_the_tasks_come_back():
+    q, clock = make(inflight=4)
+    slow, fast = task(1), task(2)
+    q.enqueue(slow)
+    q.enqueue(fast)
+    grant(q, b"L0", "w:1")
+    out = grant(q, b"L1", "w:2")
+    assert of(out, GiveBack) and of(out, SetTimer)
+    clock.t += 1.0  # the give-back is slow to come back (a loaded worker)
+    out = q.expire(clock.t)
+    assert of(out, ReturnLease) == [] and of(out, SetTimer)  # still waiting for it
+    out = q.push_replied(fast, RETURNED)
+    assert [(p.lease.worker_address, p.entry) for p in of(out, Push)] == [("w:2", fast)]

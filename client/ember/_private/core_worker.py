@@ -220,9 +220,18 @@ class CoreWorker(ObjectAPI):
         self.refs.kick()
 
     def _release_soon(self, oid: bytes, owned: bool) -> None:
-        """The reference table released oid (any thread): forget it on the loop."""
-        if not self._shutdown:
-            self.post(self._release, oid, owned)
+        """The reference table released oid (any thread). An inline entry already stored is
+        forgotten here and now (two dict pops: no wake-up of the loop, whose thread would
+        otherwise take the GIL once per few puts); anything else is forgotten on the loop,
+        after a result still on its way was stored."""
+        if self._shutdown:
+            return
+        entry = self.store.get(oid)
+        if entry is not None and not entry.in_plasma:
+            self.store.pop(oid)
+            self.ref_table.drop_nested(oid)  # drops the refs nested in it
+            return
+        self.post(self._release, oid, owned)
 
     def _release(self, oid: bytes, owned: bool) -> None:
         entry = self.store.pop(oid)
@@ -360,7 +369,15 @@ class CoreWorker(ObjectAPI):
         worker lends its CPUs to other tasks meanwhile and takes them back before it returns
         (blocking.py); a driver just waits."""
         if self._lends():
-            return self.blocked_waits.run(coro, fn)
+            ex = self.executor
+            assert ex is not None
+            # Tasks pipelined behind this one go back to their owner (one may be what this
+            # waits for: it would never run here), then the CPUs are lent.
+            self.post(ex.set_blocked, True)
+            try:
+                return self.blocked_waits.run(coro, fn)
+            finally:
+                self.post(ex.set_blocked, False)
         if fn is not None:
             return fn()
         assert coro is not None

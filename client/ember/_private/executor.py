@@ -82,6 +82,11 @@ class TaskExecutor(PipelineEffects):
         self._user_loop: asyncio.AbstractEventLoop | None = None
         self._limits: dict[str, asyncio.Semaphore] = {}
         self._cancels = CallCancels()
+        # Normal tasks: how many waits of the running task are blocked now (while > 0, tasks
+        # pushed here go back to their owner unstarted), and cancels of tasks not started yet.
+        self._blocked = 0
+        self._cancel_queued: set[bytes] = set()
+        self._queued: dict[bytes, QueueItem] = {}  # normal tasks waiting for the main thread
 
     # ------------------------------------------------------------------ entry (core loop)
     async def push(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
@@ -94,8 +99,41 @@ class TaskExecutor(PipelineEffects):
         """Core loop: runs a pushed task; fut gets its PushTaskReply."""
         if spec.actor_id and not spec.HasField("actor_creation"):
             self._actor_call(spec, fut)
+        elif self._blocked and not spec.actor_id:
+            fut.set_result(_RETURNED)  # the running task is blocked: run it elsewhere
         else:
+            if not spec.actor_id:
+                self._queued[spec.task_id] = (spec, fut)
             self._queue.put((spec, fut))
+
+    # ------------------------------------------------------------------ give-back (core loop)
+    def set_blocked(self, blocked: bool) -> None:
+        """Core loop: the running task blocked in get/wait (or resumed). On blocking, every
+        task queued behind it goes back to its owner (it may be what the task waits for), and
+        so does every task pushed while it stays blocked."""
+        self._blocked += 1 if blocked else -1
+        if blocked and self._blocked == 1:
+            self.give_back()
+
+    def give_back(self) -> None:
+        """Core loop: answers every queued normal task that has not started with
+        returned_unstarted (its owner queues it again). Actor workers keep their queue (their
+        calls are ordered)."""
+        if self.actor is not None or self.actor_spec is not None:
+            return
+        keep: list[QueueItem | None] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None or item[0].actor_id:
+                keep.append(item)
+            else:
+                self._queued.pop(item[0].task_id, None)
+                _resolve(item[1], _RETURNED)
+        for kept in keep:
+            self._queue.put(kept)
 
     def _actor_call(self, spec: common_pb2.TaskSpec, fut: ReplyFuture) -> None:
         """Runs calls of each caller in its submission order (seq_no), whatever order they
@@ -155,7 +193,15 @@ class TaskExecutor(PipelineEffects):
             return self._cancels.cancel(task_id)
         spec = self.running
         if spec is None or spec.task_id != task_id:
-            return False
+            # Pushed here but not started (pipelined behind the running task, or still on its
+            # way): it answers TaskCancelledError instead of running.
+            if len(self._cancel_queued) > 10_000:  # ids of tasks that never came: forget them
+                self._cancel_queued.clear()
+            self._cancel_queued.add(task_id)
+            item = self._queued.pop(task_id, None)
+            if item is not None:  # queued here: answered now, skipped when its turn comes
+                _resolve(item[1], self._error_reply(item[0], exc.TaskCancelledError(task_id.hex())))
+            return True
         if force:
             self.core.loop.call_later(0.05, os._exit, 1)
         else:
@@ -171,6 +217,13 @@ class TaskExecutor(PipelineEffects):
             if item is None:
                 return
             spec, fut = item
+            if self._queued:
+                self._queued.pop(spec.task_id, None)
+            if self._cancel_queued and spec.task_id in self._cancel_queued:
+                self._cancel_queued.discard(spec.task_id)
+                self.core.post(_resolve, fut, self._error_reply(
+                    spec, exc.TaskCancelledError(spec.task_id.hex())))
+                continue
             try:
                 reply = self.execute(spec)
             except KeyboardInterrupt:  # a cancel that landed after the task finished
@@ -381,6 +434,9 @@ class TaskExecutor(PipelineEffects):
 
 async def _call_sync(method: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
     return method(*args, **kwargs)
+
+
+_RETURNED = core_worker_pb2.PushTaskReply(returned_unstarted=True)
 
 
 def _resolve(fut: ReplyFuture, reply: core_worker_pb2.PushTaskReply) -> None:

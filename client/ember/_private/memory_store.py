@@ -14,7 +14,8 @@ The store also remembers which other nodes hold a copy of a shared-memory object
 readers to the owner; told by the owner to borrowers), so that readers pull from the nearest.
 
 Pure: no I/O, no event loop of its own. Single dict operations (`get`, `contains`) are safe from
-any thread; `put` and `pop` run on the core loop; the sync waiter lists have their own lock.
+any thread; `put` runs on the core loop, `pop` there or (an inline entry already stored, when
+its last reference goes) on the thread that dropped it; the sync waiter lists have their own lock.
 """
 from __future__ import annotations
 

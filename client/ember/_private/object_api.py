@@ -305,7 +305,18 @@ class ObjectAPI:
              fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
         """wait() from a user thread."""
         has = self.store.contains
-        ready_ids = {r.binary() for r in refs if has(r.binary())}
+        # The result is the first num_returns ready refs in input order: the scan stops there
+        # (a wait loop over many refs, most of them ready, costs one check per call).
+        found: list[int] = []
+        for i, r in enumerate(refs):
+            if has(r.binary()):
+                found.append(i)
+                if len(found) >= num_returns:
+                    others = list(refs)
+                    for j in reversed(found):
+                        del others[j]
+                    return [refs[j] for j in found], others
+        ready_ids = {refs[j].binary() for j in found}
         if len(ready_ids) < num_returns and timeout != 0:
             ready_ids.update(self._ready_now([r for r in refs if r.binary() not in ready_ids],
                                              errors_ready=True))

@@ -9,7 +9,9 @@ carries out:
   `max_pending_lease_requests` in flight per key, never more than the queued tasks);
 - `CancelLeaseRequest(address, lease_id)`: the queue emptied while requests were pending;
 - `Push(lease, entry)`: send the task to the leased worker (at most
-  `max_tasks_in_flight_per_worker` per lease);
+  `max_tasks_in_flight_per_worker` per lease, spread evenly: the least loaded lease first);
+- `GiveBack(lease)`: ask the worker for the tasks it holds but has not started (work stealing:
+  another lease of the key is idle while this one has a backlog);
 - `ReturnLease(lease, disconnect)`: give a worker back (idle past the linger time, not needed
   when granted, or broken: disconnect=True);
 - `Complete(entry, reply)` / `Fail(entry, error)`: the task is done;
@@ -19,7 +21,16 @@ Retries: a worker that dies under a task (a failed push) costs one of its `max_r
 (-1: forever); an application error is retried only with `retry_exceptions`: `True` retries any
 error, a list of exception classes (kept on the owner's TaskEntry as `retry_allowlist`; it never
 travels to the worker) only errors of those classes, which the injected `classify(reply,
-allowlist)` decides from the reply. A retried task goes back to the head of its queue. Pure: no
+allowlist)` decides from the reply. A retried task goes back to the head of its queue.
+
+Pipelining without deadlock: with more than one task in flight per worker, a task that blocks in
+`get`/`wait` on a task queued behind it on the same worker would wait forever. The worker
+therefore gives back every task it has not started when its running task blocks (and refuses
+new ones while it stays blocked); each comes back `returned_unstarted` and is queued again at the
+head, with no attempt counted, and the lease is *held* (no more pushes) until one of its tasks
+ends normally, so the returned tasks run on other workers (the blocked worker lent its CPUs to
+its raylet, which can grant another lease). An idle lease steals the same way from a lease with a
+backlog (`GiveBack`). Pure: no
 I/O; the clock and the error classifier are injected (the driver gives its loop's clock and a
 classifier that reads the error in the reply).
 """
@@ -44,7 +55,7 @@ class Lease:
     """A worker leased from a raylet."""
 
     __slots__ = ("lease_id", "raylet_address", "worker_address", "gpu_ids", "inflight",
-                 "linger_at", "dead")
+                 "linger_at", "dead", "held", "pending", "running", "requeued")
 
     def __init__(self, lease_id: bytes, raylet_address: str, worker_address: str,
                  gpu_ids: list[int]) -> None:
@@ -55,6 +66,13 @@ class Lease:
         self.inflight = 0
         self.linger_at: float | None = None  # idle since; returned at this clock time
         self.dead = False
+        # Gave tasks back (blocked) or asked to (stolen from): no pushes until a task of it ends.
+        self.held = False
+        # Tasks pushed and not answered, in push order: the worker runs them in that order, so
+        # when it dies only the oldest one (`running`, fixed then) can have started.
+        self.pending: collections.deque[TaskEntry] = collections.deque()
+        self.running: TaskEntry | None = None
+        self.requeued = 0  # where the next task this lease gives back goes in the queue
 
     def __repr__(self) -> str:
         return f"Lease({self.lease_id.hex()[:8]} {self.worker_address} inflight={self.inflight})"
@@ -97,6 +115,10 @@ class Push(NamedTuple):
     entry: TaskEntry
 
 
+class GiveBack(NamedTuple):
+    lease: Lease
+
+
 class ReturnLease(NamedTuple):
     lease: Lease
     disconnect: bool
@@ -116,7 +138,8 @@ class SetTimer(NamedTuple):
     at: float
 
 
-Instruction = Union[RequestLease, CancelLeaseRequest, Push, ReturnLease, Complete, Fail, SetTimer]
+Instruction = Union[RequestLease, CancelLeaseRequest, Push, GiveBack, ReturnLease, Complete, Fail,
+                    SetTimer]
 
 # Whether the application error in a reply is an instance of one of the allowlisted classes.
 Classifier = Callable[[core_worker_pb2.PushTaskReply, tuple[type[BaseException], ...]], bool]
@@ -127,12 +150,13 @@ def _never(reply: core_worker_pb2.PushTaskReply, allowlist: tuple[type[BaseExcep
 
 
 class _Key:
-    __slots__ = ("tasks", "leases", "requests")
+    __slots__ = ("tasks", "leases", "requests", "cancelling")
 
     def __init__(self) -> None:
         self.tasks: collections.deque[TaskEntry] = collections.deque()
         self.leases: list[Lease] = []
         self.requests: dict[bytes, str] = {}  # lease_id -> raylet address it is pending at
+        self.cancelling: set[bytes] = set()  # requests whose cancel was sent (once each)
 
 
 class TaskQueue:
@@ -185,10 +209,14 @@ class TaskQueue:
         """The driver is about to send a lease request: the spec whose shape it asks for, or
         None (the request is dropped) when no task is left to run."""
         q = self._keys[key]
-        if not q.tasks:
-            q.requests.pop(lease_id, None)
-            return None
-        return q.tasks[0].spec
+        if q.tasks:
+            return q.tasks[0].spec
+        for lease in q.leases:  # a backlog pipelined on a worker: a new one would steal it
+            if lease.inflight > 1 and not lease.held and not lease.dead:
+                return lease.pending[-1].spec
+        q.requests.pop(lease_id, None)
+        q.cancelling.discard(lease_id)  # never sent: its cancel (if any) finds nothing
+        return None
 
     def request_moved(self, key: SchedulingKey, lease_id: bytes, address: str) -> None:
         """The request followed a spillback to another raylet."""
@@ -201,11 +229,14 @@ class TaskQueue:
         """A raylet leased a worker for key."""
         q = self._keys[key]
         q.requests.pop(lease_id, None)
+        q.cancelling.discard(lease_id)
         lease = Lease(lease_id, raylet_address, worker_address, gpu_ids)
         q.leases.append(lease)
         out: list[Instruction] = []
-        if not q.tasks:
+        if not q.tasks and not self._steal(q, out):
             self._return(q, lease, False, out)
+        elif not q.tasks:
+            self._maybe_linger(q, lease, out)  # kept for the tasks it is stealing
         else:
             self._pump(key, q, out)
         return out
@@ -214,6 +245,7 @@ class TaskQueue:
         """A lease request ended without a worker (it was cancelled)."""
         q = self._keys[key]
         q.requests.pop(lease_id, None)
+        q.cancelling.discard(lease_id)
         out: list[Instruction] = []
         self._pump(key, q, out)
         return out
@@ -224,6 +256,7 @@ class TaskQueue:
         owner is shutting down, nothing fails)."""
         q = self._keys[key]
         q.requests.pop(lease_id, None)
+        q.cancelling.discard(lease_id)
         out: list[Instruction] = []
         if error is not None:
             while q.tasks:
@@ -236,10 +269,22 @@ class TaskQueue:
         assert lease is not None
         lease.inflight -= 1
         entry.lease = None
+        pending = lease.pending
+        if pending[0] is entry:
+            pending.popleft()
+        else:
+            pending.remove(entry)
         q = self._keys[entry.key]
         out: list[Instruction] = []
+        if reply.returned_unstarted:
+            lease.held = lease.inflight > 0  # blocked (or stolen from) while a task of it runs
+        else:
+            lease.held = False
+            lease.requeued = 0
         if entry.cancelled:
             out.append(Fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex())))
+        elif reply.returned_unstarted:
+            self._requeue(q, lease, entry)  # not run: no attempt counted
         elif reply.is_application_error and self._retries_error(entry, reply):
             self._retry(q, entry)
         else:
@@ -250,7 +295,8 @@ class TaskQueue:
 
     def push_failed(self, entry: TaskEntry, code: str, details: str) -> list[Instruction]:
         """The push broke (the worker died): the lease goes back as broken and the task is
-        retried while its retries last."""
+        retried while its retries last. Tasks pipelined behind the one that ran there never
+        started: they are queued again without costing an attempt."""
         lease = entry.lease
         assert lease is not None
         lease.inflight -= 1
@@ -259,9 +305,14 @@ class TaskQueue:
         out: list[Instruction] = []
         if not lease.dead:
             lease.dead = True
+            lease.running = lease.pending[0] if lease.pending else None
             self._return(q, lease, True, out)
+        if entry in lease.pending:
+            lease.pending.remove(entry)
         if entry.cancelled:
             out.append(Fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex())))
+        elif entry is not lease.running and not self.closing:
+            self._requeue(q, lease, entry)  # queued behind the task that ran: never started
         elif entry.retries_left != 0 and not self.closing:
             log.info("task %s: worker %s died (%s); retrying (attempt %d)", entry.spec.name,
                      lease.worker_address, code, entry.spec.attempt + 2)
@@ -292,6 +343,9 @@ class TaskQueue:
                 at = lease.linger_at
                 if at is None:
                     continue
+                if at <= now and any(v.held and v.inflight > 1 for v in q.leases):
+                    # A give-back is on its way (this lease asked for it): wait for it.
+                    at = lease.linger_at = now + self.linger_s
                 if at <= now:
                     lease.linger_at = None
                     if not lease.inflight and not q.tasks:
@@ -319,25 +373,62 @@ class TaskQueue:
         tasks = q.tasks
         if tasks:
             limit = self.max_inflight
+            leases = q.leases
+            while tasks:
+                # The least loaded lease that can take one more (one lease: no search).
+                best: Lease | None = None
+                for lease in leases:
+                    if lease.inflight < limit and not lease.dead and not lease.held and (
+                            best is None or lease.inflight < best.inflight):
+                        best = lease
+                if best is None:
+                    break
+                lease = best
+                lease.linger_at = None
+                entry = tasks.popleft()
+                lease.inflight += 1
+                lease.pending.append(entry)
+                entry.lease = lease
+                spec = entry.spec
+                if spec.gpu_ids or lease.gpu_ids:
+                    del spec.gpu_ids[:]
+                    spec.gpu_ids.extend(lease.gpu_ids)
+                out.append(Push(lease, entry))
+        # Workers are asked for while tasks wait: queued here, or pipelined behind a running
+        # task (a new worker steals those). Requests being cancelled do not count.
+        backlog = len(tasks)
+        if self.max_inflight > 1:
             for lease in q.leases:
-                while tasks and lease.inflight < limit and not lease.dead:
-                    lease.linger_at = None
-                    entry = tasks.popleft()
-                    lease.inflight += 1
-                    entry.lease = lease
-                    spec = entry.spec
-                    if spec.gpu_ids or lease.gpu_ids:
-                        del spec.gpu_ids[:]
-                        spec.gpu_ids.extend(lease.gpu_ids)
-                    out.append(Push(lease, entry))
-        want = min(len(tasks), self.max_requests) - len(q.requests)
+                if lease.inflight > 1 and not lease.held:
+                    backlog += lease.inflight - 1
+        want = min(backlog, self.max_requests) - len(q.requests) + len(q.cancelling)
         for _ in range(want):
             lease_id = self._new_id()
             q.requests[lease_id] = self.home
             out.append(RequestLease(key, lease_id, self.home))
-        if not tasks and q.requests:
+        if not backlog and len(q.requests) > len(q.cancelling):
             for lease_id, addr in q.requests.items():
-                out.append(CancelLeaseRequest(addr, lease_id))
+                if lease_id not in q.cancelling:  # each request is cancelled once
+                    q.cancelling.add(lease_id)
+                    out.append(CancelLeaseRequest(addr, lease_id))
+
+    def _steal(self, q: _Key, out: list[Instruction]) -> bool:
+        """No task is queued and a lease could take more: ask every lease holding tasks it
+        has not started (more than one in flight) to give them back. True if one was asked."""
+        asked = False
+        for lease in q.leases:
+            if lease.inflight > 1 and not lease.held and not lease.dead:
+                lease.held = True
+                out.append(GiveBack(lease))
+                asked = True
+        return asked
+
+    def _requeue(self, q: _Key, lease: Lease, entry: TaskEntry) -> None:
+        """A task the worker never started goes back near the head of its queue, after the
+        ones this lease gave back before it (they come back in push order)."""
+        at = min(lease.requeued, len(q.tasks))
+        q.tasks.insert(at, entry)
+        lease.requeued = at + 1
 
     def _retries_error(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> bool:
         """Whether an application error is retried: retries left, retry_exceptions set, and the
@@ -362,6 +453,8 @@ class TaskQueue:
     def _maybe_linger(self, q: _Key, lease: Lease, out: list[Instruction]) -> None:
         if lease.inflight or q.tasks or lease.dead:
             return
+        if self.max_inflight > 1 and not self.closing:
+            self._steal(q, out)  # idle while another lease of the key has a backlog
         if self.closing or self.linger_s <= 0:
             self._return(q, lease, False, out)
         elif lease.linger_at is None:

@@ -34,6 +34,7 @@ class _Conn:
         self.wake = asyncio.Event()
         self.broken: grpc.aio.AioRpcError | None = None
         self.unwritten: set[bytes] = set()  # queued tasks not yet handed to gRPC
+        self.give_back = False  # ask the worker for its unstarted tasks in the next message
         self._writer = asyncio.ensure_future(self._write_loop())
         self._reader = asyncio.ensure_future(self._read_loop())
 
@@ -53,8 +54,9 @@ class _Conn:
             while True:
                 await self.wake.wait()
                 self.wake.clear()
-                while self.outbox:
-                    batch = core_worker_pb2.TaskBatch(specs=self.outbox)
+                while self.outbox or self.give_back:
+                    batch = core_worker_pb2.TaskBatch(specs=self.outbox, give_back=self.give_back)
+                    self.give_back = False
                     written = [spec.task_id for spec in self.outbox]
                     self.outbox.clear()
                     await self.call.write(batch)
@@ -118,6 +120,14 @@ class TaskStreams:
     async def push(self, address: str, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         return await self.push_nowait(address, spec)
 
+    def give_back(self, address: str) -> None:
+        """Asks the worker at address for the tasks it holds but has not started (each comes
+        back as a reply with returned_unstarted); nothing to do without a stream to it."""
+        conn = self.conns.get(address)
+        if conn is not None and conn.broken is None:
+            conn.give_back = True
+            conn.wake.set()
+
     def push_nowait(self, address: str, spec: common_pb2.TaskSpec) -> ReplyFuture:
         """A future for the reply (no coroutine per task)."""
         conn = self.conns.get(address)
@@ -150,6 +160,8 @@ async def serve_stream(executor: TaskExecutor, request_iterator: AsyncIterator[c
                     state["inflight"] += 1
                     fut.add_done_callback(functools.partial(done, spec.task_id))
                     executor.submit(spec, fut)
+                if batch.give_back:
+                    executor.give_back()
         finally:
             state["reading"] = False
             out.put_nowait(None)

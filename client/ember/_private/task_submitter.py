@@ -25,6 +25,7 @@ from .task_queue import (
     CancelLeaseRequest,
     Complete,
     Fail,
+    GiveBack,
     Instruction,
     Lease,
     Push,
@@ -120,6 +121,8 @@ class TaskSubmitter:
                 asyncio.ensure_future(self._send_return(ins.lease, ins.disconnect))
             elif isinstance(ins, Fail):
                 self.finish_with_error(ins.entry, ins.error)
+            elif isinstance(ins, GiveBack):
+                self.core.task_streams.give_back(ins.lease.worker_address)
             else:
                 asyncio.ensure_future(self._cancel_lease_request(ins.address, ins.lease_id))
 

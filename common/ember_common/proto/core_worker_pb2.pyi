@@ -55,18 +55,20 @@ class PushTaskRequest(_message.Message):
     def __init__(self, spec: _Optional[_Union[_common_pb2.TaskSpec, _Mapping]] = ...) -> None: ...
 
 class PushTaskReply(_message.Message):
-    __slots__ = ("returns", "is_application_error", "error_message", "num_streamed", "nested")
+    __slots__ = ("returns", "is_application_error", "error_message", "num_streamed", "nested", "returned_unstarted")
     RETURNS_FIELD_NUMBER: _ClassVar[int]
     IS_APPLICATION_ERROR_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     NUM_STREAMED_FIELD_NUMBER: _ClassVar[int]
     NESTED_FIELD_NUMBER: _ClassVar[int]
+    RETURNED_UNSTARTED_FIELD_NUMBER: _ClassVar[int]
     returns: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReturnObject]
     is_application_error: bool
     error_message: str
     num_streamed: int
     nested: _containers.RepeatedCompositeFieldContainer[NestedRefs]
-    def __init__(self, returns: _Optional[_Iterable[_Union[_common_pb2.ReturnObject, _Mapping]]] = ..., is_application_error: _Optional[bool] = ..., error_message: _Optional[str] = ..., num_streamed: _Optional[int] = ..., nested: _Optional[_Iterable[_Union[NestedRefs, _Mapping]]] = ...) -> None: ...
+    returned_unstarted: bool
+    def __init__(self, returns: _Optional[_Iterable[_Union[_common_pb2.ReturnObject, _Mapping]]] = ..., is_application_error: _Optional[bool] = ..., error_message: _Optional[str] = ..., num_streamed: _Optional[int] = ..., nested: _Optional[_Iterable[_Union[NestedRefs, _Mapping]]] = ..., returned_unstarted: _Optional[bool] = ...) -> None: ...
 
 class ReportGeneratorItemRequest(_message.Message):
     __slots__ = ("task_id", "index", "item", "nested")
@@ -85,10 +87,12 @@ class ReportGeneratorItemReply(_message.Message):
     def __init__(self) -> None: ...
 
 class TaskBatch(_message.Message):
-    __slots__ = ("specs",)
+    __slots__ = ("specs", "give_back")
     SPECS_FIELD_NUMBER: _ClassVar[int]
+    GIVE_BACK_FIELD_NUMBER: _ClassVar[int]
     specs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TaskSpec]
-    def __init__(self, specs: _Optional[_Iterable[_Union[_common_pb2.TaskSpec, _Mapping]]] = ...) -> None: ...
+    give_back: bool
+    def __init__(self, specs: _Optional[_Iterable[_Union[_common_pb2.TaskSpec, _Mapping]]] = ..., give_back: _Optional[bool] = ...) -> None: ...
 
 class TaskStreamReply(_message.Message):
     __slots__ = ("task_id", "reply")

@@ -1,0 +1,107 @@
+"""Tasks pipelined onto leased workers (several in flight per worker) stay deadlock-free: a task
+that blocks in get() on a task queued behind it on the same worker gets that task run elsewhere
+(the worker gives back what it has not started), and an idle worker takes over a backlog."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import ember
+
+
+@pytest.fixture(scope="module")
+def one_cpu_pipelined():
+    old = os.environ.get("EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER")
+    os.environ["EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER"] = "4"
+    ember.init(num_cpus=1)
+    try:
+        yield
+    finally:
+        ember.shutdown()
+        if old is None:
+            del os.environ["EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER"]
+        else:
+            os.environ["EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER"] = old
+
+
+@ember.remote
+class Holder:
+    def __init__(self):
+        self.refs = None
+
+    def set(self, refs):
+        self.refs = refs
+
+    def get(self):
+        return self.refs
+
+
+def test_task_blocked_on_a_task_queued_behind_it_does_not_hang(one_cpu_pipelined):
+    """A and then B go to the only worker (one CPU, up to 4 in flight): A waits for B, which
+    was queued behind A there. Without give-back this waits forever; the get is bounded."""
+    holder = Holder.remote()
+    ember.get(holder.get.remote(), timeout=60)  # the actor is up before the tasks go out
+
+    @ember.remote
+    def b():
+        return os.getpid()
+
+    @ember.remote
+    def a(holder):
+        time.sleep(0.5)  # B has been pushed behind this task by now
+        refs = None
+        deadline = time.monotonic() + 30
+        while refs is None and time.monotonic() < deadline:
+            refs = ember.get(holder.get.remote())
+            time.sleep(0.05)
+        return os.getpid(), ember.get(refs[0])
+
+    ra = a.remote(holder)
+    rb = b.remote()
+    holder.set.remote([rb])
+    pid_a, pid_b = ember.get(ra, timeout=60)
+    assert pid_a != pid_b  # B ran on another worker while A's lent its CPU
+    assert ember.get(rb, timeout=10) == pid_b
+
+
+def test_many_tasks_pipelined_all_complete_in_order_of_results(one_cpu_pipelined):
+    @ember.remote
+    def square(i):
+        return i * i
+
+    assert ember.get([square.remote(i) for i in range(300)], timeout=60) == [
+        i * i for i in range(300)]
+
+
+def test_nested_gets_with_pipelining(one_cpu_pipelined):
+    @ember.remote
+    def leaf(i):
+        return i + 1
+
+    @ember.remote
+    def parent(n):
+        return sum(ember.get([leaf.remote(i) for i in range(n)]))
+
+    # Parents queued behind each other on one worker, each blocking on children.
+    assert ember.get([parent.remote(3) for _ in range(6)], timeout=90) == [6] * 6
+
+
+def test_cancel_of_a_task_queued_behind_a_running_one(one_cpu_pipelined):
+    @ember.remote
+    def slow():
+        time.sleep(1.0)
+        return "slow"
+
+    @ember.remote
+    def quick():
+        return "quick"
+
+    r1 = slow.remote()
+    r2 = quick.remote()
+    time.sleep(0.3)  # both pushed to the only worker; r2 has not started
+    ember.cancel(r2)
+    with pytest.raises(ember.exceptions.TaskCancelledError):
+        ember.get(r2, timeout=30)
+    assert ember.get(r1, timeout=30) == "slow"
