@@ -116,22 +116,30 @@ class TaskEventStore:
                                                strict=True)}
         running = TA.RUNNING
         rank = RANK
+        # A batch usually holds several transitions of one attempt (a task that ran within one
+        # report interval): timestamps are kept for each, but the state indexes and counts move
+        # once per attempt, to the furthest state the batch reports.
+        furthest: dict[Key, tuple[Attempt, int]] = {}
+        attempts = self.attempts
         for i, (tid, attempt, state, ts) in enumerate(zip(batch.task_id, batch.attempt, batch.state,
                                                           batch.time_ns, strict=True)):
-            found = self.attempts.get((tid, attempt))
-            if found is None:
+            a = attempts.get((tid, attempt))
+            if a is None:
                 if (tid, attempt) in self.evicted:
                     continue
-                found = self._new(tid, attempt)
-            a = found
-            if state not in a.state_ts_ns:
-                a.state_ts_ns[state] = ts
+                a = self._new(tid, attempt)
+            a.state_ts_ns.setdefault(state, ts)
             if state == running:
                 a.node_id, a.worker_id, a.pid = batch.node_id, batch.worker_id, batch.pid
-            err = errors.get(i)
-            if err is not None and not a.error_type:
-                a.error_type, a.error_message = err
-            if rank[state] > rank[a.state]:
+            if errors:
+                err = errors.get(i)
+                if err is not None and not a.error_type:
+                    a.error_type, a.error_message = err
+            best = furthest.get(a.key)
+            if best is None or rank[state] > rank[best[1]]:
+                furthest[a.key] = (a, state)
+        for key, (a, state) in furthest.items():
+            if rank[state] > rank[a.state] and attempts.get(key) is a:  # (evicted meanwhile: gone)
                 self._move(a, state)
         for tid in batch.info_task_id:  # described, but every event was about evicted attempts
             if tid not in self.attempts_of:
