@@ -123,11 +123,12 @@ class TaskEventStore:
         attempts = self.attempts
         for i, (tid, attempt, state, ts) in enumerate(zip(batch.task_id, batch.attempt, batch.state,
                                                           batch.time_ns, strict=True)):
-            a = attempts.get((tid, attempt))
-            if a is None:
+            rec = attempts.get((tid, attempt))
+            if rec is None:
                 if (tid, attempt) in self.evicted:
                     continue
-                a = self._new(tid, attempt)
+                rec = self._new(tid, attempt)
+            a = rec
             a.state_ts_ns.setdefault(state, ts)
             if state == running:
                 a.node_id, a.worker_id, a.pid = batch.node_id, batch.worker_id, batch.pid
@@ -138,9 +139,9 @@ class TaskEventStore:
             best = furthest.get(a.key)
             if best is None or rank[state] > rank[best[1]]:
                 furthest[a.key] = (a, state)
-        for key, (a, state) in furthest.items():
-            if rank[state] > rank[a.state] and attempts.get(key) is a:  # (evicted meanwhile: gone)
-                self._move(a, state)
+        for key, (a, top) in furthest.items():
+            if rank[top] > rank[a.state] and attempts.get(key) is a:  # (evicted meanwhile: gone)
+                self._move(a, top)
         for tid in batch.info_task_id:  # described, but every event was about evicted attempts
             if tid not in self.attempts_of:
                 self.infos.pop(tid, None)
