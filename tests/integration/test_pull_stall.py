@@ -1,9 +1,11 @@
-"""A `get` whose pull hits an object manager that answers nothing (issue 19, the chaos suite's
+"""Calls whose peer goes silent (issue 19, the chaos suite's hangs). A `get` whose pull hits an object manager that answers nothing (issue 19, the chaos suite's
 hang): the node's objmgr is SIGSTOPped after a first pull connected to it, so the connection
 stays established but no byte ever comes back and no reset either, as when a container's IP
 vanishes. The pull must fail
 within its stall deadline, and the get then rebuild the value elsewhere (lineage) instead of
 waiting forever. Without the deadline the pull, and the get above it, never return.
+A task whose whole node is SIGSTOPped while it runs (its worker's task stream stays open and
+silent) is retried elsewhere once gRPC keepalive (EMBER_GRPC_KEEPALIVE_S) drops the stream.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from ember.testing import LocalCluster, wait_for
 
 N = 256 * 1024  # int64s: 2 MiB, in shared memory
 STALL_S = 3
+KEEPALIVE_S = 2
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +31,7 @@ def cluster():
     mp = pytest.MonkeyPatch()
     mp.setenv("EMBER_NODE_DEATH_TIMEOUT_S", "2")
     mp.setenv("EMBER_PULL_STALL_TIMEOUT_S", str(STALL_S))  # the objmgr processes inherit it
+    mp.setenv("EMBER_GRPC_KEEPALIVE_S", str(KEEPALIVE_S))  # every process's channels and servers
     c = LocalCluster()
     try:
         c.add_node({"CPU": 1}, is_head=True)
@@ -42,6 +46,14 @@ def cluster():
 @ember.remote(max_retries=2)
 def produce(n, start):
     return np.arange(start, start + n, dtype=np.int64)
+
+
+@ember.remote(max_retries=2)
+def slow(pid_dir):
+    with open(os.path.join(pid_dir, str(os.getpid())), "w"):
+        pass
+    time.sleep(3)
+    return ember.get_runtime_context().get_node_id()
 
 
 def _node_of(ref) -> str:
@@ -98,3 +110,21 @@ def test_a_pull_from_a_silent_objmgr_fails_over_to_a_rebuild(cluster):
     value = out["value"]
     assert value[0] == 11 and value[-1] == 11 + N - 1 and len(value) == N
     assert _node_of(ref) != a.node_id
+
+
+def test_a_task_on_a_silent_node_is_retried_elsewhere(cluster, tmp_path):
+    a = cluster.add_node({"CPU": 1, "stall2": 1})
+    ref = slow.options(resources={"stall2": 1}).remote(str(tmp_path))
+    wait_for(lambda: any(tmp_path.iterdir()), timeout_s=60, what="the task to start on node a")
+    pids = [int(p.name) for p in tmp_path.iterdir()] + [p.pid for p in a.procs]
+    for pid in pids:  # the whole node goes silent: its task stream stays open, unanswered
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        cluster.add_node({"CPU": 1, "stall2": 1})  # where the retry runs
+        t0 = time.monotonic()
+        node = ember.get(ref, timeout=60)  # GetTimeoutError if the push waits on the silent stream
+        assert node != a.node_id
+        assert time.monotonic() - t0 < 60
+    finally:
+        for pid in pids:
+            _kill(pid)
