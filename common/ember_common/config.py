@@ -54,6 +54,13 @@ class Config:
     # An owner keeps at most this many bytes of task specs to rebuild lost objects (Ray's
     # max_lineage_bytes); past it the oldest lineage is evicted.
     max_lineage_bytes: int = 1024 * 1024 * 1024
+    # A node-to-node pull whose stream brings nothing for this long fails (its source is
+    # unreachable without a reset: a stopped process, a vanished container IP).
+    pull_stall_timeout_s: float = 15.0
+    # gRPC keepalive: a connection with calls in flight is pinged after this long without
+    # traffic and dropped when the ping is not answered within as long again (a peer whose host
+    # vanished sends no reset); 0 turns it off. Ray pings every 10 s and waits 20 s.
+    grpc_keepalive_s: float = 20.0
     # Seconds to wait for a service process to come up.
     start_timeout_s: float = 30.0
     # Fraction of memory used for the object store when none is given.

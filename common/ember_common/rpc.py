@@ -291,7 +291,27 @@ def server_options() -> list[tuple[str, Any]]:
     limit = get_config().max_message_bytes
     if limit <= 0:
         raise ValueError(f"EMBER_MAX_MESSAGE_BYTES must be > 0, got {limit} (no unlimited messages)")
-    return [(k, limit if k == "grpc.max_receive_message_length" else v) for k, v in CHANNEL_OPTIONS]
+    return [(k, limit if k == "grpc.max_receive_message_length" else v) for k, v in CHANNEL_OPTIONS] \
+        + keepalive_options()
+
+
+def keepalive_options() -> list[tuple[str, Any]]:
+    """Channel and server options for EMBER_GRPC_KEEPALIVE_S (config.py): a call whose peer went
+    silent (its host or container gone without a reset) fails UNAVAILABLE instead of waiting
+    forever; servers accept the pings (no "too many pings" GOAWAY) and ping their callers too."""
+    s = get_config().grpc_keepalive_s
+    if s < 0:
+        raise ValueError(f"EMBER_GRPC_KEEPALIVE_S must be >= 0 (0: off), got {s:g}")
+    if s == 0:
+        return []
+    ms = max(1, int(s * 1000))
+    # ping_timeout_ms is what bounds an unanswered ping in gRPC 1.85 (keepalive_timeout_ms alone
+    # did not: measured, a stream to a SIGSTOPped server stayed open); the received-ping interval
+    # and strikes are the server's side, min_time_between_pings the sender's.
+    return [("grpc.keepalive_time_ms", ms), ("grpc.keepalive_timeout_ms", ms),
+            ("grpc.http2.ping_timeout_ms", ms), ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.http2.max_ping_strikes", 0), ("grpc.http2.min_ping_interval_without_data_ms", min(ms, 1000)),
+            ("grpc.http2.min_time_between_pings_ms", min(ms, 1000))]
 
 
 async def mark_serving(health_servicer: health.aio.HealthServicer, names: list[str]) -> None:
@@ -315,7 +335,7 @@ def _auth_metric() -> None:
 def aio_channel(address: str, extra_options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
     """An asyncio channel with Ember's options (big messages, no gRPC-level retries) that sends
     this process's auth token on every call, over mutual TLS when EMBER_USE_TLS=1."""
-    opts = CHANNEL_OPTIONS + (extra_options or [])
+    opts = CHANNEL_OPTIONS + keepalive_options() + (extra_options or [])
     channel = (grpc.aio.secure_channel(address, tls.channel_credentials(), options=opts) if tls.enabled()
                else grpc.aio.insecure_channel(address, options=opts))
     md = auth.client_metadata()
@@ -325,8 +345,9 @@ def aio_channel(address: str, extra_options: list[tuple[str, Any]] | None = None
 def sync_channel(address: str) -> grpc.Channel:
     """A blocking channel with Ember's options that sends the auth token on every call (over
     mutual TLS when EMBER_USE_TLS=1)."""
-    channel = (grpc.secure_channel(address, tls.channel_credentials(), options=CHANNEL_OPTIONS)
-               if tls.enabled() else grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
+    opts = CHANNEL_OPTIONS + keepalive_options()
+    channel = (grpc.secure_channel(address, tls.channel_credentials(), options=opts)
+               if tls.enabled() else grpc.insecure_channel(address, options=opts))
     md = auth.client_metadata()
     return grpc.intercept_channel(channel, channel_auth.SyncAuthInterceptor(md)) if md else channel
 

@@ -103,3 +103,29 @@ def test_config_is_frozen():
     cfg = Config()
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.max_inline_bytes = 1  # type: ignore[misc]
+
+
+def test_keepalive_options_follow_the_config_and_refuse_negative(monkeypatch):
+    from ember_common import config, rpc
+
+    monkeypatch.setattr(config, "_config", config.Config.from_env({"EMBER_GRPC_KEEPALIVE_S": "3"}))
+    opts = dict(rpc.keepalive_options())
+    assert opts["grpc.keepalive_time_ms"] == 3000 and opts["grpc.http2.ping_timeout_ms"] == 3000
+    assert opts["grpc.http2.max_ping_strikes"] == 0  # servers never GOAWAY our pings
+    assert dict(rpc.server_options())["grpc.keepalive_time_ms"] == 3000
+    monkeypatch.setattr(config, "_config", config.Config.from_env({"EMBER_GRPC_KEEPALIVE_S": "0"}))
+    assert rpc.keepalive_options() == []
+    monkeypatch.setattr(config, "_config", config.Config.from_env({"EMBER_GRPC_KEEPALIVE_S": "-1"}))
+    with pytest.raises(ValueError, match="EMBER_GRPC_KEEPALIVE_S"):
+        rpc.keepalive_options()
+
+
+def test_pull_stall_timeout_must_be_positive(monkeypatch):
+    from ember_common import config
+    from ember_objmgr import transfer
+
+    monkeypatch.setattr(config, "_config", config.Config.from_env({"EMBER_PULL_STALL_TIMEOUT_S": "2.5"}))
+    assert transfer.stall_timeout_s() == 2.5
+    monkeypatch.setattr(config, "_config", config.Config.from_env({"EMBER_PULL_STALL_TIMEOUT_S": "0"}))
+    with pytest.raises(ValueError, match="EMBER_PULL_STALL_TIMEOUT_S"):
+        transfer.stall_timeout_s()

@@ -34,6 +34,17 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# The local object manager bounds a pull by its stall deadline (ember_objmgr.transfer); the
+# caller's own deadline only catches a local object manager that answers nothing at all (stopped,
+# or its container gone without a reset): a base plus the object's size at a slow 8 MiB/s.
+PULL_BASE_S = 60.0
+PULL_MIN_BYTES_PER_S = 8 * 2**20
+
+
+def pull_deadline_s(size: int) -> float:
+    """The deadline of one Pull call for an object of `size` bytes."""
+    return PULL_BASE_S + max(0, size) / PULL_MIN_BYTES_PER_S
+
 
 class ObjectAPI:
     """put/get/wait and the object transfers behind them (mixed into CoreWorker)."""
@@ -276,6 +287,7 @@ class ObjectAPI:
             try:
                 await self.objmgr.Pull(objmgr_pb2.PullRequest(
                     object_id=oid, source_address=info.objmgr_address, owner_worker_id=self.worker_id),
+                    timeout=pull_deadline_s(entry.size),
                     metadata=tracing.metadata())  # the objmgr's pull span joins the caller's trace
                 break
             except grpc.aio.AioRpcError as e:

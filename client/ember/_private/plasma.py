@@ -39,6 +39,10 @@ CHUNK_BYTES = 16 * 1024 * 1024
 # Remote clients read objects over ReadRange: the first range, then up to this many in parallel.
 REMOTE_FIRST_BYTES = 8 * 1024 * 1024
 REMOTE_STREAMS = 4
+# A Get of a local object (a pin; a restore from spill at most) answers in well under this.
+GET_TIMEOUT_S = 120.0
+# A remote client's ReadRange stream that brings nothing for this long has lost its node.
+REMOTE_STALL_S = 30.0
 
 
 def _align(n: int) -> int:
@@ -178,6 +182,7 @@ class PlasmaClient:
             return parse(await self._read_remote(oid))
         try:
             reply = await self.core.objmgr.Get(objmgr_pb2.GetRequest(object_ids=[oid], client_id=self.client_id),
+                                               timeout=GET_TIMEOUT_S,  # a stopped objmgr: an error, not a hang
                                                metadata=tracing.metadata())  # restore spans join the trace
         except grpc.aio.AioRpcError as e:
             if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.DATA_LOSS):
@@ -198,8 +203,17 @@ class PlasmaClient:
         async def fetch(lo: int, length: int) -> None:
             nonlocal buf
             pos = lo
-            async for chunk in stub.ReadRange(objmgr_pb2.ReadRangeRequest(object_id=oid, offset=lo,
-                                                                          length=length)):
+            call = stub.ReadRange(objmgr_pb2.ReadRangeRequest(object_id=oid, offset=lo, length=length))
+            it = call.__aiter__()
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(it.__anext__(), REMOTE_STALL_S)
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:
+                    call.cancel()
+                    raise exc.ObjectLostError(oid.hex(), f"Object {oid.hex()} is lost: its node sent "
+                                              f"nothing for {REMOTE_STALL_S:g}s") from None
                 if buf is None:
                     buf = np.empty(chunk.total_size, dtype=np.uint8)
                     step = -(-(chunk.total_size - REMOTE_FIRST_BYTES) // REMOTE_STREAMS)
@@ -214,9 +228,11 @@ class PlasmaClient:
         try:
             await fetch(0, REMOTE_FIRST_BYTES)
             await asyncio.gather(*rest)
-        except grpc.aio.AioRpcError as e:
+        except (grpc.aio.AioRpcError, exc.ObjectLostError) as e:
             for f in rest:
                 f.cancel()
+            if isinstance(e, exc.ObjectLostError):
+                raise
             raise exc.ObjectLostError(oid.hex(), f"Object {oid.hex()} is lost: {e.details()}") from None
         assert buf is not None
         buf.flags.writeable = False

@@ -16,7 +16,7 @@ from ember_common.rpc import rpc_errors
 from ember_common.settings import ObjmgrSettings
 
 from .store import ObjectStore
-from .transfer import Puller, TransferServicer
+from .transfer import Puller, TransferServicer, stall_timeout_s
 
 log = logging.getLogger(__name__)
 HEALTH_NAME = objmgr_pb2.DESCRIPTOR.services_by_name["ObjectManager"].full_name  # "ember.ObjectManager"
@@ -246,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     service.setup(ns, "objmgr")
     if ns.capacity_bytes <= 0:
         print("error: --capacity-bytes must be > 0", file=sys.stderr)
+        return 1
+    try:
+        stall_timeout_s()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 1
     os.makedirs(ns.store_dir, exist_ok=True)
     return service.run(lambda stop: serve(ns, stop))

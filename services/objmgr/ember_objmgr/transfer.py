@@ -10,6 +10,12 @@ Python allows:
   both processes' gRPC threads and the kernel work in parallel: the first range tells the size
   (the object is created then) and the others start as soon as it is known.
 Concurrent pulls of one object are merged by the servicer (server.py).
+
+Every pull is bounded by a stall deadline (EMBER_PULL_STALL_TIMEOUT_S, 15 s): a stream that
+brings no message for that long fails the pull with UNAVAILABLE, and the source's cached
+channels are dropped. A source whose process is stopped or whose host vanished (no RST: its
+connection neither answers nor breaks) would otherwise hold the pull, and every reader merged
+into it, forever; the reader fails over to another copy or rebuilds the object (issue 19).
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from typing import Any, AsyncIterator
 import grpc
 
 from ember_common import rpc, tracing
+from ember_common.config import get_config
 from ember_common.proto import objmgr_pb2
 from ember_common.rpc import DataLoss, NotFound, OutOfRange, Unavailable, rpc_errors
 
@@ -29,6 +36,32 @@ FIRST_RANGE_BYTES = 8 * 1024 * 1024  # the first stream's range; smaller objects
 MIN_RANGE_BYTES = 16 * 1024 * 1024  # no more streams than ranges of at least this size
 STREAMS = 4  # parallel range streams (and connections) per source node
 METHOD = "/ember.ObjectTransfer/ReadRange"
+
+
+def stall_timeout_s() -> float:
+    """How long a pull stream may bring nothing before the pull fails (EMBER_PULL_STALL_TIMEOUT_S)."""
+    value = get_config().pull_stall_timeout_s
+    if value <= 0:
+        raise ValueError(f"EMBER_PULL_STALL_TIMEOUT_S must be > 0 seconds, got {value:g}")
+    return value
+
+
+class Stalled(Unavailable):
+    """A pull stream brought nothing within the stall deadline."""
+
+
+async def _messages(call: Any, stall_s: float, what: str) -> AsyncIterator[bytes]:
+    """The call's messages, each awaited at most stall_s (the first one covers the connect)."""
+    it = call.__aiter__()
+    while True:
+        try:
+            msg = await asyncio.wait_for(it.__anext__(), stall_s)
+        except StopAsyncIteration:
+            return
+        except asyncio.TimeoutError:
+            call.cancel()
+            raise Stalled(f"{what}: no bytes for {stall_s:g}s (the source node is unreachable)") from None
+        yield msg
 
 
 def _varint(n: int) -> bytes:
@@ -114,9 +147,10 @@ class TransferServicer:
 class Puller:
     """Destination side: fetches whole objects from other nodes into this node's store."""
 
-    def __init__(self, store: ObjectStore, streams: int = STREAMS) -> None:
+    def __init__(self, store: ObjectStore, streams: int = STREAMS, stall_s: float | None = None) -> None:
         self.store = store
         self.streams = streams
+        self.stall_s = stall_timeout_s() if stall_s is None else stall_s
         self._channels: dict[str, list[grpc.aio.Channel]] = {}
 
     def _calls(self, source: str) -> list[Any]:
@@ -138,13 +172,14 @@ class Puller:
         rest: list[asyncio.Future[Any]] = []
         created = False
         base = pos = 0
+        what = f"pulling {oid.hex()} from {source}"
         try:
-            async for msg in first:
+            async for msg in _messages(first, self.stall_s, what):
                 data, total = parse_chunk(msg)
                 if not created:
                     base = store.create(oid, total, owner, primary=False)
                     created = True
-                    rest = [asyncio.ensure_future(self._range(c, oid, lo, hi, base, md))
+                    rest = [asyncio.ensure_future(self._range(c, oid, lo, hi, base, md, what))
                             for c, (lo, hi) in zip(calls, _ranges(FIRST_RANGE_BYTES, total, self.streams), strict=False)]
                 n = len(data)
                 store.view[base + pos:base + pos + n] = data
@@ -158,17 +193,26 @@ class Puller:
             if isinstance(err, (NotFound, DataLoss)):
                 raise NotFound(f"object {oid.hex()} is not at {source}: {err}") from None
             raise Unavailable(f"pulling {oid.hex()} from {source} failed: {e.code().name}") from None
+        except Stalled:
+            _abort(store, oid, created, first, rest)
+            self._forget(source)  # its connections may be dead without knowing it: reconnect next time
+            raise
         except BaseException:
             _abort(store, oid, created, first, rest)
             raise
         store.seal(oid)
         return store.objects[oid].size
 
-    async def _range(self, call: Any, oid: bytes, lo: int, hi: int, base: int, md: Any) -> None:
+    def _forget(self, source: str) -> None:
+        chans = self._channels.pop(source, None)
+        for ch in chans or []:
+            asyncio.ensure_future(ch.close())
+
+    async def _range(self, call: Any, oid: bytes, lo: int, hi: int, base: int, md: Any, what: str) -> None:
         view = self.store.view
         pos = lo
-        async for msg in call(objmgr_pb2.ReadRangeRequest(object_id=oid, offset=lo, length=hi - lo),
-                              metadata=md):
+        stream = call(objmgr_pb2.ReadRangeRequest(object_id=oid, offset=lo, length=hi - lo), metadata=md)
+        async for msg in _messages(stream, self.stall_s, f"{what} (range [{lo}, {hi}))"):
             data, _ = parse_chunk(msg)
             n = len(data)
             view[base + pos:base + pos + n] = data
