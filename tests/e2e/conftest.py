@@ -224,7 +224,13 @@ def cluster(compose_env_file: str, docker_services, docker_compose_command: str,
         auth.reset()
 
 
+# Each program starts on an idle cluster: the previous program's actors are released when the
+# GCS sees its driver gone (seconds), and a test that checks where work lands must not race it.
 DRIVER_PRELUDE = """
 import ember, time
 ember.init()
+_idle_by = time.monotonic() + 60
+while (ember.available_resources().get("CPU", 0) < ember.cluster_resources().get("CPU", 0)
+       and time.monotonic() < _idle_by):
+    time.sleep(0.2)
 """

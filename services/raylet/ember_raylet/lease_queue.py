@@ -242,7 +242,10 @@ class LeaseQueue:
         held = self.holds.get(node.node_id)
         if held is not None:
             if old is None or not node.alive or any(
-                    node.available.get(k, 0.0) < v - 1e-9 for k, v in old.available.items()):
+                    abs(node.available.get(k, 0.0) - v) > 1e-9 for k, v in old.available.items()):
+                # Less available: the spilled work arrived. More: work there ended since, so the
+                # report is newer than what the holds stood for (a hold must not keep a freed
+                # node looking busy until it expires).
                 del self.holds[node.node_id]
             else:
                 now = self.clock()

@@ -61,7 +61,7 @@ class Raylet:
         self.resumes: dict[bytes, asyncio.Future[None]] = {}
         self.queue = LeaseQueue(node_id, self.resources, config.infeasible_timeout_s, clock,
                                 spread_threshold=config.scheduler_spread_threshold,
-                                hold_s=max(1.0, 4 * config.heartbeat_period_s),
+                                hold_s=2 * config.heartbeat_period_s,
                                 settle_s=2 * config.heartbeat_period_s,
                                 pick=random.Random().choice)
         self.bundles = BundleTable(self.resources)
