@@ -93,7 +93,7 @@ class Config:
                 raw = env[name]
                 try:
                     kind = type(getattr(cls, f.name))
-                    kwargs[f.name] = _flag(raw) if kind is bool else kind(raw)
+                    kwargs[f.name] = parse_flag(raw) if kind is bool else kind(raw)
                 except ValueError:
                     raise ValueError(f"{name}={raw!r} is not a valid {f.type}") from None
         for key in env:
@@ -102,7 +102,7 @@ class Config:
         return cls(**kwargs)
 
 
-def _flag(raw: str) -> bool:
+def parse_flag(raw: str) -> bool:
     """1/true/yes/on or 0/false/no/off; ValueError otherwise."""
     low = raw.strip().lower()
     if low in ("1", "true", "yes", "on"):

@@ -59,12 +59,7 @@ def _parse(kind: str, raw: str, name: str, field_name: str = "") -> Any:
         if kind == "float":
             return float(raw)
         if kind == "bool":
-            low = raw.strip().lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off", ""):
-                return False
-            raise ValueError(raw)
+            return config.parse_flag(raw)
         if kind == "dict[str, float]":
             return kit_resources.parse_json(raw, source=name)
     except SettingsError:
