@@ -21,6 +21,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, cast
 
@@ -248,6 +249,7 @@ class TaskExecutor(PipelineEffects):
 
     def execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         """Runs one task or call here (main or pool thread) and returns its reply."""
+        start = time.time_ns()
         task_events.started(spec)
         if tracing.enabled() and spec.trace_context:
             with self._span(spec) as sp:
@@ -261,6 +263,8 @@ class TaskExecutor(PipelineEffects):
         if self.core.refs.unacked():  # refs borrowed by this task and still held: register first
             self.core.run(self.core.refs.flush())
         task_events.executed(spec, reply)
+        reply.start_time_ns = start
+        reply.end_time_ns = time.time_ns()
         return reply
 
     def _unless_cancelled(self, spec: common_pb2.TaskSpec,
@@ -367,6 +371,7 @@ class TaskExecutor(PipelineEffects):
             if not self._cancels.start(spec.task_id):
                 _resolve(fut, self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex())))
                 return
+            start = time.time_ns()
             task_events.started(spec)
             try:
                 if tracing.enabled() and spec.trace_context:
@@ -381,6 +386,8 @@ class TaskExecutor(PipelineEffects):
         if self.core.refs.unacked():
             await self.core.refs.flush()
         task_events.executed(spec, reply)
+        reply.start_time_ns = start
+        reply.end_time_ns = time.time_ns()
         _resolve(fut, reply)
 
     async def _run_async_call(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
