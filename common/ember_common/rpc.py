@@ -34,7 +34,7 @@ from typing import Any, Awaitable, Callable, TypeVar, cast
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from . import auth, channel_auth, metrics, tls, tracing, validate, validate_rules
+from . import auth, channel_auth, metrics, tls, tracing, validate_rules, validate_server
 from .config import get_config
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -269,7 +269,7 @@ def build_server(
     if metrics.enabled():
         interceptors.append(_AioInterceptor(metrics.ServerInterceptor()))
     server = grpc.aio.server(options=server_options(), interceptors=interceptors or None)
-    registrar = cast(grpc.aio.Server, validate.Registrar(server, validate_rules.RULES, InvalidArgument))
+    registrar = cast(grpc.aio.Server, validate_server.Registrar(server, validate_rules.RULES, InvalidArgument))
     for add in add_servicers:
         add(registrar)
     health_servicer = health.aio.HealthServicer()
