@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from fuzzing import fill
 from google.protobuf.message_factory import GetMessageClass
 
 from ember_common import ids
@@ -143,46 +144,6 @@ def test_a_well_formed_streamed_spec_passes():
     assert task_spec_problem(spec) is None
 
 
-def _random_message(cls, rng, depth=0):
-    """cls with random fields: plausible and implausible values (wrong id lengths, NaN,
-    negative numbers, unknown enum values), sub-messages to depth 3."""
-    msg = cls()
-    for f in msg.DESCRIPTOR.fields:
-        if rng.random() < 0.4:
-            continue
-        sub = f.message_type
-        if sub is not None and sub.GetOptions().map_entry:
-            value = sub.fields_by_name["value"]
-            if value.message_type is None:
-                for _ in range(rng.randint(0, 2)):
-                    getattr(msg, f.name)[_scalar(sub.fields_by_name["key"], rng)] = _scalar(value, rng)
-        elif sub is not None and depth < 3:
-            if f.is_repeated:
-                for _ in range(rng.randint(0, 2)):
-                    getattr(msg, f.name).add().CopyFrom(_random_message(GetMessageClass(sub), rng, depth + 1))
-            else:
-                getattr(msg, f.name).CopyFrom(_random_message(GetMessageClass(sub), rng, depth + 1))
-        elif sub is None and f.is_repeated:
-            getattr(msg, f.name).extend(_scalar(f, rng) for _ in range(rng.randint(0, 3)))
-        elif sub is None:
-            setattr(msg, f.name, _scalar(f, rng))
-    return msg
-
-
-def _scalar(f, rng):
-    if f.type == f.TYPE_STRING:
-        return rng.choice(["", "n-1", "a b", "127.0.0.1:1", "h:0", "{}", "[", "x" * 130])
-    if f.type == f.TYPE_BYTES:
-        return rng.randbytes(rng.choice([0, 1, 4, 16, 18, 20]))
-    if f.type == f.TYPE_BOOL:
-        return rng.random() < 0.5
-    if f.type in (f.TYPE_DOUBLE, f.TYPE_FLOAT):
-        return rng.choice([0.0, 1.5, -1.0, math.nan, math.inf])
-    if f.type == f.TYPE_ENUM:
-        return rng.choice([*(v.number for v in f.enum_type.values), 9])
-    return rng.choice([0, 1, -1, -2, 70000])
-
-
 def test_the_compiled_check_agrees_with_the_named_problems():
     """`first` (a generated predicate, then the texts) finds a problem exactly when `problems`
     does, on random messages of every type with rules (and TaskSpecs under TaskStream's rules)."""
@@ -198,7 +159,7 @@ def test_the_compiled_check_agrees_with_the_named_problems():
     bad = 0
     for cls, rules in cases:
         for _ in range(60):
-            msg = _random_message(cls, rng)
+            msg = fill(cls(), rng)
             expected = next(problems(msg, rules), None)
             assert first(msg, rules) == expected, (msg, expected)
             bad += expected is not None

@@ -16,8 +16,12 @@ from typing import TYPE_CHECKING, AsyncIterator
 
 import grpc
 
-from ember_common import rpc
+from ember import exceptions as exc
+from ember_common import ids, rpc
 from ember_common.proto import common_pb2, core_worker_pb2
+from ember_common.validate_rules import task_spec_problem
+
+from .serialization import serialize_error
 
 if TYPE_CHECKING:
     from .core_worker import CoreWorker
@@ -143,9 +147,16 @@ class TaskStreams:
 
 async def serve_stream(executor: TaskExecutor, request_iterator: AsyncIterator[core_worker_pb2.TaskBatch],
                        context: rpc.Context) -> AsyncIterator[core_worker_pb2.TaskReplyBatch]:
-    """Worker side of TaskStream: runs each task as PushTask would, replies as they finish."""
+    """Worker side of TaskStream: runs each task as PushTask would, replies as they finish.
+
+    Each spec is checked with PushTask's rules first (`validate_rules.task_spec_problem`): a
+    malformed one is answered at once with an error naming the field (`refused_reply`) and the
+    rest of its batch runs. A message that is not a TaskBatch at all (the kit's stream check
+    raises it out of request_iterator) ends the stream with that error once the tasks already
+    taken have been answered."""
     out: asyncio.Queue[core_worker_pb2.TaskStreamReply | None] = asyncio.Queue()
     state = {"inflight": 0, "reading": True}
+    failed: list[Exception] = []
     loop = asyncio.get_running_loop()
 
     def done(task_id: bytes, fut: ReplyFuture) -> None:
@@ -159,9 +170,15 @@ async def serve_stream(executor: TaskExecutor, request_iterator: AsyncIterator[c
                     fut: ReplyFuture = loop.create_future()
                     state["inflight"] += 1
                     fut.add_done_callback(functools.partial(done, spec.task_id))
-                    executor.submit(spec, fut)
+                    problem = task_spec_problem(spec)
+                    if problem is None:
+                        executor.submit(spec, fut)
+                    else:
+                        fut.set_result(refused_reply(spec, f"/ember.CoreWorker/TaskStream: {problem}"))
                 if batch.give_back:
                     executor.give_back()
+        except Exception as e:  # raised by the stream itself: answered after the tasks in flight
+            failed.append(e)
         finally:
             state["reading"] = False
             out.put_nowait(None)
@@ -179,3 +196,21 @@ async def serve_stream(executor: TaskExecutor, request_iterator: AsyncIterator[c
                 yield core_worker_pb2.TaskReplyBatch(replies=replies)
     finally:
         reader.cancel()
+    if failed:
+        raise failed[0]
+
+
+def refused_reply(spec: common_pb2.TaskSpec, text: str) -> core_worker_pb2.PushTaskReply:
+    """The reply of a task whose spec is malformed (text names the field): it did not run, and
+    each of its returns (a generator: its first item) raises RaySystemError with the text."""
+    error = exc.RaySystemError(f"INVALID_ARGUMENT: {text}")
+    reply = core_worker_pb2.PushTaskReply(is_application_error=True, error_message=text)
+    sv = serialize_error(error)
+    if spec.streaming:
+        reply.num_streamed = 1
+        reply.returns.append(common_pb2.ReturnObject(
+            object_id=ids.object_id_for_return(spec.task_id, 1), value=sv.to_proto(), size=sv.size))
+    else:
+        reply.returns.extend(common_pb2.ReturnObject(object_id=oid, value=sv.to_proto(), size=sv.size)
+                             for oid in spec.return_ids)
+    return reply
