@@ -251,8 +251,9 @@ def build_server(
     """Creates an asyncio gRPC server with the given servicers, the standard health service, the
     token check (auth.py; on unless EMBER_AUTH_MODE=disabled), mutual TLS when EMBER_USE_TLS=1
     (tls.py) and the tracing / metrics interceptors when those are on (nothing is added when
-    they are off). Every unary-request method of the servicers parses its request leniently and
-    checks it against `validate_rules.RULES` before it runs (INVALID_ARGUMENT naming the field);
+    they are off). Every method of the servicers parses its request (each message of a request
+    stream) leniently and checks it against `validate_rules.RULES` before the servicer sees it
+    (`validate_server`; INVALID_ARGUMENT naming the field);
     a request bigger than EMBER_MAX_MESSAGE_BYTES is RESOURCE_EXHAUSTED (gRPC's own check).
 
     Returns (server, bound_port, health_servicer). Binding a port in use raises OSError naming it.
