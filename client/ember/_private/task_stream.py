@@ -47,14 +47,13 @@ class _Callback:
     """A reply sink that calls its function at once (once); an error it raises is logged, so
     the stream's reader keeps reading."""
 
-    __slots__ = ("fn", "_done")
+    __slots__ = ("fn",)
 
     def __init__(self, fn: ReplyCallback) -> None:
-        self.fn = fn
-        self._done = False
+        self.fn: ReplyCallback | None = fn
 
     def done(self) -> bool:
-        return self._done
+        return self.fn is None
 
     def set_result(self, result: Reply, /) -> None:
         self._call(result, None)
@@ -63,11 +62,12 @@ class _Callback:
         self._call(None, exception)
 
     def _call(self, reply: Reply | None, err: BaseException | None) -> None:
-        if self._done:
+        fn = self.fn
+        if fn is None:
             return
-        self._done = True
+        self.fn = None  # what it holds (the call, the actor handle it keeps alive) goes now
         try:
-            self.fn(reply, err)
+            fn(reply, err)
         except Exception:  # a bug in the callback must not stop the stream
             log.exception("task reply callback failed")
 
