@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Reply = core_worker_pb2.PushTaskReply
-ReplyFuture = asyncio.Future[Reply]
+PushFuture = asyncio.Future[Reply]  # the caller side of one push (push_nowait)
 # Called once with (reply, None) or (None, the stream's error).
 ReplyCallback = Callable[[Union[Reply, None], Union[BaseException, None]], None]
 
@@ -175,9 +175,9 @@ class TaskStreams:
             conn.give_back = True
             conn.wake.set()
 
-    def push_nowait(self, address: str, spec: common_pb2.TaskSpec) -> ReplyFuture:
+    def push_nowait(self, address: str, spec: common_pb2.TaskSpec) -> PushFuture:
         """A future for the reply (no coroutine per task)."""
-        fut: ReplyFuture = asyncio.get_running_loop().create_future()
+        fut: PushFuture = asyncio.get_running_loop().create_future()
         self._conn(address).push(spec, fut)
         return fut
 
