@@ -54,7 +54,8 @@ def test_a_task_is_one_record_with_every_state_the_reply_included(buffer):
                          TA.RUNNING, TA.FINISHED]
     assert got[TA.PENDING_ARGS_AVAIL] <= got[TA.SUBMITTED_TO_WORKER] and (got[TA.RUNNING], got[TA.FINISHED]) == (5, 9)
     assert list(b.where) == [1] and (b.where_node_id[0], b.where_worker_id[0], b.where_pid[0]) == ("n2", "w2", 22)
-    assert list(b.name) == ["f1"] and list(b.trace_id) == ["ab" * 16] and list(b.type) == [TA.NORMAL_TASK]
+    assert list(b.name) == ["f1"] and list(b.trace_id) == ["ab" * 16]
+    assert not b.type and not b.actor_id  # optional columns: empty when every record has the default
     assert (b.node_id, b.worker_id, b.pid) == ME and not b.error_index
 
 
@@ -138,6 +139,29 @@ def test_the_batch_round_trips_and_off_means_nothing_is_kept(buffer, monkeypatch
     te.record(spec(2), te.PENDING_NODE_ASSIGNMENT)
     te.started(spec(3))
     assert len(te._open) == 1 and not te._running and not te._dropped
+
+
+def test_what_the_reporter_encodes_the_gcs_store_reads_back(buffer):
+    from ember_gcs.task_events import TaskEventStore, to_proto
+
+    actor = spec(2, actor_id=b"\x09" * 16)
+    plain, fails = spec(1), spec(3)
+    for s in (plain, actor, fails):
+        te.submitted(s)
+        te.pushed(s, "10.0.0.2:7000")
+    te.replied(plain, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
+    te.failed(fails, TimeoutError("slow"))
+    b, by_job = te.encode(te.take({}), ME, WORKERS, traced=False)
+    assert not b.trace_id and list(b.type) == [TA.NORMAL_TASK, TA.NORMAL_TASK, TA.ACTOR_TASK]
+    store = TaskEventStore()
+    store.add_raw(b.SerializeToString(), by_job)
+    assert len(store.pending) == 1 and len(store) == 0
+    rows = {a.info.name: to_proto(a) for a in store.query()[0]}
+    assert {n: TA.State.Name(a.state) for n, a in rows.items()} == {
+        "f1": "FINISHED", "f2": "SUBMITTED_TO_WORKER", "f3": "FAILED"}
+    assert (rows["f1"].node_id, rows["f1"].worker_id, rows["f1"].pid) == WORKERS["10.0.0.2:7000"]
+    assert rows["f1"].state_ts_ns["RUNNING"] == 5 and rows["f3"].error_type == "TimeoutError"
+    assert rows["f2"].type == TA.ACTOR_TASK and rows["f2"].actor_id == b"\x09" * 16
 
 
 def test_start_honours_the_flag_and_checks_its_settings(monkeypatch):

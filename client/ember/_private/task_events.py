@@ -39,6 +39,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from ember_common import tracing
 from ember_common.proto import gcs_task_pb2
 
 if TYPE_CHECKING:
@@ -210,11 +211,12 @@ def _drop(spec: common_pb2.TaskSpec) -> None:
 
 
 # ---------------------------------------------------------------------- encoding (pure)
-def encode(records: list[Record], me: tuple[str, str, int],
-           workers: dict[str, tuple[str, str, int]]) -> tuple[gcs_task_pb2.TaskEventBatch, dict[str, int]]:
+def encode(records: list[Record], me: tuple[str, str, int], workers: dict[str, tuple[str, str, int]],
+           traced: bool = True) -> tuple[gcs_task_pb2.TaskEventBatch, dict[str, int]]:
     """records as one columnar batch from the process me = (node id, worker id, pid), and its
     records per job (hex). A record's `where` is a worker address (looked up in workers), HERE
-    (me) or None (not pushed yet)."""
+    (me) or None (not pushed yet). The actor and trace columns stay empty when no record has
+    one (trace ids are read only when traced: a process that does not trace sets none)."""
     b = gcs_task_pb2.TaskEventBatch(node_id=me[0], worker_id=me[1], pid=me[2])
     if not records:
         return b, {}
@@ -240,10 +242,14 @@ def encode(records: list[Record], me: tuple[str, str, int],
     b.job_id.extend(jobs)
     b.name.extend([s.name for s in specs])
     actor_ids = [s.actor_id for s in specs]
-    b.actor_id.extend(actor_ids)
-    b.type.extend([(TA.ACTOR_CREATION_TASK if s.HasField("actor_creation") else TA.ACTOR_TASK)
-                   if a else TA.NORMAL_TASK for s, a in zip(specs, actor_ids)])
-    b.trace_id.extend([_trace_id(s) if s.trace_context else "" for s in specs])
+    if any(actor_ids):
+        b.actor_id.extend(actor_ids)
+        b.type.extend([(TA.ACTOR_CREATION_TASK if s.HasField("actor_creation") else TA.ACTOR_TASK)
+                       if a else TA.NORMAL_TASK for s, a in zip(specs, actor_ids, strict=True)])
+    if traced:
+        trace_ids = [_trace_id(s) if s.trace_context else "" for s in specs]
+        if any(trace_ids):
+            b.trace_id.extend(trace_ids)
     errors = [(i, r[9]) for i, r in enumerate(records) if r[9] is not None]
     if errors:
         b.error_index.extend([i for i, _ in errors])
@@ -312,7 +318,8 @@ class _Reporter:
                 else:
                     _dropped.pop(job, None)
             core = self.core
-            batch, by_job = encode(records, (core.node_id, core.worker_id, os.getpid()), _workers)
+            batch, by_job = encode(records, (core.node_id, core.worker_id, os.getpid()), _workers,
+                                   tracing.enabled())
             try:
                 self.client.add_task_event_data(batch.SerializeToString(), by_job, dropped)
                 self.sent_records += len(records)

@@ -70,11 +70,13 @@ class Attempt:
     pid: int = 0
     error_type: str = ""
     error_message: str = ""
-    state_ts_ns: dict[int, int] = field(default_factory=dict)
+    times: list[int] = field(default_factory=lambda: [0] * 6)  # state k's first time at k - 1 (0: not yet)
 
+    @property
+    def state_ts_ns(self) -> dict[int, int]:
+        """State -> its first time (ns since the epoch), for the states reached."""
+        return {s: t for s, t in enumerate(self.times, 1) if t}
 
-# How far a state is (Ray's order; FAILED beats FINISHED).
-RANK = {s: (7 if s == TA.FAILED else s) for s in TA.State.values()}
 
 
 class TaskEventStore:
@@ -169,42 +171,48 @@ class TaskEventStore:
         if any(w > len(where) or w < 0 for w in batch.where):
             raise rpc.InvalidArgument(f"task event batch: a where index is past its {len(where)} workers")
         ts = list(batch.ts_ns)
-        rank = RANK
         attempts = self.attempts
+        n = len(batch.task_id)
+        types = batch.type or itertools.repeat(TA.NORMAL_TASK, n)  # (optional columns)
+        actors = batch.actor_id or itertools.repeat(b"", n)
+        traces = batch.trace_id or itertools.repeat("", n)
         for i, (tid, attempt, w, job, name, typ, actor, trace) in enumerate(zip(
-                batch.task_id, batch.attempt, batch.where, batch.job_id, batch.name, batch.type,
-                batch.actor_id, batch.trace_id, strict=True)):
+                batch.task_id, batch.attempt, batch.where, batch.job_id, batch.name, types, actors,
+                traces, strict=True)):
+            times = ts[6 * i:6 * i + 6]
+            # The furthest state reached (State values are Ray's order; FAILED beats FINISHED).
+            top = (6 if times[5] else 5 if times[4] else 4 if times[3] else 3 if times[2] else
+                   2 if times[1] else 1 if times[0] else 0)
             key = (tid, attempt)
             a = attempts.get(key)
-            if a is None:
+            if a is None:  # (most records: a task that lived within one report interval)
                 if key in self.evicted:
                     continue
-                a = self._new(tid, attempt, TaskInfo(name, typ, job, actor, trace))
-            info = a.info
-            if not info.name and name:  # seen before, nameless: fill it in (indexes follow)
-                mine = [attempts[(tid, n)] for n in self.attempts_of.get(tid, ())]
-                for m in mine:
-                    self._unindex(m)
-                info.name, info.type, info.job_id, info.actor_id, info.trace_id = name, typ, job, actor, trace
-                for m in mine:
-                    self._index(m)
-            top = TA.NIL
-            got = a.state_ts_ns
-            for state, t in enumerate(ts[6 * i:6 * i + 6], 1):
-                if t:
-                    got.setdefault(state, t)
-                    if rank[state] > rank[top]:
-                        top = state
+                a = self._new(tid, attempt, TaskInfo(name, typ, job, actor, trace), top, times)
+            else:
+                info = a.info
+                if not info.name and name:  # seen before, nameless: fill it in (indexes follow)
+                    mine = [attempts[(tid, k)] for k in self.attempts_of.get(tid, ())]
+                    for m in mine:
+                        self._unindex(m)
+                    info.name, info.type, info.job_id, info.actor_id, info.trace_id = name, typ, job, actor, trace
+                    for m in mine:
+                        self._index(m)
+                got = a.times
+                for k, t in enumerate(times):
+                    if t and not got[k]:
+                        got[k] = t
             if w:
                 a.node_id, a.worker_id, a.pid = where[w - 1]
             if errors:
                 err = errors.get(i)
                 if err is not None and not a.error_type:
                     a.error_type, a.error_message = err
-            if rank[top] > rank[a.state]:
+            if top > a.state:
                 self._move(a, top)
 
-    def _new(self, tid: bytes, attempt: int, described: TaskInfo) -> Attempt:
+    def _new(self, tid: bytes, attempt: int, described: TaskInfo, state: int,
+             times: list[int]) -> Attempt:
         while len(self.attempts) >= self.max_attempts:
             self._evict()
         info = self.infos.get(tid)
@@ -212,10 +220,12 @@ class TaskEventStore:
             info = self.infos[tid] = described
         self._seq += 1
         key = (tid, attempt)
-        a = Attempt(tid, attempt, info, self._seq, key)
+        a = Attempt(tid, attempt, info, self._seq, key, state, times=times)
         self.attempts[key] = a
         self.attempts_of.setdefault(tid, []).append(attempt)
         self._index(a)
+        if state in FINAL:
+            self.finished[key] = None
         return a
 
     def _evict(self) -> None:
@@ -343,7 +353,11 @@ class TaskEventStore:
 
 
 def _check_columns(b: gcs_task_pb2.TaskEventBatch) -> None:
-    groups = {"record": ("task_id", "attempt", "where", "job_id", "name", "type", "actor_id", "trace_id"),
+    n = len(b.task_id)
+    for name in ("type", "actor_id", "trace_id"):  # optional: empty when every record has the default
+        if len(getattr(b, name)) not in (0, n):
+            raise rpc.InvalidArgument(f"task event batch: {len(getattr(b, name))} {name} for {n} records")
+    groups = {"record": ("task_id", "attempt", "where", "job_id", "name"),
               "error": ("error_index", "error_type", "error_message"),
               "where": ("where_node_id", "where_worker_id", "where_pid")}
     for what, names in groups.items():
