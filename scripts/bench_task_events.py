@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration-s", type=float, default=1.0, help="microbenchmark seconds per trial")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--hooks", action="store_true", help="only the in-process CPU cost of the hooks")
+    p.add_argument("--probe-only", action="store_true", help="skip the microbenchmark (quicker rounds)")
     ns = p.parse_args(argv)
     if ns.hooks:
         hooks()
@@ -164,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"  (load {_load()})", flush=True)
             for k, v in res.items():
                 probe[mode].setdefault(k, []).append(v)
+            if ns.probe_only:
+                continue
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
                 _run(mode, ["-m", "ember._private.perf", "--filter", "single client tasks", "--duration-s",
                             str(ns.duration_s), "--trials", "2", "--warmup-s", "0.5", "--num-cpus", "2",
@@ -177,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nmedians            events on   events off   on/off")
     for table in (probe, bench):
         for key in table["on"]:
+            if key not in table["off"]:
+                continue
             on, off = statistics.median(table["on"][key]), statistics.median(table["off"][key])
             print(f"{key:34} {on:10.1f} {off:12.1f}   {on / off:6.3f}")
     return 0
