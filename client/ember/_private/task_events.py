@@ -18,7 +18,7 @@ running at a flush, so a long one shows RUNNING before it ends).
                                 executed(spec, reply)       it ended
 
 A record is a list `[spec, attempt, t1..t6, where, error]` (t_k: the time of state k, 0 until
-reached). The owner keeps its open records by task id; a hook is a flag test, a dict look-up
+reached). The owner keeps its open records by spec; a hook is a flag test, a dict look-up
 and a clock read stored in a slot (the first time of a state stays); the final hook moves the
 record to a deque (atomic, no lock). A daemon thread wakes every
 `task_events_report_interval_s`, takes the closed records and copies of the open ones that
