@@ -128,9 +128,9 @@ GCS_TASK: dict[str, list[Rule]] = {
     # The columns themselves (thousands of events a batch) are checked by the store in one pass
     # (equal lengths; unknown states ignored), not element by element here: this RPC is the
     # task hot path's only cost in the GCS.
-    "AddTaskEventDataRequest": [
-        Rule("data", REQUIRED), Rule("data.worker_id", name_id), Rule("data.node_id", name_id),
-        Rule("data.pid", at_least(0))],
+    # The batch is bytes the store decodes when a query needs it (and drops, counted, if it
+    # cannot); here only its presence.
+    "AddTaskEventDataRequest": [Rule("batch", REQUIRED)],
     "GetTaskEventsRequest": [*TASK_FILTERS, Rule("limit", at_least(0))],
     "GetTaskSummaryRequest": TASK_FILTERS,
 }

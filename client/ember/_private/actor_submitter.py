@@ -83,7 +83,7 @@ class ActorSubmitter:
         # isinstance chain, most frequent first (cheaper than `match` on this hot path).
         for ins in out:
             if isinstance(ins, PushCall):
-                task_events.record(ins.entry.spec, task_events.SUBMITTED_TO_WORKER)
+                task_events.pushed(ins.entry.spec, ins.address)
                 # The reply is handled straight from the stream's reader (no done-callback hop).
                 self.core.task_streams.push_cb(ins.address, ins.entry.spec, functools.partial(
                     self._pushed, q, ins.entry, ins.incarnation))
@@ -133,6 +133,7 @@ class ActorSubmitter:
                         log.info("actor %s: still alive at the same address; resending",
                                  q.actor_id.hex()[:8])
                     out = q.actor_alive(a.incarnation, f"{a.address.ip}:{a.address.port}")
+                    task_events.leased(f"{a.address.ip}:{a.address.port}", a.address.node_id, a.address.worker_id, a.pid)
                     if out is not None:
                         q.resolved()
                         self._run(q, out)
