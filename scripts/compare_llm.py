@@ -14,7 +14,8 @@ Every request streams MAX_TOKENS tokens (ignore_eos, greedy) from a short prompt
 that carries text counts as one token (the engine sends one per token, except where a token
 ends mid-character and waits for the next, the same for every system). Clients are raw asyncio HTTP/1.1 keep-alive connections,
 bounded by REQUESTS and DURATION. Reported: tokens/s (all clients), time to first token p50/p99,
-request latency p50. Then the same with one client (time to first token at 1 stream).
+request latency p50, and the CPU time per token of each process under the server (user + system:
+the load-independent figure). Then the same with one client (time to first token at 1 stream).
 
 The Ray side needs transformers in Ray's interpreter: --ray-pythonpath names a directory with it
 (e.g. `pip install --no-deps --target DIR transformers tokenizers huggingface_hub safetensors
@@ -36,6 +37,7 @@ import tempfile
 import time
 
 from _server_proc import server_process
+from compare_serve_stream import _cpu_per_chunk, _cpu_times
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INTERNAL = os.path.join(HERE, "..", "client", "ember", "serve", "llm", "_internal")
@@ -182,10 +184,13 @@ async def http_load(port, args, path, concurrency, requests) -> dict:
     await asyncio.gather(*[_client(port, args, path, time.monotonic() + 30, [2], warm) for _ in range(concurrency)])
     out = {"tokens": 0, "ttft": [], "lat": [], "errors": 0}
     budget = [requests]
+    cpu0 = _cpu_times()
     t0 = time.perf_counter()
     await asyncio.gather(*[_client(port, args, path, time.monotonic() + args.duration, budget, out)
                            for _ in range(concurrency)])
-    return _summary(out, time.perf_counter() - t0)
+    res = _summary(out, time.perf_counter() - t0)
+    res["cpu_us_per_token"] = _cpu_per_chunk(cpu0, _cpu_times(), out["tokens"])
+    return res
 
 
 # The limit: the engine alone in a fresh process (as each server's replica is), loaded from the
@@ -227,9 +232,10 @@ async def load(concurrency, n_requests):
                            for _ in range(concurrency)])
     out = {"tokens": 0, "ttft": [], "lat": [], "errors": 0}
     budget = [n_requests]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     await asyncio.gather(*[consumer(time.monotonic() + duration, budget, out) for _ in range(concurrency)])
     out["elapsed"] = time.perf_counter() - t0
+    out["cpu_us"] = (time.process_time() - c0) * 1e6
     return out
 
 res = {"many": asyncio.run(load(conc, requests)), "one": asyncio.run(load(1, single))}
@@ -248,7 +254,13 @@ def run_direct(path, args) -> dict:
     if line is None:
         raise RuntimeError(f"the direct engine run failed (rc {p.returncode}): {p.stderr[-2000:]}")
     res = json.loads(line[len("RESULT "):])
-    return {k: _summary(v, v.pop("elapsed")) for k, v in res.items()}
+    out = {}
+    for k, v in res.items():
+        cpu = v.pop("cpu_us")
+        out[k] = _summary(v, v.pop("elapsed"))
+        per = round(cpu / max(v["tokens"], 1), 1)
+        out[k]["cpu_us_per_token"] = {"direct": per, "total": per}
+    return out
 
 
 def run_server(python, server, model, args, env_extra=None) -> dict:
@@ -312,6 +324,9 @@ def main() -> None:
                 print(f"{name}: {results[name]['many']['tokens_per_s'] / d:.2f} of the direct engine's tokens/s; "
                       f"1-stream TTFT p50 {results[name]['one']['ttft_p50_ms']} ms vs direct "
                       f"{results['direct']['one']['ttft_p50_ms']} ms")
+    for name, r in results.items():
+        if "cpu_us_per_token" in r["many"]:
+            print(f"{name} CPU µs per token, {args.concurrency} streams: {r['many']['cpu_us_per_token']}")
     for name in ("ember", "ember_plain"):
         if name in results and "ray_plain" in results:
             print(f"{name}/ray_plain tokens/s: "
