@@ -137,6 +137,11 @@ def test_wait_sync_two_threads_on_overlapping_ids():
     assert out2 == [[]] and not s._sync_waiters
 
 
+def _put_all(s: MemoryStore, oids: list[bytes]) -> None:
+    for oid in oids:
+        s.put(entry(oid))
+
+
 def test_wait_sync_under_concurrent_puts_never_misses_an_arrival():
     """Puts from three threads in shuffled order race the blocked threads' registrations
     (bounded: 20 rounds of 3,000 ids, 30 s each)."""
@@ -149,8 +154,7 @@ def test_wait_sync_under_concurrent_puts_never_misses_an_arrival():
         waiters = [_waiting(s, oids[k::2] + oids[:50]) for k in range(2)]
         shuffled = oids[:]
         rng.shuffle(shuffled)
-        putters = [threading.Thread(target=lambda part=shuffled[k::3]: [s.put(entry(o)) for o in part])
-                   for k in range(3)]
+        putters = [threading.Thread(target=_put_all, args=(s, shuffled[k::3])) for k in range(3)]
         for p in putters:
             p.start()
         for p in putters:
