@@ -85,8 +85,8 @@ class MemoryStore:
             with self._sync_lock:
                 blocked = self._sync_waiters.pop(oid, None)
                 if blocked:
-                    for w in blocked:
-                        self._advance(w)
+                    for sw in blocked:
+                        self._advance(sw)
 
     def put_quiet(self, entry: Entry) -> None:
         """Records an entry nobody can be waiting for yet (a put() value, a generator item
