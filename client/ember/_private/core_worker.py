@@ -29,6 +29,7 @@ from ember_common.gcs_client import GcsClient
 from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 from ember_common.raylet_client import RayletClient
 
+from . import task_events
 from .actor_submitter import ActorSubmitter
 from .blocking import BlockedWaits
 from .core_worker_server import CoreWorkerServicer
@@ -39,7 +40,6 @@ from .plasma import PlasmaClient
 from .reference_table import ReferenceTable
 from .references import References
 from .serialization import ERROR_METADATA, serialize
-from . import task_events
 from .task_stream import TaskStreams
 from .task_submitter import TaskSubmitter
 
@@ -208,7 +208,23 @@ class CoreWorker(ObjectAPI):
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():  # else its self-pipe leaks: a ResourceWarning once gRPC drops it
-            self.loop.close()
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        """Closes the stopped loop; tasks still pending on it (e.g. a batch of plasma releases
+        in flight) are cancelled and run to their end first, so none is destroyed pending."""
+        loop = self.loop
+        try:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=2))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        except Exception as e:  # closing anyway: at worst a warning about a task left pending
+            log.debug("core worker loop close: %s", e)
+        finally:
+            loop.close()
 
     async def _async_shutdown(self) -> None:
         await self.submitter.shutdown()
