@@ -8,8 +8,8 @@ carries out:
 - `RequestLease(key, lease_id, address)`: ask a raylet for a worker (at most
   `max_pending_lease_requests` in flight per key, never more than the queued tasks);
 - `CancelLeaseRequest(address, lease_id)`: the queue emptied while requests were pending;
-- `Push(lease, entry)`: send the task to the leased worker (at most
-  `max_tasks_in_flight_per_worker` per lease, spread evenly: the least loaded lease first);
+- `Push(lease, entry)`: send the task to the leased worker (the least loaded lease first; to
+  a busy one only when pipelined, see below);
 - `GiveBack(lease)`: ask the worker for the tasks it holds but has not started (work stealing:
   another lease of the key is idle while this one has a backlog);
 - `ReturnLease(lease, disconnect)`: give a worker back (idle past the linger time, not needed
@@ -22,6 +22,15 @@ Retries: a worker that dies under a task (a failed push) costs one of its `max_r
 error, a list of exception classes (kept on the owner's TaskEntry as `retry_allowlist`; it never
 travels to the worker) only errors of those classes, which the injected `classify(reply,
 allowlist)` decides from the reply. A retried task goes back to the head of its queue.
+
+Pipelining only where it cannot hurt: a task goes to a lease that is still busy (up to
+`max_tasks_in_flight_per_worker` in flight) only when its function is known to be short
+(task_durations.py: per-function estimates from the run times in the replies) and all the lease
+holds, this task included, adds up to at most `pipeline_budget_s` by those estimates, and the
+lease's running task has not run past that budget (clock time since it started, as far as the
+owner knows: overdue, maybe long after all). Unknown functions count as long: the first tasks of
+a burst each get a worker of their own, more are leased, and long tasks spread over the cluster
+instead of queueing behind the first leases. A function that turns long stops being pipelined.
 
 Pipelining without deadlock: with more than one task in flight per worker, a task that blocks in
 `get`/`wait` on a task queued behind it on the same worker would wait forever. The worker
@@ -44,6 +53,8 @@ from typing import Any, Callable, NamedTuple, Union
 from ember import exceptions as exc
 from ember_common.proto import common_pb2, core_worker_pb2
 
+from .task_durations import UNKNOWN, TaskDurations
+
 log = logging.getLogger(__name__)
 
 # The resource shape as sorted (name, amount) pairs, followed by a scheduling.Placement when the
@@ -55,7 +66,8 @@ class Lease:
     """A worker leased from a raylet."""
 
     __slots__ = ("lease_id", "raylet_address", "worker_address", "gpu_ids", "inflight",
-                 "linger_at", "dead", "held", "pending", "running", "requeued")
+                 "linger_at", "dead", "held", "pending", "running", "requeued", "est_s", "long",
+                 "since")
 
     def __init__(self, lease_id: bytes, raylet_address: str, worker_address: str,
                  gpu_ids: list[int]) -> None:
@@ -73,6 +85,11 @@ class Lease:
         self.pending: collections.deque[TaskEntry] = collections.deque()
         self.running: TaskEntry | None = None
         self.requeued = 0  # where the next task this lease gives back goes in the queue
+        # What the worker holds, by the duration estimates at push time: the sum over the
+        # known-short tasks, the count of the others (unknown or long: nothing goes behind them).
+        self.est_s = 0.0
+        self.long = 0
+        self.since = 0.0  # clock time its oldest pending task (presumably) started running
 
     def __repr__(self) -> str:
         return f"Lease({self.lease_id.hex()[:8]} {self.worker_address} inflight={self.inflight})"
@@ -82,7 +99,7 @@ class TaskEntry:
     """One submitted task or actor call, until it finishes."""
 
     __slots__ = ("spec", "arg_refs", "retries_left", "key", "cancelled", "lease", "pending_deps",
-                 "retry_allowlist")
+                 "retry_allowlist", "est")
 
     def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[Any], retries_left: int | None,
                  key: SchedulingKey = (),
@@ -97,6 +114,7 @@ class TaskEntry:
         self.cancelled = False
         self.lease: Lease | None = None
         self.pending_deps = 0
+        self.est = UNKNOWN  # its function's duration estimate when it was pushed
 
 
 class RequestLease(NamedTuple):
@@ -166,11 +184,21 @@ class TaskQueue:
                  max_tasks_in_flight_per_worker: int, lease_linger_s: float,
                  clock: Callable[[], float],
                  new_lease_id: Callable[[], bytes] = lambda: os.urandom(16),
-                 classify: Classifier = _never) -> None:
+                 classify: Classifier = _never, pipeline_budget_s: float = 0.005,
+                 durations: TaskDurations | None = None) -> None:
+        if max_tasks_in_flight_per_worker < 1:
+            raise ValueError("EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER must be at least 1 (1: no "
+                             f"pipelining), got {max_tasks_in_flight_per_worker}")
+        if not pipeline_budget_s >= 0:
+            raise ValueError("EMBER_PIPELINE_BUDGET_S must be a number of seconds >= 0 (0: no "
+                             f"pipelining), got {pipeline_budget_s}")
         self.home = home_raylet
         self._classify = classify
         self.max_requests = max_pending_lease_requests
-        self.max_inflight = max_tasks_in_flight_per_worker
+        # A budget of 0 turns pipelining off, as one task in flight per worker does.
+        self.max_inflight = max_tasks_in_flight_per_worker if pipeline_budget_s > 0 else 1
+        self.budget_s = pipeline_budget_s
+        self.durations = TaskDurations() if durations is None else durations
         self.linger_s = lease_linger_s
         self._clock = clock
         self._new_id = new_lease_id
@@ -274,6 +302,13 @@ class TaskQueue:
             pending.popleft()
         else:
             pending.remove(entry)
+        if self.max_inflight > 1:
+            self._unpend(lease, entry)
+            if reply.start_time_ns:
+                self.durations.observe_reply(entry.spec.function.function_id,
+                                             reply.start_time_ns, reply.end_time_ns)
+            if lease.inflight:
+                lease.since = self._clock()  # the next task it holds starts now
         q = self._keys[entry.key]
         out: list[Instruction] = []
         if reply.returned_unstarted:
@@ -309,6 +344,7 @@ class TaskQueue:
             self._return(q, lease, True, out)
         if entry in lease.pending:
             lease.pending.remove(entry)
+            self._unpend(lease, entry)
         if entry.cancelled:
             out.append(Fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex())))
         elif entry is not lease.running and not self.closing:
@@ -374,18 +410,39 @@ class TaskQueue:
         if tasks:
             limit = self.max_inflight
             leases = q.leases
+            budget = self.budget_s
+            now = -1.0
             while tasks:
-                # The least loaded lease that can take one more (one lease: no search).
+                entry = tasks[0]
+                est = UNKNOWN if limit == 1 else self.durations.estimate(
+                    entry.spec.function.function_id)
+                # The least loaded lease that can take it: an idle one, or a busy one when the
+                # task is pipelined (see _pipelines).
                 best: Lease | None = None
                 for lease in leases:
-                    if lease.inflight < limit and not lease.dead and not lease.held and (
-                            best is None or lease.inflight < best.inflight):
-                        best = lease
+                    n = lease.inflight
+                    if n >= limit or lease.dead or lease.held or (
+                            best is not None and n >= best.inflight):
+                        continue
+                    if n:
+                        if now < 0:
+                            now = self._clock()
+                        if not _pipelines(lease, est, budget, now):
+                            continue
+                    best = lease
                 if best is None:
                     break
                 lease = best
                 lease.linger_at = None
-                entry = tasks.popleft()
+                tasks.popleft()
+                if limit > 1:
+                    if not lease.inflight:
+                        lease.since = now if now >= 0 else self._clock()
+                    entry.est = est
+                    if est <= budget:
+                        lease.est_s += est
+                    else:
+                        lease.long += 1
                 lease.inflight += 1
                 lease.pending.append(entry)
                 entry.lease = lease
@@ -411,6 +468,16 @@ class TaskQueue:
                 if lease_id not in q.cancelling:  # each request is cancelled once
                     q.cancelling.add(lease_id)
                     out.append(CancelLeaseRequest(addr, lease_id))
+
+    def _unpend(self, lease: Lease, entry: TaskEntry) -> None:
+        """entry left what lease holds: its share of the estimates goes with it."""
+        if not lease.inflight:
+            lease.est_s = 0.0
+            lease.long = 0
+        elif entry.est <= self.budget_s:
+            lease.est_s -= entry.est
+        else:
+            lease.long -= 1
 
     def _steal(self, q: _Key, out: list[Instruction]) -> bool:
         """No task is queued and a lease could take more: ask every lease holding tasks it
@@ -462,3 +529,12 @@ class TaskQueue:
             if self._timer_at is None or at < self._timer_at:
                 self._timer_at = at
                 out.append(SetTimer(at))
+
+
+def _pipelines(lease: Lease, est: float, budget_s: float, now: float) -> bool:
+    """Whether a task whose function is estimated to run est seconds goes to this busy lease,
+    behind what it holds: only when everything there, this task included, is known short and
+    adds up to at most budget_s (so the cap on tasks in flight scales with how short they are),
+    and its running task is not overdue (running past the budget: maybe long after all)."""
+    return (not lease.long and lease.est_s + est <= budget_s
+            and now - lease.since <= budget_s)
