@@ -15,7 +15,6 @@ import pytest
 
 import ember
 
-
 SETTINGS = {"EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER": "4", "EMBER_PIPELINE_BUDGET_S": "10"}
 
 
