@@ -6,7 +6,9 @@ utime+stime from /proc/<pid>/stat of the driver and every process under it befor
 `--rounds` rounds, and prints microseconds of CPU per unit of work for each kind of process and
 in all, with the wall rate and the load average beside it. Workloads (the microbenchmark's
 shapes): `batch` (get of 1,000 tasks), `wait` (1,000 tasks then wait() one at a time),
-`sync` (one task, get, repeat), `put` (put(0)).
+`sync` (one task, get, repeat), `put` (put(0)), `actor_sync` (one call to a sync actor, get,
+repeat: the "1:1 actor calls sync" row) and `actor_async` (1,000 calls to it, then one get: the
+"1:1 actor calls async" row).
 
     .venv/bin/python scripts/bench_task_cpu.py --workload wait --rounds 5
 """
@@ -52,6 +54,8 @@ def _kind(pid: int, root: int) -> str:
         return "gone"
     words = cmd.split()
     module = words[words.index("-m") + 1] if "-m" in words[:-1] else cmd
+    if "fork_server" in module:  # Ember's workers are forks of the fork server
+        return "worker"
     for name in ("gcs", "raylet", "objmgr", "worker", "etcd", "ray::", "raylet", "gcs_server"):
         if name in module:
             return name.strip(":_")
@@ -113,6 +117,23 @@ def workload(mod: Any, name: str) -> tuple[Callable[[], None], int]:
                 _ready, not_ready = mod.wait(not_ready, fetch_local=fetch_local)
                 fetch_local = False
         return wait, 1000
+    if name in ("actor_sync", "actor_async"):
+        @mod.remote(num_cpus=0)
+        class Actor:
+            def small_value(self) -> bytes:
+                return b"ok"
+
+        a = Actor.remote()
+        mod.get(a.small_value.remote())  # created, its worker connected
+        if name == "actor_sync":
+            def actor_sync() -> None:
+                for _ in range(200):
+                    mod.get(a.small_value.remote())
+            return actor_sync, 200
+
+        def actor_async() -> None:
+            mod.get([a.small_value.remote() for _ in range(1000)])
+        return actor_async, 1000
     if name == "put":
         def put() -> None:
             for _ in range(5000):
@@ -123,7 +144,7 @@ def workload(mod: Any, name: str) -> tuple[Callable[[], None], int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", default="batch", choices=["batch", "sync", "wait", "put"])
+    ap.add_argument("--workload", default="batch", choices=["batch", "sync", "wait", "put", "actor_sync", "actor_async"])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--num-cpus", type=int, default=4)
     ap.add_argument("--ray", action="store_true", help="measure Ray instead of Ember")

@@ -13,9 +13,10 @@ machine's drift hits both alike), in fresh processes:
 It prints every measurement with the load average next to it, then the medians side by side.
 
 `--hooks` measures, in this process and in CPU time, what the events cost per task without a
-cluster: the seven hook calls a plain task makes (owner: submitted, PENDING_NODE_ASSIGNMENT,
-SUBMITTED_TO_WORKER, executed; executor: started, executed; both in one process here) and the
-reporter's share (building and serializing the batch). Load barely moves these numbers.
+cluster: the six hook calls a plain task makes (owner: submitted, PENDING_NODE_ASSIGNMENT,
+pushed, replied; executor: started, executed; both in one process here), the reporter's share
+(coalescing, encoding and serializing the batch), and the GCS's (keeping a batch as bytes;
+decoding and merging it when a query asks). Load barely moves these numbers.
 """
 from __future__ import annotations
 
@@ -71,36 +72,57 @@ def child(tasks: int) -> None:
 
 
 def hooks(n: int = 100_000) -> None:
-    """CPU time per task of the hooks and of the reporter's batch, in this process."""
-    from types import SimpleNamespace
-
+    """CPU time per task of the hooks, of the reporter's batch and of the GCS's ingest and
+    merge, in this process."""
     from ember._private import task_events as te
     from ember_common.proto import common_pb2, core_worker_pb2
+    from ember_gcs.task_events import TaskEventStore
 
     specs = [common_pb2.TaskSpec(task_id=os.urandom(16), job_id=b"\x01\x00\x00\x00", name="f")
              for _ in range(n)]
-    reply = core_worker_pb2.PushTaskReply()
-    te._max_events = 10 * n
+    reply = core_worker_pb2.PushTaskReply(start_time_ns=time.time_ns(), end_time_ns=time.time_ns())
+    te._max_records = 10 * n
+    address = "10.0.0.2:7000"
+    me = ("n" * 32, "w" * 32, 99)
+    chunk = 2000  # the reporter takes the records every ~1 s (held longer, they burden the GC)
+    data_parts: list[bytes] = []
     for on in (False, True):
         te.on = on
-        t0 = time.process_time()
-        for s in specs:
-            te.submitted(s)
-            te.record(s, te.PENDING_NODE_ASSIGNMENT)
-            te.record(s, te.SUBMITTED_TO_WORKER)
-            te.started(s)
-            te.executed(s, reply)
-            te.executed(s, reply)
-        hook_us = 1e6 * (time.process_time() - t0) / n
-        print(f"hooks, events {'on ' if on else 'off'}: {hook_us:.2f} us of CPU per task (6 calls)")
-    core = SimpleNamespace(worker_id="w" * 32, node_id="n" * 32)
+        te.leased(address, "n" * 32, "w" * 32, 1234)  # once per lease, not per task
+        hook_s = flush_s = 0.0
+        data_parts = []
+        records = 0
+        for i in range(0, n, chunk):
+            t0 = time.process_time()
+            for s in specs[i:i + chunk]:
+                te.submitted(s)  # owner
+                te.record(s, te.PENDING_NODE_ASSIGNMENT)
+                te.pushed(s, address)
+                te.started(s)  # executor
+                te.executed(s, reply)
+                te.replied(s, reply)  # owner
+            t1 = time.process_time()
+            got = te.take({})
+            batch, by_job = te.encode(got, me, te._workers)
+            data_parts.append(batch.SerializeToString())
+            flush_s += time.process_time() - t1
+            hook_s += t1 - t0
+            records += len(got)
+        print(f"hooks, events {'on ' if on else 'off'}: {1e6 * hook_s / n:.2f} us of CPU per task (6 calls)")
+    data = b"".join(data_parts)
+    print(f"reporter: {1e6 * flush_s / n:.2f} us of CPU per task to coalesce, encode and serialize "
+          f"{records // n} record(s) ({len(data) / n:.0f} bytes per task on the wire)")
+    store = TaskEventStore(max_attempts=n)
     t0 = time.process_time()
-    items = [te._events.popleft() for _ in range(len(te._events))]
-    infos = [te._infos.popleft() for _ in range(len(te._infos))]
-    data = te._batch(core, items, infos, {}).SerializeToString()  # type: ignore[arg-type]
-    flush_us = 1e6 * (time.process_time() - t0) / n
-    print(f"reporter: {flush_us:.2f} us of CPU per task to batch and serialize {len(items) // n} events "
-          f"({len(data) / n:.0f} bytes per task on the wire)")
+    for part in data_parts:  # the servicer's share: keep the bytes
+        store.add_raw(part, {"01000000": chunk})
+    ingest_us = 1e6 * (time.process_time() - t0) / n
+    t0 = time.process_time()
+    store.merge_pending()
+    merge_us = 1e6 * (time.process_time() - t0) / n
+    assert len(store) == n, len(store)
+    print(f"GCS: {ingest_us:.2f} us of CPU per task to take a batch (kept as bytes); {merge_us:.2f} us "
+          f"per task to decode and merge it when a query asks")
 
 
 def _load() -> str:
@@ -123,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration-s", type=float, default=1.0, help="microbenchmark seconds per trial")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--hooks", action="store_true", help="only the in-process CPU cost of the hooks")
+    p.add_argument("--probe-only", action="store_true", help="skip the microbenchmark (quicker rounds)")
     ns = p.parse_args(argv)
     if ns.hooks:
         hooks()
@@ -142,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"  (load {_load()})", flush=True)
             for k, v in res.items():
                 probe[mode].setdefault(k, []).append(v)
+            if ns.probe_only:
+                continue
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
                 _run(mode, ["-m", "ember._private.perf", "--filter", "single client tasks", "--duration-s",
                             str(ns.duration_s), "--trials", "2", "--warmup-s", "0.5", "--num-cpus", "2",
@@ -155,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nmedians            events on   events off   on/off")
     for table in (probe, bench):
         for key in table["on"]:
+            if key not in table["off"]:
+                continue
             on, off = statistics.median(table["on"][key]), statistics.median(table["off"][key])
             print(f"{key:34} {on:10.1f} {off:12.1f}   {on / off:6.3f}")
     return 0

@@ -3,7 +3,7 @@ continuous batching) driven directly in one process (the limit), served by Ember
 Ray Serve 2.60, with CONCURRENCY streaming clients.
 
 Systems:
-    direct        the engine in this process, CONCURRENCY asyncio consumers (no HTTP)
+    direct        the engine alone in a fresh process, CONCURRENCY asyncio consumers (no HTTP)
     ember         Ember's OpenAI app: build_openai_app (OpenAiIngress → LLMServer), POST
                   /v1/completions with "stream": true, through Ember's proxy
     ember_plain   one Ember Serve deployment around the engine answering SSE itself
@@ -14,7 +14,8 @@ Every request streams MAX_TOKENS tokens (ignore_eos, greedy) from a short prompt
 that carries text counts as one token (the engine sends one per token, except where a token
 ends mid-character and waits for the next, the same for every system). Clients are raw asyncio HTTP/1.1 keep-alive connections,
 bounded by REQUESTS and DURATION. Reported: tokens/s (all clients), time to first token p50/p99,
-request latency p50. Then the same with one client (time to first token at 1 stream).
+request latency p50, and the CPU time per token of each process under the server (user + system:
+the load-independent figure). Then the same with one client (time to first token at 1 stream).
 
 The Ray side needs transformers in Ray's interpreter: --ray-pythonpath names a directory with it
 (e.g. `pip install --no-deps --target DIR transformers tokenizers huggingface_hub safetensors
@@ -36,6 +37,7 @@ import tempfile
 import time
 
 from _server_proc import server_process
+from compare_serve_stream import _cpu_per_chunk, _cpu_times
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INTERNAL = os.path.join(HERE, "..", "client", "ember", "serve", "llm", "_internal")
@@ -182,57 +184,83 @@ async def http_load(port, args, path, concurrency, requests) -> dict:
     await asyncio.gather(*[_client(port, args, path, time.monotonic() + 30, [2], warm) for _ in range(concurrency)])
     out = {"tokens": 0, "ttft": [], "lat": [], "errors": 0}
     budget = [requests]
+    cpu0 = _cpu_times()
     t0 = time.perf_counter()
     await asyncio.gather(*[_client(port, args, path, time.monotonic() + args.duration, budget, out)
                            for _ in range(concurrency)])
-    return _summary(out, time.perf_counter() - t0)
+    res = _summary(out, time.perf_counter() - t0)
+    res["cpu_us_per_token"] = _cpu_per_chunk(cpu0, _cpu_times(), out["tokens"])
+    return res
+
+
+# The limit: the engine alone in a fresh process (as each server's replica is), loaded from the
+# engine's files like Ray's side (no ember imported), CONCURRENCY asyncio consumers on the loop the
+# engine delivers to, each doing a server's per-token work (one SSE event string per delta). It
+# used to run inside this benchmark process, after build_tiny_model had run torch here and with
+# the benchmark's own state around, and came out below both servers.
+DIRECT = r"""
+import asyncio, itertools, json, sys, time
+""" + _LOAD_ENGINE + r"""
+path, internal, kwargs, max_tokens, conc, requests, single, duration = sys.argv[1:9]
+max_tokens, conc, requests, single, duration = int(max_tokens), int(conc), int(requests), int(single), float(duration)
+TorchEngine, Request, Params = load_engine(internal)
+engine = TorchEngine("tiny", path, json.loads(kwargs))
+engine.start()
+ids = engine.encode("Tell me a story")
+counter = itertools.count()
+
+async def consumer(stop_at, budget, out):
+    while budget[0] > 0 and time.monotonic() < stop_at:
+        budget[0] -= 1
+        t0 = time.perf_counter()
+        first, n = 0.0, 0
+        req = Request(f"d{next(counter)}", ids, Params(max_tokens=max_tokens, temperature=0.0, ignore_eos=True))
+        async for deltas in engine.generate(req):
+            for d in deltas:
+                if not d.text:
+                    continue
+                _ = 'data: {"choices":[{"index":%d,"text":%s}]}\n\n' % (d.index, json.dumps(d.text))
+                n += 1
+                if not first:
+                    first = time.perf_counter() - t0
+        out["tokens"] += n
+        out["ttft"].append(first)
+        out["lat"].append(time.perf_counter() - t0)
+
+async def load(concurrency, n_requests):
+    await asyncio.gather(*[consumer(time.monotonic() + 30, [2], {"tokens": 0, "ttft": [], "lat": []})
+                           for _ in range(concurrency)])
+    out = {"tokens": 0, "ttft": [], "lat": [], "errors": 0}
+    budget = [n_requests]
+    t0, c0 = time.perf_counter(), time.process_time()
+    await asyncio.gather(*[consumer(time.monotonic() + duration, budget, out) for _ in range(concurrency)])
+    out["elapsed"] = time.perf_counter() - t0
+    out["cpu_us"] = (time.process_time() - c0) * 1e6
+    return out
+
+res = {"many": asyncio.run(load(conc, requests)), "one": asyncio.run(load(1, single))}
+engine.shutdown()
+print("RESULT " + json.dumps(res), flush=True)
+"""
 
 
 def run_direct(path, args) -> dict:
-    sys.path.insert(0, os.path.join(HERE, "..", "client"))
-    from ember.serve.llm._internal.engine import GenerationRequest
-    from ember.serve.llm._internal.params import SamplingParams
-    from ember.serve.llm._internal.torch_engine import TorchEngine
+    import subprocess
 
-    engine = TorchEngine("tiny", path, json.loads(args.engine_kwargs))
-    engine.start()
-    ids = engine.encode("Tell me a story")
-    counter = iter(range(10 ** 9))
-
-    async def consumer(stop_at, budget, out):
-        while budget[0] > 0 and time.monotonic() < stop_at:
-            budget[0] -= 1
-            t0 = time.perf_counter()
-            first, n = 0.0, 0
-            req = GenerationRequest(f"d{next(counter)}", ids, SamplingParams(max_tokens=args.max_tokens, temperature=0.0,
-                                                                             ignore_eos=True))
-            async for deltas in engine.generate(req):
-                for d in deltas:
-                    if not d.text:
-                        continue
-                    # the same work per token as the servers: one SSE event per delta
-                    _ = 'data: {"choices":[{"index":%d,"text":%s}]}\n\n' % (d.index, json.dumps(d.text))
-                    n += 1
-                    if not first:
-                        first = time.perf_counter() - t0
-            out["tokens"] += n
-            out["ttft"].append(first)
-            out["lat"].append(time.perf_counter() - t0)
-
-    async def load(concurrency, requests):
-        await asyncio.gather(*[consumer(time.monotonic() + 30, [2], {"tokens": 0, "ttft": [], "lat": []})
-                               for _ in range(concurrency)])
-        out = {"tokens": 0, "ttft": [], "lat": [], "errors": 0}
-        budget = [requests]
-        t0 = time.perf_counter()
-        await asyncio.gather(*[consumer(time.monotonic() + args.duration, budget, out) for _ in range(concurrency)])
-        return _summary(out, time.perf_counter() - t0)
-
-    try:
-        return {"many": asyncio.run(load(args.concurrency, args.requests)),
-                "one": asyncio.run(load(1, args.single_requests))}
-    finally:
-        engine.shutdown()
+    cmd = [sys.executable, "-c", DIRECT, path, os.path.abspath(INTERNAL), args.engine_kwargs, str(args.max_tokens),
+           str(args.concurrency), str(args.requests), str(args.single_requests), str(args.duration)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"the direct engine run failed (rc {p.returncode}): {p.stderr[-2000:]}")
+    res = json.loads(line[len("RESULT "):])
+    out = {}
+    for k, v in res.items():
+        cpu = v.pop("cpu_us")
+        out[k] = _summary(v, v.pop("elapsed"))
+        per = round(cpu / max(v["tokens"], 1), 1)
+        out[k]["cpu_us_per_token"] = {"direct": per, "total": per}
+    return out
 
 
 def run_server(python, server, model, args, env_extra=None) -> dict:
@@ -266,6 +294,7 @@ def main() -> None:
     only = args.only.split(",")
     results = {}
     for name in only:
+        load0 = round(os.getloadavg()[0], 1)
         if name == "direct":
             results[name] = run_direct(model, args)
         elif name == "ember":
@@ -278,20 +307,26 @@ def main() -> None:
                 continue
             results[name] = run_server(args.ray_python, RAY_SERVER, model, args,
                                        {"PYTHONPATH": args.ray_pythonpath} if args.ray_pythonpath else None)
+        results[name]["load_avg"] = load0
         print(name, json.dumps(results[name]), flush=True)
     print(f"\nmodel: llama hidden={args.hidden} layers={args.layers}; {args.concurrency} streams x "
           f"{args.max_tokens} tokens; engine_kwargs {args.engine_kwargs}")
     print(f"{'system':<13}{'tok/s':>9}{'ttft50':>8}{'ttft99':>8}{'p50 ms':>8}{'err':>5} |"
-          f"{' 1 stream: tok/s':>17}{'ttft50':>8}{'ttft99':>8}")
+          f"{' 1 stream: tok/s':>17}{'ttft50':>8}{'ttft99':>8}{'load':>6}")
     for name, r in results.items():
         m, o = r["many"], r["one"]
         print(f"{name:<13}{m['tokens_per_s']:>9}{m['ttft_p50_ms']:>8}{m['ttft_p99_ms']:>8}{m['p50_ms']:>8}"
-              f"{m['errors']:>5} |{o['tokens_per_s']:>17}{o['ttft_p50_ms']:>8}{o['ttft_p99_ms']:>8}")
+              f"{m['errors']:>5} |{o['tokens_per_s']:>17}{o['ttft_p50_ms']:>8}{o['ttft_p99_ms']:>8}{r['load_avg']:>6}")
     if "direct" in results:
         d = results["direct"]["many"]["tokens_per_s"]
         for name in ("ember", "ember_plain", "ray_plain"):
             if name in results:
-                print(f"{name}: {results[name]['many']['tokens_per_s'] / d:.2f} of the direct engine's tokens/s")
+                print(f"{name}: {results[name]['many']['tokens_per_s'] / d:.2f} of the direct engine's tokens/s; "
+                      f"1-stream TTFT p50 {results[name]['one']['ttft_p50_ms']} ms vs direct "
+                      f"{results['direct']['one']['ttft_p50_ms']} ms")
+    for name, r in results.items():
+        if "cpu_us_per_token" in r["many"]:
+            print(f"{name} CPU µs per token, {args.concurrency} streams: {r['many']['cpu_us_per_token']}")
     for name in ("ember", "ember_plain"):
         if name in results and "ray_plain" in results:
             print(f"{name}/ray_plain tokens/s: "

@@ -5,7 +5,8 @@ interpreter) and then Ray (`--ray-python`), under a time limit; a scenario that 
 out of time shows as such in the table (an Ember failure makes the exit status 1). Full sizes: 500 actors alive
 at once; 1,000,000 no-op tasks from one driver; get of 100,000 refs; 10 one-CPU nodes running
 1,000 tasks of 50 ms (the spread), grown to 20 nodes (join time, GCS idle CPU, a 10,000-task
-fan-out). `--quick` runs the short form (100 actors, 100k tasks, 20k refs, 5 -> 10 nodes).
+fan-out); 100,000 tasks pending behind busy CPUs (driver memory per pending task). `--quick`
+runs the short form (100 actors, 100k tasks, 20k refs, 20k pending, 5 -> 10 nodes).
 
     .venv/bin/python scripts/scale_envelope.py --quick
     .venv/bin/python scripts/scale_envelope.py --only nodes,actors --ray-python /work/rayvenv/bin/python
@@ -27,7 +28,7 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "scale_workloads.py")
-SCENARIOS = ("nodes", "actors", "tasks", "get")
+SCENARIOS = ("nodes", "actors", "tasks", "get", "pending")
 # (scenario, key, label) rows of the table, in order.
 ROWS = [
     ("nodes", "join_s_first", "nodes: first N joined (s)"),
@@ -50,6 +51,10 @@ ROWS = [
     ("tasks", "peak_driver_rss_mb", "peak driver RSS (MB)"),
     ("get", "refs", "refs in one get"),
     ("get", "get_s", "get of all refs (s)"),
+    ("pending", "pending", "tasks pending behind busy CPUs"),
+    ("pending", "bytes_per_pending_task", "driver memory per pending task (bytes)"),
+    ("pending", "submit_cpu_us", "driver CPU per submitted task (us)"),
+    ("pending", "drain_per_s", "pending tasks run per second"),
     ("scenario", "load", "load average (start->end)"),
 ]
 
@@ -63,7 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="Ray 2.60's interpreter ('' to skip Ray)")
     p.add_argument("--ember-python", default=sys.executable)
     p.add_argument("--timeout-s", type=float, default=0,
-                   help="limit per scenario and runtime (default 300 quick, 1500 full)")
+                   help="limit per scenario and runtime (default 300 quick, 2400 full)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     return p.parse_args(argv)
 
@@ -159,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"unknown scenario(s) {bad}; choose from {SCENARIOS}", file=sys.stderr)
         return 2
-    timeout_s = args.timeout_s or (300 if args.quick else 1500)
+    timeout_s = args.timeout_s or (300 if args.quick else 2400)
     runtimes = [("ember", args.ember_python)]
     if args.ray_python and os.path.exists(args.ray_python):
         runtimes.append(("ray", args.ray_python))

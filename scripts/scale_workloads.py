@@ -10,6 +10,8 @@ Scenarios:
            answers a call), PSS per idle actor (/proc/<pid>/smaps_rollup), all still answering.
 - tasks:   N no-op tasks submitted by one driver, then one get: throughput, peak driver RSS.
 - get:     N small objects put, then one get of all N refs.
+- pending: N no-op tasks pending behind two blocked tasks that hold both CPUs: the driver's
+           resident memory and CPU (all its threads) per pending task, then all of them run.
 - nodes:   a cluster of one-CPU nodes (Ember: `ember start --head` + `ember start --address`;
            Ray: ray.cluster_utils.Cluster, which starts the same processes without `ray stop`
            touching other clusters on the machine): join time, spread of 50 ms tasks, then
@@ -19,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import importlib
 import json
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import sys
@@ -36,6 +40,7 @@ if __name__ == "__main__":  # run as a plain script: this directory must not sha
 
 SIZES = {  # scenario -> (full, quick) sizes
     "actors": (500, 100), "tasks": (1_000_000, 100_000), "get": (100_000, 20_000),
+    "pending": (100_000, 20_000),
     "spread_nodes": (10, 5), "spread_tasks": (1000, 300), "fanout_nodes": (20, 10),
     "fanout_tasks": (10_000, 2000), "idle_s": (10, 5),
 }
@@ -64,6 +69,11 @@ def cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
 def load() -> float:
@@ -135,6 +145,48 @@ def get_refs(mod: Any, n: int) -> dict[str, Any]:
                 "gets_per_s": round(n / get_s)}
     finally:
         mod.shutdown()
+
+
+def pending(mod: Any, n: int) -> dict[str, Any]:
+    mod.init(**init_kwargs(mod.__name__, num_cpus=2))
+    d = tempfile.mkdtemp(prefix="scale-pending-")
+
+    @mod.remote(num_cpus=1)
+    def block(d: str, i: int) -> None:
+        open(os.path.join(d, f"started{i}"), "w").close()
+        deadline = time.monotonic() + 1800
+        while not os.path.exists(os.path.join(d, "go")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    @mod.remote
+    def noop() -> None:
+        return None
+
+    try:
+        mod.get([noop.remote() for _ in range(100)], timeout=300)
+        blockers = [block.remote(d, i) for i in range(2)]
+        deadline = time.monotonic() + 300
+        while not all(os.path.exists(os.path.join(d, f"started{i}")) for i in range(2)):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the two blocking tasks did not start in 300 s")
+            time.sleep(0.05)
+        gc.collect()
+        r0, c0 = rss_bytes(), time.process_time()
+        refs = [noop.remote() for _ in range(n)]
+        cpu = time.process_time() - c0
+        time.sleep(2)  # the submission path takes the last ones in
+        gc.collect()
+        per_task = (rss_bytes() - r0) / n
+        open(os.path.join(d, "go"), "w").close()
+        t0 = time.monotonic()
+        assert len(mod.get(refs, timeout=1800)) == n
+        drain = time.monotonic() - t0
+        mod.get(blockers, timeout=120)
+        return {"pending": n, "bytes_per_pending_task": round(per_task),
+                "submit_cpu_us": round(cpu * 1e6 / n, 1), "drain_per_s": round(n / drain)}
+    finally:
+        mod.shutdown()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- clusters
@@ -276,7 +328,8 @@ def _wait_nodes(mod: Any, n: int, timeout_s: float = 300) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runtime", default="ember", choices=("ember", "ray"))
-    p.add_argument("--scenario", required=True, choices=("actors", "tasks", "get", "nodes"))
+    p.add_argument("--scenario", required=True,
+                   choices=("actors", "tasks", "get", "pending", "nodes"))
     p.add_argument("--quick", action="store_true")
     p.add_argument("--n", type=int, default=0, help="override the scenario's size")
     a = p.parse_args(argv)
@@ -285,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.scenario == "nodes":
         res = nodes(mod, a.quick)
     else:
-        fn = {"actors": actors, "tasks": tasks, "get": get_refs}[a.scenario]
+        fn = {"actors": actors, "tasks": tasks, "get": get_refs, "pending": pending}[a.scenario]
         res = fn(mod, a.n or size(a.scenario, a.quick))
     res["load"] = f"{l0:.1f}->{load():.1f}"
     print(json.dumps(res), flush=True)

@@ -7,7 +7,7 @@ reporter counts a failed batch as dropped).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import grpc
 
@@ -42,9 +42,13 @@ class TaskEventsClient:
         return backoff.retry_sync(once, self.retry if idempotent else backoff.NO_RETRY,
                                   retry_on=rpc.is_transient)
 
-    def add_task_event_data(self, batch: gcs_task_pb2.TaskEventBatch) -> None:
-        """Sends one batch of transitions (never retried)."""
-        self._call(self._stub.AddTaskEventData, gcs_task_pb2.AddTaskEventDataRequest(data=batch), False)
+    def add_task_event_data(self, batch: bytes, records_by_job: Mapping[str, int],
+                            dropped_by_job: Mapping[str, int]) -> None:
+        """Sends one serialized TaskEventBatch, its records per job (hex) and the events the
+        sender dropped (never retried)."""
+        req = gcs_task_pb2.AddTaskEventDataRequest(batch=batch, records_by_job=records_by_job,
+                                                   dropped_by_job=dropped_by_job)
+        self._call(self._stub.AddTaskEventData, req, False)
 
     def get_task_events(self, filters: Sequence[tuple[str, str, str]] = (),
                         limit: int = 0) -> gcs_task_pb2.GetTaskEventsReply:

@@ -34,7 +34,7 @@ from typing import Any, Awaitable, Callable, TypeVar, cast
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from . import auth, channel_auth, metrics, tls, tracing, validate, validate_rules
+from . import auth, channel_auth, metrics, tls, tracing, validate_rules, validate_server
 from .config import get_config
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -251,8 +251,9 @@ def build_server(
     """Creates an asyncio gRPC server with the given servicers, the standard health service, the
     token check (auth.py; on unless EMBER_AUTH_MODE=disabled), mutual TLS when EMBER_USE_TLS=1
     (tls.py) and the tracing / metrics interceptors when those are on (nothing is added when
-    they are off). Every unary-request method of the servicers parses its request leniently and
-    checks it against `validate_rules.RULES` before it runs (INVALID_ARGUMENT naming the field);
+    they are off). Every method of the servicers parses its request (each message of a request
+    stream) leniently and checks it against `validate_rules.RULES` before the servicer sees it
+    (`validate_server`; INVALID_ARGUMENT naming the field);
     a request bigger than EMBER_MAX_MESSAGE_BYTES is RESOURCE_EXHAUSTED (gRPC's own check).
 
     Returns (server, bound_port, health_servicer). Binding a port in use raises OSError naming it.
@@ -269,7 +270,7 @@ def build_server(
     if metrics.enabled():
         interceptors.append(_AioInterceptor(metrics.ServerInterceptor()))
     server = grpc.aio.server(options=server_options(), interceptors=interceptors or None)
-    registrar = cast(grpc.aio.Server, validate.Registrar(server, validate_rules.RULES, InvalidArgument))
+    registrar = cast(grpc.aio.Server, validate_server.Registrar(server, validate_rules.RULES, InvalidArgument))
     for add in add_servicers:
         add(registrar)
     health_servicer = health.aio.HealthServicer()

@@ -1,17 +1,11 @@
 """Request validation at the edge of every service: declarative rules per request message.
 
-A rule is a field path and a check. `rpc.build_server` wraps every registered method handler
-(`wrap_handler`) so that, before the servicer runs, the request is
-
-1. parsed leniently: bytes that are not a valid message of the method's request type (broken
-   wire format, invalid UTF-8 in a string field) answer INVALID_ARGUMENT instead of the gRPC
-   library's generic failure;
-2. checked against the rules of its message type (`validate_rules.RULES`, keyed by the
-   message's full name): the first problem answers INVALID_ARGUMENT naming the field, e.g.
-   ``/ember.Raylet/ReturnWorker: lease_id must be 16 bytes, got 3``.
-
-The servicer then sees only well-formed requests; the error goes through the kit's one error
-table (`rpc.InvalidArgument`). Messages without rules pass after parsing.
+A rule is a field path and a check (`validate_rules.RULES` holds every service's, keyed by the
+request message's full name). `problems(msg, rules)` names what is wrong, one text per problem
+(``lease_id must be 16 bytes, got 3``); `first(msg, rules)` is the first of them or None, and
+is fast for a well-formed message: the rules of a message type compile once into a tree by
+path and then into one generated predicate (`_fast`), which builds no text. `validate_server`
+applies the rules to every request (and every message of a request stream) a server receives.
 
 Paths: ``a.b`` walks into sub-messages (an unset one ends the walk: nothing below it to check);
 ``xs[]`` applies the rest of the path (or the check) to every element of a repeated field;
@@ -21,13 +15,10 @@ and lets an unset (zero or empty) plain field pass (pair it with REQUIRED when i
 """
 from __future__ import annotations
 
-import inspect
 import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
-
-import grpc
 
 # A check returns what is wrong with a value, or None.
 Check = Callable[[Any], "str | None"]
@@ -51,12 +42,33 @@ def id_bytes(n: int) -> Check:
     element of a repeated field does not)."""
     def check(v: Any) -> str | None:
         return None if len(v) == n else f"must be {n} bytes, got {len(v)}"
+    check.byte_len = n  # type: ignore[attr-defined]  # compared inline by the compiled plan
     return check
+
+
+def remembered(check: Check) -> Check:
+    """check, remembering up to 4096 values it passed: the ids, addresses and runtime envs a
+    client sends repeat in every request (its own worker id, its node's), so the hot path pays
+    a set lookup instead of a regex or a JSON parse. For checks of hashable, immutable values."""
+    good: set[Any] = set()
+
+    def check_remembered(v: Any) -> str | None:
+        if v in good:
+            return None
+        problem = check(v)
+        if problem is None:
+            if len(good) >= 4096:
+                good.clear()
+            good.add(v)
+        return problem
+    check_remembered.__doc__ = check.__doc__
+    return check_remembered
 
 
 _NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 
 
+@remembered
 def name_id(v: Any) -> str | None:
     """A textual id (node, worker, client id): up to 128 letters, digits and ``_.:-``."""
     if _NAME.fullmatch(v):
@@ -64,6 +76,7 @@ def name_id(v: Any) -> str | None:
     return f"must be 1 to 128 letters, digits or '_.:-', got {v[:40]!r}"
 
 
+@remembered
 def address(v: Any) -> str | None:
     """host:port ([v6]:port too), port 1..65535."""
     if not v:
@@ -85,6 +98,7 @@ def at_least(lo: float) -> Check:
     """A number >= lo (NaN refused)."""
     def check(v: Any) -> str | None:
         return None if v >= lo else f"must be >= {lo:g}, got {v}"
+    check.min_value = lo  # type: ignore[attr-defined]  # compared inline by the compiled plan
     return check
 
 
@@ -104,10 +118,11 @@ def enum_of(wrapper: Any) -> Check:
 
 def resource_map(v: Any) -> str | None:
     """{name: amount}: non-empty names, finite amounts >= 0."""
-    for name, amount in v.items():
+    for name in v:  # (a protobuf map's items() is several times slower than this)
+        amount = v[name]
         if not name:
             return "has an empty resource name"
-        if not math.isfinite(amount) or amount < 0:
+        if not 0 <= amount < math.inf:
             return f"[{name!r}] must be a finite amount >= 0, got {amount}"
     return None
 
@@ -201,117 +216,108 @@ def _run(node: _Node, msg: Any, label: str) -> Iterator[str]:
                     yield f"{here} {problem}"
 
 
-_compiled: dict[int, tuple[list[Rule], _Node]] = {}
+Predicate = Callable[[Any], bool]
 
 
-def problems(msg: Any, rules: list[Rule]) -> Iterator[str]:
-    """What is wrong with msg under rules, one text per problem, each naming its field."""
-    hit = _compiled.get(id(rules))
-    if hit is None or hit[0] is not rules:
-        hit = _compiled[id(rules)] = (rules, _compile(rules))
-    return _run(hit[1], msg, "")
+def _fast(node: _Node, desc: Any) -> Predicate:
+    """node as one predicate over messages of type desc: True when nothing is wrong. It is
+    generated Python (one function, the fields read inline, id lengths compared inline) and
+    builds no text: the hot path checks every pushed task. `_run` names the problem after it
+    says False; both follow the module docstring's semantics (a unit test holds them equal)."""
+    env: dict[str, Any] = {}
+    lines = ["def ok(m0):"]
+    _emit(node, desc, "m0", 1, lines, env)
+    lines.append("    return True")
+    exec("\n".join(lines), env)  # noqa: S102 - source built from the rules' field names only
+    ok: Predicate = env["ok"]
+    return ok
+
+
+def _emit_checks(checks: list[Check], var: str, pad: str, lines: list[str], env: dict[str, Any]) -> None:
+    for check in checks:
+        n, lo = getattr(check, "byte_len", None), getattr(check, "min_value", None)
+        if n is not None:
+            lines.append(f"{pad}if len({var}) != {int(n)}: return False")
+        elif lo is not None:
+            lines.append(f"{pad}if not {var} >= {float(lo)!r}: return False")
+        else:
+            key = f"c{len(env)}"
+            env[key] = check
+            lines.append(f"{pad}if {key}({var}): return False")
+
+
+def _emit(node: _Node, desc: Any, m: str, depth: int, lines: list[str], env: dict[str, Any]) -> None:
+    pad = "    " * depth
+    _emit_checks(node.whole, m, pad, lines, env)
+    for f in node.fields.values():
+        fd = desc.fields_by_name[f.name]
+        if not f.name.isidentifier():
+            raise ValueError(f"bad field name {f.name!r}")
+        v = f"v{len(lines)}"
+        if f.many:
+            sub = fd.message_type.fields_by_name["value"].message_type if f.is_map else fd.message_type
+            lines.append(f"{pad}for {v} in {m}.{f.name}{'.values()' if f.is_map else ''}:")
+            _emit_checks(f.checks, v, pad + "    ", lines, env)
+            if f.child is not None:
+                _emit(f.child, sub, v, depth + 1, lines, env)
+            lines.append(f"{pad}    pass")
+        elif fd.has_presence:  # a sub-message (or an optional scalar): its checks see an unset value too
+            if f.required or f.child is not None:
+                lines.append(f"{pad}if {m}.HasField({f.name!r}):")
+                if f.child is not None:
+                    lines.append(f"{pad}    {v} = {m}.{f.name}")
+                    _emit(f.child, fd.message_type, v, depth + 1, lines, env)
+                lines.append(f"{pad}    pass")
+                if f.required:
+                    lines.append(f"{pad}else: return False")
+            if f.checks:
+                lines.append(f"{pad}{v} = {m}.{f.name}")
+                _emit_checks(f.checks, v, pad, lines, env)
+        else:  # a plain field: an unset (zero, empty) value passes unless REQUIRED
+            lines.append(f"{pad}{v} = {m}.{f.name}")
+            lines.append(f"{pad}if {v}:")
+            _emit_checks(f.checks, v, pad + "    ", lines, env)
+            lines.append(f"{pad}    pass")
+            if f.required:
+                lines.append(f"{pad}else: return False")
+
+
+class _Plan:
+    __slots__ = ("rules", "node", "ok")
+
+    def __init__(self, rules: list[Rule]) -> None:
+        self.rules = rules
+        self.node = _compile(rules)
+        self.ok: Predicate | None = None  # made for the message type of the first check
+
+
+_compiled: dict[int, _Plan] = {}
+
+
+def _plan(rules: list[Rule]) -> _Plan:
+    plan = _compiled.get(id(rules))
+    if plan is None or plan.rules is not rules:
+        plan = _compiled[id(rules)] = _Plan(rules)
+    return plan
+
+
+def problems(msg: Any, rules: list[Rule], label: str = "") -> Iterator[str]:
+    """What is wrong with msg under rules, one text per problem, each naming its field (after
+    label: "spec." names the fields of a message that sits at `spec` in its request)."""
+    return _run(_plan(rules).node, msg, label)
+
+
+def first(msg: Any, rules: list[Rule], label: str = "") -> str | None:
+    """The first of `problems(msg, rules, label)`, or None; fast when msg is well-formed (a
+    compiled predicate first, the texts only for a bad message)."""
+    plan = _plan(rules)
+    ok = plan.ok
+    if ok is None:
+        ok = plan.ok = _fast(plan.node, msg.DESCRIPTOR)
+    return None if ok(msg) else next(_run(plan.node, msg, label), None)
 
 
 def first_problem(msg: Any, rules_by_type: dict[str, list[Rule]]) -> str | None:
     """What is wrong with the first bad field of msg, or None (also when its type has no rules)."""
     rules = rules_by_type.get(msg.DESCRIPTOR.full_name)
-    return next(problems(msg, rules), None) if rules else None
-
-
-class _Malformed:
-    """What the lenient deserializer returns for bytes that do not parse."""
-
-    def __init__(self, type_name: str, error: Exception) -> None:
-        self.text = f"the request is not a valid {type_name} message ({type(error).__name__}: {error})"
-
-
-def wrap_handler(handler: Any, method: str, rules_by_type: dict[str, list[Rule]],
-                 invalid: Callable[[str], Exception]) -> Any:
-    """handler (a grpc RpcMethodHandler with a unary request) with lenient parsing and the
-    rules of its request type checked first; other handlers are returned as they are. A bad
-    request aborts the call with the status code of `invalid(text)` (rpc.InvalidArgument: the
-    kit's error table says INVALID_ARGUMENT)."""
-    if handler is None or handler.request_streaming:
-        return handler
-    parse = handler.request_deserializer
-    msg_cls = getattr(parse, "__self__", None)
-    if parse is None or msg_cls is None or not hasattr(msg_cls, "DESCRIPTOR"):
-        return handler
-    type_name = msg_cls.DESCRIPTOR.full_name
-    rules = rules_by_type.get(type_name, [])
-
-    def lenient(data: bytes) -> Any:
-        try:
-            return parse(data)
-        except Exception as exc:  # DecodeError, UnicodeDecodeError ...: the caller's fault
-            return _Malformed(type_name, exc)
-
-    def problem_of(request: Any) -> str | None:
-        if isinstance(request, _Malformed):
-            return request.text
-        return next(problems(request, rules), None) if rules else None
-
-    async def refuse(context: Any, problem: str) -> None:
-        err = invalid(f"{method}: {problem}")
-        await context.abort(getattr(err, "code", grpc.StatusCode.INVALID_ARGUMENT), str(err))
-
-    inner = handler.unary_stream if handler.response_streaming else handler.unary_unary
-    if handler.response_streaming and inspect.isasyncgenfunction(inner):
-        async def stream(request: Any, context: Any) -> Any:
-            problem = problem_of(request)
-            if problem is not None:
-                await refuse(context, problem)
-            async for item in inner(request, context):
-                yield item
-        behavior: Any = stream
-    else:
-        async def unary(request: Any, context: Any) -> Any:
-            problem = problem_of(request)
-            if problem is not None:
-                await refuse(context, problem)
-            result = inner(request, context)
-            return (await result) if inspect.isawaitable(result) else result
-        behavior = unary
-    make = grpc.unary_stream_rpc_method_handler if handler.response_streaming else grpc.unary_unary_rpc_method_handler
-    return make(behavior, request_deserializer=lenient, response_serializer=handler.response_serializer)
-
-
-class Registrar:
-    """What `rpc.build_server` hands to the generated `add_*Servicer_to_server` functions: the
-    server, except that method handlers get `wrap_handler` on their way in (the per-service
-    registered handlers and generic ones alike)."""
-
-    def __init__(self, server: Any, rules: dict[str, list[Rule]], invalid: Callable[[str], Exception]) -> None:
-        self._server = server
-        self._rules = rules
-        self._invalid = invalid
-
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
-        """Registers the handlers of `service`, each wrapped."""
-        self._server.add_registered_method_handlers(service, {
-            name: wrap_handler(h, f"/{service}/{name}", self._rules, self._invalid)
-            for name, h in handlers.items()})
-
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        """Registers generic handlers whose method handlers are wrapped on first use."""
-        self._server.add_generic_rpc_handlers(
-            tuple(_Generic(h, self._rules, self._invalid) for h in handlers))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._server, name)
-
-
-class _Generic(grpc.GenericRpcHandler):
-    def __init__(self, inner: Any, rules: dict[str, list[Rule]], invalid: Callable[[str], Exception]) -> None:
-        self._inner, self._rules, self._invalid = inner, rules, invalid
-        self._wrapped: dict[str, Any] = {}
-
-    def service(self, handler_call_details: Any) -> Any:
-        method = handler_call_details.method
-        wrapped = self._wrapped.get(method)
-        if wrapped is None:
-            handler = self._inner.service(handler_call_details)
-            if handler is None:
-                return None  # not this handler's method (not cached: names come from callers)
-            wrapped = self._wrapped[method] = wrap_handler(handler, method, self._rules, self._invalid)
-        return wrapped
+    return first(msg, rules) if rules else None

@@ -1,5 +1,5 @@
 """The request rules of every Ember service (GCS, raylet, objmgr, core worker), by request
-message full name; `rpc.build_server` applies them through `validate.wrap_handler`.
+message full name; `rpc.build_server` applies them through `validate_server.wrap_handler`.
 
 What each rule guards: ids have the length `ember_common.ids` gives them (task 16 bytes, object
 20, actor 16, lease 16, placement group 18, job 4; node and worker ids are short text), enums are
@@ -20,11 +20,13 @@ from .validate import (
     address,
     at_least,
     enum_of,
+    first,
     id_bytes,
     max_len,
     name_id,
     not_nan,
     port,
+    remembered,
     resource_map,
     under,
 )
@@ -38,6 +40,7 @@ JOB_ID = id_bytes(ids.JOB_ID_LEN)
 TEXT_LIMIT = max_len(1 << 20)  # free text (reasons, entrypoints, log lines): 1 MiB
 
 
+@remembered
 def json_object(v: Any) -> str | None:
     """Canonical JSON of an object (a serialized runtime env)."""
     try:
@@ -125,9 +128,9 @@ GCS_TASK: dict[str, list[Rule]] = {
     # The columns themselves (thousands of events a batch) are checked by the store in one pass
     # (equal lengths; unknown states ignored), not element by element here: this RPC is the
     # task hot path's only cost in the GCS.
-    "AddTaskEventDataRequest": [
-        Rule("data", REQUIRED), Rule("data.worker_id", name_id), Rule("data.node_id", name_id),
-        Rule("data.pid", at_least(0))],
+    # The batch is bytes the store decodes when a query needs it (and drops, counted, if it
+    # cannot); here only its presence.
+    "AddTaskEventDataRequest": [Rule("batch", REQUIRED)],
     "GetTaskEventsRequest": [*TASK_FILTERS, Rule("limit", at_least(0))],
     "GetTaskSummaryRequest": TASK_FILTERS,
 }
@@ -161,6 +164,10 @@ OBJMGR: dict[str, list[Rule]] = {
     "ReadObjectRequest": NEEDS_OBJECT_ID,
     "ReadRangeRequest": [*NEEDS_OBJECT_ID, Rule("offset", at_least(0)), Rule("length", at_least(0))],
     "FreeRequest": [Rule("object_ids[]", OBJECT_ID)],
+    # Each message of a WriteObject stream (the servicer checks the first one names the object
+    # and that every chunk lies inside it: that needs the stream's first message).
+    "ObjectChunk": [Rule("object_id", OBJECT_ID), Rule("total_size", at_least(0)), Rule("offset", at_least(0)),
+                    Rule("owner_worker_id", name_id)],
 }
 NESTED = [Rule("outer_id", OBJECT_ID), *under("owner", ADDRESS), Rule("object_ids[]", OBJECT_ID)]
 CORE_WORKER: dict[str, list[Rule]] = {
@@ -174,6 +181,17 @@ CORE_WORKER: dict[str, list[Rule]] = {
                         Rule("borrower_worker_id", name_id)],
     "AddObjectLocationRequest": [*NEEDS_OBJECT_ID, Rule("node_id", REQUIRED), Rule("node_id", name_id)],
 }
+
+# TaskStream's TaskBatch has no rules of its own (it is parsed leniently): each of its specs is
+# checked by the worker, and a bad one fails only its task (the others in the batch run).
+PUSHED_TASK_SPEC = [Rule("task_id", REQUIRED), *TASK_SPEC]  # PushTaskRequest's spec, unwrapped
+
+
+def task_spec_problem(spec: Any) -> str | None:
+    """What is wrong with a TaskSpec pushed over TaskStream, naming the field as PushTask's
+    rules do (``spec.task_id must be 16 bytes, got 3``), or None."""
+    return first(spec, PUSHED_TASK_SPEC, "spec.")
+
 
 # Full message name -> rules (every service's messages are in package `ember`).
 RULES: dict[str, list[Rule]] = {f"ember.{name}": rules for table in (GCS, GCS_TASK, RAYLET, OBJMGR, CORE_WORKER)

@@ -1,5 +1,7 @@
-"""Fuzzing every unary RPC of every service (GCS, raylet, objmgr, a worker's core-worker
-server) over real sockets, authenticated with the cluster's token.
+"""Fuzzing every unary-request RPC of every service (GCS, raylet, objmgr, a worker's core-worker
+server; the server streams Subscribe, ReadObject and ReadRange included) over real sockets,
+authenticated with the cluster's token. The request streams (WriteObject, TaskStream) have
+their own fuzz in test_fuzz_streams.py; the random messages come from tests/fuzzing.py.
 
 Per method: seeded random byte strings, then random but well-formed messages (every field type
 filled with plausible and implausible values: ids of wrong lengths, unknown enum numbers, NaN,
@@ -15,21 +17,19 @@ whole fuzz stops at DEADLINE_S.
 """
 from __future__ import annotations
 
-import math
 import os
 import random
 import time
 
 import grpc
 import pytest
+from fuzzing import expected_problem, fill
 from google.protobuf import message_factory
 
 import ember
 from ember.testing import LocalCluster
 from ember_common import rpc
 from ember_common.proto import core_worker_pb2, gcs_pb2, gcs_task_pb2, objmgr_pb2, raylet_pb2
-from ember_common.validate import first_problem
-from ember_common.validate_rules import RULES
 
 SEED = 20261201
 PER_METHOD = 10  # random byte strings; as many random well-formed messages
@@ -103,68 +103,6 @@ def _methods(mod) -> list[tuple[str, object, bool]]:
     return out
 
 
-# Valid-looking values (mostly=True): requests that pass the rules and reach the services' cores.
-_GOOD_TEXT = ["", "n-1f2e", "worker_0a", "127.0.0.1:1"]
-_GOOD_LENGTHS = [0, 4, 16, 18, 20]
-_TEXT = ["", "n-1f2e", "127.0.0.1:1", "worker_0a", "x" * 200, "has space", "héllo:\n", "[::1]:70000",
-         '{"env_vars": {}}', "{", "nodes"]
-_INTS = [0, 1, -1, -7, 3, 65536, 2**31 - 1]
-_FLOATS = [0.0, 0.5, 1.0, -1.0, math.nan, math.inf, 1e300]
-_LENGTHS = [0, 1, 3, 4, 16, 18, 20, 24]
-
-
-def _scalar(field, rng: random.Random, mostly: bool = False):
-    t = field.type
-    if t == field.TYPE_STRING:
-        return rng.choice(_GOOD_TEXT if mostly else _TEXT)
-    if t == field.TYPE_BYTES:
-        return rng.randbytes(rng.choice(_GOOD_LENGTHS if mostly else _LENGTHS))
-    if t == field.TYPE_BOOL:
-        return rng.random() < 0.5
-    if t in (field.TYPE_DOUBLE, field.TYPE_FLOAT):
-        return rng.choice(_FLOATS[:3] if mostly else _FLOATS)
-    if t == field.TYPE_ENUM:
-        return rng.choice([*(v.number for v in field.enum_type.values), *(() if mostly else (9, -3))])
-    return rng.choice(_INTS[:2] if mostly else _INTS)
-
-
-def _fill(msg, rng: random.Random, depth: int = 0, mostly: bool = False):
-    """msg with a random subset of its fields set to random values (sub-messages to depth 3)."""
-    for field in msg.DESCRIPTOR.fields:
-        if rng.random() < 0.4:
-            continue
-        sub = field.message_type
-        if sub is not None and sub.GetOptions().map_entry:
-            target = getattr(msg, field.name)
-            for _ in range(rng.randint(0, 2)):
-                key, value = sub.fields_by_name["key"], sub.fields_by_name["value"]
-                if value.message_type is None:
-                    target[_scalar(key, rng, mostly)] = _scalar(value, rng, mostly)
-        elif sub is not None:
-            if depth >= 3:
-                continue
-            if field.is_repeated:
-                for _ in range(rng.randint(0, 2)):
-                    _fill(getattr(msg, field.name).add(), rng, depth + 1, mostly)
-            else:
-                _fill(getattr(msg, field.name), rng, depth + 1, mostly)
-                getattr(msg, field.name).SetInParent()
-        elif field.is_repeated:
-            getattr(msg, field.name).extend(_scalar(field, rng, mostly) for _ in range(rng.randint(0, 3)))
-        else:
-            setattr(msg, field.name, _scalar(field, rng, mostly))
-    return msg
-
-
-def _expected_problem(desc, data: bytes) -> str | None:
-    """What the service must refuse in data: a parse failure, or the first rule's problem."""
-    try:
-        msg = message_factory.GetMessageClass(desc).FromString(data)
-    except Exception:  # noqa: BLE001 - any parse failure is the caller's fault
-        return "is not a valid"
-    return first_problem(msg, RULES)
-
-
 def _call(ch: grpc.Channel, path: str, data: bytes, streams: bool) -> tuple[grpc.StatusCode, str]:
     try:
         if streams:
@@ -189,15 +127,15 @@ def test_fuzz_every_unary_rpc_then_the_cluster_still_works(cluster):
             for path, desc, streams in _methods(FILES[service]):
                 cls = message_factory.GetMessageClass(desc)
                 cases = [rng.randbytes(rng.randint(1, 64)) for _ in range(PER_METHOD)]
-                cases += [_fill(cls(), rng).SerializeToString() for _ in range(PER_METHOD)]
+                cases += [fill(cls(), rng).SerializeToString() for _ in range(PER_METHOD)]
                 if path not in HOLDS_RESOURCES:
-                    cases += [_fill(cls(), rng, mostly=True).SerializeToString() for _ in range(PER_METHOD)]
+                    cases += [fill(cls(), rng, mostly=True).SerializeToString() for _ in range(PER_METHOD)]
                 for data in cases:
                     assert time.monotonic() < deadline, f"fuzzing took over {DEADLINE_S} s ({calls} calls)"
                     code, details = _call(ch, path, data, streams)
                     calls += 1
                     counts[code.name] = counts.get(code.name, 0) + 1
-                    expected = _expected_problem(desc, data)
+                    expected = expected_problem(desc, data)
                     if code in BAD or (code == grpc.StatusCode.DEADLINE_EXCEEDED and not streams):
                         failures.append(f"{path} {data!r}: {code.name} {details}")  # a crash or a hang
                     elif expected is not None and (code != grpc.StatusCode.INVALID_ARGUMENT
@@ -271,29 +209,4 @@ def test_a_garbage_pickle_fails_that_task_only_and_the_worker_keeps_serving(clus
     assert ember.get(cluster.probe.ping.remote(), timeout=60) == "pong"
 
 
-def test_write_object_refuses_chunks_outside_the_object(cluster):
-    """A chunk past the object's end (or before it) would overwrite other objects in the shared
-    arena: the call fails INVALID_ARGUMENT and the unsealed object is dropped."""
-    from ember_common import ids
 
-    oid = ids.new_put_id()
-    with rpc.sync_channel(cluster.nodes[0].record.objmgr_address) as ch:
-        write = ch.stream_unary("/ember.ObjectManager/WriteObject",
-                                request_serializer=objmgr_pb2.ObjectChunk.SerializeToString,
-                                response_deserializer=objmgr_pb2.WriteObjectReply.FromString)
-        for offset in (8, -8):
-            chunks = [objmgr_pb2.ObjectChunk(object_id=oid, total_size=16, offset=0, data=b"a" * 16),
-                      objmgr_pb2.ObjectChunk(total_size=16, offset=offset, data=b"b" * 16)]
-            with pytest.raises(grpc.RpcError) as err:
-                write(iter(chunks), timeout=30)
-            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert "does not fit object" in err.value.details(), err.value.details()
-        with pytest.raises(grpc.RpcError) as err:
-            write(iter([objmgr_pb2.ObjectChunk(object_id=b"short", total_size=1, data=b"x")]), timeout=30)
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "20 bytes" in err.value.details()
-        stats = ch.unary_unary("/ember.ObjectManager/ListObjects",
-                               request_serializer=objmgr_pb2.ListObjectsRequest.SerializeToString,
-                               response_deserializer=objmgr_pb2.ListObjectsReply.FromString)
-        assert oid not in [o.object_id for o in stats(objmgr_pb2.ListObjectsRequest(), timeout=30).objects]
-        write(iter([objmgr_pb2.ObjectChunk(object_id=oid, total_size=4, offset=0, data=b"good")]), timeout=30)
-        assert oid in [o.object_id for o in stats(objmgr_pb2.ListObjectsRequest(), timeout=30).objects]

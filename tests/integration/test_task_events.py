@@ -126,9 +126,16 @@ def test_ten_thousand_tasks_list_and_summary(cluster):
     for start in range(0, n, 1000):
         assert ember.get([noop.remote(i) for i in range(start, start + 1000)])[-1] == start + 999
     run_s = time.monotonic() - t0
+    timings = {}
+    # The owner reports every task: once its last records are in, the GCS holds them all as
+    # bytes, unread; the first query decodes and merges the 10,000 records.
+    task_events.flush()
+    t0 = time.monotonic()
+    cold = state.summarize_tasks()["cluster"]
+    timings["summarize_tasks() first (merges the batches)"] = time.monotonic() - t0
+    assert cold["summary"]["noop"]["state_counts"] == {"FINISHED": n}
     summary = _wait_total(n)
     assert summary["summary"]["noop"]["state_counts"] == {"FINISHED": n}
-    timings = {}
     t0 = time.monotonic()
     rows = state.list_tasks(limit=100)
     timings["list_tasks(limit=100)"] = time.monotonic() - t0
@@ -151,7 +158,8 @@ def test_ten_thousand_tasks_list_and_summary(cluster):
     for what, s in timings.items():
         print(f"  {what}: {s * 1000:.0f} ms")
     # The bound the issue sets is 1 s; under a loaded test machine only a generous one holds.
-    assert timings["list_tasks(limit=100)"] < 3.0 and timings["summarize_tasks()"] < 3.0, (timings, load)
+    assert max(timings["list_tasks(limit=100)"], timings["summarize_tasks()"],
+               timings["summarize_tasks() first (merges the batches)"]) < 3.0, (timings, load)
 
 
 def test_the_gcs_store_keeps_its_bound_and_counts_drops(monkeypatch):

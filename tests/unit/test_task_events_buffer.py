@@ -1,6 +1,8 @@
-"""The reporter side of task events (ember._private.task_events): hooks append to a bounded
-buffer, drops are counted per job, a batch is built as columns, and the flag turns it all off.
-No cluster: the module's buffer is used directly (the reporter thread is not started)."""
+"""The reporter side of task events (ember._private.task_events): the owner's hooks coalesce a
+task's transitions into one record (the reply's times included), the executor keeps only what
+its owner cannot see, a batch is columnar, open records are sent once per change, drops are
+counted per job, and the flag turns it all off. No cluster: the module's tables are used
+directly (the reporter thread is not started)."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,16 +15,18 @@ from ember_common.config import Config
 from ember_common.proto import common_pb2, core_worker_pb2, gcs_task_pb2
 
 TA = gcs_task_pb2.TaskAttempt
+ME = ("n1", "w1", 11)
+WORKERS = {"10.0.0.2:7000": ("n2", "w2", 22)}
 
 
 @pytest.fixture()
 def buffer(monkeypatch):
-    """The hooks on, an empty buffer of 5 events, no reporter."""
+    """The hooks on, empty tables of at most 5 records, no reporter."""
     monkeypatch.setattr(te, "on", True)
-    monkeypatch.setattr(te, "_max_events", 5)
-    monkeypatch.setattr(te, "_events", type(te._events)())
-    monkeypatch.setattr(te, "_infos", type(te._infos)())
-    monkeypatch.setattr(te, "_dropped", {})
+    monkeypatch.setattr(te, "_max_records", 5)
+    for name in ("_open", "_running", "_workers", "_dropped"):
+        monkeypatch.setattr(te, name, {})
+    monkeypatch.setattr(te, "_closed", type(te._closed)())
     return te
 
 
@@ -30,58 +34,134 @@ def spec(i: int, job: bytes = b"\x01\x00\x00\x00", **kw) -> common_pb2.TaskSpec:
     return common_pb2.TaskSpec(task_id=i.to_bytes(16, "big"), job_id=job, name=f"f{i}", **kw)
 
 
-CORE = SimpleNamespace(worker_id="w1", node_id="n1", job_id=b"\x01\x00\x00\x00")
+def times(b: gcs_task_pb2.TaskEventBatch, i: int) -> dict[int, int]:
+    return {s: t for s, t in enumerate(b.ts_ns[6 * i:6 * i + 6], 1) if t}
 
 
-def test_hooks_append_transitions_and_the_batch_is_columnar(buffer):
+def test_a_task_is_one_record_with_every_state_the_reply_included(buffer):
     s = spec(1, trace_context={"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"})
     te.submitted(s)
     te.record(s, te.PENDING_NODE_ASSIGNMENT)
-    s.attempt = 1  # a retry: the next events belong to attempt 1
-    te.failed(s, TimeoutError("slow"))
-    te.executed(spec(2), core_worker_pb2.PushTaskReply(is_application_error=True, error_message="ValueError: x"))
-    items = [te._events.popleft() for _ in range(len(te._events))]
-    infos = [te._infos.popleft() for _ in range(len(te._infos))]
-    b = te._batch(CORE, items, infos, {})
-    assert list(b.attempt) == [0, 0, 1, 0]
-    assert list(b.state) == [TA.PENDING_ARGS_AVAIL, TA.PENDING_NODE_ASSIGNMENT, TA.FAILED, TA.FAILED]
-    assert list(b.error_index) == [2, 3]
-    assert list(b.error_type) == ["TimeoutError", "TASK_EXECUTION_EXCEPTION"]
-    assert list(b.info_name) == ["f1"] and list(b.info_trace_id) == ["ab" * 16]
-    assert b.time_ns[0] <= b.time_ns[1] and (b.worker_id, b.node_id) == ("w1", "n1")
+    te.leased("10.0.0.2:7000", "n2", "w2", 22)
+    te.pushed(s, "10.0.0.2:7000")
+    assert len(te._open) == 1 and not te._closed
+    te.replied(s, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
+    assert not te._open and len(te._closed) == 1
+    b, by_job = te.encode(te.take({}), ME, te._workers)
+    assert len(b.task_id) == 1 and by_job == {"01000000": 1}
+    got = times(b, 0)
+    assert list(got) == [TA.PENDING_ARGS_AVAIL, TA.PENDING_NODE_ASSIGNMENT, TA.SUBMITTED_TO_WORKER,
+                         TA.RUNNING, TA.FINISHED]
+    assert got[TA.PENDING_ARGS_AVAIL] <= got[TA.SUBMITTED_TO_WORKER] and (got[TA.RUNNING], got[TA.FINISHED]) == (5, 9)
+    assert list(b.where) == [1] and (b.where_node_id[0], b.where_worker_id[0], b.where_pid[0]) == ("n2", "w2", 22)
+    assert list(b.name) == ["f1"] and list(b.trace_id) == ["ab" * 16]
+    assert not b.type and not b.actor_id  # optional columns: empty when every record has the default
+    assert (b.node_id, b.worker_id, b.pid) == ME and not b.error_index
 
 
-def test_owner_failures_get_rays_error_type_names(buffer):
+def test_an_error_retried_is_its_attempts_failure_and_the_retry_a_new_record(buffer):
+    s = spec(1)
+    te.submitted(s)
+    te.pushed(s, "10.0.0.2:7000")
+    err = core_worker_pb2.PushTaskReply(is_application_error=True, error_message="ValueError: x",
+                                        start_time_ns=5, end_time_ns=6)
+    te.replied(s, err)  # the push's reply (a retry may follow)
+    s.attempt = 1
+    te.pushed(s, "10.0.0.2:7000")
+    te.replied(s, err)  # retries exhausted: complete() sees it again
+    te.failed(spec(2), TimeoutError("slow"))
+    b, _ = te.encode(te.take({}), ME, WORKERS)
+    assert list(b.attempt) == [0, 1, 0]
+    assert [max(times(b, i)) for i in range(3)] == [TA.FAILED, TA.FAILED, TA.FAILED]
+    assert list(b.error_index) == [0, 1, 2]
+    assert list(b.error_type) == ["TASK_EXECUTION_EXCEPTION"] * 2 + ["TimeoutError"]
+    assert list(b.where) == [1, 1, 0]  # spec(2) never reached a worker
+
+
+def test_a_push_that_breaks_fails_the_attempt_and_owner_failures_get_rays_names(buffer):
     from ember import exceptions as exc
 
-    te.failed(spec(1), exc.TaskCancelledError("t"))
-    te.failed(spec(2), exc.WorkerCrashedError())
-    assert [e[4][0] for e in te._events] == ["TASK_CANCELLED", "WORKER_DIED"]
+    s = spec(1)
+    te.submitted(s)
+    te.push_failed(s, "UNAVAILABLE", "gone")
+    te.failed(spec(2), exc.TaskCancelledError("t"))
+    te.failed(spec(3), exc.WorkerCrashedError())
+    b, _ = te.encode(te.take({}), ME, {})
+    assert list(b.error_type) == ["WORKER_DIED", "TASK_CANCELLED", "WORKER_DIED"]
+    assert "UNAVAILABLE: gone" in b.error_message[0]
 
 
-def test_past_the_bound_events_are_dropped_and_counted_per_job(buffer):
-    for i in range(8):
-        te.record(spec(i, job=b"\x01" if i % 2 else b"\x02"), te.RUNNING)
-    te.submitted(spec(9, job=b"\x03"))
-    assert len(te._events) == 5 and len(te._infos) == 0
-    assert te._dropped == {"01": 2, "02": 1, "03": 1}
-    b = te._batch(CORE, [], [], dict(te._dropped))
-    assert dict(b.dropped_by_job) == {"01": 2, "02": 1, "03": 1}
+def test_open_records_are_sent_once_per_change(buffer):
+    s = spec(1)
+    te.submitted(s)
+    sent: dict = {}
+    assert len(te.take(sent)) == 1  # pending: shown before it ends
+    assert te.take(sent) == []  # nothing moved
+    te.pushed(s, "10.0.0.2:7000")
+    [r] = te.take(sent)
+    assert r[4] and r is not te._open[id(s)]  # a copy: the hot path keeps its own
+    te.replied(s, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
+    assert len(te.take(sent)) == 1 and sent == {}
 
 
-def test_actor_creation_describes_itself_when_it_starts(buffer):
+def test_the_executor_reports_only_running_tasks_and_actor_creations(buffer):
     creation = spec(1, actor_id=b"\x09" * 16, actor_creation=common_pb2.ActorCreationSpec(class_name="A"))
+    plain, long = spec(2), spec(3)
     te.started(creation)
-    te.started(spec(2))  # a plain task's owner has described it already
-    b = te._batch(CORE, list(te._events), list(te._infos), {})
-    assert list(b.info_type) == [TA.ACTOR_CREATION_TASK] and list(b.state) == [TA.RUNNING, TA.RUNNING]
+    te.started(plain)
+    te.executed(plain, core_worker_pb2.PushTaskReply())  # its owner reports it
+    te.started(long)  # still running at the flush
+    sent: dict = {}
+    b, _ = te.encode(te.take(sent), ME, {})
+    assert list(b.name) == ["f1", "f3"] and list(b.type) == [TA.ACTOR_CREATION_TASK, TA.NORMAL_TASK]
+    assert [max(times(b, i)) for i in range(2)] == [TA.RUNNING, TA.RUNNING]
+    assert list(b.where) == [1, 1] and list(b.where_worker_id) == ["w1"]
+    te.executed(creation, core_worker_pb2.PushTaskReply())
+    b, _ = te.encode(te.take(sent), ME, {})  # spec(3) was sent already
+    assert list(b.name) == ["f1"] and max(times(b, 0)) == TA.FINISHED
 
 
-def test_off_means_nothing_is_kept(buffer, monkeypatch):
-    monkeypatch.setattr(te, "on", False)
+def test_past_the_bound_tasks_are_dropped_and_counted_per_job(buffer):
+    for i in range(8):
+        te.submitted(spec(i, job=b"\x01" if i % 2 else b"\x02"))
+    assert len(te._open) == 5 and te._dropped == {"01": 2, "02": 1}
+    te.pushed(spec(7, job=b"\x01"), "a")  # not recorded: its later hooks drop too
+    assert len(te._open) == 5 and te._dropped == {"01": 3, "02": 1}
+
+
+def test_the_batch_round_trips_and_off_means_nothing_is_kept(buffer, monkeypatch):
     te.submitted(spec(1))
-    te.record(spec(1), te.RUNNING)
-    assert not te._events and not te._dropped
+    b, _ = te.encode(te.take({}), ME, {})
+    assert gcs_task_pb2.TaskEventBatch.FromString(b.SerializeToString()) == b
+    assert te.encode([], ME, {}) == (gcs_task_pb2.TaskEventBatch(node_id="n1", worker_id="w1", pid=11), {})
+    monkeypatch.setattr(te, "on", False)
+    te.submitted(spec(2))
+    te.record(spec(2), te.PENDING_NODE_ASSIGNMENT)
+    te.started(spec(3))
+    assert len(te._open) == 1 and not te._running and not te._dropped
+
+
+def test_what_the_reporter_encodes_the_gcs_store_reads_back(buffer):
+    from ember_gcs.task_events import TaskEventStore, to_proto
+
+    actor = spec(2, actor_id=b"\x09" * 16)
+    plain, fails = spec(1), spec(3)
+    for s in (plain, actor, fails):
+        te.submitted(s)
+        te.pushed(s, "10.0.0.2:7000")
+    te.replied(plain, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
+    te.failed(fails, TimeoutError("slow"))
+    b, by_job = te.encode(te.take({}), ME, WORKERS, traced=False)
+    assert not b.trace_id and list(b.type) == [TA.NORMAL_TASK, TA.NORMAL_TASK, TA.ACTOR_TASK]
+    store = TaskEventStore()
+    store.add_raw(b.SerializeToString(), by_job)
+    assert len(store.pending) == 1 and len(store) == 0
+    rows = {a.info.name: to_proto(a) for a in store.query()[0]}
+    assert {n: TA.State.Name(a.state) for n, a in rows.items()} == {
+        "f1": "FINISHED", "f2": "SUBMITTED_TO_WORKER", "f3": "FAILED"}
+    assert (rows["f1"].node_id, rows["f1"].worker_id, rows["f1"].pid) == WORKERS["10.0.0.2:7000"]
+    assert rows["f1"].state_ts_ns["RUNNING"] == 5 and rows["f3"].error_type == "TimeoutError"
+    assert rows["f2"].type == TA.ACTOR_TASK and rows["f2"].actor_id == b"\x09" * 16
 
 
 def test_start_honours_the_flag_and_checks_its_settings(monkeypatch):

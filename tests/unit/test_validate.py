@@ -1,16 +1,18 @@
 """The request rules (ember_common.validate, validate_rules): every rule path exists in the
-proto, every unary RPC of every service has rules (or a request with no fields), and the checks
-name the bad field."""
+proto, every unary RPC of every service has rules (or a request with no fields), every request
+stream is checked, and the checks name the bad field."""
 from __future__ import annotations
 
 import math
 
 import pytest
+from fuzzing import fill
+from google.protobuf.message_factory import GetMessageClass
 
 from ember_common import ids
 from ember_common.proto import common_pb2, core_worker_pb2, gcs_pb2, gcs_task_pb2, objmgr_pb2, raylet_pb2
 from ember_common.validate import first_problem, problems
-from ember_common.validate_rules import RULES
+from ember_common.validate_rules import RULES, task_spec_problem
 
 SERVICE_FILES = (gcs_pb2, gcs_task_pb2, raylet_pb2, objmgr_pb2, core_worker_pb2)
 
@@ -99,3 +101,66 @@ def test_a_bad_field_is_named(msg, expected):
 ])
 def test_well_formed_requests_pass(msg):
     assert list(problems(msg, RULES.get(msg.DESCRIPTOR.full_name, []))) == []
+
+
+def test_every_request_stream_is_checked():
+    """A request stream's messages have rules (ObjectChunk), or the servicer checks their items
+    (TaskBatch: each spec with task_spec_problem, so a bad spec fails only its task)."""
+    streamed = {m.input_type.full_name for mod in SERVICE_FILES
+                for service in mod.DESCRIPTOR.services_by_name.values()
+                for m in service.methods if m.client_streaming}
+    assert streamed == {"ember.ObjectChunk", "ember.TaskBatch"}
+    assert "ember.ObjectChunk" in RULES and "ember.TaskBatch" not in RULES
+
+
+@pytest.mark.parametrize("msg, expected", [
+    (objmgr_pb2.ObjectChunk(object_id=b"short"), "object_id must be 20 bytes, got 5"),
+    (objmgr_pb2.ObjectChunk(offset=-8), "offset must be >= 0, got -8"),
+    (objmgr_pb2.ObjectChunk(object_id=OID, total_size=-1), "total_size must be >= 0, got -1"),
+])
+def test_a_bad_chunk_is_named(msg, expected):
+    assert first_problem(msg, RULES) == expected
+
+
+@pytest.mark.parametrize("spec", [
+    common_pb2.TaskSpec(),
+    common_pb2.TaskSpec(task_id=b"abc"),
+    common_pb2.TaskSpec(task_id=TASK_ID, kwarg_names=["x"]),
+    common_pb2.TaskSpec(task_id=TASK_ID, return_ids=[OID, b"x"]),
+    common_pb2.TaskSpec(task_id=TASK_ID, resources={"CPU": -1}),
+    common_pb2.TaskSpec(task_id=TASK_ID, args=[common_pb2.TaskArg(ref=common_pb2.ObjectRefProto())]),
+    common_pb2.TaskSpec(task_id=TASK_ID, actor_creation=common_pb2.ActorCreationSpec(max_restarts=-2)),
+    common_pb2.TaskSpec(task_id=TASK_ID, serialized_runtime_env="[]"),
+])
+def test_a_streamed_spec_is_refused_as_push_task_refuses_it(spec):
+    """TaskStream's per-spec check gives the text PushTask's rules give for the same spec."""
+    problem = task_spec_problem(spec)
+    assert problem is not None and problem == first_problem(core_worker_pb2.PushTaskRequest(spec=spec), RULES)
+
+
+def test_a_well_formed_streamed_spec_passes():
+    spec = common_pb2.TaskSpec(task_id=TASK_ID, job_id=b"\0\0\0\1", return_ids=[OID], kwarg_names=["a"],
+                               args=[common_pb2.TaskArg(value=common_pb2.SerializedObject(data=b"x"))])
+    assert task_spec_problem(spec) is None
+
+
+def test_the_compiled_check_agrees_with_the_named_problems():
+    """`first` (a generated predicate, then the texts) finds a problem exactly when `problems`
+    does, on random messages of every type with rules (and TaskSpecs under TaskStream's rules)."""
+    import random
+
+    from ember_common.validate import first
+    from ember_common.validate_rules import PUSHED_TASK_SPEC
+
+    rng = random.Random(17)
+    pool = common_pb2.DESCRIPTOR.pool
+    cases = [(GetMessageClass(pool.FindMessageTypeByName(t)), rules) for t, rules in RULES.items()]
+    cases.append((common_pb2.TaskSpec, PUSHED_TASK_SPEC))
+    bad = 0
+    for cls, rules in cases:
+        for _ in range(60):
+            msg = fill(cls(), rng)
+            expected = next(problems(msg, rules), None)
+            assert first(msg, rules) == expected, (msg, expected)
+            bad += expected is not None
+    assert 0 < bad < 60 * len(cases)  # both verdicts were exercised

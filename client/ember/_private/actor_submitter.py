@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -83,9 +83,10 @@ class ActorSubmitter:
         # isinstance chain, most frequent first (cheaper than `match` on this hot path).
         for ins in out:
             if isinstance(ins, PushCall):
-                task_events.record(ins.entry.spec, task_events.SUBMITTED_TO_WORKER)
-                fut = self.core.task_streams.push_nowait(ins.address, ins.entry.spec)
-                fut.add_done_callback(functools.partial(self._pushed, q, ins.entry, ins.incarnation))
+                task_events.pushed(ins.entry.spec, ins.address)
+                # The reply is handled straight from the stream's reader (no done-callback hop).
+                self.core.task_streams.push_cb(ins.address, ins.entry.spec, functools.partial(
+                    self._pushed, q, ins.entry, ins.incarnation))
             elif isinstance(ins, Complete):
                 self.submitter.complete(ins.entry, ins.reply)
             elif isinstance(ins, Fail):
@@ -94,11 +95,11 @@ class ActorSubmitter:
                 asyncio.ensure_future(self._wait_for_actor(q))
 
     def _pushed(self, q: ActorCallQueue, entry: TaskEntry, incarnation: int,
-                fut: asyncio.Future[Any]) -> None:
-        err = fut.exception()
-        if err is None:
-            self._run(q, q.replied(entry, fut.result()))
+                reply: core_worker_pb2.PushTaskReply | None, err: BaseException | None) -> None:
+        if reply is not None:
+            self._run(q, q.replied(entry, reply))
             return
+        assert err is not None
         code = err.code() if isinstance(err, grpc.aio.AioRpcError) else grpc.StatusCode.UNKNOWN
         task_events.push_failed(entry.spec, code.name, str(err))
         if incarnation == q.incarnation and q.address is not None:
@@ -132,6 +133,7 @@ class ActorSubmitter:
                         log.info("actor %s: still alive at the same address; resending",
                                  q.actor_id.hex()[:8])
                     out = q.actor_alive(a.incarnation, f"{a.address.ip}:{a.address.port}")
+                    task_events.leased(f"{a.address.ip}:{a.address.port}", a.address.node_id, a.address.worker_id, a.pid)
                     if out is not None:
                         q.resolved()
                         self._run(q, out)

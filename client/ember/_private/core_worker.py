@@ -132,6 +132,10 @@ class CoreWorker(ObjectAPI):
     def run(self, coro: Awaitable[T] | Callable[[], Awaitable[T]], timeout: float | None = None) -> T:
         """Runs a coroutine on the loop from a user thread and waits for it. A gRPC call must be
         created on the loop, so pass it as a zero-argument callable (lambda: stub.Method(req))."""
+        if self.loop.is_closed():  # after shutdown(): fail now, not wait forever
+            if asyncio.iscoroutine(coro):
+                coro.close()
+            raise RuntimeError("Ember's core worker is shut down (ember.shutdown() ran)")
         return asyncio.run_coroutine_threadsafe(_as_coro(coro), self.loop).result(timeout)
 
     def gcs_call(self, factory: Callable[[], Awaitable[T]]) -> T:
@@ -203,6 +207,8 @@ class CoreWorker(ObjectAPI):
         task_events.stop()  # the last batch
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():  # else its self-pipe leaks: a ResourceWarning once gRPC drops it
+            self.loop.close()
 
     async def _async_shutdown(self) -> None:
         await self.submitter.shutdown()

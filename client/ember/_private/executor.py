@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, cast
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Protocol, cast
 
 from ember import exceptions as exc
 from ember_common import backoff, tracing
@@ -48,8 +48,16 @@ class ActorExit(SystemExit):
     """Raised by ember.actor.exit_actor() to end the actor after the current call."""
 
 
-# Where a pushed task's PushTaskReply goes (a future on the core loop).
-ReplyFuture = asyncio.Future[core_worker_pb2.PushTaskReply]
+class ReplyFuture(Protocol):
+    """Where a pushed task's PushTaskReply goes, on the core loop: an asyncio future (unary
+    PushTask) or a task stream's reply sink, which sends the reply on at once (no extra loop
+    iteration for a done-callback)."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: core_worker_pb2.PushTaskReply, /) -> None: ...
+
+
 # A task waiting in the main queue or the actor's pool; None ends run_forever().
 QueueItem = tuple[common_pb2.TaskSpec, ReplyFuture]
 
@@ -92,7 +100,7 @@ class TaskExecutor(PipelineEffects):
     # ------------------------------------------------------------------ entry (core loop)
     async def push(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         """Core loop: runs a pushed task and returns its reply."""
-        fut: ReplyFuture = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[core_worker_pb2.PushTaskReply] = asyncio.get_running_loop().create_future()
         self.submit(spec, fut)
         return await fut
 

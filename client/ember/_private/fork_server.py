@@ -31,6 +31,8 @@ import select
 import signal
 import sys
 
+from .worker_main import die_with_parent
+
 # What a worker imports on its way to registering, and the libraries most tasks use.
 PRELOAD = (
     "grpc", "google.protobuf", "cloudpickle", "ember_common.rpc", "ember_common.proto.core_worker_pb2",
@@ -40,17 +42,6 @@ PRELOAD = (
     "ember._private.plasma", "ember._private.function_manager", "ember.exceptions", "asyncio",
     "concurrent.futures", "numpy",
 )
-
-
-def _die_with_parent() -> None:
-    """SIGKILL when the raylet (our parent) dies; no watcher thread (the template forks)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def preload(names: tuple[str, ...] = PRELOAD) -> list[str]:
@@ -164,7 +155,7 @@ def serve() -> None:
 
 
 def main() -> None:
-    _die_with_parent()
+    die_with_parent(watch=False)  # no thread: the template forks
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     preload()
     gc.collect()

@@ -8,7 +8,12 @@ while it holds a reference. Waiters are of two kinds:
 - future-like objects (`done()` / `set_result(entry)`: asyncio futures on the core loop), woken
   by `put` with the entry;
 - user threads blocked in `get()` on owned objects (`wait_sync`), woken through a
-  `threading.Event` without a hop through the core loop.
+  `threading.Event` without a hop through the core loop, once: a blocked thread is registered
+  on the first of its ids still missing (a cursor), and the `put` of that id moves the cursor
+  on over what has arrived, on the putting thread. The thread sleeps until the cursor reaches
+  the end, so a `get` of N results costs one wake-up (not one per result: each wake-up of the
+  blocked thread while results stream in cost the loop thread a GIL hand-over, ~100 us), and
+  holds one registration at a time (not one per id: a `get` of 1,000,000 refs).
 
 The store also remembers which other nodes hold a copy of a shared-memory object (reported by
 readers to the owner; told by the owner to borrowers), so that readers pull from the nearest.
@@ -36,13 +41,26 @@ class Waiter(Protocol):
     def set_result(self, result: Any, /) -> None: ...
 
 
+class _SyncWait:
+    """One user thread blocked in `wait_sync`: its ids, the cursor (every id before `i` has
+    arrived; while `i < len(oids)` the waiter is registered under `oids[i]`) and its event,
+    set when the cursor reaches the end."""
+
+    __slots__ = ("oids", "i", "event")
+
+    def __init__(self, oids: list[bytes]) -> None:
+        self.oids = oids
+        self.i = 0
+        self.event = threading.Event()
+
+
 class MemoryStore:
     """Object entries and their waiters (see the module docstring)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._objects: dict[bytes, Entry] = {}
         self._waiters: dict[bytes, list[Waiter]] = {}
-        self._sync_waiters: dict[bytes, list[threading.Event]] = {}
+        self._sync_waiters: dict[bytes, list[_SyncWait]] = {}
         self._sync_lock = threading.Lock()
         self._copies: dict[bytes, set[str]] = {}
         self._clock = clock
@@ -65,9 +83,10 @@ class MemoryStore:
                     w.set_result(entry)
         if self._sync_waiters:
             with self._sync_lock:
-                events = self._sync_waiters.pop(oid, ())
-            for ev in events:
-                ev.set()
+                blocked = self._sync_waiters.pop(oid, None)
+                if blocked:
+                    for sw in blocked:
+                        self._advance(sw)
 
     def put_quiet(self, entry: Entry) -> None:
         """Records an entry nobody can be waiting for yet (a put() value, a generator item
@@ -118,28 +137,46 @@ class MemoryStore:
     def wait_sync(self, oids: list[bytes], timeout: float | None) -> list[bytes]:
         """Blocks this (user) thread until every oid has an entry or timeout passes; returns the
         ids still missing (empty when all arrived)."""
-        ev = threading.Event()
+        w = _SyncWait(oids)
         with self._sync_lock:
-            for oid in oids:
-                self._sync_waiters.setdefault(oid, []).append(ev)
-        deadline = None if timeout is None else self._clock() + timeout
-        try:
-            i = 0  # oids[:i] have arrived: each wake-up checks on from the first missing one
-            while True:
-                while i < len(oids) and oids[i] in self._objects:
-                    i += 1
-                if i == len(oids):
-                    return []
+            self._advance(w)
+        if w.i < len(oids):
+            deadline = None if timeout is None else self._clock() + timeout
+            while not w.event.is_set():
                 left = None if deadline is None else deadline - self._clock()
                 if left is not None and left <= 0:
-                    return [oid for oid in oids[i:] if oid not in self._objects]
-                ev.wait(left)
-                ev.clear()
-        finally:
-            with self._sync_lock:
-                for oid in oids:
-                    lst = self._sync_waiters.get(oid)
-                    if lst is not None and ev in lst:
-                        lst.remove(ev)
-                        if not lst:
-                            del self._sync_waiters[oid]
+                    break
+                w.event.wait(left)
+        with self._sync_lock:
+            if w.i == len(oids):
+                return []
+            self._withdraw(oids[w.i], w)  # timed out: the cursor's registration goes
+        return [oid for oid in oids[w.i:] if oid not in self._objects]
+
+    def _advance(self, w: _SyncWait) -> None:
+        """Under the sync lock: moves w's cursor over the ids that have arrived and registers it
+        under the next missing one, or sets its event at the end. It registers before it looks
+        again: a `put` storing that id after the look finds the registration (`put` stores first
+        and then looks for waiters)."""
+        oids, objects, waiters = w.oids, self._objects, self._sync_waiters
+        i, n = w.i, len(oids)
+        while i < n:
+            oid = oids[i]
+            if oid in objects:
+                i += 1
+                continue
+            waiters.setdefault(oid, []).append(w)
+            if oid not in objects:
+                break
+            self._withdraw(oid, w)  # stored between the two looks: it has arrived
+            i += 1
+        w.i = i
+        if i == n:
+            w.event.set()
+
+    def _withdraw(self, oid: bytes, w: _SyncWait) -> None:
+        lst = self._sync_waiters.get(oid)
+        if lst is not None and w in lst:
+            lst.remove(w)
+            if not lst:
+                del self._sync_waiters[oid]

@@ -216,8 +216,12 @@ def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, a
     spec = common_pb2.TaskSpec()
     spec.CopyFrom(template)
     spec.task_id = task_id
-    spec.args.extend(task_args)
-    spec.kwarg_names.extend(kwarg_names)
+    # Only non-empty lists: each repeated field touched grows the spec's upb arena (a no-op
+    # task's spec: 2.9 KB of malloc with both empty extends, 1.4 KB without; docs/perf.md).
+    if task_args:
+        spec.args.extend(task_args)
+    if kwarg_names:
+        spec.kwarg_names.extend(kwarg_names)
     if not template.streaming:
         spec.return_ids.extend(ids.object_id_for_return(task_id, i + 1)
                                for i in range(max(num_returns, 1)))

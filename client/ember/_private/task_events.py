@@ -1,20 +1,34 @@
-"""Task events, reporter side (Ray's TaskEventBuffer): the owner's and the executor's state
-transitions of every task, batched to the GCS's TaskInfoGcsService off the hot path.
+"""Task events, reporter side (Ray's TaskEventBuffer): every task's state transitions, one
+coalesced record per task, batched to the GCS's TaskInfoGcsService off the hot path.
 
-    submitted(spec)             owner: PENDING_ARGS_AVAIL, and what the task is (name, job, ...)
-    record(spec, STATE)         owner: PENDING_NODE_ASSIGNMENT, SUBMITTED_TO_WORKER; executor: RUNNING
-    executed(spec, reply)       owner and executor: FINISHED, or FAILED for an application error
-    failed(spec, error)         owner: FAILED (cancelled, unschedulable, retries exhausted, ...)
-    push_failed(spec, code, m)  owner: this attempt's worker did not answer (FAILED, WORKER_DIED)
+The owner sees a task's whole life, the worker's part included: `PushTaskReply` carries when
+the worker started and ended it. So the owner reports every task it submits, and a worker
+reports only what its owner cannot see (an actor creation, whose owner is the GCS; a task still
+running at a flush, so a long one shows RUNNING before it ends).
 
-A hook costs one flag test, a clock read and one tuple appended to a deque (no lock: a deque's
-append and popleft are atomic). A daemon thread wakes every `task_events_report_interval_s`,
-takes what is there, turns it into one columnar `TaskEventBatch` (parallel lists filled with
-`extend`, no message per event) and sends it with a blocking call, outside the core's loop.
-The buffer holds at most `task_events_max_buffer_size` events: past it an event is dropped and
-counted against its task's job; a batch the GCS does not take is dropped and counted too
-(against this process's job), and the counts ride with the next batch.
-`EMBER_TASK_EVENTS_ENABLED=0` turns every hook into the flag test alone.
+    owner (loop thread)         submitted(spec)             PENDING_ARGS_AVAIL: opens the record
+                                record(spec, STATE)         PENDING_NODE_ASSIGNMENT, ...
+                                pushed(spec, address)       SUBMITTED_TO_WORKER, at that worker
+                                replied(spec, reply)        RUNNING + FINISHED/FAILED from the reply
+                                                            (an error's also before a retry)
+                                failed(spec, error)         FAILED (cancelled, unschedulable, ...)
+                                push_failed(spec, code, m)  FAILED, WORKER_DIED (a retry reopens)
+                                leased(address, ...)        who the worker at address is
+    executor                    started(spec)               the task runs here
+                                executed(spec, reply)       it ended
+
+A record is a list `[spec, attempt, t1..t6, where, error]` (t_k: the time of state k, 0 until
+reached). The owner keeps its open records by spec; a hook is a flag test, a dict look-up
+and a clock read stored in a slot (the first time of a state stays); the final hook moves the
+record to a deque (atomic, no lock). A daemon thread wakes every
+`task_events_report_interval_s`, takes the closed records and copies of the open ones that
+moved since the last batch, encodes them as one columnar `TaskEventBatch` (`encode`: parallel
+lists filled with `extend`, no message per record) and sends it serialized, as bytes the GCS
+keeps unparsed until a query needs it, with a blocking call outside the core's loop.
+At most `task_events_max_buffer_size` records are held open and as many closed: past that a
+task is not recorded and counted against its job; a batch the GCS does not take is counted
+too; the counts ride with the next batch. `EMBER_TASK_EVENTS_ENABLED=0` turns every hook into
+the flag test alone.
 """
 from __future__ import annotations
 
@@ -25,6 +39,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from ember_common import tracing
 from ember_common.proto import gcs_task_pb2
 
 if TYPE_CHECKING:
@@ -46,79 +61,148 @@ ERROR_TYPES = {"TaskCancelledError": "TASK_CANCELLED", "WorkerCrashedError": "WO
                "TaskUnschedulableError": "TASK_UNSCHEDULABLE_ERROR",
                "RuntimeEnvSetupError": "RUNTIME_ENV_SETUP_FAILED", "ObjectLostError": "OBJECT_LOST",
                "OutOfMemoryError": "OUT_OF_MEMORY", "RayTaskError": "TASK_EXECUTION_EXCEPTION"}
+# Record slots: the spec, its attempt, the six state times (slot = state + 1), where, error.
+SPEC, ATTEMPT, WHERE, ERROR = 0, 1, 8, 9
+HERE = ""  # `where` of a record the executor made: this process
+Record = list[Any]
 
 on = False  # set by start(); every hook tests it first
-_events: collections.deque[tuple[bytes, int, int, int, tuple[str, str] | None]] = collections.deque()
-_infos: collections.deque[common_pb2.TaskSpec] = collections.deque()
-_max_events = 100_000
+# Open records are found by id(spec): the owner passes the same spec object to every hook of a
+# task (the record holds it, so the id stays its own), and an id costs less than reading the
+# task id out of the message.
+_open: dict[int, Record] = {}  # owner: id(spec) -> its current attempt's record while in flight
+_closed: collections.deque[Record] = collections.deque()  # records that will not change again
+_running: dict[int, Record] = {}  # executor: id(spec) -> its record while it runs here
+_workers: dict[str, tuple[str, str, int]] = {}  # worker address -> (node id, worker id, pid)
+_max_records = 100_000
 _dropped: dict[str, int] = {}
 _time_ns = time.time_ns
 
 
-def record(spec: common_pb2.TaskSpec, state: int) -> None:
-    """A transition of spec's current attempt."""
-    if on:
-        if len(_events) < _max_events:
-            _events.append((spec.task_id, spec.attempt, state, _time_ns(), None))
-        else:
-            _drop(spec)
+def _new(spec: common_pb2.TaskSpec) -> Record | None:
+    """Opens spec's record (its first hook, or a retry's)."""
+    if len(_open) >= _max_records:
+        _drop(spec)
+        return None
+    r = _open[id(spec)] = [spec, -1, 0, 0, 0, 0, 0, 0, None, None]
+    return r
 
 
 def submitted(spec: common_pb2.TaskSpec) -> None:
-    """The owner took the task (PENDING_ARGS_AVAIL); its description goes with the next batch."""
+    """The owner took the task (PENDING_ARGS_AVAIL)."""
     if on:
-        if len(_events) < _max_events:
-            _infos.append(spec)
-            _events.append((spec.task_id, spec.attempt, PENDING_ARGS_AVAIL, _time_ns(), None))
+        if len(_open) < _max_records:
+            _open[id(spec)] = [spec, -1, _time_ns(), 0, 0, 0, 0, 0, None, None]
         else:
             _drop(spec)
 
 
-def started(spec: common_pb2.TaskSpec) -> None:
-    """The executor runs the task (RUNNING; an actor creation also says what it is: the GCS,
-    its owner, reports nothing)."""
+def record(spec: common_pb2.TaskSpec, state: int) -> None:
+    """The owner moved spec's current attempt to state (first time kept)."""
     if on:
-        if len(_events) < _max_events:
-            if spec.HasField("actor_creation"):
-                _infos.append(spec)
-            _events.append((spec.task_id, spec.attempt, RUNNING, _time_ns(), None))
+        r = _open.get(id(spec)) or _new(spec)
+        if r is not None and not r[state + 1]:
+            r[state + 1] = _time_ns()
+
+
+def pushed(spec: common_pb2.TaskSpec, address: str) -> None:
+    """The owner sent the task to the worker at address (SUBMITTED_TO_WORKER)."""
+    if on:
+        r = _open.get(id(spec)) or _new(spec)
+        if r is not None:
+            if not r[4]:
+                r[4] = _time_ns()
+            r[WHERE] = address
+
+
+def leased(address: str, node_id: str, worker_id: str, pid: int) -> None:
+    """The worker at address is worker_id on node_id (a lease grant, an actor's address)."""
+    if on:
+        _workers[address] = (node_id, worker_id, pid)
+
+
+def _close(spec: common_pb2.TaskSpec) -> Record | None:
+    r = _open.pop(id(spec), None)
+    if r is None:  # no record open (events turned on meanwhile, or a full buffer)
+        if len(_closed) >= _max_records:
+            _drop(spec)
+            return None
+        r = [spec, -1, 0, 0, 0, 0, 0, 0, None, None]
+    r[1] = spec.attempt  # (a retry moves it on only after this attempt's record closed)
+    return r
+
+
+def replied(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> None:
+    """The task's reply reached its owner: it ran from reply.start_time_ns to end_time_ns, and
+    FINISHED, or FAILED when the user's code raised."""
+    if on:
+        if reply.is_application_error and id(spec) not in _open:
+            return  # recorded already (the push's reply, before a retry could be decided)
+        r = _close(spec)
+        if r is None:
+            return
+        end = reply.end_time_ns or _time_ns()
+        r[5] = reply.start_time_ns
+        if reply.is_application_error:
+            r[7] = end
+            r[ERROR] = ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096])
+        else:
+            r[6] = end
+        if len(_closed) < _max_records:
+            _closed.append(r)
         else:
             _drop(spec)
 
 
-def executed(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> None:
-    """The task's reply: FINISHED, or FAILED when the user's code raised."""
-    if on:
-        if len(_events) < _max_events:
-            if reply.is_application_error:
-                error = ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096])
-                _events.append((spec.task_id, spec.attempt, FAILED, _time_ns(), error))
-            else:
-                _events.append((spec.task_id, spec.attempt, FINISHED, _time_ns(), None))
-        else:
-            _drop(spec)
+def _fail(spec: common_pb2.TaskSpec, what: tuple[str, str]) -> None:
+    r = _close(spec)
+    if r is None:
+        return
+    r[7] = _time_ns()
+    r[ERROR] = what
+    if len(_closed) < _max_records:
+        _closed.append(r)
+    else:
+        _drop(spec)
 
 
 def failed(spec: common_pb2.TaskSpec, error: BaseException) -> None:
     """The owner gives the task up with error."""
     if on:
-        if len(_events) < _max_events:
-            name = type(error).__name__
-            what = (ERROR_TYPES.get(name, name), str(error)[:4096])
-            _events.append((spec.task_id, spec.attempt, FAILED, _time_ns(), what))
-        else:
-            _drop(spec)
+        name = type(error).__name__
+        _fail(spec, (ERROR_TYPES.get(name, name), str(error)[:4096]))
 
 
 def push_failed(spec: common_pb2.TaskSpec, code: str, details: str) -> None:
     """The attempt's worker did not answer (it died, or the stream broke): the attempt FAILED
-    (a retry, if any, is the next attempt)."""
+    (a retry, if any, is the next attempt, with a record of its own)."""
     if on:
-        if len(_events) < _max_events:
-            what = ("WORKER_DIED", f"the worker running the task did not answer ({code}: {details})"[:4096])
-            _events.append((spec.task_id, spec.attempt, FAILED, _time_ns(), what))
-        else:
-            _drop(spec)
+        _fail(spec, ("WORKER_DIED", f"the worker running the task did not answer ({code}: {details})"[:4096]))
+
+
+def started(spec: common_pb2.TaskSpec) -> None:
+    """Executor: the task runs here (reported only while it still runs at a flush, or when it
+    is an actor creation: the GCS, its owner, reports nothing)."""
+    if on:
+        _running[id(spec)] = [spec, -1, 0, 0, 0, _time_ns(), 0, 0, HERE, None]
+
+
+def executed(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> None:
+    """Executor: the task ended (its owner records how, from the reply; an actor creation's
+    record is closed here)."""
+    if on:
+        r = _running.pop(id(spec), None)
+        if r is not None and spec.actor_id and spec.HasField("actor_creation"):
+            r[1] = spec.attempt
+            if reply.is_application_error:
+                r[7] = _time_ns()
+                r[ERROR] = ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096])
+            else:
+                r[6] = _time_ns()
+            if len(_closed) < _max_records:
+                _closed.append(r)
+            else:
+                _drop(spec)
 
 
 def _drop(spec: common_pb2.TaskSpec) -> None:
@@ -126,9 +210,82 @@ def _drop(spec: common_pb2.TaskSpec) -> None:
     _dropped[job] = _dropped.get(job, 0) + 1
 
 
+# ---------------------------------------------------------------------- encoding (pure)
+def encode(records: list[Record], me: tuple[str, str, int], workers: dict[str, tuple[str, str, int]],
+           traced: bool = True) -> tuple[gcs_task_pb2.TaskEventBatch, dict[str, int]]:
+    """records as one columnar batch from the process me = (node id, worker id, pid), and its
+    records per job (hex). A record's `where` is a worker address (looked up in workers), HERE
+    (me) or None (not pushed yet). The actor and trace columns stay empty when no record has
+    one (trace ids are read only when traced: a process that does not trace sets none)."""
+    b = gcs_task_pb2.TaskEventBatch(node_id=me[0], worker_id=me[1], pid=me[2])
+    if not records:
+        return b, {}
+    # Column by column with comprehensions and extend (this thread shares the GIL with the
+    # process's hot path): far cheaper than one message or one append per record.
+    specs = [r[0] for r in records]
+    b.task_id.extend([s.task_id for s in specs])
+    b.attempt.extend([r[1] for r in records])
+    b.ts_ns.extend([t for r in records for t in r[2:8]])
+    wheres = [r[8] for r in records]
+    index: dict[Any, int] = {}
+    for w in dict.fromkeys(wheres):  # the distinct workers, once each
+        found = me if w == HERE else workers.get(w) if w is not None else None
+        if found is None:
+            index[w] = 0
+            continue
+        b.where_node_id.append(found[0])
+        b.where_worker_id.append(found[1])
+        b.where_pid.append(found[2])
+        index[w] = len(b.where_pid)
+    b.where.extend([index[w] for w in wheres])
+    jobs = [s.job_id for s in specs]
+    b.job_id.extend(jobs)
+    b.name.extend([s.name for s in specs])
+    actor_ids = [s.actor_id for s in specs]
+    if any(actor_ids):
+        b.actor_id.extend(actor_ids)
+        b.type.extend([(TA.ACTOR_CREATION_TASK if s.HasField("actor_creation") else TA.ACTOR_TASK)
+                       if a else TA.NORMAL_TASK for s, a in zip(specs, actor_ids, strict=True)])
+    if traced:
+        trace_ids = [_trace_id(s) if s.trace_context else "" for s in specs]
+        if any(trace_ids):
+            b.trace_id.extend(trace_ids)
+    errors = [(i, r[9]) for i, r in enumerate(records) if r[9] is not None]
+    if errors:
+        b.error_index.extend([i for i, _ in errors])
+        b.error_type.extend([e[0] for _, e in errors])
+        b.error_message.extend([e[1] for _, e in errors])
+    return b, {job.hex(): n for job, n in collections.Counter(jobs).items()}
+
+
+def _trace_id(spec: common_pb2.TaskSpec) -> str:
+    tp = spec.trace_context.get("traceparent", "")
+    return tp.split("-")[1] if tp.count("-") >= 2 else ""
+
+
+def take(sent_open: dict[int, tuple[Any, ...]]) -> list[Record]:
+    """The records a batch carries now: the closed ones, and copies of the open and running
+    ones that moved since they were last sent (sent_open: task id -> the times then; updated).
+    Reporter thread only."""
+    pop = _closed.popleft
+    out = [pop() for _ in range(len(_closed))]
+    now: dict[int, tuple[Any, ...]] = {}
+    for table in (_open, _running):
+        for key, r in table.copy().items():  # dict.copy: atomic against the hot path's hooks
+            copy = r[:]
+            times = tuple(copy[2:8])
+            now[key] = times
+            if sent_open.get(key) != times:
+                copy[1] = copy[0].attempt
+                out.append(copy)
+    sent_open.clear()
+    sent_open.update(now)
+    return out
+
+
 # ---------------------------------------------------------------------- the reporter thread
 class _Reporter:
-    """Sends the buffer to the GCS every interval (and once more at stop)."""
+    """Sends the records to the GCS every interval (and once more at stop)."""
 
     def __init__(self, core: CoreWorker, interval_s: float) -> None:
         from ember_common.gcs_task_client import TaskEventsClient
@@ -138,7 +295,8 @@ class _Reporter:
         self.client = TaskEventsClient(core.gcs_address, timeout_s=10.0)
         self.stopping = threading.Event()
         self.lock = threading.Lock()  # one flush at a time (the thread's, or stop()'s last one)
-        self.sent_events = 0
+        self.sent_records = 0
+        self.sent_open: dict[int, tuple[Any, ...]] = {}
         self.thread = threading.Thread(target=self._run, name="ember-task-events", daemon=True)
         self.thread.start()
 
@@ -147,14 +305,11 @@ class _Reporter:
             self.flush()
 
     def flush(self) -> None:
-        """Sends what is buffered now (nothing when there is nothing)."""
+        """Sends what is recorded now (nothing when nothing moved)."""
         with self.lock:
-            n = len(_events)
-            if not n and not _dropped:
+            records = take(self.sent_open)
+            if not records and not _dropped:
                 return
-            pop = _events.popleft
-            items = [pop() for _ in range(n)]
-            infos = [_infos.popleft() for _ in range(len(_infos))]
             dropped = dict(_dropped)
             for job, k in dropped.items():  # only what was read: drops counted meanwhile stay
                 left = _dropped.get(job, 0) - k
@@ -162,15 +317,15 @@ class _Reporter:
                     _dropped[job] = left
                 else:
                     _dropped.pop(job, None)
-            batch = _batch(self.core, items, infos, dropped)
+            core = self.core
+            batch, by_job = encode(records, (core.node_id, core.worker_id, os.getpid()), _workers,
+                                   tracing.enabled())
             try:
-                self.client.add_task_event_data(batch)
-                self.sent_events += n
-            except Exception as e:  # the GCS is away: these events are lost, and counted
-                log.debug("task events: batch of %d not sent (%s)", n, e)
-                job = self.core.job_id.hex()
-                _dropped[job] = _dropped.get(job, 0) + n
-                for j, k in dropped.items():
+                self.client.add_task_event_data(batch.SerializeToString(), by_job, dropped)
+                self.sent_records += len(records)
+            except Exception as e:  # the GCS is away: these records are lost, and counted
+                log.debug("task events: batch of %d not sent (%s)", len(records), e)
+                for j, k in (*by_job.items(), *dropped.items()):
                     _dropped[j] = _dropped.get(j, 0) + k
 
     def stop(self) -> None:
@@ -184,53 +339,20 @@ class _Reporter:
             self.client.close()
 
 
-def _batch(core: CoreWorker, items: list[Any], infos: list[Any],
-           dropped: dict[str, int]) -> gcs_task_pb2.TaskEventBatch:
-    b = gcs_task_pb2.TaskEventBatch(worker_id=core.worker_id, node_id=core.node_id, pid=os.getpid(),
-                                    dropped_by_job=dropped)
-    # Column by column with comprehensions and extend: far cheaper than zip(*items) or one
-    # append per field (this thread shares the GIL with the process's hot path).
-    if items:
-        b.task_id.extend([e[0] for e in items])
-        b.attempt.extend([e[1] for e in items])
-        b.state.extend([e[2] for e in items])
-        b.time_ns.extend([e[3] for e in items])
-        errors = [(i, e[4]) for i, e in enumerate(items) if e[4] is not None]
-        if errors:
-            b.error_index.extend([i for i, _ in errors])
-            b.error_type.extend([err[0] for _, err in errors])
-            b.error_message.extend([err[1] for _, err in errors])
-    if infos:
-        actor_ids = [s.actor_id for s in infos]
-        b.info_task_id.extend([s.task_id for s in infos])
-        b.info_job_id.extend([s.job_id for s in infos])
-        b.info_name.extend([s.name for s in infos])
-        b.info_actor_id.extend(actor_ids)
-        b.info_type.extend([(TA.ACTOR_CREATION_TASK if s.HasField("actor_creation") else TA.ACTOR_TASK)
-                            if a else TA.NORMAL_TASK for s, a in zip(infos, actor_ids)])
-        b.info_trace_id.extend([_trace_id(s) if s.trace_context else "" for s in infos])
-    return b
-
-
-def _trace_id(spec: common_pb2.TaskSpec) -> str:
-    tp = spec.trace_context.get("traceparent", "")
-    return tp.split("-")[1] if tp.count("-") >= 2 else ""
-
-
 _reporter: _Reporter | None = None
 
 
 def start(core: CoreWorker) -> None:
     """Turns the hooks on for this process (unless EMBER_TASK_EVENTS_ENABLED=0) and starts the
     reporter thread."""
-    global on, _reporter, _max_events
+    global on, _reporter, _max_records
     cfg = core.config
     if not cfg.task_events_enabled or _reporter is not None:
         return
     if cfg.task_events_report_interval_s <= 0 or cfg.task_events_max_buffer_size <= 0:
         raise ValueError("EMBER_TASK_EVENTS_REPORT_INTERVAL_S and EMBER_TASK_EVENTS_MAX_BUFFER_SIZE "
                          "must be positive")
-    _max_events = cfg.task_events_max_buffer_size
+    _max_records = cfg.task_events_max_buffer_size
     _reporter = _Reporter(core, cfg.task_events_report_interval_s)
     on = True
 
@@ -250,13 +372,13 @@ def stop() -> None:
 
 
 def flush() -> None:
-    """Sends what is buffered now (tests; `ember list tasks` right after the work)."""
+    """Sends what is recorded now (tests; `ember list tasks` right after the work)."""
     if _reporter is not None:
         _reporter.flush()
 
 
 def stats() -> dict[str, int]:
-    """Events waiting, sent so far and dropped but not yet reported (this process)."""
+    """Records open, closed and waiting, sent so far, and dropped but not yet reported."""
     r = _reporter
-    return {"buffered": len(_events), "sent": r.sent_events if r else 0,
-            "dropped_unreported": sum(_dropped.values())}
+    return {"buffered": len(_closed), "open": len(_open) + len(_running),
+            "sent": r.sent_records if r else 0, "dropped_unreported": sum(_dropped.values())}

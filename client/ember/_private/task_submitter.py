@@ -189,6 +189,7 @@ class TaskSubmitter:
             self._run(self.queue.lease_cancelled(key, lease_id))
             return
         g = granted.grant
+        task_events.leased(_addr(g.worker_address), g.worker_address.node_id, g.worker_address.worker_id, g.pid)
         self._run(self.queue.lease_granted(key, lease_id, granted.raylet_address,
                                            _addr(g.worker_address), list(g.gpu_ids)))
 
@@ -228,13 +229,15 @@ class TaskSubmitter:
             pass  # the raylet died; the lease died with it
 
     async def _do_push(self, lease: Lease, entry: TaskEntry) -> None:
-        task_events.record(entry.spec, task_events.SUBMITTED_TO_WORKER)
+        task_events.pushed(entry.spec, lease.worker_address)
         try:
             reply = await self.core.task_streams.push(lease.worker_address, entry.spec)
         except grpc.aio.AioRpcError as e:
             task_events.push_failed(entry.spec, e.code().name, e.details() or "")
             self._run(self.queue.push_failed(entry, e.code().name, e.details() or ""))
             return
+        if reply.is_application_error:  # this attempt's error, before a retry is decided
+            task_events.replied(entry.spec, reply)
         self._run(self.queue.push_replied(entry, reply))
 
     # -------------------------------------------------------------- results
@@ -244,7 +247,7 @@ class TaskSubmitter:
                 self.core.retry_after_lost_argument(entry, reply):
             return  # its worker could not fetch a lost owned argument: rebuilt, then resubmitted
         self.tasks.pop(entry.spec.task_id, None)
-        task_events.executed(entry.spec, reply)
+        task_events.replied(entry.spec, reply)
         if entry.spec.streaming:
             st = self.core.generators.get(entry.spec.task_id)
             if st is not None:

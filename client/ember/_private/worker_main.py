@@ -12,8 +12,11 @@ import threading
 import time
 
 
-def _die_with_parent() -> None:
-    """Exit when the raylet (our parent) dies, even if it was SIGKILLed."""
+def die_with_parent(watch: bool = True) -> None:
+    """Exit when the raylet (our parent) dies, even if it was SIGKILLed: PR_SET_PDEATHSIG (Linux),
+    and with watch=True also a thread that notices a new parent (a parent that died before the
+    prctl call, a system without prctl). The fork server passes watch=False: a template that
+    forks must have no threads; its children call this again (fork clears the death signal)."""
     try:
         import ctypes
         import signal
@@ -22,19 +25,21 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+    if not watch:
+        return
     parent = os.getppid()
 
-    def watch() -> None:
+    def watch_parent() -> None:
         while True:
             time.sleep(1.0)
             if os.getppid() != parent:
                 os._exit(1)
 
-    threading.Thread(target=watch, daemon=True, name="ember-parent-watch").start()
+    threading.Thread(target=watch_parent, daemon=True, name="ember-parent-watch").start()
 
 
 def main() -> None:
-    _die_with_parent()
+    die_with_parent()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from ember_common import rpc, tracing

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import os
 import threading
 import uuid
 from typing import Any, AsyncIterator, Iterator
@@ -22,6 +23,7 @@ from typing import Any, AsyncIterator, Iterator
 from ember.exceptions import ActorDiedError, RayActorError
 
 from ._private.router import RouteTable
+from ._private.stream_poller import StreamPoller
 
 _MAX_ATTEMPTS = 3
 
@@ -35,6 +37,10 @@ class _HandleRuntime:
         self.thread = threading.Thread(target=self.loop.run_forever, name="ember-serve-handles", daemon=True)
         self.thread.start()
         self.table: RouteTable = asyncio.run_coroutine_threadsafe(self._make_table(), self.loop).result()
+        # Streamed calls: one StreamPoller per replica (one stream_poll call in flight for all of
+        # this process's streams there), under this runtime's group name.
+        self.pollers: dict[str, StreamPoller] = {}
+        self.group = f"h-{os.getpid():x}-{uuid.uuid4().hex[:8]}"
 
     async def _make_table(self) -> RouteTable:
         t = RouteTable()
@@ -115,29 +121,43 @@ async def _call(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs
             router.release(k)
 
 
-async def _stream(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs: dict,
+async def _stream(rt: _HandleRuntime, dep_id: str, method: str, args: tuple, kwargs: dict,
                   q: asyncio.Queue) -> None:
-    """Runs one streamed call: starts it on a replica, then pulls batches (stream_next) until
-    the stream is over, putting every item on q. Cancelled (the caller stopped iterating), it
-    tells the replica to stop the stream."""
+    """Runs one streamed call: starts it on a replica, then takes what the runtime's poller of
+    that replica brings (one stream_poll call in flight per replica for all of this process's
+    streams there) until the stream is over, putting every item on q. A user error is fetched
+    with stream_next, which raises it as a plain call would. Cancelled (the caller stopped
+    iterating), it tells the replica to stop the stream."""
     h = None
     stream_id = uuid.uuid4().hex
     done = False
     try:
         args = tuple([await _resolve(a) for a in args])
         kwargs = {k: await _resolve(v) for k, v in kwargs.items()}
-        await asyncio.wait_for(table.ready.wait(), 60)
-        router = table.router(dep_id)
+        await asyncio.wait_for(rt.table.ready.wait(), 60)
+        router = rt.table.router(dep_id)
         k, h = await router.acquire()
+        poller = StreamPoller.of(rt.pollers, k, h, rt.group)
+        inbox = poller.expect(stream_id)  # before the call: a poll may bring items first
         try:
-            items, done = await h.handle_request_streaming.remote(stream_id, method, args, kwargs)
+            items, done = await h.handle_request_streaming.remote(stream_id, method, args, kwargs, rt.group)
+            if not done:
+                poller.start(stream_id)
             while True:
                 for x in items:
                     q.put_nowait(("item", x))
                 if done:
                     break
-                items, done = await h.stream_next.remote(stream_id)
+                await inbox.wait()
+                items, done, error = inbox.take_items()
+                if error is not None:
+                    for x in items:
+                        q.put_nowait(("item", x))
+                    items, done = await h.stream_next.remote(stream_id)  # raises the user's error
+                    if not done:
+                        raise RuntimeError(f"stream {stream_id} of {dep_id} failed: {error}")
         finally:
+            poller.close(stream_id)
             router.release(k)
         q.put_nowait(("end", None))
     except BaseException as e:
@@ -261,7 +281,7 @@ class DeploymentHandle:
         if self._stream:
             q_fut = rt.submit(_make_queue())
             q = q_fut.result()
-            fut = rt.submit(_stream(rt.table, self.deployment_id, self._method, args, kwargs, q))
+            fut = rt.submit(_stream(rt, self.deployment_id, self._method, args, kwargs, q))
             return DeploymentResponseGenerator(rt, q, fut)
         return DeploymentResponse(rt.submit(_call(rt.table, self.deployment_id, self._method, args, kwargs)))
 

@@ -73,7 +73,54 @@ class TaskAttempt(_message.Message):
     def __init__(self, task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ..., state: _Optional[_Union[TaskAttempt.State, str]] = ..., name: _Optional[str] = ..., func_name: _Optional[str] = ..., type: _Optional[_Union[TaskAttempt.Type, str]] = ..., job_id: _Optional[bytes] = ..., actor_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., pid: _Optional[int] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., trace_id: _Optional[str] = ..., state_ts_ns: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class TaskEventBatch(_message.Message):
-    __slots__ = ("worker_id", "node_id", "pid", "task_id", "attempt", "state", "time_ns", "error_index", "error_type", "error_message", "info_task_id", "info_job_id", "info_name", "info_type", "info_actor_id", "info_trace_id", "dropped_by_job")
+    __slots__ = ("worker_id", "node_id", "pid", "task_id", "attempt", "ts_ns", "where", "where_node_id", "where_worker_id", "where_pid", "job_id", "name", "type", "actor_id", "trace_id", "error_index", "error_type", "error_message")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TS_NS_FIELD_NUMBER: _ClassVar[int]
+    WHERE_FIELD_NUMBER: _ClassVar[int]
+    WHERE_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    WHERE_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    WHERE_PID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    node_id: str
+    pid: int
+    task_id: _containers.RepeatedScalarFieldContainer[bytes]
+    attempt: _containers.RepeatedScalarFieldContainer[int]
+    ts_ns: _containers.RepeatedScalarFieldContainer[int]
+    where: _containers.RepeatedScalarFieldContainer[int]
+    where_node_id: _containers.RepeatedScalarFieldContainer[str]
+    where_worker_id: _containers.RepeatedScalarFieldContainer[str]
+    where_pid: _containers.RepeatedScalarFieldContainer[int]
+    job_id: _containers.RepeatedScalarFieldContainer[bytes]
+    name: _containers.RepeatedScalarFieldContainer[str]
+    type: _containers.RepeatedScalarFieldContainer[TaskAttempt.Type]
+    actor_id: _containers.RepeatedScalarFieldContainer[bytes]
+    trace_id: _containers.RepeatedScalarFieldContainer[str]
+    error_index: _containers.RepeatedScalarFieldContainer[int]
+    error_type: _containers.RepeatedScalarFieldContainer[str]
+    error_message: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, worker_id: _Optional[str] = ..., node_id: _Optional[str] = ..., pid: _Optional[int] = ..., task_id: _Optional[_Iterable[bytes]] = ..., attempt: _Optional[_Iterable[int]] = ..., ts_ns: _Optional[_Iterable[int]] = ..., where: _Optional[_Iterable[int]] = ..., where_node_id: _Optional[_Iterable[str]] = ..., where_worker_id: _Optional[_Iterable[str]] = ..., where_pid: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[bytes]] = ..., name: _Optional[_Iterable[str]] = ..., type: _Optional[_Iterable[_Union[TaskAttempt.Type, str]]] = ..., actor_id: _Optional[_Iterable[bytes]] = ..., trace_id: _Optional[_Iterable[str]] = ..., error_index: _Optional[_Iterable[int]] = ..., error_type: _Optional[_Iterable[str]] = ..., error_message: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AddTaskEventDataRequest(_message.Message):
+    __slots__ = ("batch", "records_by_job", "dropped_by_job")
+    class RecordsByJobEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     class DroppedByJobEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -81,47 +128,13 @@ class TaskEventBatch(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
-    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
-    NODE_ID_FIELD_NUMBER: _ClassVar[int]
-    PID_FIELD_NUMBER: _ClassVar[int]
-    TASK_ID_FIELD_NUMBER: _ClassVar[int]
-    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
-    STATE_FIELD_NUMBER: _ClassVar[int]
-    TIME_NS_FIELD_NUMBER: _ClassVar[int]
-    ERROR_INDEX_FIELD_NUMBER: _ClassVar[int]
-    ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
-    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
-    INFO_TASK_ID_FIELD_NUMBER: _ClassVar[int]
-    INFO_JOB_ID_FIELD_NUMBER: _ClassVar[int]
-    INFO_NAME_FIELD_NUMBER: _ClassVar[int]
-    INFO_TYPE_FIELD_NUMBER: _ClassVar[int]
-    INFO_ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
-    INFO_TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_BY_JOB_FIELD_NUMBER: _ClassVar[int]
     DROPPED_BY_JOB_FIELD_NUMBER: _ClassVar[int]
-    worker_id: str
-    node_id: str
-    pid: int
-    task_id: _containers.RepeatedScalarFieldContainer[bytes]
-    attempt: _containers.RepeatedScalarFieldContainer[int]
-    state: _containers.RepeatedScalarFieldContainer[TaskAttempt.State]
-    time_ns: _containers.RepeatedScalarFieldContainer[int]
-    error_index: _containers.RepeatedScalarFieldContainer[int]
-    error_type: _containers.RepeatedScalarFieldContainer[str]
-    error_message: _containers.RepeatedScalarFieldContainer[str]
-    info_task_id: _containers.RepeatedScalarFieldContainer[bytes]
-    info_job_id: _containers.RepeatedScalarFieldContainer[bytes]
-    info_name: _containers.RepeatedScalarFieldContainer[str]
-    info_type: _containers.RepeatedScalarFieldContainer[TaskAttempt.Type]
-    info_actor_id: _containers.RepeatedScalarFieldContainer[bytes]
-    info_trace_id: _containers.RepeatedScalarFieldContainer[str]
+    batch: bytes
+    records_by_job: _containers.ScalarMap[str, int]
     dropped_by_job: _containers.ScalarMap[str, int]
-    def __init__(self, worker_id: _Optional[str] = ..., node_id: _Optional[str] = ..., pid: _Optional[int] = ..., task_id: _Optional[_Iterable[bytes]] = ..., attempt: _Optional[_Iterable[int]] = ..., state: _Optional[_Iterable[_Union[TaskAttempt.State, str]]] = ..., time_ns: _Optional[_Iterable[int]] = ..., error_index: _Optional[_Iterable[int]] = ..., error_type: _Optional[_Iterable[str]] = ..., error_message: _Optional[_Iterable[str]] = ..., info_task_id: _Optional[_Iterable[bytes]] = ..., info_job_id: _Optional[_Iterable[bytes]] = ..., info_name: _Optional[_Iterable[str]] = ..., info_type: _Optional[_Iterable[_Union[TaskAttempt.Type, str]]] = ..., info_actor_id: _Optional[_Iterable[bytes]] = ..., info_trace_id: _Optional[_Iterable[str]] = ..., dropped_by_job: _Optional[_Mapping[str, int]] = ...) -> None: ...
-
-class AddTaskEventDataRequest(_message.Message):
-    __slots__ = ("data",)
-    DATA_FIELD_NUMBER: _ClassVar[int]
-    data: TaskEventBatch
-    def __init__(self, data: _Optional[_Union[TaskEventBatch, _Mapping]] = ...) -> None: ...
+    def __init__(self, batch: _Optional[bytes] = ..., records_by_job: _Optional[_Mapping[str, int]] = ..., dropped_by_job: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class AddTaskEventDataReply(_message.Message):
     __slots__ = ()

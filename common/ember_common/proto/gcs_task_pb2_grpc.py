@@ -55,8 +55,8 @@ class TaskInfoGcsServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def AddTaskEventData(self, request, context):
-        """A batch of state transitions from one process. Idempotent in effect (a transition seen
-        twice keeps one timestamp per state). Failure: not retried; the reporter counts the batch's
+        """A batch of task records from one process, kept as bytes until a query reads it.
+        Idempotent in effect (a state seen twice keeps its first timestamp). Failure: not retried; the reporter counts the batch's
         events as dropped and sends the count with its next batch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

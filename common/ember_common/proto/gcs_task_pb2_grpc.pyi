@@ -38,8 +38,8 @@ class TaskInfoGcsServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> TaskInfoGcsServiceAsyncStub: ...
     AddTaskEventData: _grpc.UnaryUnaryMultiCallable[_gcs_task_pb2.AddTaskEventDataRequest, _gcs_task_pb2.AddTaskEventDataReply]
-    """A batch of state transitions from one process. Idempotent in effect (a transition seen
-    twice keeps one timestamp per state). Failure: not retried; the reporter counts the batch's
+    """A batch of task records from one process, kept as bytes until a query reads it.
+    Idempotent in effect (a state seen twice keeps its first timestamp). Failure: not retried; the reporter counts the batch's
     events as dropped and sends the count with its next batch.
     """
     GetTaskEvents: _grpc.UnaryUnaryMultiCallable[_gcs_task_pb2.GetTaskEventsRequest, _gcs_task_pb2.GetTaskEventsReply]
@@ -55,8 +55,8 @@ class TaskInfoGcsServiceStub:
 class TaskInfoGcsServiceAsyncStub(TaskInfoGcsServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     AddTaskEventData: _aio.UnaryUnaryMultiCallable[_gcs_task_pb2.AddTaskEventDataRequest, _gcs_task_pb2.AddTaskEventDataReply]  # type: ignore[assignment]
-    """A batch of state transitions from one process. Idempotent in effect (a transition seen
-    twice keeps one timestamp per state). Failure: not retried; the reporter counts the batch's
+    """A batch of task records from one process, kept as bytes until a query reads it.
+    Idempotent in effect (a state seen twice keeps its first timestamp). Failure: not retried; the reporter counts the batch's
     events as dropped and sends the count with its next batch.
     """
     GetTaskEvents: _aio.UnaryUnaryMultiCallable[_gcs_task_pb2.GetTaskEventsRequest, _gcs_task_pb2.GetTaskEventsReply]  # type: ignore[assignment]
@@ -75,8 +75,8 @@ class TaskInfoGcsServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _gcs_task_pb2.AddTaskEventDataRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_gcs_task_pb2.AddTaskEventDataReply, _abc.Awaitable[_gcs_task_pb2.AddTaskEventDataReply]]:
-        """A batch of state transitions from one process. Idempotent in effect (a transition seen
-        twice keeps one timestamp per state). Failure: not retried; the reporter counts the batch's
+        """A batch of task records from one process, kept as bytes until a query reads it.
+        Idempotent in effect (a state seen twice keeps its first timestamp). Failure: not retried; the reporter counts the batch's
         events as dropped and sends the count with its next batch.
         """
 

@@ -74,7 +74,7 @@ def register_metrics(core: GcsCore, tasks: TaskEventStore) -> None:
     metrics.gauge("ember_placement_groups", "Placement groups by state",
                   lambda: {(state,): float(n) for state, n in core.pgs.manager.counts().items()}, ("state",))
     metrics.gauge("ember_task_events_stored", "Task attempts in the task-event store",
-                  lambda: float(len(tasks)))
+                  lambda: float(tasks.stored()))
     metrics.gauge("ember_task_events_dropped", "Task events lost (store bound, reporters' drops)",
                   lambda: float(tasks.num_dropped))
     metrics.gauge("ember_nodes_total", "Nodes by state",

@@ -218,7 +218,7 @@ class TaskInfoServicer(gcs_task_pb2_grpc.TaskInfoGcsServiceServicer):
     @rpc_errors
     async def AddTaskEventData(self, request: gcs_task_pb2.AddTaskEventDataRequest,
                                context: rpc.Context) -> gcs_task_pb2.AddTaskEventDataReply:
-        self.store.add(request.data)
+        self.store.add_raw(request.batch, request.records_by_job, request.dropped_by_job)
         return gcs_task_pb2.AddTaskEventDataReply()
 
     @rpc_errors
@@ -227,7 +227,7 @@ class TaskInfoServicer(gcs_task_pb2_grpc.TaskInfoGcsServiceServicer):
         rows, total = self.store.query([(f.column, f.predicate, f.value) for f in request.filters],
                                        request.limit)
         return gcs_task_pb2.GetTaskEventsReply(
-            tasks=[to_proto(a) for a in rows], total=total, num_stored=len(self.store),
+            tasks=[to_proto(a) for a in rows], total=total, num_stored=self.store.stored(),
             dropped_by_job=self.store.dropped_by_job, num_dropped=self.store.num_dropped)
 
     @rpc_errors

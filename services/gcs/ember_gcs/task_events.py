@@ -1,17 +1,21 @@
-"""The GCS's task-event store (Ray's GcsTaskManager), pure: batches of state transitions in,
-task attempts out. No I/O and no clock: every time comes with the event.
+"""The GCS's task-event store (Ray's GcsTaskManager), pure: serialized batches of task records
+in, task attempts out. No I/O and no clock: every time comes with its record.
 
-- One record per task attempt (task id, attempt number), merging the transitions reported by
-  the owner (PENDING_ARGS_AVAIL .. SUBMITTED_TO_WORKER, FINISHED/FAILED) and the executor
-  (RUNNING with its node/worker/pid, FINISHED/FAILED), in any arrival order: each state keeps
-  its first timestamp, and the attempt's state is the furthest one reached (Ray's order;
-  FINISHED and FAILED are final, FAILED wins over FINISHED).
-- What a task is (name, type, job, actor, trace id) is kept once per task id, so a retry's
-  attempt that only the executor reported still has a name.
+- Lazy: a reporter's batch is kept as the bytes it came in (`add_raw`, no parsing on the
+  reporters' path) and decoded and merged only when a query asks (`merge_pending`, run by
+  `query` and `summary`); the merged attempts stay as the view until the next batch. The
+  oldest pending batch goes unread, its records counted against their jobs, once the newer
+  ones alone hold `max_attempts` records (merged, they would evict it anyway) or past
+  `max_pending_bytes`.
+- One attempt per (task id, attempt number), merging every record of it (the owner's, open
+  or final; the executor's while it ran) in any arrival order: each state keeps its first
+  time, and the state is the furthest reached (Ray's order; FAILED wins over FINISHED).
+- What a task is (name, type, job, actor, trace id) comes with every record and is kept once
+  per task id.
 - Bounded by `max_attempts`: past it the oldest *finished* attempt goes first, then the oldest
   of any state; every eviction is counted against the attempt's job, as are the events
   reporters could not send (`dropped_by_job`). The last `max_attempts` evicted attempts are
-  remembered (at least EVICTED_MEMORY), so late reports about them do not bring them back.
+  remembered (at least EVICTED_MEMORY), so late records about them do not bring them back.
 - Indexes by job, state and name answer filtered lists without a scan; counts per
   (function, type, state) are kept as attempts change, so a summary costs one pass over the
   functions, not over the attempts.
@@ -19,9 +23,12 @@ task attempts out. No I/O and no clock: every time comes with the event.
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from types import MappingProxyType
+from typing import Any, Iterable, Iterator, Mapping
+
+from google.protobuf.message import DecodeError
 
 from ember_common import rpc
 from ember_common.proto import gcs_task_pb2
@@ -36,6 +43,7 @@ FILTER_COLUMNS = ("task_id", "attempt_number", "name", "state", "job_id", "actor
 PREDICATES = ("=", "!=")
 Key = tuple[bytes, int]
 EVICTED_MEMORY = 100_000  # evicted attempts remembered, at least (~100 bytes each)
+_NONE: Mapping[str, int] = MappingProxyType({})
 
 
 @dataclass(slots=True)
@@ -62,19 +70,22 @@ class Attempt:
     pid: int = 0
     error_type: str = ""
     error_message: str = ""
-    state_ts_ns: dict[int, int] = field(default_factory=dict)
+    times: list[int] = field(default_factory=lambda: [0] * 6)  # state k's first time at k - 1 (0: not yet)
 
+    @property
+    def state_ts_ns(self) -> dict[int, int]:
+        """State -> its first time (ns since the epoch), for the states reached."""
+        return {s: t for s, t in enumerate(self.times, 1) if t}
 
-# How far a state is (Ray's order; FAILED beats FINISHED).
-RANK = {s: (7 if s == TA.FAILED else s) for s in TA.State.values()}
 
 
 class TaskEventStore:
     """Bounded task attempts with per-job drop counts; see the module docstring."""
 
-    def __init__(self, max_attempts: int = 100_000) -> None:
-        if max_attempts <= 0:
-            raise ValueError(f"max_attempts must be positive, got {max_attempts}")
+    def __init__(self, max_attempts: int = 100_000, max_pending_bytes: int = 64 << 20) -> None:
+        if max_attempts <= 0 or max_pending_bytes <= 0:
+            raise ValueError(f"max_attempts and max_pending_bytes must be positive, got {max_attempts} "
+                             f"and {max_pending_bytes}")
         self.max_attempts = max_attempts
         self.attempts: OrderedDict[Key, Attempt] = OrderedDict()  # oldest first
         self.finished: OrderedDict[Key, None] = OrderedDict()  # final attempts, in finishing order
@@ -90,76 +101,131 @@ class TaskEventStore:
         self.evicted: OrderedDict[Key, None] = OrderedDict()
         self.dropped_by_job: dict[str, int] = {}
         self.num_dropped = 0
+        # Batches as they came, oldest first: (serialized batch, its records, per job).
+        self.max_pending_bytes = max_pending_bytes
+        self.pending: deque[tuple[bytes, int, dict[str, int]]] = deque()
+        self.pending_bytes = 0
+        self.pending_records = 0
+        self.bad_batches = 0
+        self.last_bad = ""
 
     def __len__(self) -> int:
+        """Attempts merged (merge_pending first for all)."""
         return len(self.attempts)
 
     # ------------------------------------------------------------------ ingest
+    def add_raw(self, blob: bytes, records_by_job: Mapping[str, int],
+                dropped_by_job: Mapping[str, int] = _NONE) -> None:
+        """Keeps one reporter's serialized batch as it came (decoded when a query needs it);
+        counts the sender's drops. Past the pending budget (module docstring) the oldest
+        batches go unread, their records counted per job. InvalidArgument for a negative
+        count."""
+        for job, k in (*records_by_job.items(), *dropped_by_job.items()):
+            if k < 0:
+                raise rpc.InvalidArgument(f"task event batch: negative count {k} for job {job!r}")
+        n = sum(records_by_job.values())
+        for job, k in dropped_by_job.items():
+            self._drop(job, k)
+        if not blob:
+            return
+        self.pending.append((blob, n, dict(records_by_job)))
+        self.pending_bytes += len(blob)
+        self.pending_records += n
+        # The oldest goes unread when the newer ones alone fill the store (merged, they would
+        # evict it anyway), or past the byte budget.
+        while self.pending and (self.pending_records - self.pending[0][1] >= self.max_attempts
+                                or self.pending_bytes > self.max_pending_bytes):
+            old, k, jobs = self.pending.popleft()
+            self.pending_bytes -= len(old)
+            self.pending_records -= k
+            for job, m in jobs.items():
+                self._drop(job, m)
+
+    def merge_pending(self) -> None:
+        """Decodes and merges the batches received since the last query (the merged view is
+        kept until the next batch). One that does not decode, or whose columns differ in
+        length, is dropped whole, its records counted (`bad_batches`, `last_bad`)."""
+        while self.pending:
+            blob, n, jobs = self.pending.popleft()
+            self.pending_bytes -= len(blob)
+            self.pending_records -= n
+            try:
+                self.add(gcs_task_pb2.TaskEventBatch.FromString(blob))
+            except (DecodeError, rpc.InvalidArgument) as e:
+                self.bad_batches += 1
+                self.last_bad = f"{type(e).__name__}: {e}"
+                for job, m in jobs.items():
+                    self._drop(job, m)
+
+    def stored(self) -> int:
+        """Attempts merged plus records waiting to be (the gauge: it decodes nothing)."""
+        return len(self.attempts) + self.pending_records
+
     def add(self, batch: gcs_task_pb2.TaskEventBatch) -> None:
-        """Merges one reporter's batch; InvalidArgument (nothing merged) when its columns differ
-        in length."""
+        """Merges one decoded batch of task records; InvalidArgument (nothing merged) when its
+        columns differ in length."""
         _check_columns(batch)
-        for tid, job, name, typ, actor, trace in zip(batch.info_task_id, batch.info_job_id, batch.info_name,
-                                                     batch.info_type, batch.info_actor_id, batch.info_trace_id,
-                                                     strict=True):
-            info = self.infos.get(tid)
-            if info is None:
-                self.infos[tid] = TaskInfo(name, typ, job, actor, trace)
-            elif not info.name:  # an attempt seen before its info: fill it in (indexes follow)
-                mine = [self.attempts[(tid, n)] for n in self.attempts_of.get(tid, ())]
-                for a in mine:
-                    self._unindex(a)
-                info.name, info.type, info.job_id, info.actor_id, info.trace_id = name, typ, job, actor, trace
-                for a in mine:
-                    self._index(a)
         errors = {i: (t, m) for i, t, m in zip(batch.error_index, batch.error_type, batch.error_message,
                                                strict=True)}
-        running = TA.RUNNING
-        rank = RANK
-        # A batch usually holds several transitions of one attempt (a task that ran within one
-        # report interval): timestamps are kept for each, but the state indexes and counts move
-        # once per attempt, to the furthest state the batch reports.
-        furthest: dict[Key, tuple[Attempt, int]] = {}
+        where = list(zip(batch.where_node_id, batch.where_worker_id, batch.where_pid, strict=True))
+        if any(w > len(where) or w < 0 for w in batch.where):
+            raise rpc.InvalidArgument(f"task event batch: a where index is past its {len(where)} workers")
+        ts = list(batch.ts_ns)
         attempts = self.attempts
-        for i, (tid, attempt, state, ts) in enumerate(zip(batch.task_id, batch.attempt, batch.state,
-                                                          batch.time_ns, strict=True)):
-            rec = attempts.get((tid, attempt))
-            if rec is None:
-                if (tid, attempt) in self.evicted:
+        n = len(batch.task_id)
+        types = batch.type or itertools.repeat(TA.NORMAL_TASK, n)  # (optional columns)
+        actors = batch.actor_id or itertools.repeat(b"", n)
+        traces = batch.trace_id or itertools.repeat("", n)
+        for i, (tid, attempt, w, job, name, typ, actor, trace) in enumerate(zip(
+                batch.task_id, batch.attempt, batch.where, batch.job_id, batch.name, types, actors,
+                traces, strict=True)):
+            times = ts[6 * i:6 * i + 6]
+            # The furthest state reached (State values are Ray's order; FAILED beats FINISHED).
+            top = (6 if times[5] else 5 if times[4] else 4 if times[3] else 3 if times[2] else
+                   2 if times[1] else 1 if times[0] else 0)
+            key = (tid, attempt)
+            a = attempts.get(key)
+            if a is None:  # (most records: a task that lived within one report interval)
+                if key in self.evicted:
                     continue
-                rec = self._new(tid, attempt)
-            a = rec
-            a.state_ts_ns.setdefault(state, ts)
-            if state == running:
-                a.node_id, a.worker_id, a.pid = batch.node_id, batch.worker_id, batch.pid
+                a = self._new(tid, attempt, TaskInfo(name, typ, job, actor, trace), top, times)
+            else:
+                info = a.info
+                if not info.name and name:  # seen before, nameless: fill it in (indexes follow)
+                    mine = [attempts[(tid, k)] for k in self.attempts_of.get(tid, ())]
+                    for m in mine:
+                        self._unindex(m)
+                    info.name, info.type, info.job_id, info.actor_id, info.trace_id = name, typ, job, actor, trace
+                    for m in mine:
+                        self._index(m)
+                got = a.times
+                for k, t in enumerate(times):
+                    if t and not got[k]:
+                        got[k] = t
+            if w:
+                a.node_id, a.worker_id, a.pid = where[w - 1]
             if errors:
                 err = errors.get(i)
                 if err is not None and not a.error_type:
                     a.error_type, a.error_message = err
-            best = furthest.get(a.key)
-            if best is None or rank[state] > rank[best[1]]:
-                furthest[a.key] = (a, state)
-        for key, (a, top) in furthest.items():
-            if rank[top] > rank[a.state] and attempts.get(key) is a:  # (evicted meanwhile: gone)
+            if top > a.state:
                 self._move(a, top)
-        for tid in batch.info_task_id:  # described, but every event was about evicted attempts
-            if tid not in self.attempts_of:
-                self.infos.pop(tid, None)
-        for job, n in batch.dropped_by_job.items():
-            self._drop(job, n)
 
-    def _new(self, tid: bytes, attempt: int) -> Attempt:
+    def _new(self, tid: bytes, attempt: int, described: TaskInfo, state: int,
+             times: list[int]) -> Attempt:
         while len(self.attempts) >= self.max_attempts:
             self._evict()
         info = self.infos.get(tid)
         if info is None:
-            info = self.infos[tid] = TaskInfo()
+            info = self.infos[tid] = described
         self._seq += 1
         key = (tid, attempt)
-        a = Attempt(tid, attempt, info, self._seq, key)
+        a = Attempt(tid, attempt, info, self._seq, key, state, times=times)
         self.attempts[key] = a
         self.attempts_of.setdefault(tid, []).append(attempt)
         self._index(a)
+        if state in FINAL:
+            self.finished[key] = None
         return a
 
     def _evict(self) -> None:
@@ -232,6 +298,7 @@ class TaskEventStore:
         checked = check_filters(filters)
         if limit < 0:
             raise rpc.InvalidArgument(f"limit must be >= 0, got {limit}")
+        self.merge_pending()
         if not checked:  # everything matches: no need to walk past the limit
             newest = reversed(self.attempts.values())
             return list(newest if not limit else itertools.islice(newest, limit)), len(self.attempts)
@@ -274,6 +341,7 @@ class TaskEventStore:
     def summary(self, filters: Iterable[tuple[str, str, str]] = ()) -> dict[tuple[str, int], dict[int, int]]:
         """(function, type) -> state -> attempts; from the kept counts when unfiltered."""
         checked = check_filters(filters)
+        self.merge_pending()
         if not checked:
             return {k: dict(v) for k, v in self.counts.items()}
         out: dict[tuple[str, int], dict[int, int]] = {}
@@ -285,13 +353,20 @@ class TaskEventStore:
 
 
 def _check_columns(b: gcs_task_pb2.TaskEventBatch) -> None:
-    groups = {"event": ("task_id", "attempt", "state", "time_ns"),
+    n = len(b.task_id)
+    for name in ("type", "actor_id", "trace_id"):  # optional: empty when every record has the default
+        if len(getattr(b, name)) not in (0, n):
+            raise rpc.InvalidArgument(f"task event batch: {len(getattr(b, name))} {name} for {n} records")
+    groups = {"record": ("task_id", "attempt", "where", "job_id", "name"),
               "error": ("error_index", "error_type", "error_message"),
-              "info": ("info_task_id", "info_job_id", "info_name", "info_type", "info_actor_id", "info_trace_id")}
+              "where": ("where_node_id", "where_worker_id", "where_pid")}
     for what, names in groups.items():
         sizes = {n: len(getattr(b, n)) for n in names}
         if len(set(sizes.values())) > 1:
             raise rpc.InvalidArgument(f"task event batch: the {what} columns differ in length: {sizes}")
+    if len(b.ts_ns) != 6 * len(b.task_id):
+        raise rpc.InvalidArgument(f"task event batch: {len(b.ts_ns)} times for {len(b.task_id)} records "
+                                  f"(6 each)")
 
 
 def check_filters(filters: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:

@@ -9,7 +9,7 @@ controller, never per request), buffer the body, take a replica from the deploym
 (power of two choices; queue while every replica is at max_ongoing_requests; 503 past
 max_queued_requests), call `handle_http` on it, and answer. A streamed reply is relayed chunk by
 chunk; the chunks of every stream open on one replica come from one `stream_poll` call in
-flight at a time (see _Poller). If the client disconnects first, the replica is told to cancel the
+flight at a time (ember.serve._private.stream_poller). If the client disconnects first, the replica is told to cancel the
 request. An incoming `traceparent` header becomes the parent of the proxy's span (when tracing
 is on), which is the parent of the replica call.
 """
@@ -24,6 +24,7 @@ from typing import Any
 
 from ember.exceptions import ActorDiedError, RayActorError
 from ember.serve._private.router import BackPressureError, RouteTable
+from ember.serve._private.stream_poller import Inbox, StreamPoller
 from ember_common import auth, tracing
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class ProxyApp:
     def __init__(self) -> None:
         self.table: RouteTable | None = None
         self._latency: Any = None
-        self._pollers: dict[str, _Poller] = {}  # by replica (router key)
+        self._pollers: dict[str, StreamPoller] = {}  # by replica (router key)
 
     def register_metrics(self) -> None:
         """Prometheus series (only called when metrics are on): in-flight and queued requests per
@@ -160,9 +161,7 @@ class ProxyApp:
             except asyncio.TimeoutError:
                 return await _simple(send, 503, f"no replica of {router.dep_id} became available within 60 s")
             streaming = False
-            poller = self._pollers.get(key)
-            if poller is None:
-                poller = self._pollers[key] = _Poller(h, key, self._pollers)
+            poller = StreamPoller.of(self._pollers, key, h, _id_prefix)
             inbox = poller.expect(request_id)  # before the call: a poll may bring chunks first
             try:
                 fut = asyncio.wrap_future(h.handle_http.remote(request_id, child, body, _id_prefix).future())
@@ -193,9 +192,9 @@ class ProxyApp:
                     router.release(key)
 
     async def _relay(self, router: Any, key: str, h: Any, request_id: str, reply: tuple[Any, ...], send: Any,
-                     disconnect: asyncio.Future[Any], inbox: _Inbox) -> None:
+                     disconnect: asyncio.Future[Any], inbox: Inbox) -> None:
         """Streams the rest of the body as the replica produces it. Every stream open on one
-        replica is fed by that replica's _Poller (one stream_poll() call in flight, returning
+        replica is fed by that replica's StreamPoller (one stream_poll() call in flight, returning
         what all of them produced since the previous one), so chunks are coalesced only when
         they would otherwise queue behind a call in flight, and a call's cost is shared."""
         finished = False
@@ -222,82 +221,6 @@ class ProxyApp:
             if not finished:  # the client left, or the stream failed: stop the user's generator
                 h.cancel.remote(request_id)
             router.release(key)
-
-
-class _Inbox:
-    """What one stream's poller delivered and its relay has not sent yet."""
-
-    __slots__ = ("poller", "items", "_waiter")
-
-    def __init__(self, poller: _Poller) -> None:
-        self.poller = poller
-        self.items: list[tuple[bytes, bool, str | None]] = []
-        self._waiter: asyncio.Future[None] | None = None
-
-    def put(self, data: bytes, done: bool, error: str | None) -> None:
-        self.items.append((data, done, error))
-        f, self._waiter = self._waiter, None
-        if f is not None and not f.done():
-            f.set_result(None)
-
-    def wait(self) -> asyncio.Future[None]:
-        self._waiter = f = asyncio.get_running_loop().create_future()
-        return f
-
-    def take(self) -> tuple[bytes, bool, str | None]:
-        """Everything delivered, joined: (bytes, done, error)."""
-        items, self.items = self.items, []
-        data = items[0][0] if len(items) == 1 else b"".join(d for d, _, _ in items)
-        return data, items[-1][1], next((e for _, _, e in items if e is not None), None)
-
-
-class _Poller:
-    """Pulls every open stream of this proxy on one replica with one stream_poll() call in flight
-    at a time; runs while at least one stream is open. A request's inbox exists from before its
-    handle_http call (a poll may bring its chunks before that call's reply), so chunks for an
-    unknown stream belong to one already closed and are dropped."""
-
-    def __init__(self, h: Any, key: str, registry: dict[str, _Poller]) -> None:
-        self.h, self.key, self.registry = h, key, registry
-        self.inboxes: dict[str, _Inbox] = {}
-        self.streaming: set[str] = set()  # inboxes whose stream is open (the others wait for a reply)
-        self._task: asyncio.Future[None] | None = None
-
-    def expect(self, request_id: str) -> _Inbox:
-        inbox = self.inboxes[request_id] = _Inbox(self)
-        return inbox
-
-    def start(self, request_id: str) -> None:
-        """request_id's stream is open: poll (if not already)."""
-        self.streaming.add(request_id)
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
-
-    def close(self, request_id: str) -> None:
-        self.inboxes.pop(request_id, None)
-        self.streaming.discard(request_id)
-
-    async def _run(self) -> None:
-        try:
-            while self.streaming:
-                try:
-                    batch = await asyncio.wrap_future(self.h.stream_poll.remote(_id_prefix).future())
-                except Exception as e:  # the replica died (or the call failed): every stream ends
-                    for inbox in list(self.inboxes.values()):
-                        inbox.put(b"", True, f"{type(e).__name__}: {e}")
-                    self.inboxes.clear()
-                    self.streaming.clear()
-                    return
-                for sid, data, done, error in batch:
-                    box = self.inboxes.get(sid)
-                    if box is not None:
-                        box.put(data, done, error)
-                        if done:
-                            self.close(sid)
-        finally:
-            self._task = None
-            if not self.inboxes and self.registry.get(self.key) is self:
-                del self.registry[self.key]
 
 
 class _StatusRecorder:

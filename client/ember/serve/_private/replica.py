@@ -4,7 +4,7 @@ It builds the user's class (or wraps the user's function), answers HTTP requests
 proxy (`handle_http`, then `stream_poll` for the rest of the proxy's streamed bodies, all
 together, see streams.py),
 Python calls from DeploymentHandles (`handle_request`; `handle_request_streaming` then
-`stream_next`), health checks (which also
+`stream_poll` of the caller's group, or `stream_next` per stream), health checks (which also
 report the ongoing-request count the autoscaler reads), `reconfigure(user_config)` and
 `cancel(request_id)` when the HTTP client went away.
 """
@@ -75,6 +75,7 @@ class ServeReplica:
         self._muxes: dict[str, StreamMux] = {}  # by caller (group): its open HTTP streams
         self._group_of: dict[str, str] = {}  # stream id -> its group
         self._idle_since = time.monotonic()
+        self._calls = {"stream_poll": 0, "stream_next": 0}
 
     async def ready(self) -> dict[str, Any]:
         """Runs reconfigure(user_config) once; the replica is RUNNING after this returns."""
@@ -124,6 +125,11 @@ class ServeReplica:
             return True
         return False
 
+    def stream_stats(self) -> dict[str, int]:
+        """Streams open now, and the stream_poll / stream_next calls served (for tests and
+        debugging)."""
+        return {"open": len(self._streams), "groups": len(self._muxes), **self._calls}
+
     def _start_stream(self, stream_id: str, it: Any) -> StreamPump:
         pump = self._streams[stream_id] = StreamPump(aiter_any(it))
         return pump
@@ -138,10 +144,12 @@ class ServeReplica:
             if mux is not None:
                 mux.remove(stream_id)
 
-    async def stream_poll(self, group: str, timeout_s: float = _POLL_WAIT_S) -> list[tuple[str, bytes, bool, str | None]]:
-        """What the caller's open HTTP streams (those started by handle_http with this group)
-        produced since its previous poll: (stream id, bytes, done, error or None) per stream
-        with something ready; waits while none has (at most timeout_s, then [])."""
+    async def stream_poll(self, group: str, timeout_s: float = _POLL_WAIT_S) -> list[tuple[str, Any, bool, str | None]]:
+        """What the caller's open streams (those started by handle_http or
+        handle_request_streaming with this group) produced since its previous poll: (stream
+        id, bytes or a list of items, done, error or None) per stream with something ready;
+        waits while none has (at most timeout_s, then []). See StreamMux.poll."""
+        self._calls["stream_poll"] += 1
         mux = self._muxes.get(group)
         if mux is None:
             mux = self._muxes[group] = StreamMux()
@@ -151,6 +159,8 @@ class ServeReplica:
                 if err is not None:
                     log.warning("stream %s failed: %s", sid, err)
                 self._end_stream(sid)
+            elif err is not None:  # a handle stream failed: its caller fetches the error (stream_next)
+                self._group_of.pop(sid, None)
         if not len(mux) and self._muxes.get(group) is mux:
             del self._muxes[group]
         return out
@@ -158,6 +168,10 @@ class ServeReplica:
     async def stream_next(self, stream_id: str) -> tuple[list[Any], bool]:
         """The next batch of a streamed reply: every item produced since the previous call (at
         least one, unless the stream is over), and whether the stream is over."""
+        self._calls["stream_next"] += 1
+        return await self._next(stream_id)
+
+    async def _next(self, stream_id: str) -> tuple[list[Any], bool]:
         pump = self._streams.get(stream_id)
         if pump is None:
             return [], True
@@ -209,11 +223,7 @@ class ServeReplica:
             if done:
                 self._end_stream(request_id)
             elif group is not None:
-                mux = self._muxes.get(group)
-                if mux is None:
-                    mux = self._muxes[group] = StreamMux()
-                self._group_of[request_id] = group
-                mux.add(request_id, pump)
+                self._add_to_group(group, request_id, join=True)
             return ("stream", head[1], head[2], head[3] + b"".join(items), done)
         except asyncio.CancelledError:
             if streaming:
@@ -238,8 +248,10 @@ class ServeReplica:
             self.ongoing -= 1
 
     async def handle_request_streaming(self, stream_id: str, method: str, args: tuple,
-                                       kwargs: dict) -> tuple[list[Any], bool]:
-        """Starts a streamed handle call; returns its first batch like stream_next()."""
+                                       kwargs: dict, group: str | None = None) -> tuple[list[Any], bool]:
+        """Starts a streamed handle call; returns its first batch like stream_next(). With a
+        group, the rest comes from stream_poll(group) (shared with the caller's other streams
+        on this replica), else from stream_next(stream_id)."""
         self.ongoing += 1
         started = False
         try:
@@ -255,4 +267,17 @@ class ServeReplica:
         finally:
             if not started:
                 self.ongoing -= 1
-        return await self.stream_next(stream_id)
+        items, done = await self._next(stream_id)
+        if group is not None and not done:
+            self._add_to_group(group, stream_id, join=False)
+        return items, done
+
+    def _add_to_group(self, group: str, stream_id: str, *, join: bool) -> None:
+        pump = self._streams.get(stream_id)
+        if pump is None:  # cancelled meanwhile
+            return
+        mux = self._muxes.get(group)
+        if mux is None:
+            mux = self._muxes[group] = StreamMux()
+        self._group_of[stream_id] = group
+        mux.add(stream_id, pump, join=join)

@@ -16,7 +16,10 @@ proxy and replica) returns what every stream of the group produced since the pre
 pull still waits only when nothing is ready and returns as soon as one item is, so no chunk is
 held back; but the round trip (an actor call, two thread hops on each side) is shared by all the
 chunks and streams that became ready while the previous one was in flight, instead of one call
-per chunk per stream.
+per chunk per stream. Streamed handle calls (`handle.options(stream=True)`) from one caller
+process share that caller's poll the same way; their items travel as lists of objects (HTTP
+bodies as joined bytes), and a user error is fetched by the caller with stream_next(id), which
+raises it through the actor call (streams of a group are joined bytes or item lists, per stream).
 """
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ import logging
 from typing import Any, AsyncIterator, Callable
 
 log = logging.getLogger(__name__)
+
+# What a poll says for a handle stream whose user code raised: fetch the error with stream_next.
+FETCH_ERROR = "\x00fetch"
 
 
 class StreamPump:
@@ -116,14 +122,18 @@ class StreamMux:
 
     def __init__(self) -> None:
         self._pumps: dict[str, StreamPump] = {}
+        self._raw: set[str] = set()  # handle streams: items as a list, errors fetched by stream_next
         self._ready: dict[str, None] = {}  # stream ids with something to take (ordered)
         self._waiter: asyncio.Future | None = None
 
     def __len__(self) -> int:
         return len(self._pumps)
 
-    def add(self, stream_id: str, pump: StreamPump) -> None:
+    def add(self, stream_id: str, pump: StreamPump, *, join: bool = True) -> None:
+        """join: an HTTP body (bytes, joined); else a handle stream's items (a list)."""
         self._pumps[stream_id] = pump
+        if not join:
+            self._raw.add(stream_id)
         pump.listener = lambda: self._mark(stream_id)
         if pump.ready:
             self._mark(stream_id)
@@ -133,6 +143,7 @@ class StreamMux:
         if pump is not None:
             pump.listener = None
         self._ready.pop(stream_id, None)
+        self._raw.discard(stream_id)
 
     def _mark(self, stream_id: str) -> None:
         self._ready[stream_id] = None
@@ -140,31 +151,38 @@ class StreamMux:
         if f is not None and not f.done():
             f.set_result(None)
 
-    async def poll(self, timeout_s: float) -> list[tuple[str, bytes, bool, str | None]]:
-        """(stream_id, the items joined, done, error) for every stream with something ready;
-        waits (at most timeout_s, then []) while none has. A stream that is done or failed is
-        removed (error: "Type: message" of the user's exception, after the items before it)."""
+    async def poll(self, timeout_s: float) -> list[tuple[str, Any, bool, str | None]]:
+        """(stream_id, what it produced, done, error) for every stream with something ready;
+        waits (at most timeout_s, then []) while none has. What it produced: an HTTP stream's
+        items joined into bytes, a handle stream's items as a list. A stream that is done or
+        failed is removed (error, after the items before it: "Type: message" of the user's
+        exception for an HTTP stream; streams.FETCH_ERROR for a handle stream, whose caller
+        fetches the exception itself with stream_next)."""
         if not self._ready:
             self._waiter = f = asyncio.get_running_loop().create_future()
             try:
                 await asyncio.wait_for(asyncio.shield(f), timeout_s)
             except asyncio.TimeoutError:
                 return []
-        out: list[tuple[str, bytes, bool, str | None]] = []
+        out: list[tuple[str, Any, bool, str | None]] = []
         ready, self._ready = self._ready, {}
         for sid in ready:
             pump = self._pumps.get(sid)
             if pump is None:
                 continue
+            raw = sid in self._raw
             while pump.ready:  # twice when items came before an error: the items, then it
                 try:
                     items, done = pump.take_ready()
                 except Exception as e:
-                    out.append((sid, b"", True, f"{type(e).__name__}: {e}"))
+                    if raw:  # the pump keeps the error for stream_next
+                        out.append((sid, [], False, FETCH_ERROR))
+                    else:
+                        out.append((sid, b"", True, f"{type(e).__name__}: {e}"))
                     done = True
                 else:
                     if items or done:
-                        out.append((sid, _join(items), done, None))
+                        out.append((sid, items if raw else _join(items), done, None))
                 if done:
                     self.remove(sid)
                     break
@@ -184,18 +202,20 @@ async def _aclose(it: Any) -> None:
             log.debug("closing a stream: %r", e)
 
 
-async def aiter_any(it: Any) -> AsyncIterator[Any]:
+def aiter_any(it: Any) -> AsyncIterator[Any]:
     """An async iterator over a sync or async iterable (a sync generator yields to the loop
-    between items)."""
+    between items). An async one is returned as it is: one generator layer less per item."""
     if hasattr(it, "__aiter__"):
-        async for x in it:
+        return it  # type: ignore[no-any-return]
+    return _aiter_sync(it)
+
+
+async def _aiter_sync(it: Any) -> AsyncIterator[Any]:
+    try:
+        for x in it:
             yield x
-    else:
-        try:
-            for x in it:
-                yield x
-                await asyncio.sleep(0)
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
+            await asyncio.sleep(0)
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()

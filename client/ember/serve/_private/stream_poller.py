@@ -1,0 +1,124 @@
+"""The caller's side of per-replica stream polling (the replica's side is streams.StreamMux).
+
+A caller (the HTTP proxy, or the handle runtime of any process: a driver, or a deployment that
+calls another one with `handle.options(stream=True)`) keeps one StreamPoller per replica it has
+streams open on. The poller keeps one `ServeReplica.stream_poll(group)` call in flight while at
+least one of those streams is open; each reply carries what every stream of the group produced
+since the previous one, and the poller hands each stream its part through the stream's Inbox.
+So a round trip's cost is shared by every chunk of every stream that became ready while the
+previous one was in flight; a chunk is never held back (a waiting poll answers as soon as one
+stream has something).
+
+Order of a request: `expect(id)` before the call that opens the stream (a poll in flight may bring
+its first chunks before that call's reply), `start(id)` once the reply said the stream is open,
+`close(id)` when the caller is done with it (chunks for an unknown id belong to a stream already
+closed and are dropped). Used on one event loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from .streams import FETCH_ERROR
+
+log = logging.getLogger(__name__)
+__all__ = ["FETCH_ERROR", "Inbox", "StreamPoller"]
+
+
+class Inbox:
+    """What one stream's poller delivered and its consumer has not taken yet."""
+
+    __slots__ = ("poller", "items", "_waiter")
+
+    def __init__(self, poller: StreamPoller) -> None:
+        self.poller = poller
+        self.items: list[tuple[Any, bool, str | None]] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, data: Any, done: bool, error: str | None) -> None:
+        self.items.append((data, done, error))
+        f, self._waiter = self._waiter, None
+        if f is not None and not f.done():
+            f.set_result(None)
+
+    def wait(self) -> asyncio.Future[None]:
+        """A future done at the next put (or now, when something is already here)."""
+        self._waiter = f = asyncio.get_running_loop().create_future()
+        if self.items:
+            f.set_result(None)
+        return f
+
+    def take(self) -> tuple[bytes, bool, str | None]:
+        """Everything delivered to an HTTP stream, joined: (bytes, done, error)."""
+        items, self.items = self.items, []
+        data = items[0][0] if len(items) == 1 else b"".join(d for d, _, _ in items)
+        return data, items[-1][1], next((e for _, _, e in items if e is not None), None)
+
+    def take_items(self) -> tuple[list[Any], bool, str | None]:
+        """Everything delivered to a handle stream: (items in order, done, error)."""
+        parts, self.items = self.items, []
+        if len(parts) == 1:
+            return parts[0]
+        out: list[Any] = []
+        for d, _, _ in parts:
+            out.extend(d)
+        return out, parts[-1][1], next((e for _, _, e in parts if e is not None), None)
+
+
+class StreamPoller:
+    """Pulls every open stream of this caller on one replica with one stream_poll(group) call in
+    flight at a time; runs while at least one stream is open, and leaves `registry` (the
+    caller's pollers by replica key) when it stops with no stream left."""
+
+    def __init__(self, h: Any, key: str, group: str, registry: dict[str, StreamPoller]) -> None:
+        self.h, self.key, self.group, self.registry = h, key, group, registry
+        self.inboxes: dict[str, Inbox] = {}
+        self.streaming: set[str] = set()  # inboxes whose stream is open (the others wait for a reply)
+        self._task: asyncio.Future[None] | None = None
+
+    @classmethod
+    def of(cls, registry: dict[str, StreamPoller], key: str, h: Any, group: str) -> StreamPoller:
+        """The poller of replica `key` in registry (made when there is none)."""
+        p = registry.get(key)
+        if p is None:
+            p = registry[key] = cls(h, key, group, registry)
+        return p
+
+    def expect(self, stream_id: str) -> Inbox:
+        inbox = self.inboxes[stream_id] = Inbox(self)
+        return inbox
+
+    def start(self, stream_id: str) -> None:
+        """stream_id is open on the replica: poll (if not already)."""
+        self.streaming.add(stream_id)
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    def close(self, stream_id: str) -> None:
+        self.inboxes.pop(stream_id, None)
+        self.streaming.discard(stream_id)
+        if not self.inboxes and self._task is None and self.registry.get(self.key) is self:
+            del self.registry[self.key]
+
+    async def _run(self) -> None:
+        try:
+            while self.streaming:
+                try:
+                    batch = await asyncio.wrap_future(self.h.stream_poll.remote(self.group).future())
+                except Exception as e:  # the replica died (or the call failed): every stream ends
+                    for inbox in list(self.inboxes.values()):
+                        inbox.put(b"", True, f"{type(e).__name__}: {e}")
+                    self.inboxes.clear()
+                    self.streaming.clear()
+                    return
+                for sid, data, done, error in batch:
+                    box = self.inboxes.get(sid)
+                    if box is not None:
+                        box.put(data, done, error)
+                        if done or error is not None:
+                            self.streaming.discard(sid)
+        finally:
+            self._task = None
+            if not self.inboxes and self.registry.get(self.key) is self:
+                del self.registry[self.key]

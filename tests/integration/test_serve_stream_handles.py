@@ -1,0 +1,163 @@
+"""Streamed handle calls from one deployment to another (the OpenAI app's ingress → LLMServer
+path) ride the per-replica poll: one stream_poll call in flight per calling process and replica
+carries every stream's items, no stream_next per stream; order and content are kept; a user
+error reaches the caller after the items before it; a consumer that stops (or an HTTP client
+that goes away) frees the stream and closes the callee's generator."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+import ember
+from ember import serve
+
+
+def wait_for(cond, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@serve.deployment(max_ongoing_requests=64)
+class Inner:
+    def __init__(self):
+        self.closed = 0
+
+    async def items(self, n, gap_s):
+        for i in range(n):
+            yield {"i": i}
+            await asyncio.sleep(gap_s)
+
+    async def failing(self):
+        yield "a"
+        yield "b"
+        raise KeyError("inner failed")
+
+    async def forever(self):
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+                await asyncio.sleep(0.01)
+        finally:
+            self.closed += 1
+
+    def closed_count(self):
+        return self.closed
+
+    def actor_name(self):
+        ctx = serve.get_replica_context()
+        return f"SERVE_REPLICA::{ctx.app_name}#{ctx.deployment}#{ctx.replica_id}"
+
+
+@serve.deployment(max_ongoing_requests=64)
+class Outer:
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def __call__(self, request):
+        from starlette.responses import StreamingResponse
+
+        n = int(request.query_params.get("n", "10"))
+        kind = request.query_params.get("kind", "items")
+
+        async def body():
+            if kind == "forever":
+                gen = self.inner.options(stream=True).forever.remote()
+            else:
+                gen = self.inner.options(stream=True).items.remote(n, 0.01)
+            async for x in gen:
+                yield f"{x}\n"
+        return StreamingResponse(body(), media_type="text/plain")
+
+    async def relay(self, n):
+        async for x in self.inner.options(stream=True).items.remote(n, 0.0):
+            yield x["i"]
+
+    async def relay_failing(self):
+        got = []
+        try:
+            async for x in self.inner.options(stream=True).failing.remote():
+                got.append(x)
+        except KeyError as e:  # the user's type (a RayTaskError that is also a KeyError, as Ray)
+            got.append(("KeyError", "inner failed" in str(e)))
+        return got
+
+    async def take(self, k):
+        gen = self.inner.options(stream=True).forever.remote()
+        out = []
+        async for x in gen:
+            out.append(x)
+            if len(out) == k:
+                break
+        gen.cancel()
+        return out
+
+
+@pytest.fixture(scope="module")
+def app(serve_url):
+    h = serve.run(Outer.bind(Inner.bind()), name="relay", route_prefix="/relay")
+    inner = serve.get_deployment_handle("Inner", "relay")
+    replica = ember.get_actor(inner.actor_name.remote().result(), namespace="serve")
+    yield serve_url, h, inner, replica
+    serve.delete("relay")
+
+
+def test_concurrent_relayed_streams_share_the_callee_poll(app):
+    url, _, _, replica = app
+    before = ember.get(replica.stream_stats.remote())
+
+    async def one(c, i):
+        n = 5 + i % 7
+        r = await c.get(url + "/relay", params={"n": n})
+        return r.status_code, r.text, "".join(f"{{'i': {k}}}\n" for k in range(n))
+
+    async def go():
+        async with httpx.AsyncClient(timeout=60) as c:
+            return await asyncio.gather(*[one(c, i) for i in range(16)])
+    results = asyncio.run(go())
+    for status, text, want in results:
+        assert status == 200 and text == want
+    after = ember.get(replica.stream_stats.remote())
+    items = sum(5 + i % 7 for i in range(16))
+    assert after["stream_next"] == before["stream_next"]  # no per-stream pull
+    polls = after["stream_poll"] - before["stream_poll"]
+    assert 0 < polls < items  # items of several streams shared the round trips
+    wait_for(lambda: ember.get(replica.stream_stats.remote())["open"] == 0, what="every stream to end")
+
+
+def test_handle_to_handle_burst_in_order(app):
+    _, h, _, _ = app
+    assert list(h.options(stream=True).relay.remote(2000)) == list(range(2000))
+
+
+def test_user_error_reaches_the_caller_after_its_items(app):
+    _, h, _, replica = app
+    assert h.relay_failing.remote().result(timeout_s=30) == ["a", "b", ("KeyError", True)]
+    wait_for(lambda: ember.get(replica.stream_stats.remote())["open"] == 0, what="the failed stream to end")
+
+
+def test_consumer_that_stops_frees_the_callee_stream(app):
+    _, h, inner, replica = app
+    closed = inner.closed_count.remote().result()
+    assert h.take.remote(3).result(timeout_s=30) == [0, 1, 2]
+    wait_for(lambda: inner.closed_count.remote().result() == closed + 1, what="the callee's generator to close")
+    wait_for(lambda: ember.get(replica.stream_stats.remote())["open"] == 0, what="the stream to be freed")
+
+
+def test_http_disconnect_frees_the_relayed_stream(app):
+    url, _, inner, replica = app
+    closed = inner.closed_count.remote().result()
+    with httpx.Client(timeout=30) as c:
+        with c.stream("GET", url + "/relay", params={"kind": "forever"}) as r:
+            it = r.iter_lines()
+            assert [next(it) for _ in range(3)] == ["0", "1", "2"]
+    wait_for(lambda: inner.closed_count.remote().result() == closed + 1, what="the callee's generator to close")
+    wait_for(lambda: ember.get(replica.stream_stats.remote())["open"] == 0, what="the stream to be freed")
