@@ -40,10 +40,13 @@ class Config:
     max_pending_lease_requests: int = 10
     # Tasks pushed to one leased worker before the first one returns (pipelining: the worker
     # gives back what it has not started when its task blocks, idle workers steal a backlog).
-    # 1 by default, as Ray: with 16, a burst of long tasks right after start-up queued behind the
-    # first leased workers before leases on other nodes came (the e2e spread tests caught it);
-    # short-task throughput is 3-4x higher with 16 (docs/perf.md).
-    max_tasks_in_flight_per_worker: int = 1
+    # 1 turns pipelining off (as Ray). Only tasks of functions known to be short are pipelined:
+    # a task goes behind others on a busy worker only while the estimated run time of all it
+    # holds (per-function averages of the workers' reported run times) stays within
+    # pipeline_budget_s; a function with no finished run yet is not pipelined, so a burst of
+    # long tasks right after start-up spreads over workers and nodes. 0 turns pipelining off.
+    max_tasks_in_flight_per_worker: int = 16
+    pipeline_budget_s: float = 0.005
     # Ray's hybrid scheduling: a node busier than this share spreads new work to less-loaded ones.
     scheduler_spread_threshold: float = 0.5
     # 1: a raylet starts default-env workers by forking a preloaded template process; 0: fresh interpreters.

@@ -1,6 +1,12 @@
 """Tasks pipelined onto leased workers (several in flight per worker) stay deadlock-free: a task
 that blocks in get() on a task queued behind it on the same worker gets that task run elsewhere
-(the worker gives back what it has not started), and an idle worker takes over a backlog."""
+(the worker gives back what it has not started), and an idle worker takes over a backlog.
+
+Only functions known to be short are pipelined (task_queue.py): each test runs its functions
+once quickly first (`warm`) so that their estimates are known, then submits back to back; the
+tasks are then really pushed behind each other on the one worker, which the deadlock tests need
+(without give-back and stealing, the first test times out). Run with the defaults and with an
+explicit budget of 10 s (sleeping tasks still short: pipelined whatever the machine's load)."""
 from __future__ import annotations
 
 import os
@@ -10,20 +16,34 @@ import pytest
 
 import ember
 
+SETTINGS = {
+    # Explicit: sleeping tasks still count as short, so they are surely pushed behind each other.
+    "explicit": {"EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER": "4", "EMBER_PIPELINE_BUDGET_S": "10"},
+    "default": {},  # 16 in flight, 5 ms budget: warmed functions submitted back to back
+}
+NAMES = ("EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER", "EMBER_PIPELINE_BUDGET_S")
 
-@pytest.fixture(scope="module")
-def one_cpu_pipelined():
-    old = os.environ.get("EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER")
-    os.environ["EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER"] = "4"
+
+@pytest.fixture(scope="module", params=sorted(SETTINGS))
+def one_cpu_pipelined(request):
+    old = {k: os.environ.pop(k, None) for k in NAMES}
+    os.environ.update(SETTINGS[request.param])
     ember.init(num_cpus=1)
     try:
         yield
     finally:
         ember.shutdown()
-        if old is None:
-            del os.environ["EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER"]
-        else:
-            os.environ["EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER"] = old
+        for k, v in old.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+
+
+def warm(fn, *args):
+    """Runs fn quickly a few times so that the owner knows its tasks are short (its first run on
+    a worker also loads it: that one can take longer than the budget)."""
+    for _ in range(20):
+        ember.get(fn.remote(*args), timeout=60)
 
 
 @ember.remote
@@ -49,7 +69,9 @@ def test_task_blocked_on_a_task_queued_behind_it_does_not_hang(one_cpu_pipelined
         return os.getpid()
 
     @ember.remote
-    def a(holder):
+    def a(holder, warming=False):
+        if warming:
+            return None
         time.sleep(0.5)  # B has been pushed behind this task by now
         refs = None
         deadline = time.monotonic() + 30
@@ -58,6 +80,8 @@ def test_task_blocked_on_a_task_queued_behind_it_does_not_hang(one_cpu_pipelined
             time.sleep(0.05)
         return os.getpid(), ember.get(refs[0])
 
+    warm(a, None, True)
+    warm(b)
     ra = a.remote(holder)
     rb = b.remote()
     holder.set.remote([rb])
@@ -84,21 +108,24 @@ def test_nested_gets_with_pipelining(one_cpu_pipelined):
     def parent(n):
         return sum(ember.get([leaf.remote(i) for i in range(n)]))
 
+    warm(parent, 0)
     # Parents queued behind each other on one worker, each blocking on children.
     assert ember.get([parent.remote(3) for _ in range(6)], timeout=90) == [6] * 6
 
 
 def test_cancel_of_a_task_queued_behind_a_running_one(one_cpu_pipelined):
     @ember.remote
-    def slow():
-        time.sleep(1.0)
+    def slow(t):
+        time.sleep(t)
         return "slow"
 
     @ember.remote
     def quick():
         return "quick"
 
-    r1 = slow.remote()
+    warm(slow, 0)
+    warm(quick)
+    r1 = slow.remote(1.0)
     r2 = quick.remote()
     time.sleep(0.3)  # both pushed to the only worker; r2 has not started
     ember.cancel(r2)

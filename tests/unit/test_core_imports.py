@@ -16,7 +16,8 @@ import ember._private
 PRIVATE = pathlib.Path(ember._private.__file__).parent
 PKG = "ember._private"
 # Pure cores: events in, decisions out. They import nothing that talks to a socket.
-PURE = {"memory_store", "reference_table", "lineage", "task_queue", "actor_queue", "result_pipeline"}
+PURE = {"memory_store", "reference_table", "lineage", "task_queue", "task_queue_types",
+        "task_durations", "actor_queue", "result_pipeline"}
 IO_MODULES = {"grpc", "grpc.aio", "asyncio"}
 
 

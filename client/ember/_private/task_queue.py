@@ -3,13 +3,13 @@
 Tasks with the same resource shape (scheduling key) share a queue. Events come in (a task is
 ready, a lease was granted / refused / cancelled, a push replied / failed, the clock passed a
 linger deadline, shutdown) and each returns the instructions the driver (task_submitter.py)
-carries out:
+carries out (defined, with Lease and TaskEntry, in task_queue_types.py):
 
 - `RequestLease(key, lease_id, address)`: ask a raylet for a worker (at most
   `max_pending_lease_requests` in flight per key, never more than the queued tasks);
 - `CancelLeaseRequest(address, lease_id)`: the queue emptied while requests were pending;
-- `Push(lease, entry)`: send the task to the leased worker (at most
-  `max_tasks_in_flight_per_worker` per lease, spread evenly: the least loaded lease first);
+- `Push(lease, entry)`: send the task to the leased worker (the least loaded lease first; to
+  a busy one only when pipelined, see below);
 - `GiveBack(lease)`: ask the worker for the tasks it holds but has not started (work stealing:
   another lease of the key is idle while this one has a backlog);
 - `ReturnLease(lease, disconnect)`: give a worker back (idle past the linger time, not needed
@@ -22,6 +22,15 @@ Retries: a worker that dies under a task (a failed push) costs one of its `max_r
 error, a list of exception classes (kept on the owner's TaskEntry as `retry_allowlist`; it never
 travels to the worker) only errors of those classes, which the injected `classify(reply,
 allowlist)` decides from the reply. A retried task goes back to the head of its queue.
+
+Pipelining only where it cannot hurt: a task goes to a lease that is still busy (up to
+`max_tasks_in_flight_per_worker` in flight) only when its function is known to be short
+(task_durations.py: per-function estimates from the run times in the replies) and all the lease
+holds, this task included, adds up to at most `pipeline_budget_s` by those estimates, and the
+lease's running task has not run past that budget (clock time since it started, as far as the
+owner knows: overdue, maybe long after all). Unknown functions count as long: the first tasks of
+a burst each get a worker of their own, more are leased, and long tasks spread over the cluster
+instead of queueing behind the first leases. A function that turns long stops being pipelined.
 
 Pipelining without deadlock: with more than one task in flight per worker, a task that blocks in
 `get`/`wait` on a task queued behind it on the same worker would wait forever. The worker
@@ -39,111 +48,33 @@ from __future__ import annotations
 import collections
 import logging
 import os
-from typing import Any, Callable, NamedTuple, Union
+from typing import Callable
 
 from ember import exceptions as exc
 from ember_common.proto import common_pb2, core_worker_pb2
 
+from .task_durations import UNKNOWN, TaskDurations
+from .task_queue_types import (
+    CancelLeaseRequest,
+    Classifier,
+    Complete,
+    Fail,
+    GiveBack,
+    Instruction,
+    Lease,
+    Push,
+    RequestLease,
+    ReturnLease,
+    SchedulingKey,
+    SetTimer,
+    TaskEntry,
+)
+
+__all__ = ["CancelLeaseRequest", "Classifier", "Complete", "Fail", "GiveBack", "Instruction",
+           "Lease", "Push", "RequestLease", "ReturnLease", "SchedulingKey", "SetTimer",
+           "TaskEntry", "TaskQueue"]
+
 log = logging.getLogger(__name__)
-
-# The resource shape as sorted (name, amount) pairs, followed by a scheduling.Placement when the
-# task is bound to a placement group, a node or spread (the driver routes its lease requests).
-SchedulingKey = tuple[Any, ...]
-
-
-class Lease:
-    """A worker leased from a raylet."""
-
-    __slots__ = ("lease_id", "raylet_address", "worker_address", "gpu_ids", "inflight",
-                 "linger_at", "dead", "held", "pending", "running", "requeued")
-
-    def __init__(self, lease_id: bytes, raylet_address: str, worker_address: str,
-                 gpu_ids: list[int]) -> None:
-        self.lease_id = lease_id
-        self.raylet_address = raylet_address
-        self.worker_address = worker_address
-        self.gpu_ids = gpu_ids
-        self.inflight = 0
-        self.linger_at: float | None = None  # idle since; returned at this clock time
-        self.dead = False
-        # Gave tasks back (blocked) or asked to (stolen from): no pushes until a task of it ends.
-        self.held = False
-        # Tasks pushed and not answered, in push order: the worker runs them in that order, so
-        # when it dies only the oldest one (`running`, fixed then) can have started.
-        self.pending: collections.deque[TaskEntry] = collections.deque()
-        self.running: TaskEntry | None = None
-        self.requeued = 0  # where the next task this lease gives back goes in the queue
-
-    def __repr__(self) -> str:
-        return f"Lease({self.lease_id.hex()[:8]} {self.worker_address} inflight={self.inflight})"
-
-
-class TaskEntry:
-    """One submitted task or actor call, until it finishes."""
-
-    __slots__ = ("spec", "arg_refs", "retries_left", "key", "cancelled", "lease", "pending_deps",
-                 "retry_allowlist")
-
-    def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[Any], retries_left: int | None,
-                 key: SchedulingKey = (),
-                 retry_allowlist: tuple[type[BaseException], ...] | None = None) -> None:
-        self.spec = spec
-        # With spec.retry_exceptions: the exception classes an application error must be an
-        # instance of to be retried (None: any error is retried).
-        self.retry_allowlist = retry_allowlist
-        self.arg_refs = arg_refs  # keeps top-level argument objects alive until the task ends
-        self.retries_left = retries_left
-        self.key: SchedulingKey = key  # resource shape (tasks only)
-        self.cancelled = False
-        self.lease: Lease | None = None
-        self.pending_deps = 0
-
-
-class RequestLease(NamedTuple):
-    key: SchedulingKey
-    lease_id: bytes
-    address: str
-
-
-class CancelLeaseRequest(NamedTuple):
-    address: str
-    lease_id: bytes
-
-
-class Push(NamedTuple):
-    lease: Lease
-    entry: TaskEntry
-
-
-class GiveBack(NamedTuple):
-    lease: Lease
-
-
-class ReturnLease(NamedTuple):
-    lease: Lease
-    disconnect: bool
-
-
-class Complete(NamedTuple):
-    entry: TaskEntry
-    reply: core_worker_pb2.PushTaskReply
-
-
-class Fail(NamedTuple):
-    entry: TaskEntry
-    error: BaseException
-
-
-class SetTimer(NamedTuple):
-    at: float
-
-
-Instruction = Union[RequestLease, CancelLeaseRequest, Push, GiveBack, ReturnLease, Complete, Fail,
-                    SetTimer]
-
-# Whether the application error in a reply is an instance of one of the allowlisted classes.
-Classifier = Callable[[core_worker_pb2.PushTaskReply, tuple[type[BaseException], ...]], bool]
-
 
 def _never(reply: core_worker_pb2.PushTaskReply, allowlist: tuple[type[BaseException], ...]) -> bool:
     return False
@@ -166,11 +97,21 @@ class TaskQueue:
                  max_tasks_in_flight_per_worker: int, lease_linger_s: float,
                  clock: Callable[[], float],
                  new_lease_id: Callable[[], bytes] = lambda: os.urandom(16),
-                 classify: Classifier = _never) -> None:
+                 classify: Classifier = _never, pipeline_budget_s: float = 0.005,
+                 durations: TaskDurations | None = None) -> None:
+        if max_tasks_in_flight_per_worker < 1:
+            raise ValueError("EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER must be at least 1 (1: no "
+                             f"pipelining), got {max_tasks_in_flight_per_worker}")
+        if not pipeline_budget_s >= 0:
+            raise ValueError("EMBER_PIPELINE_BUDGET_S must be a number of seconds >= 0 (0: no "
+                             f"pipelining), got {pipeline_budget_s}")
         self.home = home_raylet
         self._classify = classify
         self.max_requests = max_pending_lease_requests
-        self.max_inflight = max_tasks_in_flight_per_worker
+        # A budget of 0 turns pipelining off, as one task in flight per worker does.
+        self.max_inflight = max_tasks_in_flight_per_worker if pipeline_budget_s > 0 else 1
+        self.budget_s = pipeline_budget_s
+        self.durations = TaskDurations() if durations is None else durations
         self.linger_s = lease_linger_s
         self._clock = clock
         self._new_id = new_lease_id
@@ -274,6 +215,13 @@ class TaskQueue:
             pending.popleft()
         else:
             pending.remove(entry)
+        if self.max_inflight > 1:
+            self._unpend(lease, entry)
+            if reply.start_time_ns:
+                self.durations.observe_reply(entry.spec.function.function_id,
+                                             reply.start_time_ns, reply.end_time_ns)
+            if lease.inflight:
+                lease.since = self._clock()  # the next task it holds starts now
         q = self._keys[entry.key]
         out: list[Instruction] = []
         if reply.returned_unstarted:
@@ -309,6 +257,7 @@ class TaskQueue:
             self._return(q, lease, True, out)
         if entry in lease.pending:
             lease.pending.remove(entry)
+            self._unpend(lease, entry)
         if entry.cancelled:
             out.append(Fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex())))
         elif entry is not lease.running and not self.closing:
@@ -374,18 +323,39 @@ class TaskQueue:
         if tasks:
             limit = self.max_inflight
             leases = q.leases
+            budget = self.budget_s
+            now = -1.0
             while tasks:
-                # The least loaded lease that can take one more (one lease: no search).
+                entry = tasks[0]
+                est = UNKNOWN if limit == 1 else self.durations.estimate(
+                    entry.spec.function.function_id)
+                # The least loaded lease that can take it: an idle one, or a busy one when the
+                # task is pipelined (see _pipelines).
                 best: Lease | None = None
                 for lease in leases:
-                    if lease.inflight < limit and not lease.dead and not lease.held and (
-                            best is None or lease.inflight < best.inflight):
-                        best = lease
+                    n = lease.inflight
+                    if n >= limit or lease.dead or lease.held or (
+                            best is not None and n >= best.inflight):
+                        continue
+                    if n:
+                        if now < 0:
+                            now = self._clock()
+                        if not _pipelines(lease, est, budget, now):
+                            continue
+                    best = lease
                 if best is None:
                     break
                 lease = best
                 lease.linger_at = None
-                entry = tasks.popleft()
+                tasks.popleft()
+                if limit > 1:
+                    if not lease.inflight:
+                        lease.since = now if now >= 0 else self._clock()
+                    entry.est = est
+                    if est <= budget:
+                        lease.est_s += est
+                    else:
+                        lease.long += 1
                 lease.inflight += 1
                 lease.pending.append(entry)
                 entry.lease = lease
@@ -411,6 +381,16 @@ class TaskQueue:
                 if lease_id not in q.cancelling:  # each request is cancelled once
                     q.cancelling.add(lease_id)
                     out.append(CancelLeaseRequest(addr, lease_id))
+
+    def _unpend(self, lease: Lease, entry: TaskEntry) -> None:
+        """entry left what lease holds: its share of the estimates goes with it."""
+        if not lease.inflight:
+            lease.est_s = 0.0
+            lease.long = 0
+        elif entry.est <= self.budget_s:
+            lease.est_s -= entry.est
+        else:
+            lease.long -= 1
 
     def _steal(self, q: _Key, out: list[Instruction]) -> bool:
         """No task is queued and a lease could take more: ask every lease holding tasks it
@@ -462,3 +442,12 @@ class TaskQueue:
             if self._timer_at is None or at < self._timer_at:
                 self._timer_at = at
                 out.append(SetTimer(at))
+
+
+def _pipelines(lease: Lease, est: float, budget_s: float, now: float) -> bool:
+    """Whether a task whose function is estimated to run est seconds goes to this busy lease,
+    behind what it holds: only when everything there, this task included, is known short and
+    adds up to at most budget_s (so the cap on tasks in flight scales with how short they are),
+    and its running task is not overdue (running past the budget: maybe long after all)."""
+    return (not lease.long and lease.est_s + est <= budget_s
+            and now - lease.since <= budget_s)

@@ -54,7 +54,7 @@ class TaskSubmitter:
             core.raylet_address, max_pending_lease_requests=cfg.max_pending_lease_requests,
             max_tasks_in_flight_per_worker=cfg.max_tasks_in_flight_per_worker,
             lease_linger_s=cfg.lease_linger_s, clock=core.loop.time,
-            classify=task_errors.error_in_allowlist)
+            classify=task_errors.error_in_allowlist, pipeline_budget_s=cfg.pipeline_budget_s)
         self.tasks: dict[bytes, TaskEntry] = {}  # task_id -> entry, until done
         self._timer: asyncio.TimerHandle | None = None
         self._spread_next = 0  # round-robin position of SPREAD lease requests
