@@ -76,6 +76,7 @@ __all__ = ["CancelLeaseRequest", "Classifier", "Complete", "Fail", "GiveBack", "
 
 log = logging.getLogger(__name__)
 
+
 def _never(reply: core_worker_pb2.PushTaskReply, allowlist: tuple[type[BaseException], ...]) -> bool:
     return False
 
