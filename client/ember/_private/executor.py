@@ -306,7 +306,9 @@ class TaskExecutor(PipelineEffects):
             self._cancel_requested = None
             if spec.gpu_ids:
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
-            elif "CUDA_VISIBLE_DEVICES" in os.environ:
+            elif os.environ.get("CUDA_VISIBLE_DEVICES") != "":
+                # No GPU asked for: none visible, whatever ran on this worker before (a fresh
+                # worker and one that ran a GPU task alike).
                 os.environ["CUDA_VISIBLE_DEVICES"] = ""
         if creating:
             self.actor_spec = spec
