@@ -155,7 +155,8 @@ RAYLET: dict[str, list[Rule]] = {
 }
 NEEDS_OBJECT_ID = [Rule("object_id", REQUIRED), Rule("object_id", OBJECT_ID)]
 OBJMGR: dict[str, list[Rule]] = {
-    "CreateRequest": [*NEEDS_OBJECT_ID, Rule("size", at_least(0)), Rule("owner_worker_id", name_id)],
+    "CreateRequest": [*NEEDS_OBJECT_ID, Rule("size", at_least(0)), Rule("owner_worker_id", name_id),
+                      Rule("client_id", name_id)],
     "SealRequest": NEEDS_OBJECT_ID,
     "GetRequest": [Rule("object_ids[]", OBJECT_ID), Rule("client_id", name_id)],
     "ReleaseRequest": [Rule("object_ids[]", OBJECT_ID), Rule("client_id", name_id)],

@@ -338,6 +338,33 @@ def test_space_of_an_object_being_written_is_not_reused_while_the_writer_writes(
     assert read(store, 2) == b
 
 
+def test_an_unsealed_object_whose_writer_died_is_dropped(store):
+    """A worker killed between Create and Seal (its task's return, owned by the driver, half
+    written): the entry would hold its space for ever, as nobody else finishes it."""
+    off = store.create(oid(1), OBJ, "driver", creator="w1")
+    store.create(oid(2), OBJ, "driver", creator="w2")  # another writer, still alive
+    assert store.client_died("w1") == 1
+    assert oid(1) not in store.objects
+    assert store.objects[oid(2)].state == "CREATED"
+    assert store.alloc.used == OBJ
+    # The task's retry writes the same return again, here: a fresh entry it can seal.
+    assert store.create(oid(1), OBJ, "driver", creator="w3") == off
+    store.seal(oid(1))
+    assert store.contains(oid(1))
+
+
+def test_a_retried_create_takes_over_the_unsealed_object(store):
+    """The retry of a killed writer's task lands on the same node before its death is known:
+    it finishes the same entry, and the late death notice of the first writer leaves it be."""
+    a = store.create(oid(1), OBJ, "driver", creator="w1")
+    assert store.create(oid(1), OBJ, "driver", creator="w2") == a
+    assert store.client_died("w1") == 0
+    assert store.objects[oid(1)].state == "CREATED"
+    store.view[a:a + OBJ] = pattern(1)
+    store.seal(oid(1))
+    assert read(store, 1) == pattern(1)
+
+
 def test_client_died_removes_spill_files_of_its_objects(store):
     for i in range(1, 6):
         put(store, i, owner="dead" if i == 1 else "w1")

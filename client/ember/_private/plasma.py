@@ -132,7 +132,8 @@ class PlasmaClient:
             return total
         md = tracing.metadata()
         reply = self._call_store(lambda: core.objmgr.Create(objmgr_pb2.CreateRequest(
-            object_id=oid, size=total, owner_worker_id=owner), timeout=120, metadata=md))
+            object_id=oid, size=total, owner_worker_id=owner, client_id=self.client_id),
+            timeout=120, metadata=md))
         assert self._view is not None
         write_into(self._view[reply.offset:reply.offset + total], sv, header, data_offset, spans)
         self._call_store(lambda: core.objmgr.Seal(objmgr_pb2.SealRequest(object_id=oid), timeout=30,
@@ -147,7 +148,8 @@ class PlasmaClient:
             return total
         try:
             reply = await self.core.objmgr.Create(objmgr_pb2.CreateRequest(
-                object_id=oid, size=total, owner_worker_id=owner), timeout=120)
+                object_id=oid, size=total, owner_worker_id=owner, client_id=self.client_id),
+                timeout=120)
             assert self._view is not None
             write_into(self._view[reply.offset:reply.offset + total], sv, header, data_offset, spans)
             await self.core.objmgr.Seal(objmgr_pb2.SealRequest(object_id=oid), timeout=30)

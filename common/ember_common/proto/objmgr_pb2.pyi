@@ -25,14 +25,16 @@ class DataChunk(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., total_size: _Optional[int] = ...) -> None: ...
 
 class CreateRequest(_message.Message):
-    __slots__ = ("object_id", "size", "owner_worker_id")
+    __slots__ = ("object_id", "size", "owner_worker_id", "client_id")
     OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     OWNER_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     object_id: bytes
     size: int
     owner_worker_id: str
-    def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner_worker_id: _Optional[str] = ...) -> None: ...
+    client_id: str
+    def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner_worker_id: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class CreateReply(_message.Message):
     __slots__ = ("offset",)
@@ -163,18 +165,22 @@ class ListObjectsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ObjectStat(_message.Message):
-    __slots__ = ("object_id", "size", "owner_worker_id", "state", "pins")
+    __slots__ = ("object_id", "size", "owner_worker_id", "state", "pins", "pinned_by", "creator")
     OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     OWNER_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     PINS_FIELD_NUMBER: _ClassVar[int]
+    PINNED_BY_FIELD_NUMBER: _ClassVar[int]
+    CREATOR_FIELD_NUMBER: _ClassVar[int]
     object_id: bytes
     size: int
     owner_worker_id: str
     state: str
     pins: int
-    def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner_worker_id: _Optional[str] = ..., state: _Optional[str] = ..., pins: _Optional[int] = ...) -> None: ...
+    pinned_by: _containers.RepeatedScalarFieldContainer[str]
+    creator: str
+    def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner_worker_id: _Optional[str] = ..., state: _Optional[str] = ..., pins: _Optional[int] = ..., pinned_by: _Optional[_Iterable[str]] = ..., creator: _Optional[str] = ...) -> None: ...
 
 class ListObjectsReply(_message.Message):
     __slots__ = ("node_id", "objects")

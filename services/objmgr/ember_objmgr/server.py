@@ -34,7 +34,8 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
 
     @rpc_errors
     async def Create(self, request: objmgr_pb2.CreateRequest, context: rpc.Context) -> Any:
-        offset = self.store.create(request.object_id, request.size, request.owner_worker_id)
+        offset = self.store.create(request.object_id, request.size, request.owner_worker_id,
+                                   creator=request.client_id)
         return objmgr_pb2.CreateReply(offset=offset)
 
     @rpc_errors
@@ -165,7 +166,8 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
         for e in self.store.objects.values():
             reply.objects.append(objmgr_pb2.ObjectStat(object_id=e.object_id, size=e.size,
                                                        owner_worker_id=e.owner, state=e.state,
-                                                       pins=sum(e.pins.values())))
+                                                       pins=sum(e.pins.values()), pinned_by=sorted(e.pins),
+                                                       creator=e.creator if e.state == "CREATED" else ""))
         return reply
 
     async def follow_worker_deaths(self, gcs_address: str, stop: asyncio.Event) -> None:

@@ -41,6 +41,7 @@ class Entry:
     freed: bool = False
     spill_path: str = ""
     last_access: float = field(default_factory=time.monotonic)
+    creator: str = ""  # the process writing it (until sealed): its death aborts the write
 
     @property
     def pinned(self) -> bool:
@@ -66,10 +67,14 @@ class ObjectStore:
         self.spilled_bytes = 0
 
     # ------------------------------------------------------------------ creation
-    def create(self, object_id: bytes, size: int, owner: str, primary: bool = True) -> int:
+    def create(self, object_id: bytes, size: int, owner: str, primary: bool = True,
+               creator: str = "") -> int:
+        """Reserves space for an object that `creator` (a client id, or "" for a write this
+        process does itself) writes and then seals; returns its offset in the arena."""
         e = self.objects.get(object_id)
         if e is not None:
-            if e.state == "CREATED":
+            if e.state == "CREATED":  # a retried Create, or a retried task writing the same return
+                e.creator = creator
                 return e.offset
             raise ValueError(f"object {object_id.hex()} already exists")
         if size > self.capacity:
@@ -77,7 +82,7 @@ class ObjectStore:
                                     f"the whole store ({self.capacity} bytes); raise "
                                     "object_store_memory")
         offset = self._allocate(size, object_id)
-        self.objects[object_id] = Entry(object_id, size, owner, offset, primary=primary)
+        self.objects[object_id] = Entry(object_id, size, owner, offset, primary=primary, creator=creator)
         return offset
 
     def seal(self, object_id: bytes) -> None:
@@ -194,13 +199,20 @@ class ObjectStore:
             self.spiller.delete(e.spill_path)
 
     def client_died(self, client: str) -> int:
-        """Drops a dead process's pins and frees the objects it owned. Returns how many freed."""
+        """Drops a dead process's pins, aborts what it was still writing and frees the objects it
+        owned. Returns how many were dropped."""
         freed = 0
         for e in list(self.objects.values()):
             e.pins.pop(client, None)
             if e.owner == client:
                 e.freed = True
-            if e.freed and not e.pinned and e.state != "CREATED":
+            if e.state == "CREATED" and e.creator and e.creator == client:
+                # Killed between Create and Seal: nobody can finish the write (a retry of its
+                # task elsewhere makes its own copy), so the space would be held for ever.
+                log.info("dropping %s: its writer %s died before sealing it", e.object_id.hex(), client)
+                self._delete(e)
+                freed += 1
+            elif e.freed and not e.pinned and e.state != "CREATED":
                 self._delete(e)
                 freed += 1
         return freed
