@@ -42,6 +42,9 @@ class ServiceProcess:
     pid: int
     port: int
     popen: subprocess.Popen | None = field(default=None, repr=False, compare=False)
+    # How it was started (start_service's module and args): a restart repeats them.
+    module: str = field(default="", repr=False, compare=False)
+    args: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def alive(self) -> bool:
         if self.popen is not None:
@@ -80,7 +83,7 @@ def start_service(module: str, args: list[str], session_dir: str, name: str,
     while time.monotonic() < deadline:
         if os.path.exists(port_file):
             with open(port_file) as f:
-                return ServiceProcess(name, popen.pid, int(f.read()), popen)
+                return ServiceProcess(name, popen.pid, int(f.read()), popen, module, list(args))
         if popen.poll() is not None:
             raise RuntimeError(f"{name} exited with code {popen.returncode} during start-up: "
                                f"{_tail(os.path.join(logs, name + '.err'))}")

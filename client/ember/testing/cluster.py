@@ -69,6 +69,17 @@ class LocalCluster:
         for p in node.procs:
             _kill(p)
 
+    def restart_raylet(self, node: Node) -> None:
+        """SIGKILLs the node's raylet alone (its workers die with it, and nobody reports their
+        exits) and starts a new one for the same node id and object manager, as a container
+        restart does."""
+        old = node.raylet
+        _kill(old)
+        new = node_mod.start_service(old.module, old.args, self.session_dir, old.name)
+        node.procs[0] = new
+        node.record.raylet_address = f"{node.record.raylet_address.rsplit(':', 1)[0]}:{new.port}"
+        node.record.pids[0] = new.pid
+
     def kill_objmgr(self, node: Node) -> None:
         """SIGKILLs only the node's object manager: its store is lost, its raylet and workers
         live on (an object store failure, for object fault-tolerance tests)."""

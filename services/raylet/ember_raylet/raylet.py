@@ -81,6 +81,8 @@ class Raylet:
         self.closing = False
         # Called with (worker_id, reason) when a worker process exits (the GCS is told).
         self.on_worker_death: Callable[[str, str], None] | None = None
+        # The id of each worker about to start (the server's worker ledger hands them out).
+        self.new_worker_id: Callable[[], str] = ids.new_worker_id
 
     @property
     def cluster(self) -> dict[str, RemoteNode]:
@@ -99,12 +101,12 @@ class Raylet:
         ctx = self.runtime_envs.context(env) if env else None
         forks = self._fork_server(node) if ctx is None else None
         if forks is not None:
-            wid = ids.new_worker_id()
+            wid = self.new_worker_id()
             w = WorkerProc(wid, forks.fork(wid))
         elif ctx is None:
-            w = spawn_worker(ids.new_worker_id(), self.logs_dir, node)
+            w = spawn_worker(self.new_worker_id(), self.logs_dir, node)
         else:
-            w = spawn_worker(ids.new_worker_id(), self.logs_dir, node, python=ctx.python, cwd=ctx.cwd,
+            w = spawn_worker(self.new_worker_id(), self.logs_dir, node, python=ctx.python, cwd=ctx.cwd,
                              runtime_env_vars=ctx.worker_env(self.env_json[env]))
         self.workers[w.worker_id] = w
         self.pool.add_starting(w.worker_id, env)

@@ -18,6 +18,7 @@ from ember_common.settings import RayletSettings
 
 from .log_monitor import LogMonitor
 from .raylet import Raylet
+from .worker_ledger import KV_NAMESPACE, LedgerWriter, WorkerLedger, ledger_key
 from .worker_pool import WorkerState
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,39 @@ class GcsLink:
         except rpc.ServiceError as e:
             log.warning("could not report the exit of worker %s to the GCS: %s", worker_id, e)
 
+    async def adopt_ledger(self, ledger: WorkerLedger, writer: LedgerWriter) -> None:
+        """Reports the workers of this node's previous raylet dead (they died with it, unseen:
+        see worker_ledger) and stores this raylet's ledger before any worker starts."""
+        key = ledger_key(self.raylet.node_id)
+        retry = backoff.SERVICE_RESTART.replace(max_s=1.0, deadline_s=30)
+        try:
+            previous = WorkerLedger.parse(await self.gcs.internal_kv_get(KV_NAMESPACE, key, timeout_s=10,
+                                                                         retry=retry))
+        except rpc.ServiceError as e:
+            log.warning("could not read this node's worker ledger: %s", e)
+            previous = []
+        dead = ledger.inherit(previous)
+        try:
+            await writer.flush()
+        except rpc.ServiceError as e:  # the writer loop retries
+            log.warning("could not store this node's worker ledger: %s", e)
+        if dead:
+            log.warning("node %s: %d workers of the previous raylet died with it; reporting them",
+                        self.raylet.node_id[:8], len(dead))
+        for wid in dead:
+            asyncio.ensure_future(self._report_inherited(wid, ledger, writer))
+
+    async def _report_inherited(self, worker_id: str, ledger: WorkerLedger, writer: LedgerWriter) -> None:
+        try:
+            await self.gcs.report_worker_failure(worker_id, self.raylet.node_id,
+                                                 "its raylet stopped (the worker died with it)",
+                                                 retry=backoff.SERVICE_RESTART.replace(max_s=2.0))
+        except rpc.ServiceError as e:  # stays in the ledger: the next raylet reports it
+            log.warning("could not report the exit of worker %s to the GCS: %s", worker_id, e)
+            return
+        ledger.reported(worker_id)
+        writer.kick()
+
     async def publish_logs(self, batches: list[gcs_pb2.LogBatch]) -> None:
         """Worker output to the drivers (the log monitor's sink)."""
         await self.gcs.publish_logs(batches)
@@ -188,12 +222,23 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
     raylet.runtime_envs.on_failure = lambda: rpc.best_effort(link.gcs.internal_kv_put(
         "runtime_env", f"failures/{ns.node_id}".encode(),
         json.dumps(raylet.runtime_envs.failures[-5:]).encode(), timeout_s=10))
-    raylet.on_worker_death = link.report_worker_death
+    ledger = WorkerLedger()
+    writer = LedgerWriter(ledger, lambda blob: link.gcs.internal_kv_put(
+        KV_NAMESPACE, ledger_key(ns.node_id), blob, timeout_s=10))
+    raylet.new_worker_id = ledger.take_id
+
+    def on_worker_death(worker_id: str, reason: str) -> None:
+        link.report_worker_death(worker_id, reason)
+        ledger.exited(worker_id)
+        writer.kick()
+
+    raylet.on_worker_death = on_worker_death
     await link.register(cfg.start_timeout_s / 2)
+    await link.adopt_ledger(ledger, writer)
     raylet._prestart()
     loops = [asyncio.ensure_future(c) for c in (
         raylet.reap_workers(stop), raylet.check_infeasible(stop), link.heartbeat_loop(stop),
-        link.follow_nodes(stop))]
+        link.follow_nodes(stop), writer.run(stop))]
     monitor = LogMonitor(raylet.logs_dir, raylet.node_id, link.publish_logs,
                          lambda wid: raylet.workers[wid].pid if wid in raylet.workers else None)
     loops.append(asyncio.ensure_future(monitor.run(stop)))
