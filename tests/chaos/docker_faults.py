@@ -139,6 +139,11 @@ class DockerCluster:
                 "spill_dir_bytes": float(spill.strip() or 0)}
         return usage
 
+    def store_objects(self, service: str) -> str:
+        """The objects an objmgr holds (size, state, owner, pins, writer), one line each: what
+        a leak failure prints, to tell a missed free from a dead pin holder or writer."""
+        return self.exec_python(service, _LIST_OBJECTS).strip()
+
     # --- faults ---------------------------------------------------------------------------------
     def kill(self, service: str) -> None:
         self.container(service).kill()  # SIGKILL
@@ -253,3 +258,13 @@ def cluster_problem(cluster: DockerCluster, http_path: str | None) -> str | None
     if http_path and not cluster.http_ok(http_path):
         return f"no 200 from {http_path} through the proxy"
     return None
+
+
+_LIST_OBJECTS = """
+from ember_common import rpc
+from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
+ch = rpc.sync_channel("127.0.0.1:8076")
+for o in objmgr_pb2_grpc.ObjectManagerStub(ch).ListObjects(objmgr_pb2.ListObjectsRequest(), timeout=10).objects:
+    print(o.object_id.hex()[:16], o.size, o.state, "owner", o.owner_worker_id, "pinned_by",
+          ",".join(o.pinned_by) or "-", "writer", o.creator or "-")
+"""

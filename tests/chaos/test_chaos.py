@@ -130,6 +130,13 @@ def _wait(what: str, bound_s: float, check: Any) -> float:
     raise AssertionError(f"{what}: not within {bound_s}s: {problem}")
 
 
+def _try(fn: Any) -> str:
+    try:
+        return str(fn())
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+
+
 def _leaks(base: dict[str, dict[str, float]], now: dict[str, dict[str, float]]) -> str | None:
     out = []
     for node, b in base.items():
@@ -187,8 +194,14 @@ def _run_suite(c: ChaosCluster, dc: DockerCluster, seed: int, artifacts: Path) -
         final_recovery_s = _wait("healthy cluster after the faults", RECOVERY_BOUND_S,
                                  lambda: cluster_problem(dc, "/chaos?x=0"))
         log.write({"event": "final_recovery", "recovery_s": round(final_recovery_s, 2)})
-        leak_s = _wait("object stores and spill directories back to baseline", RECOVERY_BOUND_S,
-                       lambda: _leaks(baseline, dc.store_usage()))
+        try:
+            leak_s = _wait("object stores and spill directories back to baseline", RECOVERY_BOUND_S,
+                           lambda: _leaks(baseline, dc.store_usage()))
+        except AssertionError as e:
+            left = {svc: _try(lambda svc=svc: dc.store_objects(svc)) for svc in ("objmgr-head", "objmgr-worker")}
+            log.write({"event": "store_leak", "objects": left})
+            raise AssertionError(f"{e} (seed {seed}); objects left: {json.dumps(left, indent=1)}; "
+                                 f"fault log {log_path}") from None
         log.write({"event": "stores_at_baseline", "after_s": round(leak_s, 2)})
         records = log.records
 
