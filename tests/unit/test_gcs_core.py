@@ -80,3 +80,40 @@ def test_node_registered_again_by_a_new_raylet_loses_its_actors():
         assert _state(core, "n1") == common_pb2.NodeInfo.ALIVE  # the node itself is back
 
     asyncio.run(main())
+
+
+def test_a_new_workers_subscriber_hears_of_recent_deaths():
+    """A subscriber that was reconnecting when a death was published (an object manager whose
+    stream broke when the GCS restarted) still learns of it: recent deaths are replayed."""
+    async def first_messages(core: GcsCore, n: int) -> list[str]:
+        gen = core.subscribe({"workers"}, b"")
+        out = [(await gen.__anext__()).worker_death.worker_id for _ in range(n)]
+        await gen.aclose()
+        return out
+
+    async def main() -> None:
+        core = GcsCore(MemoryStorage(), node_death_timeout_s=10)
+        core.publish_worker_death("w1", "n1", "exit code -9")
+        core.publish_worker_death("w2", "n1", "its raylet stopped")
+        assert await first_messages(core, 2) == ["w1", "w2"]
+        live = core.subscribe({"workers"}, b"")
+        assert (await live.__anext__()).worker_death.worker_id == "w1"  # replay first
+        core.publish_worker_death("w3", "n1", "exit code 1")
+        got = [(await live.__anext__()).worker_death.worker_id for _ in range(2)]
+        assert got == ["w2", "w3"]  # then what is published while subscribed
+        await live.aclose()
+
+    asyncio.run(main())
+
+
+def test_recent_deaths_are_bounded_in_count_and_age(monkeypatch):
+    from ember_gcs import core as core_mod
+
+    core = GcsCore(MemoryStorage(), node_death_timeout_s=10)
+    for i in range(core_mod.RECENT_DEATHS + 10):
+        core.publish_worker_death(f"w{i}", "n1", "exit")
+    deaths = core.recent_deaths()
+    assert len(deaths) == core_mod.RECENT_DEATHS
+    assert deaths[0].worker_death.worker_id == "w10"
+    monkeypatch.setattr(core_mod, "RECENT_DEATHS_S", -1.0)  # all of them are now too old
+    assert core.recent_deaths() == []

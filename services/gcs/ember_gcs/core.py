@@ -9,6 +9,7 @@ heartbeat grace period.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import struct
 import time
@@ -26,6 +27,8 @@ from .storage import Storage
 log = logging.getLogger(__name__)
 
 NODES = "nodes"
+RECENT_DEATHS = 4096  # worker deaths kept for replay to new subscribers
+RECENT_DEATHS_S = 600.0
 JOBS = "jobs"
 
 
@@ -44,6 +47,11 @@ class GcsCore:
         self.nodes: dict[str, common_pb2.NodeInfo] = {}
         self._last_seen: dict[str, float] = {}
         self._subs: list[Subscriber] = []
+        # Recent worker deaths, replayed to each new "workers" subscriber: one that was
+        # reconnecting (this GCS restarted, or its stream broke) when a death was published would
+        # otherwise never hear of it (an object manager would keep the dead worker's pins).
+        self._recent_deaths: collections.deque[tuple[float, gcs_pb2.PubMessage]] = \
+            collections.deque(maxlen=RECENT_DEATHS)
         self.actors = ActorManager(storage, self.nodes)
         self.kv = InternalKV(storage)
         self.pgs = PlacementGroups(storage, self.nodes)
@@ -183,8 +191,17 @@ class GcsCore:
         self._deliver(msg, "nodes", None)
 
     def publish_worker_death(self, worker_id: str, node_id: str, reason: str) -> None:
-        self._deliver(gcs_pb2.PubMessage(worker_death=gcs_pb2.WorkerDeath(
-            worker_id=worker_id, node_id=node_id, reason=reason)), "workers", None)
+        msg = gcs_pb2.PubMessage(worker_death=gcs_pb2.WorkerDeath(
+            worker_id=worker_id, node_id=node_id, reason=reason))
+        self._recent_deaths.append((time.monotonic(), msg))
+        self._deliver(msg, "workers", None)
+
+    def recent_deaths(self) -> list[gcs_pb2.PubMessage]:
+        """The worker deaths of the last RECENT_DEATHS_S seconds (at most RECENT_DEATHS)."""
+        horizon = time.monotonic() - RECENT_DEATHS_S
+        while self._recent_deaths and self._recent_deaths[0][0] < horizon:
+            self._recent_deaths.popleft()
+        return [m for _, m in self._recent_deaths]
 
     def publish_logs(self, batch: gcs_pb2.LogBatch) -> None:
         self._deliver(gcs_pb2.PubMessage(logs=batch), "logs", batch.job_id)
@@ -235,6 +252,9 @@ class GcsCore:
             if "nodes" in channels:
                 for info in list(self.nodes.values()):
                     yield gcs_pb2.PubMessage(node=info)
+            if "workers" in channels:  # (a death also published meanwhile comes twice: harmless)
+                for death in self.recent_deaths():
+                    yield death
             while True:
                 msg = await sub.queue.get()
                 if msg is None:
