@@ -6,8 +6,9 @@ import time
 import pytest
 
 import ember
-from ember_common.gcs_client import SyncGcsClient
 from ember.testing import EtcdProcess, LocalCluster, wait_for
+from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ember_common.gcs_client import SyncGcsClient
 
 pytestmark = [pytest.mark.etcd, pytest.mark.chaos]
 
@@ -41,11 +42,18 @@ def test_gcs_restart_keeps_cluster_working(etcd):
                     return ember.get_runtime_context().get_node_id()
 
                 assert ember.get([square.remote(i) for i in range(20)]) == [i * i for i in range(20)]
+                # A worker loads a function (and its job's code paths) from the GCS the first
+                # time it runs it, so only workers that already ran `square` can run it while the
+                # GCS is down: run it once on each node's worker (one each: 1 CPU per node).
+                warm = [square.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False))
+                        .remote(2) for n in (head, other)]
+                assert ember.get(warm, timeout=60) == [4, 4]
                 with _gcs(c.gcs_address) as gcs:
                     gcs.internal_kv_put("test", b"k", b"v")
                     jobs_before = len(gcs.get_all_job_info())
 
-                # Work in flight while the GCS is down: the task path never touches the GCS.
+                # Work in flight while the GCS is down: the task path never touches the GCS (for
+                # functions its workers have loaded).
                 in_flight = [square.remote(i) for i in range(50)]
                 c.kill_gcs()
                 during = ember.get([square.remote(i) for i in range(10)], timeout=60)
