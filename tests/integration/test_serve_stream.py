@@ -9,6 +9,7 @@ import time
 import httpx
 import pytest
 
+import ember
 from ember import serve
 from ember.serve._private.streams import StreamMux, StreamPump
 
@@ -152,6 +153,10 @@ class Chunks:
         for i in range(n):
             yield {"i": i}
 
+    def actor_name(self):
+        ctx = serve.get_replica_context()
+        return f"SERVE_REPLICA::{ctx.app_name}#{ctx.deployment}#{ctx.replica_id}"
+
 
 @pytest.fixture(scope="module")
 def url(serve_url):
@@ -201,6 +206,22 @@ def test_a_failing_generator_cuts_the_body_and_the_replica_keeps_serving(url):
                     got += part
         assert got == b"0000\n0001\n"  # what was produced, then an incomplete body (not a clean end)
         assert c.get(url + "/chunks", params={"kind": "burst", "n": 3}).text == "0000\n0001\n0002\n"
+
+
+def test_http_bodies_are_pushed_on_the_proxy_channel_not_polled(url):
+    h = serve.get_app_handle("chunks")
+    replica = ember.get_actor(h.actor_name.remote().result(), namespace="serve")
+    before = ember.get(replica.stream_stats.remote())
+
+    async def go():
+        async with httpx.AsyncClient(timeout=30) as c:
+            return await asyncio.gather(*[c.get(url + "/chunks", params={"kind": "paced", "n": 4})
+                                          for _ in range(8)])
+    assert all(r.text == "0000\n0001\n0002\n0003\n" for r in asyncio.run(go()))
+    after = ember.get(replica.stream_stats.remote())
+    assert after["stream_poll"] == before["stream_poll"] and after["stream_next"] == before["stream_next"]
+    assert after["channels"] == 1  # one connection from the proxy, kept between requests
+    assert 0 < after["channel_pushes"] - before["channel_pushes"] <= 8 * 3  # the chunks after each first
 
 
 def test_handle_stream_items_in_order(url):
