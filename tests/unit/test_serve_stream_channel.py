@@ -25,6 +25,12 @@ def test_entries_survive_any_split_of_the_bytes():
         assert got == want
 
 
+def test_handle_stream_items_and_a_user_error_to_fetch():
+    batch = [("h1", [{"i": 1}, "two", b"3"], False, None), ("h2", [], False, sc.FETCH_ERROR),
+             ("h3", [None], True, None)]
+    assert sc.Decoder().feed(sc.encode(batch)) == batch
+
+
 def test_hello_carries_secret_and_group_and_the_server_checks_both():
     server = sc.ChannelServer(None, None, "127.0.0.1")  # type: ignore[arg-type]
     secret = server._secret

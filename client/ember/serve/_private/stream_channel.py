@@ -1,17 +1,20 @@
-"""A direct socket from a caller process (the proxy) to a replica for its streamed HTTP bodies.
+"""A direct socket from a caller process to a replica for the streams it has open there.
 
 Polling a replica with `stream_poll` actor calls costs, per round trip, a task spec, a pickled
 reply and four thread hops (caller loop → core loop → replica's core loop → actor loop and back).
-Under 16 token streams that round trip is most of the serving CPU per chunk. So the proxy asks each
-replica once for a stream channel (`ServeReplica.stream_channel()`, an authenticated actor call
+Under 16 token streams that round trip is most of the serving CPU per chunk. So a caller (the
+proxy for HTTP bodies; the handle runtime of a driver or deployment for streamed handle calls)
+asks each replica once for a stream channel (`ServeReplica.stream_channel()`, an authenticated actor call
 that returns host, port and a per-replica secret) and opens one TCP connection to it, served on
 the replica's own event loop (the actor loop, where the pumps run). On that connection the
 replica pushes what the caller's streams produce, with no request per batch:
 
     caller → replica   hello: MAGIC, the secret (hex), a space, the group, a newline; then nothing
-    replica → caller   entries: flags (1 byte: DONE=1, ERROR=2), len(stream id) (2 bytes),
-                       len(data) (4 bytes), the stream id, the data (the body bytes, or the
-                       error "Type: message" in UTF-8); big-endian
+    replica → caller   entries: flags (1 byte: DONE=1, ERROR=2, ITEMS=4, FETCH=8), len(stream
+                       id) (2 bytes), len(data) (4 bytes), the stream id, the data; big-endian.
+                       Data: an HTTP body's bytes; with ITEMS a handle stream's items (a
+                       pickled list); with ERROR the error "Type: message" in UTF-8; FETCH: a
+                       handle stream's user code raised (the caller fetches it with stream_next)
 
 The pusher loops over `StreamMux.poll(group)` (streams.py): it waits while nothing is ready and
 wakes as soon as one chunk is (the first chunk is never held back), then writes in one send every
@@ -20,7 +23,9 @@ were produced while the previous send was being made. Back-pressure: the pusher 
 socket to drain past `_HIGH_WATER_BYTES`, and each pump holds at most its buffer. When the caller
 goes away (EOF, reset) every stream of its group is closed, which closes the user's generators.
 
-Nothing is pickled: a body chunk travels as the bytes the user produced. The channel is not
+An HTTP body is never pickled: a chunk travels as the bytes the user produced. A handle stream's
+items are pickled (cloudpickle) as a list per entry; an ObjectRef among them is pinned for
+good (it travels outside the reference counting of actor calls). The channel is not
 offered with mutual TLS on (`EMBER_USE_TLS=1`): callers then poll with actor calls, which ride
 the TLS gRPC channels. A connection whose hello does not carry the secret is closed unread.
 """
@@ -30,30 +35,41 @@ import asyncio
 import hmac
 import logging
 import os
+import pickle
 import struct
 from typing import Any, Awaitable, Callable
+
+import cloudpickle
+
+from .streams import FETCH_ERROR
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"EMBERSTREAM1 "
-DONE, ERROR = 1, 2
+DONE, ERROR, ITEMS, FETCH = 1, 2, 4, 8
+_CONNECT_TIMEOUT_S = 3.0  # a replica whose channel is not reachable from here is polled instead
 _HEAD = struct.Struct("!BHI")  # flags, len(stream id), len(data)
 _HELLO_TIMEOUT_S = 10.0
 _HELLO_MAX_BYTES = 1024
 _POLL_WAIT_S = 30.0  # the pusher's longest wait on an idle group (then it simply waits again)
 _HIGH_WATER_BYTES = 1 << 20
 
-Entry = tuple[str, bytes, bool, "str | None"]
+Entry = tuple[str, Any, bool, "str | None"]
 
 
 def encode(batch: list[tuple[str, Any, bool, str | None]]) -> bytes:
-    """One send's bytes for (stream id, body bytes, done, error) entries."""
+    """One send's bytes for (stream id, body bytes or a list of items, done, error) entries
+    (StreamMux.poll's)."""
     parts: list[bytes] = []
     pack = _HEAD.pack
     for sid, data, done, error in batch:
         sb = sid.encode()
-        if error is not None:
+        if error == FETCH_ERROR:
+            payload, flags = b"", FETCH
+        elif error is not None:
             payload, flags = error.encode("utf-8", "replace"), DONE | ERROR
+        elif isinstance(data, list):
+            payload, flags = cloudpickle.dumps(data, protocol=5), ITEMS | (DONE if done else 0)
         else:
             payload, flags = data, DONE if done else 0
         parts.append(pack(flags, len(sb), len(payload)))
@@ -80,8 +96,12 @@ class Decoder:
                 break
             sid = bytes(buf[pos + size:pos + size + ls]).decode()
             payload = bytes(buf[pos + size + ls:end])
-            if flags & ERROR:
+            if flags & FETCH:
+                out.append((sid, [], False, FETCH_ERROR))
+            elif flags & ERROR:
                 out.append((sid, b"", True, payload.decode("utf-8", "replace")))
+            elif flags & ITEMS:
+                out.append((sid, pickle.loads(payload), bool(flags & DONE), None))
             else:
                 out.append((sid, payload, bool(flags & DONE), None))
             pos = end
@@ -211,7 +231,8 @@ async def connect(host: str, port: int, secret: str, group: str,
                   lost: Callable[[BaseException | None], None]) -> ChannelClient:
     """Opens a channel to a replica's ChannelServer and says hello."""
     loop = asyncio.get_running_loop()
-    _, proto = await loop.create_connection(lambda: ChannelClient(deliver, lost), host, port)
+    _, proto = await asyncio.wait_for(loop.create_connection(lambda: ChannelClient(deliver, lost), host, port),
+                                      _CONNECT_TIMEOUT_S)
     assert proto.transport is not None
     proto.transport.write(hello(secret, group))
     return proto

@@ -14,9 +14,9 @@ its first chunks before that call's reply), `start(id)` once the reply said the 
 `close(id)` when the caller is done with it (chunks for an unknown id belong to a stream already
 closed and are dropped). Used on one event loop.
 
-The proxy uses a ChannelPoller instead: the same interface, fed by a direct socket on which the
-replica pushes its chunks (stream_channel.py), with actor-call polling only when the replica
-offers no channel (mutual TLS on).
+Callers use a ChannelPoller: the same interface, fed by a direct socket on which the replica
+pushes its chunks (stream_channel.py), with actor-call polling only when the replica offers no
+channel (mutual TLS on) or its channel cannot be reached from here.
 """
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ class StreamPoller:
 
 
 class ChannelPoller(StreamPoller):
-    """A StreamPoller for HTTP bodies fed by a direct socket to the replica (stream_channel.py):
+    """A StreamPoller fed by a direct socket to the replica (stream_channel.py):
     the replica pushes every chunk of this caller's streams as it is produced, with no call per
     batch. One connection per caller process and replica, opened at the first stream (one
     `stream_channel()` actor call) and kept while it is up, so the poller stays in the registry;
