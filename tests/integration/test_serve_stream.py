@@ -231,3 +231,53 @@ def test_handle_stream_items_in_order(url):
     async def agen():
         return [x async for x in h.options(stream=True).items.remote(10)]
     assert asyncio.run(agen()) == [{"i": i} for i in range(10)]
+
+
+@serve.deployment
+class Endless:
+    async def __call__(self, request):
+        from starlette.responses import StreamingResponse
+
+        n = int(request.query_params.get("n", "0"))
+
+        async def gen():
+            i = 0
+            while not n or i < n:
+                yield f"{i:04d}\n"
+                i += 1
+                await asyncio.sleep(0.02)
+        return StreamingResponse(gen(), media_type="text/plain")
+
+    def actor_name(self):
+        ctx = serve.get_replica_context()
+        return f"SERVE_REPLICA::{ctx.app_name}#{ctx.deployment}#{ctx.replica_id}"
+
+
+def test_a_replica_that_dies_mid_stream_cuts_it_and_the_next_stream_uses_its_successor(url):
+    h = serve.run(Endless.bind(), name="endless", route_prefix="/endless")
+    try:
+        first = h.actor_name.remote().result()
+        with httpx.Client(timeout=30) as c:
+            got = b""
+            t0 = time.monotonic()
+            with pytest.raises(httpx.RemoteProtocolError):  # the body is cut, not ended cleanly
+                with c.stream("GET", url + "/endless") as r:
+                    for part in r.iter_raw():
+                        got += part
+                        if len(got) >= 50 and first is not None:
+                            ember.kill(ember.get_actor(first, namespace="serve"))
+                            first = None
+                        assert time.monotonic() - t0 < 20, "the stream was not cut"
+            assert got.startswith(b"0000\n0001\n")
+            deadline = time.monotonic() + 30
+            while True:  # the controller replaces the replica; the proxy opens a new channel
+                try:
+                    r = c.get(url + "/endless", params={"n": 5})
+                    if r.status_code == 200 and r.text == "".join(f"{i:04d}\n" for i in range(5)):
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "no successor replica served the stream"
+                time.sleep(0.2)
+    finally:
+        serve.delete("endless")
