@@ -1,6 +1,6 @@
-"""Streamed replies pulled in batches (serve/_private/streams.py): the pump alone, then through
-the proxy and through handles — chunks coalesce only when they would otherwise queue, order and
-content are kept, errors and disconnects end the user's generator."""
+"""Streamed replies in batches (serve/_private/streams.py, stream_channel.py): the pump alone,
+then through the proxy and through handles — chunks coalesce only when they would otherwise
+queue, order and content are kept, errors, disconnects and a dead replica end the stream."""
 from __future__ import annotations
 
 import asyncio

@@ -1,10 +1,10 @@
 """ServeReplica: the actor that hosts one replica of a deployment (an async actor).
 
 It builds the user's class (or wraps the user's function), answers HTTP requests relayed by the
-proxy (`handle_http`, then `stream_poll` for the rest of the proxy's streamed bodies, all
-together, see streams.py),
-Python calls from DeploymentHandles (`handle_request`; `handle_request_streaming` then
-`stream_poll` of the caller's group, or `stream_next` per stream), health checks (which also
+proxy (`handle_http`; the rest of the proxy's streamed bodies, all together, pushed on its
+stream channel or fetched with `stream_poll`, see streams.py and stream_channel.py),
+Python calls from DeploymentHandles (`handle_request`; `handle_request_streaming` then the
+caller's channel or `stream_poll` of its group, or `stream_next` per stream), health checks (which also
 report the ongoing-request count the autoscaler reads), `reconfigure(user_config)` and
 `cancel(request_id)` when the HTTP client went away. `stream_channel()` opens (once) the socket on
 which the proxy gets its streamed bodies pushed instead of polling (stream_channel.py).
@@ -131,8 +131,8 @@ class ServeReplica:
         return False
 
     def stream_stats(self) -> dict[str, int]:
-        """Streams open now, and the stream_poll / stream_next calls served (for tests and
-        debugging)."""
+        """Streams open now, the stream_poll / stream_next calls served, the stream channels
+        open and the sends made on them (for tests and debugging)."""
         ch = self._channel
         return {"open": len(self._streams), "groups": len(self._muxes), **self._calls,
                 "channels": ch.connections if ch else 0, "channel_pushes": ch.pushes if ch else 0}
@@ -220,8 +220,9 @@ class ServeReplica:
                           group: str | None = None) -> tuple[Any, ...]:
         """("full", status, headers, body), ("cancelled",) or ("stream", status, headers,
         first_chunk, done): a streamed body's first chunk comes with the head when it is produced
-        within _FIRST_CHUNK_WAIT_S (saving a round trip); the rest comes from stream_poll(group)
-        when a group is given, else from stream_next(request_id)."""
+        within _FIRST_CHUNK_WAIT_S (saving a round trip); the rest goes to the group (pushed on
+        its caller's channel, or taken by stream_poll(group)) when a group is given, else to
+        stream_next(request_id)."""
         self.ongoing += 1
         streaming = False
         disc = asyncio.Event()
