@@ -151,18 +151,24 @@ def test_a_caller_that_goes_away_frees_its_streams_and_the_generators_close():
     asyncio.run(go())
 
 
-def test_a_connection_without_the_secret_is_closed_and_gets_nothing():
+def test_a_connection_without_the_secret_or_for_a_connected_group_is_closed_and_gets_nothing():
     async def go():
         rep = _replica()
         host, port, secret = await rep.stream_channel()
         await _start(rep, "s1", "endless", group="g")
-        for bad in (sc.hello("0" * len(secret), "g"), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"):
+        caller, conn = await _open(rep, "g")  # the group's caller
+        for bad in (sc.hello("0" * len(secret), "g"), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                    sc.hello(secret, "g")):  # the last: a second connection for a connected group
             reader, writer = await asyncio.open_connection(host, port)
             writer.write(bad)
             assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, nothing sent
             writer.close()
-        assert rep.stream_stats()["open"] == 1  # the stream was not touched
+        assert rep.stream_stats()["open"] == 1 and rep.stream_stats()["channels"] == 1  # untouched
+        n = len(caller.body("s1"))
+        await _until(lambda: len(caller.body("s1")) > n + 3)  # its caller still gets it
         rep.cancel("s1")
         await _until(lambda: rep.stream_stats()["open"] == 0)
+        conn.close()
+        await asyncio.wait_for(caller.lost, 5)
         await rep._channel.aclose()
     asyncio.run(go())

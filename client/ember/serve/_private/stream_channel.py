@@ -135,6 +135,7 @@ class ChannelServer:
         self.connections = 0  # open now (for stream_stats)
         self.pushes = 0  # sends made (for stream_stats)
         self._pushers: set[asyncio.Task[Any]] = set()
+        self._groups: set[str] = set()  # connected now
 
     async def address(self) -> tuple[str, int, str]:
         """(host, port, secret); the server starts at the first call."""
@@ -159,10 +160,12 @@ class ChannelServer:
             writer.close()
             return
         group = self._check_hello(line)
-        if group is None:
-            log.warning("stream channel: closed a connection from %s without a valid hello", peer)
+        if group is None or group in self._groups:  # a second pusher on one group would split it
+            log.warning("stream channel: closed a connection from %s (%s)", peer,
+                        "no valid hello" if group is None else f"group {group} is already connected")
             writer.close()
             return
+        self._groups.add(group)
         self.connections += 1
         pusher = asyncio.current_task()
         assert pusher is not None
@@ -175,6 +178,7 @@ class ChannelServer:
             pass  # the caller went away (or the replica is stopping)
         finally:
             self.connections -= 1
+            self._groups.discard(group)
             self._pushers.discard(pusher)
             gone.cancel()
             writer.close()
