@@ -1,6 +1,6 @@
-"""Streamed replies pulled in batches (serve/_private/streams.py): the pump alone, then through
-the proxy and through handles — chunks coalesce only when they would otherwise queue, order and
-content are kept, errors and disconnects end the user's generator."""
+"""Streamed replies in batches (serve/_private/streams.py, stream_channel.py): the pump alone,
+then through the proxy and through handles — chunks coalesce only when they would otherwise
+queue, order and content are kept, errors, disconnects and a dead replica end the stream."""
 from __future__ import annotations
 
 import asyncio
@@ -9,6 +9,7 @@ import time
 import httpx
 import pytest
 
+import ember
 from ember import serve
 from ember.serve._private.streams import StreamMux, StreamPump
 
@@ -152,6 +153,10 @@ class Chunks:
         for i in range(n):
             yield {"i": i}
 
+    def actor_name(self):
+        ctx = serve.get_replica_context()
+        return f"SERVE_REPLICA::{ctx.app_name}#{ctx.deployment}#{ctx.replica_id}"
+
 
 @pytest.fixture(scope="module")
 def url(serve_url):
@@ -203,6 +208,22 @@ def test_a_failing_generator_cuts_the_body_and_the_replica_keeps_serving(url):
         assert c.get(url + "/chunks", params={"kind": "burst", "n": 3}).text == "0000\n0001\n0002\n"
 
 
+def test_http_bodies_are_pushed_on_the_proxy_channel_not_polled(url):
+    h = serve.get_app_handle("chunks")
+    replica = ember.get_actor(h.actor_name.remote().result(), namespace="serve")
+    before = ember.get(replica.stream_stats.remote())
+
+    async def go():
+        async with httpx.AsyncClient(timeout=30) as c:
+            return await asyncio.gather(*[c.get(url + "/chunks", params={"kind": "paced", "n": 4})
+                                          for _ in range(8)])
+    assert all(r.text == "0000\n0001\n0002\n0003\n" for r in asyncio.run(go()))
+    after = ember.get(replica.stream_stats.remote())
+    assert after["stream_poll"] == before["stream_poll"] and after["stream_next"] == before["stream_next"]
+    assert after["channels"] == 1  # one connection from the proxy, kept between requests
+    assert 0 < after["channel_pushes"] - before["channel_pushes"] <= 8 * 3  # the chunks after each first
+
+
 def test_handle_stream_items_in_order(url):
     h = serve.get_app_handle("chunks")
     assert list(h.options(stream=True).items.remote(3000)) == [{"i": i} for i in range(3000)]
@@ -210,3 +231,53 @@ def test_handle_stream_items_in_order(url):
     async def agen():
         return [x async for x in h.options(stream=True).items.remote(10)]
     assert asyncio.run(agen()) == [{"i": i} for i in range(10)]
+
+
+@serve.deployment
+class Endless:
+    async def __call__(self, request):
+        from starlette.responses import StreamingResponse
+
+        n = int(request.query_params.get("n", "0"))
+
+        async def gen():
+            i = 0
+            while not n or i < n:
+                yield f"{i:04d}\n"
+                i += 1
+                await asyncio.sleep(0.02)
+        return StreamingResponse(gen(), media_type="text/plain")
+
+    def actor_name(self):
+        ctx = serve.get_replica_context()
+        return f"SERVE_REPLICA::{ctx.app_name}#{ctx.deployment}#{ctx.replica_id}"
+
+
+def test_a_replica_that_dies_mid_stream_cuts_it_and_the_next_stream_uses_its_successor(url):
+    h = serve.run(Endless.bind(), name="endless", route_prefix="/endless")
+    try:
+        first = h.actor_name.remote().result()
+        with httpx.Client(timeout=30) as c:
+            got = b""
+            t0 = time.monotonic()
+            with pytest.raises(httpx.RemoteProtocolError):  # the body is cut, not ended cleanly
+                with c.stream("GET", url + "/endless") as r:
+                    for part in r.iter_raw():
+                        got += part
+                        if len(got) >= 50 and first is not None:
+                            ember.kill(ember.get_actor(first, namespace="serve"))
+                            first = None
+                        assert time.monotonic() - t0 < 20, "the stream was not cut"
+            assert got.startswith(b"0000\n0001\n")
+            deadline = time.monotonic() + 30
+            while True:  # the controller replaces the replica; the proxy opens a new channel
+                try:
+                    r = c.get(url + "/endless", params={"n": 5})
+                    if r.status_code == 200 and r.text == "".join(f"{i:04d}\n" for i in range(5)):
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "no successor replica served the stream"
+                time.sleep(0.2)
+    finally:
+        serve.delete("endless")

@@ -1,7 +1,7 @@
 """Streamed handle calls from one deployment to another (the OpenAI app's ingress → LLMServer
-path) ride the per-replica poll: one stream_poll call in flight per calling process and replica
-carries every stream's items, no stream_next per stream; order and content are kept; a user
-error reaches the caller after the items before it; a consumer that stops (or an HTTP client
+path) ride the per-replica channel: the callee pushes every stream's items to the calling
+process on one connection per process and replica (no stream_poll or stream_next call per
+stream); order and content are kept; a user error reaches the caller after the items before it; a consumer that stops (or an HTTP client
 that goes away) frees the stream and closes the callee's generator."""
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def app(serve_url):
     serve.delete("relay")
 
 
-def test_concurrent_relayed_streams_share_the_callee_poll(app):
+def test_concurrent_relayed_streams_share_the_callee_channel(app):
     url, _, _, replica = app
     before = ember.get(replica.stream_stats.remote())
 
@@ -128,8 +128,10 @@ def test_concurrent_relayed_streams_share_the_callee_poll(app):
     after = ember.get(replica.stream_stats.remote())
     items = sum(5 + i % 7 for i in range(16))
     assert after["stream_next"] == before["stream_next"]  # no per-stream pull
-    polls = after["stream_poll"] - before["stream_poll"]
-    assert 0 < polls < items  # items of several streams shared the round trips
+    assert after["stream_poll"] == before["stream_poll"]  # pushed on the channel, not polled
+    pushes = after["channel_pushes"] - before["channel_pushes"]
+    assert 0 < pushes < items  # items of several streams shared the sends
+    assert after["channels"] >= 1
     wait_for(lambda: ember.get(replica.stream_stats.remote())["open"] == 0, what="every stream to end")
 
 

@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Iterator
 from ember.exceptions import ActorDiedError, RayActorError
 
 from ._private.router import RouteTable
-from ._private.stream_poller import StreamPoller
+from ._private.stream_poller import FETCH_ERROR, ChannelPoller, StreamPoller
 
 _MAX_ATTEMPTS = 3
 
@@ -37,8 +37,8 @@ class _HandleRuntime:
         self.thread = threading.Thread(target=self.loop.run_forever, name="ember-serve-handles", daemon=True)
         self.thread.start()
         self.table: RouteTable = asyncio.run_coroutine_threadsafe(self._make_table(), self.loop).result()
-        # Streamed calls: one StreamPoller per replica (one stream_poll call in flight for all of
-        # this process's streams there), under this runtime's group name.
+        # Streamed calls: one ChannelPoller per replica (its pushes carry all of this process's
+        # streams there; or one stream_poll call in flight for them), groups named after this one.
         self.pollers: dict[str, StreamPoller] = {}
         self.group = f"h-{os.getpid():x}-{uuid.uuid4().hex[:8]}"
 
@@ -53,6 +53,9 @@ class _HandleRuntime:
     def stop(self) -> None:
         """Cancels the loop's tasks, stops it and closes it."""
         async def cancel_all() -> None:
+            for p in list(self.pollers.values()):
+                if isinstance(p, ChannelPoller):
+                    p.shutdown()
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for t in tasks:
                 t.cancel()
@@ -124,8 +127,8 @@ async def _call(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs
 async def _stream(rt: _HandleRuntime, dep_id: str, method: str, args: tuple, kwargs: dict,
                   q: asyncio.Queue) -> None:
     """Runs one streamed call: starts it on a replica, then takes what the runtime's poller of
-    that replica brings (one stream_poll call in flight per replica for all of this process's
-    streams there) until the stream is over, putting every item on q. A user error is fetched
+    that replica brings (pushed on one channel, or one stream_poll call in flight, per replica
+    for all of this process's streams there) until the stream is over, putting every item on q. A user error is fetched
     with stream_next, which raises it as a plain call would. Cancelled (the caller stopped
     iterating), it tells the replica to stop the stream."""
     h = None
@@ -137,10 +140,10 @@ async def _stream(rt: _HandleRuntime, dep_id: str, method: str, args: tuple, kwa
         await asyncio.wait_for(rt.table.ready.wait(), 60)
         router = rt.table.router(dep_id)
         k, h = await router.acquire()
-        poller = StreamPoller.of(rt.pollers, k, h, rt.group)
-        inbox = poller.expect(stream_id)  # before the call: a poll may bring items first
+        poller = ChannelPoller.of(rt.pollers, k, h, rt.group)
+        inbox = poller.expect(stream_id)  # before the call: a push may bring items first
         try:
-            items, done = await h.handle_request_streaming.remote(stream_id, method, args, kwargs, rt.group)
+            items, done = await h.handle_request_streaming.remote(stream_id, method, args, kwargs, poller.group)
             if not done:
                 poller.start(stream_id)
             while True:
@@ -154,7 +157,7 @@ async def _stream(rt: _HandleRuntime, dep_id: str, method: str, args: tuple, kwa
                     for x in items:
                         q.put_nowait(("item", x))
                     items, done = await h.stream_next.remote(stream_id)  # raises the user's error
-                    if not done:
+                    if not done or error != FETCH_ERROR:  # (or the stream was cut: say so)
                         raise RuntimeError(f"stream {stream_id} of {dep_id} failed: {error}")
         finally:
             poller.close(stream_id)

@@ -8,8 +8,8 @@ Per request: match the longest route prefix (RouteTable, refreshed by a long pol
 controller, never per request), buffer the body, take a replica from the deployment's Router
 (power of two choices; queue while every replica is at max_ongoing_requests; 503 past
 max_queued_requests), call `handle_http` on it, and answer. A streamed reply is relayed chunk by
-chunk; the chunks of every stream open on one replica come from one `stream_poll` call in
-flight at a time (ember.serve._private.stream_poller). If the client disconnects first, the replica is told to cancel the
+chunk; the chunks of every stream open on one replica are pushed by the replica on one socket
+(a ChannelPoller, ember.serve._private.stream_poller / stream_channel). If the client disconnects first, the replica is told to cancel the
 request. An incoming `traceparent` header becomes the parent of the proxy's span (when tracing
 is on), which is the parent of the replica call.
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 from ember.exceptions import ActorDiedError, RayActorError
 from ember.serve._private.router import BackPressureError, RouteTable
-from ember.serve._private.stream_poller import Inbox, StreamPoller
+from ember.serve._private.stream_poller import ChannelPoller, Inbox, StreamPoller
 from ember_common import auth, tracing
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,9 @@ class ProxyApp:
             elif m["type"] == "lifespan.shutdown":
                 if self.table is not None:
                     self.table.stop()
+                for p in list(self._pollers.values()):
+                    if isinstance(p, ChannelPoller):
+                        p.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -161,10 +164,10 @@ class ProxyApp:
             except asyncio.TimeoutError:
                 return await _simple(send, 503, f"no replica of {router.dep_id} became available within 60 s")
             streaming = False
-            poller = StreamPoller.of(self._pollers, key, h, _id_prefix)
-            inbox = poller.expect(request_id)  # before the call: a poll may bring chunks first
+            poller = ChannelPoller.of(self._pollers, key, h, _id_prefix)
+            inbox = poller.expect(request_id)  # before the call: a push may bring chunks first
             try:
-                fut = asyncio.wrap_future(h.handle_http.remote(request_id, child, body, _id_prefix).future())
+                fut = asyncio.wrap_future(h.handle_http.remote(request_id, child, body, poller.group).future())
                 if not await _first(fut, disconnect):
                     h.cancel.remote(request_id)
                     fut.cancel()
@@ -194,9 +197,9 @@ class ProxyApp:
     async def _relay(self, router: Any, key: str, h: Any, request_id: str, reply: tuple[Any, ...], send: Any,
                      disconnect: asyncio.Future[Any], inbox: Inbox) -> None:
         """Streams the rest of the body as the replica produces it. Every stream open on one
-        replica is fed by that replica's StreamPoller (one stream_poll() call in flight, returning
-        what all of them produced since the previous one), so chunks are coalesced only when
-        they would otherwise queue behind a call in flight, and a call's cost is shared."""
+        replica is fed by that replica's ChannelPoller (the replica pushes on one socket what all
+        of them produce), so chunks are coalesced only when they would otherwise queue behind a
+        send, and each send's cost is shared; what arrived together goes out in one write."""
         finished = False
         try:
             _, status, headers, first, done = reply

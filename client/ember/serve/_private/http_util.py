@@ -2,7 +2,7 @@
 into responses, and running an ASGI app (a `@serve.ingress` FastAPI app) on a buffered request.
 
 A reply to the proxy is a tuple: ("full", status, headers, body) or ("stream", status, headers,
-first_chunk, done); the rest of a stream is pulled by the proxy with ServeReplica.stream_next.
+first_chunk, done); the rest of a stream reaches the proxy on its stream channel (stream_channel.py).
 """
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
 """ServeReplica: the actor that hosts one replica of a deployment (an async actor).
 
 It builds the user's class (or wraps the user's function), answers HTTP requests relayed by the
-proxy (`handle_http`, then `stream_poll` for the rest of the proxy's streamed bodies, all
-together, see streams.py),
-Python calls from DeploymentHandles (`handle_request`; `handle_request_streaming` then
-`stream_poll` of the caller's group, or `stream_next` per stream), health checks (which also
+proxy (`handle_http`; the rest of the proxy's streamed bodies, all together, pushed on its
+stream channel or fetched with `stream_poll`, see streams.py and stream_channel.py),
+Python calls from DeploymentHandles (`handle_request`; `handle_request_streaming` then the
+caller's channel or `stream_poll` of its group, or `stream_next` per stream), health checks (which also
 report the ongoing-request count the autoscaler reads), `reconfigure(user_config)` and
-`cancel(request_id)` when the HTTP client went away.
+`cancel(request_id)` when the HTTP client went away. `stream_channel()` opens (once) the socket on
+which the proxy gets its streamed bodies pushed instead of polling (stream_channel.py).
 """
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from typing import Any
 
 import cloudpickle
 
+from ember_common import tls
+
 from . import http_util
+from .stream_channel import ChannelServer
 from .streams import StreamMux, StreamPump, aiter_any
 
 log = logging.getLogger(__name__)
@@ -76,6 +80,7 @@ class ServeReplica:
         self._group_of: dict[str, str] = {}  # stream id -> its group
         self._idle_since = time.monotonic()
         self._calls = {"stream_poll": 0, "stream_next": 0}
+        self._channel: ChannelServer | None = None
 
     async def ready(self) -> dict[str, Any]:
         """Runs reconfigure(user_config) once; the replica is RUNNING after this returns."""
@@ -126,9 +131,32 @@ class ServeReplica:
         return False
 
     def stream_stats(self) -> dict[str, int]:
-        """Streams open now, and the stream_poll / stream_next calls served (for tests and
-        debugging)."""
-        return {"open": len(self._streams), "groups": len(self._muxes), **self._calls}
+        """Streams open now, the stream_poll / stream_next calls served, the stream channels
+        open and the sends made on them (for tests and debugging)."""
+        ch = self._channel
+        return {"open": len(self._streams), "groups": len(self._muxes), **self._calls,
+                "channels": ch.connections if ch else 0, "channel_pushes": ch.pushes if ch else 0}
+
+    async def stream_channel(self) -> tuple[str, int, str] | None:
+        """(host, port, secret) of the socket a caller opens to get its streamed HTTP bodies
+        pushed (stream_channel.py); None with mutual TLS on (callers then poll)."""
+        if tls.enabled():
+            return None
+        if self._channel is None:
+            self._channel = ChannelServer(self._poll, self._close_group,
+                                          os.environ.get("EMBER_NODE_IP", "127.0.0.1"))
+        return await self._channel.address()
+
+    def _close_group(self, group: str) -> None:
+        """The caller of group went away: every stream of it stops (the user's generators close)."""
+        mux = self._muxes.pop(group, None)
+        if mux is None:
+            return
+        for sid in mux.ids():
+            pump = self._streams.get(sid)
+            if pump is not None:
+                pump.close()
+            self._end_stream(sid)
 
     def _start_stream(self, stream_id: str, it: Any) -> StreamPump:
         pump = self._streams[stream_id] = StreamPump(aiter_any(it))
@@ -150,6 +178,9 @@ class ServeReplica:
         id, bytes or a list of items, done, error or None) per stream with something ready;
         waits while none has (at most timeout_s, then []). See StreamMux.poll."""
         self._calls["stream_poll"] += 1
+        return await self._poll(group, timeout_s)
+
+    async def _poll(self, group: str, timeout_s: float) -> list[tuple[str, Any, bool, str | None]]:
         mux = self._muxes.get(group)
         if mux is None:
             mux = self._muxes[group] = StreamMux()
@@ -189,8 +220,9 @@ class ServeReplica:
                           group: str | None = None) -> tuple[Any, ...]:
         """("full", status, headers, body), ("cancelled",) or ("stream", status, headers,
         first_chunk, done): a streamed body's first chunk comes with the head when it is produced
-        within _FIRST_CHUNK_WAIT_S (saving a round trip); the rest comes from stream_poll(group)
-        when a group is given, else from stream_next(request_id)."""
+        within _FIRST_CHUNK_WAIT_S (saving a round trip); the rest goes to the group (pushed on
+        its caller's channel, or taken by stream_poll(group)) when a group is given, else to
+        stream_next(request_id)."""
         self.ongoing += 1
         streaming = False
         disc = asyncio.Event()

@@ -13,17 +13,24 @@ Order of a request: `expect(id)` before the call that opens the stream (a poll i
 its first chunks before that call's reply), `start(id)` once the reply said the stream is open,
 `close(id)` when the caller is done with it (chunks for an unknown id belong to a stream already
 closed and are dropped). Used on one event loop.
+
+Callers use a ChannelPoller: the same interface, fed by a direct socket on which the replica
+pushes its chunks (stream_channel.py), with actor-call polling only when the replica offers no
+channel (mutual TLS on) or its channel cannot be reached from here.
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from typing import Any
 
+from . import stream_channel
 from .streams import FETCH_ERROR
 
 log = logging.getLogger(__name__)
-__all__ = ["FETCH_ERROR", "Inbox", "StreamPoller"]
+__all__ = ["FETCH_ERROR", "ChannelPoller", "Inbox", "StreamPoller"]
+_groups = itertools.count()
 
 
 class Inbox:
@@ -122,3 +129,78 @@ class StreamPoller:
             self._task = None
             if not self.inboxes and self.registry.get(self.key) is self:
                 del self.registry[self.key]
+
+
+class ChannelPoller(StreamPoller):
+    """A StreamPoller fed by a direct socket to the replica (stream_channel.py):
+    the replica pushes every chunk of this caller's streams as it is produced, with no call per
+    batch. One connection per caller process and replica, opened at the first stream (one
+    `stream_channel()` actor call) and kept while it is up, so the poller stays in the registry;
+    the connection's loss ends every stream it carried. A replica that offers no channel (mutual
+    TLS on) or cannot be reached that way is polled with stream_poll calls as StreamPoller does.
+    Its group is unique to this poller (the replica's streams of a lost connection are closed)."""
+
+    def __init__(self, h: Any, key: str, group: str, registry: dict[str, StreamPoller]) -> None:
+        super().__init__(h, key, f"{group}c{next(_groups)}", registry)
+        self._conn: stream_channel.ChannelClient | None = None
+        self._fallback = False
+        self._ready: asyncio.Future[bool] = asyncio.ensure_future(self._connect())
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    async def _connect(self) -> bool:
+        try:
+            info = await asyncio.wrap_future(self.h.stream_channel.remote().future())
+            if info is not None:
+                host, port, secret = info
+                self._conn = await stream_channel.connect(host, port, secret, self.group,
+                                                          self._deliver, self._lost)
+                return True
+        except Exception as e:  # the replica died, or its port is not reachable from here
+            log.info("no stream channel to replica %s (%r): polling it with actor calls", self.key, e)
+        self._fallback = True
+        if not self.inboxes and self._task is None and self.registry.get(self.key) is self:
+            del self.registry[self.key]
+        return False
+
+    def start(self, stream_id: str) -> None:
+        self.streaming.add(stream_id)
+        if self._conn is None and self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        if not await asyncio.shield(self._ready):
+            return await super()._run()
+        self._task = None  # connected meanwhile: the connection delivers
+
+    def close(self, stream_id: str) -> None:
+        if self._fallback:
+            return super().close(stream_id)
+        self.inboxes.pop(stream_id, None)
+        self.streaming.discard(stream_id)
+
+    def shutdown(self) -> None:
+        """Closes the connection (the replica then ends this caller's streams there)."""
+        if self._conn is not None:
+            self._conn.close()
+
+    def _deliver(self, entries: list[stream_channel.Entry]) -> None:
+        inboxes = self.inboxes
+        for sid, data, done, error in entries:
+            box = inboxes.get(sid)
+            if box is not None:
+                box.put(data, done, error)
+                if done:
+                    self.streaming.discard(sid)
+
+    def _lost(self, exc: BaseException | None) -> None:
+        self._conn = None
+        if self.registry.get(self.key) is self:
+            del self.registry[self.key]
+        why = f"the stream channel to replica {self.key} closed" + (f": {exc!r}" if exc else "")
+        for inbox in list(self.inboxes.values()):
+            inbox.put(b"", True, why)
+        self.inboxes.clear()
+        self.streaming.clear()

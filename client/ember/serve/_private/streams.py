@@ -138,6 +138,10 @@ class StreamMux:
         if pump.ready:
             self._mark(stream_id)
 
+    def ids(self) -> list[str]:
+        """The streams of this caller open now."""
+        return list(self._pumps)
+
     def remove(self, stream_id: str) -> None:
         pump = self._pumps.pop(stream_id, None)
         if pump is not None:
