@@ -38,7 +38,10 @@ def times(b: gcs_task_pb2.TaskEventBatch, i: int) -> dict[int, int]:
     return {s: t for s, t in enumerate(b.ts_ns[6 * i:6 * i + 6], 1) if t}
 
 
-def test_a_task_is_one_record_with_every_state_the_reply_included(buffer):
+def test_a_task_is_one_record_with_every_state_the_reply_included(buffer, monkeypatch):
+    from ember_common import tracing
+
+    monkeypatch.setattr(tracing, "_enabled", True)  # trace ids are read only in a tracing process
     s = spec(1, trace_context={"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"})
     te.submitted(s)
     te.record(s, te.PENDING_NODE_ASSIGNMENT)
@@ -47,6 +50,7 @@ def test_a_task_is_one_record_with_every_state_the_reply_included(buffer):
     assert len(te._open) == 1 and not te._closed
     te.replied(s, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
     assert not te._open and len(te._closed) == 1
+    assert not any(isinstance(v, common_pb2.TaskSpec) for v in te._closed[0])  # the spec is freed
     b, by_job = te.encode(te.take({}), ME, te._workers)
     assert len(b.task_id) == 1 and by_job == {"01000000": 1}
     got = times(b, 0)
@@ -99,7 +103,7 @@ def test_open_records_are_sent_once_per_change(buffer):
     assert te.take(sent) == []  # nothing moved
     te.pushed(s, "10.0.0.2:7000")
     [r] = te.take(sent)
-    assert r[4] and r is not te._open[id(s)]  # a copy: the hot path keeps its own
+    assert r[te.C_TS + 2] and isinstance(r, tuple)  # a frozen copy: the hot path keeps its own
     te.replied(s, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
     assert len(te.take(sent)) == 1 and sent == {}
 
