@@ -37,7 +37,9 @@ the flag test alone.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
+import operator
 import os
 import threading
 import time
@@ -84,6 +86,7 @@ _closed: collections.deque[Closed] = collections.deque()  # records that will no
 _running: dict[int, Record] = {}  # executor: id(spec) -> its record while it runs here
 _workers: dict[str, tuple[str, str, int]] = {}  # worker address -> (node id, worker id, pid)
 _max_records = 100_000
+_EMPTY: Record = [None, -1, 0, 0, 0, 0, 0, 0, None, None]  # (read only) a task with no open record
 _dropped: dict[str, int] = {}
 _time_ns = time.time_ns
 
@@ -144,7 +147,7 @@ def _closing(spec: common_pb2.TaskSpec) -> Record | None:
     """Takes spec's open record out (a fresh one if none is open); None: past the bound."""
     r = _open.pop(id(spec), None)
     if r is None:  # no record open (events turned on meanwhile, or a full buffer)
-        r = [spec, -1, 0, 0, 0, 0, 0, 0, None, None]
+        r = _EMPTY
     if len(_closed) >= _max_records:
         _drop(spec)
         return None
@@ -156,16 +159,27 @@ def replied(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> 
     FINISHED, or FAILED when the user's code raised."""
     if on:
         if reply.is_application_error:
-            if id(spec) not in _open:
-                return  # recorded already (the push's reply, before a retry could be decided)
-            r = _closing(spec)
-            if r is not None:
-                _closed.append(_freeze(spec, r, reply.start_time_ns, 0, reply.end_time_ns or _time_ns(),
-                                       ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096])))
+            _replied_error(spec, reply)
             return
-        r = _closing(spec)
-        if r is not None:
-            _closed.append(_freeze(spec, r, reply.start_time_ns, reply.end_time_ns or _time_ns(), 0, None))
+        # _closing and _freeze inlined: this runs once per task.
+        r = _open.pop(id(spec), None) or _EMPTY
+        if len(_closed) < _max_records:
+            aid = spec.actor_id
+            _closed.append((spec.task_id, spec.attempt, spec.job_id, spec.name, aid,
+                            (_ACTOR_CREATION if spec.HasField("actor_creation") else _ACTOR_TASK) if aid else _NORMAL,
+                            _trace_id(spec) if tracing.enabled() and spec.trace_context else "",
+                            r[2], r[3], r[4], reply.start_time_ns, reply.end_time_ns or _time_ns(), 0, r[8], None))
+        else:
+            _drop(spec)
+
+
+def _replied_error(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> None:
+    if id(spec) not in _open:
+        return  # recorded already (the push's reply, before a retry could be decided)
+    r = _closing(spec)
+    if r is not None:
+        _closed.append(_freeze(spec, r, reply.start_time_ns, 0, reply.end_time_ns or _time_ns(),
+                               ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096])))
 
 
 def _fail(spec: common_pb2.TaskSpec, what: tuple[str, str]) -> None:
@@ -225,12 +239,14 @@ def encode(records: list[Closed], me: tuple[str, str, int], workers: dict[str, t
     b = gcs_task_pb2.TaskEventBatch(node_id=me[0], worker_id=me[1], pid=me[2])
     if not records:
         return b, {}
-    # Column by column with comprehensions and extend (this thread shares the GIL with the
-    # process's hot path): far cheaper than one message or one append per record.
-    b.task_id.extend([r[0] for r in records])
-    b.attempt.extend([r[1] for r in records])
-    b.ts_ns.extend([t for r in records for t in r[7:13]])
-    wheres = [r[13] for r in records]
+    # Records are transposed into columns by zip (in C) and each column goes in with one
+    # extend: no Python loop runs per record but the error scan, and that only when a record
+    # has one. (This thread shares the GIL with the process's hot path.)
+    cols = list(zip(*records))
+    b.task_id.extend(cols[C_TASK])
+    b.attempt.extend(cols[C_ATTEMPT])
+    b.ts_ns.extend(itertools.chain.from_iterable(zip(*cols[C_TS:C_TS + 6])))
+    wheres = cols[C_WHERE]
     index: dict[Any, int] = {}
     for w in dict.fromkeys(wheres):  # the distinct workers, once each
         found = me if w == HERE else workers.get(w) if w is not None else None
@@ -241,22 +257,21 @@ def encode(records: list[Closed], me: tuple[str, str, int], workers: dict[str, t
         b.where_worker_id.append(found[1])
         b.where_pid.append(found[2])
         index[w] = len(b.where_pid)
-    b.where.extend([index[w] for w in wheres])
-    jobs = [r[2] for r in records]
+    b.where.extend(map(index.__getitem__, wheres))
+    jobs = cols[C_JOB]
     b.job_id.extend(jobs)
-    b.name.extend([r[3] for r in records])
-    if any(r[5] for r in records):  # an actor task or creation (NORMAL_TASK is 0)
-        b.actor_id.extend([r[4] for r in records])
-        b.type.extend([r[5] for r in records])
-    if traced:
-        trace_ids = [r[6] for r in records]
-        if any(trace_ids):
-            b.trace_id.extend(trace_ids)
-    errors = [(i, r[14]) for i, r in enumerate(records) if r[14] is not None]
-    if errors:
-        b.error_index.extend([i for i, _ in errors])
-        b.error_type.extend([e[0] for _, e in errors])
-        b.error_message.extend([e[1] for _, e in errors])
+    b.name.extend(cols[C_NAME])
+    if any(cols[C_TYPE]):  # an actor task or creation (NORMAL_TASK is 0)
+        b.actor_id.extend(cols[C_ACTOR])
+        b.type.extend(cols[C_TYPE])
+    if traced and any(cols[C_TRACE]):
+        b.trace_id.extend(cols[C_TRACE])
+    errors = cols[C_ERROR]
+    if errors.count(None) != len(errors):
+        found_errors = [(i, e) for i, e in enumerate(errors) if e is not None]
+        b.error_index.extend([i for i, _ in found_errors])
+        b.error_type.extend([e[0] for _, e in found_errors])
+        b.error_message.extend([e[1] for _, e in found_errors])
     return b, {job.hex(): n for job, n in collections.Counter(jobs).items()}
 
 
@@ -269,8 +284,7 @@ def take(sent_open: dict[int, tuple[Any, ...]]) -> list[Closed]:
     """The records a batch carries now: the closed ones, and frozen copies of the open and
     running ones that moved since they were last sent (sent_open: task id -> the times then;
     updated). Reporter thread only."""
-    pop = _closed.popleft
-    out = [pop() for _ in range(len(_closed))]
+    out = list(map(operator.call, itertools.repeat(_closed.popleft, len(_closed))))  # (a loop in C)
     now: dict[int, tuple[Any, ...]] = {}
     for table in (_open, _running):
         for key, r in table.copy().items():  # dict.copy: atomic against the hot path's hooks
