@@ -242,10 +242,10 @@ def encode(records: list[Closed], me: tuple[str, str, int], workers: dict[str, t
     # Records are transposed into columns by zip (in C) and each column goes in with one
     # extend: no Python loop runs per record but the error scan, and that only when a record
     # has one. (This thread shares the GIL with the process's hot path.)
-    cols = list(zip(*records))
+    cols = list(zip(*records, strict=True))
     b.task_id.extend(cols[C_TASK])
     b.attempt.extend(cols[C_ATTEMPT])
-    b.ts_ns.extend(itertools.chain.from_iterable(zip(*cols[C_TS:C_TS + 6])))
+    b.ts_ns.extend(itertools.chain.from_iterable(zip(*cols[C_TS:C_TS + 6], strict=True)))
     wheres = cols[C_WHERE]
     index: dict[Any, int] = {}
     for w in dict.fromkeys(wheres):  # the distinct workers, once each
