@@ -74,6 +74,7 @@ def test_an_error_retried_is_its_attempts_failure_and_the_retry_a_new_record(buf
     te.pushed(s, "10.0.0.2:7000")
     te.replied(s, err)  # retries exhausted: complete() sees it again
     te.failed(spec(2), TimeoutError("slow"))
+    assert not any(isinstance(v, common_pb2.TaskSpec) for r in te._closed for v in r)  # specs freed
     b, _ = te.encode(te.take({}), ME, WORKERS)
     assert list(b.attempt) == [0, 1, 0]
     assert [max(times(b, i)) for i in range(3)] == [TA.FAILED, TA.FAILED, TA.FAILED]
@@ -114,10 +115,11 @@ def test_the_executor_reports_only_running_tasks_and_actor_creations(buffer):
     te.started(creation)
     te.started(plain)
     te.executed(plain, core_worker_pb2.PushTaskReply())  # its owner reports it
-    te.started(long)  # still running at the flush
+    te.started(long, 123)  # still running at the flush (since the time the executor took)
     sent: dict = {}
     b, _ = te.encode(te.take(sent), ME, {})
     assert list(b.name) == ["f1", "f3"] and list(b.type) == [TA.ACTOR_CREATION_TASK, TA.NORMAL_TASK]
+    assert times(b, 1) == {TA.RUNNING: 123}
     assert [max(times(b, i)) for i in range(2)] == [TA.RUNNING, TA.RUNNING]
     assert list(b.where) == [1, 1] and list(b.where_worker_id) == ["w1"]
     te.executed(creation, core_worker_pb2.PushTaskReply())
