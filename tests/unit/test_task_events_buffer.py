@@ -178,3 +178,11 @@ def test_start_honours_the_flag_and_checks_its_settings(monkeypatch):
     bad = SimpleNamespace(config=dataclasses.replace(Config(), task_events_report_interval_s=0.0))
     with pytest.raises(ValueError, match="EMBER_TASK_EVENTS_REPORT_INTERVAL_S"):
         te.start(bad)  # type: ignore[arg-type]
+
+
+def test_a_reply_with_no_open_record_is_recorded_from_the_reply_alone(buffer):
+    te.replied(spec(1), core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))  # events just on
+    te.failed(spec(2), TimeoutError("slow"))
+    b, _ = te.encode(te.take({}), ME, {})
+    assert times(b, 0) == {TA.RUNNING: 5, TA.FINISHED: 9} and list(b.where) == [0, 0]
+    assert list(times(b, 1)) == [TA.FAILED] and te._EMPTY == (None, -1, 0, 0, 0, 0, 0, 0, None, None)

@@ -43,7 +43,7 @@ import operator
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ember_common import tracing
 from ember_common.proto import gcs_task_pb2
@@ -86,7 +86,7 @@ _closed: collections.deque[Closed] = collections.deque()  # records that will no
 _running: dict[int, Record] = {}  # executor: id(spec) -> its record while it runs here
 _workers: dict[str, tuple[str, str, int]] = {}  # worker address -> (node id, worker id, pid)
 _max_records = 100_000
-_EMPTY: Record = [None, -1, 0, 0, 0, 0, 0, 0, None, None]  # (read only) a task with no open record
+_EMPTY: tuple[Any, ...] = (None, -1, 0, 0, 0, 0, 0, 0, None, None)  # a task with no open record
 _dropped: dict[str, int] = {}
 _time_ns = time.time_ns
 
@@ -133,7 +133,7 @@ def leased(address: str, node_id: str, worker_id: str, pid: int) -> None:
         _workers[address] = (node_id, worker_id, pid)
 
 
-def _freeze(spec: common_pb2.TaskSpec, r: Record, running: int, finished: int, failed: int,
+def _freeze(spec: common_pb2.TaskSpec, r: Sequence[Any], running: int, finished: int, failed: int,
             error: tuple[str, str] | None) -> Closed:
     """The record r of spec's attempt as plain values (the last three times given)."""
     aid = spec.actor_id
@@ -143,11 +143,10 @@ def _freeze(spec: common_pb2.TaskSpec, r: Record, running: int, finished: int, f
             r[2], r[3], r[4], running, finished, failed, r[8], error)
 
 
-def _closing(spec: common_pb2.TaskSpec) -> Record | None:
-    """Takes spec's open record out (a fresh one if none is open); None: past the bound."""
-    r = _open.pop(id(spec), None)
-    if r is None:  # no record open (events turned on meanwhile, or a full buffer)
-        r = _EMPTY
+def _closing(spec: common_pb2.TaskSpec) -> Sequence[Any] | None:
+    """Takes spec's open record out (_EMPTY if none is open: events turned on meanwhile, or a
+    full buffer); None: past the bound."""
+    r: Sequence[Any] = _open.pop(id(spec), _EMPTY)
     if len(_closed) >= _max_records:
         _drop(spec)
         return None
@@ -162,7 +161,7 @@ def replied(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> 
             _replied_error(spec, reply)
             return
         # _closing and _freeze inlined: this runs once per task.
-        r = _open.pop(id(spec), None) or _EMPTY
+        r = _open.pop(id(spec), _EMPTY)
         if len(_closed) < _max_records:
             aid = spec.actor_id
             _closed.append((spec.task_id, spec.attempt, spec.job_id, spec.name, aid,
