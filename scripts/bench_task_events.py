@@ -1,6 +1,7 @@
 """Task events on vs off: what recording and reporting every task's transitions costs.
 
 Usage: python scripts/bench_task_events.py [--rounds 3] [--tasks 3000] [--duration-s 1]
+       python scripts/bench_task_events.py --hooks | --paired 40 [--segment-s 0.5]
 
 Each round runs, once with EMBER_TASK_EVENTS_ENABLED=1 and once with =0 (alternating, so a
 machine's drift hits both alike), in fresh processes:
@@ -16,7 +17,13 @@ It prints every measurement with the load average next to it, then the medians s
 cluster: the six hook calls a plain task makes (owner: submitted, PENDING_NODE_ASSIGNMENT,
 pushed, replied; executor: started, executed; both in one process here), the reporter's share
 (coalescing, encoding and serializing the batch), and the GCS's (keeping a batch as bytes;
-decoding and merging it when a query asks). Load barely moves these numbers.
+decoding and merging it when a query asks), then the owner's path with a fresh spec per task
+(what records keep alive until a flush costs too: CPU and page faults). Load barely moves these
+numbers.
+
+`--paired N` runs one cluster with events on and switches the driver's hooks on and off in N
+alternating segments of the async workload: paired medians of the driver's CPU per task, its
+page faults, and TaskStream messages and specs per message (whether events change batching).
 """
 from __future__ import annotations
 
@@ -71,6 +78,80 @@ def child(tasks: int) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
+def paired(segments: int, seg_s: float) -> None:
+    """--paired: one embedded cluster with events on; the driver's hooks are switched on and
+    off in alternating segments (on off off on ...) of the async workload (1,000 tasks, then
+    get), so both settings see the same machine at nearly the same time. Prints the medians of
+    the driver's CPU per task, the rest of the cluster's, minor page faults per task, and
+    TaskStream messages per 1,000 tasks and specs per message (counted where the stream builds
+    them)."""
+    import collections
+    import resource
+    import statistics
+
+    import psutil
+
+    import ember
+    from ember._private import task_events as te
+    from ember._private import task_stream
+    from ember_common.proto import core_worker_pb2
+
+    counts = collections.Counter()
+
+    class Counting:  # task_stream's view of core_worker_pb2, counting TaskBatch messages
+        def __getattr__(self, name: str) -> object:
+            return getattr(core_worker_pb2, name)
+
+        @staticmethod
+        def TaskBatch(specs: object = (), give_back: bool = False) -> core_worker_pb2.TaskBatch:  # noqa: N802
+            batch = core_worker_pb2.TaskBatch(specs=specs, give_back=give_back)
+            counts["messages"] += 1
+            counts["specs"] += len(batch.specs)
+            return batch
+
+    task_stream.core_worker_pb2 = Counting()  # type: ignore[assignment]
+    ember.init(num_cpus=2, log_to_driver=False)
+
+    @ember.remote
+    def f() -> int:
+        return 1
+
+    for _ in range(5):  # warm: workers started, functions cached
+        ember.get([f.remote() for _ in range(1000)])
+    kids = psutil.Process().children(recursive=True)
+
+    def kids_cpu() -> float:
+        total = 0.0
+        for k in kids:
+            try:
+                total += sum(k.cpu_times()[:2])
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    got: dict[bool, dict[str, list[float]]] = {True: {}, False: {}}
+    for k in range(segments):
+        te.on = k % 4 in (0, 3)
+        ember.get([f.remote() for _ in range(1000)])  # the switch settles
+        counts.clear()
+        f0, c0, k0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.process_time(), kids_cpu()
+        w0, n = time.perf_counter(), 0
+        while time.perf_counter() - w0 < seg_s:
+            ember.get([f.remote() for _ in range(1000)])
+            n += 1000
+        row = {"driver_cpu_us": 1e6 * (time.process_time() - c0) / n, "others_cpu_us": 1e6 * (kids_cpu() - k0) / n,
+               "minflt_per_task": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / n,
+               "tasks_per_s": n / (time.perf_counter() - w0), "messages_per_1000": 1000 * counts["messages"] / n,
+               "specs_per_message": counts["specs"] / max(1, counts["messages"])}
+        for key, v in row.items():
+            got[te.on].setdefault(key, []).append(v)
+    ember.shutdown()
+    print(f"paired, {segments} segments of {seg_s} s (load {_load()})\nmedians            driver hooks on   off   on/off")
+    for key in got[True]:
+        on, off = statistics.median(got[True][key]), statistics.median(got[False][key])
+        print(f"{key:20} {on:14.2f} {off:8.2f} {on / off if off else float('nan'):8.3f}")
+
+
 def hooks(n: int = 100_000) -> None:
     """CPU time per task of the hooks, of the reporter's batch and of the GCS's ingest and
     merge, in this process."""
@@ -123,6 +204,65 @@ def hooks(n: int = 100_000) -> None:
     assert len(store) == n, len(store)
     print(f"GCS: {ingest_us:.2f} us of CPU per task to take a batch (kept as bytes); {merge_us:.2f} us "
           f"per task to decode and merge it when a query asks")
+    lifetimes()
+
+
+def lifetimes(n: int = 200_000, per_flush: int = 10_000, window: int = 1000) -> None:
+    """The owner's hot path as it allocates: a fresh spec per task (as submit makes it), the
+    owner's four hooks with `window` tasks in flight (the async microbenchmark's 1,000), the spec
+    dropped when its task ends, the reporter's take, encode and serialize every per_flush tasks
+    (~1 s of tasks at 10,000/s): all of the owner's events work, in one thread. What events on costs here beyond the hooks is
+    what the records keep alive until the flush (CPU time, its GC share, minor page faults)."""
+    import collections
+    import gc
+    import resource
+    from typing import Any
+
+    from ember._private import task_events as te
+    from ember_common.proto import common_pb2, core_worker_pb2
+
+    reply = core_worker_pb2.PushTaskReply(start_time_ns=time.time_ns(), end_time_ns=time.time_ns())
+    te._max_records = 10 * per_flush
+    address = "10.0.0.2:7000"
+    me = ("n" * 32, "w" * 32, 99)
+    te.leased(address, "n" * 32, "w" * 32, 1234)
+    rid, job = os.urandom(28), b"\x01\x00\x00\x00"
+    gc_s = [0.0, 0.0]
+
+    def gc_time(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_s[0] = time.process_time()
+        else:
+            gc_s[1] += time.process_time() - gc_s[0]
+
+    gc.callbacks.append(gc_time)
+    for on in (False, True, False, True):
+        te.on = on
+        gc_s[1] = 0.0
+        in_flight: collections.deque[Any] = collections.deque()
+        f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.process_time()
+        for i in range(n):
+            s = common_pb2.TaskSpec(task_id=os.urandom(24), job_id=job, name="small_value")
+            s.args.add().value.data = b"x" * 60
+            s.return_ids.append(rid)
+            s.resources["CPU"] = 1.0
+            entry = [s, None, None]  # (what the owner keeps per task meanwhile: GC-tracked)
+            te.submitted(s)
+            te.record(s, te.PENDING_NODE_ASSIGNMENT)
+            te.pushed(s, address)
+            s.SerializeToString()  # the push
+            in_flight.append(entry)
+            if len(in_flight) > window:  # the reply of the task pushed `window` tasks ago
+                te.replied(in_flight.popleft()[0], reply)
+            if i % per_flush == per_flush - 1:  # the reporter's share: take, encode, serialize
+                te.encode(te.take({}), me, te._workers)[0].SerializeToString()
+        cpu, faults = time.process_time() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+        for e in in_flight:
+            te.replied(e[0], reply)
+        te.take({})
+        print(f"owner path, fresh specs, {window} in flight, events {'on ' if on else 'off'}: {1e6 * cpu / n:.2f} "
+              f"us of CPU per task ({1e6 * gc_s[1] / n:.2f} in GC), {faults / n:.3f} minor page faults per task")
+    gc.callbacks.remove(gc_time)
 
 
 def _load() -> str:
@@ -146,9 +286,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--hooks", action="store_true", help="only the in-process CPU cost of the hooks")
     p.add_argument("--probe-only", action="store_true", help="skip the microbenchmark (quicker rounds)")
+    p.add_argument("--paired", type=int, metavar="SEGMENTS", default=0,
+                   help="driver hooks on/off in alternating segments of one cluster (e.g. 40)")
+    p.add_argument("--segment-s", type=float, default=0.5, help="--paired: seconds per segment")
     ns = p.parse_args(argv)
     if ns.hooks:
         hooks()
+        return 0
+    if ns.paired:
+        paired(ns.paired, ns.segment_s)
         return 0
     if ns.child:
         child(ns.tasks)

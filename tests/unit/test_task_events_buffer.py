@@ -38,7 +38,10 @@ def times(b: gcs_task_pb2.TaskEventBatch, i: int) -> dict[int, int]:
     return {s: t for s, t in enumerate(b.ts_ns[6 * i:6 * i + 6], 1) if t}
 
 
-def test_a_task_is_one_record_with_every_state_the_reply_included(buffer):
+def test_a_task_is_one_record_with_every_state_the_reply_included(buffer, monkeypatch):
+    from ember_common import tracing
+
+    monkeypatch.setattr(tracing, "_enabled", True)  # trace ids are read only in a tracing process
     s = spec(1, trace_context={"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"})
     te.submitted(s)
     te.record(s, te.PENDING_NODE_ASSIGNMENT)
@@ -47,6 +50,7 @@ def test_a_task_is_one_record_with_every_state_the_reply_included(buffer):
     assert len(te._open) == 1 and not te._closed
     te.replied(s, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
     assert not te._open and len(te._closed) == 1
+    assert not any(isinstance(v, common_pb2.TaskSpec) for v in te._closed[0])  # the spec is freed
     b, by_job = te.encode(te.take({}), ME, te._workers)
     assert len(b.task_id) == 1 and by_job == {"01000000": 1}
     got = times(b, 0)
@@ -70,6 +74,7 @@ def test_an_error_retried_is_its_attempts_failure_and_the_retry_a_new_record(buf
     te.pushed(s, "10.0.0.2:7000")
     te.replied(s, err)  # retries exhausted: complete() sees it again
     te.failed(spec(2), TimeoutError("slow"))
+    assert not any(isinstance(v, common_pb2.TaskSpec) for r in te._closed for v in r)  # specs freed
     b, _ = te.encode(te.take({}), ME, WORKERS)
     assert list(b.attempt) == [0, 1, 0]
     assert [max(times(b, i)) for i in range(3)] == [TA.FAILED, TA.FAILED, TA.FAILED]
@@ -99,7 +104,7 @@ def test_open_records_are_sent_once_per_change(buffer):
     assert te.take(sent) == []  # nothing moved
     te.pushed(s, "10.0.0.2:7000")
     [r] = te.take(sent)
-    assert r[4] and r is not te._open[id(s)]  # a copy: the hot path keeps its own
+    assert r[te.C_TS + 2] and isinstance(r, tuple)  # a frozen copy: the hot path keeps its own
     te.replied(s, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
     assert len(te.take(sent)) == 1 and sent == {}
 
@@ -110,10 +115,11 @@ def test_the_executor_reports_only_running_tasks_and_actor_creations(buffer):
     te.started(creation)
     te.started(plain)
     te.executed(plain, core_worker_pb2.PushTaskReply())  # its owner reports it
-    te.started(long)  # still running at the flush
+    te.started(long, 123)  # still running at the flush (since the time the executor took)
     sent: dict = {}
     b, _ = te.encode(te.take(sent), ME, {})
     assert list(b.name) == ["f1", "f3"] and list(b.type) == [TA.ACTOR_CREATION_TASK, TA.NORMAL_TASK]
+    assert times(b, 1) == {TA.RUNNING: 123}
     assert [max(times(b, i)) for i in range(2)] == [TA.RUNNING, TA.RUNNING]
     assert list(b.where) == [1, 1] and list(b.where_worker_id) == ["w1"]
     te.executed(creation, core_worker_pb2.PushTaskReply())
@@ -172,3 +178,11 @@ def test_start_honours_the_flag_and_checks_its_settings(monkeypatch):
     bad = SimpleNamespace(config=dataclasses.replace(Config(), task_events_report_interval_s=0.0))
     with pytest.raises(ValueError, match="EMBER_TASK_EVENTS_REPORT_INTERVAL_S"):
         te.start(bad)  # type: ignore[arg-type]
+
+
+def test_a_reply_with_no_open_record_is_recorded_from_the_reply_alone(buffer):
+    te.replied(spec(1), core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))  # events just on
+    te.failed(spec(2), TimeoutError("slow"))
+    b, _ = te.encode(te.take({}), ME, {})
+    assert times(b, 0) == {TA.RUNNING: 5, TA.FINISHED: 9} and list(b.where) == [0, 0]
+    assert list(times(b, 1)) == [TA.FAILED] and te._EMPTY == (None, -1, 0, 0, 0, 0, 0, 0, None, None)

@@ -258,7 +258,7 @@ class TaskExecutor(PipelineEffects):
     def execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         """Runs one task or call here (main or pool thread) and returns its reply."""
         start = time.time_ns()
-        task_events.started(spec)
+        task_events.started(spec, start)
         if tracing.enabled() and spec.trace_context:
             with self._span(spec) as sp:
                 reply = self._execute(spec)
@@ -382,7 +382,7 @@ class TaskExecutor(PipelineEffects):
                 _resolve(fut, self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex())))
                 return
             start = time.time_ns()
-            task_events.started(spec)
+            task_events.started(spec, start)
             try:
                 if tracing.enabled() and spec.trace_context:
                     with self._span(spec) as sp:

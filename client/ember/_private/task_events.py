@@ -17,14 +17,18 @@ running at a flush, so a long one shows RUNNING before it ends).
     executor                    started(spec)               the task runs here
                                 executed(spec, reply)       it ended
 
-A record is a list `[spec, attempt, t1..t6, where, error]` (t_k: the time of state k, 0 until
-reached). The owner keeps its open records by spec; a hook is a flag test, a dict look-up
-and a clock read stored in a slot (the first time of a state stays); the final hook moves the
-record to a deque (atomic, no lock). A daemon thread wakes every
-`task_events_report_interval_s`, takes the closed records and copies of the open ones that
-moved since the last batch, encodes them as one columnar `TaskEventBatch` (`encode`: parallel
-lists filled with `extend`, no message per record) and sends it serialized, as bytes the GCS
-keeps unparsed until a query needs it, with a blocking call outside the core's loop.
+An open record is a list `[spec, attempt, t1..t6, where, error]` (t_k: the time of state k, 0
+until reached). The owner keeps its open records by spec; a hook is a flag test, a dict
+look-up and a clock read stored in a slot (the first time of a state stays). The final hook
+closes the record into a tuple of plain values (`Closed`: ids, name, times, where, error) on a
+deque (atomic, no lock): a closed record holds no reference to the spec, which is freed with
+its task. (Holding every spec until the next flush, ~10,000 a second, cost the owner a page
+fault every ~2.5 tasks and more CPU per task than the hooks themselves: docs/perf.md.) A
+daemon thread wakes every `task_events_report_interval_s`, takes the closed records and
+frozen copies of the open ones that moved since the last batch, encodes them as one columnar
+`TaskEventBatch` (`encode`: parallel lists filled with `extend`, no message per record) and
+sends it serialized, as bytes the GCS keeps unparsed until a query needs it, with a blocking
+call outside the core's loop.
 At most `task_events_max_buffer_size` records are held open and as many closed: past that a
 task is not recorded and counted against its job; a batch the GCS does not take is counted
 too; the counts ride with the next batch. `EMBER_TASK_EVENTS_ENABLED=0` turns every hook into
@@ -33,11 +37,13 @@ the flag test alone.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
+import operator
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ember_common import tracing
 from ember_common.proto import gcs_task_pb2
@@ -61,20 +67,26 @@ ERROR_TYPES = {"TaskCancelledError": "TASK_CANCELLED", "WorkerCrashedError": "WO
                "TaskUnschedulableError": "TASK_UNSCHEDULABLE_ERROR",
                "RuntimeEnvSetupError": "RUNTIME_ENV_SETUP_FAILED", "ObjectLostError": "OBJECT_LOST",
                "OutOfMemoryError": "OUT_OF_MEMORY", "RayTaskError": "TASK_EXECUTION_EXCEPTION"}
-# Record slots: the spec, its attempt, the six state times (slot = state + 1), where, error.
+# Open record slots: the spec, its attempt, the six state times (slot = state + 1), where, error.
 SPEC, ATTEMPT, WHERE, ERROR = 0, 1, 8, 9
 HERE = ""  # `where` of a record the executor made: this process
 Record = list[Any]
+# A closed (or frozen) record: (task id, attempt, job id, name, actor id, type, trace id,
+# t1..t6, where, error): plain values only, so the spec is freed with its task.
+Closed = tuple[Any, ...]
+C_TASK, C_ATTEMPT, C_JOB, C_NAME, C_ACTOR, C_TYPE, C_TRACE, C_TS, C_WHERE, C_ERROR = 0, 1, 2, 3, 4, 5, 6, 7, 13, 14
+_NORMAL, _ACTOR_TASK, _ACTOR_CREATION = TA.NORMAL_TASK, TA.ACTOR_TASK, TA.ACTOR_CREATION_TASK
 
 on = False  # set by start(); every hook tests it first
 # Open records are found by id(spec): the owner passes the same spec object to every hook of a
 # task (the record holds it, so the id stays its own), and an id costs less than reading the
 # task id out of the message.
 _open: dict[int, Record] = {}  # owner: id(spec) -> its current attempt's record while in flight
-_closed: collections.deque[Record] = collections.deque()  # records that will not change again
+_closed: collections.deque[Closed] = collections.deque()  # records that will not change again
 _running: dict[int, Record] = {}  # executor: id(spec) -> its record while it runs here
 _workers: dict[str, tuple[str, str, int]] = {}  # worker address -> (node id, worker id, pid)
 _max_records = 100_000
+_EMPTY: tuple[Any, ...] = (None, -1, 0, 0, 0, 0, 0, 0, None, None)  # a task with no open record
 _dropped: dict[str, int] = {}
 _time_ns = time.time_ns
 
@@ -121,14 +133,23 @@ def leased(address: str, node_id: str, worker_id: str, pid: int) -> None:
         _workers[address] = (node_id, worker_id, pid)
 
 
-def _close(spec: common_pb2.TaskSpec) -> Record | None:
-    r = _open.pop(id(spec), None)
-    if r is None:  # no record open (events turned on meanwhile, or a full buffer)
-        if len(_closed) >= _max_records:
-            _drop(spec)
-            return None
-        r = [spec, -1, 0, 0, 0, 0, 0, 0, None, None]
-    r[1] = spec.attempt  # (a retry moves it on only after this attempt's record closed)
+def _freeze(spec: common_pb2.TaskSpec, r: Sequence[Any], running: int, finished: int, failed: int,
+            error: tuple[str, str] | None) -> Closed:
+    """The record r of spec's attempt as plain values (the last three times given)."""
+    aid = spec.actor_id
+    kind = (_ACTOR_CREATION if spec.HasField("actor_creation") else _ACTOR_TASK) if aid else _NORMAL
+    trace = _trace_id(spec) if tracing.enabled() and spec.trace_context else ""
+    return (spec.task_id, spec.attempt, spec.job_id, spec.name, aid, kind, trace,
+            r[2], r[3], r[4], running, finished, failed, r[8], error)
+
+
+def _closing(spec: common_pb2.TaskSpec) -> Sequence[Any] | None:
+    """Takes spec's open record out (_EMPTY if none is open: events turned on meanwhile, or a
+    full buffer); None: past the bound."""
+    r: Sequence[Any] = _open.pop(id(spec), _EMPTY)
+    if len(_closed) >= _max_records:
+        _drop(spec)
+        return None
     return r
 
 
@@ -136,34 +157,34 @@ def replied(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> 
     """The task's reply reached its owner: it ran from reply.start_time_ns to end_time_ns, and
     FINISHED, or FAILED when the user's code raised."""
     if on:
-        if reply.is_application_error and id(spec) not in _open:
-            return  # recorded already (the push's reply, before a retry could be decided)
-        r = _close(spec)
-        if r is None:
-            return
-        end = reply.end_time_ns or _time_ns()
-        r[5] = reply.start_time_ns
         if reply.is_application_error:
-            r[7] = end
-            r[ERROR] = ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096])
-        else:
-            r[6] = end
+            _replied_error(spec, reply)
+            return
+        # _closing and _freeze inlined: this runs once per task.
+        r = _open.pop(id(spec), _EMPTY)
         if len(_closed) < _max_records:
-            _closed.append(r)
+            aid = spec.actor_id
+            _closed.append((spec.task_id, spec.attempt, spec.job_id, spec.name, aid,
+                            (_ACTOR_CREATION if spec.HasField("actor_creation") else _ACTOR_TASK) if aid else _NORMAL,
+                            _trace_id(spec) if tracing.enabled() and spec.trace_context else "",
+                            r[2], r[3], r[4], reply.start_time_ns, reply.end_time_ns or _time_ns(), 0, r[8], None))
         else:
             _drop(spec)
 
 
+def _replied_error(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> None:
+    if id(spec) not in _open:
+        return  # recorded already (the push's reply, before a retry could be decided)
+    r = _closing(spec)
+    if r is not None:
+        _closed.append(_freeze(spec, r, reply.start_time_ns, 0, reply.end_time_ns or _time_ns(),
+                               ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096])))
+
+
 def _fail(spec: common_pb2.TaskSpec, what: tuple[str, str]) -> None:
-    r = _close(spec)
-    if r is None:
-        return
-    r[7] = _time_ns()
-    r[ERROR] = what
-    if len(_closed) < _max_records:
-        _closed.append(r)
-    else:
-        _drop(spec)
+    r = _closing(spec)
+    if r is not None:
+        _closed.append(_freeze(spec, r, r[5], 0, _time_ns(), what))
 
 
 def failed(spec: common_pb2.TaskSpec, error: BaseException) -> None:
@@ -180,11 +201,11 @@ def push_failed(spec: common_pb2.TaskSpec, code: str, details: str) -> None:
         _fail(spec, ("WORKER_DIED", f"the worker running the task did not answer ({code}: {details})"[:4096]))
 
 
-def started(spec: common_pb2.TaskSpec) -> None:
-    """Executor: the task runs here (reported only while it still runs at a flush, or when it
-    is an actor creation: the GCS, its owner, reports nothing)."""
+def started(spec: common_pb2.TaskSpec, now_ns: int = 0) -> None:
+    """Executor: the task runs here since now_ns (default: now); reported only while it still
+    runs at a flush, or when it is an actor creation: the GCS, its owner, reports nothing."""
     if on:
-        _running[id(spec)] = [spec, -1, 0, 0, 0, _time_ns(), 0, 0, HERE, None]
+        _running[id(spec)] = [spec, -1, 0, 0, 0, now_ns or _time_ns(), 0, 0, HERE, None]
 
 
 def executed(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> None:
@@ -193,16 +214,13 @@ def executed(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) ->
     if on:
         r = _running.pop(id(spec), None)
         if r is not None and spec.actor_id and spec.HasField("actor_creation"):
-            r[1] = spec.attempt
-            if reply.is_application_error:
-                r[7] = _time_ns()
-                r[ERROR] = ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096])
-            else:
-                r[6] = _time_ns()
-            if len(_closed) < _max_records:
-                _closed.append(r)
-            else:
+            if len(_closed) >= _max_records:
                 _drop(spec)
+            elif reply.is_application_error:
+                _closed.append(_freeze(spec, r, r[5], 0, _time_ns(),
+                                       ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096])))
+            else:
+                _closed.append(_freeze(spec, r, r[5], _time_ns(), 0, None))
 
 
 def _drop(spec: common_pb2.TaskSpec) -> None:
@@ -211,22 +229,23 @@ def _drop(spec: common_pb2.TaskSpec) -> None:
 
 
 # ---------------------------------------------------------------------- encoding (pure)
-def encode(records: list[Record], me: tuple[str, str, int], workers: dict[str, tuple[str, str, int]],
+def encode(records: list[Closed], me: tuple[str, str, int], workers: dict[str, tuple[str, str, int]],
            traced: bool = True) -> tuple[gcs_task_pb2.TaskEventBatch, dict[str, int]]:
-    """records as one columnar batch from the process me = (node id, worker id, pid), and its
-    records per job (hex). A record's `where` is a worker address (looked up in workers), HERE
-    (me) or None (not pushed yet). The actor and trace columns stay empty when no record has
-    one (trace ids are read only when traced: a process that does not trace sets none)."""
+    """records (closed or frozen) as one columnar batch from the process me = (node id, worker
+    id, pid), and its records per job (hex). A record's `where` is a worker address (looked up
+    in workers), HERE (me) or None (not pushed yet). The actor, type and trace columns stay
+    empty when no record has one (traced=False leaves the trace column out)."""
     b = gcs_task_pb2.TaskEventBatch(node_id=me[0], worker_id=me[1], pid=me[2])
     if not records:
         return b, {}
-    # Column by column with comprehensions and extend (this thread shares the GIL with the
-    # process's hot path): far cheaper than one message or one append per record.
-    specs = [r[0] for r in records]
-    b.task_id.extend([s.task_id for s in specs])
-    b.attempt.extend([r[1] for r in records])
-    b.ts_ns.extend([t for r in records for t in r[2:8]])
-    wheres = [r[8] for r in records]
+    # Records are transposed into columns by zip (in C) and each column goes in with one
+    # extend: no Python loop runs per record but the error scan, and that only when a record
+    # has one. (This thread shares the GIL with the process's hot path.)
+    cols = list(zip(*records, strict=True))
+    b.task_id.extend(cols[C_TASK])
+    b.attempt.extend(cols[C_ATTEMPT])
+    b.ts_ns.extend(itertools.chain.from_iterable(zip(*cols[C_TS:C_TS + 6], strict=True)))
+    wheres = cols[C_WHERE]
     index: dict[Any, int] = {}
     for w in dict.fromkeys(wheres):  # the distinct workers, once each
         found = me if w == HERE else workers.get(w) if w is not None else None
@@ -237,24 +256,21 @@ def encode(records: list[Record], me: tuple[str, str, int], workers: dict[str, t
         b.where_worker_id.append(found[1])
         b.where_pid.append(found[2])
         index[w] = len(b.where_pid)
-    b.where.extend([index[w] for w in wheres])
-    jobs = [s.job_id for s in specs]
+    b.where.extend(map(index.__getitem__, wheres))
+    jobs = cols[C_JOB]
     b.job_id.extend(jobs)
-    b.name.extend([s.name for s in specs])
-    actor_ids = [s.actor_id for s in specs]
-    if any(actor_ids):
-        b.actor_id.extend(actor_ids)
-        b.type.extend([(TA.ACTOR_CREATION_TASK if s.HasField("actor_creation") else TA.ACTOR_TASK)
-                       if a else TA.NORMAL_TASK for s, a in zip(specs, actor_ids, strict=True)])
-    if traced:
-        trace_ids = [_trace_id(s) if s.trace_context else "" for s in specs]
-        if any(trace_ids):
-            b.trace_id.extend(trace_ids)
-    errors = [(i, r[9]) for i, r in enumerate(records) if r[9] is not None]
-    if errors:
-        b.error_index.extend([i for i, _ in errors])
-        b.error_type.extend([e[0] for _, e in errors])
-        b.error_message.extend([e[1] for _, e in errors])
+    b.name.extend(cols[C_NAME])
+    if any(cols[C_TYPE]):  # an actor task or creation (NORMAL_TASK is 0)
+        b.actor_id.extend(cols[C_ACTOR])
+        b.type.extend(cols[C_TYPE])
+    if traced and any(cols[C_TRACE]):
+        b.trace_id.extend(cols[C_TRACE])
+    errors = cols[C_ERROR]
+    if errors.count(None) != len(errors):
+        found_errors = [(i, e) for i, e in enumerate(errors) if e is not None]
+        b.error_index.extend([i for i, _ in found_errors])
+        b.error_type.extend([e[0] for _, e in found_errors])
+        b.error_message.extend([e[1] for _, e in found_errors])
     return b, {job.hex(): n for job, n in collections.Counter(jobs).items()}
 
 
@@ -263,12 +279,11 @@ def _trace_id(spec: common_pb2.TaskSpec) -> str:
     return tp.split("-")[1] if tp.count("-") >= 2 else ""
 
 
-def take(sent_open: dict[int, tuple[Any, ...]]) -> list[Record]:
-    """The records a batch carries now: the closed ones, and copies of the open and running
-    ones that moved since they were last sent (sent_open: task id -> the times then; updated).
-    Reporter thread only."""
-    pop = _closed.popleft
-    out = [pop() for _ in range(len(_closed))]
+def take(sent_open: dict[int, tuple[Any, ...]]) -> list[Closed]:
+    """The records a batch carries now: the closed ones, and frozen copies of the open and
+    running ones that moved since they were last sent (sent_open: task id -> the times then;
+    updated). Reporter thread only."""
+    out = list(map(operator.call, itertools.repeat(_closed.popleft, len(_closed))))  # (a loop in C)
     now: dict[int, tuple[Any, ...]] = {}
     for table in (_open, _running):
         for key, r in table.copy().items():  # dict.copy: atomic against the hot path's hooks
@@ -276,8 +291,7 @@ def take(sent_open: dict[int, tuple[Any, ...]]) -> list[Record]:
             times = tuple(copy[2:8])
             now[key] = times
             if sent_open.get(key) != times:
-                copy[1] = copy[0].attempt
-                out.append(copy)
+                out.append(_freeze(copy[0], copy, copy[5], copy[6], copy[7], copy[9]))
     sent_open.clear()
     sent_open.update(now)
     return out
@@ -318,8 +332,7 @@ class _Reporter:
                 else:
                     _dropped.pop(job, None)
             core = self.core
-            batch, by_job = encode(records, (core.node_id, core.worker_id, os.getpid()), _workers,
-                                   tracing.enabled())
+            batch, by_job = encode(records, (core.node_id, core.worker_id, os.getpid()), _workers)
             try:
                 self.client.add_task_event_data(batch.SerializeToString(), by_job, dropped)
                 self.sent_records += len(records)
