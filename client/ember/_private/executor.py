@@ -285,6 +285,9 @@ class TaskExecutor(PipelineEffects):
 
     def _span(self, spec: common_pb2.TaskSpec) -> ContextManager[Any]:
         """The execution span, child of the submission that travelled with the task."""
+        owned = tracing.owner_context(spec.trace_context, spec.attempt)
+        if owned is not None:  # the owner records the span from the reply: only its context here
+            return cast(ContextManager[Any], owned)
         core = self.core
         # The kit types execute_span's context manager as Any (two span kinds behind it).
         return cast(ContextManager[Any], tracing.execute_span(

@@ -1,0 +1,146 @@
+"""Span classes of the per-task fast paths (tracing_spans): LightSpan, the recording execute
+span a worker makes itself, and OwnerSpan, the current span of a task whose owner records the
+execute span. Built once by `tracing_spans.init()` (they subclass OpenTelemetry classes, which
+are imported only when tracing is on)."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+_VALUE_TYPES = (str, bool, int, float)
+_M64 = (1 << 64) - 1
+
+
+def execute_span_id(submit_span_id: int, attempt: int) -> int:
+    """The span id of attempt `attempt`'s execute span under the submit span (splitmix64 of
+    the pair: as random as the submit span's id, and different for every attempt)."""
+    z = (submit_span_id + (attempt + 1) * 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return (z ^ (z >> 31)) or 1
+
+
+def light_span_class(emit: Callable[[tuple[Any, ...]], None]) -> Any:
+    """A recording span with the SDK Span's behaviour for what code does with a current span
+    (attributes, events, exceptions, status, name), made without its locks, limits and
+    per-span bookkeeping; on end it goes to emit as a tracing_export RECORD. Span processors'
+    on_start is not called for it (Ember's own processors do nothing there)."""
+    import traceback
+
+    from opentelemetry.sdk.trace import Event
+    from opentelemetry.trace import Span, Status, StatusCode
+
+    unset = Status(StatusCode.UNSET)  # immutable: shared by every span until one sets its status
+
+    class LightSpan(Span):
+        __slots__ = ("_name", "_ctx", "_parent", "_attrs", "_kind", "_events", "_status",
+                     "_start", "_end")
+
+        def __init__(self, name: str, ctx: Any, parent: Any, attributes: dict[str, Any],
+                     kind: Any) -> None:
+            self._name, self._ctx, self._parent, self._attrs = name, ctx, parent, attributes
+            self._events: list[Any] = []
+            self._kind, self._status = kind, unset
+            self._end: int | None = None
+            self._start = time.time_ns()
+
+        def get_span_context(self) -> Any:
+            return self._ctx
+
+        def is_recording(self) -> bool:
+            return self._end is None
+
+        def set_attribute(self, key: str, value: Any) -> None:
+            if self._end is not None or not key or not isinstance(key, str):
+                return
+            if isinstance(value, _VALUE_TYPES):
+                self._attrs[key] = value
+            elif isinstance(value, (list, tuple)) and all(isinstance(v, _VALUE_TYPES) for v in value):
+                self._attrs[key] = tuple(value)
+            else:
+                log.warning("invalid span attribute %s=%r (not a str/bool/int/float or a sequence "
+                            "of them): dropped", key, value)
+
+        def set_attributes(self, attributes: Any) -> None:
+            for k, v in attributes.items():
+                self.set_attribute(k, v)
+
+        def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+            if self._end is None:
+                self._events.append(Event(name, attributes, timestamp or time.time_ns()))
+
+        def add_link(self, context: Any, attributes: Any = None) -> None:
+            log.warning("links can only be added when a span starts: dropped")
+
+        def update_name(self, name: str) -> None:
+            if self._end is None:
+                self._name = name
+
+        def set_status(self, status: Any, description: str | None = None) -> None:
+            if self._end is not None or self._status.status_code is StatusCode.OK:
+                return  # OK is final, as in the SDK
+            if isinstance(status, Status):
+                self._status = status
+            elif status is not StatusCode.UNSET:
+                self._status = Status(status, description if status is StatusCode.ERROR else None)
+
+        def record_exception(self, exception: BaseException, attributes: Any = None,
+                             timestamp: int | None = None, escaped: bool = False) -> None:
+            typ = type(exception)
+            module = typ.__module__
+            attrs = {"exception.type": f"{module}.{typ.__qualname__}"
+                     if module and module != "builtins" else typ.__qualname__,
+                     "exception.message": str(exception),
+                     "exception.stacktrace": "".join(traceback.format_exception(exception)),
+                     "exception.escaped": str(escaped)}
+            attrs.update(attributes or {})
+            self.add_event("exception", attrs, timestamp)
+
+        def end(self, end_time: int | None = None) -> None:
+            if self._end is not None:
+                return
+            self._end = end_time or time.time_ns()
+            ctx = self._ctx
+            emit((self._name, ctx.trace_id, ctx.span_id, int(ctx.trace_flags), ctx.trace_state,
+                  self._parent, self._kind, self._start, self._end, self._attrs, self._status,
+                  tuple(self._events)))
+
+        def __repr__(self) -> str:
+            return f"LightSpan(name={self._name!r}, context={self._ctx!r})"
+
+    return LightSpan
+
+
+def owner_span_class(otel: Any) -> Any:
+    """The current span while a task runs whose owner records its execute span: not recording
+    (the owner records it from the reply), its SpanContext — the execute span's, a remote one
+    here — built from the traceparent only when asked for (a child span, a nested submission,
+    `get_current_span().get_span_context()`)."""
+    from opentelemetry.trace import NonRecordingSpan
+
+    class OwnerSpan(NonRecordingSpan):
+        __slots__ = ("_tp", "_ts", "_attempt", "_built")
+
+        def __init__(self, traceparent: str, tracestate: str | None, attempt: int) -> None:
+            self._tp, self._ts, self._attempt, self._built = traceparent, tracestate, attempt, None
+
+        def get_span_context(self) -> Any:
+            ctx = self._built
+            if ctx is None:
+                tp = self._tp
+                state = otel.TraceState.from_header([self._ts]) if self._ts else None
+                ctx = self._built = otel.SpanContext(
+                    int(tp[3:35], 16), execute_span_id(int(tp[36:52], 16), self._attempt), True,
+                    otel.TraceFlags(int(tp[53:55], 16)), state)
+            return ctx
+
+        @property
+        def _context(self) -> Any:  # NonRecordingSpan's attribute (its __repr__)
+            return self.get_span_context()
+
+        def __repr__(self) -> str:
+            return f"OwnerSpan({self._tp!r}, attempt={self._attempt})"
+
+    return OwnerSpan
