@@ -133,7 +133,7 @@ def batch():
     for _ in range(1000):
         spec = common_pb2.TaskSpec(name="small_value", task_id=os.urandom(24), job_id=b"\1\0\0\0")
         if owner:  # the owner's submit span, the worker's context, the owner's execute span
-            tracing.submit_span("submit small_value", spec.trace_context, by_owner=True,
+            tracing.submit_task_span("submit small_value", spec.trace_context,
                                 **{"ember.task_id": spec.task_id.hex()})
             start = time.time_ns()
             with tracing.owner_context(spec.trace_context, spec.attempt):

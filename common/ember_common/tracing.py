@@ -34,17 +34,17 @@ from typing import Any
 
 from . import tracing_spans
 from .tracing_files import FileSpanExporter, read_trace, render_tree, span_to_dict  # noqa: F401 (re-exported)
-from .tracing_spans import (  # noqa: F401 (re-exported: the API callers use)
-    OWNER_KEY,
-    execute_span,
-    extract,
-    inject,
-    owner_context,
-    set_error,
-    span,
-    submit_span,
-)
-from .tracing_owner import task_replied, worker_leased  # noqa: F401 (re-exported)
+from .tracing_owner import task_replied as task_replied
+from .tracing_owner import worker_leased as worker_leased
+from .tracing_spans import OWNER_KEY as OWNER_KEY  # the API callers use, re-exported
+from .tracing_spans import execute_span as execute_span
+from .tracing_spans import extract as extract
+from .tracing_spans import inject as inject
+from .tracing_spans import owner_context as owner_context
+from .tracing_spans import set_error as set_error
+from .tracing_spans import span as span
+from .tracing_spans import submit_span as submit_span
+from .tracing_spans import submit_task_span as submit_task_span
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +128,12 @@ def _make_exporter(name: str, service: str) -> Any:
                     return otlp_encoding.encode_request(data, self.resource, self.scope)
 
                 def _initialize_channel_and_stub(self) -> None:
-                    super()._initialize_channel_and_stub()
+                    super()._initialize_channel_and_stub()  # type: ignore[no-untyped-call]
                     # The request goes as the bytes encode_request wrote (no serializer).
                     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
 
-                    self._client = _RawExport(self._channel.unary_unary(  # type: ignore[has-type]
+                    channel: Any = self._channel
+                    self._client = _RawExport(channel.unary_unary(  # type: ignore[assignment]
                         "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
                         request_serializer=None,
                         response_deserializer=pb.ExportTraceServiceResponse.FromString))

@@ -136,10 +136,6 @@ def owner_span_class(otel: Any) -> Any:
                     otel.TraceFlags(int(tp[53:55], 16)), state)
             return ctx
 
-        @property
-        def _context(self) -> Any:  # NonRecordingSpan's attribute (its __repr__)
-            return self.get_span_context()
-
         def __repr__(self) -> str:
             return f"OwnerSpan({self._tp!r}, attempt={self._attempt})"
 

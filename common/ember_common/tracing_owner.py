@@ -1,5 +1,5 @@
 """The owner's side of execute spans it records for its workers (see tracing_spans: a normal
-task's `submit_span(..., by_owner=True)` marks its carrier with OWNER_KEY).
+task's `submit_task_span` marks its carrier with OWNER_KEY).
 
 The owner learns each leased worker's identity from the lease grant (`worker_leased`) and, for
 each push reply of a marked task, records the `execute <name>` span the worker would have made

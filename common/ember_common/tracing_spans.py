@@ -13,7 +13,7 @@ Sampling is decided before anything is built: with the SDK's default parent-base
 (always_on, always_off, traceidratio at the root) the decision is inline, and a task that is
 not sampled only propagates it (its traceparent), recording nothing.
 
-Execute spans recorded by the owner (`submit_span(..., by_owner=True)`, normal tasks): the
+Execute spans recorded by the owner (`submit_task_span`, normal tasks): the
 owner gets the worker's start and end times, the error and the worker's identity anyway, so it
 records the task's `execute` span from the push reply (`tracing_owner.task_replied`) and the
 worker only makes that span's context current (`owner_context`: a lazy non-recording span,
@@ -62,7 +62,15 @@ def init(provider: Any, tracer: Any) -> None:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.sampling import ParentBased
     from opentelemetry.trace import (
-        NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState, set_span_in_context)
+        NonRecordingSpan,
+        SpanContext,
+        SpanKind,
+        Status,
+        StatusCode,
+        TraceFlags,
+        TraceState,
+        set_span_in_context,
+    )
     from opentelemetry.trace import propagation as trace_propagation
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -147,12 +155,21 @@ def span(name: str, context: Any = None, kind: str = "INTERNAL", **attributes: A
                                          attributes={k: v for k, v in attributes.items() if v is not None})
 
 
-def submit_span(name: str, carrier: Any, by_owner: bool = False, **attributes: Any) -> None:
+def submit_span(name: str, carrier: Any, **attributes: Any) -> None:
     """A zero-length PRODUCER span for a submission, child of the current span; its context is
     written into carrier (the TaskSpec's trace_context) so that the execution span hangs off it.
     Nothing is attached or detached; on the fast path no SDK Span is made either: the finished
-    span goes straight to the span processors. by_owner: the caller will record the execute
-    span from the reply (tracing_owner.task_replied); OWNER_KEY tells the worker."""
+    span goes straight to the span processors."""
+    _submit(name, carrier, False, attributes)
+
+
+def submit_task_span(name: str, carrier: Any, **attributes: Any) -> None:
+    """submit_span for a task whose owner will record the execute span from the push reply
+    (tracing_owner.task_replied): on the fast path, OWNER_KEY in carrier tells the worker."""
+    _submit(name, carrier, True, attributes)
+
+
+def _submit(name: str, carrier: Any, by_owner: bool, attributes: dict[str, Any]) -> None:
     o = _otel
     if not _fast:
         _submit_span_generic(name, carrier, attributes)

@@ -89,7 +89,8 @@ OWNER = textwrap.dedent("""
 
     def run(by_owner, fail, attempt=0):
         spec = common_pb2.TaskSpec(name="f", task_id=b"\\x01" * 24, job_id=b"\\x02" * 4, attempt=attempt)
-        tracing.submit_span("submit f", spec.trace_context, by_owner=by_owner, **{"ember.task_id": spec.task_id.hex()})
+        (tracing.submit_task_span if by_owner else tracing.submit_span)(
+            "submit f", spec.trace_context, **{"ember.task_id": spec.task_id.hex()})
         start = time.time_ns()
         attrs = {"ember.task_id": spec.task_id.hex(), "ember.job_id": spec.job_id.hex(),
                  "ember.node_id": "n1", "ember.worker_id": "w1", "ember.attempt": attempt,
@@ -101,7 +102,7 @@ OWNER = textwrap.dedent("""
             with tracer.start_as_current_span("user child"):
                 pass
             nested = common_pb2.TaskSpec()
-            tracing.submit_span("submit g", nested.trace_context, by_owner=True)
+            tracing.submit_task_span("submit g", nested.trace_context)
             if fail:
                 tracing.set_error(sp, "ValueError: boom")
         reply = core_worker_pb2.PushTaskReply(start_time_ns=start, end_time_ns=time.time_ns(),
@@ -181,7 +182,7 @@ NOT_SAMPLED = textwrap.dedent("""
     assert tracing.setup("ember-driver")
     tracing.worker_leased("127.0.0.1:7", "n1", "w1", 1)
     spec = common_pb2.TaskSpec(name="f")
-    tracing.submit_span("submit f", spec.trace_context, by_owner=True)
+    tracing.submit_task_span("submit f", spec.trace_context)
     with tracing.owner_context(spec.trace_context, 0) as sp:
         flags = int(sp.get_span_context().trace_flags)
     tracing.task_replied(spec, core_worker_pb2.PushTaskReply(start_time_ns=1, end_time_ns=2), "127.0.0.1:7")
