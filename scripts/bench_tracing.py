@@ -136,7 +136,7 @@ def batch():
             tracing.submit_task_span("submit small_value", spec.trace_context,
                                 **{"ember.task_id": spec.task_id.hex()})
             start = time.time_ns()
-            with tracing.owner_context(spec.trace_context, spec.attempt):
+            with tracing.owner_context(spec.trace_context, spec.attempt, "execute small_value", dict):
                 pass
             tracing.task_replied(spec, core_worker_pb2.PushTaskReply(
                 start_time_ns=start, end_time_ns=time.time_ns()), "127.0.0.1:1")

@@ -40,6 +40,7 @@ from .tracing_spans import OWNER_KEY as OWNER_KEY  # the API callers use, re-exp
 from .tracing_spans import execute_span as execute_span
 from .tracing_spans import extract as extract
 from .tracing_spans import inject as inject
+from .tracing_spans import mark_reply as mark_reply
 from .tracing_spans import owner_context as owner_context
 from .tracing_spans import set_error as set_error
 from .tracing_spans import span as span

@@ -113,18 +113,26 @@ def light_span_class(emit: Callable[[tuple[Any, ...]], None]) -> Any:
     return LightSpan
 
 
-def owner_span_class(otel: Any) -> Any:
-    """The current span while a task runs whose owner records its execute span: not recording
-    (the owner records it from the reply), its SpanContext — the execute span's, a remote one
-    here — built from the traceparent only when asked for (a child span, a nested submission,
-    `get_current_span().get_span_context()`)."""
+def owner_span_class(otel: Any, light_span: Any) -> Any:
+    """The current span while a task runs whose owner records its execute span. Its
+    SpanContext — the execute span's, a remote one here — is built from the traceparent only
+    when asked for (a child span, a nested submission, `get_current_span()`). It records
+    nothing until code changes it: then (the first set_attribute, add_event, set_status,
+    record_exception or update_name) it becomes a LightSpan with the execute span's id, start
+    and attributes (`attributes()`), the worker records it at the end and the reply says so
+    (`recorded`: PushTaskReply.execute_span_recorded), so the owner does not. Ember's own
+    set_error only keeps the status for that case (the owner has the error from the reply)."""
     from opentelemetry.trace import NonRecordingSpan
 
     class OwnerSpan(NonRecordingSpan):
-        __slots__ = ("_tp", "_ts", "_attempt", "_built")
+        __slots__ = ("_tp", "_ts", "_attempt", "_built", "_name", "_attributes", "_start",
+                     "_light", "_status")
 
-        def __init__(self, traceparent: str, tracestate: str | None, attempt: int) -> None:
+        def __init__(self, traceparent: str, tracestate: str | None, attempt: int, name: str,
+                     attributes: Callable[[], dict[str, Any]]) -> None:
             self._tp, self._ts, self._attempt, self._built = traceparent, tracestate, attempt, None
+            self._name, self._attributes, self._light, self._status = name, attributes, None, None
+            self._start = time.time_ns()
 
         def get_span_context(self) -> Any:
             ctx = self._built
@@ -135,6 +143,66 @@ def owner_span_class(otel: Any) -> Any:
                     int(tp[3:35], 16), execute_span_id(int(tp[36:52], 16), self._attempt), True,
                     otel.TraceFlags(int(tp[53:55], 16)), state)
             return ctx
+
+        @property
+        def recorded(self) -> bool:
+            return self._light is not None
+
+        def is_recording(self) -> bool:
+            return self._light.is_recording() if self._light is not None else bool(int(self._tp[53:55], 16) & 1)
+
+        def _upgrade(self) -> Any:
+            sp = self._light
+            if sp is None:
+                if not int(self._tp[53:55], 16) & 1:
+                    return None  # not sampled: nothing is recorded anywhere
+                ctx = self.get_span_context()
+                parent = otel.SpanContext(ctx.trace_id, int(self._tp[36:52], 16), True,
+                                          ctx.trace_flags, ctx.trace_state)
+                sp = self._light = light_span(self._name, otel.SpanContext(
+                    ctx.trace_id, ctx.span_id, False, ctx.trace_flags, ctx.trace_state),
+                    parent, {k: v for k, v in self._attributes().items() if v is not None},
+                    otel.SpanKind.CONSUMER)
+                sp._start = self._start
+                if self._status is not None:
+                    sp.set_status(self._status)
+            return sp
+
+        def set_attribute(self, key: str, value: Any) -> None:
+            if (sp := self._upgrade()) is not None:
+                sp.set_attribute(key, value)
+
+        def set_attributes(self, attributes: Any) -> None:
+            if (sp := self._upgrade()) is not None:
+                sp.set_attributes(attributes)
+
+        def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+            if (sp := self._upgrade()) is not None:
+                sp.add_event(name, attributes, timestamp)
+
+        def update_name(self, name: str) -> None:
+            if (sp := self._upgrade()) is not None:
+                sp.update_name(name)
+
+        def set_status(self, status: Any, description: str | None = None) -> None:
+            if (sp := self._upgrade()) is not None:
+                sp.set_status(status, description)
+
+        def record_exception(self, exception: BaseException, attributes: Any = None,
+                             timestamp: int | None = None, escaped: bool = False) -> None:
+            if (sp := self._upgrade()) is not None:
+                sp.record_exception(exception, attributes, timestamp, escaped)
+
+        def keep_status(self, status: Any) -> None:
+            """Ember's status for the span (the owner also has it from the reply)."""
+            if self._light is not None:
+                self._light.set_status(status)
+            else:
+                self._status = status
+
+        def end(self, end_time: int | None = None) -> None:
+            if self._light is not None:
+                self._light.end(end_time)
 
         def __repr__(self) -> str:
             return f"OwnerSpan({self._tp!r}, attempt={self._attempt})"

@@ -48,10 +48,11 @@ def _resource(w: list[Any]) -> Any:
 
 def task_replied(spec: Any, reply: Any, address: str) -> None:
     """The worker at address answered a push of spec (a TaskSpec; reply: its PushTaskReply):
-    records the execute span of that attempt when the spec's carrier says the owner does and
-    the task ran and is sampled."""
+    records the execute span of that attempt when the spec's carrier says the owner does, the
+    task ran and is sampled, and the worker did not record the span itself (the user's code
+    changed it: PushTaskReply.execute_span_recorded)."""
     carrier = spec.trace_context
-    if not reply.start_time_ns or OWNER_KEY not in carrier:
+    if not reply.start_time_ns or reply.execute_span_recorded or OWNER_KEY not in carrier:
         return
     tp = carrier["traceparent"]
     flags = int(tp[53:55], 16)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .tracing_light import execute_span_id  # noqa: F401 (re-exported)
 
@@ -106,7 +106,7 @@ def init(provider: Any, tracer: Any) -> None:
     w3c = w3c and _otel.span_key is not None and _otel.baggage_key is not None
     _fast = w3c
     _LightSpan = light_span_class(_emit)
-    _OwnerSpan = owner_span_class(_otel)
+    _OwnerSpan = owner_span_class(_otel, _LightSpan)
 
 
 def _init_sampling(sampler: Any) -> None:
@@ -227,20 +227,31 @@ def _submit_span_generic(name: str, carrier: Any, attributes: dict[str, Any]) ->
     sp.end()
 
 
-def owner_context(carrier: Any, attempt: int) -> Any:
+def owner_context(carrier: Any, attempt: int, name: str,
+                  attributes: Callable[[], dict[str, Any]]) -> Any:
     """For a task whose owner records its execute span (OWNER_KEY in carrier): a context
     manager that makes that span's context current while the task runs (None: the carrier has
-    no OWNER_KEY; use execute_span). Cheap: the SpanContext is built only if code asks."""
+    no OWNER_KEY; use execute_span). Cheap: the SpanContext is built only if code asks, and the
+    span is recorded here (name, attributes()) only if code changes it; then the reply must
+    say so (`mark_reply`)."""
     if OWNER_KEY not in carrier:
         return None
-    return _OwnerContext(carrier["traceparent"], carrier.get("tracestate"), attempt)
+    return _OwnerContext(_OwnerSpan(carrier["traceparent"], carrier.get("tracestate"), attempt,
+                                    name, attributes))
+
+
+def mark_reply(span_obj: Any, reply: Any) -> None:
+    """After a task ran under span_obj: tells the owner (PushTaskReply.execute_span_recorded)
+    when this worker recorded the execute span itself."""
+    if getattr(span_obj, "recorded", False):
+        reply.execute_span_recorded = True
 
 
 class _OwnerContext:
     __slots__ = ("span", "token")
 
-    def __init__(self, traceparent: str, tracestate: str | None, attempt: int) -> None:
-        self.span = _OwnerSpan(traceparent, tracestate, attempt)
+    def __init__(self, span: Any) -> None:
+        self.span = span
 
     def __enter__(self) -> Any:
         o = _otel
@@ -248,7 +259,14 @@ class _OwnerContext:
         return self.span
 
     def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
-        _otel.detach(self.token)
+        sp = self.span
+        try:
+            if exc is not None and sp.recorded:
+                sp.record_exception(exc)
+                set_error(sp, f"{typ.__name__}: {exc}")
+        finally:
+            sp.end()
+            _otel.detach(self.token)
 
 
 def execute_span(name: str, carrier: Any, **attributes: Any) -> Any:
@@ -318,7 +336,11 @@ class _CurrentSpan:
 def set_error(span_obj: Any, message: str) -> None:
     from opentelemetry.trace import Status, StatusCode
 
-    span_obj.set_status(Status(StatusCode.ERROR, message[:500]))
+    status = Status(StatusCode.ERROR, message[:500])
+    if type(span_obj) is _OwnerSpan:
+        span_obj.keep_status(status)  # not a change by the user's code
+    else:
+        span_obj.set_status(status)
 
 
 def inject(carrier: dict[str, str] | Any, context: Any = None) -> None:

@@ -24,6 +24,7 @@ DRIVER = textwrap.dedent("""
 
     @ember.remote
     def leaf(x):
+        trace.get_current_span().set_attribute("user.leaf", x)
         return x + 1
 
     @ember.remote
@@ -138,6 +139,11 @@ def test_execution_spans_are_children_of_submissions(traced):
     ex = by_name["execute outer"][0]
     assert ex["attributes"]["ember.worker_id"] and ex["attributes"]["ember.node_id"]
     assert ex["attributes"]["ember.attempt"] == 0 and ex["end_ns"] >= ex["start_ns"]
+    # The user's code set an attribute on the current span: the worker recorded that execution
+    # span (with Ember's attributes and the user's), the owner did not record another.
+    leaves = by_name["execute leaf"]
+    assert len(leaves) == 1 and leaves[0]["attributes"]["user.leaf"] == 1
+    assert leaves[0]["attributes"]["ember.attempt"] == 0 and leaves[0]["service"] == "ember-worker"
     # A retried task: one execution span per attempt, each its own span, both under the submission.
     tries = sorted(by_name["execute flaky"], key=lambda s: s["attributes"]["ember.attempt"])
     assert [t["attributes"]["ember.attempt"] for t in tries] == [0, 1]

@@ -87,7 +87,7 @@ OWNER = textwrap.dedent("""
     tracing.tracing_spans._buffer.exporters = [Keep()]
     tracer = trace.get_tracer("user")
 
-    def run(by_owner, fail, attempt=0):
+    def run(by_owner, fail, attempt=0, touch=False):
         spec = common_pb2.TaskSpec(name="f", task_id=b"\\x01" * 24, job_id=b"\\x02" * 4, attempt=attempt)
         (tracing.submit_task_span if by_owner else tracing.submit_span)(
             "submit f", spec.trace_context, **{"ember.task_id": spec.task_id.hex()})
@@ -95,10 +95,12 @@ OWNER = textwrap.dedent("""
         attrs = {"ember.task_id": spec.task_id.hex(), "ember.job_id": spec.job_id.hex(),
                  "ember.node_id": "n1", "ember.worker_id": "w1", "ember.attempt": attempt,
                  "ember.actor_id": None}
-        cm = tracing.owner_context(spec.trace_context, spec.attempt) if by_owner else \\
-            tracing.execute_span("execute f", spec.trace_context, **attrs)
+        cm = tracing.owner_context(spec.trace_context, spec.attempt, "execute f", lambda: dict(attrs)) \\
+            if by_owner else tracing.execute_span("execute f", spec.trace_context, **attrs)
         with cm as sp:
             lazy = getattr(sp, "_built", "n/a")
+            if touch:
+                trace.get_current_span().set_attribute("user", "v")
             with tracer.start_as_current_span("user child"):
                 pass
             nested = common_pb2.TaskSpec()
@@ -108,13 +110,18 @@ OWNER = textwrap.dedent("""
         reply = core_worker_pb2.PushTaskReply(start_time_ns=start, end_time_ns=time.time_ns(),
                                               is_application_error=fail,
                                               error_message="ValueError: boom" if fail else "")
+        tracing.mark_reply(sp, reply)
         if by_owner:
             tracing.task_replied(spec, reply, "127.0.0.1:7")
+        out_flags.append(reply.execute_span_recorded)
         return dict(spec.trace_context), lazy, dict(nested.trace_context)
 
     tracing.worker_leased("127.0.0.1:7", "n1", "w1", 4242)
-    out = {"owner": run(True, True), "worker": run(False, True), "retry": run(True, False, attempt=1)}
-    with tracing.owner_context(out["owner"][0], 0) as sp:
+    out_flags = []
+    out = {"owner": run(True, True), "worker": run(False, True), "retry": run(True, False, attempt=1),
+           "touched": run(True, True, touch=True)}
+    out["recorded_flags"] = out_flags
+    with tracing.owner_context(out["owner"][0], 0, "execute f", dict) as sp:
         out["lazy_unused"] = sp._built is None
     out["metadata"] = [k for k, _ in tracing.metadata_from(out["owner"][0])]
     tracing.flush()
@@ -147,7 +154,8 @@ def test_the_owners_execute_span_is_the_one_the_worker_made(tmp_path):
     groups = {}
     for s in spans:  # per run: its submit span, execute span, user child, nested submit
         groups.setdefault(s["trace"], []).append(s)
-    owner, worker, retry = (groups[int(out[k][0]["traceparent"][3:35], 16)] for k in ("owner", "worker", "retry"))
+    owner, worker, retry, touched = (groups[int(out[k][0]["traceparent"][3:35], 16)]
+                                     for k in ("owner", "worker", "retry", "touched"))
 
     def shape(group):
         by = {s["name"]: s for s in group}
@@ -172,6 +180,14 @@ def test_the_owners_execute_span_is_the_one_the_worker_made(tmp_path):
     assert out["owner"][1] is None and out["lazy_unused"]
     assert out["owner"][2]["ember-owner-span"] == "1"  # nested submissions are the owner's too
     assert out["metadata"] == ["traceparent"]  # the mark does not travel as gRPC metadata
+    # The user's code changed the current span: the worker recorded it (one span, same id,
+    # Ember's attributes and the user's, the error status), and the reply said so.
+    assert out["recorded_flags"] == [False, False, False, True]
+    tex = [s for s in touched if s["name"] == "execute f"]
+    assert len(tex) == 1 and tex[0]["attrs"] == {**ex["attrs"], "user": "v"}
+    assert tex[0]["id"] == execute_span_id(int(out["touched"][0]["traceparent"][36:52], 16), 0)
+    assert tex[0]["status"] == "ERROR" and tex[0]["error"] == "ValueError: boom"
+    assert shape(touched)[0] == shape(owner)[0]
 
 
 NOT_SAMPLED = textwrap.dedent("""
@@ -183,7 +199,8 @@ NOT_SAMPLED = textwrap.dedent("""
     tracing.worker_leased("127.0.0.1:7", "n1", "w1", 1)
     spec = common_pb2.TaskSpec(name="f")
     tracing.submit_task_span("submit f", spec.trace_context)
-    with tracing.owner_context(spec.trace_context, 0) as sp:
+    with tracing.owner_context(spec.trace_context, 0, "execute f", dict) as sp:
+        sp.set_attribute("user", "v")  # not sampled: still nothing recorded
         flags = int(sp.get_span_context().trace_flags)
     tracing.task_replied(spec, core_worker_pb2.PushTaskReply(start_time_ns=1, end_time_ns=2), "127.0.0.1:7")
     print(json.dumps({"queued": len(tracing.tracing_spans._buffer._queue), "flags": flags,
