@@ -227,7 +227,7 @@ def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, a
                                for i in range(max(num_returns, 1)))
     if tracing.enabled():
         tracing.submit_task_span(f"submit {template.name}", spec.trace_context,
-                            **{"ember.task_id": task_id.hex()})
+                                 **{"ember.task_id": task_id.hex()})
     return hand_over(core, TaskEntry(spec, keep, template.max_retries, key, allowlist), num_returns,
                      core.submitter.submit)
 
