@@ -12,6 +12,6 @@ any service; services import only this (tests/unit/test_import_boundaries.py che
     otlp_encoding, metrics, config, ids
 
 Imports inside the kit form no circle: metrics and tracing import nothing of the kit but
-their own modules; rpc
-imports them (server interceptors); the clients import rpc and backoff; service imports them all.
+their own modules; rpc imports them (server interceptors); the clients import rpc and backoff;
+service imports them all.
 """
