@@ -13,12 +13,11 @@ the workers it forked; user + system from psutil) over the timed batches, which 
 meaningful under load than wall clock.
 
 `--inproc` measures only what tracing itself costs per task, in one process: the submit span,
-the execute span — recorded by the owner from a reply, with the worker making its context
-current, or, in a tree before that (no `tracing.owner_context`), made by the worker with its
-context attached — and the export of both (OTLP/gRPC to the sink, flushed after every 1,000
-tasks), as CPU time of the process (all threads) minus the same loop without tracing: the
-figure to compare before/after a change to the tracing code, robust under load. Run it with
-another tree's interpreter and PYTHONPATH to measure that tree.
+the execute span with its context made current (`tracing.task_span`'s lazy span, or in a tree
+without it `execute_span`'s) and the export of both (OTLP/gRPC to the sink, flushed after every
+1,000 tasks), as CPU time of the process (all threads) minus the same loop without tracing:
+the figure to compare before/after a change to the tracing code, robust under load. Run it
+with another tree's interpreter to measure that tree.
 
     .venv/bin/python scripts/bench_tracing.py [--rounds 3] [--batches 8] [--sampler-arg 1.0] [--inproc]
 """
@@ -125,36 +124,27 @@ from ember_common import tracing
 from ember_common.proto import common_pb2, core_worker_pb2
 
 assert tracing.setup("ember-driver")
-owner = hasattr(tracing, "owner_context")  # this tree's owner-recorded execute spans (else: the worker's)
-if owner:
-    tracing.worker_leased("127.0.0.1:1", "n" * 56, "w" * 56, 4242)
+lazy = hasattr(tracing, "task_span")  # this tree's lazy execute span (else: execute_span's LightSpan)
 
 def batch():
     for _ in range(1000):
         spec = common_pb2.TaskSpec(name="small_value", task_id=os.urandom(24), job_id=b"\1\0\0\0")
-        if owner:  # the owner's submit span, the worker's context, the owner's execute span
-            tracing.submit_task_span("submit small_value", spec.trace_context,
-                                **{"ember.task_id": spec.task_id.hex()})
-            start = time.time_ns()
-            with tracing.owner_context(spec.trace_context, spec.attempt, "execute small_value", dict):
-                pass
-            tracing.task_replied(spec, core_worker_pb2.PushTaskReply(
-                start_time_ns=start, end_time_ns=time.time_ns()), "127.0.0.1:1")
-        else:
-            tracing.submit_span("submit small_value", spec.trace_context,
-                                **{"ember.task_id": spec.task_id.hex()})
-            with tracing.execute_span("execute small_value", spec.trace_context, **{
-                    "ember.task_id": spec.task_id.hex(), "ember.job_id": spec.job_id.hex(),
+        tracing.submit_span("submit small_value", spec.trace_context,
+                            **{"ember.task_id": spec.task_id.hex()})
+
+        def attributes():
+            return {"ember.task_id": spec.task_id.hex(), "ember.job_id": spec.job_id.hex(),
                     "ember.node_id": "n" * 56, "ember.worker_id": "w" * 56, "ember.attempt": 0,
-                    "ember.actor_id": None}):
-                pass
+                    "ember.actor_id": None}
+
+        with (tracing.task_span("execute small_value", spec.trace_context, attributes) if lazy else
+              tracing.execute_span("execute small_value", spec.trace_context, **attributes())):
+            pass
     tracing.flush()
 
 def base():  # the same loop without tracing: subtracted
     for _ in range(1000):
-        spec = common_pb2.TaskSpec(name="small_value", task_id=os.urandom(24), job_id=b"\1\0\0\0")
-        if owner:
-            core_worker_pb2.PushTaskReply(start_time_ns=time.time_ns(), end_time_ns=time.time_ns())
+        common_pb2.TaskSpec(name="small_value", task_id=os.urandom(24), job_id=b"\1\0\0\0")
 
 for _ in range(2):
     batch()
@@ -167,7 +157,7 @@ for _ in range(n):
     batch()
 t2 = time.process_time()
 print("RESULT " + json.dumps({"tracing_cpu_us_per_task": ((t2 - t1) - (t1 - t0)) / (n * 1000) * 1e6,
-                              "owner_records_execute": owner}))
+                              "lazy_execute_span": lazy}))
 """
 
 

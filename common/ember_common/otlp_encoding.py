@@ -26,7 +26,7 @@ def encode_spans(spans: Sequence[Any], resource: Any = None, scope: Any = None) 
 
 def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None) -> bytes:
     """The serialized ExportTraceServiceRequest of a batch. The batch may hold tracing_export
-    RECORD tuples (of the given resource and scope, or of the resource they carry) among SDK
+    RECORD tuples (of the given resource and scope) among SDK
     ReadableSpans; spans are grouped by resource and scope as the SDK groups them."""
     # Grouped by identity first (hashing a Resource serializes its attributes to JSON, which
     # would cost more than encoding the span), then by equality, once per group.
@@ -36,8 +36,7 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
     out: list[bytes] = []
     for s in spans:
         if type(s) is tuple:
-            res = s[12] if len(s) > 12 else resource
-            sc = scope
+            res, sc = resource, scope
             data = None if s[11] else record_bytes(s)
             if data is None:
                 from .tracing_export import to_readable

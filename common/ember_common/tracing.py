@@ -14,16 +14,15 @@ so `setup()` does. With tracing off, `enabled()` is False and the hot paths skip
 call. The trace context travels as W3C `traceparent` in gRPC metadata and in TaskSpec.trace_context,
 so a task's execution span is the child of its submission wherever and whenever it runs.
 
-With tracing on, every task makes two spans, so `submit_span` / `execute_span` have fast paths
-for the default configuration (tracing_spans, tracing_light), a normal task's execute span is
-recorded by its owner from the push reply (tracing_owner; the worker only makes its context
-current), and the OTLP/gRPC exporter sends the request bytes `otlp_encoding` writes (the SDK
-encoder's message, written directly). Finished spans go to a tracing_export.SpanBuffer (the
-SDK's BatchSpanProcessor's job, with a cheaper way in: the fast paths queue a plain tuple per
-span, which the OTLP/gRPC exporter encodes as is). Sampling is decided before anything is
-built: with the SDK's default parent-based samplers (always_on, always_off, traceidratio at the
-root) the fast paths decide inline, and a task that is not sampled only propagates the
-decision (its traceparent), recording nothing.
+With tracing on, every task makes two spans, so `submit_span` / `execute_span` / `task_span`
+have fast paths for the default configuration (tracing_spans, tracing_light: a task's execute
+span is a lazy span recorded as one record), and the OTLP/gRPC exporter sends the request bytes
+`otlp_encoding` writes (the SDK encoder's message, written directly). Finished spans go to a
+tracing_export.SpanBuffer (the SDK's BatchSpanProcessor's job, with a cheaper way in: the fast
+paths queue a plain tuple per span, which the OTLP/gRPC exporter encodes as is). Sampling is
+decided before anything is built: with the SDK's default parent-based samplers (always_on,
+always_off, traceidratio at the root) the fast paths decide inline, and a task that is not
+sampled only propagates the decision (its traceparent), recording nothing.
 """
 from __future__ import annotations
 
@@ -34,18 +33,13 @@ from typing import Any
 
 from . import tracing_spans
 from .tracing_files import FileSpanExporter, read_trace, render_tree, span_to_dict  # noqa: F401 (re-exported)
-from .tracing_owner import task_replied as task_replied
-from .tracing_owner import worker_leased as worker_leased
-from .tracing_spans import OWNER_KEY as OWNER_KEY  # the API callers use, re-exported
-from .tracing_spans import execute_span as execute_span
+from .tracing_spans import execute_span as execute_span  # the API callers use, re-exported
 from .tracing_spans import extract as extract
 from .tracing_spans import inject as inject
-from .tracing_spans import mark_reply as mark_reply
-from .tracing_spans import owner_context as owner_context
 from .tracing_spans import set_error as set_error
 from .tracing_spans import span as span
 from .tracing_spans import submit_span as submit_span
-from .tracing_spans import submit_task_span as submit_task_span
+from .tracing_spans import task_span as task_span
 
 log = logging.getLogger(__name__)
 
@@ -240,4 +234,4 @@ def metadata_from(trace_context: Any) -> tuple[tuple[str, str], ...] | None:
     """gRPC metadata for a task's own trace context (a TaskSpec.trace_context map)."""
     if not _enabled or not trace_context:
         return None
-    return tuple((k, v) for k, v in trace_context.items() if k != OWNER_KEY)
+    return tuple(trace_context.items())

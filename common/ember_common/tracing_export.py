@@ -10,9 +10,8 @@ ReadableSpans only for exporters that need them; the OTLP exporters encode recor
 come through `on_end()` as ReadableSpans, as with any span processor.
 
 RECORD = (name, trace_id, span_id, trace_flags, trace_state, parent, kind, start_ns, end_ns,
-attributes, status, events[, resource]); parent is None, a SpanContext, or the span id (int) of
-a remote parent in the same trace; a 13th item is the span's own Resource (the owner records a
-task's execute span for the worker that ran it: tracing_owner), else the process's.
+attributes, status, events); parent is None, a SpanContext, or the span id (int) of a remote
+parent in the same trace (a task's execute span: tracing_light.TaskSpan).
 """
 from __future__ import annotations
 
@@ -170,9 +169,7 @@ def to_readable(rec: Record, resource: Any, scope: Any) -> Any:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.trace import SpanContext, TraceFlags
 
-    name, trace_id, span_id, flags, state, parent, kind, start, end, attrs, status, events = rec[:12]
-    if len(rec) > 12:
-        resource = rec[12]
+    name, trace_id, span_id, flags, state, parent, kind, start, end, attrs, status, events = rec
     if type(parent) is int:
         parent = SpanContext(trace_id, parent, True, TraceFlags(flags), state)
     extra = {} if status is None else {"status": status}

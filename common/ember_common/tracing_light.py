@@ -1,6 +1,5 @@
-"""Span classes of the per-task fast paths (tracing_spans): LightSpan, the recording execute
-span a worker makes itself, and OwnerSpan, the current span of a task whose owner records the
-execute span. Built once by `tracing_spans.init()` (they subclass OpenTelemetry classes, which
+"""Span classes of the per-task fast paths (tracing_spans): LightSpan, a light recording span,
+and TaskSpan, a task's lazy execute span. Built once by `tracing_spans.init()` (they subclass OpenTelemetry classes, which
 are imported only when tracing is on)."""
 from __future__ import annotations
 
@@ -10,16 +9,6 @@ from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 _VALUE_TYPES = (str, bool, int, float)
-_M64 = (1 << 64) - 1
-
-
-def execute_span_id(submit_span_id: int, attempt: int) -> int:
-    """The span id of attempt `attempt`'s execute span under the submit span (splitmix64 of
-    the pair: as random as the submit span's id, and different for every attempt)."""
-    z = (submit_span_id + (attempt + 1) * 0x9E3779B97F4A7C15) & _M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return (z ^ (z >> 31)) or 1
 
 
 def light_span_class(emit: Callable[[tuple[Any, ...]], None]) -> Any:
@@ -113,55 +102,54 @@ def light_span_class(emit: Callable[[tuple[Any, ...]], None]) -> Any:
     return LightSpan
 
 
-def owner_span_class(otel: Any, light_span: Any) -> Any:
-    """The current span while a task runs whose owner records its execute span. Its
-    SpanContext — the execute span's, a remote one here — is built from the traceparent only
-    when asked for (a child span, a nested submission, `get_current_span()`). It records
-    nothing until code changes it: then (the first set_attribute, add_event, set_status,
-    record_exception or update_name) it becomes a LightSpan with the execute span's id, start
-    and attributes (`attributes()`), the worker records it at the end and the reply says so
-    (`recorded`: PushTaskReply.execute_span_recorded), so the owner does not. Ember's own
-    set_error only keeps the status for that case (the owner has the error from the reply)."""
+def task_span_class(otel: Any, light_span: Any, emit: Callable[[tuple[Any, ...]], None],
+                    new_span_id: Callable[[], int]) -> Any:
+    """A task's execute span while the task runs (tracing_spans.task_span): it holds the ids
+    from the traceparent, builds its SpanContext only when asked for (a child span, a nested
+    submission, `get_current_span()`), and at the end is queued as one RECORD (attributes()
+    computed then; nothing when not sampled). When code changes it (set_attribute, add_event,
+    set_status, record_exception, update_name) it becomes a LightSpan with the same id, start
+    and attributes, which records itself. Ember's own set_error only keeps the status."""
     from opentelemetry.trace import NonRecordingSpan
 
-    class OwnerSpan(NonRecordingSpan):
-        __slots__ = ("_tp", "_ts", "_attempt", "_built", "_name", "_attributes", "_start",
-                     "_light", "_status")
+    class TaskSpan(NonRecordingSpan):
+        __slots__ = ("_trace_id", "_parent_id", "_flags", "_state", "_span_id", "_built",
+                     "_name", "_attributes", "_start", "_light", "_status", "_ended")
 
-        def __init__(self, traceparent: str, tracestate: str | None, attempt: int, name: str,
-                     attributes: Callable[[], dict[str, Any]]) -> None:
-            self._tp, self._ts, self._attempt, self._built = traceparent, tracestate, attempt, None
-            self._name, self._attributes, self._light, self._status = name, attributes, None, None
+        def __init__(self, trace_id: int, parent_id: int, flags: int, state: str | None,
+                     name: str, attributes: Callable[[], dict[str, Any]]) -> None:
+            self._trace_id, self._parent_id, self._flags, self._state = trace_id, parent_id, flags, state
+            self._span_id, self._built, self._name, self._attributes = new_span_id(), None, name, attributes
+            self._light = self._status = None
+            self._ended = False
             self._start = time.time_ns()
+
+        def _trace_state(self) -> Any:
+            return otel.TraceState.from_header([self._state]) if self._state else None
 
         def get_span_context(self) -> Any:
             ctx = self._built
             if ctx is None:
-                tp = self._tp
-                state = otel.TraceState.from_header([self._ts]) if self._ts else None
-                ctx = self._built = otel.SpanContext(
-                    int(tp[3:35], 16), execute_span_id(int(tp[36:52], 16), self._attempt), True,
-                    otel.TraceFlags(int(tp[53:55], 16)), state)
+                ctx = self._built = otel.SpanContext(self._trace_id, self._span_id, False,
+                                                     otel.TraceFlags(self._flags), self._trace_state())
             return ctx
 
-        @property
-        def recorded(self) -> bool:
-            return self._light is not None
-
         def is_recording(self) -> bool:
-            return self._light.is_recording() if self._light is not None else bool(int(self._tp[53:55], 16) & 1)
+            if self._light is not None:
+                return bool(self._light.is_recording())
+            return not self._ended and bool(self._flags & 1)
 
         def _upgrade(self) -> Any:
             sp = self._light
             if sp is None:
-                if not int(self._tp[53:55], 16) & 1:
-                    return None  # not sampled: nothing is recorded anywhere
+                if not self._flags & 1 or self._ended:
+                    return None  # not sampled (nothing is recorded anywhere), or over
                 ctx = self.get_span_context()
-                parent = otel.SpanContext(ctx.trace_id, int(self._tp[36:52], 16), True,
-                                          ctx.trace_flags, ctx.trace_state)
-                sp = self._light = light_span(self._name, otel.SpanContext(
-                    ctx.trace_id, ctx.span_id, False, ctx.trace_flags, ctx.trace_state),
-                    parent, {k: v for k, v in self._attributes().items() if v is not None},
+                parent = otel.SpanContext(self._trace_id, self._parent_id, True, ctx.trace_flags,
+                                          ctx.trace_state)
+                sp = self._light = light_span(
+                    self._name, ctx, parent,
+                    {k: v for k, v in self._attributes().items() if v is not None},
                     otel.SpanKind.CONSUMER)
                 sp._start = self._start
                 if self._status is not None:
@@ -194,7 +182,7 @@ def owner_span_class(otel: Any, light_span: Any) -> Any:
                 sp.record_exception(exception, attributes, timestamp, escaped)
 
         def keep_status(self, status: Any) -> None:
-            """Ember's status for the span (the owner also has it from the reply)."""
+            """Ember's status for the span (set_error), without making it a LightSpan."""
             if self._light is not None:
                 self._light.set_status(status)
             else:
@@ -203,8 +191,17 @@ def owner_span_class(otel: Any, light_span: Any) -> Any:
         def end(self, end_time: int | None = None) -> None:
             if self._light is not None:
                 self._light.end(end_time)
+                return
+            if self._ended:
+                return
+            self._ended = True
+            if self._flags & 1:
+                emit((self._name, self._trace_id, self._span_id, self._flags, self._trace_state(),
+                      self._parent_id, otel.SpanKind.CONSUMER, self._start, end_time or time.time_ns(),
+                      {k: v for k, v in self._attributes().items() if v is not None},
+                      self._status, ()))
 
         def __repr__(self) -> str:
-            return f"OwnerSpan({self._tp!r}, attempt={self._attempt})"
+            return f"TaskSpan(name={self._name!r}, span_id={self._span_id:016x})"
 
-    return OwnerSpan
+    return TaskSpan

@@ -13,13 +13,11 @@ Sampling is decided before anything is built: with the SDK's default parent-base
 (always_on, always_off, traceidratio at the root) the decision is inline, and a task that is
 not sampled only propagates it (its traceparent), recording nothing.
 
-Execute spans recorded by the owner (`submit_task_span`, normal tasks): the
-owner gets the worker's start and end times, the error and the worker's identity anyway, so it
-records the task's `execute` span from the push reply (`tracing_owner.task_replied`) and the
-worker only makes that span's context current (`owner_context`: a lazy non-recording span,
-its SpanContext built only if code asks for it). The carrier then holds OWNER_KEY; the execute
-span of attempt k has the span id `execute_span_id(submit span id, k)`, which both sides
-compute, so a retry gets a span of its own without rewriting the spec.
+A task's execute span (`task_span`, the executor's) is lazy: while the task runs, the current
+span only holds the traceparent's ids; its SpanContext is built when code asks for it (a child
+span, a nested submission), and at the end it is queued as one record (attributes computed
+then). Only when the user's code changes the current span (attributes, events, status, ...)
+does it become a LightSpan, recorded the same way.
 """
 from __future__ import annotations
 
@@ -28,11 +26,8 @@ import re
 import time
 from typing import Any, Callable
 
-from .tracing_light import execute_span_id  # noqa: F401 (re-exported)
-
 log = logging.getLogger(__name__)
 
-OWNER_KEY = "ember-owner-span"  # in a task's carrier: its owner records the execute span
 _M64 = (1 << 64) - 1  # the low 64 bits of a trace id
 
 _tracer: Any = None
@@ -48,13 +43,13 @@ _root_bound: int | None = None  # a root is sampled iff trace_id's low 64 bits <
 _buffer: Any = None  # the SpanBuffer, when the fast paths may queue records into it directly
 _only_buffer: Any = None  # the provider's processor tuple while the SpanBuffer is its only one
 _LightSpan: Any = None
-_OwnerSpan: Any = None
+_TaskSpan: Any = None
 
 
 def init(provider: Any, tracer: Any) -> None:
     """Called by tracing.setup() once the provider is installed."""
     global _tracer, _fast, _sampler, _id_gen, _processor, _resource, _scope, _random_flag, _otel
-    global _buffer, _only_buffer, _LightSpan, _OwnerSpan
+    global _buffer, _only_buffer, _LightSpan, _TaskSpan
     import types
 
     from opentelemetry import baggage, context, propagate, trace
@@ -89,7 +84,7 @@ def init(provider: Any, tracer: Any) -> None:
     _random_flag = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0)) if id_gen.is_trace_id_random() else 0
     _init_sampling(sampler)
     from .tracing_export import SpanBuffer, to_readable
-    from .tracing_light import light_span_class, owner_span_class
+    from .tracing_light import light_span_class, task_span_class
 
     procs: Any = getattr(processor, "_span_processors", ())
     if len(procs) == 1 and isinstance(procs[0], SpanBuffer):
@@ -106,7 +101,7 @@ def init(provider: Any, tracer: Any) -> None:
     w3c = w3c and _otel.span_key is not None and _otel.baggage_key is not None
     _fast = w3c
     _LightSpan = light_span_class(_emit)
-    _OwnerSpan = owner_span_class(_otel, _LightSpan)
+    _TaskSpan = task_span_class(_otel, _LightSpan, emit, id_gen.generate_span_id)
 
 
 def _init_sampling(sampler: Any) -> None:
@@ -140,8 +135,7 @@ def emit(rec: tuple[Any, ...]) -> None:
     if _buffer is not None and _processor._span_processors is _only_buffer:
         _buffer.add_record(rec)
     else:
-        res = rec[12] if len(rec) > 12 else _resource
-        _processor.on_end(_otel.to_readable(rec, res, _scope))
+        _processor.on_end(_otel.to_readable(rec, _resource, _scope))
 
 
 _emit = emit
@@ -160,16 +154,6 @@ def submit_span(name: str, carrier: Any, **attributes: Any) -> None:
     written into carrier (the TaskSpec's trace_context) so that the execution span hangs off it.
     Nothing is attached or detached; on the fast path no SDK Span is made either: the finished
     span goes straight to the span processors."""
-    _submit(name, carrier, False, attributes)
-
-
-def submit_task_span(name: str, carrier: Any, **attributes: Any) -> None:
-    """submit_span for a task whose owner will record the execute span from the push reply
-    (tracing_owner.task_replied): on the fast path, OWNER_KEY in carrier tells the worker."""
-    _submit(name, carrier, True, attributes)
-
-
-def _submit(name: str, carrier: Any, by_owner: bool, attributes: dict[str, Any]) -> None:
     o = _otel
     if not _fast:
         _submit_span_generic(name, carrier, attributes)
@@ -190,8 +174,6 @@ def _submit(name: str, carrier: Any, by_owner: bool, attributes: dict[str, Any])
             carrier["traceparent"] = f"00-{trace_id:032x}-{parent.span_id:016x}-{flags:02x}"
             if state:
                 carrier["tracestate"] = state.to_header()
-            if by_owner:
-                carrier[OWNER_KEY] = "1"
             return
     else:
         parent = None
@@ -212,8 +194,6 @@ def _submit(name: str, carrier: Any, by_owner: bool, attributes: dict[str, Any])
         now = time.time_ns()
         _emit((name, trace_id, span_id, flags, state, parent, o.SpanKind.PRODUCER, now, now,
                attributes, None, ()))
-    if by_owner:
-        carrier[OWNER_KEY] = "1"
     carrier["traceparent"] = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
     if state:
         carrier["tracestate"] = state.to_header()
@@ -227,27 +207,18 @@ def _submit_span_generic(name: str, carrier: Any, attributes: dict[str, Any]) ->
     sp.end()
 
 
-def owner_context(carrier: Any, attempt: int, name: str,
-                  attributes: Callable[[], dict[str, Any]]) -> Any:
-    """For a task whose owner records its execute span (OWNER_KEY in carrier): a context
-    manager that makes that span's context current while the task runs (None: the carrier has
-    no OWNER_KEY; use execute_span). Cheap: the SpanContext is built only if code asks, and the
-    span is recorded here (name, attributes()) only if code changes it; then the reply must
-    say so (`mark_reply`)."""
-    if OWNER_KEY not in carrier:
-        return None
-    return _OwnerContext(_OwnerSpan(carrier["traceparent"], carrier.get("tracestate"), attempt,
-                                    name, attributes))
+def task_span(name: str, carrier: Any, attributes: Callable[[], dict[str, Any]]) -> Any:
+    """A context manager: a task's CONSUMER execute span, as execute_span(name, carrier,
+    **attributes()), made cheaply on the fast path: a lazy span (tracing_light.task_span_class)
+    made current, recorded as one record at the end; attributes() is called only then (None
+    values dropped), and not at all when the task is not sampled."""
+    ids = _parse_ids(carrier) if _fast and _otel.parent_based else None
+    if ids is None:
+        return execute_span(name, carrier, **attributes())
+    return _TaskContext(_TaskSpan(*ids, name, attributes))
 
 
-def mark_reply(span_obj: Any, reply: Any) -> None:
-    """After a task ran under span_obj: tells the owner (PushTaskReply.execute_span_recorded)
-    when this worker recorded the execute span itself."""
-    if getattr(span_obj, "recorded", False):
-        reply.execute_span_recorded = True
-
-
-class _OwnerContext:
+class _TaskContext:
     __slots__ = ("span", "token")
 
     def __init__(self, span: Any) -> None:
@@ -261,7 +232,7 @@ class _OwnerContext:
     def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
         sp = self.span
         try:
-            if exc is not None and sp.recorded:
+            if exc is not None and sp.is_recording():
                 sp.record_exception(exc)
                 set_error(sp, f"{typ.__name__}: {exc}")
         finally:
@@ -282,10 +253,25 @@ def execute_span(name: str, carrier: Any, **attributes: Any) -> Any:
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 
+def _parse_ids(carrier: Any) -> tuple[int, int, int, str | None] | None:
+    """(trace id, parent span id, flags, tracestate header) from a W3C traceparent, or None
+    (use the generic path)."""
+    tp = carrier.get("traceparent")
+    if not tp or len(carrier) != ("tracestate" in carrier) + 1:
+        return None  # none, or baggage / other headers too
+    m = _TRACEPARENT.fullmatch(tp)
+    if m is None:
+        return None
+    trace_id, span_id = int(m[1], 16), int(m[2], 16)
+    if not trace_id or not span_id:
+        return None
+    return trace_id, span_id, int(m[3], 16), carrier.get("tracestate") or None
+
+
 def _parse_traceparent(carrier: Any) -> Any:
     """The remote parent context from a W3C traceparent, or None (use the generic path)."""
     tp = carrier.get("traceparent")
-    if not tp or len(carrier) != ("tracestate" in carrier) + (OWNER_KEY in carrier) + 1:
+    if not tp or len(carrier) != ("tracestate" in carrier) + 1:
         return None  # none, or baggage / other headers too
     m = _TRACEPARENT.fullmatch(tp)
     if m is None:
@@ -337,8 +323,8 @@ def set_error(span_obj: Any, message: str) -> None:
     from opentelemetry.trace import Status, StatusCode
 
     status = Status(StatusCode.ERROR, message[:500])
-    if type(span_obj) is _OwnerSpan:
-        span_obj.keep_status(status)  # not a change by the user's code
+    if type(span_obj) is _TaskSpan:
+        span_obj.keep_status(status)  # Ember's own: the span stays a light record
     else:
         span_obj.set_status(status)
 
@@ -353,4 +339,4 @@ def inject(carrier: dict[str, str] | Any, context: Any = None) -> None:
 def extract(carrier: Any) -> Any:
     from opentelemetry import propagate
 
-    return propagate.extract({k: v for k, v in carrier.items() if k != OWNER_KEY})
+    return propagate.extract(dict(carrier))

@@ -264,7 +264,6 @@ class TaskExecutor(PipelineEffects):
                 reply = self._execute(spec)
                 if reply.is_application_error:
                     tracing.set_error(sp, reply.error_message)
-            tracing.mark_reply(sp, reply)  # the worker recorded the execute span: the owner won't
         else:
             reply = self._execute(spec)
         if spec.actor_id and not spec.HasField("actor_creation"):
@@ -293,11 +292,10 @@ class TaskExecutor(PipelineEffects):
                     "ember.node_id": core.node_id, "ember.worker_id": core.worker_id,
                     "ember.attempt": spec.attempt, "ember.actor_id": spec.actor_id.hex() or None}
 
-        # The owner records the span from the reply (only its context here) unless code changes it.
-        owned = tracing.owner_context(spec.trace_context, spec.attempt, f"execute {spec.name}", attributes)
-        # The kit types these context managers as Any (several span kinds behind them).
-        return cast(ContextManager[Any], owned if owned is not None else tracing.execute_span(
-            f"execute {spec.name}", spec.trace_context, **attributes()))
+        # attributes() is called when the span is recorded (a lazy span: tracing.task_span).
+        # The kit types the context manager as Any (several span kinds behind it).
+        return cast(ContextManager[Any], tracing.task_span(f"execute {spec.name}", spec.trace_context,
+                                                           attributes))
 
     def _execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         creating = spec.HasField("actor_creation")

@@ -190,8 +190,6 @@ class TaskSubmitter:
             return
         g = granted.grant
         task_events.leased(_addr(g.worker_address), g.worker_address.node_id, g.worker_address.worker_id, g.pid)
-        if tracing.enabled():  # who runs the execute spans this owner records
-            tracing.worker_leased(_addr(g.worker_address), g.worker_address.node_id, g.worker_address.worker_id, g.pid)
         self._run(self.queue.lease_granted(key, lease_id, granted.raylet_address,
                                            _addr(g.worker_address), list(g.gpu_ids)))
 
@@ -240,8 +238,6 @@ class TaskSubmitter:
             return
         if reply.is_application_error:  # this attempt's error, before a retry is decided
             task_events.replied(entry.spec, reply)
-        if tracing.enabled():  # this attempt's execute span (tracing_owner)
-            tracing.task_replied(entry.spec, reply, lease.worker_address)
         self._run(self.queue.push_replied(entry, reply))
 
     # -------------------------------------------------------------- results
