@@ -34,8 +34,7 @@ class FileSpanExporter:
 
 def span_to_dict(s: Any, service: str) -> dict[str, Any]:
     """One span as a JSON-able dict; service: its resource's service.name, else the given one
-    (a span recorded for another process, as the execute spans an owner records, has that
-    process's resource)."""
+    (a span made with another process's resource keeps that process's name)."""
     ctx = s.get_span_context()
     res = getattr(s, "resource", None)
     service = (res.attributes.get("service.name") if res is not None else None) or service

@@ -140,7 +140,7 @@ def test_execution_spans_are_children_of_submissions(traced):
     assert ex["attributes"]["ember.worker_id"] and ex["attributes"]["ember.node_id"]
     assert ex["attributes"]["ember.attempt"] == 0 and ex["end_ns"] >= ex["start_ns"]
     # The user's code set an attribute on the current span: the worker recorded that execution
-    # span (with Ember's attributes and the user's), the owner did not record another.
+    # span (with Ember's attributes and the user's), once.
     leaves = by_name["execute leaf"]
     assert len(leaves) == 1 and leaves[0]["attributes"]["user.leaf"] == 1
     assert leaves[0]["attributes"]["ember.attempt"] == 0 and leaves[0]["service"] == "ember-worker"
