@@ -8,13 +8,16 @@ script) takes each Export call's bytes and answers without parsing them, so that
 its CPU is reported apart. `--receiver` uses ember.testing.otlp_receiver instead (parses every
 span and writes it as a JSON line, as the tests read them).
 Reported per run: tasks/s (wall clock: noise on a loaded machine) and CPU µs per task of the
-driver and of every process under it (raylet, workers, ...: user + system from psutil) over the
-timed batches, which stays meaningful under load.
+driver and of every process under it, by kind (gcs, raylet, objmgr, worker: the fork server and
+the workers it forked; user + system from psutil) over the timed batches, which stays more
+meaningful under load than wall clock.
 
 `--inproc` measures only what tracing itself costs per task, in one process: the submit span,
-the execute span (with its context attached and detached) and the export of both (OTLP/gRPC to
-the sink, flushed after every 1,000 tasks), as CPU time of the process (all threads): the
-figure to compare before/after a change to the tracing code, robust under load.
+the execute span with its context made current (`tracing.task_span`'s lazy span, or in a tree
+without it `execute_span`'s) and the export of both (OTLP/gRPC to the sink, flushed after every
+1,000 tasks), as CPU time of the process (all threads) minus the same loop without tracing:
+the figure to compare before/after a change to the tracing code, robust under load. Run it
+with another tree's interpreter to measure that tree.
 
     .venv/bin/python scripts/bench_tracing.py [--rounds 3] [--batches 8] [--sampler-arg 1.0] [--inproc]
 """
@@ -52,10 +55,13 @@ def cpu():
     out = {"driver": sum(me.cpu_times()[:2])}
     for p in me.children(recursive=True):
         try:
-            t, cmd = p.cpu_times(), " ".join(p.cmdline())
+            t, cmd = p.cpu_times(), p.cmdline()
         except psutil.NoSuchProcess:
             continue
-        name = next((n for n in ("gcs", "raylet", "objmgr", "worker") if n in cmd), "other")
+        # by the module it runs (`python -m ember_gcs`); workers are forked by the fork server
+        module = cmd[cmd.index("-m") + 1] if "-m" in cmd[:-1] else ""
+        name = {"ember_gcs": "gcs", "ember_raylet": "raylet", "ember_objmgr": "objmgr",
+                "ember._private.fork_server": "worker", "ember._private.worker_main": "worker"}.get(module, "other")
         out[name] = out.get(name, 0.0) + t.user + t.system
     return out
 
@@ -115,26 +121,43 @@ def receiver() -> Iterator[tuple[str, int]]:
 _INPROC = r"""
 import json, os, sys, time
 from ember_common import tracing
+from ember_common.proto import common_pb2, core_worker_pb2
 
 assert tracing.setup("ember-driver")
-attrs = {"ember.task_id": "ab" * 12, "ember.job_id": "01000000", "ember.node_id": "n" * 56,
-         "ember.worker_id": "w" * 56, "ember.attempt": 0, "ember.actor_id": None}
+lazy = hasattr(tracing, "task_span")  # this tree's lazy execute span (else: execute_span's LightSpan)
 
 def batch():
     for _ in range(1000):
-        carrier = {}
-        tracing.submit_span("submit small_value", carrier, **{"ember.task_id": "ab" * 12})
-        with tracing.execute_span("execute small_value", carrier, **attrs):
+        spec = common_pb2.TaskSpec(name="small_value", task_id=os.urandom(24), job_id=b"\1\0\0\0")
+        tracing.submit_span("submit small_value", spec.trace_context,
+                            **{"ember.task_id": spec.task_id.hex()})
+
+        def attributes():
+            return {"ember.task_id": spec.task_id.hex(), "ember.job_id": spec.job_id.hex(),
+                    "ember.node_id": "n" * 56, "ember.worker_id": "w" * 56, "ember.attempt": 0,
+                    "ember.actor_id": None}
+
+        with (tracing.task_span("execute small_value", spec.trace_context, attributes) if lazy else
+              tracing.execute_span("execute small_value", spec.trace_context, **attributes())):
             pass
     tracing.flush()
+
+def base():  # the same loop without tracing: subtracted
+    for _ in range(1000):
+        common_pb2.TaskSpec(name="small_value", task_id=os.urandom(24), job_id=b"\1\0\0\0")
 
 for _ in range(2):
     batch()
 n = int(sys.argv[1])
 t0 = time.process_time()
 for _ in range(n):
+    base()
+t1 = time.process_time()
+for _ in range(n):
     batch()
-print("RESULT " + json.dumps({"tracing_cpu_us_per_task": (time.process_time() - t0) / (n * 1000) * 1e6}))
+t2 = time.process_time()
+print("RESULT " + json.dumps({"tracing_cpu_us_per_task": ((t2 - t1) - (t1 - t0)) / (n * 1000) * 1e6,
+                              "lazy_execute_span": lazy}))
 """
 
 

@@ -1,12 +1,15 @@
-"""OTLP trace encoding for Ember's exporters: the same ExportTraceServiceRequest as the SDK's
-encoder (`opentelemetry.exporter.otlp.proto.common.trace_encoder.encode_spans`), about three
-times faster for the spans Ember makes, which matters because every task makes two spans and
-the encoding runs in the exporting process (holding its GIL).
+"""OTLP trace encoding for Ember's exporters: the bytes of the ExportTraceServiceRequest the
+SDK's encoder (`opentelemetry.exporter.otlp.proto.common.trace_encoder.encode_spans`) makes,
+written directly, which matters because every task makes two spans and the encoding runs in
+the exporting process (holding its GIL).
 
-Each Span message is written field by field as protobuf bytes, and the request is parsed from
-them once, in C. Spans with events or links, and attribute values that are not str, bool, int
-or float, go through the SDK's own per-span encoder. `tests/integration/test_tracing.py` checks
-that both encoders give equal messages.
+`encode_request` writes the whole request as protobuf bytes: each Span message field by field
+(ids, times, the name and attributes from small caches), the resource and scope messages once
+per resource/scope (cached), and the OTLP/gRPC exporter sends the bytes as they are (no message
+object is built, parsed or serialized). Spans with events or links, and attribute values that
+are not str, bool, int or float, go through the SDK's own per-span encoder. `encode_spans`
+gives the same request as a message (the HTTP exporter). Tests decode the bytes with the OTLP
+protobuf classes and compare them with the SDK encoder's message.
 """
 from __future__ import annotations
 
@@ -15,51 +18,96 @@ from typing import Any, Sequence
 
 
 def encode_spans(spans: Sequence[Any], resource: Any = None, scope: Any = None) -> Any:
-    """The OTLP ExportTraceServiceRequest of a batch, equal to what the SDK's encoder makes, in
-    about a third of its time: the Span messages are written as protobuf bytes directly and
-    parsed once (in C) into the request. Spans with events or links, and any attribute value
-    that is not a str/bool/int/float, go through the SDK's own per-span encoder. The batch may
-    hold tracing_export RECORD tuples (of the given resource and scope) among SDK spans."""
-    from opentelemetry.exporter.otlp.proto.common._internal import _encode_instrumentation_scope, _encode_resource
-    from opentelemetry.exporter.otlp.proto.common._internal.trace_encoder import _encode_span
+    """The OTLP ExportTraceServiceRequest of a batch (a message), equal to the SDK encoder's."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-    from opentelemetry.proto.trace.v1 import trace_pb2
 
-    # Grouped by resource and scope as the SDK does, but by identity first: hashing a Resource
-    # serializes its attributes to JSON, which would cost more than encoding the span.
+    return ExportTraceServiceRequest.FromString(encode_request(spans, resource, scope))
+
+
+def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None) -> bytes:
+    """The serialized ExportTraceServiceRequest of a batch. The batch may hold tracing_export
+    RECORD tuples (of the given resource and scope) among SDK
+    ReadableSpans; spans are grouped by resource and scope as the SDK groups them."""
+    # Grouped by identity first (hashing a Resource serializes its attributes to JSON, which
+    # would cost more than encoding the span), then by equality, once per group.
     by_id: dict[tuple[int, int], tuple[Any, Any, list[bytes]]] = {}
+    last_res: Any = _NOTHING
+    last_sc: Any = _NOTHING
+    out: list[bytes] = []
     for s in spans:
         if type(s) is tuple:
+            res, sc = resource, scope
             data = None if s[11] else record_bytes(s)
             if data is None:
                 from .tracing_export import to_readable
 
-                data = _encode_span(to_readable(s, resource, scope)).SerializeToString()
-            res, sc = resource, scope
+                data = _sdk_span_bytes(to_readable(s, res, scope))
         else:
+            res, sc = s.resource, s.instrumentation_scope
             data = None if s.events or s.links else _span_bytes(s)
             if data is None:
-                data = _encode_span(s).SerializeToString()
-            res, sc = s.resource, s.instrumentation_scope
-        group = by_id.get((id(res), id(sc)))
-        if group is None:
-            group = by_id[(id(res), id(sc))] = (res, sc, [])
-        group[2].append(data)
+                data = _sdk_span_bytes(s)
+        if res is not last_res or sc is not last_sc:
+            group = by_id.get((id(res), id(sc)))
+            if group is None:
+                group = by_id[(id(res), id(sc))] = (res, sc, [])
+            last_res, last_sc, out = res, sc, group[2]
+        n = len(data)
+        out.append((b"\x12" + bytes((n,)) if n < 0x80 else b"\x12" + _varint(n)) + data)
     groups: dict[Any, dict[Any, list[bytes]]] = {}
     for res, sc, blobs in by_id.values():
         groups.setdefault(res, {}).setdefault(sc, []).extend(blobs)
-    out = []
-    for resource, scopes in groups.items():
-        rs = trace_pb2.ResourceSpans(resource=_encode_resource(resource),
-                                     schema_url=resource.schema_url)
-        for scope, blobs in scopes.items():
-            ss = trace_pb2.ScopeSpans(scope=_encode_instrumentation_scope(scope),
-                                      schema_url=scope.schema_url if scope else "")
-            # field 2 (spans) of ScopeSpans, one length-delimited record per span
-            ss.MergeFromString(b"".join(b"\x12" + _varint(len(b)) + b for b in blobs))
-            rs.scope_spans.append(ss)
-        out.append(rs)
-    return ExportTraceServiceRequest(resource_spans=out)
+    request = []
+    for res, scopes in groups.items():
+        parts = [_ld(b"\x0a", _resource_bytes(res))]  # ResourceSpans.resource = 1
+        for sc, blobs in scopes.items():
+            # ScopeSpans{scope = 1, spans = 2 (one record per span), schema_url = 3}
+            body = [_ld(b"\x0a", _scope_bytes(sc)), *blobs]
+            if sc is not None and sc.schema_url:
+                body.append(_ld(b"\x1a", sc.schema_url.encode()))
+            parts.append(_ld(b"\x12", b"".join(body)))  # ResourceSpans.scope_spans = 2
+        if res is not None and res.schema_url:
+            parts.append(_ld(b"\x1a", res.schema_url.encode()))  # ResourceSpans.schema_url = 3
+        request.append(_ld(b"\x0a", b"".join(parts)))  # ExportTraceServiceRequest.resource_spans = 1
+    return b"".join(request)
+
+
+_NOTHING = object()
+_res_cache: dict[int, tuple[Any, bytes]] = {}  # id(resource) -> (resource, its message's bytes)
+_scope_cache: dict[int, tuple[Any, bytes]] = {}
+
+
+def _resource_bytes(res: Any) -> bytes:
+    hit = _res_cache.get(id(res))
+    if hit is not None and hit[0] is res:
+        return hit[1]
+    from opentelemetry.exporter.otlp.proto.common._internal import _encode_resource
+
+    data: bytes = _encode_resource(res).SerializeToString()
+    if len(_res_cache) >= 256:
+        _res_cache.clear()
+    _res_cache[id(res)] = (res, data)  # holds res: its id is not reused while cached
+    return data
+
+
+def _scope_bytes(sc: Any) -> bytes:
+    hit = _scope_cache.get(id(sc))
+    if hit is not None and hit[0] is sc:
+        return hit[1]
+    from opentelemetry.exporter.otlp.proto.common._internal import _encode_instrumentation_scope
+
+    data: bytes = _encode_instrumentation_scope(sc).SerializeToString()
+    if len(_scope_cache) >= 256:
+        _scope_cache.clear()
+    _scope_cache[id(sc)] = (sc, data)
+    return data
+
+
+def _sdk_span_bytes(span: Any) -> bytes:
+    from opentelemetry.exporter.otlp.proto.common._internal.trace_encoder import _encode_span
+
+    data: bytes = _encode_span(span).SerializeToString()
+    return data
 
 
 def _varint(n: int) -> bytes:
@@ -82,7 +130,7 @@ def _ld(tag: bytes, payload: bytes) -> bytes:
 # ids, attempt numbers, method names); bounded by clearing.
 _attr_cache: dict[tuple[str, type, Any], bytes] = {}
 _ATTR_CACHE_MAX = 4096
-_name_cache: dict[str, bytes] = {}
+_name_cache: dict[str, tuple[Any, bytes]] = {}  # name -> (kind, name and kind fields)
 _KIND = [b"\x30" + bytes((k + 1,)) for k in range(5)]
 _UNSET_STATUS = b"\x7a\x00"
 _FLAGS_LOCAL, _FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x100), b"\x85\x01" + struct.pack("<I", 0x300)
@@ -97,7 +145,17 @@ def _attr_bytes(key: str, value: Any) -> bytes | None:
         return None
     if cached is not None:
         return cached
-    if isinstance(value, str):
+    if type(value) is str:
+        kb, vb = key.encode(), value.encode()
+        lk, lv = len(kb), len(vb)
+        if lk + lv < 120:  # every length fits one byte: one formatting, no _ld
+            data = b"\x4a%c\x0a%c%s\x12%c\x0a%c%s" % (lk + lv + 6, lk, kb, lv + 2, lv, vb)
+            if len(_attr_cache) >= _ATTR_CACHE_MAX:
+                _attr_cache.clear()
+            _attr_cache[cache_key] = data
+            return data
+        any_value = _ld(b"\x0a", vb)
+    elif isinstance(value, str):
         any_value = _ld(b"\x0a", value.encode())
     elif isinstance(value, bool):
         any_value = b"\x10\x01" if value else b"\x10\x00"
@@ -126,39 +184,60 @@ def _span_bytes(s: Any) -> bytes | None:
 
 def record_bytes(rec: tuple[Any, ...]) -> bytes | None:
     """The Span message of a tracing_export RECORD without events (None: the SDK encodes it)."""
-    name, trace_id, span_id, _, state, parent, kind, start, end, attrs, status, _ = rec
+    name, trace_id, span_id, _, state, parent, kind, start, end, attrs, status = rec[:11]
     return _fields_bytes(name, trace_id, span_id, state, parent, kind, start, end, attrs, 0, status)
+
+
+_IDS = struct.Struct(">2sQQ2sQ").pack  # Span.trace_id = 1, span_id = 2
+_PARENT = struct.Struct(">2sQ").pack  # Span.parent_span_id = 4
+_TIMES = struct.Struct("<cQcQ").pack  # Span.start_time_unix_nano = 7, end = 8 (fixed64)
+_M64 = (1 << 64) - 1
 
 
 def _fields_bytes(name_str: str, trace_id: int, span_id: int, trace_state: Any, parent: Any, kind: Any,
                   start_time: int | None, end_time: int | None, attributes: Any, dropped: int,
                   status: Any) -> bytes | None:
-    parts = [b"\x0a\x10", trace_id.to_bytes(16, "big"), b"\x12\x08", span_id.to_bytes(8, "big")]
+    """parent: None, a SpanContext, or an int (the span id of a remote parent)."""
+    parts = [_IDS(b"\x0a\x10", trace_id >> 64, trace_id & _M64, b"\x12\x08", span_id)]
     if trace_state:
         parts.append(_ld(b"\x1a", trace_state.to_header().encode()))
-    if parent is not None:
-        parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
-    name = _name_cache.get(name_str)
-    if name is None:
-        name = _ld(b"\x2a", name_str.encode())
+    if parent is None:
+        flags = _FLAGS_LOCAL
+    elif type(parent) is int:
+        parts.append(_PARENT(b"\x22\x08", parent))
+        flags = _FLAGS_REMOTE
+    else:
+        parts.append(_PARENT(b"\x22\x08", parent.span_id))
+        flags = _FLAGS_REMOTE if parent.is_remote else _FLAGS_LOCAL
+    nk = _name_cache.get(name_str)
+    if nk is None or nk[0] is not kind:  # Span.name = 5, kind = 6
+        nk = (kind, _ld(b"\x2a", name_str.encode()) + _KIND[kind.value])
         if len(_name_cache) >= _ATTR_CACHE_MAX:
             _name_cache.clear()
-        _name_cache[name_str] = name
-    parts += (name, _KIND[kind.value], b"\x39", _pack_q(start_time or 0), b"\x41",
-              _pack_q(end_time or 0))
+        _name_cache[name_str] = nk
+    parts += (nk[1], _TIMES(b"\x39", start_time or 0, b"\x41", end_time or 0))
     if attributes:
+        get = _attr_cache.get
         for key, value in attributes.items():
-            a = _attr_bytes(key, value)
-            if a is None:
+            try:
+                a = get((key, type(value), value))
+            except TypeError:  # unhashable (a list): the SDK encodes it
                 return None
+            if a is None:
+                a = _attr_bytes(key, value)
+                if a is None:
+                    return None
             parts.append(a)
     if dropped:
         parts += (b"\x50", _varint(dropped))
-    code, message = (status.status_code.value, status.description) if status is not None else (0, None)
-    if code or message:
-        st = (_ld(b"\x12", message.encode()) if message else b"") + (b"\x18" + _varint(code) if code else b"")
-        parts.append(_ld(b"\x7a", st))
-    else:
+    if status is None:
         parts.append(_UNSET_STATUS)
-    parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
+    else:
+        code, message = status.status_code.value, status.description
+        if code or message:
+            st = (_ld(b"\x12", message.encode()) if message else b"") + (b"\x18" + _varint(code) if code else b"")
+            parts.append(_ld(b"\x7a", st))
+        else:
+            parts.append(_UNSET_STATUS)
+    parts.append(flags)
     return b"".join(parts)

@@ -9,8 +9,9 @@ ReadableSpans only for exporters that need them; the OTLP exporters encode recor
 (otlp_encoding.record_bytes). Spans made by the SDK itself (`tracing.span()`, users' own spans)
 come through `on_end()` as ReadableSpans, as with any span processor.
 
-RECORD = (name, trace_id, span_id, trace_flags, trace_state, parent SpanContext or None, kind,
-start_ns, end_ns, attributes, status, events)
+RECORD = (name, trace_id, span_id, trace_flags, trace_state, parent, kind, start_ns, end_ns,
+attributes, status, events); parent is None, a SpanContext, or the span id (int) of a remote
+parent in the same trace (a task's execute span: tracing_light.TaskSpan).
 """
 from __future__ import annotations
 
@@ -169,6 +170,8 @@ def to_readable(rec: Record, resource: Any, scope: Any) -> Any:
     from opentelemetry.trace import SpanContext, TraceFlags
 
     name, trace_id, span_id, flags, state, parent, kind, start, end, attrs, status, events = rec
+    if type(parent) is int:
+        parent = SpanContext(trace_id, parent, True, TraceFlags(flags), state)
     extra = {} if status is None else {"status": status}
     return ReadableSpan(name=name, context=SpanContext(trace_id, span_id, False, TraceFlags(flags), state),
                         parent=parent, resource=resource, attributes=attrs, events=events or (),

@@ -33,7 +33,11 @@ class FileSpanExporter:
 
 
 def span_to_dict(s: Any, service: str) -> dict[str, Any]:
+    """One span as a JSON-able dict; service: its resource's service.name, else the given one
+    (a span made with another process's resource keeps that process's name)."""
     ctx = s.get_span_context()
+    res = getattr(s, "resource", None)
+    service = (res.attributes.get("service.name") if res is not None else None) or service
     return {
         "trace_id": format(ctx.trace_id, "032x"), "span_id": format(ctx.span_id, "016x"),
         "parent_id": format(s.parent.span_id, "016x") if s.parent is not None else "",

@@ -16,7 +16,7 @@ import pytest
 from ember_common import tracing
 
 DRIVER = textwrap.dedent("""
-    import asyncio, functools, json, numpy as np
+    import asyncio, functools, json, os, tempfile, numpy as np
     import ember
     from opentelemetry import trace
 
@@ -24,11 +24,22 @@ DRIVER = textwrap.dedent("""
 
     @ember.remote
     def leaf(x):
+        trace.get_current_span().set_attribute("user.leaf", x)
         return x + 1
 
     @ember.remote
     def outer(x):
+        with trace.get_tracer("user").start_as_current_span("user work"):
+            pass
         return ember.get(leaf.remote(x)) * 2
+
+    @ember.remote(max_retries=1, retry_exceptions=True)
+    def flaky(path):
+        import os
+        if not os.path.exists(path):
+            open(path, "w").close()
+            raise RuntimeError("first attempt fails")
+        return "ok"
 
     def deco(fn):
         @functools.wraps(fn)
@@ -66,6 +77,7 @@ DRIVER = textwrap.dedent("""
         trace_id = format(root.get_span_context().trace_id, "032x")
         assert ember.get(outer.remote(1)) == 4
         assert ember.get(wrapped.remote(7)) == 7
+        assert ember.get(flaky.remote(os.path.join(tempfile.mkdtemp(), "flag"))) == "ok"
         assert [ember.get(r) for r in gen.remote(3)] == [0, 1, 2]
         c = Counter.remote()
         assert ember.get(c.incr.remote()) == 1
@@ -121,6 +133,23 @@ def test_execution_spans_are_children_of_submissions(traced):
     leaf_submit = by_name["submit leaf"][0]
     assert ids[leaf_submit["parent_id"]]["name"] == "execute outer"
     assert ids[leaf_submit["parent_id"]]["service"] == "ember-worker"
+    # A span the user's code makes inside a task hangs off that task's execution span.
+    user = by_name["user work"][0]
+    assert ids[user["parent_id"]]["name"] == "execute outer" and user["service"] == "ember-worker"
+    ex = by_name["execute outer"][0]
+    assert ex["attributes"]["ember.worker_id"] and ex["attributes"]["ember.node_id"]
+    assert ex["attributes"]["ember.attempt"] == 0 and ex["end_ns"] >= ex["start_ns"]
+    # The user's code set an attribute on the current span: the worker recorded that execution
+    # span (with Ember's attributes and the user's), once.
+    leaves = by_name["execute leaf"]
+    assert len(leaves) == 1 and leaves[0]["attributes"]["user.leaf"] == 1
+    assert leaves[0]["attributes"]["ember.attempt"] == 0 and leaves[0]["service"] == "ember-worker"
+    # A retried task: one execution span per attempt, each its own span, both under the submission.
+    tries = sorted(by_name["execute flaky"], key=lambda s: s["attributes"]["ember.attempt"])
+    assert [t["attributes"]["ember.attempt"] for t in tries] == [0, 1]
+    assert len({t["span_id"] for t in tries}) == 2
+    assert {ids[t["parent_id"]]["name"] for t in tries} == {"submit flaky"}
+    assert [t["status"] for t in tries] == ["ERROR", "UNSET"] and "first attempt fails" in tries[0]["error"]
     # The lease and the put reached the raylet and the object manager inside the trace.
     assert any(s["name"].endswith("RequestWorkerLease") for s in spans)
     assert any(s["name"].endswith("ObjectManager/Create") for s in spans)

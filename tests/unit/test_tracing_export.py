@@ -119,7 +119,7 @@ SAMPLING = textwrap.dedent("""
         def shutdown(self):
             pass
 
-    tracing._buffer.exporters = [Keep()]
+    tracing.tracing_spans._buffer.exporters = [Keep()]
     carriers = []
     for i in range(400):
         c = {}
@@ -135,7 +135,7 @@ SAMPLING = textwrap.dedent("""
     limit, bound = (1 << 64) - 1, round(0.25 * (1 << 64))
     want = [int(c["traceparent"][3:35], 16) & limit < bound for c in carriers]
     print(json.dumps({
-        "fast": tracing._root_bound == bound,
+        "fast": tracing.tracing_spans._root_bound == bound,
         "flags_follow_ratio": [int(c["traceparent"][-2:], 16) & 1 == w for c, w in zip(carriers, want)],
         "nested_follow_parent": [n["traceparent"][-2:] == c["traceparent"][-2:] and n["traceparent"][3:35] == c["traceparent"][3:35]
                                  for n, c in zip(nested, carriers)],
