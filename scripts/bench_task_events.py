@@ -156,13 +156,15 @@ def hooks(n: int = 100_000) -> None:
     """CPU time per task of the hooks, of the reporter's batch and of the GCS's ingest and
     merge, in this process."""
     from ember._private import task_events as te
+    from ember._private.task_queue_types import TaskEntry
     from ember_common.proto import common_pb2, core_worker_pb2
     from ember_gcs.task_events import TaskEventStore
 
-    specs = [common_pb2.TaskSpec(task_id=os.urandom(16), job_id=b"\x01\x00\x00\x00", name="f")
-             for _ in range(n)]
+    entries = [TaskEntry(common_pb2.TaskSpec(task_id=os.urandom(16), job_id=b"\x01\x00\x00\x00", name="f"), [], 0)
+               for _ in range(n)]
     reply = core_worker_pb2.PushTaskReply(start_time_ns=time.time_ns(), end_time_ns=time.time_ns())
     te._max_records = 10 * n
+    te._max_flat = te.WIDTH * te._max_records
     address = "10.0.0.2:7000"
     me = ("n" * 32, "w" * 32, 99)
     chunk = 2000  # the reporter takes the records every ~1 s (held longer, they burden the GC)
@@ -175,20 +177,20 @@ def hooks(n: int = 100_000) -> None:
         records = 0
         for i in range(0, n, chunk):
             t0 = time.process_time()
-            for s in specs[i:i + chunk]:
-                te.submitted(s)  # owner
-                te.record(s, te.PENDING_NODE_ASSIGNMENT)
-                te.pushed(s, address)
-                te.started(s)  # executor
-                te.executed(s, reply)
-                te.replied(s, reply)  # owner
+            for e in entries[i:i + chunk]:
+                te.submitted(e)  # owner
+                te.record(e, te.PENDING_NODE_ASSIGNMENT)
+                te.pushed(e, address)
+                te.started(e.spec)  # executor
+                te.executed(e.spec, reply)
+                te.replied(e, reply)  # owner
             t1 = time.process_time()
             got = te.take({})
             batch, by_job = te.encode(got, me, te._workers)
             data_parts.append(batch.SerializeToString())
             flush_s += time.process_time() - t1
             hook_s += t1 - t0
-            records += len(got)
+            records += len(got) // te.WIDTH
         print(f"hooks, events {'on ' if on else 'off'}: {1e6 * hook_s / n:.2f} us of CPU per task (6 calls)")
     data = b"".join(data_parts)
     print(f"reporter: {1e6 * flush_s / n:.2f} us of CPU per task to coalesce, encode and serialize "
@@ -219,10 +221,14 @@ def lifetimes(n: int = 200_000, per_flush: int = 10_000, window: int = 1000) -> 
     from typing import Any
 
     from ember._private import task_events as te
+    from ember._private.task_queue_types import TaskEntry
     from ember_common.proto import common_pb2, core_worker_pb2
 
     reply = core_worker_pb2.PushTaskReply(start_time_ns=time.time_ns(), end_time_ns=time.time_ns())
     te._max_records = 10 * per_flush
+    te._max_flat = te.WIDTH * te._max_records
+    tasks: dict[bytes, Any] = {}  # the submitter's table of tasks in flight
+    te._tracked = tasks
     address = "10.0.0.2:7000"
     me = ("n" * 32, "w" * 32, 99)
     te.leased(address, "n" * 32, "w" * 32, 1234)
@@ -246,19 +252,23 @@ def lifetimes(n: int = 200_000, per_flush: int = 10_000, window: int = 1000) -> 
             s.args.add().value.data = b"x" * 60
             s.return_ids.append(rid)
             s.resources["CPU"] = 1.0
-            entry = [s, None, None]  # (what the owner keeps per task meanwhile: GC-tracked)
-            te.submitted(s)
-            te.record(s, te.PENDING_NODE_ASSIGNMENT)
-            te.pushed(s, address)
+            entry = TaskEntry(s, [], 0)  # what the owner keeps per task meanwhile
+            tasks[s.task_id] = entry
+            te.submitted(entry)
+            te.record(entry, te.PENDING_NODE_ASSIGNMENT)
+            te.pushed(entry, address)
             s.SerializeToString()  # the push
             in_flight.append(entry)
             if len(in_flight) > window:  # the reply of the task pushed `window` tasks ago
-                te.replied(in_flight.popleft()[0], reply)
+                done = in_flight.popleft()
+                del tasks[done.spec.task_id]
+                te.replied(done, reply)
             if i % per_flush == per_flush - 1:  # the reporter's share: take, encode, serialize
                 te.encode(te.take({}), me, te._workers)[0].SerializeToString()
         cpu, faults = time.process_time() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
         for e in in_flight:
-            te.replied(e[0], reply)
+            del tasks[e.spec.task_id]
+            te.replied(e, reply)
         te.take({})
         print(f"owner path, fresh specs, {window} in flight, events {'on ' if on else 'off'}: {1e6 * cpu / n:.2f} "
               f"us of CPU per task ({1e6 * gc_s[1] / n:.2f} in GC), {faults / n:.3f} minor page faults per task")

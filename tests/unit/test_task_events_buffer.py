@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from ember._private import task_events as te
+from ember._private.task_queue_types import TaskEntry
 from ember_common.config import Config
 from ember_common.proto import common_pb2, core_worker_pb2, gcs_task_pb2
 
@@ -24,14 +25,30 @@ def buffer(monkeypatch):
     """The hooks on, empty tables of at most 5 records, no reporter."""
     monkeypatch.setattr(te, "on", True)
     monkeypatch.setattr(te, "_max_records", 5)
-    for name in ("_open", "_running", "_workers", "_dropped"):
+    monkeypatch.setattr(te, "_max_flat", 5 * te.WIDTH)
+    for name in ("_tracked", "_running", "_workers", "_dropped"):
         monkeypatch.setattr(te, name, {})
-    monkeypatch.setattr(te, "_closed", type(te._closed)())
+    monkeypatch.setattr(te, "_closed", [])
     return te
 
 
 def spec(i: int, job: bytes = b"\x01\x00\x00\x00", **kw) -> common_pb2.TaskSpec:
     return common_pb2.TaskSpec(task_id=i.to_bytes(16, "big"), job_id=job, name=f"f{i}", **kw)
+
+
+def task(i: int, job: bytes = b"\x01\x00\x00\x00", **kw) -> TaskEntry:
+    """A task the owner submitted: an entry in its table of tasks in flight (as submit does)."""
+    entry = TaskEntry(spec(i, job, **kw), [], 0)
+    te._tracked[entry.spec.task_id] = entry
+    return entry
+
+
+def n_open() -> int:
+    return sum(1 for e in te._tracked.values() if e.ev is not None)
+
+
+def closed() -> list[tuple]:
+    return [tuple(te._closed[i:i + te.WIDTH]) for i in range(0, len(te._closed), te.WIDTH)]
 
 
 def times(b: gcs_task_pb2.TaskEventBatch, i: int) -> dict[int, int]:
@@ -42,15 +59,15 @@ def test_a_task_is_one_record_with_every_state_the_reply_included(buffer, monkey
     from ember_common import tracing
 
     monkeypatch.setattr(tracing, "_enabled", True)  # trace ids are read only in a tracing process
-    s = spec(1, trace_context={"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"})
+    s = task(1, trace_context={"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"})
     te.submitted(s)
     te.record(s, te.PENDING_NODE_ASSIGNMENT)
     te.leased("10.0.0.2:7000", "n2", "w2", 22)
     te.pushed(s, "10.0.0.2:7000")
-    assert len(te._open) == 1 and not te._closed
+    assert n_open() == 1 and not te._closed
     te.replied(s, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
-    assert not te._open and len(te._closed) == 1
-    assert not any(isinstance(v, common_pb2.TaskSpec) for v in te._closed[0])  # the spec is freed
+    assert n_open() == 0 and len(closed()) == 1 and len(te._closed) == te.WIDTH
+    assert not any(isinstance(v, common_pb2.TaskSpec) for v in closed()[0])  # the spec is freed
     b, by_job = te.encode(te.take({}), ME, te._workers)
     assert len(b.task_id) == 1 and by_job == {"01000000": 1}
     got = times(b, 0)
@@ -64,17 +81,17 @@ def test_a_task_is_one_record_with_every_state_the_reply_included(buffer, monkey
 
 
 def test_an_error_retried_is_its_attempts_failure_and_the_retry_a_new_record(buffer):
-    s = spec(1)
+    s = task(1)
     te.submitted(s)
     te.pushed(s, "10.0.0.2:7000")
     err = core_worker_pb2.PushTaskReply(is_application_error=True, error_message="ValueError: x",
                                         start_time_ns=5, end_time_ns=6)
     te.replied(s, err)  # the push's reply (a retry may follow)
-    s.attempt = 1
+    s.spec.attempt = 1
     te.pushed(s, "10.0.0.2:7000")
     te.replied(s, err)  # retries exhausted: complete() sees it again
-    te.failed(spec(2), TimeoutError("slow"))
-    assert not any(isinstance(v, common_pb2.TaskSpec) for r in te._closed for v in r)  # specs freed
+    te.failed(task(2), TimeoutError("slow"))
+    assert not any(isinstance(v, common_pb2.TaskSpec) for v in te._closed)  # specs freed
     b, _ = te.encode(te.take({}), ME, WORKERS)
     assert list(b.attempt) == [0, 1, 0]
     assert [max(times(b, i)) for i in range(3)] == [TA.FAILED, TA.FAILED, TA.FAILED]
@@ -86,27 +103,27 @@ def test_an_error_retried_is_its_attempts_failure_and_the_retry_a_new_record(buf
 def test_a_push_that_breaks_fails_the_attempt_and_owner_failures_get_rays_names(buffer):
     from ember import exceptions as exc
 
-    s = spec(1)
+    s = task(1)
     te.submitted(s)
     te.push_failed(s, "UNAVAILABLE", "gone")
-    te.failed(spec(2), exc.TaskCancelledError("t"))
-    te.failed(spec(3), exc.WorkerCrashedError())
+    te.failed(task(2), exc.TaskCancelledError("t"))
+    te.failed(task(3), exc.WorkerCrashedError())
     b, _ = te.encode(te.take({}), ME, {})
     assert list(b.error_type) == ["WORKER_DIED", "TASK_CANCELLED", "WORKER_DIED"]
     assert "UNAVAILABLE: gone" in b.error_message[0]
 
 
 def test_open_records_are_sent_once_per_change(buffer):
-    s = spec(1)
+    s = task(1)
     te.submitted(s)
     sent: dict = {}
-    assert len(te.take(sent)) == 1  # pending: shown before it ends
+    assert len(te.take(sent)) == te.WIDTH  # pending: shown before it ends (one record, flat)
     assert te.take(sent) == []  # nothing moved
     te.pushed(s, "10.0.0.2:7000")
-    [r] = te.take(sent)
-    assert r[te.C_TS + 2] and isinstance(r, tuple)  # a frozen copy: the hot path keeps its own
+    r = te.take(sent)
+    assert len(r) == te.WIDTH and r[te.C_TS + 2]  # a frozen copy: the hot path keeps its own
     te.replied(s, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
-    assert len(te.take(sent)) == 1 and sent == {}
+    assert len(te.take(sent)) == te.WIDTH and sent == {}
 
 
 def test_the_executor_reports_only_running_tasks_and_actor_creations(buffer):
@@ -128,30 +145,33 @@ def test_the_executor_reports_only_running_tasks_and_actor_creations(buffer):
 
 
 def test_past_the_bound_tasks_are_dropped_and_counted_per_job(buffer):
-    for i in range(8):
-        te.submitted(spec(i, job=b"\x01" if i % 2 else b"\x02"))
-    assert len(te._open) == 5 and te._dropped == {"01": 2, "02": 1}
-    te.pushed(spec(7, job=b"\x01"), "a")  # not recorded: its later hooks drop too
-    assert len(te._open) == 5 and te._dropped == {"01": 3, "02": 1}
+    tasks = []
+    for i in range(8):  # one after the other, as the owner submits them
+        tasks.append(task(i, job=b"\x01" if i % 2 else b"\x02"))
+        te.submitted(tasks[-1])
+    assert n_open() == 5 and te._dropped == {"01": 2, "02": 1}
+    te.pushed(tasks[7], "a")  # not recorded: its later hooks drop too
+    assert n_open() == 5 and te._dropped == {"01": 3, "02": 1}
 
 
 def test_the_batch_round_trips_and_off_means_nothing_is_kept(buffer, monkeypatch):
-    te.submitted(spec(1))
+    te.submitted(task(1))
     b, _ = te.encode(te.take({}), ME, {})
     assert gcs_task_pb2.TaskEventBatch.FromString(b.SerializeToString()) == b
     assert te.encode([], ME, {}) == (gcs_task_pb2.TaskEventBatch(node_id="n1", worker_id="w1", pid=11), {})
     monkeypatch.setattr(te, "on", False)
-    te.submitted(spec(2))
-    te.record(spec(2), te.PENDING_NODE_ASSIGNMENT)
+    off = task(2)
+    te.submitted(off)
+    te.record(off, te.PENDING_NODE_ASSIGNMENT)
     te.started(spec(3))
-    assert len(te._open) == 1 and not te._running and not te._dropped
+    assert n_open() == 1 and off.ev is None and not te._running and not te._dropped
 
 
 def test_what_the_reporter_encodes_the_gcs_store_reads_back(buffer):
     from ember_gcs.task_events import TaskEventStore, to_proto
 
-    actor = spec(2, actor_id=b"\x09" * 16)
-    plain, fails = spec(1), spec(3)
+    actor = task(2, actor_id=b"\x09" * 16)
+    plain, fails = task(1), task(3)
     for s in (plain, actor, fails):
         te.submitted(s)
         te.pushed(s, "10.0.0.2:7000")
@@ -181,8 +201,29 @@ def test_start_honours_the_flag_and_checks_its_settings(monkeypatch):
 
 
 def test_a_reply_with_no_open_record_is_recorded_from_the_reply_alone(buffer):
-    te.replied(spec(1), core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))  # events just on
-    te.failed(spec(2), TimeoutError("slow"))
+    te.replied(task(1), core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))  # events just on
+    te.failed(task(2), TimeoutError("slow"))
     b, _ = te.encode(te.take({}), ME, {})
     assert times(b, 0) == {TA.RUNNING: 5, TA.FINISHED: 9} and list(b.where) == [0, 0]
     assert list(times(b, 1)) == [TA.FAILED] and te._EMPTY == (None, -1, 0, 0, 0, 0, 0, 0, None, None)
+
+
+def test_the_record_lives_on_the_entry_and_a_closed_one_leaves_nothing_for_the_gc(buffer):
+    import gc
+
+    t = task(1)
+    te.submitted(t)
+    te.pushed(t, "10.0.0.2:7000")
+    assert t.ev is not None and t.ev[te.WHERE] == "10.0.0.2:7000"  # no table entry of its own
+    del te._tracked[t.spec.task_id]  # done in the owner's table (complete() pops it first)
+    te.replied(t, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
+    assert t.ev is None and len(te._closed) == te.WIDTH
+    assert not any(gc.is_tracked(v) for v in te._closed)  # plain values: no tuple or list per record
+    assert te.take({}) and te.take({}) == []  # taken once; no open record is left to show
+
+
+def test_encode_refuses_a_flat_list_that_is_not_whole_records(buffer):
+    te.submitted(task(1))
+    flat = te.take({})
+    with pytest.raises(ValueError, match="not whole records of 15"):
+        te.encode(flat[:-1], ME, {})

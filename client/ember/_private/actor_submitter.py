@@ -48,7 +48,7 @@ class ActorSubmitter:
             q = self.queues[entry.spec.actor_id] = ActorCallQueue(entry.spec.actor_id, max_task_retries)
         q.assign_seq(entry)
         self.submitter.tasks[entry.spec.task_id] = entry
-        task_events.submitted(entry.spec)
+        task_events.submitted(entry)
         self.submitter.resolve_then(entry, lambda e: self._run(q, q.ready(e)))
 
     async def cancel(self, task_id: bytes) -> bool:
@@ -83,7 +83,7 @@ class ActorSubmitter:
         # isinstance chain, most frequent first (cheaper than `match` on this hot path).
         for ins in out:
             if isinstance(ins, PushCall):
-                task_events.pushed(ins.entry.spec, ins.address)
+                task_events.pushed(ins.entry, ins.address)
                 # The reply is handled straight from the stream's reader (no done-callback hop).
                 self.core.task_streams.push_cb(ins.address, ins.entry.spec, functools.partial(
                     self._pushed, q, ins.entry, ins.incarnation))
@@ -101,7 +101,7 @@ class ActorSubmitter:
             return
         assert err is not None
         code = err.code() if isinstance(err, grpc.aio.AioRpcError) else grpc.StatusCode.UNKNOWN
-        task_events.push_failed(entry.spec, code.name, str(err))
+        task_events.push_failed(entry, code.name, str(err))
         if incarnation == q.incarnation and q.address is not None:
             log.info("actor %s unreachable (%s); waiting for a restart", q.actor_id.hex()[:8],
                      code.name)

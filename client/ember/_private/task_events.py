@@ -6,29 +6,32 @@ the worker started and ended it. So the owner reports every task it submits, and
 reports only what its owner cannot see (an actor creation, whose owner is the GCS; a task still
 running at a flush, so a long one shows RUNNING before it ends).
 
-    owner (loop thread)         submitted(spec)             PENDING_ARGS_AVAIL: opens the record
-                                record(spec, STATE)         PENDING_NODE_ASSIGNMENT, ...
-                                pushed(spec, address)       SUBMITTED_TO_WORKER, at that worker
-                                replied(spec, reply)        RUNNING + FINISHED/FAILED from the reply
+    owner (loop thread)         submitted(entry)            PENDING_ARGS_AVAIL: opens the record
+                                record(entry, STATE)        PENDING_NODE_ASSIGNMENT, ...
+                                pushed(entry, address)      SUBMITTED_TO_WORKER, at that worker
+                                replied(entry, reply)       RUNNING + FINISHED/FAILED from the reply
                                                             (an error's also before a retry)
-                                failed(spec, error)         FAILED (cancelled, unschedulable, ...)
-                                push_failed(spec, code, m)  FAILED, WORKER_DIED (a retry reopens)
+                                failed(entry, error)        FAILED (cancelled, unschedulable, ...)
+                                push_failed(entry, code, m) FAILED, WORKER_DIED (a retry reopens)
                                 leased(address, ...)        who the worker at address is
     executor                    started(spec)               the task runs here
                                 executed(spec, reply)       it ended
 
 An open record is a list `[spec, attempt, t1..t6, where, error]` (t_k: the time of state k, 0
-until reached). The owner keeps its open records by spec; a hook is a flag test, a dict
-look-up and a clock read stored in a slot (the first time of a state stays). The final hook
-closes the record into a tuple of plain values (`Closed`: ids, name, times, where, error) on a
-deque (atomic, no lock): a closed record holds no reference to the spec, which is freed with
-its task. (Holding every spec until the next flush, ~10,000 a second, cost the owner a page
-fault every ~2.5 tasks and more CPU per task than the hooks themselves: docs/perf.md.) A
-daemon thread wakes every `task_events_report_interval_s`, takes the closed records and
-frozen copies of the open ones that moved since the last batch, encodes them as one columnar
-`TaskEventBatch` (`encode`: parallel lists filled with `extend`, no message per record) and
-sends it serialized, as bytes the GCS keeps unparsed until a query needs it, with a blocking
-call outside the core's loop.
+until reached). The owner keeps it on the task's own `TaskEntry` (its `ev` slot), so a hook is
+a flag test, an attribute read and a clock read stored in a slot (the first time of a state
+stays): no table entry per task. The reporter finds the open ones through the submitter's
+table of tasks in flight (`core.submitter.tasks`, which exists anyway). The final hook closes
+the record into WIDTH plain values (ids, name, times, where, error) appended to one flat list
+(`_closed`; `list.extend` is atomic, no lock): a closed record holds no reference to the spec,
+which is freed with its task, and leaves no object of its own behind for the GC to track
+(holding every spec until the next flush cost a page fault every ~2.5 tasks; a tuple per
+closed record, the GC's share: docs/perf.md). A daemon thread wakes every
+`task_events_report_interval_s`, takes the closed records and frozen copies of the open ones
+that moved since the last batch, encodes them as one columnar `TaskEventBatch` (`encode`:
+each column is a slice of the flat list, put in with one `extend`) and sends it serialized, as
+bytes the GCS keeps unparsed until a query needs it, with a blocking call outside the core's
+loop.
 At most `task_events_max_buffer_size` records are held open and as many closed: past that a
 task is not recorded and counted against its job; a batch the GCS does not take is counted
 too; the counts ride with the next batch. `EMBER_TASK_EVENTS_ENABLED=0` turns every hook into
@@ -39,7 +42,6 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
-import operator
 import os
 import threading
 import time
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from ember_common.proto import common_pb2, core_worker_pb2
 
     from .core_worker import CoreWorker
+    from .task_queue_types import TaskEntry
 
 log = logging.getLogger(__name__)
 TA = gcs_task_pb2.TaskAttempt
@@ -72,55 +75,58 @@ SPEC, ATTEMPT, WHERE, ERROR = 0, 1, 8, 9
 HERE = ""  # `where` of a record the executor made: this process
 Record = list[Any]
 # A closed (or frozen) record: (task id, attempt, job id, name, actor id, type, trace id,
-# t1..t6, where, error): plain values only, so the spec is freed with its task.
+# t1..t6, where, error): plain values only, so the spec is freed with its task. Records are
+# kept and passed flat, WIDTH values each, one after the other (`Flat`).
 Closed = tuple[Any, ...]
+Flat = list[Any]
 C_TASK, C_ATTEMPT, C_JOB, C_NAME, C_ACTOR, C_TYPE, C_TRACE, C_TS, C_WHERE, C_ERROR = 0, 1, 2, 3, 4, 5, 6, 7, 13, 14
+WIDTH = 15
 _NORMAL, _ACTOR_TASK, _ACTOR_CREATION = TA.NORMAL_TASK, TA.ACTOR_TASK, TA.ACTOR_CREATION_TASK
 
 on = False  # set by start(); every hook tests it first
-# Open records are found by id(spec): the owner passes the same spec object to every hook of a
-# task (the record holds it, so the id stays its own), and an id costs less than reading the
-# task id out of the message.
-_open: dict[int, Record] = {}  # owner: id(spec) -> its current attempt's record while in flight
-_closed: collections.deque[Closed] = collections.deque()  # records that will not change again
+# The owner's tasks in flight (task id -> entry; the submitter's own table, set by start()):
+# an entry's open record is its `ev` (None: none open).
+_tracked: dict[bytes, TaskEntry] = {}
+_closed: Flat = []  # records that will not change again, flat
 _running: dict[int, Record] = {}  # executor: id(spec) -> its record while it runs here
 _workers: dict[str, tuple[str, str, int]] = {}  # worker address -> (node id, worker id, pid)
 _max_records = 100_000
+_max_flat = WIDTH * _max_records  # _closed's bound, in values
 _EMPTY: tuple[Any, ...] = (None, -1, 0, 0, 0, 0, 0, 0, None, None)  # a task with no open record
 _dropped: dict[str, int] = {}
 _time_ns = time.time_ns
 
 
-def _new(spec: common_pb2.TaskSpec) -> Record | None:
-    """Opens spec's record (its first hook, or a retry's)."""
-    if len(_open) >= _max_records:
-        _drop(spec)
+def _new(entry: TaskEntry) -> Record | None:
+    """Opens entry's record (its first hook, or a retry's)."""
+    if len(_tracked) > _max_records:
+        _drop(entry.spec)
         return None
-    r = _open[id(spec)] = [spec, -1, 0, 0, 0, 0, 0, 0, None, None]
+    r = entry.ev = [entry.spec, -1, 0, 0, 0, 0, 0, 0, None, None]
     return r
 
 
-def submitted(spec: common_pb2.TaskSpec) -> None:
-    """The owner took the task (PENDING_ARGS_AVAIL)."""
+def submitted(entry: TaskEntry) -> None:
+    """The owner took the task (PENDING_ARGS_AVAIL); entry is in its table of tasks already."""
     if on:
-        if len(_open) < _max_records:
-            _open[id(spec)] = [spec, -1, _time_ns(), 0, 0, 0, 0, 0, None, None]
+        if len(_tracked) <= _max_records:
+            entry.ev = [entry.spec, -1, _time_ns(), 0, 0, 0, 0, 0, None, None]
         else:
-            _drop(spec)
+            _drop(entry.spec)
 
 
-def record(spec: common_pb2.TaskSpec, state: int) -> None:
-    """The owner moved spec's current attempt to state (first time kept)."""
+def record(entry: TaskEntry, state: int) -> None:
+    """The owner moved entry's current attempt to state (first time kept)."""
     if on:
-        r = _open.get(id(spec)) or _new(spec)
+        r = entry.ev or _new(entry)
         if r is not None and not r[state + 1]:
             r[state + 1] = _time_ns()
 
 
-def pushed(spec: common_pb2.TaskSpec, address: str) -> None:
+def pushed(entry: TaskEntry, address: str) -> None:
     """The owner sent the task to the worker at address (SUBMITTED_TO_WORKER)."""
     if on:
-        r = _open.get(id(spec)) or _new(spec)
+        r = entry.ev or _new(entry)
         if r is not None:
             if not r[4]:
                 r[4] = _time_ns()
@@ -143,28 +149,31 @@ def _freeze(spec: common_pb2.TaskSpec, r: Sequence[Any], running: int, finished:
             r[2], r[3], r[4], running, finished, failed, r[8], error)
 
 
-def _closing(spec: common_pb2.TaskSpec) -> Sequence[Any] | None:
-    """Takes spec's open record out (_EMPTY if none is open: events turned on meanwhile, or a
+def _closing(entry: TaskEntry) -> Sequence[Any] | None:
+    """Takes entry's open record out (_EMPTY if none is open: events turned on meanwhile, or a
     full buffer); None: past the bound."""
-    r: Sequence[Any] = _open.pop(id(spec), _EMPTY)
-    if len(_closed) >= _max_records:
-        _drop(spec)
+    r: Sequence[Any] = entry.ev or _EMPTY
+    entry.ev = None
+    if len(_closed) >= _max_flat:
+        _drop(entry.spec)
         return None
     return r
 
 
-def replied(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> None:
+def replied(entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
     """The task's reply reached its owner: it ran from reply.start_time_ns to end_time_ns, and
     FINISHED, or FAILED when the user's code raised."""
     if on:
         if reply.is_application_error:
-            _replied_error(spec, reply)
+            _replied_error(entry, reply)
             return
         # _closing and _freeze inlined: this runs once per task.
-        r = _open.pop(id(spec), _EMPTY)
-        if len(_closed) < _max_records:
+        r = entry.ev or _EMPTY
+        entry.ev = None
+        spec = entry.spec
+        if len(_closed) < _max_flat:
             aid = spec.actor_id
-            _closed.append((spec.task_id, spec.attempt, spec.job_id, spec.name, aid,
+            _closed.extend((spec.task_id, spec.attempt, spec.job_id, spec.name, aid,
                             (_ACTOR_CREATION if spec.HasField("actor_creation") else _ACTOR_TASK) if aid else _NORMAL,
                             _trace_id(spec) if tracing.enabled() and spec.trace_context else "",
                             r[2], r[3], r[4], reply.start_time_ns, reply.end_time_ns or _time_ns(), 0, r[8], None))
@@ -172,33 +181,33 @@ def replied(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> 
             _drop(spec)
 
 
-def _replied_error(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> None:
-    if id(spec) not in _open:
+def _replied_error(entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
+    if entry.ev is None:
         return  # recorded already (the push's reply, before a retry could be decided)
-    r = _closing(spec)
+    r = _closing(entry)
     if r is not None:
-        _closed.append(_freeze(spec, r, reply.start_time_ns, 0, reply.end_time_ns or _time_ns(),
+        _closed.extend(_freeze(entry.spec, r, reply.start_time_ns, 0, reply.end_time_ns or _time_ns(),
                                ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096])))
 
 
-def _fail(spec: common_pb2.TaskSpec, what: tuple[str, str]) -> None:
-    r = _closing(spec)
+def _fail(entry: TaskEntry, what: tuple[str, str]) -> None:
+    r = _closing(entry)
     if r is not None:
-        _closed.append(_freeze(spec, r, r[5], 0, _time_ns(), what))
+        _closed.extend(_freeze(entry.spec, r, r[5], 0, _time_ns(), what))
 
 
-def failed(spec: common_pb2.TaskSpec, error: BaseException) -> None:
+def failed(entry: TaskEntry, error: BaseException) -> None:
     """The owner gives the task up with error."""
     if on:
         name = type(error).__name__
-        _fail(spec, (ERROR_TYPES.get(name, name), str(error)[:4096]))
+        _fail(entry, (ERROR_TYPES.get(name, name), str(error)[:4096]))
 
 
-def push_failed(spec: common_pb2.TaskSpec, code: str, details: str) -> None:
+def push_failed(entry: TaskEntry, code: str, details: str) -> None:
     """The attempt's worker did not answer (it died, or the stream broke): the attempt FAILED
     (a retry, if any, is the next attempt, with a record of its own)."""
     if on:
-        _fail(spec, ("WORKER_DIED", f"the worker running the task did not answer ({code}: {details})"[:4096]))
+        _fail(entry, ("WORKER_DIED", f"the worker running the task did not answer ({code}: {details})"[:4096]))
 
 
 def started(spec: common_pb2.TaskSpec, now_ns: int = 0) -> None:
@@ -214,13 +223,13 @@ def executed(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) ->
     if on:
         r = _running.pop(id(spec), None)
         if r is not None and spec.actor_id and spec.HasField("actor_creation"):
-            if len(_closed) >= _max_records:
+            if len(_closed) >= _max_flat:
                 _drop(spec)
             elif reply.is_application_error:
-                _closed.append(_freeze(spec, r, r[5], 0, _time_ns(),
+                _closed.extend(_freeze(spec, r, r[5], 0, _time_ns(),
                                        ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096])))
             else:
-                _closed.append(_freeze(spec, r, r[5], _time_ns(), 0, None))
+                _closed.extend(_freeze(spec, r, r[5], _time_ns(), 0, None))
 
 
 def _drop(spec: common_pb2.TaskSpec) -> None:
@@ -229,23 +238,26 @@ def _drop(spec: common_pb2.TaskSpec) -> None:
 
 
 # ---------------------------------------------------------------------- encoding (pure)
-def encode(records: list[Closed], me: tuple[str, str, int], workers: dict[str, tuple[str, str, int]],
+def encode(records: Flat, me: tuple[str, str, int], workers: dict[str, tuple[str, str, int]],
            traced: bool = True) -> tuple[gcs_task_pb2.TaskEventBatch, dict[str, int]]:
-    """records (closed or frozen) as one columnar batch from the process me = (node id, worker
-    id, pid), and its records per job (hex). A record's `where` is a worker address (looked up
-    in workers), HERE (me) or None (not pushed yet). The actor, type and trace columns stay
-    empty when no record has one (traced=False leaves the trace column out)."""
+    """records (closed or frozen, flat: WIDTH values each) as one columnar batch from the
+    process me = (node id, worker id, pid), and its records per job (hex). A record's `where`
+    is a worker address (looked up in workers), HERE (me) or None (not pushed yet). The actor,
+    type and trace columns stay empty when no record has one (traced=False leaves the trace
+    column out)."""
     b = gcs_task_pb2.TaskEventBatch(node_id=me[0], worker_id=me[1], pid=me[2])
     if not records:
         return b, {}
-    # Records are transposed into columns by zip (in C) and each column goes in with one
-    # extend: no Python loop runs per record but the error scan, and that only when a record
-    # has one. (This thread shares the GIL with the process's hot path.)
-    cols = list(zip(*records, strict=True))
-    b.task_id.extend(cols[C_TASK])
-    b.attempt.extend(cols[C_ATTEMPT])
-    b.ts_ns.extend(itertools.chain.from_iterable(zip(*cols[C_TS:C_TS + 6], strict=True)))
-    wheres = cols[C_WHERE]
+    if len(records) % WIDTH:
+        raise ValueError(f"task events: {len(records)} values are not whole records of {WIDTH}")
+    # Each column is a slice of the flat list (in C) put in with one extend: no Python loop
+    # runs per record but the error scan, and that only when a record has one. (This thread
+    # shares the GIL with the process's hot path.)
+    W = WIDTH
+    b.task_id.extend(records[C_TASK::W])
+    b.attempt.extend(records[C_ATTEMPT::W])
+    b.ts_ns.extend(itertools.chain.from_iterable(zip(*[records[C_TS + k::W] for k in range(6)], strict=True)))
+    wheres = records[C_WHERE::W]
     index: dict[Any, int] = {}
     for w in dict.fromkeys(wheres):  # the distinct workers, once each
         found = me if w == HERE else workers.get(w) if w is not None else None
@@ -257,15 +269,18 @@ def encode(records: list[Closed], me: tuple[str, str, int], workers: dict[str, t
         b.where_pid.append(found[2])
         index[w] = len(b.where_pid)
     b.where.extend(map(index.__getitem__, wheres))
-    jobs = cols[C_JOB]
+    jobs = records[C_JOB::W]
     b.job_id.extend(jobs)
-    b.name.extend(cols[C_NAME])
-    if any(cols[C_TYPE]):  # an actor task or creation (NORMAL_TASK is 0)
-        b.actor_id.extend(cols[C_ACTOR])
-        b.type.extend(cols[C_TYPE])
-    if traced and any(cols[C_TRACE]):
-        b.trace_id.extend(cols[C_TRACE])
-    errors = cols[C_ERROR]
+    b.name.extend(records[C_NAME::W])
+    types = records[C_TYPE::W]
+    if any(types):  # an actor task or creation (NORMAL_TASK is 0)
+        b.actor_id.extend(records[C_ACTOR::W])
+        b.type.extend(types)
+    if traced:
+        traces = records[C_TRACE::W]
+        if any(traces):
+            b.trace_id.extend(traces)
+    errors = records[C_ERROR::W]
     if errors.count(None) != len(errors):
         found_errors = [(i, e) for i, e in enumerate(errors) if e is not None]
         b.error_index.extend([i for i, _ in found_errors])
@@ -279,22 +294,32 @@ def _trace_id(spec: common_pb2.TaskSpec) -> str:
     return tp.split("-")[1] if tp.count("-") >= 2 else ""
 
 
-def take(sent_open: dict[int, tuple[Any, ...]]) -> list[Closed]:
-    """The records a batch carries now: the closed ones, and frozen copies of the open and
-    running ones that moved since they were last sent (sent_open: task id -> the times then;
-    updated). Reporter thread only."""
-    out = list(map(operator.call, itertools.repeat(_closed.popleft, len(_closed))))  # (a loop in C)
-    now: dict[int, tuple[Any, ...]] = {}
-    for table in (_open, _running):
-        for key, r in table.copy().items():  # dict.copy: atomic against the hot path's hooks
-            copy = r[:]
-            times = tuple(copy[2:8])
-            now[key] = times
-            if sent_open.get(key) != times:
-                out.append(_freeze(copy[0], copy, copy[5], copy[6], copy[7], copy[9]))
+def take(sent_open: dict[Any, tuple[Any, ...]]) -> Flat:
+    """The records a batch carries now (flat): the closed ones, and frozen copies of the open
+    and running ones that moved since they were last sent (sent_open: task id -> the times
+    then; updated). Reporter thread only."""
+    n = len(_closed)  # whole records: the hooks' extends are atomic
+    out = _closed[:n]
+    del _closed[:n]  # (what the hooks add meanwhile goes after n and stays)
+    now: dict[Any, tuple[Any, ...]] = {}
+    for key, entry in _tracked.copy().items():  # dict.copy: atomic against the hot path's hooks
+        r = entry.ev
+        if r is not None:
+            _moved(key, r, sent_open, now, out)
+    for ikey, r in _running.copy().items():
+        _moved(ikey, r, sent_open, now, out)
     sent_open.clear()
     sent_open.update(now)
     return out
+
+
+def _moved(key: Any, r: Record, sent_open: dict[Any, tuple[Any, ...]], now: dict[Any, tuple[Any, ...]],
+           out: Flat) -> None:
+    copy = r[:]
+    times = tuple(copy[2:8])
+    now[key] = times
+    if sent_open.get(key) != times:
+        out.extend(_freeze(copy[0], copy, copy[5], copy[6], copy[7], copy[9]))
 
 
 # ---------------------------------------------------------------------- the reporter thread
@@ -310,7 +335,7 @@ class _Reporter:
         self.stopping = threading.Event()
         self.lock = threading.Lock()  # one flush at a time (the thread's, or stop()'s last one)
         self.sent_records = 0
-        self.sent_open: dict[int, tuple[Any, ...]] = {}
+        self.sent_open: dict[Any, tuple[Any, ...]] = {}
         self.thread = threading.Thread(target=self._run, name="ember-task-events", daemon=True)
         self.thread.start()
 
@@ -335,9 +360,9 @@ class _Reporter:
             batch, by_job = encode(records, (core.node_id, core.worker_id, os.getpid()), _workers)
             try:
                 self.client.add_task_event_data(batch.SerializeToString(), by_job, dropped)
-                self.sent_records += len(records)
+                self.sent_records += len(records) // WIDTH
             except Exception as e:  # the GCS is away: these records are lost, and counted
-                log.debug("task events: batch of %d not sent (%s)", len(records), e)
+                log.debug("task events: batch of %d not sent (%s)", len(records) // WIDTH, e)
                 for j, k in (*by_job.items(), *dropped.items()):
                     _dropped[j] = _dropped.get(j, 0) + k
 
@@ -358,7 +383,7 @@ _reporter: _Reporter | None = None
 def start(core: CoreWorker) -> None:
     """Turns the hooks on for this process (unless EMBER_TASK_EVENTS_ENABLED=0) and starts the
     reporter thread."""
-    global on, _reporter, _max_records
+    global on, _reporter, _max_records, _max_flat, _tracked
     cfg = core.config
     if not cfg.task_events_enabled or _reporter is not None:
         return
@@ -366,6 +391,8 @@ def start(core: CoreWorker) -> None:
         raise ValueError("EMBER_TASK_EVENTS_REPORT_INTERVAL_S and EMBER_TASK_EVENTS_MAX_BUFFER_SIZE "
                          "must be positive")
     _max_records = cfg.task_events_max_buffer_size
+    _max_flat = WIDTH * _max_records
+    _tracked = core.submitter.tasks
     _reporter = _Reporter(core, cfg.task_events_report_interval_s)
     on = True
 
@@ -393,5 +420,6 @@ def flush() -> None:
 def stats() -> dict[str, int]:
     """Records open, closed and waiting, sent so far, and dropped but not yet reported."""
     r = _reporter
-    return {"buffered": len(_closed), "open": len(_open) + len(_running),
+    return {"buffered": len(_closed) // WIDTH,
+            "open": sum(1 for e in _tracked.copy().values() if e.ev is not None) + len(_running),
             "sent": r.sent_records if r else 0, "dropped_unreported": sum(_dropped.values())}

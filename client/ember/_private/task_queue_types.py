@@ -52,7 +52,7 @@ class TaskEntry:
     """One submitted task or actor call, until it finishes."""
 
     __slots__ = ("spec", "arg_refs", "retries_left", "key", "cancelled", "lease", "pending_deps",
-                 "retry_allowlist", "est")
+                 "retry_allowlist", "est", "ev")
 
     def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[Any], retries_left: int | None,
                  key: SchedulingKey = (),
@@ -68,6 +68,7 @@ class TaskEntry:
         self.lease: Lease | None = None
         self.pending_deps = 0
         self.est = UNKNOWN  # its function's duration estimate when it was pushed
+        self.ev: list[Any] | None = None  # its open task-event record (task_events.py)
 
 
 class RequestLease(NamedTuple):

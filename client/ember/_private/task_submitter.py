@@ -63,7 +63,7 @@ class TaskSubmitter:
     def submit(self, entry: TaskEntry) -> None:
         """Loop thread: resolves owned top-level arguments, then queues the task."""
         self.tasks[entry.spec.task_id] = entry
-        task_events.submitted(entry.spec)
+        task_events.submitted(entry)
         self.resolve_then(entry, self._enqueue)
 
     def resolve_then(self, entry: TaskEntry, then: Callable[[TaskEntry], None]) -> None:
@@ -102,7 +102,7 @@ class TaskSubmitter:
             if error is not None:
                 self.finish_with_error(entry, error)
                 return
-        task_events.record(entry.spec, task_events.PENDING_NODE_ASSIGNMENT)
+        task_events.record(entry, task_events.PENDING_NODE_ASSIGNMENT)
         self._run(self.queue.enqueue(entry))
 
     # -------------------------------------------------------------- instructions
@@ -229,15 +229,15 @@ class TaskSubmitter:
             pass  # the raylet died; the lease died with it
 
     async def _do_push(self, lease: Lease, entry: TaskEntry) -> None:
-        task_events.pushed(entry.spec, lease.worker_address)
+        task_events.pushed(entry, lease.worker_address)
         try:
             reply = await self.core.task_streams.push(lease.worker_address, entry.spec)
         except grpc.aio.AioRpcError as e:
-            task_events.push_failed(entry.spec, e.code().name, e.details() or "")
+            task_events.push_failed(entry, e.code().name, e.details() or "")
             self._run(self.queue.push_failed(entry, e.code().name, e.details() or ""))
             return
         if reply.is_application_error:  # this attempt's error, before a retry is decided
-            task_events.replied(entry.spec, reply)
+            task_events.replied(entry, reply)
         self._run(self.queue.push_replied(entry, reply))
 
     # -------------------------------------------------------------- results
@@ -247,7 +247,7 @@ class TaskSubmitter:
                 self.core.retry_after_lost_argument(entry, reply):
             return  # its worker could not fetch a lost owned argument: rebuilt, then resubmitted
         self.tasks.pop(entry.spec.task_id, None)
-        task_events.replied(entry.spec, reply)
+        task_events.replied(entry, reply)
         if entry.spec.streaming:
             st = self.core.generators.get(entry.spec.task_id)
             if st is not None:
@@ -269,7 +269,7 @@ class TaskSubmitter:
     def finish_with_error(self, entry: TaskEntry, error: BaseException) -> None:
         """The task (or actor call) failed with error: its returns (or stream) raise it."""
         self.tasks.pop(entry.spec.task_id, None)
-        task_events.failed(entry.spec, error)
+        task_events.failed(entry, error)
         if entry.spec.streaming:
             st = self.core.generators.get(entry.spec.task_id)
             if st is not None:
