@@ -1,10 +1,13 @@
 """LLMServer: the deployment that holds one model's engine (one per replica).
 
 `chat(body)` and `completions(body)` take an OpenAI request body (a dict, or an object with
-`model_dump()`) and are generators: with `"stream": true` they yield Server-Sent Event strings
-(several events in one string when the engine produced several tokens since the consumer's last
-read, so nothing queues behind a slow reader), else one response dict; a bad request yields one
-error dict in OpenAI's shape (`{"error": {..., "code": 400}}`) and the replica keeps serving.
+`model_dump()`) and return async iterators: with `"stream": true` they yield Server-Sent Event
+strings (several events in one string when the engine produced several tokens since the
+consumer's last read, so nothing queues behind a slow reader), else one response dict; a bad
+request yields one error dict in OpenAI's shape (`{"error": {..., "code": 400}}`) and the
+replica keeps serving. A streamed request on the torch engine is an SSEStream (sse_stream.py):
+the engine's per-step hand-off formats and pushes its chunks, and Serve's stream pump attaches
+to it, so a token costs no task wake-up or generator layer on the replica's loop.
 Called through a DeploymentHandle with `stream=True` (the OpenAI ingress does that) or served
 over HTTP on its own (`__call__`, used by build_llm_deployment's app).
 

@@ -8,11 +8,13 @@ One engine thread runs the loop; the replica's event loop only submits and reads
                                  decode one token for every other row (one forward pass)
                                  append tokens (block accounting, stop checks), detokenize
                       ◄─ one call_soon_threadsafe per step delivers every request's deltas
+                         (none while the previous one has not run: it takes these too)
 
 The policy (admission, KV blocks, preemption, stop conditions) is BatchScheduler; the cache is
 KVBatch. A request's output arrives as lists of deltas, so a consumer slower than the engine
 gets several tokens at once instead of a backlog. `abort` takes the sequence out before the
-next step. engine_kwargs: max_num_seqs (16), max_num_batched_tokens (2048), max_model_len (the
+next step. `submit(request, callback)` is the push form: the callback runs inside the step's
+hand-off for each delta, so no task wakes per token (LLMServer's SSEStream, sse_stream.py). engine_kwargs: max_num_seqs (16), max_num_batched_tokens (2048), max_model_len (the
 model's), block_size (16), num_kv_blocks (enough for every sequence at full length), device
 ("cuda" when available, else "cpu"), dtype ("float32" on CPU, "float16" on GPU), num_threads.
 """
@@ -88,6 +90,8 @@ class TorchEngine(LLMEngine):
         self._stats = EngineStats()
         self._ids = itertools.count()
         self._error: BaseException | None = None
+        self._pending: list[tuple[str, Any]] = []  # outputs handed to the loop, not delivered yet
+        self._pending_lock = threading.Lock()
 
     # -------------------------------------------------------------- loading
     def start(self) -> None:
@@ -350,8 +354,20 @@ class TorchEngine(LLMEngine):
         return out
 
     def _send(self, batch: list[tuple[str, Any]]) -> None:
-        if batch and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._deliver, batch)
+        """Hands a step's outputs to the loop: one call_soon_threadsafe (a self-pipe write and a
+        loop wake-up), skipped when the previous hand-off has not run yet (it takes these too)."""
+        if not batch or self._loop is None:
+            return
+        with self._pending_lock:
+            wake = not self._pending
+            self._pending.extend(batch)
+        if wake:
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        self._deliver(batch)
 
     def _fail_all(self, e: BaseException) -> None:
         rids = {s.request_id for s, _, _ in self._seqs.values()}
