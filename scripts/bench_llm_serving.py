@@ -118,10 +118,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--step-ms", type=float, default=2.0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--metrics", action="store_true", help="LLMServer's Prometheus metrics on (as in a replica)")
     args = ap.parse_args()
     FakeEngine.step_s = args.step_ms / 1000
     server = LLMServer({"model_loading_config": {"model_id": "fake", "model_source": "/nonexistent"},
-                        "llm_engine": "torch", "log_engine_metrics": False}, engine_cls=FakeEngine)
+                        "llm_engine": "torch", "log_engine_metrics": args.metrics}, engine_cls=FakeEngine)
     results: dict[str, list[float]] = {"push": [], "pull": []}
     try:
         for _ in range(args.repeat):
