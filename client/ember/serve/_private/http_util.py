@@ -77,7 +77,10 @@ def _to_bytes(x: Any) -> bytes:
 def to_reply(result: Any) -> tuple[tuple[Any, ...], AsyncIterator[bytes] | None]:
     """A user return value → (reply head, rest of a stream or None)."""
     if isinstance(result, StreamingResponse):
-        return ("stream", result.status_code, result.raw_headers, b""), _chunks(result.body_iterator)
+        body = result.body_iterator
+        if hasattr(body, "_ember_attach"):  # a push source of bytes (streams.py): no generator layer
+            return ("stream", result.status_code, result.raw_headers, b""), body
+        return ("stream", result.status_code, result.raw_headers, b""), _chunks(body)
     if isinstance(result, Response):
         return ("full", result.status_code, result.raw_headers, bytes(result.body)), None
     if inspect.isgenerator(result) or inspect.isasyncgen(result):

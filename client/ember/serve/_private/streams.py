@@ -20,6 +20,14 @@ per chunk per stream. Streamed handle calls (`handle.options(stream=True)`) from
 process share that caller's poll the same way; their items travel as lists of objects (HTTP
 bodies as joined bytes), and a user error is fetched by the caller with stream_next(id), which
 raises it through the actor call (streams of a group are joined bytes or item lists, per stream).
+
+A push source skips the pump's task: an iterator with `_ember_attach(put, end)` and
+`_ember_detach()` (the LLM server's SSEStream) is attached instead of iterated. It calls
+put(item) on the loop for each item and end(None) (or end(error)) once after the last, so a
+producer that serves many streams from one callback (the LLM engine's per-step hand-off) fills
+every stream's buffer without waking a task per item; `close()` detaches it (it stops calling
+and frees what it holds). A push source bounds what it produces itself (the pump cannot make it
+wait: the LLM's is bounded by max_tokens), and no idle timeout applies.
 """
 from __future__ import annotations
 
@@ -46,7 +54,25 @@ class StreamPump:
         self._ready: asyncio.Future | None = None   # a take() waiting for an item
         self._space: asyncio.Future | None = None   # the reader waiting for room
         self.listener: Callable[[], None] | None = None  # called when items or the end arrive
-        self._task = asyncio.ensure_future(self._run())
+        self._source: Any = None
+        self._task: asyncio.Future | None = None
+        attach = getattr(it, "_ember_attach", None)
+        if attach is not None:  # a push source (see the module docstring): no task, no await per item
+            self._source = it
+            attach(self._push, self._push_end)
+        else:
+            self._task = asyncio.ensure_future(self._run())
+
+    def _push(self, item: Any) -> None:
+        if not self._done:
+            self._items.append(item)
+            self._wake()
+
+    def _push_end(self, error: BaseException | None) -> None:
+        if not self._done:
+            self._error = error
+            self._done = True
+            self._wake()
 
     async def _run(self) -> None:
         try:
@@ -108,9 +134,12 @@ class StreamPump:
         return items, self._done and not self._items and (self._error is None or not items)
 
     def close(self) -> None:
-        """Stops reading (the client went away): the iterator is closed."""
-        if not self._task.done():
+        """Stops reading (the client went away): the iterator is closed (a push source is
+        detached)."""
+        if self._task is not None and not self._task.done():
             self._task.cancel()
+        elif self._source is not None and not self._done:
+            self._source._ember_detach()
         self._done = True
         self._items = []
         self._wake()

@@ -22,6 +22,7 @@ from starlette.responses import Response, StreamingResponse
 
 from . import openai_api as oa
 
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _ROUTES = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 
 
@@ -34,25 +35,28 @@ def _error(e: oa.OpenAIError) -> Response:
 
 
 async def _open(target: Any, method: str, body: dict[str, Any]) -> AsyncIterator[Any]:
-    """The items of target.method(body): a local LLMServer, or a DeploymentHandle (streamed)."""
-    from ember.serve.handle import DeploymentHandle
-
-    if isinstance(target, DeploymentHandle):
-        gen = getattr(target.options(stream=True), method).remote(body)
-    else:
-        gen = getattr(target, method)(body)
+    """The items of target.method(body) through a DeploymentHandle (streamed)."""
+    gen = getattr(target.options(stream=True), method).remote(body)
     try:
         async for x in gen:
             yield x
     finally:
-        if hasattr(gen, "cancel"):
-            gen.cancel()
-        else:
-            await gen.aclose()
+        gen.cancel()
+
+
+async def _relay(gen: Any) -> AsyncIterator[Any]:
+    """The items of a local LLMServer's generator."""
+    try:
+        async for x in gen:
+            yield x
+    finally:
+        await gen.aclose()
 
 
 async def serve_openai_http(request: Any, servers: dict[str, Any], cards: list[dict[str, Any]] | None = None) -> Response:
     """Answers one HTTP request of the OpenAI API. servers: model_id → LLMServer or handle."""
+    from ember.serve.handle import DeploymentHandle
+
     path = request.scope["path"]
     root = request.scope.get("root_path", "")
     if root and path.startswith(root):
@@ -86,7 +90,14 @@ async def serve_openai_http(request: Any, servers: dict[str, Any], cards: list[d
             raise oa.OpenAIError(404, f"The model `{model}` does not exist. Served: {sorted(servers)}", "model")
     except oa.OpenAIError as e:
         return _error(e)
-    it = _open(target, kind, body)
+    if not isinstance(target, DeploymentHandle):
+        out = getattr(target, kind)(body)
+        if hasattr(out, "_ember_attach"):  # an SSEStream: its chunks are the body, as they come
+            out.as_bytes = True
+            return StreamingResponse(out, media_type="text/event-stream", headers=_SSE_HEADERS)
+        it = _relay(out)
+    else:
+        it = _open(target, kind, body)
     try:
         first = await it.__anext__()
     except StopAsyncIteration:
@@ -109,8 +120,7 @@ async def serve_openai_http(request: Any, servers: dict[str, Any], cards: list[d
         finally:
             await it.aclose()
 
-    return StreamingResponse(sse(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(sse(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
 
 class OpenAiIngress:

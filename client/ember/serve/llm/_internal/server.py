@@ -1,10 +1,13 @@
 """LLMServer: the deployment that holds one model's engine (one per replica).
 
 `chat(body)` and `completions(body)` take an OpenAI request body (a dict, or an object with
-`model_dump()`) and are generators: with `"stream": true` they yield Server-Sent Event strings
-(several events in one string when the engine produced several tokens since the consumer's last
-read, so nothing queues behind a slow reader), else one response dict; a bad request yields one
-error dict in OpenAI's shape (`{"error": {..., "code": 400}}`) and the replica keeps serving.
+`model_dump()`) and return async iterators: with `"stream": true` they yield Server-Sent Event
+strings (several events in one string when the engine produced several tokens since the
+consumer's last read, so nothing queues behind a slow reader), else one response dict; a bad
+request yields one error dict in OpenAI's shape (`{"error": {..., "code": 400}}`) and the
+replica keeps serving. A streamed request on the torch engine is an SSEStream (sse_stream.py):
+the engine's per-step hand-off formats and pushes its chunks, and Serve's stream pump attaches
+to it, so a token costs no task wake-up or generator layer on the replica's loop.
 Called through a DeploymentHandle with `stream=True` (the OpenAI ingress does that) or served
 over HTTP on its own (`__call__`, used by build_llm_deployment's app).
 
@@ -24,6 +27,7 @@ from .config import LLMConfig, as_llm_config
 from .engine import GenerationRequest, LLMEngine
 from .metrics import LLMMetrics
 from .params import SamplingParams
+from .sse_stream import SSEStream
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +85,10 @@ class LLMServer:
 
     # -------------------------------------------------------------- OpenAI calls
     def chat(self, request: Any) -> AsyncIterator[Any]:
-        return self._generate(request, chat=True)
+        return self._open(request, chat=True)
 
     def completions(self, request: Any) -> AsyncIterator[Any]:
-        return self._generate(request, chat=False)
+        return self._open(request, chat=False)
 
     async def __call__(self, request: Any) -> Any:
         """Serves the OpenAI routes over HTTP when this deployment is the app's ingress."""
@@ -92,16 +96,20 @@ class LLMServer:
 
         return await serve_openai_http(request, {self._config.model_id: self})
 
-    async def _generate(self, request: Any, chat: bool) -> AsyncIterator[Any]:
+    def _open(self, request: Any, chat: bool) -> AsyncIterator[Any]:
+        """The request's output: a streamed request on an engine with `submit` (TorchEngine) is
+        an SSEStream (pushed from the engine's per-step hand-off, sse_stream.py); anything else
+        (a bad request, a whole response, another engine) is the generator below."""
         body = request.model_dump(exclude_none=True) if hasattr(request, "model_dump") else request
         try:
             rid, prompt_ids, params, stream, with_usage = self._prepare(body, chat)
         except (oa.OpenAIError, ValueError) as e:
             status = e.status if isinstance(e, oa.OpenAIError) else 400
-            yield oa.error_body(status, e.message if isinstance(e, oa.OpenAIError) else str(e))
-            return
-        async for x in self._run(rid, prompt_ids, params, stream, with_usage, chat):
-            yield x
+            return _one(oa.error_body(status, e.message if isinstance(e, oa.OpenAIError) else str(e)))
+        if stream and hasattr(self.engine, "submit"):
+            return SSEStream(self.engine, GenerationRequest(rid, prompt_ids, params),
+                             oa.ChunkWriter(rid, self._config.model_id, chat), self.metrics, with_usage)
+        return self._run(rid, prompt_ids, params, stream, with_usage, chat)
 
     def _prepare(self, body: Any, chat: bool) -> tuple[str, list[int], SamplingParams, bool, bool]:
         if not isinstance(body, dict):
@@ -170,6 +178,10 @@ class LLMServer:
             await _aclose(gen)
             track.finish(outcome)
             self.metrics.end_span(span, len(prompt_ids), sum(counts), reasons, outcome)
+
+
+async def _one(item: Any) -> AsyncIterator[Any]:
+    yield item
 
 
 def _json(obj: Any) -> str:
