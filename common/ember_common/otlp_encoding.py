@@ -37,7 +37,10 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
     for s in spans:
         if type(s) is tuple:
             res, sc = resource, scope
-            data = None if s[11] else record_bytes(s)
+            if len(s) == 6:  # a SUBMIT record (tracing_submit)
+                data = submit_bytes(s)
+            else:
+                data = None if s[11] else record_bytes(s)
             if data is None:
                 from .tracing_export import to_readable
 
@@ -129,6 +132,7 @@ def _ld(tag: bytes, payload: bytes) -> bytes:
 # Encoded attributes, by (key, value type, value): most values repeat (job, node and worker
 # ids, attempt numbers, method names); bounded by clearing.
 _attr_cache: dict[tuple[str, type, Any], bytes] = {}
+_UNIQUE_KEYS = frozenset({"ember.task_id", "ember.object_id"})
 _ATTR_CACHE_MAX = 4096
 _name_cache: dict[str, tuple[Any, bytes]] = {}  # name -> (kind, name and kind fields)
 _KIND = [b"\x30" + bytes((k + 1,)) for k in range(5)]
@@ -150,6 +154,8 @@ def _attr_bytes(key: str, value: Any) -> bytes | None:
         lk, lv = len(kb), len(vb)
         if lk + lv < 120:  # every length fits one byte: one formatting, no _ld
             data = b"\x4a%c\x0a%c%s\x12%c\x0a%c%s" % (lk + lv + 6, lk, kb, lv + 2, lv, vb)
+            if key in _UNIQUE_KEYS:  # a new value every task: caching it would only evict others
+                return data
             if len(_attr_cache) >= _ATTR_CACHE_MAX:
                 _attr_cache.clear()
             _attr_cache[cache_key] = data
@@ -188,6 +194,35 @@ def record_bytes(rec: tuple[Any, ...]) -> bytes | None:
     return _fields_bytes(name, trace_id, span_id, state, parent, kind, start, end, attrs, 0, status)
 
 
+def submit_bytes(rec: tuple[Any, ...]) -> bytes:
+    """The Span message of a tracing_submit SUBMIT record, (name, trace_parent, parent,
+    time_ns, key, value): a PRODUCER span of zero length with one attribute key = value.hex();
+    the ids are trace_parent's bytes as they are, the rest is pre-encoded per name and key."""
+    name, tp, parent, t, key, value = rec
+    head = _submit_heads.get((name, key))
+    if head is None:
+        from opentelemetry.trace import SpanKind
+
+        if len(_submit_heads) >= _ATTR_CACHE_MAX:
+            _submit_heads.clear()
+        kb = key.encode()
+        head = _submit_heads[(name, key)] = (
+            _ld(b"\x2a", name.encode()) + _KIND[SpanKind.PRODUCER.value],
+            b"\x0a" + _varint(len(kb)) + kb)
+    hexv = value.hex().encode()
+    n = len(hexv)
+    anyv = (b"\x0a%c%s" % (n, hexv)) if n < 0x80 else b"\x0a" + _varint(n) + hexv  # AnyValue{string}
+    kv = head[1] + b"\x12" + _varint(len(anyv)) + anyv  # KeyValue{key = 1, value = 2}
+    attr = b"\x4a" + _varint(len(kv)) + kv
+    if parent is None:
+        return b"".join((b"\x0a\x10", tp[:16], b"\x12\x08", tp[16:24], head[0], _TIMES(b"\x39", t, b"\x41", t),
+                         attr, _UNSET_STATUS, _FLAGS_LOCAL))
+    return b"".join((b"\x0a\x10", tp[:16], b"\x12\x08", tp[16:24], _PARENT(b"\x22\x08", parent.span_id), head[0],
+                     _TIMES(b"\x39", t, b"\x41", t), attr, _UNSET_STATUS,
+                     _FLAGS_REMOTE if parent.is_remote else _FLAGS_LOCAL))
+
+
+_submit_heads: dict[tuple[str, str], tuple[bytes, bytes]] = {}  # (name, key) -> (name+kind, key field)
 _IDS = struct.Struct(">2sQQ2sQ").pack  # Span.trace_id = 1, span_id = 2
 _PARENT = struct.Struct(">2sQ").pack  # Span.parent_span_id = 4
 _TIMES = struct.Struct("<cQcQ").pack  # Span.start_time_unix_nano = 7, end = 8 (fixed64)

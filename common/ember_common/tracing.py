@@ -40,6 +40,9 @@ from .tracing_spans import set_error as set_error
 from .tracing_spans import span as span
 from .tracing_spans import submit_span as submit_span
 from .tracing_spans import task_span as task_span
+from .tracing_submit import carrier as task_carrier
+from .tracing_submit import task_submitted as task_submitted
+from .tracing_submit import trace_id_hex as trace_id_hex
 
 log = logging.getLogger(__name__)
 
@@ -230,8 +233,15 @@ def metadata() -> tuple[tuple[str, str], ...] | None:
     return tuple(carrier.items()) or None
 
 
-def metadata_from(trace_context: Any) -> tuple[tuple[str, str], ...] | None:
-    """gRPC metadata for a task's own trace context (a TaskSpec.trace_context map)."""
-    if not _enabled or not trace_context:
+def metadata_from(trace_context: Any, trace_parent: bytes = b"") -> tuple[tuple[str, str], ...] | None:
+    """gRPC metadata for a task's own trace context (a TaskSpec's trace_parent when given, else
+    its trace_context map)."""
+    if not _enabled:
+        return None
+    if trace_parent:
+        from .tracing_submit import parse, traceparent
+
+        return (("traceparent", traceparent(trace_parent)),) if parse(trace_parent) else None
+    if not trace_context:
         return None
     return tuple(trace_context.items())

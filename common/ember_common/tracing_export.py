@@ -11,7 +11,8 @@ come through `on_end()` as ReadableSpans, as with any span processor.
 
 RECORD = (name, trace_id, span_id, trace_flags, trace_state, parent, kind, start_ns, end_ns,
 attributes, status, events); parent is None, a SpanContext, or the span id (int) of a remote
-parent in the same trace (a task's execute span: tracing_light.TaskSpan).
+parent in the same trace (a task's execute span: tracing_light.TaskSpan). A task's submit span
+may also come as a 6-tuple SUBMIT record (tracing_submit), which to_readable expands.
 """
 from __future__ import annotations
 
@@ -169,6 +170,10 @@ def to_readable(rec: Record, resource: Any, scope: Any) -> Any:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.trace import SpanContext, TraceFlags
 
+    if len(rec) == 6:  # a SUBMIT record (tracing_submit)
+        from .tracing_submit import expand
+
+        rec = expand(rec)
     name, trace_id, span_id, flags, state, parent, kind, start, end, attrs, status, events = rec
     if type(parent) is int:
         parent = SpanContext(trace_id, parent, True, TraceFlags(flags), state)

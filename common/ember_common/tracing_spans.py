@@ -44,12 +44,13 @@ _buffer: Any = None  # the SpanBuffer, when the fast paths may queue records int
 _only_buffer: Any = None  # the provider's processor tuple while the SpanBuffer is its only one
 _LightSpan: Any = None
 _TaskSpan: Any = None
+_parse_tp: Any = None  # tracing_submit.parse: a TaskSpec.trace_parent's ids
 
 
 def init(provider: Any, tracer: Any) -> None:
     """Called by tracing.setup() once the provider is installed."""
     global _tracer, _fast, _sampler, _id_gen, _processor, _resource, _scope, _random_flag, _otel
-    global _buffer, _only_buffer, _LightSpan, _TaskSpan
+    global _buffer, _only_buffer, _LightSpan, _TaskSpan, _parse_tp
     import types
 
     from opentelemetry import baggage, context, propagate, trace
@@ -102,6 +103,10 @@ def init(provider: Any, tracer: Any) -> None:
     _fast = w3c
     _LightSpan = light_span_class(_emit)
     _TaskSpan = task_span_class(_otel, _LightSpan, emit, id_gen.generate_span_id)
+    from . import tracing_submit
+
+    tracing_submit.init()
+    _parse_tp = tracing_submit.parse
 
 
 def _init_sampling(sampler: Any) -> None:
@@ -207,13 +212,25 @@ def _submit_span_generic(name: str, carrier: Any, attributes: dict[str, Any]) ->
     sp.end()
 
 
-def task_span(name: str, carrier: Any, attributes: Callable[[], dict[str, Any]]) -> Any:
+def task_span(name: str, carrier: Any, attributes: Callable[[], dict[str, Any]],
+              trace_parent: bytes = b"") -> Any:
     """A context manager: a task's CONSUMER execute span, as execute_span(name, carrier,
     **attributes()), made cheaply on the fast path: a lazy span (tracing_light.task_span_class)
     made current, recorded as one record at the end; attributes() is called only then (None
-    values dropped), and not at all when the task is not sampled."""
-    ids = _parse_ids(carrier) if _fast and _otel.parent_based else None
+    values dropped), and not at all when the task is not sampled. trace_parent (the TaskSpec's
+    compact context, tracing_submit) is taken when given, else carrier (trace_context)."""
+    if _fast and _otel.parent_based:
+        if trace_parent:
+            ids = _parse_tp(trace_parent)
+        else:
+            ids = _parse_ids(carrier)
+    else:
+        ids = None
     if ids is None:
+        if trace_parent:
+            from .tracing_submit import parse, traceparent
+
+            carrier = {"traceparent": traceparent(trace_parent)} if parse(trace_parent) else {}
         return execute_span(name, carrier, **attributes())
     return _TaskContext(_TaskSpan(*ids, name, attributes))
 
