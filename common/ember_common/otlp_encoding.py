@@ -37,6 +37,7 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
     for s in spans:
         if type(s) is tuple:
             res, sc = resource, scope
+            data: bytes | None
             if len(s) == 6:  # a SUBMIT record (tracing_submit)
                 data = submit_bytes(s)
             else:

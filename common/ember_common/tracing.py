@@ -36,11 +36,12 @@ from .tracing_files import FileSpanExporter, read_trace, render_tree, span_to_di
 from .tracing_spans import execute_span as execute_span  # the API callers use, re-exported
 from .tracing_spans import extract as extract
 from .tracing_spans import inject as inject
+from .tracing_spans import parse_trace_parent as parse_trace_parent
 from .tracing_spans import set_error as set_error
 from .tracing_spans import span as span
 from .tracing_spans import submit_span as submit_span
 from .tracing_spans import task_span as task_span
-from .tracing_submit import carrier as task_carrier
+from .tracing_spans import traceparent as traceparent
 from .tracing_submit import task_submitted as task_submitted
 from .tracing_submit import trace_id_hex as trace_id_hex
 
@@ -105,6 +106,9 @@ def setup(default_service_name: str, node_id: str = "") -> bool:
                 exp.resource, exp.scope = provider.resource, buffer.scope
         _enabled = True
         tracing_spans.init(provider, _tracer)
+        from . import tracing_submit
+
+        tracing_submit.init()
         return True
 
 
@@ -239,9 +243,7 @@ def metadata_from(trace_context: Any, trace_parent: bytes = b"") -> tuple[tuple[
     if not _enabled:
         return None
     if trace_parent:
-        from .tracing_submit import parse, traceparent
-
-        return (("traceparent", traceparent(trace_parent)),) if parse(trace_parent) else None
+        return (("traceparent", traceparent(trace_parent)),) if parse_trace_parent(trace_parent) else None
     if not trace_context:
         return None
     return tuple(trace_context.items())

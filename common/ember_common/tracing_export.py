@@ -171,8 +171,6 @@ def to_readable(rec: Record, resource: Any, scope: Any) -> Any:
     from opentelemetry.trace import SpanContext, TraceFlags
 
     if len(rec) == 6:  # a SUBMIT record (tracing_submit)
-        from .tracing_submit import expand
-
         rec = expand(rec)
     name, trace_id, span_id, flags, state, parent, kind, start, end, attrs, status, events = rec
     if type(parent) is int:
@@ -181,3 +179,13 @@ def to_readable(rec: Record, resource: Any, scope: Any) -> Any:
     return ReadableSpan(name=name, context=SpanContext(trace_id, span_id, False, TraceFlags(flags), state),
                         parent=parent, resource=resource, attributes=attrs, events=events or (),
                         kind=kind, start_time=start, end_time=end, instrumentation_scope=scope, **extra)
+
+
+def expand(rec: Record) -> Record:
+    """The RECORD of a tracing_submit SUBMIT record, (name, trace_parent, parent, time_ns, key,
+    value): a zero-length PRODUCER span with the attribute key = value.hex()."""
+    from opentelemetry.trace import SpanKind
+
+    name, tp, parent, t, key, value = rec
+    return (name, int.from_bytes(tp[:16], "big"), int.from_bytes(tp[16:24], "big"), tp[24], None,
+            parent, SpanKind.PRODUCER, t, t, {key: value.hex()}, None, ())

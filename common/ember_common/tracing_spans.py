@@ -44,13 +44,12 @@ _buffer: Any = None  # the SpanBuffer, when the fast paths may queue records int
 _only_buffer: Any = None  # the provider's processor tuple while the SpanBuffer is its only one
 _LightSpan: Any = None
 _TaskSpan: Any = None
-_parse_tp: Any = None  # tracing_submit.parse: a TaskSpec.trace_parent's ids
 
 
 def init(provider: Any, tracer: Any) -> None:
     """Called by tracing.setup() once the provider is installed."""
     global _tracer, _fast, _sampler, _id_gen, _processor, _resource, _scope, _random_flag, _otel
-    global _buffer, _only_buffer, _LightSpan, _TaskSpan, _parse_tp
+    global _buffer, _only_buffer, _LightSpan, _TaskSpan
     import types
 
     from opentelemetry import baggage, context, propagate, trace
@@ -103,10 +102,6 @@ def init(provider: Any, tracer: Any) -> None:
     _fast = w3c
     _LightSpan = light_span_class(_emit)
     _TaskSpan = task_span_class(_otel, _LightSpan, emit, id_gen.generate_span_id)
-    from . import tracing_submit
-
-    tracing_submit.init()
-    _parse_tp = tracing_submit.parse
 
 
 def _init_sampling(sampler: Any) -> None:
@@ -219,18 +214,15 @@ def task_span(name: str, carrier: Any, attributes: Callable[[], dict[str, Any]],
     made current, recorded as one record at the end; attributes() is called only then (None
     values dropped), and not at all when the task is not sampled. trace_parent (the TaskSpec's
     compact context, tracing_submit) is taken when given, else carrier (trace_context)."""
+    ids: tuple[int, int, int, str | None] | None = None
     if _fast and _otel.parent_based:
         if trace_parent:
-            ids = _parse_tp(trace_parent)
+            ids = parse_trace_parent(trace_parent)
         else:
             ids = _parse_ids(carrier)
-    else:
-        ids = None
     if ids is None:
         if trace_parent:
-            from .tracing_submit import parse, traceparent
-
-            carrier = {"traceparent": traceparent(trace_parent)} if parse(trace_parent) else {}
+            carrier = {"traceparent": traceparent(trace_parent)} if parse_trace_parent(trace_parent) else {}
         return execute_span(name, carrier, **attributes())
     return _TaskContext(_TaskSpan(*ids, name, attributes))
 
@@ -265,6 +257,23 @@ def execute_span(name: str, carrier: Any, **attributes: Any) -> Any:
     if parent is None:
         return span(name, context=extract(carrier), kind="CONSUMER", **attributes)
     return _CurrentSpan(name, parent, {k: v for k, v in attributes.items() if v is not None})
+
+
+def parse_trace_parent(tp: bytes) -> tuple[int, int, int, None] | None:
+    """(trace id, parent span id, flags, no tracestate) from a TaskSpec.trace_parent (25 bytes:
+    trace id, span id, flags; tracing_submit), or None when it is malformed (a wrong length, a
+    zero id)."""
+    if len(tp) != 25:
+        return None
+    trace_id, span_id = int.from_bytes(tp[:16], "big"), int.from_bytes(tp[16:24], "big")
+    if not trace_id or not span_id:
+        return None
+    return trace_id, span_id, tp[24], None
+
+
+def traceparent(tp: bytes) -> str:
+    """The W3C traceparent header of a TaskSpec.trace_parent."""
+    return f"00-{tp[:16].hex()}-{tp[16:24].hex()}-{tp[24]:02x}"
 
 
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")

@@ -107,32 +107,13 @@ def _emit_submit(rec: tuple[Any, ...]) -> None:
     if ts._buffer is not None and ts._processor._span_processors is ts._only_buffer:
         ts._buffer.add_record(rec)
     else:
+        from .tracing_export import expand
+
         ts.emit(expand(rec))
 
 
-def expand(rec: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The tracing_export RECORD of a SUBMIT record."""
-    name, tp, parent, t, key, value = rec
-    from opentelemetry.trace import SpanKind
-
-    return (name, int.from_bytes(tp[:16], "big"), int.from_bytes(tp[16:24], "big"), tp[24], None,
-            parent, SpanKind.PRODUCER, t, t, {key: value.hex()}, None, ())
-
-
-def parse(tp: bytes) -> tuple[int, int, int, None] | None:
-    """(trace id, parent span id, flags, no tracestate) from a TaskSpec.trace_parent, or None
-    when it is malformed (a wrong length, a zero id)."""
-    if len(tp) != 25:
-        return None
-    trace_id, span_id = int.from_bytes(tp[:16], "big"), int.from_bytes(tp[16:24], "big")
-    if not trace_id or not span_id:
-        return None
-    return trace_id, span_id, tp[24], None
-
-
-def traceparent(tp: bytes) -> str:
-    """The W3C traceparent header of a TaskSpec.trace_parent."""
-    return f"00-{tp[:16].hex()}-{tp[16:24].hex()}-{tp[24]:02x}"
+parse = ts.parse_trace_parent
+traceparent = ts.traceparent
 
 
 def carrier(spec: Any) -> Any:

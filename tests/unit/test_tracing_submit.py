@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
 from ember_common import otlp_encoding, tracing_submit
 from ember_common.proto import common_pb2
-from ember_common.tracing_export import to_readable
+from ember_common.tracing_export import expand, to_readable
 
 RES = Resource.create({"service.name": "ember-driver", "process.pid": 1})
 SCOPE = InstrumentationScope("ember", "1.0")
@@ -43,7 +43,7 @@ def test_submit_records_encode_as_the_sdk_encodes_their_spans():
     got = ExportTraceServiceRequest.FromString(otlp_encoding.encode_request(records, RES, SCOPE))
     assert got == sdk_encode(spans)
     # among full RECORDs and SDK spans of the same batch
-    full = tracing_submit.expand(records[1])
+    full = expand(records[1])
     mixed = [records[0], full, spans[2]]
     assert ExportTraceServiceRequest.FromString(otlp_encoding.encode_request(mixed, RES, SCOPE)) == \
         sdk_encode([spans[0], spans[1], spans[2]])
@@ -69,7 +69,7 @@ TASK = textwrap.dedent("""
     from opentelemetry.sdk.trace.export import SpanExportResult
     from ember_common import tracing
     from ember_common.proto import common_pb2
-    from ember_common.tracing_export import to_readable
+    from ember_common.tracing_export import expand, to_readable
 
     assert tracing.setup("ember-driver")
     got = []
