@@ -38,8 +38,14 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
         if type(s) is tuple:
             res, sc = resource, scope
             data: bytes | None
-            if len(s) == 6:  # a SUBMIT record (tracing_submit)
-                data = submit_bytes(s)
+            if len(s) == 6:  # a SUBMIT record (tracing_submit): written with its field tag and length
+                if res is not last_res or sc is not last_sc:
+                    group = by_id.get((id(res), id(sc)))
+                    if group is None:
+                        group = by_id[(id(res), id(sc))] = (res, sc, [])
+                    last_res, last_sc, out = res, sc, group[2]
+                out.append(submit_entry(s))
+                continue
             else:
                 data = None if s[11] else record_bytes(s)
             if data is None:
@@ -197,33 +203,55 @@ def record_bytes(rec: tuple[Any, ...]) -> bytes | None:
 
 def submit_bytes(rec: tuple[Any, ...]) -> bytes:
     """The Span message of a tracing_submit SUBMIT record, (name, trace_parent, parent,
-    time_ns, key, value): a PRODUCER span of zero length with one attribute key = value.hex();
-    the ids are trace_parent's bytes as they are, the rest is pre-encoded per name and key."""
+    time_ns, key, value): a PRODUCER span of zero length with one attribute key = value.hex()."""
+    entry = submit_entry(rec)
+    i = 1
+    while entry[i] & 0x80:  # past ScopeSpans.spans' tag and length
+        i += 1
+    return entry[i + 1:]
+
+
+def submit_entry(rec: tuple[Any, ...]) -> bytes:
+    """ScopeSpans.spans = 2 holding a SUBMIT record's Span message: one bytes formatting of a
+    template cached per (name, attribute key, value length, parent kind) with every constant
+    field in it; per span only the ids (trace_parent's bytes as they are), the time and the
+    value's hex are filled in."""
     name, tp, parent, t, key, value = rec
-    head = _submit_heads.get((name, key))
-    if head is None:
-        from opentelemetry.trace import SpanKind
-
-        if len(_submit_heads) >= _ATTR_CACHE_MAX:
-            _submit_heads.clear()
-        kb = key.encode()
-        head = _submit_heads[(name, key)] = (
-            _ld(b"\x2a", name.encode()) + _KIND[SpanKind.PRODUCER.value],
-            b"\x0a" + _varint(len(kb)) + kb)
-    hexv = value.hex().encode()
-    n = len(hexv)
-    anyv = (b"\x0a%c%s" % (n, hexv)) if n < 0x80 else b"\x0a" + _varint(n) + hexv  # AnyValue{string}
-    kv = head[1] + b"\x12" + _varint(len(anyv)) + anyv  # KeyValue{key = 1, value = 2}
-    attr = b"\x4a" + _varint(len(kv)) + kv
-    if parent is None:
-        return b"".join((b"\x0a\x10", tp[:16], b"\x12\x08", tp[16:24], head[0], _TIMES(b"\x39", t, b"\x41", t),
-                         attr, _UNSET_STATUS, _FLAGS_LOCAL))
-    return b"".join((b"\x0a\x10", tp[:16], b"\x12\x08", tp[16:24], _PARENT(b"\x22\x08", parent.span_id), head[0],
-                     _TIMES(b"\x39", t, b"\x41", t), attr, _UNSET_STATUS,
-                     _FLAGS_REMOTE if parent.is_remote else _FLAGS_LOCAL))
+    ptype = 0 if parent is None else 2 if parent.is_remote else 1
+    fmt = _submit_fmts.get((name, key, len(value), ptype))
+    if fmt is None:
+        fmt = _submit_fmt(name, key, len(value), ptype)
+    tb = _pack_q(t)
+    if ptype:
+        return fmt % (tp[:16], tp[16:24], _pack_q_be(parent.span_id), tb, tb, value.hex().encode())
+    return fmt % (tp[:16], tp[16:24], tb, tb, value.hex().encode())
 
 
-_submit_heads: dict[tuple[str, str], tuple[bytes, bytes]] = {}  # (name, key) -> (name+kind, key field)
+def _submit_fmt(name: str, key: str, vlen: int, ptype: int) -> bytes:
+    from opentelemetry.trace import SpanKind
+
+    kb, hexlen = key.encode(), 2 * vlen
+    anylen = 1 + len(_varint(hexlen)) + hexlen  # AnyValue{string_value = 1}
+    kvlen = 1 + len(_varint(len(kb))) + len(kb) + 1 + len(_varint(anylen)) + anylen  # KeyValue{key, value}
+    consts = [b"\x0a\x10", b"\x12\x08"]  # trace_id = 1, span_id = 2
+    if ptype:
+        consts.append(b"\x22\x08")  # parent_span_id = 4
+    consts += [_ld(b"\x2a", name.encode()) + _KIND[SpanKind.PRODUCER.value] + b"\x39",  # name, kind, start
+               b"\x41",  # end_time_unix_nano = 8
+               b"\x4a" + _varint(kvlen) + b"\x0a" + _varint(len(kb)) + kb + b"\x12" + _varint(anylen)
+               + b"\x0a" + _varint(hexlen),  # attributes = 9, the value's hex last
+               _UNSET_STATUS + (_FLAGS_REMOTE if ptype == 2 else _FLAGS_LOCAL)]
+    size = sum(map(len, consts)) + 16 + 8 + (8 if ptype else 0) + 8 + 8 + hexlen
+    consts[0] = b"\x12" + _varint(size) + consts[0]  # ScopeSpans.spans = 2
+    fmt = b"%s".join(c.replace(b"%", b"%%") for c in consts)
+    if len(_submit_fmts) >= _ATTR_CACHE_MAX:
+        _submit_fmts.clear()
+    _submit_fmts[(name, key, vlen, ptype)] = fmt
+    return fmt
+
+
+_submit_fmts: dict[tuple[str, str, int, int], bytes] = {}
+_pack_q_be = struct.Struct(">Q").pack
 _IDS = struct.Struct(">2sQQ2sQ").pack  # Span.trace_id = 1, span_id = 2
 _PARENT = struct.Struct(">2sQ").pack  # Span.parent_span_id = 4
 _TIMES = struct.Struct("<cQcQ").pack  # Span.start_time_unix_nano = 7, end = 8 (fixed64)

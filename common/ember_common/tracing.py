@@ -11,8 +11,10 @@
 
 A hand-built TracerProvider does not read OTEL_TRACES_EXPORTER (only auto-instrumentation does),
 so `setup()` does. With tracing off, `enabled()` is False and the hot paths skip every tracing
-call. The trace context travels as W3C `traceparent` in gRPC metadata and in TaskSpec.trace_context,
-so a task's execution span is the child of its submission wherever and whenever it runs.
+call. The trace context travels as W3C `traceparent` in gRPC metadata and with a task in
+TaskSpec.trace_parent (25 raw bytes, tracing_submit) or TaskSpec.trace_context (the generic
+path's headers), so a task's execution span is the child of its submission wherever and
+whenever it runs.
 
 With tracing on, every task makes two spans, so `submit_span` / `execute_span` / `task_span`
 have fast paths for the default configuration (tracing_spans, tracing_light: a task's execute

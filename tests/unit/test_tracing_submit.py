@@ -33,7 +33,8 @@ def test_submit_records_encode_as_the_sdk_encodes_their_spans():
     records = [("submit f", tp, None, 10, "ember.task_id", task_id),
                ("submit g", tp, local, 11, "ember.task_id", task_id),
                ("submit A.m", tp, remote, 12, "ember.actor_id", b"\xaa" * 16),
-               ("x" * 200, tp, None, 13, "k" * 150, b"\x01" * 100)]  # multi-byte lengths
+               ("x" * 200, tp, None, 13, "k" * 150, b"\x01" * 100),  # multi-byte lengths
+               ("submit %s" + "%" * 28, tp, remote, 37, "%d" * 18 + "%", b"%" * 37)]  # '%' = 0x25 = 37
     spans = [to_readable(r, RES, SCOPE) for r in records]
     s = spans[0]
     assert (s.name, s.kind, s.start_time, s.end_time, dict(s.attributes)) == (
