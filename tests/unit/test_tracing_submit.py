@@ -43,6 +43,21 @@ def test_submit_records_encode_as_the_sdk_encodes_their_spans():
         local.trace_id, int.from_bytes(tp[16:24], "big"), 3, None)
     got = ExportTraceServiceRequest.FromString(otlp_encoding.encode_request(records, RES, SCOPE))
     assert got == sdk_encode(spans)
+    # execute spans (an int parent, the task id first): encoded from a template per name and
+    # the other attributes; twice each, so that the second comes from the cache
+    tid = local.trace_id
+    execs = [("execute f", tid, 21, 1, None, 11, SpanKind.CONSUMER, 11, 19,
+              {"ember.task_id": "ab" * 24, "ember.job_id": "01000000", "ember.node_id": "n1",
+               "ember.worker_id": "w" * 56, "ember.attempt": 0}, None, ()),
+             ("execute %" + "x" * 28, tid, 22, 1, None, 12, SpanKind.CONSUMER, 1, 2,
+              {"ember.task_id": "%" * 37, "%d" * 18 + "%": True, "f": 1.5, "n": -3}, None, ()),
+             ("execute g", tid, 23, 1, None, 13, SpanKind.CONSUMER, 1, 2,
+              {"ember.task_id": "cd" * 24, "l": (1, 2)}, None, ()),  # a sequence: the SDK encodes it
+             ("execute h", tid, 24, 1, None, 14, SpanKind.CONSUMER, 1, 2,
+              {"other": "first", "ember.task_id": "ef" * 24}, None, ())]
+    execs += [(r[0], r[1], r[2] + 10, *r[3:9], {**r[9], "ember.task_id": "99" * 24}, *r[10:]) for r in execs]
+    want = sdk_encode([to_readable(r, RES, SCOPE) for r in execs])
+    assert ExportTraceServiceRequest.FromString(otlp_encoding.encode_request(execs, RES, SCOPE)) == want
     # among full RECORDs and SDK spans of the same batch
     full = expand(records[1])
     mixed = [records[0], full, spans[2]]
