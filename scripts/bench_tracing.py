@@ -13,9 +13,12 @@ the workers it forked; user + system from psutil) over the timed batches, which 
 meaningful under load than wall clock.
 
 `--inproc` measures only what tracing itself costs per task, in one process: the submit span,
-the execute span with its context made current (`tracing.task_span`'s lazy span, or in a tree
-without it `execute_span`'s) and the export of both (OTLP/gRPC to the sink, flushed after every
-1,000 tasks), as CPU time of the process (all threads) minus the same loop without tracing:
+the spec serialized and parsed (the context travels in it: `TaskSpec.trace_parent`'s 25 bytes
+with `tracing.task_submitted`, or a trace_context map entry in a tree without it), the execute
+span with its context made current (`tracing.task_span`'s lazy span, or in a tree without it
+`execute_span`'s) and the export of both (OTLP/gRPC to the sink, flushed after every
+1,000 tasks), as CPU time of the process (all threads) minus the same loop without tracing
+(`--driver`: only the owner's side, the submit span, the spec serialized and the export):
 the figure to compare before/after a change to the tracing code, robust under load. Run it
 with another tree's interpreter to measure that tree.
 
@@ -125,26 +128,42 @@ from ember_common.proto import common_pb2, core_worker_pb2
 
 assert tracing.setup("ember-driver")
 lazy = hasattr(tracing, "task_span")  # this tree's lazy execute span (else: execute_span's LightSpan)
+compact = hasattr(tracing, "task_submitted")  # this tree's compact submit span (TaskSpec.trace_parent)
+driver_only = sys.argv[2] == "driver"  # only the owner's side: submit span, spec serialized, export
 
 def batch():
     for _ in range(1000):
         spec = common_pb2.TaskSpec(name="small_value", task_id=os.urandom(24), job_id=b"\1\0\0\0")
-        tracing.submit_span("submit small_value", spec.trace_context,
-                            **{"ember.task_id": spec.task_id.hex()})
+        if compact:
+            tracing.task_submitted(spec, "submit small_value")
+        else:
+            tracing.submit_span("submit small_value", spec.trace_context,
+                                **{"ember.task_id": spec.task_id.hex()})
+        # the spec travels: serialized by the owner, parsed by the worker
+        if driver_only:
+            spec.SerializeToString()
+            continue
+        spec = common_pb2.TaskSpec.FromString(spec.SerializeToString())
 
         def attributes():
             return {"ember.task_id": spec.task_id.hex(), "ember.job_id": spec.job_id.hex(),
                     "ember.node_id": "n" * 56, "ember.worker_id": "w" * 56, "ember.attempt": 0,
                     "ember.actor_id": None}
 
-        with (tracing.task_span("execute small_value", spec.trace_context, attributes) if lazy else
+        with (tracing.task_span("execute small_value", spec.trace_context, attributes, spec.trace_parent)
+              if compact else
+              tracing.task_span("execute small_value", spec.trace_context, attributes) if lazy else
               tracing.execute_span("execute small_value", spec.trace_context, **attributes())):
             pass
     tracing.flush()
 
 def base():  # the same loop without tracing: subtracted
     for _ in range(1000):
-        common_pb2.TaskSpec(name="small_value", task_id=os.urandom(24), job_id=b"\1\0\0\0")
+        spec = common_pb2.TaskSpec(name="small_value", task_id=os.urandom(24), job_id=b"\1\0\0\0")
+        if driver_only:
+            spec.SerializeToString()
+        else:
+            common_pb2.TaskSpec.FromString(spec.SerializeToString())
 
 for _ in range(2):
     batch()
@@ -157,16 +176,16 @@ for _ in range(n):
     batch()
 t2 = time.process_time()
 print("RESULT " + json.dumps({"tracing_cpu_us_per_task": ((t2 - t1) - (t1 - t0)) / (n * 1000) * 1e6,
-                              "lazy_execute_span": lazy}))
+                              "lazy_execute_span": lazy, "compact_submit_span": compact}))
 """
 
 
-def run_inproc(batches: int, endpoint: str, sampler_arg: float) -> dict:
+def run_inproc(batches: int, endpoint: str, sampler_arg: float, side: str = "both") -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
     if sampler_arg < 1.0:
         env.update(OTEL_TRACES_SAMPLER="parentbased_traceidratio", OTEL_TRACES_SAMPLER_ARG=str(sampler_arg))
-    out = subprocess.run([sys.executable, "-c", _INPROC, str(batches * 4)], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", _INPROC, str(batches * 4), side], env=env, capture_output=True,
                          text=True, timeout=600)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -203,12 +222,14 @@ def main() -> None:
 
     ap.add_argument("--inproc", action="store_true",
                     help="only the tracing work per task, in one process (CPU µs per task)")
+    ap.add_argument("--driver", action="store_true",
+                    help="with --inproc: only the owner's side (submit span, spec serialized, export)")
     args = ap.parse_args()
     with (receiver() if args.receiver else sink()) as (endpoint, pid):
         if args.inproc:
             xs = []
             for i in range(args.rounds):
-                r = run_inproc(args.batches, endpoint, args.sampler_arg)
+                r = run_inproc(args.batches, endpoint, args.sampler_arg, "driver" if args.driver else "both")
                 xs.append(r["tracing_cpu_us_per_task"])
                 print(i, f"tracing CPU per task {xs[-1]:.1f} µs (load average {os.getloadavg()[0]:.1f})", flush=True)
             print(f"mean {statistics.mean(xs):.1f} µs, min {min(xs):.1f} µs")

@@ -306,8 +306,7 @@ class ActorMethod:
             return_ids=return_ids, actor_id=h._ember_actor_id, method_name=self._meta.name,
             caller=core.address_proto, streaming=streaming, concurrency_group=self._group)
         if tracing.enabled():
-            tracing.submit_span(f"submit {name}", spec.trace_context,
-                                **{"ember.actor_id": h._ember_actor_id.hex()})
+            tracing.task_submitted(spec, f"submit {name}", "ember.actor_id", h._ember_actor_id)
         if h._ember_ref is not None:  # the call keeps the actor alive until it is done
             keep.append(h._ember_ref)
         return hand_over(core, TaskEntry(spec, keep, None), n, core.actor_submitter.submit,

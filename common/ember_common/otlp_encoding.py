@@ -6,7 +6,10 @@ the exporting process (holding its GIL).
 `encode_request` writes the whole request as protobuf bytes: each Span message field by field
 (ids, times, the name and attributes from small caches), the resource and scope messages once
 per resource/scope (cached), and the OTLP/gRPC exporter sends the bytes as they are (no message
-object is built, parsed or serialized). Spans with events or links, and attribute values that
+object is built, parsed or serialized). A task's submit span (a SUBMIT record) and execute
+span (a RECORD whose first attribute is the task id) are one bytes formatting each, of a
+template cached per span name and repeating attributes, tag and length included. Spans with
+events or links, and attribute values that
 are not str, bool, int or float, go through the SDK's own per-span encoder. `encode_spans`
 gives the same request as a message (the HTTP exporter). Tests decode the bytes with the OTLP
 protobuf classes and compare them with the SDK encoder's message.
@@ -37,7 +40,28 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
     for s in spans:
         if type(s) is tuple:
             res, sc = resource, scope
-            data = None if s[11] else record_bytes(s)
+            data: bytes | None
+            if len(s) == 6:  # a SUBMIT record (tracing_submit): written with its field tag and length
+                if res is not last_res or sc is not last_sc:
+                    group = by_id.get((id(res), id(sc)))
+                    if group is None:
+                        group = by_id[(id(res), id(sc))] = (res, sc, [])
+                    last_res, last_sc, out = res, sc, group[2]
+                out.append(submit_entry(s))
+                continue
+            elif not s[11]:
+                entry = _exec_entry(s)
+                if entry is not None:
+                    if res is not last_res or sc is not last_sc:
+                        group = by_id.get((id(res), id(sc)))
+                        if group is None:
+                            group = by_id[(id(res), id(sc))] = (res, sc, [])
+                        last_res, last_sc, out = res, sc, group[2]
+                    out.append(entry)
+                    continue
+                data = record_bytes(s)
+            else:
+                data = None
             if data is None:
                 from .tracing_export import to_readable
 
@@ -113,6 +137,8 @@ def _sdk_span_bytes(span: Any) -> bytes:
 def _varint(n: int) -> bytes:
     if n < 0x80:
         return bytes((n,))
+    if n < 0x4000:
+        return bytes((n & 0x7F | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -129,6 +155,7 @@ def _ld(tag: bytes, payload: bytes) -> bytes:
 # Encoded attributes, by (key, value type, value): most values repeat (job, node and worker
 # ids, attempt numbers, method names); bounded by clearing.
 _attr_cache: dict[tuple[str, type, Any], bytes] = {}
+_UNIQUE_KEYS = frozenset({"ember.task_id", "ember.object_id"})
 _ATTR_CACHE_MAX = 4096
 _name_cache: dict[str, tuple[Any, bytes]] = {}  # name -> (kind, name and kind fields)
 _KIND = [b"\x30" + bytes((k + 1,)) for k in range(5)]
@@ -150,6 +177,8 @@ def _attr_bytes(key: str, value: Any) -> bytes | None:
         lk, lv = len(kb), len(vb)
         if lk + lv < 120:  # every length fits one byte: one formatting, no _ld
             data = b"\x4a%c\x0a%c%s\x12%c\x0a%c%s" % (lk + lv + 6, lk, kb, lv + 2, lv, vb)
+            if key in _UNIQUE_KEYS:  # a new value every task: caching it would only evict others
+                return data
             if len(_attr_cache) >= _ATTR_CACHE_MAX:
                 _attr_cache.clear()
             _attr_cache[cache_key] = data
@@ -184,11 +213,127 @@ def _span_bytes(s: Any) -> bytes | None:
 
 def record_bytes(rec: tuple[Any, ...]) -> bytes | None:
     """The Span message of a tracing_export RECORD without events (None: the SDK encodes it)."""
+    entry = _exec_entry(rec)
+    if entry is not None:
+        i = 1
+        while entry[i] & 0x80:  # past ScopeSpans.spans' tag and length
+            i += 1
+        return entry[i + 1:]
     name, trace_id, span_id, _, state, parent, kind, start, end, attrs, status = rec[:11]
     return _fields_bytes(name, trace_id, span_id, state, parent, kind, start, end, attrs, 0, status)
 
 
+def _exec_entry(rec: tuple[Any, ...]) -> bytes | None:
+    """ScopeSpans.spans = 2 holding the Span message of a task's execute span record, from a
+    template; None: not one (record_bytes encodes it field by field)."""
+    name, trace_id, span_id, _, state, parent, kind, start, end, attrs, status = rec[:11]
+    if status is None and state is None and type(parent) is int and attrs:
+        # A task's execute span (tracing_light.TaskSpan): its first attribute (the task id) is
+        # new every time, the others repeat; one template per name and the others.
+        items = tuple(attrs.items())
+        key0, value0 = items[0]
+        if key0 in _UNIQUE_KEYS and type(value0) is str:
+            vb = value0.encode()
+            ck = (name, kind, items[1:], key0, len(vb))
+            fmt: bytes | None
+            try:
+                fmt = _exec_fmts[ck]
+            except KeyError:
+                fmt = _exec_fmt(ck)
+            except TypeError:  # an unhashable value (a list)
+                fmt = None
+            if fmt is not None:
+                return fmt % (_EXEC_IDS(b"\x0a\x10", trace_id >> 64, trace_id & _M64, b"\x12\x08", span_id,
+                                        b"\x22\x08", parent),
+                              _TIMES(b"\x39", start or 0, b"\x41", end or 0), vb)
+    return None
+
+
+def _exec_fmt(ck: tuple[Any, ...]) -> bytes | None:
+    """The template of an execute span's message (see record_bytes), or None when an attribute
+    needs the SDK's encoder."""
+    name, kind, rest, key0, vlen = ck
+    kb = key0.encode()
+    anylen = 1 + len(_varint(vlen)) + vlen  # AnyValue{string_value = 1}
+    kvlen = 1 + len(_varint(len(kb))) + len(kb) + 1 + len(_varint(anylen)) + anylen
+    head = b"\x4a" + _varint(kvlen) + b"\x0a" + _varint(len(kb)) + kb + b"\x12" + _varint(anylen) + b"\x0a" + _varint(vlen)
+    tail = []
+    for k, v in rest:
+        a = _attr_bytes(k, v)
+        if a is None:
+            fmt = None
+            break
+        tail.append(a)
+    else:
+        # ids and parent (one pack), name and kind, the times (one pack), the first attribute's
+        # value, the other attributes, status UNSET, flags (a remote parent)
+        consts = [b"", _ld(b"\x2a", name.encode()) + _KIND[kind.value], head,
+                  b"".join(tail) + _UNSET_STATUS + _FLAGS_REMOTE]
+        size = sum(map(len, consts)) + 38 + 18 + vlen  # + the ids' pack, the times', the value
+        consts[0] = b"\x12" + _varint(size)  # ScopeSpans.spans = 2
+        fmt = b"%s".join(c.replace(b"%", b"%%") for c in consts)
+    if len(_exec_fmts) >= _ATTR_CACHE_MAX:
+        _exec_fmts.clear()
+    _exec_fmts[ck] = fmt
+    return fmt
+
+
+_exec_fmts: dict[tuple[Any, ...], bytes | None] = {}
+
+
+def submit_bytes(rec: tuple[Any, ...]) -> bytes:
+    """The Span message of a tracing_submit SUBMIT record, (name, trace_parent, parent,
+    time_ns, key, value): a PRODUCER span of zero length with one attribute key = value.hex()."""
+    entry = submit_entry(rec)
+    i = 1
+    while entry[i] & 0x80:  # past ScopeSpans.spans' tag and length
+        i += 1
+    return entry[i + 1:]
+
+
+def submit_entry(rec: tuple[Any, ...]) -> bytes:
+    """ScopeSpans.spans = 2 holding a SUBMIT record's Span message: one bytes formatting of a
+    template cached per (name, attribute key, value length, parent kind) with every constant
+    field in it; per span only the ids (trace_parent's bytes as they are), the time and the
+    value's hex are filled in."""
+    name, tp, parent, t, key, value = rec
+    ptype = 0 if parent is None else 2 if parent.is_remote else 1
+    fmt = _submit_fmts.get((name, key, len(value), ptype))
+    if fmt is None:
+        fmt = _submit_fmt(name, key, len(value), ptype)
+    tb = _pack_q(t)
+    if ptype:
+        return fmt % (tp[:16], tp[16:24], _pack_q_be(parent.span_id), tb, tb, value.hex().encode())
+    return fmt % (tp[:16], tp[16:24], tb, tb, value.hex().encode())
+
+
+def _submit_fmt(name: str, key: str, vlen: int, ptype: int) -> bytes:
+    from opentelemetry.trace import SpanKind
+
+    kb, hexlen = key.encode(), 2 * vlen
+    anylen = 1 + len(_varint(hexlen)) + hexlen  # AnyValue{string_value = 1}
+    kvlen = 1 + len(_varint(len(kb))) + len(kb) + 1 + len(_varint(anylen)) + anylen  # KeyValue{key, value}
+    consts = [b"\x0a\x10", b"\x12\x08"]  # trace_id = 1, span_id = 2
+    if ptype:
+        consts.append(b"\x22\x08")  # parent_span_id = 4
+    consts += [_ld(b"\x2a", name.encode()) + _KIND[SpanKind.PRODUCER.value] + b"\x39",  # name, kind, start
+               b"\x41",  # end_time_unix_nano = 8
+               b"\x4a" + _varint(kvlen) + b"\x0a" + _varint(len(kb)) + kb + b"\x12" + _varint(anylen)
+               + b"\x0a" + _varint(hexlen),  # attributes = 9, the value's hex last
+               _UNSET_STATUS + (_FLAGS_REMOTE if ptype == 2 else _FLAGS_LOCAL)]
+    size = sum(map(len, consts)) + 16 + 8 + (8 if ptype else 0) + 8 + 8 + hexlen
+    consts[0] = b"\x12" + _varint(size) + consts[0]  # ScopeSpans.spans = 2
+    fmt = b"%s".join(c.replace(b"%", b"%%") for c in consts)
+    if len(_submit_fmts) >= _ATTR_CACHE_MAX:
+        _submit_fmts.clear()
+    _submit_fmts[(name, key, vlen, ptype)] = fmt
+    return fmt
+
+
+_submit_fmts: dict[tuple[str, str, int, int], bytes] = {}
+_pack_q_be = struct.Struct(">Q").pack
 _IDS = struct.Struct(">2sQQ2sQ").pack  # Span.trace_id = 1, span_id = 2
+_EXEC_IDS = struct.Struct(">2sQQ2sQ2sQ").pack  # trace_id = 1, span_id = 2, parent_span_id = 4
 _PARENT = struct.Struct(">2sQ").pack  # Span.parent_span_id = 4
 _TIMES = struct.Struct("<cQcQ").pack  # Span.start_time_unix_nano = 7, end = 8 (fixed64)
 _M64 = (1 << 64) - 1

@@ -11,8 +11,10 @@
 
 A hand-built TracerProvider does not read OTEL_TRACES_EXPORTER (only auto-instrumentation does),
 so `setup()` does. With tracing off, `enabled()` is False and the hot paths skip every tracing
-call. The trace context travels as W3C `traceparent` in gRPC metadata and in TaskSpec.trace_context,
-so a task's execution span is the child of its submission wherever and whenever it runs.
+call. The trace context travels as W3C `traceparent` in gRPC metadata and with a task in
+TaskSpec.trace_parent (25 raw bytes, tracing_submit) or TaskSpec.trace_context (the generic
+path's headers), so a task's execution span is the child of its submission wherever and
+whenever it runs.
 
 With tracing on, every task makes two spans, so `submit_span` / `execute_span` / `task_span`
 have fast paths for the default configuration (tracing_spans, tracing_light: a task's execute
@@ -36,10 +38,14 @@ from .tracing_files import FileSpanExporter, read_trace, render_tree, span_to_di
 from .tracing_spans import execute_span as execute_span  # the API callers use, re-exported
 from .tracing_spans import extract as extract
 from .tracing_spans import inject as inject
+from .tracing_spans import parse_trace_parent as parse_trace_parent
 from .tracing_spans import set_error as set_error
 from .tracing_spans import span as span
 from .tracing_spans import submit_span as submit_span
 from .tracing_spans import task_span as task_span
+from .tracing_spans import traceparent as traceparent
+from .tracing_submit import task_submitted as task_submitted
+from .tracing_submit import trace_id_hex as trace_id_hex
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +108,9 @@ def setup(default_service_name: str, node_id: str = "") -> bool:
                 exp.resource, exp.scope = provider.resource, buffer.scope
         _enabled = True
         tracing_spans.init(provider, _tracer)
+        from . import tracing_submit
+
+        tracing_submit.init()
         return True
 
 
@@ -230,8 +239,13 @@ def metadata() -> tuple[tuple[str, str], ...] | None:
     return tuple(carrier.items()) or None
 
 
-def metadata_from(trace_context: Any) -> tuple[tuple[str, str], ...] | None:
-    """gRPC metadata for a task's own trace context (a TaskSpec.trace_context map)."""
-    if not _enabled or not trace_context:
+def metadata_from(trace_context: Any, trace_parent: bytes = b"") -> tuple[tuple[str, str], ...] | None:
+    """gRPC metadata for a task's own trace context (a TaskSpec's trace_parent when given, else
+    its trace_context map)."""
+    if not _enabled:
+        return None
+    if trace_parent:
+        return (("traceparent", traceparent(trace_parent)),) if parse_trace_parent(trace_parent) else None
+    if not trace_context:
         return None
     return tuple(trace_context.items())

@@ -11,7 +11,8 @@ come through `on_end()` as ReadableSpans, as with any span processor.
 
 RECORD = (name, trace_id, span_id, trace_flags, trace_state, parent, kind, start_ns, end_ns,
 attributes, status, events); parent is None, a SpanContext, or the span id (int) of a remote
-parent in the same trace (a task's execute span: tracing_light.TaskSpan).
+parent in the same trace (a task's execute span: tracing_light.TaskSpan). A task's submit span
+may also come as a 6-tuple SUBMIT record (tracing_submit), which to_readable expands.
 """
 from __future__ import annotations
 
@@ -169,6 +170,8 @@ def to_readable(rec: Record, resource: Any, scope: Any) -> Any:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.trace import SpanContext, TraceFlags
 
+    if len(rec) == 6:  # a SUBMIT record (tracing_submit)
+        rec = expand(rec)
     name, trace_id, span_id, flags, state, parent, kind, start, end, attrs, status, events = rec
     if type(parent) is int:
         parent = SpanContext(trace_id, parent, True, TraceFlags(flags), state)
@@ -176,3 +179,13 @@ def to_readable(rec: Record, resource: Any, scope: Any) -> Any:
     return ReadableSpan(name=name, context=SpanContext(trace_id, span_id, False, TraceFlags(flags), state),
                         parent=parent, resource=resource, attributes=attrs, events=events or (),
                         kind=kind, start_time=start, end_time=end, instrumentation_scope=scope, **extra)
+
+
+def expand(rec: Record) -> Record:
+    """The RECORD of a tracing_submit SUBMIT record, (name, trace_parent, parent, time_ns, key,
+    value): a zero-length PRODUCER span with the attribute key = value.hex()."""
+    from opentelemetry.trace import SpanKind
+
+    name, tp, parent, t, key, value = rec
+    return (name, int.from_bytes(tp[:16], "big"), int.from_bytes(tp[16:24], "big"), tp[24], None,
+            parent, SpanKind.PRODUCER, t, t, {key: value.hex()}, None, ())

@@ -207,13 +207,22 @@ def _submit_span_generic(name: str, carrier: Any, attributes: dict[str, Any]) ->
     sp.end()
 
 
-def task_span(name: str, carrier: Any, attributes: Callable[[], dict[str, Any]]) -> Any:
+def task_span(name: str, carrier: Any, attributes: Callable[[], dict[str, Any]],
+              trace_parent: bytes = b"") -> Any:
     """A context manager: a task's CONSUMER execute span, as execute_span(name, carrier,
     **attributes()), made cheaply on the fast path: a lazy span (tracing_light.task_span_class)
     made current, recorded as one record at the end; attributes() is called only then (None
-    values dropped), and not at all when the task is not sampled."""
-    ids = _parse_ids(carrier) if _fast and _otel.parent_based else None
+    values dropped), and not at all when the task is not sampled. trace_parent (the TaskSpec's
+    compact context, tracing_submit) is taken when given, else carrier (trace_context)."""
+    ids: tuple[int, int, int, str | None] | None = None
+    if _fast and _otel.parent_based:
+        if trace_parent:
+            ids = parse_trace_parent(trace_parent)
+        else:
+            ids = _parse_ids(carrier)
     if ids is None:
+        if trace_parent:
+            carrier = {"traceparent": traceparent(trace_parent)} if parse_trace_parent(trace_parent) else {}
         return execute_span(name, carrier, **attributes())
     return _TaskContext(_TaskSpan(*ids, name, attributes))
 
@@ -248,6 +257,23 @@ def execute_span(name: str, carrier: Any, **attributes: Any) -> Any:
     if parent is None:
         return span(name, context=extract(carrier), kind="CONSUMER", **attributes)
     return _CurrentSpan(name, parent, {k: v for k, v in attributes.items() if v is not None})
+
+
+def parse_trace_parent(tp: bytes) -> tuple[int, int, int, None] | None:
+    """(trace id, parent span id, flags, no tracestate) from a TaskSpec.trace_parent (25 bytes:
+    trace id, span id, flags; tracing_submit), or None when it is malformed (a wrong length, a
+    zero id)."""
+    if len(tp) != 25:
+        return None
+    trace_id, span_id = int.from_bytes(tp[:16], "big"), int.from_bytes(tp[16:24], "big")
+    if not trace_id or not span_id:
+        return None
+    return trace_id, span_id, tp[24], None
+
+
+def traceparent(tp: bytes) -> str:
+    """The W3C traceparent header of a TaskSpec.trace_parent."""
+    return f"00-{tp[:16].hex()}-{tp[16:24].hex()}-{tp[24]:02x}"
 
 
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")

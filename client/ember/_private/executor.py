@@ -259,7 +259,7 @@ class TaskExecutor(PipelineEffects):
         """Runs one task or call here (main or pool thread) and returns its reply."""
         start = time.time_ns()
         task_events.started(spec, start)
-        if tracing.enabled() and spec.trace_context:
+        if tracing.enabled() and (spec.trace_parent or spec.trace_context):
             with self._span(spec) as sp:
                 reply = self._execute(spec)
                 if reply.is_application_error:
@@ -295,7 +295,7 @@ class TaskExecutor(PipelineEffects):
         # attributes() is called when the span is recorded (a lazy span: tracing.task_span).
         # The kit types the context manager as Any (several span kinds behind it).
         return cast(ContextManager[Any], tracing.task_span(f"execute {spec.name}", spec.trace_context,
-                                                           attributes))
+                                                           attributes, spec.trace_parent))
 
     def _execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         creating = spec.HasField("actor_creation")
@@ -388,7 +388,7 @@ class TaskExecutor(PipelineEffects):
             start = time.time_ns()
             task_events.started(spec, start)
             try:
-                if tracing.enabled() and spec.trace_context:
+                if tracing.enabled() and (spec.trace_parent or spec.trace_context):
                     with self._span(spec) as sp:
                         reply = await self._run_async_call(spec)
                         if reply.is_application_error:

@@ -15,7 +15,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Awaitable
 
 from ember import exceptions as exc
-from ember_common import rpc
+from ember_common import rpc, tracing
 from ember_common.proto import common_pb2, core_worker_pb2
 
 from . import result_pipeline as rp
@@ -127,9 +127,8 @@ class PipelineEffects:
         while frames is not None and frames.tb_frame.f_code.co_filename.startswith(_PRIVATE_DIR):
             frames = frames.tb_next  # Ember's own frames above the user's code
         tb = "".join(traceback.format_exception(type(e), e, frames))
-        tp = spec.trace_context.get("traceparent", "")
-        trace_id = tp.split("-")[1] if tp.count("-") >= 2 else ""
-        return exc.RayTaskError(spec.name, tb, e, pid=os.getpid(), ip=self.core.ip, trace_id=trace_id)
+        return exc.RayTaskError(spec.name, tb, e, pid=os.getpid(), ip=self.core.ip,
+                                trace_id=tracing.trace_id_hex(spec))
 
     def _error_reply(self, spec: common_pb2.TaskSpec, error: BaseException,
                      application: bool = False, index: int = 0) -> core_worker_pb2.PushTaskReply:

@@ -119,8 +119,7 @@ class Reconstructor:
                 with tracing.span(f"reconstruct {spec.name}", **attrs):
                     arg_refs = await self._prepare(spec, depth)
                     spec.trace_context.clear()
-                    tracing.submit_span(f"submit {spec.name}", spec.trace_context,
-                                        **{"ember.task_id": plan.task_id.hex()})
+                    tracing.task_submitted(spec, f"submit {spec.name}", "ember.task_id", plan.task_id)
             else:
                 arg_refs = await self._prepare(spec, depth)
         except BaseException:

@@ -226,8 +226,7 @@ def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, a
         spec.return_ids.extend(ids.object_id_for_return(task_id, i + 1)
                                for i in range(max(num_returns, 1)))
     if tracing.enabled():
-        tracing.submit_span(f"submit {template.name}", spec.trace_context,
-                            **{"ember.task_id": task_id.hex()})
+        tracing.task_submitted(spec, f"submit {template.name}")
     return hand_over(core, TaskEntry(spec, keep, template.max_retries, key, allowlist), num_returns,
                      core.submitter.submit)
 

@@ -144,7 +144,7 @@ def _freeze(spec: common_pb2.TaskSpec, r: Sequence[Any], running: int, finished:
     """The record r of spec's attempt as plain values (the last three times given)."""
     aid = spec.actor_id
     kind = (_ACTOR_CREATION if spec.HasField("actor_creation") else _ACTOR_TASK) if aid else _NORMAL
-    trace = _trace_id(spec) if tracing.enabled() and spec.trace_context else ""
+    trace = tracing.trace_id_hex(spec) if tracing.enabled() else ""
     return (spec.task_id, spec.attempt, spec.job_id, spec.name, aid, kind, trace,
             r[2], r[3], r[4], running, finished, failed, r[8], error)
 
@@ -175,7 +175,7 @@ def replied(entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
             aid = spec.actor_id
             _closed.extend((spec.task_id, spec.attempt, spec.job_id, spec.name, aid,
                             (_ACTOR_CREATION if spec.HasField("actor_creation") else _ACTOR_TASK) if aid else _NORMAL,
-                            _trace_id(spec) if tracing.enabled() and spec.trace_context else "",
+                            tracing.trace_id_hex(spec) if tracing.enabled() else "",
                             r[2], r[3], r[4], reply.start_time_ns, reply.end_time_ns or _time_ns(), 0, r[8], None))
         else:
             _drop(spec)
@@ -287,11 +287,6 @@ def encode(records: Flat, me: tuple[str, str, int], workers: dict[str, tuple[str
         b.error_type.extend([e[0] for _, e in found_errors])
         b.error_message.extend([e[1] for _, e in found_errors])
     return b, {job.hex(): n for job, n in collections.Counter(jobs).items()}
-
-
-def _trace_id(spec: common_pb2.TaskSpec) -> str:
-    tp = spec.trace_context.get("traceparent", "")
-    return tp.split("-")[1] if tp.count("-") >= 2 else ""
 
 
 def take(sent_open: dict[Any, tuple[Any, ...]]) -> Flat:

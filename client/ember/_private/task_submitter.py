@@ -169,7 +169,7 @@ class TaskSubmitter:
             granted = await self.core.raylet.request_worker_lease(
                 request, address=addr, keep_trying=lambda: not self.queue.closing,
                 on_hop=lambda a: self.queue.request_moved(key, lease_id, a),
-                metadata=tracing.metadata_from(spec.trace_context))
+                metadata=tracing.metadata_from(spec.trace_context, spec.trace_parent))
         except rpc.Infeasible as e:
             # The raylet could not set up the runtime env: every queued task of this env fails
             # with RuntimeEnvSetupError (not retried: the same env would fail again).
