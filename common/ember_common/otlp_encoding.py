@@ -17,7 +17,7 @@ protobuf classes and compare them with the SDK encoder's message.
 from __future__ import annotations
 
 import struct
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
 def encode_spans(spans: Sequence[Any], resource: Any = None, scope: Any = None) -> Any:
@@ -101,30 +101,29 @@ _res_cache: dict[int, tuple[Any, bytes]] = {}  # id(resource) -> (resource, its 
 _scope_cache: dict[int, tuple[Any, bytes]] = {}
 
 
-def _resource_bytes(res: Any) -> bytes:
-    hit = _res_cache.get(id(res))
-    if hit is not None and hit[0] is res:
+def _cached_bytes(cache: dict[int, tuple[Any, bytes]], obj: Any, encode: Callable[[Any], Any]) -> bytes:
+    """encode(obj)'s serialized message, cached by identity (the entry holds obj, so its id is
+    not reused while cached)."""
+    hit = cache.get(id(obj))
+    if hit is not None and hit[0] is obj:
         return hit[1]
+    data: bytes = encode(obj).SerializeToString()
+    if len(cache) >= 256:
+        cache.clear()
+    cache[id(obj)] = (obj, data)
+    return data
+
+
+def _resource_bytes(res: Any) -> bytes:
     from opentelemetry.exporter.otlp.proto.common._internal import _encode_resource
 
-    data: bytes = _encode_resource(res).SerializeToString()
-    if len(_res_cache) >= 256:
-        _res_cache.clear()
-    _res_cache[id(res)] = (res, data)  # holds res: its id is not reused while cached
-    return data
+    return _cached_bytes(_res_cache, res, _encode_resource)
 
 
 def _scope_bytes(sc: Any) -> bytes:
-    hit = _scope_cache.get(id(sc))
-    if hit is not None and hit[0] is sc:
-        return hit[1]
     from opentelemetry.exporter.otlp.proto.common._internal import _encode_instrumentation_scope
 
-    data: bytes = _encode_instrumentation_scope(sc).SerializeToString()
-    if len(_scope_cache) >= 256:
-        _scope_cache.clear()
-    _scope_cache[id(sc)] = (sc, data)
-    return data
+    return _cached_bytes(_scope_cache, sc, _encode_instrumentation_scope)
 
 
 def _sdk_span_bytes(span: Any) -> bytes:

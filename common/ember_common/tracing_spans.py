@@ -310,11 +310,11 @@ def _parse_traceparent(carrier: Any) -> Any:
     return o.SpanContext(trace_id, span_id, True, o.TraceFlags(flags), state)
 
 
-class _CurrentSpan:
+class _CurrentSpan(_TaskContext):
     """start_span + attach, end + detach: what start_as_current_span does, without its
-    generator-based context managers."""
+    generator-based context managers (ends as _TaskContext does)."""
 
-    __slots__ = ("name", "parent", "attributes", "span", "token")
+    __slots__ = ("name", "parent", "attributes")
 
     def __init__(self, name: str, parent: Any, attributes: dict[str, Any]) -> None:
         self.name, self.parent, self.attributes = name, parent, attributes
@@ -331,18 +331,8 @@ class _CurrentSpan:
             sp = (_LightSpan(self.name, ctx, parent, self.attributes, o.SpanKind.CONSUMER)
                   if parent.trace_flags & 1 else o.NonRecordingSpan(ctx))
         self.span = sp
-        self.token = o.context.attach(o.set_span_in_context(sp))
+        self.token = o.attach(o.set_span_in_context(sp))
         return sp
-
-    def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
-        sp = self.span
-        try:
-            if exc is not None and sp.is_recording():
-                sp.record_exception(exc)
-                set_error(sp, f"{typ.__name__}: {exc}")
-        finally:
-            sp.end()
-            _otel.context.detach(self.token)
 
 
 def set_error(span_obj: Any, message: str) -> None:
