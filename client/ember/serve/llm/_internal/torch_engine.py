@@ -153,16 +153,8 @@ class TorchEngine(LLMEngine):
 
     # -------------------------------------------------------------- event-loop side
     async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationDelta]]:
-        if self._error is not None:
-            raise RuntimeError(f"the engine failed: {self._error!r}")
-        self._loop = asyncio.get_running_loop()
+        seqs = self._admit(request)
         rid = request.request_id
-        if rid in self._outputs:
-            raise ValueError(f"request id {rid} is already running")
-        now = time.monotonic()
-        seqs = [Sequence(f"{rid}/{i}", rid, i, list(request.prompt_token_ids), request.params, now)
-                for i in range(request.params.n)]
-        self._check_prompt(request)
         out = self._outputs[rid] = _Output(len(seqs))
         self._post("add", seqs)
         try:
@@ -180,10 +172,20 @@ class TorchEngine(LLMEngine):
             if out.left > 0:  # the consumer stopped early: free the batch slot
                 self._post("abort", rid)
 
-    def _check_prompt(self, request: GenerationRequest) -> None:
+    def _admit(self, request: GenerationRequest) -> list[Sequence]:
+        """Checks a new request (on the event loop) and makes its sequences."""
+        if self._error is not None:
+            raise RuntimeError(f"the engine failed: {self._error!r}")
+        self._loop = asyncio.get_running_loop()
+        rid = request.request_id
+        if rid in self._outputs:
+            raise ValueError(f"request id {rid} is already running")
         if len(request.prompt_token_ids) >= self._max_len:
             raise ValueError(f"the prompt has {len(request.prompt_token_ids)} tokens; this model's context "
                              f"is {self._max_len} tokens (prompt plus at least one generated token)")
+        now = time.monotonic()
+        return [Sequence(f"{rid}/{i}", rid, i, list(request.prompt_token_ids), request.params, now)
+                for i in range(request.params.n)]
 
     def submit(self, request: GenerationRequest, callback: Callable[[Any], None]) -> None:
         """Push mode (on the event loop): callback(delta) runs on this loop for each delta of
@@ -192,16 +194,8 @@ class TorchEngine(LLMEngine):
         (finish_reason set) or the exception it is not called again. `cancel(request_id)`
         stops it. The same work as generate(), one await layer and one task wake-up less per
         token and stream."""
-        if self._error is not None:
-            raise RuntimeError(f"the engine failed: {self._error!r}")
-        self._loop = asyncio.get_running_loop()
+        seqs = self._admit(request)
         rid = request.request_id
-        if rid in self._outputs:
-            raise ValueError(f"request id {rid} is already running")
-        self._check_prompt(request)
-        now = time.monotonic()
-        seqs = [Sequence(f"{rid}/{i}", rid, i, list(request.prompt_token_ids), request.params, now)
-                for i in range(request.params.n)]
         self._outputs[rid] = _Output(len(seqs), callback)
         self._post("add", seqs)
 
