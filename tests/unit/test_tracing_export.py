@@ -14,6 +14,7 @@ import time
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode, TraceState
+from tracing_child import keep_spans
 
 from ember_common import otlp_encoding
 from ember_common.tracing_export import SpanBuffer, to_readable
@@ -103,23 +104,9 @@ def test_records_encode_as_the_sdk_encodes_their_spans():
     assert otlp_encoding.encode_spans(spans) == sdk_encode(spans)
 
 
-SAMPLING = textwrap.dedent("""
+SAMPLING = keep_spans("ember-test") + textwrap.dedent("""
     import json
-    from opentelemetry.sdk.trace.export import SpanExportResult
-    from ember_common import tracing
 
-    assert tracing.setup("ember-test")
-    got = []
-
-    class Keep:
-        accepts_records = True
-        def export(self, batch):
-            got.extend(batch)
-            return SpanExportResult.SUCCESS
-        def shutdown(self):
-            pass
-
-    tracing.tracing_spans._buffer.exporters = [Keep()]
     carriers = []
     for i in range(400):
         c = {}

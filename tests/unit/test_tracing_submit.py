@@ -16,6 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+from tracing_child import keep_spans
 
 from ember_common import otlp_encoding, tracing_submit
 from ember_common.proto import common_pb2
@@ -79,26 +80,12 @@ def test_trace_parent_helpers():
     assert tracing_submit.trace_id_hex(common_pb2.TaskSpec()) == ""
 
 
-TASK = textwrap.dedent("""
+TASK = keep_spans("ember-driver") + textwrap.dedent("""
     import json, os
     from opentelemetry import baggage, context, trace
-    from opentelemetry.sdk.trace.export import SpanExportResult
-    from ember_common import tracing
     from ember_common.proto import common_pb2
     from ember_common.tracing_export import expand, to_readable
 
-    assert tracing.setup("ember-driver")
-    got = []
-
-    class Keep:
-        accepts_records = True
-        def export(self, batch):
-            got.extend(batch)
-            return SpanExportResult.SUCCESS
-        def shutdown(self):
-            pass
-
-    tracing.tracing_spans._buffer.exporters = [Keep()]
     out = {"specs": []}
     for i in range(int(os.environ["N_TASKS"])):
         spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(24))

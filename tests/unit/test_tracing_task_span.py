@@ -17,6 +17,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+from tracing_child import keep_spans
 
 from ember_common import otlp_encoding
 from ember_common.tracing_export import to_readable
@@ -59,25 +60,11 @@ def test_request_bytes_decode_to_the_sdk_encoders_message():
     assert otlp_encoding.encode_request([], DRIVER_RES, SCOPE) == b""
 
 
-TASK = textwrap.dedent("""
+TASK = keep_spans("ember-worker") + textwrap.dedent("""
     import json, os
     from opentelemetry import trace
-    from opentelemetry.sdk.trace.export import SpanExportResult
-    from ember_common import tracing
     from ember_common.proto import common_pb2
 
-    assert tracing.setup("ember-worker")
-    got = []
-
-    class Keep:
-        accepts_records = True
-        def export(self, batch):
-            got.extend(batch)
-            return SpanExportResult.SUCCESS
-        def shutdown(self):
-            pass
-
-    tracing.tracing_spans._buffer.exporters = [Keep()]
     tracer = trace.get_tracer("user")
     calls = []
 
