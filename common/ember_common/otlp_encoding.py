@@ -280,16 +280,6 @@ def _exec_fmt(ck: tuple[Any, ...]) -> bytes | None:
 _exec_fmts: dict[tuple[Any, ...], bytes | None] = {}
 
 
-def submit_bytes(rec: tuple[Any, ...]) -> bytes:
-    """The Span message of a tracing_submit SUBMIT record, (name, trace_parent, parent,
-    time_ns, key, value): a PRODUCER span of zero length with one attribute key = value.hex()."""
-    entry = submit_entry(rec)
-    i = 1
-    while entry[i] & 0x80:  # past ScopeSpans.spans' tag and length
-        i += 1
-    return entry[i + 1:]
-
-
 def submit_entry(rec: tuple[Any, ...]) -> bytes:
     """ScopeSpans.spans = 2 holding a SUBMIT record's Span message: one bytes formatting of a
     template cached per (name, attribute key, value length, parent kind) with every constant
