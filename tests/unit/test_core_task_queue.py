@@ -162,6 +162,21 @@ def test_application_errors_are_retried_only_with_retry_exceptions():
     assert of(q.push_replied(retried, APP_ERROR), Complete) == [Complete(retried, APP_ERROR)]
 
 
+def test_a_refused_spec_is_not_retried_even_with_retry_exceptions():
+    """A worker refuses a malformed spec without running it: retrying the same spec would be
+    refused again, so the error is the result at once, with every retry left."""
+    from ember._private.task_stream import refused_reply
+
+    q, _ = make()
+    t = task(1, retries=3, retry_exceptions=True)
+    refused = refused_reply(t.spec, "/ember.CoreWorker/TaskStream: task 1: field 'name' is bad")
+    assert refused.refused and refused.is_application_error
+    q.enqueue(t)
+    grant(q, b"L0")
+    assert of(q.push_replied(t, refused), Complete) == [Complete(t, refused)]
+    assert t.retries_left == 3 and t.spec.attempt == 0
+
+
 def test_an_allowlist_retries_only_the_errors_the_classifier_accepts():
     seen: list[tuple[str, tuple]] = []
 

@@ -413,8 +413,9 @@ class TaskQueue:
 
     def _retries_error(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> bool:
         """Whether an application error is retried: retries left, retry_exceptions set, and the
-        error of an allowlisted class when there is an allowlist."""
-        if entry.retries_left == 0 or not entry.spec.retry_exceptions:
+        error of an allowlisted class when there is an allowlist. A spec the worker refused as
+        malformed never is: the same spec would be refused again."""
+        if entry.retries_left == 0 or not entry.spec.retry_exceptions or reply.refused:
             return False
         allow = entry.retry_allowlist
         return allow is None or (bool(allow) and self._classify(reply, allow))

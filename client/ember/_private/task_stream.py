@@ -257,9 +257,10 @@ async def serve_stream(executor: TaskExecutor, request_iterator: AsyncIterator[c
 
 def refused_reply(spec: common_pb2.TaskSpec, text: str) -> core_worker_pb2.PushTaskReply:
     """The reply of a task whose spec is malformed (text names the field): it did not run, and
-    each of its returns (a generator: its first item) raises RaySystemError with the text."""
+    each of its returns (a generator: its first item) raises RaySystemError with the text.
+    `refused` tells the owner not to retry it (`retry_exceptions` is for the user's errors)."""
     error = exc.RaySystemError(f"INVALID_ARGUMENT: {text}")
-    reply = core_worker_pb2.PushTaskReply(is_application_error=True, error_message=text)
+    reply = core_worker_pb2.PushTaskReply(is_application_error=True, error_message=text, refused=True)
     sv = serialize_error(error)
     if spec.streaming:
         reply.num_streamed = 1
