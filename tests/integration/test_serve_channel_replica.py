@@ -1,6 +1,7 @@
 """The stream channel (serve/_private/stream_channel.py) on a real loopback socket, between a real
 ServeReplica built in this process (no cluster) and the caller's ChannelClient: the first chunk
-is never held back, chunks coalesce only when they queue, a caller that goes away frees its
+is never held back, chunks coalesce only when they queue, a caller that does not read stops the
+pushes (back-pressure) and gets everything once it reads, a caller that goes away frees its
 streams (the user's generator is closed), and a connection without the secret gets nothing."""
 from __future__ import annotations
 
@@ -42,7 +43,19 @@ class Gen:
             finally:
                 CLOSED.append("endless")
 
-        return StreamingResponse({"late": late_then_slow, "burst": burst, "endless": endless}[kind]())
+        async def big():  # 300 x 64 KiB, one a loop iteration: far past the channel's high-water mark
+            await asyncio.sleep(0.1)
+            for i in range(300):
+                yield bytes([i % 251]) * 65536
+                await asyncio.sleep(0)
+
+        async def paced():  # a token generator's pace
+            for i in range(20):
+                yield f"{i:02d}"
+                await asyncio.sleep(0.005)
+
+        return StreamingResponse({"late": late_then_slow, "burst": burst, "endless": endless,
+                                  "big": big, "paced": paced}[kind]())
 
 
 def _replica() -> ServeReplica:
@@ -168,6 +181,47 @@ def test_a_connection_without_the_secret_or_for_a_connected_group_is_closed_and_
         await _until(lambda: len(caller.body("s1")) > n + 3)  # its caller still gets it
         rep.cancel("s1")
         await _until(lambda: rep.stream_stats()["open"] == 0)
+        conn.close()
+        await asyncio.wait_for(caller.lost, 5)
+        await rep._channel.aclose()
+    asyncio.run(go())
+
+
+def test_a_caller_that_does_not_read_stops_the_pushes_and_gets_everything_once_it_reads():
+    async def go():
+        rep = _replica()
+        caller, conn = await _open(rep)
+        assert conn.transport is not None
+        conn.transport.pause_reading()  # the caller's socket fills up
+        await _start(rep, "big", "big")
+        await asyncio.sleep(0.5)
+        pushes = rep.stream_stats()["channel_pushes"]
+        await asyncio.sleep(0.3)
+        assert rep.stream_stats()["channel_pushes"] == pushes  # stopped: past the high-water mark
+        assert not caller.done("big") and rep.stream_stats()["open"] == 1
+        conn.transport.resume_reading()
+        await _until(lambda: caller.done("big"))
+        assert caller.body("big") == b"".join(bytes([i % 251]) * 65536 for i in range(300))
+        assert rep.stream_stats()["open"] == 0
+        conn.close()
+        await asyncio.wait_for(caller.lost, 5)
+        await rep._channel.aclose()
+    asyncio.run(go())
+
+
+def test_each_paced_chunk_is_pushed_on_its_own_without_a_poll():
+    """Chunks 5 ms apart each leave in their own send as soon as produced (nothing waits for a
+    batch to fill), and the replica serves no stream_poll call for them."""
+    async def go():
+        rep = _replica()
+        caller, conn = await _open(rep)
+        reply = await _start(rep, "p", "paced")
+        assert reply[3] == b"00"  # the first chunk rides with the head
+        await _until(lambda: caller.done("p"))
+        assert reply[3] + caller.body("p") == "".join(f"{i:02d}" for i in range(20)).encode()
+        stats = rep.stream_stats()
+        assert stats["stream_poll"] == 0 and stats["stream_next"] == 0
+        assert stats["channel_pushes"] >= 15  # 19 chunks (and the end) 5 ms apart: about one send each
         conn.close()
         await asyncio.wait_for(caller.lost, 5)
         await rep._channel.aclose()

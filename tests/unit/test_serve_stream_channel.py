@@ -32,7 +32,7 @@ def test_handle_stream_items_and_a_user_error_to_fetch():
 
 
 def test_hello_carries_secret_and_group_and_the_server_checks_both():
-    server = sc.ChannelServer(None, None, "127.0.0.1")  # type: ignore[arg-type]
+    server = sc.ChannelServer(None, None, None, "127.0.0.1")  # type: ignore[arg-type]
     secret = server._secret
     assert server._check_hello(sc.hello(secret, "proxy-1c0")) == "proxy-1c0"
     assert server._check_hello(sc.hello("0" * 32, "proxy-1c0")) is None  # wrong secret

@@ -146,14 +146,17 @@ class StreamPump:
 
 
 class StreamMux:
-    """The open HTTP streams of one caller (a proxy) on this replica; `poll()` returns what any
-    of them has ready. Loop thread only."""
+    """The open streams of one caller (a proxy, a handle runtime) on this replica; `poll()`
+    returns what any of them has ready, waiting while none has; `take_ready()` the same without
+    waiting, for a stream channel, whose `notify` is called each time a stream becomes ready.
+    Loop thread only."""
 
-    def __init__(self) -> None:
+    def __init__(self, notify: Callable[[], None] | None = None) -> None:
         self._pumps: dict[str, StreamPump] = {}
         self._raw: set[str] = set()  # handle streams: items as a list, errors fetched by stream_next
         self._ready: dict[str, None] = {}  # stream ids with something to take (ordered)
         self._waiter: asyncio.Future | None = None
+        self.notify = notify
 
     def __len__(self) -> int:
         return len(self._pumps)
@@ -183,6 +186,8 @@ class StreamMux:
         f, self._waiter = self._waiter, None
         if f is not None and not f.done():
             f.set_result(None)
+        if self.notify is not None:
+            self.notify()
 
     async def poll(self, timeout_s: float) -> list[tuple[str, Any, bool, str | None]]:
         """(stream_id, what it produced, done, error) for every stream with something ready;
@@ -197,6 +202,10 @@ class StreamMux:
                 await asyncio.wait_for(asyncio.shield(f), timeout_s)
             except asyncio.TimeoutError:
                 return []
+        return self.take_ready()
+
+    def take_ready(self) -> list[tuple[str, Any, bool, str | None]]:
+        """poll() without waiting: [] when nothing is ready."""
         out: list[tuple[str, Any, bool, str | None]] = []
         ready, self._ready = self._ready, {}
         for sid in ready:
