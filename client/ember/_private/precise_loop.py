@@ -8,9 +8,9 @@ between 0 and 1 ms late (measured in a Serve replica with 16 streams sleeping 5 
 late on average, 64 x 0.7 = 45 ms more per 64-item stream).
 
 `PreciseEpollSelector` waits for the epoll descriptor itself with `select()`, whose timeout
-has microsecond resolution, and then collects the ready events without blocking. That is one
-more system call per blocking wait with a timer pending, and nothing else changes: readiness,
-registration and the loop are the stock ones. A wait with no timer pending (timeout None), a
+has microsecond resolution, and then, when it became readable, collects the ready events
+without blocking: a wait that ends at its timer is one system call as before, one that ends on
+I/O two. Nothing else changes: readiness, registration and the loop are the stock ones. A wait with no timer pending (timeout None), a
 poll (timeout 0), or an epoll descriptor numbered past select()'s FD_SETSIZE take the stock path.
 """
 from __future__ import annotations
@@ -31,10 +31,8 @@ class PreciseEpollSelector(selectors.EpollSelector):
         if timeout is not None and timeout > 0:
             fd = self._selector.fileno()  # type: ignore[attr-defined]
             if fd < _FD_SETSIZE:
-                try:
-                    select.select([fd], [], [], timeout)
-                except InterruptedError:
-                    pass
+                if not select.select([fd], [], [], timeout)[0]:
+                    return []  # the timeout: nothing to collect (one system call for a timer)
                 timeout = 0
         return super().select(timeout)
 
