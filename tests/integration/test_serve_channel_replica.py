@@ -54,8 +54,20 @@ class Gen:
                 yield f"{i:02d}"
                 await asyncio.sleep(0.005)
 
+        async def mixed():  # str, bytes and JSON items, then one that is none of them
+            try:
+                await asyncio.sleep(0.2)
+                yield "a"
+                yield b"b"
+                yield {"c": 1}
+                await asyncio.sleep(0.05)
+                yield object()
+                yield "never"
+            finally:
+                CLOSED.append("mixed")
+
         return StreamingResponse({"late": late_then_slow, "burst": burst, "endless": endless,
-                                  "big": big, "paced": paced}[kind]())
+                                  "big": big, "paced": paced, "mixed": mixed}[kind]())
 
 
 def _replica() -> ServeReplica:
@@ -222,6 +234,27 @@ def test_each_paced_chunk_is_pushed_on_its_own_without_a_poll():
         stats = rep.stream_stats()
         assert stats["stream_poll"] == 0 and stats["stream_next"] == 0
         assert stats["channel_pushes"] >= 15  # 19 chunks (and the end) 5 ms apart: about one send each
+        conn.close()
+        await asyncio.wait_for(caller.lost, 5)
+        await rep._channel.aclose()
+    asyncio.run(go())
+
+
+def test_items_become_bytes_in_the_pump_and_one_that_cannot_ends_the_stream():
+    """The pump reads the user's generator itself (no wrapper) and converts each item: str as
+    UTF-8, bytes as they are, anything else as JSON; an item JSON cannot encode ends the stream
+    with that error after the items before it, and the generator is closed."""
+    async def go():
+        rep = _replica()
+        caller, conn = await _open(rep)
+        CLOSED.clear()
+        await _start(rep, "m", "mixed")
+        await _until(lambda: caller.done("m"))
+        assert caller.body("m") == b'ab{"c": 1}'
+        err = [e for _, sid, _, _, e in caller.got if sid == "m" and e]
+        assert err and err[0].startswith("TypeError:") and "JSON serializable" in err[0]
+        await _until(lambda: CLOSED == ["mixed"])
+        assert rep.stream_stats()["open"] == 0
         conn.close()
         await asyncio.wait_for(caller.lost, 5)
         await rep._channel.aclose()

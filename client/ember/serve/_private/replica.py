@@ -159,8 +159,8 @@ class ServeReplica:
                 pump.close()
             self._end_stream(sid)
 
-    def _start_stream(self, stream_id: str, it: Any) -> StreamPump:
-        pump = self._streams[stream_id] = StreamPump(aiter_any(it))
+    def _start_stream(self, stream_id: str, it: Any, convert: Callable[[Any], Any] | None = None) -> StreamPump:
+        pump = self._streams[stream_id] = StreamPump(aiter_any(it), convert=convert)
         return pump
 
     def _end_stream(self, stream_id: str) -> None:
@@ -269,7 +269,7 @@ class ServeReplica:
                     return http_util.error_reply(e)
             if rest is None:
                 return head
-            pump = self._start_stream(request_id, rest)
+            pump = self._start_stream(request_id, rest, http_util.to_bytes)
             streaming = True
             try:
                 items, done = await pump.take(_FIRST_CHUNK_WAIT_S)

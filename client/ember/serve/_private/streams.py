@@ -21,7 +21,8 @@ process share that caller's poll the same way; their items travel as lists of ob
 bodies as joined bytes), and a user error is fetched by the caller with stream_next(id), which
 raises it through the actor call (streams of a group are joined bytes or item lists, per stream).
 
-A push source skips the pump's task: an iterator with `_ember_attach(put, end)` and
+A pump may convert each item it reads (an HTTP body's items become bytes there: no generator
+layer around the user's for that). A push source skips the pump's task: an iterator with `_ember_attach(put, end)` and
 `_ember_detach()` (the LLM server's SSEStream) is attached instead of iterated. It calls
 put(item) on the loop for each item and end(None) (or end(error)) once after the last, so a
 producer that serves many streams from one callback (the LLM engine's per-step hand-off) fills
@@ -44,8 +45,10 @@ FETCH_ERROR = "\x00fetch"
 class StreamPump:
     """Reads one async iterator on the running loop into a buffer; `take()` hands out batches."""
 
-    def __init__(self, it: AsyncIterator[Any], *, max_buffered: int = 4096, idle_timeout_s: float = 120.0) -> None:
+    def __init__(self, it: AsyncIterator[Any], *, max_buffered: int = 4096, idle_timeout_s: float = 120.0,
+                 convert: Callable[[Any], Any] | None = None) -> None:
         self._it = it
+        self._convert = convert  # applied to each item read (an HTTP body's: to bytes)
         self._items: list[Any] = []
         self._done = False
         self._error: BaseException | None = None
@@ -75,9 +78,10 @@ class StreamPump:
             self._wake()
 
     async def _run(self) -> None:
+        convert = self._convert
         try:
             async for x in self._it:
-                self._items.append(x)
+                self._items.append(x if convert is None else convert(x))
                 self._wake()
                 while len(self._items) >= self._max:
                     self._space = asyncio.get_running_loop().create_future()
