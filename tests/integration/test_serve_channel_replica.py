@@ -2,7 +2,8 @@
 ServeReplica built in this process (no cluster) and the caller's ChannelClient: the first chunk
 is never held back, chunks coalesce only when they queue, a caller that does not read stops the
 pushes (back-pressure) and gets everything once it reads, a caller that goes away frees its
-streams (the user's generator is closed), and a connection without the secret gets nothing."""
+streams (the user's generator is closed), a connection without the secret gets nothing, and
+without a channel (mutual TLS) the same group is served by stream_poll calls."""
 from __future__ import annotations
 
 import asyncio
@@ -258,4 +259,32 @@ def test_items_become_bytes_in_the_pump_and_one_that_cannot_ends_the_stream():
         conn.close()
         await asyncio.wait_for(caller.lost, 5)
         await rep._channel.aclose()
+    asyncio.run(go())
+
+
+def test_without_a_channel_the_group_is_polled_with_stream_poll():
+    """The fallback under mutual TLS (no channel offered): the caller's stream_poll(group) calls
+    bring every stream's chunks, a poll waits while nothing is ready and answers as soon as one
+    chunk is, and the streams end there."""
+    async def go():
+        rep = _replica()
+        r1 = await _start(rep, "p1", "paced", group="tls")
+        r2 = await _start(rep, "l1", "late", group="tls")
+        bodies = {"p1": r1[3], "l1": r2[3]}
+        done: set[str] = set()
+        polls = 0
+        while len(done) < 2:
+            assert polls < 200, "the streams never ended"
+            for sid, data, fin, err in await rep.stream_poll("tls", 5.0):
+                assert err is None
+                bodies[sid] += data
+                if fin:
+                    done.add(sid)
+            polls += 1
+        assert bodies == {"p1": "".join(f"{i:02d}" for i in range(20)).encode(), "l1": b"AB"}
+        t0 = time.monotonic()
+        assert await rep.stream_poll("tls", 0.2) == []  # nothing open: waits its timeout, empty
+        assert time.monotonic() - t0 >= 0.15
+        stats = rep.stream_stats()
+        assert stats["open"] == 0 and stats["stream_poll"] == polls + 1 and stats["channel_pushes"] == 0
     asyncio.run(go())
