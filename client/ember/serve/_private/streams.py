@@ -101,7 +101,7 @@ class StreamPump:
     def _wake(self) -> None:
         f, self._ready = self._ready, None
         if f is not None and not f.done():
-            f.set_result(None)
+            f.set_result(True)
         if self.listener is not None:
             self.listener()
 
@@ -121,9 +121,7 @@ class StreamPump:
         error once the items before it were taken."""
         if not self._items and not self._done:
             self._ready = f = asyncio.get_running_loop().create_future()
-            try:
-                await asyncio.wait_for(asyncio.shield(f), timeout_s)
-            except asyncio.TimeoutError:
+            if not await _wait(f, timeout_s):
                 return [], False
         return self.take_ready()
 
@@ -189,7 +187,7 @@ class StreamMux:
         self._ready[stream_id] = None
         f, self._waiter = self._waiter, None
         if f is not None and not f.done():
-            f.set_result(None)
+            f.set_result(True)
         if self.notify is not None:
             self.notify()
 
@@ -202,9 +200,7 @@ class StreamMux:
         fetches the exception itself with stream_next)."""
         if not self._ready:
             self._waiter = f = asyncio.get_running_loop().create_future()
-            try:
-                await asyncio.wait_for(asyncio.shield(f), timeout_s)
-            except asyncio.TimeoutError:
+            if not await _wait(f, timeout_s):
                 return []
         return self.take_ready()
 
@@ -233,6 +229,22 @@ class StreamMux:
                     self.remove(sid)
                     break
         return out
+
+
+async def _wait(f: asyncio.Future, timeout_s: float | None) -> bool:
+    """Waits for f (set to True by a wake) at most timeout_s: False on the timeout. One timer
+    handle, no wait_for/shield tasks and callbacks (a pump's first take and every poll)."""
+    h = None if timeout_s is None else asyncio.get_running_loop().call_later(timeout_s, _expire, f)
+    try:
+        return bool(await f)
+    finally:
+        if h is not None:
+            h.cancel()
+
+
+def _expire(f: asyncio.Future) -> None:
+    if not f.done():
+        f.set_result(False)
 
 
 def _join(items: list[Any]) -> bytes:
