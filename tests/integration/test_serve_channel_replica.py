@@ -7,6 +7,7 @@ without a channel (mutual TLS) the same group is served by stream_poll calls."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import cloudpickle
@@ -69,6 +70,23 @@ class Gen:
 
         return StreamingResponse({"late": late_then_slow, "burst": burst, "endless": endless,
                                   "big": big, "paced": paced, "mixed": mixed}[kind]())
+
+
+class Items:
+    """A deployment with handle-stream methods."""
+
+    async def unpicklable(self):
+        yield "fine"
+        await asyncio.sleep(0.3)
+        yield threading.Lock()  # nothing pickles a lock
+
+    async def forever(self):
+        try:
+            while True:
+                yield 1
+                await asyncio.sleep(0.01)
+        finally:
+            CLOSED.append("forever")
 
 
 def _replica() -> ServeReplica:
@@ -287,4 +305,22 @@ def test_without_a_channel_the_group_is_polled_with_stream_poll():
         assert time.monotonic() - t0 >= 0.15
         stats = rep.stream_stats()
         assert stats["open"] == 0 and stats["stream_poll"] == polls + 1 and stats["channel_pushes"] == 0
+    asyncio.run(go())
+
+
+def test_an_item_that_cannot_be_pickled_closes_the_channel_and_its_streams():
+    """As when the caller goes away: the batch cannot be sent, so the connection closes (the
+    caller's streams end with its loss) and the replica closes the group's generators."""
+    async def go():
+        rep = ServeReplica("app", "Items", "r1", cloudpickle.dumps(Items), (), {}, None)
+        caller, conn = await _open(rep)
+        CLOSED.clear()
+        first = await rep.handle_request_streaming("u", "unpicklable", (), {}, "proxy-c0")
+        assert first == (["fine"], False)
+        await rep.handle_request_streaming("f", "forever", (), {}, "proxy-c0")
+        await asyncio.wait_for(caller.lost, 5)  # the replica closed the connection
+        await _until(lambda: rep.stream_stats()["open"] == 0 and CLOSED == ["forever"])
+        assert rep.stream_stats()["channels"] == 0
+        conn.close()
+        await rep._channel.aclose()
     asyncio.run(go())

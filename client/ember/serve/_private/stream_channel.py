@@ -217,13 +217,14 @@ class _Pusher:
     """Writes one group's ready chunks on its connection: one flush queued at a time (loop
     thread only; see the module docstring)."""
 
-    __slots__ = ("server", "group", "writer", "transport", "loop", "queued", "paused", "closed")
+    __slots__ = ("server", "group", "writer", "transport", "loop", "queued", "paused", "closed", "drainer")
 
     def __init__(self, server: ChannelServer, group: str, writer: asyncio.StreamWriter) -> None:
         self.server, self.group, self.writer = server, group, writer
         self.transport = writer.transport
         self.loop = asyncio.get_running_loop()
         self.queued = self.paused = self.closed = False
+        self.drainer: asyncio.Future[None] | None = None
 
     def schedule(self) -> None:
         """Something of the group is ready: flush once the current step is over."""
@@ -235,14 +236,21 @@ class _Pusher:
         self.queued = False
         if self.paused or self.closed:
             return
-        batch = self.server._take_ready(self.group)
-        if not batch:
+        try:
+            batch = self.server._take_ready(self.group)
+            if not batch:
+                return
+            data = encode(batch)
+        except Exception:  # e.g. a handle stream's item nothing can pickle: the caller's streams end
+            log.exception("stream channel of group %s: a batch could not be sent; closing it", self.group)
+            self.closed = True
+            self.transport.close()  # _serve sees the end and closes the group's streams
             return
-        self.transport.write(encode(batch))
+        self.transport.write(data)
         self.server.pushes += 1
         if self.transport.get_write_buffer_size() > _HIGH_WATER_BYTES:
             self.paused = True  # the streams' items wait in their pumps (bounded) meanwhile
-            asyncio.ensure_future(self._drain())
+            self.drainer = asyncio.ensure_future(self._drain())
 
     async def _drain(self) -> None:
         try:
