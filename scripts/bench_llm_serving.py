@@ -9,7 +9,7 @@ loop encodes what each poll returns as the stream channel would (stream_channel.
 
     push   LLMServer's SSEStream attached to the pump (what a replica runs now)
     pull   the generator path: engine.generate → LLMServer._run → the HTTP layer's generators
-           (_relay, sse, the replica's _chunks) → a pump task per stream (what it ran before)
+           (_relay, sse) → a pump task per stream, items made bytes as read (what it ran before)
 
     .venv/bin/python scripts/bench_llm_serving.py [--concurrency 16] [--max-tokens 64]
         [--rounds 20] [--step-ms 2] [--repeat 3]
@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "client"))
 
 from ember.serve._private import stream_channel as sc  # noqa: E402
-from ember.serve._private.http_util import _chunks  # noqa: E402
+from ember.serve._private.http_util import to_bytes  # noqa: E402
 from ember.serve._private.streams import StreamMux, StreamPump  # noqa: E402
 from ember.serve.llm._internal.engine import GenerationDelta  # noqa: E402
 from ember.serve.llm._internal.ingress import _relay  # noqa: E402
@@ -86,7 +86,7 @@ def _pull(server: LLMServer, body: dict[str, Any]) -> Any:
         async for x in inner:
             yield x
 
-    return _chunks(sse())
+    return sse()
 
 
 async def run(server: LLMServer, path: str, args: argparse.Namespace) -> tuple[int, float]:
@@ -102,7 +102,7 @@ async def run(server: LLMServer, path: str, args: argparse.Namespace) -> tuple[i
                 s.as_bytes = True
                 pump = StreamPump(s)
             else:
-                pump = StreamPump(_pull(server, dict(body)))
+                pump = StreamPump(_pull(server, dict(body)), convert=to_bytes)  # as handle_http
             mux.add(f"{r}-{i}", pump)
         while len(mux):
             batch = await mux.poll(10)

@@ -1,10 +1,13 @@
 """The stream channel (serve/_private/stream_channel.py) on a real loopback socket, between a real
 ServeReplica built in this process (no cluster) and the caller's ChannelClient: the first chunk
-is never held back, chunks coalesce only when they queue, a caller that goes away frees its
-streams (the user's generator is closed), and a connection without the secret gets nothing."""
+is never held back, chunks coalesce only when they queue, a caller that does not read stops the
+pushes (back-pressure) and gets everything once it reads, a caller that goes away frees its
+streams (the user's generator is closed), a connection without the secret gets nothing, and
+without a channel (mutual TLS) the same group is served by stream_poll calls."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import cloudpickle
@@ -42,7 +45,48 @@ class Gen:
             finally:
                 CLOSED.append("endless")
 
-        return StreamingResponse({"late": late_then_slow, "burst": burst, "endless": endless}[kind]())
+        async def big():  # 300 x 64 KiB, one a loop iteration: far past the channel's high-water mark
+            await asyncio.sleep(0.1)
+            for i in range(300):
+                yield bytes([i % 251]) * 65536
+                await asyncio.sleep(0)
+
+        async def paced():  # a token generator's pace
+            for i in range(20):
+                yield f"{i:02d}"
+                await asyncio.sleep(0.005)
+
+        async def mixed():  # str, bytes and JSON items, then one that is none of them
+            try:
+                await asyncio.sleep(0.2)
+                yield "a"
+                yield b"b"
+                yield {"c": 1}
+                await asyncio.sleep(0.05)
+                yield object()
+                yield "never"
+            finally:
+                CLOSED.append("mixed")
+
+        return StreamingResponse({"late": late_then_slow, "burst": burst, "endless": endless,
+                                  "big": big, "paced": paced, "mixed": mixed}[kind]())
+
+
+class Items:
+    """A deployment with handle-stream methods."""
+
+    async def unpicklable(self):
+        yield "fine"
+        await asyncio.sleep(0.3)
+        yield threading.Lock()  # nothing pickles a lock
+
+    async def forever(self):
+        try:
+            while True:
+                yield 1
+                await asyncio.sleep(0.01)
+        finally:
+            CLOSED.append("forever")
 
 
 def _replica() -> ServeReplica:
@@ -170,5 +214,113 @@ def test_a_connection_without_the_secret_or_for_a_connected_group_is_closed_and_
         await _until(lambda: rep.stream_stats()["open"] == 0)
         conn.close()
         await asyncio.wait_for(caller.lost, 5)
+        await rep._channel.aclose()
+    asyncio.run(go())
+
+
+def test_a_caller_that_does_not_read_stops_the_pushes_and_gets_everything_once_it_reads():
+    async def go():
+        rep = _replica()
+        caller, conn = await _open(rep)
+        assert conn.transport is not None
+        conn.transport.pause_reading()  # the caller's socket fills up
+        await _start(rep, "big", "big")
+        await asyncio.sleep(0.5)
+        pushes = rep.stream_stats()["channel_pushes"]
+        await asyncio.sleep(0.3)
+        assert rep.stream_stats()["channel_pushes"] == pushes  # stopped: past the high-water mark
+        assert not caller.done("big") and rep.stream_stats()["open"] == 1
+        conn.transport.resume_reading()
+        await _until(lambda: caller.done("big"))
+        assert caller.body("big") == b"".join(bytes([i % 251]) * 65536 for i in range(300))
+        assert rep.stream_stats()["open"] == 0
+        conn.close()
+        await asyncio.wait_for(caller.lost, 5)
+        await rep._channel.aclose()
+    asyncio.run(go())
+
+
+def test_each_paced_chunk_is_pushed_on_its_own_without_a_poll():
+    """Chunks 5 ms apart each leave in their own send as soon as produced (nothing waits for a
+    batch to fill), and the replica serves no stream_poll call for them."""
+    async def go():
+        rep = _replica()
+        caller, conn = await _open(rep)
+        reply = await _start(rep, "p", "paced")
+        assert reply[3] == b"00"  # the first chunk rides with the head
+        await _until(lambda: caller.done("p"))
+        assert reply[3] + caller.body("p") == "".join(f"{i:02d}" for i in range(20)).encode()
+        stats = rep.stream_stats()
+        assert stats["stream_poll"] == 0 and stats["stream_next"] == 0
+        assert stats["channel_pushes"] >= 15  # 19 chunks (and the end) 5 ms apart: about one send each
+        conn.close()
+        await asyncio.wait_for(caller.lost, 5)
+        await rep._channel.aclose()
+    asyncio.run(go())
+
+
+def test_items_become_bytes_in_the_pump_and_one_that_cannot_ends_the_stream():
+    """The pump reads the user's generator itself (no wrapper) and converts each item: str as
+    UTF-8, bytes as they are, anything else as JSON; an item JSON cannot encode ends the stream
+    with that error after the items before it, and the generator is closed."""
+    async def go():
+        rep = _replica()
+        caller, conn = await _open(rep)
+        CLOSED.clear()
+        await _start(rep, "m", "mixed")
+        await _until(lambda: caller.done("m"))
+        assert caller.body("m") == b'ab{"c": 1}'
+        err = [e for _, sid, _, _, e in caller.got if sid == "m" and e]
+        assert err and err[0].startswith("TypeError:") and "JSON serializable" in err[0]
+        await _until(lambda: CLOSED == ["mixed"])
+        assert rep.stream_stats()["open"] == 0
+        conn.close()
+        await asyncio.wait_for(caller.lost, 5)
+        await rep._channel.aclose()
+    asyncio.run(go())
+
+
+def test_without_a_channel_the_group_is_polled_with_stream_poll():
+    """The fallback under mutual TLS (no channel offered): the caller's stream_poll(group) calls
+    bring every stream's chunks, a poll waits while nothing is ready and answers as soon as one
+    chunk is, and the streams end there."""
+    async def go():
+        rep = _replica()
+        r1 = await _start(rep, "p1", "paced", group="tls")
+        r2 = await _start(rep, "l1", "late", group="tls")
+        bodies = {"p1": r1[3], "l1": r2[3]}
+        done: set[str] = set()
+        polls = 0
+        while len(done) < 2:
+            assert polls < 200, "the streams never ended"
+            for sid, data, fin, err in await rep.stream_poll("tls", 5.0):
+                assert err is None
+                bodies[sid] += data
+                if fin:
+                    done.add(sid)
+            polls += 1
+        assert bodies == {"p1": "".join(f"{i:02d}" for i in range(20)).encode(), "l1": b"AB"}
+        t0 = time.monotonic()
+        assert await rep.stream_poll("tls", 0.2) == []  # nothing open: waits its timeout, empty
+        assert time.monotonic() - t0 >= 0.15
+        stats = rep.stream_stats()
+        assert stats["open"] == 0 and stats["stream_poll"] == polls + 1 and stats["channel_pushes"] == 0
+    asyncio.run(go())
+
+
+def test_an_item_that_cannot_be_pickled_closes_the_channel_and_its_streams():
+    """As when the caller goes away: the batch cannot be sent, so the connection closes (the
+    caller's streams end with its loss) and the replica closes the group's generators."""
+    async def go():
+        rep = ServeReplica("app", "Items", "r1", cloudpickle.dumps(Items), (), {}, None)
+        caller, conn = await _open(rep)
+        CLOSED.clear()
+        first = await rep.handle_request_streaming("u", "unpicklable", (), {}, "proxy-c0")
+        assert first == (["fine"], False)
+        await rep.handle_request_streaming("f", "forever", (), {}, "proxy-c0")
+        await asyncio.wait_for(caller.lost, 5)  # the replica closed the connection
+        await _until(lambda: rep.stream_stats()["open"] == 0 and CLOSED == ["forever"])
+        assert rep.stream_stats()["channels"] == 0
+        conn.close()
         await rep._channel.aclose()
     asyncio.run(go())

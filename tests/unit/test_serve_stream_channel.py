@@ -31,8 +31,17 @@ def test_handle_stream_items_and_a_user_error_to_fetch():
     assert sc.Decoder().feed(sc.encode(batch)) == batch
 
 
+def test_items_pickle_refuses_go_by_cloudpickle():
+    def local(x):  # a function defined here: by reference pickle cannot find it
+        return x + 1
+
+    (sid, items, done, err), = sc.Decoder().feed(sc.encode([("h1", ["a", local, lambda: 2], True, None)]))
+    assert (sid, items[0], done, err) == ("h1", "a", True, None)
+    assert items[1](1) == 2 and items[2]() == 2
+
+
 def test_hello_carries_secret_and_group_and_the_server_checks_both():
-    server = sc.ChannelServer(None, None, "127.0.0.1")  # type: ignore[arg-type]
+    server = sc.ChannelServer(None, None, None, "127.0.0.1")  # type: ignore[arg-type]
     secret = server._secret
     assert server._check_hello(sc.hello(secret, "proxy-1c0")) == "proxy-1c0"
     assert server._check_hello(sc.hello("0" * 32, "proxy-1c0")) is None  # wrong secret

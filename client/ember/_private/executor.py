@@ -29,6 +29,7 @@ from ember import exceptions as exc
 from ember_common import backoff, tracing
 from ember_common.proto import common_pb2, core_worker_pb2
 
+from . import precise_loop
 from . import result_pipeline as rp
 from . import task_events
 from .actor_pools import CallCancels, ThreadPool, async_limits, thread_pools, unknown_group
@@ -370,7 +371,7 @@ class TaskExecutor(PipelineEffects):
         self.actor = instance
         if c.is_async:
             self._limits = async_limits(c)
-            loop = asyncio.new_event_loop()
+            loop = precise_loop.new_event_loop()  # timers wake when due (not up to 1 ms late)
             threading.Thread(target=loop.run_forever, name="ember-actor-loop", daemon=True).start()
             self._user_loop = loop
         else:

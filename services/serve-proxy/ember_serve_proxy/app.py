@@ -201,6 +201,7 @@ class ProxyApp:
         of them produce), so chunks are coalesced only when they would otherwise queue behind a
         send, and each send's cost is shared; what arrived together goes out in one write."""
         finished = False
+        disconnect.add_done_callback(inbox.wake)  # a client that leaves ends the wait below
         try:
             _, status, headers, first, done = reply
             headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
@@ -210,8 +211,9 @@ class ProxyApp:
             while not done:
                 if first:
                     await send({"type": "http.response.body", "body": first, "more_body": True})
-                if not inbox.items:
-                    if not await _first(inbox.wait(), disconnect):
+                while not inbox.items:
+                    await inbox.wait()
+                    if disconnect.done():
                         return
                 first, done, error = inbox.take()
                 if error is not None:  # the user's generator raised, or the replica died: the
@@ -220,6 +222,7 @@ class ProxyApp:
             finished = True
             await send({"type": "http.response.body", "body": first, "more_body": False})
         finally:
+            disconnect.remove_done_callback(inbox.wake)
             inbox.poller.close(request_id)
             if not finished:  # the client left, or the stream failed: stop the user's generator
                 h.cancel.remote(request_id)

@@ -48,25 +48,9 @@ def make_request(scope: dict[str, Any], body: bytes, disconnected: asyncio.Event
     return ServeRequest(scope, receive)
 
 
-def _chunks(it: Any) -> AsyncIterator[bytes]:
-    async def agen() -> AsyncIterator[bytes]:
-        try:
-            if inspect.isasyncgen(it) or hasattr(it, "__aiter__"):
-                async for x in it:
-                    yield _to_bytes(x)
-            else:
-                for x in it:
-                    yield _to_bytes(x)
-                    await asyncio.sleep(0)
-        finally:  # closed early (client gone): close the user's generator now, not at GC
-            if hasattr(it, "aclose"):
-                await it.aclose()
-            elif hasattr(it, "close"):
-                it.close()
-    return agen()
-
-
-def _to_bytes(x: Any) -> bytes:
+def to_bytes(x: Any) -> bytes:
+    """One item of a streamed body as bytes: bytes as they are, str in UTF-8, anything else as
+    JSON."""
     if isinstance(x, bytes):
         return x
     if isinstance(x, str):
@@ -74,17 +58,17 @@ def _to_bytes(x: Any) -> bytes:
     return json.dumps(x).encode()
 
 
-def to_reply(result: Any) -> tuple[tuple[Any, ...], AsyncIterator[bytes] | None]:
-    """A user return value → (reply head, rest of a stream or None)."""
+def to_reply(result: Any) -> tuple[tuple[Any, ...], Any]:
+    """A user return value → (reply head, rest of a stream or None). The rest is the user's own
+    iterable (sync or async; a StreamingResponse's body iterator, which a push source of bytes
+    may be), its items not yet bytes: the replica's pump converts them with to_bytes as it reads
+    them, so no generator layer sits between it and the user's generator."""
     if isinstance(result, StreamingResponse):
-        body = result.body_iterator
-        if hasattr(body, "_ember_attach"):  # a push source of bytes (streams.py): no generator layer
-            return ("stream", result.status_code, result.raw_headers, b""), body
-        return ("stream", result.status_code, result.raw_headers, b""), _chunks(body)
+        return ("stream", result.status_code, result.raw_headers, b""), result.body_iterator
     if isinstance(result, Response):
         return ("full", result.status_code, result.raw_headers, bytes(result.body)), None
     if inspect.isgenerator(result) or inspect.isasyncgen(result):
-        return ("stream", 200, _TEXT_HEADERS, b""), _chunks(result)
+        return ("stream", 200, _TEXT_HEADERS, b""), result
     if isinstance(result, bytes):
         return ("full", 200, [(b"content-type", b"application/octet-stream")], result), None
     if isinstance(result, str):

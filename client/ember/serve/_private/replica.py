@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import cloudpickle
 
@@ -77,6 +77,7 @@ class ServeReplica:
         self._disconnects: dict[str, asyncio.Event] = {}
         self._streams: dict[str, StreamPump] = {}
         self._muxes: dict[str, StreamMux] = {}  # by caller (group): its open HTTP streams
+        self._watchers: dict[str, Callable[[], None]] = {}  # by group: its stream channel's push
         self._group_of: dict[str, str] = {}  # stream id -> its group
         self._idle_since = time.monotonic()
         self._calls = {"stream_poll": 0, "stream_next": 0}
@@ -143,7 +144,7 @@ class ServeReplica:
         if tls.enabled():
             return None
         if self._channel is None:
-            self._channel = ChannelServer(self._poll, self._close_group,
+            self._channel = ChannelServer(self._take_ready, self._watch, self._close_group,
                                           os.environ.get("EMBER_NODE_IP", "127.0.0.1"))
         return await self._channel.address()
 
@@ -158,8 +159,8 @@ class ServeReplica:
                 pump.close()
             self._end_stream(sid)
 
-    def _start_stream(self, stream_id: str, it: Any) -> StreamPump:
-        pump = self._streams[stream_id] = StreamPump(aiter_any(it))
+    def _start_stream(self, stream_id: str, it: Any, convert: Callable[[Any], Any] | None = None) -> StreamPump:
+        pump = self._streams[stream_id] = StreamPump(aiter_any(it), convert=convert)
         return pump
 
     def _end_stream(self, stream_id: str) -> None:
@@ -181,10 +182,33 @@ class ServeReplica:
         return await self._poll(group, timeout_s)
 
     async def _poll(self, group: str, timeout_s: float) -> list[tuple[str, Any, bool, str | None]]:
+        mux = self._mux(group)
+        return self._taken(group, mux, await mux.poll(timeout_s))
+
+    def _take_ready(self, group: str) -> list[tuple[str, Any, bool, str | None]]:
+        """What the group's streams produced since the previous take, without waiting (the
+        stream channel's push)."""
+        mux = self._muxes.get(group)
+        return self._taken(group, mux, mux.take_ready()) if mux is not None else []
+
+    def _watch(self, group: str, notify: Callable[[], None] | None) -> None:
+        """notify() is called whenever a stream of group has something ready (None: no more)."""
+        if notify is None:
+            self._watchers.pop(group, None)
+        else:
+            self._watchers[group] = notify
+        mux = self._muxes.get(group)
+        if mux is not None:
+            mux.notify = notify
+
+    def _mux(self, group: str) -> StreamMux:
         mux = self._muxes.get(group)
         if mux is None:
-            mux = self._muxes[group] = StreamMux()
-        out = await mux.poll(timeout_s)
+            mux = self._muxes[group] = StreamMux(self._watchers.get(group))
+        return mux
+
+    def _taken(self, group: str, mux: StreamMux, out: list[tuple[str, Any, bool, str | None]]
+               ) -> list[tuple[str, Any, bool, str | None]]:
         for sid, _, done, err in out:
             if done:
                 if err is not None:
@@ -245,7 +269,7 @@ class ServeReplica:
                     return http_util.error_reply(e)
             if rest is None:
                 return head
-            pump = self._start_stream(request_id, rest)
+            pump = self._start_stream(request_id, rest, http_util.to_bytes)
             streaming = True
             try:
                 items, done = await pump.take(_FIRST_CHUNK_WAIT_S)
@@ -308,8 +332,5 @@ class ServeReplica:
         pump = self._streams.get(stream_id)
         if pump is None:  # cancelled meanwhile
             return
-        mux = self._muxes.get(group)
-        if mux is None:
-            mux = self._muxes[group] = StreamMux()
         self._group_of[stream_id] = group
-        mux.add(stream_id, pump, join=join)
+        self._mux(group).add(stream_id, pump, join=join)

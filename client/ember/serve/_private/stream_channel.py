@@ -16,18 +16,23 @@ replica pushes what the caller's streams produce, with no request per batch:
                        pickled list); with ERROR the error "Type: message" in UTF-8; FETCH: a
                        handle stream's user code raised (the caller fetches it with stream_next)
 
-The pusher loops over `StreamMux.poll(group)` (streams.py): it waits while nothing is ready and
-wakes as soon as one chunk is (the first chunk is never held back), then writes in one send every
-chunk of every stream of the group that became ready meanwhile; chunks coalesce only when they
-were produced while the previous send was being made. Back-pressure: the pusher waits for the
-socket to drain past `_HIGH_WATER_BYTES`, and each pump holds at most its buffer. When the caller
-goes away (EOF, reset) every stream of its group is closed, which closes the user's generators.
+The push needs no task and no wake-up of its own: the group's StreamMux (streams.py) calls the
+connection's `schedule()` when one of its streams has something ready, which queues one flush
+with `loop.call_soon` (unless one is queued already). So the flush runs right after the step of
+the producer that made the chunk — after the user's generator has started its next sleep, never
+in front of it — and writes in one send every chunk of every stream of the group that became
+ready before it ran: the first chunk is never held back, and chunks coalesce only when they were
+produced in the same loop iteration or while the socket was full. Back-pressure: past
+`_HIGH_WATER_BYTES` unsent, flushes stop until the socket drains, and each pump holds at most
+its buffer. When the caller goes away (EOF, reset) every stream of its group is closed, which
+closes the user's generators.
 
 An HTTP body is never pickled: a chunk travels as the bytes the user produced. A handle stream's
-items are pickled (cloudpickle) as a list per entry; an ObjectRef among them is pinned for
-good (it travels outside the reference counting of actor calls). The channel is not
-offered with mutual TLS on (`EMBER_USE_TLS=1`): callers then poll with actor calls, which ride
-the TLS gRPC channels. A connection whose hello does not carry the secret is closed unread.
+items are pickled as a list per entry (pickle; cloudpickle for what pickle refuses); an
+ObjectRef among them is pinned for good (it travels outside the reference counting of actor
+calls). The channel is not offered with mutual TLS on (`EMBER_USE_TLS=1`): callers then poll
+with actor calls, which ride the TLS gRPC channels. A connection whose hello does not carry the
+secret is closed unread.
 """
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ import logging
 import os
 import pickle
 import struct
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 import cloudpickle
 
@@ -51,7 +56,6 @@ _CONNECT_TIMEOUT_S = 3.0  # a replica whose channel is not reachable from here i
 _HEAD = struct.Struct("!BHI")  # flags, len(stream id), len(data)
 _HELLO_TIMEOUT_S = 10.0
 _HELLO_MAX_BYTES = 1024
-_POLL_WAIT_S = 30.0  # the pusher's longest wait on an idle group (then it simply waits again)
 _HIGH_WATER_BYTES = 1 << 20
 
 Entry = tuple[str, Any, bool, "str | None"]
@@ -69,13 +73,23 @@ def encode(batch: list[tuple[str, Any, bool, str | None]]) -> bytes:
         elif error is not None:
             payload, flags = error.encode("utf-8", "replace"), DONE | ERROR
         elif isinstance(data, list):
-            payload, flags = cloudpickle.dumps(data, protocol=5), ITEMS | (DONE if done else 0)
+            payload, flags = _dumps(data), ITEMS | (DONE if done else 0)
         else:
             payload, flags = data, DONE if done else 0
         parts.append(pack(flags, len(sb), len(payload)))
         parts.append(sb)
         parts.append(payload)
     return b"".join(parts)
+
+
+def _dumps(items: list[Any]) -> bytes:
+    """A handle stream's items pickled: the plain pickler (a tenth of cloudpickle's cost for
+    the strings and dicts a stream carries), cloudpickle for what it cannot pickle (lambdas,
+    classes defined in __main__)."""
+    try:
+        return pickle.dumps(items, protocol=5)
+    except Exception:
+        return cloudpickle.dumps(items, protocol=5)
 
 
 class Decoder:
@@ -118,15 +132,19 @@ def hello(secret: str, group: str) -> bytes:
 
 
 class ChannelServer:
-    """The replica's side: a TCP server on the replica's event loop; one pusher per connection.
+    """The replica's side: a TCP server on the replica's event loop; one _Pusher per connection.
 
-    poll(group, timeout_s) is the replica's stream_poll (what the group's streams produced since
-    the previous call, waiting while nothing is ready); close_group(group) ends every stream of a
-    group whose caller went away."""
+    take_ready(group) returns what the group's streams produced since the previous call, without
+    waiting (the replica's bookkeeping of finished streams included); watch(group, notify) has
+    notify() called (on the loop) whenever one of the group's streams has something ready, and
+    watch(group, None) stops it; close_group(group) ends every stream of a group whose caller
+    went away."""
 
-    def __init__(self, poll: Callable[[str, float], Awaitable[list[tuple[str, Any, bool, str | None]]]],
+    def __init__(self, take_ready: Callable[[str], list[Entry]],
+                 watch: Callable[[str, Callable[[], None] | None], None],
                  close_group: Callable[[str], None], host: str) -> None:
-        self._poll = poll
+        self._take_ready = take_ready
+        self._watch = watch
         self._close_group = close_group
         self._host = host
         self._secret = os.urandom(16).hex()
@@ -167,33 +185,24 @@ class ChannelServer:
             return
         self._groups.add(group)
         self.connections += 1
-        pusher = asyncio.current_task()
-        assert pusher is not None
-        self._pushers.add(pusher)
-        gone = asyncio.ensure_future(reader.read(1))  # the caller sends nothing more: EOF = gone
-        gone.add_done_callback(lambda _: pusher.cancel())
+        task = asyncio.current_task()
+        assert task is not None
+        self._pushers.add(task)
+        pusher = _Pusher(self, group, writer)
         try:
-            await self._push(group, writer)
+            self._watch(group, pusher.schedule)
+            pusher.schedule()  # what the group's streams produced before the connection
+            await reader.read(1)  # the caller sends nothing more: EOF (or an error) = gone
         except (asyncio.CancelledError, ConnectionError, OSError):
             pass  # the caller went away (or the replica is stopping)
         finally:
+            pusher.closed = True
+            self._watch(group, None)
             self.connections -= 1
             self._groups.discard(group)
-            self._pushers.discard(pusher)
-            gone.cancel()
+            self._pushers.discard(task)
             writer.close()
             self._close_group(group)
-
-    async def _push(self, group: str, writer: asyncio.StreamWriter) -> None:
-        transport = writer.transport
-        while True:
-            batch = await self._poll(group, _POLL_WAIT_S)
-            if not batch:
-                continue
-            transport.write(encode(batch))
-            self.pushes += 1
-            if transport.get_write_buffer_size() > _HIGH_WATER_BYTES:
-                await writer.drain()
 
     def _check_hello(self, line: bytes) -> str | None:
         if len(line) > _HELLO_MAX_BYTES or not line.startswith(MAGIC):
@@ -202,6 +211,54 @@ class ChannelServer:
         if not group or not hmac.compare_digest(secret, self._secret.encode()):
             return None
         return group.decode("utf-8", "replace")
+
+
+class _Pusher:
+    """Writes one group's ready chunks on its connection: one flush queued at a time (loop
+    thread only; see the module docstring)."""
+
+    __slots__ = ("server", "group", "writer", "transport", "loop", "queued", "paused", "closed", "drainer")
+
+    def __init__(self, server: ChannelServer, group: str, writer: asyncio.StreamWriter) -> None:
+        self.server, self.group, self.writer = server, group, writer
+        self.transport = writer.transport
+        self.loop = asyncio.get_running_loop()
+        self.queued = self.paused = self.closed = False
+        self.drainer: asyncio.Future[None] | None = None
+
+    def schedule(self) -> None:
+        """Something of the group is ready: flush once the current step is over."""
+        if not (self.queued or self.paused or self.closed):
+            self.queued = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self.queued = False
+        if self.paused or self.closed:
+            return
+        try:
+            batch = self.server._take_ready(self.group)
+            if not batch:
+                return
+            data = encode(batch)
+        except Exception:  # e.g. a handle stream's item nothing can pickle: the caller's streams end
+            log.exception("stream channel of group %s: a batch could not be sent; closing it", self.group)
+            self.closed = True
+            self.transport.close()  # _serve sees the end and closes the group's streams
+            return
+        self.transport.write(data)
+        self.server.pushes += 1
+        if self.transport.get_write_buffer_size() > _HIGH_WATER_BYTES:
+            self.paused = True  # the streams' items wait in their pumps (bounded) meanwhile
+            self.drainer = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            await self.writer.drain()
+        except (ConnectionError, OSError):
+            return  # the connection is gone: _serve closes the group
+        self.paused = False
+        self.schedule()
 
 
 class ChannelClient(asyncio.Protocol):

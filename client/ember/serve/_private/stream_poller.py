@@ -50,11 +50,18 @@ class Inbox:
             f.set_result(None)
 
     def wait(self) -> asyncio.Future[None]:
-        """A future done at the next put (or now, when something is already here)."""
+        """A future done at the next put or wake() (or now, when something is already here)."""
         self._waiter = f = asyncio.get_running_loop().create_future()
         if self.items:
             f.set_result(None)
         return f
+
+    def wake(self, _: object = None) -> None:
+        """Ends a wait() with nothing put (e.g. the consumer's client went away); usable as a
+        future's done-callback."""
+        f, self._waiter = self._waiter, None
+        if f is not None and not f.done():
+            f.set_result(None)
 
     def take(self) -> tuple[bytes, bool, str | None]:
         """Everything delivered to an HTTP stream, joined: (bytes, done, error)."""

@@ -21,7 +21,8 @@ process share that caller's poll the same way; their items travel as lists of ob
 bodies as joined bytes), and a user error is fetched by the caller with stream_next(id), which
 raises it through the actor call (streams of a group are joined bytes or item lists, per stream).
 
-A push source skips the pump's task: an iterator with `_ember_attach(put, end)` and
+A pump may convert each item it reads (an HTTP body's items become bytes there: no generator
+layer around the user's for that). A push source skips the pump's task: an iterator with `_ember_attach(put, end)` and
 `_ember_detach()` (the LLM server's SSEStream) is attached instead of iterated. It calls
 put(item) on the loop for each item and end(None) (or end(error)) once after the last, so a
 producer that serves many streams from one callback (the LLM engine's per-step hand-off) fills
@@ -44,8 +45,10 @@ FETCH_ERROR = "\x00fetch"
 class StreamPump:
     """Reads one async iterator on the running loop into a buffer; `take()` hands out batches."""
 
-    def __init__(self, it: AsyncIterator[Any], *, max_buffered: int = 4096, idle_timeout_s: float = 120.0) -> None:
+    def __init__(self, it: AsyncIterator[Any], *, max_buffered: int = 4096, idle_timeout_s: float = 120.0,
+                 convert: Callable[[Any], Any] | None = None) -> None:
         self._it = it
+        self._convert = convert  # applied to each item read (an HTTP body's: to bytes)
         self._items: list[Any] = []
         self._done = False
         self._error: BaseException | None = None
@@ -75,9 +78,10 @@ class StreamPump:
             self._wake()
 
     async def _run(self) -> None:
+        convert = self._convert
         try:
             async for x in self._it:
-                self._items.append(x)
+                self._items.append(x if convert is None else convert(x))
                 self._wake()
                 while len(self._items) >= self._max:
                     self._space = asyncio.get_running_loop().create_future()
@@ -97,7 +101,7 @@ class StreamPump:
     def _wake(self) -> None:
         f, self._ready = self._ready, None
         if f is not None and not f.done():
-            f.set_result(None)
+            f.set_result(True)
         if self.listener is not None:
             self.listener()
 
@@ -117,9 +121,7 @@ class StreamPump:
         error once the items before it were taken."""
         if not self._items and not self._done:
             self._ready = f = asyncio.get_running_loop().create_future()
-            try:
-                await asyncio.wait_for(asyncio.shield(f), timeout_s)
-            except asyncio.TimeoutError:
+            if not await _wait(f, timeout_s):
                 return [], False
         return self.take_ready()
 
@@ -146,14 +148,17 @@ class StreamPump:
 
 
 class StreamMux:
-    """The open HTTP streams of one caller (a proxy) on this replica; `poll()` returns what any
-    of them has ready. Loop thread only."""
+    """The open streams of one caller (a proxy, a handle runtime) on this replica; `poll()`
+    returns what any of them has ready, waiting while none has; `take_ready()` the same without
+    waiting, for a stream channel, whose `notify` is called each time a stream becomes ready.
+    Loop thread only."""
 
-    def __init__(self) -> None:
+    def __init__(self, notify: Callable[[], None] | None = None) -> None:
         self._pumps: dict[str, StreamPump] = {}
         self._raw: set[str] = set()  # handle streams: items as a list, errors fetched by stream_next
         self._ready: dict[str, None] = {}  # stream ids with something to take (ordered)
         self._waiter: asyncio.Future | None = None
+        self.notify = notify
 
     def __len__(self) -> int:
         return len(self._pumps)
@@ -182,7 +187,9 @@ class StreamMux:
         self._ready[stream_id] = None
         f, self._waiter = self._waiter, None
         if f is not None and not f.done():
-            f.set_result(None)
+            f.set_result(True)
+        if self.notify is not None:
+            self.notify()
 
     async def poll(self, timeout_s: float) -> list[tuple[str, Any, bool, str | None]]:
         """(stream_id, what it produced, done, error) for every stream with something ready;
@@ -193,10 +200,12 @@ class StreamMux:
         fetches the exception itself with stream_next)."""
         if not self._ready:
             self._waiter = f = asyncio.get_running_loop().create_future()
-            try:
-                await asyncio.wait_for(asyncio.shield(f), timeout_s)
-            except asyncio.TimeoutError:
+            if not await _wait(f, timeout_s):
                 return []
+        return self.take_ready()
+
+    def take_ready(self) -> list[tuple[str, Any, bool, str | None]]:
+        """poll() without waiting: [] when nothing is ready."""
         out: list[tuple[str, Any, bool, str | None]] = []
         ready, self._ready = self._ready, {}
         for sid in ready:
@@ -220,6 +229,22 @@ class StreamMux:
                     self.remove(sid)
                     break
         return out
+
+
+async def _wait(f: asyncio.Future, timeout_s: float | None) -> bool:
+    """Waits for f (set to True by a wake) at most timeout_s: False on the timeout. One timer
+    handle, no wait_for/shield tasks and callbacks (a pump's first take and every poll)."""
+    h = None if timeout_s is None else asyncio.get_running_loop().call_later(timeout_s, _expire, f)
+    try:
+        return bool(await f)
+    finally:
+        if h is not None:
+            h.cancel()
+
+
+def _expire(f: asyncio.Future) -> None:
+    if not f.done():
+        f.set_result(False)
 
 
 def _join(items: list[Any]) -> bytes:
