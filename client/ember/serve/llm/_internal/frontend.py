@@ -79,9 +79,10 @@ class EngineFrontend:
                     out.waiter = self._loop.create_future()
                     await out.waiter
                 deltas, out.deltas = out.deltas, []
-                out.left -= sum(1 for d in deltas if d.finish_reason is not None)
                 if deltas and isinstance(deltas[-1], BaseException):
+                    out.left = 0  # failed: nothing to abort
                     raise deltas[-1]
+                out.left -= sum(1 for d in deltas if d.finish_reason is not None)
                 yield deltas
         finally:
             self._outputs.pop(rid, None)
