@@ -10,12 +10,18 @@ Systems:
     ray_plain     the same deployment code on Ray Serve 2.60 (Ray Serve LLM's LLMServer runs
                   vLLM only, so Ray gets the engine in a plain deployment)
 
+The engine is what LLMServer runs (`engine_kwargs["engine_process"]`, true by default): its step
+loop in an engine-core child process of the replica (core_client.py, engine_core.py), for the
+Ember servers and for Ray's alike (the same engine code); `--engine-kwargs
+'{"engine_process": false}'` puts it back in a thread of the replica. The direct run always
+drives the in-thread engine in its one process.
+
 Every request streams MAX_TOKENS tokens (ignore_eos, greedy) from a short prompt; each SSE event
 that carries text counts as one token (the engine sends one per token, except where a token
 ends mid-character and waits for the next, the same for every system). Clients are raw asyncio HTTP/1.1 keep-alive connections,
 bounded by REQUESTS and DURATION. Reported: tokens/s (all clients), time to first token p50/p99,
 request latency p50, and the CPU time per token of each process under the server (user + system:
-the load-independent figure). Then the same with one client (time to first token at 1 stream).
+the load-independent figure; the engine core is "core"). Then the same with one client (time to first token at 1 stream).
 
 The Ray side needs transformers in Ray's interpreter: --ray-pythonpath names a directory with it
 (e.g. `pip install --no-deps --target DIR transformers tokenizers huggingface_hub safetensors
@@ -37,7 +43,7 @@ import tempfile
 import time
 
 from _server_proc import server_process
-from compare_serve_stream import _cpu_per_chunk, _cpu_times
+from compare_serve_stream import _cpu_per_chunk, _short_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INTERNAL = os.path.join(HERE, "..", "client", "ember", "serve", "llm", "_internal")
@@ -50,8 +56,13 @@ def load_engine(internal_dir):
     if "ember_llm_engine" not in sys.modules:
         pkg = types.ModuleType("ember_llm_engine"); pkg.__path__ = [internal_dir]
         sys.modules["ember_llm_engine"] = pkg
-    from ember_llm_engine import torch_engine, engine, params
-    return torch_engine.TorchEngine, engine.GenerationRequest, params.SamplingParams
+    from ember_llm_engine import core_client, torch_engine, engine, params
+
+    def make(model_id, path, kwargs):
+        # what LLMServer's make_engine picks: the engine-core process unless engine_process is false
+        cls = core_client.EngineCoreClient if kwargs.get("engine_process", True) else torch_engine.TorchEngine
+        return cls(model_id, path, kwargs)
+    return make, engine.GenerationRequest, params.SamplingParams
 """
 
 _PLAIN_DEPLOYMENT = r"""
@@ -61,8 +72,8 @@ from starlette.responses import StreamingResponse
 @serve.deployment(num_replicas=1, max_ongoing_requests=256)
 class Engine:
     def __init__(self, path, internal_dir, kwargs):
-        TorchEngine, self.Request, self.Params = load_engine(internal_dir)
-        self.engine = TorchEngine("tiny", path, kwargs)
+        make, self.Request, self.Params = load_engine(internal_dir)
+        self.engine = make("tiny", path, kwargs)
         self.engine.start()
         self.ids = itertools.count()
 
@@ -167,6 +178,25 @@ async def _client(port, args, path, stop_at, budget, out) -> None:
         writer.close()
 
 
+CORE_MARKER = "--ember-llm-engine-core"  # engine_core.MARKER, on the engine-core process's command line
+
+
+def _cpu_times() -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of every process under this one, by pid, with a short name
+    (the engine-core child of a replica is "core")."""
+    import psutil
+
+    out = {}
+    for p in psutil.Process().children(recursive=True):
+        try:
+            t = p.cpu_times()
+            cmd = " ".join(p.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        out[p.pid] = ("core" if CORE_MARKER in cmd else _short_name(cmd), t.user + t.system)
+    return out
+
+
 def _pct(xs, q):
     xs = sorted(xs)
     return round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000, 1) if xs else float("nan")
@@ -203,8 +233,8 @@ import asyncio, itertools, json, sys, time
 """ + _LOAD_ENGINE + r"""
 path, internal, kwargs, max_tokens, conc, requests, single, duration = sys.argv[1:9]
 max_tokens, conc, requests, single, duration = int(max_tokens), int(conc), int(requests), int(single), float(duration)
-TorchEngine, Request, Params = load_engine(internal)
-engine = TorchEngine("tiny", path, json.loads(kwargs))
+make, Request, Params = load_engine(internal)
+engine = make("tiny", path, {**json.loads(kwargs), "engine_process": False})  # one process: the limit
 engine.start()
 ids = engine.encode("Tell me a story")
 counter = itertools.count()
