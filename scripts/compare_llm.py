@@ -186,14 +186,18 @@ def _cpu_times() -> dict[int, tuple[str, float]]:
     (the engine-core child of a replica is "core")."""
     import psutil
 
-    out = {}
+    out, parents = {}, set()
     for p in psutil.Process().children(recursive=True):
         try:
             t = p.cpu_times()
             cmd = " ".join(p.cmdline())
+            if CORE_MARKER in cmd:
+                parents.add(p.ppid())
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
         out[p.pid] = ("core" if CORE_MARKER in cmd else _short_name(cmd), t.user + t.system)
+    for pid in parents & set(out):
+        out[pid] = ("llm_replica", out[pid][1])
     return out
 
 
