@@ -88,16 +88,39 @@ class Engine:
                               for d in deltas)
             yield "data: [DONE]\n\n"
         return StreamingResponse(sse(), media_type="text/event-stream")
+
+    async def engine_stats(self):
+        return dict(vars(self.engine.stats()))
+"""
+
+# The engine's counters (steps, prefills, tokens), written to the file named by argv[5] every
+# 0.5 s by the server, so that the benchmark can tell the batch fill of its load phase.
+_STATS_WRITER = r"""
+import threading, os, time
+
+def write_stats(handle, path):
+    def run():
+        while True:
+            try:
+                st = handle.engine_stats.remote().result()
+                with open(path + ".tmp", "w") as f:
+                    json.dump(st, f)
+                os.replace(path + ".tmp", path)
+            except Exception:
+                pass
+            time.sleep(0.5)
+    threading.Thread(target=run, daemon=True).start()
 """
 
 RAY_SERVER = r"""
 import sys, json, ray
 from ray import serve
-""" + _LOAD_ENGINE + r"""
+""" + _LOAD_ENGINE + _STATS_WRITER + r"""
 ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never another session's cluster
 """ + _PLAIN_DEPLOYMENT + r"""
 serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[1])})
-serve.run(Engine.bind(sys.argv[2], sys.argv[3], json.loads(sys.argv[4])), route_prefix="/")
+h = serve.run(Engine.bind(sys.argv[2], sys.argv[3], json.loads(sys.argv[4])), route_prefix="/")
+write_stats(h, sys.argv[5])
 print("READY", flush=True)
 sys.stdin.read()
 serve.shutdown()
@@ -108,10 +131,12 @@ EMBER_PLAIN_SERVER = r"""
 import sys, json
 import ember
 from ember import serve
-""" + _LOAD_ENGINE + r"""
+""" + _LOAD_ENGINE + _STATS_WRITER + r"""
 ember.init(num_cpus=2, log_to_driver=False)
 """ + _PLAIN_DEPLOYMENT + r"""
-serve.run(Engine.bind(sys.argv[2], sys.argv[3], json.loads(sys.argv[4])), route_prefix="/", host="127.0.0.1", port=int(sys.argv[1]))
+h = serve.run(Engine.bind(sys.argv[2], sys.argv[3], json.loads(sys.argv[4])), route_prefix="/", host="127.0.0.1",
+              port=int(sys.argv[1]))
+write_stats(h, sys.argv[5])
 print("READY", flush=True)
 sys.stdin.read()
 serve.shutdown()
@@ -123,10 +148,12 @@ import sys, json
 import ember
 from ember import serve
 from ember.serve.llm import LLMConfig, build_openai_app
+""" + _STATS_WRITER + r"""
 ember.init(num_cpus=2, log_to_driver=False)
 cfg = LLMConfig(model_loading_config={"model_id": "tiny", "model_source": sys.argv[2]}, llm_engine="torch",
                 engine_kwargs=json.loads(sys.argv[4]), deployment_config={"max_ongoing_requests": 256})
 serve.run(build_openai_app({"llm_configs": [cfg]}), route_prefix="/", host="127.0.0.1", port=int(sys.argv[1]))
+write_stats(serve.get_deployment_handle("LLMServer:tiny", "default"), sys.argv[5])
 print("READY", flush=True)
 sys.stdin.read()
 serve.shutdown()
@@ -213,17 +240,41 @@ def _summary(out, elapsed):
             **({"last_error": out["last_error"]} if "last_error" in out else {})}
 
 
-async def http_load(port, args, path, concurrency, requests) -> dict:
+def _read_stats(path: str) -> dict | None:
+    """The server's latest engine counters (written every 0.5 s): read after 0.6 s of quiet."""
+    time.sleep(0.6)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _batch_fill(before: dict | None, after: dict | None, requests: int) -> dict:
+    """Rows per decode step and prefill passes per request over a load phase."""
+    if not before or not after or "num_steps" not in after:
+        return {}
+    steps = after["num_steps"] - before["num_steps"]
+    tokens = after["generated_tokens"] - before["generated_tokens"]
+    prefills = after["num_prefills"] - before["num_prefills"]
+    return {"rows_per_step": round((tokens - requests) / max(steps, 1), 2),
+            "prefills_per_request": round(prefills / max(requests, 1), 2)}
+
+
+async def http_load(port, args, path, concurrency, requests, stats_path="") -> dict:
     warm = {"tokens": 0, "ttft": [], "lat": [], "errors": 0}
     await asyncio.gather(*[_client(port, args, path, time.monotonic() + 30, [2], warm) for _ in range(concurrency)])
     out = {"tokens": 0, "ttft": [], "lat": [], "errors": 0}
     budget = [requests]
+    st0 = _read_stats(stats_path) if stats_path else None
     cpu0 = _cpu_times()
     t0 = time.perf_counter()
     await asyncio.gather(*[_client(port, args, path, time.monotonic() + args.duration, budget, out)
                            for _ in range(concurrency)])
     res = _summary(out, time.perf_counter() - t0)
     res["cpu_us_per_token"] = _cpu_per_chunk(cpu0, _cpu_times(), out["tokens"])
+    if stats_path:
+        res.update(_batch_fill(st0, _read_stats(stats_path), len(out["lat"])))
     return res
 
 
@@ -266,10 +317,11 @@ async def load(concurrency, n_requests):
                            for _ in range(concurrency)])
     out = {"tokens": 0, "ttft": [], "lat": [], "errors": 0}
     budget = [n_requests]
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0, s0 = time.perf_counter(), time.process_time(), dict(vars(engine.stats()))
     await asyncio.gather(*[consumer(time.monotonic() + duration, budget, out) for _ in range(concurrency)])
     out["elapsed"] = time.perf_counter() - t0
     out["cpu_us"] = (time.process_time() - c0) * 1e6
+    out["engine"] = [s0, dict(vars(engine.stats()))]
     return out
 
 res = {"many": asyncio.run(load(conc, requests)), "one": asyncio.run(load(1, single))}
@@ -291,7 +343,9 @@ def run_direct(path, args) -> dict:
     out = {}
     for k, v in res.items():
         cpu = v.pop("cpu_us")
+        st = v.pop("engine")
         out[k] = _summary(v, v.pop("elapsed"))
+        out[k].update(_batch_fill(st[0], st[1], len(v["lat"])))
         per = round(cpu / max(v["tokens"], 1), 1)
         out[k]["cpu_us_per_token"] = {"direct": per, "total": per}
     return out
@@ -299,11 +353,16 @@ def run_direct(path, args) -> dict:
 
 def run_server(python, server, model, args, env_extra=None) -> dict:
     env = dict(os.environ, **(env_extra or {}))
-    with server_process(python, server, [model, os.path.abspath(INTERNAL), args.engine_kwargs],
-                        start_timeout_s=300, env=env) as port:
-        path = "/v1/completions" if server is EMBER_SERVER else "/"
-        return {"many": asyncio.run(http_load(port, args, path, args.concurrency, args.requests)),
-                "one": asyncio.run(http_load(port, args, path, 1, args.single_requests))}
+    stats = tempfile.mktemp(prefix="compare-llm-stats-")
+    try:
+        with server_process(python, server, [model, os.path.abspath(INTERNAL), args.engine_kwargs, stats],
+                            start_timeout_s=300, env=env) as port:
+            path = "/v1/completions" if server is EMBER_SERVER else "/"
+            return {"many": asyncio.run(http_load(port, args, path, args.concurrency, args.requests, stats)),
+                    "one": asyncio.run(http_load(port, args, path, 1, args.single_requests, stats))}
+    finally:
+        if os.path.exists(stats):
+            os.unlink(stats)
 
 
 def main() -> None:
@@ -358,6 +417,10 @@ def main() -> None:
                 print(f"{name}: {results[name]['many']['tokens_per_s'] / d:.2f} of the direct engine's tokens/s; "
                       f"1-stream TTFT p50 {results[name]['one']['ttft_p50_ms']} ms vs direct "
                       f"{results['direct']['one']['ttft_p50_ms']} ms")
+    for name, r in results.items():
+        if "rows_per_step" in r["many"]:
+            print(f"{name} batch fill, {args.concurrency} streams: {r['many']['rows_per_step']} rows per decode "
+                  f"step, {r['many']['prefills_per_request']} prefill passes per request")
     for name, r in results.items():
         if "cpu_us_per_token" in r["many"]:
             print(f"{name} CPU µs per token, {args.concurrency} streams: {r['many']['cpu_us_per_token']}")

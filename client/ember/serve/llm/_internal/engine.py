@@ -44,6 +44,8 @@ class EngineStats:
     kv_cache_usage: float = 0.0  # 0..1
     num_preemptions: int = 0
     generated_tokens: int = 0    # since start
+    num_steps: int = 0           # forward passes since start (torch engine: decode steps)
+    num_prefills: int = 0        # prefill passes since start (torch engine)
 
 
 class LLMEngine(abc.ABC):

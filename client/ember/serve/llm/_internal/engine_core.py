@@ -18,7 +18,7 @@ name of its own, without importing `ember`). The first frame out is `("ready", m
 or `("error", text)` if loading failed. Then each step writes `(items, stats)`: items are
 `(request_id, index, text, num_output_tokens, finish_reason, num_prompt_tokens)` per new delta,
 or `(request_id, error_type, message)` for a request that failed; stats is
-`(running, waiting, kv_cache_usage, num_preemptions, generated_tokens)`. A step that admits new
+`(running, waiting, kv_cache_usage, num_preemptions, generated_tokens, num_steps, num_prefills)`. A step that admits new
 sequences writes their first tokens before it runs the decode of the others (lower time to the
 first token), so such a step writes two frames.
 
@@ -111,7 +111,8 @@ class EngineCore(TorchEngine):
 
     def _stats_tuple(self) -> tuple:
         st = self._stats
-        return (st.running, st.waiting, st.kv_cache_usage, st.num_preemptions, st.generated_tokens)
+        return (st.running, st.waiting, st.kv_cache_usage, st.num_preemptions, st.generated_tokens, st.num_steps,
+                st.num_prefills)
 
     def _send(self, batch: list[tuple[str, Any]]) -> None:
         """A step's outputs go to the replica at once, in one frame with the stats."""

@@ -217,6 +217,7 @@ class TorchEngine(EngineFrontend, LLMEngine):
             self.batch.remove(gone)
         self._stats.num_preemptions += len(plan.preempted)
         if plan.prefill:
+            self._stats.num_prefills += 1
             rows, logits = self.batch.prefill([s.seq_id for s in plan.prefill],
                                               [s.context_ids() for s in plan.prefill])
             tokens = sample(logits, [s.params for s in plan.prefill],
@@ -225,6 +226,7 @@ class TorchEngine(EngineFrontend, LLMEngine):
             self._send(self._emit(plan.prefill, tokens))
         decode = [s for s in plan.decode if s.state is SeqState.RUNNING]
         if decode and len(self.batch):
+            self._stats.num_steps += 1
             logits = self.batch.decode()
             seqs = [self._seqs[sid][0] for sid in self.batch.seq_ids]
             tokens = sample(logits, [s.params for s in seqs], [self._seqs[s.seq_id][2] for s in seqs])
