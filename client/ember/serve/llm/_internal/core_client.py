@@ -54,11 +54,11 @@ class EngineCoreClient(EngineFrontend, LLMEngine):
         self.model_source = model_source
         self.kw = kw
         self._stats = EngineStats()
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._reader = FrameReader()
         self._reading_on: asyncio.AbstractEventLoop | None = None
-        self._ops: list[tuple] = []
+        self._ops: list[tuple[Any, ...]] = []
         self._flush_scheduled = False
         self._wbuf = b""
 
@@ -240,7 +240,7 @@ class EngineCoreClient(EngineFrontend, LLMEngine):
 
     def _frames(self, msgs: list[Any]) -> list[tuple[str, Any]]:
         batch: list[tuple[str, Any]] = []
-        for items, st in msgs:
+        for items, _ in msgs:
             for it in items:
                 if len(it) == 6:
                     batch.append((it[0], GenerationDelta(it[1], it[2], it[3], it[4], it[5])))

@@ -101,7 +101,7 @@ class EngineCore(TorchEngine):
         self._sock = sock
         self._wrote = False
         self._closed = False
-        self._last_stats: tuple = ()
+        self._last_stats: tuple[Any, ...] = ()
 
     def _write(self, obj: Any) -> None:
         try:
@@ -109,14 +109,14 @@ class EngineCore(TorchEngine):
         except OSError:  # the replica is gone: serve() returns after this step
             self._closed = True
 
-    def _stats_tuple(self) -> tuple:
+    def _stats_tuple(self) -> tuple[Any, ...]:
         st = self._stats
         return (st.running, st.waiting, st.kv_cache_usage, st.num_preemptions, st.generated_tokens, st.num_steps,
                 st.num_prefills)
 
     def _send(self, batch: list[tuple[str, Any]]) -> None:
         """A step's outputs go to the replica at once, in one frame with the stats."""
-        items: list[tuple] = []
+        items: list[tuple[Any, ...]] = []
         for rid, item in batch:
             if isinstance(item, BaseException):
                 items.append((rid, type(item).__name__, str(item)))
@@ -127,7 +127,7 @@ class EngineCore(TorchEngine):
         self._write((items, self._last_stats))
         self._wrote = True
 
-    def _ops(self, ops: list[tuple], inbox: collections.deque) -> bool:
+    def _ops(self, ops: list[tuple[Any, ...]], inbox: collections.deque[tuple[str, Any]]) -> bool:
         """The replica's ops into the step loop's inbox; False on ("stop",)."""
         failed = []
         for op in ops:
@@ -157,7 +157,7 @@ class EngineCore(TorchEngine):
             while True:
                 busy = self.scheduler.has_work()
                 ready, _, _ = select.select([sock], [], [], 0 if busy else None)
-                inbox: collections.deque = collections.deque()
+                inbox: collections.deque[tuple[str, Any]] = collections.deque()
                 if ready:
                     data = sock.recv(1 << 20)
                     if not data:

@@ -30,7 +30,7 @@ class _Output:
 
     def __init__(self, n: int, callback: Callable[[Any], None] | None = None) -> None:
         self.deltas: list[GenerationDelta] = []
-        self.waiter: asyncio.Future | None = None
+        self.waiter: asyncio.Future[None] | None = None
         self.left = n
         self.callback = callback
 

@@ -177,7 +177,7 @@ class TorchEngine(EngineFrontend, LLMEngine):
                     inbox, self._inbox = self._inbox, collections.deque()
                 self._iteration(inbox)
 
-    def _iteration(self, inbox: collections.deque) -> None:
+    def _iteration(self, inbox: collections.deque[tuple[str, Any]]) -> None:
         """Takes the new requests and aborts, then runs one step (with the core process, the
         same on its main thread)."""
         try:
@@ -187,7 +187,7 @@ class TorchEngine(EngineFrontend, LLMEngine):
             log.exception("engine step failed")
             self._fail_all(e)
 
-    def _take(self, inbox: collections.deque) -> None:
+    def _take(self, inbox: collections.deque[tuple[str, Any]]) -> None:
         from .sampling import make_generator
 
         failed: list[tuple[str, Any]] = []
