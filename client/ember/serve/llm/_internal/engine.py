@@ -7,8 +7,9 @@
     engine.shutdown()
 
 plus the prompt side every engine needs from its tokenizer: `encode`, `apply_chat_template`,
-`max_model_len`. Implementations: TorchEngine (torch_engine.py, Ember's own) and VLLMEngine
-(vllm_engine.py).
+`max_model_len`. Implementations: TorchEngine (torch_engine.py, Ember's own; its step loop in a
+thread) and EngineCoreClient (core_client.py: the same step loop in an engine-core process), and
+VLLMEngine (vllm_engine.py).
 """
 from __future__ import annotations
 

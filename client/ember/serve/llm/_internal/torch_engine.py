@@ -14,9 +14,15 @@ The policy (admission, KV blocks, preemption, stop conditions) is BatchScheduler
 KVBatch. A request's output arrives as lists of deltas, so a consumer slower than the engine
 gets several tokens at once instead of a backlog. `abort` takes the sequence out before the
 next step. `submit(request, callback)` is the push form: the callback runs inside the step's
-hand-off for each delta, so no task wakes per token (LLMServer's SSEStream, sse_stream.py). engine_kwargs: max_num_seqs (16), max_num_batched_tokens (2048), max_model_len (the
-model's), block_size (16), num_kv_blocks (enough for every sequence at full length), device
-("cuda" when available, else "cpu"), dtype ("float32" on CPU, "float16" on GPU), num_threads.
+hand-off for each delta, so no task wakes per token (LLMServer's SSEStream, sse_stream.py).
+The event-loop side (generate, submit, cancel, the tokenizer) is frontend.py's, shared with
+EngineCoreClient, which runs this class's step loop in a child process instead (engine_core.py).
+
+engine_kwargs: max_num_seqs (16), max_num_batched_tokens (2048), max_model_len (the model's),
+block_size (16), num_kv_blocks (enough for every sequence at full length), device ("cuda" when
+available, else "cpu"), dtype ("float32" on CPU, "float16" on GPU), num_threads,
+trust_remote_code, engine_process (True: LLMServer's make_engine runs the step loop in an
+engine-core process; this class itself ignores it).
 """
 from __future__ import annotations
 
