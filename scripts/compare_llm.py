@@ -4,6 +4,8 @@ Ray Serve 2.60, with CONCURRENCY streaming clients.
 
 Systems:
     direct        the engine alone in a fresh process, CONCURRENCY asyncio consumers (no HTTP)
+    direct_core   the same consumers on the engine-core process (EngineCoreClient): what the
+                  core process itself costs or gains, without Serve (not in the default --only)
     ember         Ember's OpenAI app: build_openai_app (OpenAiIngress → LLMServer), POST
                   /v1/completions with "stream": true, through Ember's proxy
     ember_plain   one Ember Serve deployment around the engine answering SSE itself
@@ -30,7 +32,7 @@ Ray's pip), prepended to PYTHONPATH; the engine's module files are loaded from t
 
     .venv/bin/python scripts/compare_llm.py [--concurrency 16] [--max-tokens 64] [--requests 160]
         [--duration 30] [--hidden 128 --layers 4] [--ray-python /work/rayvenv/bin/python]
-        [--ray-pythonpath /tmp/rayllm] [--only direct,ember,ember_plain,ray_plain]
+        [--ray-pythonpath /tmp/rayllm] [--only direct,direct_core,ember,ember_plain,ray_plain]
 """
 from __future__ import annotations
 
@@ -286,11 +288,19 @@ async def http_load(port, args, path, concurrency, requests, stats_path="") -> d
 DIRECT = r"""
 import asyncio, itertools, json, sys, time
 """ + _LOAD_ENGINE + r"""
-path, internal, kwargs, max_tokens, conc, requests, single, duration = sys.argv[1:9]
+path, internal, kwargs, max_tokens, conc, requests, single, duration, core = sys.argv[1:10]
 max_tokens, conc, requests, single, duration = int(max_tokens), int(conc), int(requests), int(single), float(duration)
 make, Request, Params = load_engine(internal)
-engine = make("tiny", path, {**json.loads(kwargs), "engine_process": False})  # one process: the limit
+# direct: one process, the limit; direct_core: the same consumers on the engine-core process
+engine = make("tiny", path, {**json.loads(kwargs), "engine_process": core == "1"})
 engine.start()
+core_proc = None
+if core == "1":
+    import psutil
+    core_proc = psutil.Process(engine.core_pid)
+
+def core_cpu():
+    return sum(core_proc.cpu_times()[:2]) if core_proc else 0.0
 ids = engine.encode("Tell me a story")
 counter = itertools.count()
 
@@ -317,10 +327,11 @@ async def load(concurrency, n_requests):
                            for _ in range(concurrency)])
     out = {"tokens": 0, "ttft": [], "lat": [], "errors": 0}
     budget = [n_requests]
-    t0, c0, s0 = time.perf_counter(), time.process_time(), dict(vars(engine.stats()))
+    t0, c0, k0, s0 = time.perf_counter(), time.process_time(), core_cpu(), dict(vars(engine.stats()))
     await asyncio.gather(*[consumer(time.monotonic() + duration, budget, out) for _ in range(concurrency)])
     out["elapsed"] = time.perf_counter() - t0
     out["cpu_us"] = (time.process_time() - c0) * 1e6
+    out["core_cpu_us"] = (core_cpu() - k0) * 1e6
     out["engine"] = [s0, dict(vars(engine.stats()))]
     return out
 
@@ -330,11 +341,12 @@ print("RESULT " + json.dumps(res), flush=True)
 """
 
 
-def run_direct(path, args) -> dict:
+def run_direct(path, args, core: bool = False) -> dict:
     import subprocess
 
     cmd = [sys.executable, "-c", DIRECT, path, os.path.abspath(INTERNAL), args.engine_kwargs, str(args.max_tokens),
-           str(args.concurrency), str(args.requests), str(args.single_requests), str(args.duration)]
+           str(args.concurrency), str(args.requests), str(args.single_requests), str(args.duration),
+           "1" if core else "0"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
@@ -342,12 +354,13 @@ def run_direct(path, args) -> dict:
     res = json.loads(line[len("RESULT "):])
     out = {}
     for k, v in res.items():
-        cpu = v.pop("cpu_us")
+        cpu, core_cpu = v.pop("cpu_us"), v.pop("core_cpu_us")
         st = v.pop("engine")
         out[k] = _summary(v, v.pop("elapsed"))
         out[k].update(_batch_fill(st[0], st[1], len(v["lat"])))
-        per = round(cpu / max(v["tokens"], 1), 1)
-        out[k]["cpu_us_per_token"] = {"direct": per, "total": per}
+        per, per_core = round(cpu / max(v["tokens"], 1), 1), round(core_cpu / max(v["tokens"], 1), 1)
+        out[k]["cpu_us_per_token"] = ({"core": per_core, "direct": per, "total": round(per + per_core, 1)} if core
+                                      else {"direct": per, "total": per})
     return out
 
 
@@ -388,8 +401,8 @@ def main() -> None:
     results = {}
     for name in only:
         load0 = round(os.getloadavg()[0], 1)
-        if name == "direct":
-            results[name] = run_direct(model, args)
+        if name in ("direct", "direct_core"):
+            results[name] = run_direct(model, args, core=name == "direct_core")
         elif name == "ember":
             results[name] = run_server(sys.executable, EMBER_SERVER, model, args)
         elif name == "ember_plain":
@@ -412,7 +425,7 @@ def main() -> None:
               f"{m['errors']:>5} |{o['tokens_per_s']:>17}{o['ttft_p50_ms']:>8}{o['ttft_p99_ms']:>8}{r['load_avg']:>6}")
     if "direct" in results:
         d = results["direct"]["many"]["tokens_per_s"]
-        for name in ("ember", "ember_plain", "ray_plain"):
+        for name in ("direct_core", "ember", "ember_plain", "ray_plain"):
             if name in results:
                 print(f"{name}: {results[name]['many']['tokens_per_s'] / d:.2f} of the direct engine's tokens/s; "
                       f"1-stream TTFT p50 {results[name]['one']['ttft_p50_ms']} ms vs direct "
