@@ -206,3 +206,36 @@ def test_a_killed_parent_leaves_no_orphan(model_dir):
             p.wait()
         assert p.stdout is not None
         p.stdout.close()
+
+
+_HIGH_FD = r"""
+import asyncio, os, resource, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # a busy replica's fds
+from ember.serve.llm._internal.core_client import EngineCoreClient
+from ember.serve.llm._internal.engine import GenerationRequest
+from ember.serve.llm._internal.params import SamplingParams
+e = EngineCoreClient("tiny", sys.argv[1], {})
+e.start()
+assert e._sock.fileno() > 1024, e._sock.fileno()
+
+async def go():
+    n = 0
+    async for ds in e.generate(GenerationRequest("x", e.encode("hi"), SamplingParams(max_tokens=3))):
+        n = ds[-1].num_output_tokens
+    return n
+
+print("TOKENS", asyncio.run(go()), flush=True)
+e.shutdown()
+"""
+
+
+def test_core_serves_on_a_descriptor_above_fd_setsize(model_dir):
+    """The replica's end and the core's inherited end are numbered above 1024 (select() would fail)."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1300:
+        pytest.skip("the hard limit on open files is below 1300 here")
+    p = subprocess.run([sys.executable, "-c", _HIGH_FD, model_dir], capture_output=True, text=True, timeout=120)
+    assert "TOKENS 3" in p.stdout, p.stderr[-2000:]

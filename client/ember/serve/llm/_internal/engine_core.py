@@ -87,7 +87,8 @@ class FrameReader:
 
 
 def params_to_wire(p: SamplingParams) -> dict[str, Any]:
-    """SamplingParams as plain values (the core rebuilds and re-checks them)."""
+    """SamplingParams as plain values (the core rebuilds and re-checks them; `extra`, which the
+    engine does not read, stays in the replica)."""
     return {"max_tokens": p.max_tokens, "temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k,
             "stop": tuple(p.stop), "stop_token_ids": tuple(p.stop_token_ids), "seed": p.seed, "n": p.n,
             "ignore_eos": p.ignore_eos}
@@ -153,10 +154,12 @@ class EngineCore(TorchEngine):
 
         reader = FrameReader()
         sock = self._sock
+        poller = select.poll()  # not select(): the inherited fd may be above FD_SETSIZE in a busy replica
+        poller.register(sock.fileno(), select.POLLIN)
         with torch.inference_mode():
             while True:
                 busy = self.scheduler.has_work()
-                ready, _, _ = select.select([sock], [], [], 0 if busy else None)
+                ready = poller.poll(0 if busy else None)
                 inbox: collections.deque[tuple[str, Any]] = collections.deque()
                 if ready:
                     data = sock.recv(1 << 20)
