@@ -59,7 +59,7 @@ class EngineCoreClient(EngineFrontend, LLMEngine):
         self._reader = FrameReader()
         self._reading_on: asyncio.AbstractEventLoop | None = None
         self._ops: list[tuple[Any, ...]] = []
-        self._flush_scheduled = False
+        self._flush_on: asyncio.AbstractEventLoop | None = None  # the loop a _flush is scheduled on
         self._wbuf = b""
 
     @property
@@ -160,14 +160,14 @@ class EngineCoreClient(EngineFrontend, LLMEngine):
         loop = self._loop
         if loop is None or loop.is_closed():
             self._flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
+        elif self._flush_on is not loop:  # (one scheduled on a loop that closed before running it: again)
+            self._flush_on = loop
             loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         """Writes the ops queued in this loop iteration as one frame (what does not fit in the
         socket's buffer waits for the socket to become writable)."""
-        self._flush_scheduled = False
+        self._flush_on = None
         if not self._ops or self._sock is None:
             self._ops = []
             return
