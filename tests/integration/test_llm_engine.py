@@ -58,13 +58,13 @@ def test_kv_batch_rows_join_and_leave_without_changing_outputs(model_dir):
         def join(keys):
             rows, logits = batch.prefill(keys, [prompts[k] for k in keys])
             rows.pending = logits.argmax(-1).tolist()
-            for k, t in zip(keys, rows.pending):
+            for k, t in zip(keys, rows.pending, strict=True):
                 got[k].append(t)
             batch.merge(rows)
 
         def step():
             batch.pending = batch.decode().argmax(-1).tolist()
-            for k, t in zip(batch.seq_ids, batch.pending):
+            for k, t in zip(batch.seq_ids, batch.pending, strict=True):
                 got[k].append(t)
 
         join(["a"])

@@ -233,3 +233,44 @@ def test_two_models_behind_the_openai_ingress(serve_url, model_dir):
                  what="the aborted request to leave m1's batch")
     finally:
         serve.delete("two")
+
+
+def test_engine_core_crash_replaces_the_replica_and_delete_leaves_no_core(serve_url, model_dir):
+    """The torch engine's core process (engine_process, the default) under Serve: a child of the
+    replica; killing it fails the stream in flight with an error event (no hang), the replica
+    turns unhealthy and is replaced; deleting the app leaves no core process behind."""
+    psutil = pytest.importorskip("psutil")
+    from ember.serve.llm._internal.engine_core import MARKER
+
+    def gone(pid):
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    cfg = {"model_loading_config": {"model_id": "core", "model_source": model_dir}, "llm_engine": "torch",
+           "deployment_config": {"health_check_period_s": 0.5, "ray_actor_options": {"num_cpus": 0.25}}}
+    h = serve.run(build_llm_deployment(cfg), name="core", route_prefix="/core")
+    try:
+        pid = h.engine_stats.remote().result()["core_pid"]
+        assert MARKER in psutil.Process(pid).cmdline()
+        assert "ember._private" in " ".join(psutil.Process(pid).parent().cmdline())  # a worker (the replica)
+        with httpx.Client(timeout=30) as hc:
+            with hc.stream("POST", serve_url + "/core/v1/completions",
+                           json={"model": "core", "prompt": "go", "max_tokens": 1000, "stream": True,
+                                 "ignore_eos": True}) as r:
+                it = r.iter_text()
+                body = next(it)
+                psutil.Process(pid).kill()
+                t0 = time.monotonic()
+                body += "".join(it)
+                assert time.monotonic() - t0 < 20
+        assert '"code": 500' in body and "engine core process" in body and body.endswith("data: [DONE]\n\n")
+        wait_for(lambda: h.engine_stats.remote().result()["core_pid"] not in (pid, None), timeout_s=60,
+                 what="a new replica with a new engine core")
+        new = h.engine_stats.remote().result()["core_pid"]
+        with openai.OpenAI(base_url=serve_url + "/core/v1", api_key="x", max_retries=2) as c:
+            assert c.completions.create(model="core", prompt="hi", max_tokens=2).usage.completion_tokens == 2
+    finally:
+        serve.delete("core")
+    wait_for(lambda: gone(pid) and gone(new), timeout_s=30, what="the engine cores to exit with their replicas")

@@ -7,8 +7,9 @@
     engine.shutdown()
 
 plus the prompt side every engine needs from its tokenizer: `encode`, `apply_chat_template`,
-`max_model_len`. Implementations: TorchEngine (torch_engine.py, Ember's own) and VLLMEngine
-(vllm_engine.py).
+`max_model_len`. Implementations: TorchEngine (torch_engine.py, Ember's own; its step loop in a
+thread) and EngineCoreClient (core_client.py: the same step loop in an engine-core process), and
+VLLMEngine (vllm_engine.py).
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ class EngineStats:
     kv_cache_usage: float = 0.0  # 0..1
     num_preemptions: int = 0
     generated_tokens: int = 0    # since start
+    num_steps: int = 0           # forward passes since start (torch engine: decode steps)
+    num_prefills: int = 0        # prefill passes since start (torch engine)
 
 
 class LLMEngine(abc.ABC):

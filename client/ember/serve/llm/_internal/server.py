@@ -38,6 +38,10 @@ def make_engine(config: LLMConfig) -> LLMEngine:
         from .vllm_engine import VLLMEngine
 
         return VLLMEngine(config)
+    if config.engine_kwargs.get("engine_process", True):
+        from .core_client import EngineCoreClient
+
+        return EngineCoreClient(config.model_id, config.model_source, config.engine_kwargs)
     from .torch_engine import TorchEngine
 
     return TorchEngine(config.model_id, config.model_source, config.engine_kwargs)
@@ -75,7 +79,9 @@ class LLMServer:
         """The engine's running/waiting/KV-cache figures (for tests and dashboards)."""
         st = self.engine.stats()
         return {"running": st.running, "waiting": st.waiting, "kv_cache_usage": st.kv_cache_usage,
-                "num_preemptions": st.num_preemptions, "generated_tokens": st.generated_tokens}
+                "num_preemptions": st.num_preemptions, "generated_tokens": st.generated_tokens,
+                "num_steps": st.num_steps, "num_prefills": st.num_prefills,
+                "core_pid": getattr(self.engine, "core_pid", None)}
 
     def __del__(self) -> None:
         try:

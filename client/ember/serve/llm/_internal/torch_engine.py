@@ -14,26 +14,57 @@ The policy (admission, KV blocks, preemption, stop conditions) is BatchScheduler
 KVBatch. A request's output arrives as lists of deltas, so a consumer slower than the engine
 gets several tokens at once instead of a backlog. `abort` takes the sequence out before the
 next step. `submit(request, callback)` is the push form: the callback runs inside the step's
-hand-off for each delta, so no task wakes per token (LLMServer's SSEStream, sse_stream.py). engine_kwargs: max_num_seqs (16), max_num_batched_tokens (2048), max_model_len (the
-model's), block_size (16), num_kv_blocks (enough for every sequence at full length), device
-("cuda" when available, else "cpu"), dtype ("float32" on CPU, "float16" on GPU), num_threads.
+hand-off for each delta, so no task wakes per token (LLMServer's SSEStream, sse_stream.py).
+The event-loop side (generate, submit, cancel, the tokenizer) is frontend.py's, shared with
+EngineCoreClient, which runs this class's step loop in a child process instead (engine_core.py).
+
+engine_kwargs: max_num_seqs (16), max_num_batched_tokens (2048), max_model_len (the model's),
+block_size (16), num_kv_blocks (enough for every sequence at full length), device ("cuda" when
+available, else "cpu"), dtype ("float32" on CPU, "float16" on GPU), num_threads,
+trust_remote_code, engine_process (True: LLMServer's make_engine runs the step loop in an
+engine-core process; this class itself ignores it).
 """
 from __future__ import annotations
 
-import asyncio
 import collections
-import itertools
 import logging
 import threading
 import time
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from .engine import EngineStats, GenerationDelta, GenerationRequest, LLMEngine
+from .frontend import EngineFrontend
 from .scheduler import BatchScheduler, BlockManager, SeqState, Sequence, StopChecker
 
 log = logging.getLogger(__name__)
 _KNOWN_KWARGS = {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "num_kv_blocks",
-                 "device", "dtype", "num_threads", "trust_remote_code"}
+                 "device", "dtype", "num_threads", "trust_remote_code", "engine_process"}
+
+
+def check_engine_kwargs(engine_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of the torch engine's engine_kwargs; an unknown key raises ValueError naming it."""
+    kw = dict(engine_kwargs or {})
+    unknown = set(kw) - _KNOWN_KWARGS
+    if unknown:
+        raise ValueError(f"unknown engine_kwargs for the torch engine: {sorted(unknown)} "
+                         f"(known: {sorted(_KNOWN_KWARGS)})")
+    return kw
+
+
+def load_tokenizer(model_source: str, trust_remote_code: bool = False) -> Any:
+    """The model's Hugging Face tokenizer (no progress bars)."""
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    return AutoTokenizer.from_pretrained(model_source, trust_remote_code=trust_remote_code)
+
+
+def make_sequences(request: GenerationRequest) -> list[Sequence]:
+    """The request's n sequences, as the scheduler takes them."""
+    now = time.monotonic()
+    return [Sequence(f"{request.request_id}/{i}", request.request_id, i, list(request.prompt_token_ids),
+                     request.params, now) for i in range(request.params.n)]
 
 
 class _Detokenizer:
@@ -58,38 +89,18 @@ class _Detokenizer:
             self.prefix, self.read = self.read, len(self.ids)
 
 
-class _Output:
-    """One request's deltas waiting for its consumer (event-loop side), or the consumer's
-    callback (submit: called with each delta as the step's hand-off runs, no task woken)."""
-
-    __slots__ = ("deltas", "waiter", "left", "callback")
-
-    def __init__(self, n: int, callback: Callable[[Any], None] | None = None) -> None:
-        self.deltas: list[GenerationDelta] = []
-        self.waiter: asyncio.Future | None = None
-        self.left = n
-        self.callback = callback
-
-
-class TorchEngine(LLMEngine):
+class TorchEngine(EngineFrontend, LLMEngine):
     def __init__(self, model_id: str, model_source: str, engine_kwargs: dict[str, Any] | None = None) -> None:
-        kw = dict(engine_kwargs or {})
-        unknown = set(kw) - _KNOWN_KWARGS
-        if unknown:
-            raise ValueError(f"unknown engine_kwargs for the torch engine: {sorted(unknown)} "
-                             f"(known: {sorted(_KNOWN_KWARGS)})")
+        kw = check_engine_kwargs(engine_kwargs)
+        self._init_frontend()
         self.model_id = model_id
         self.model_source = model_source
         self.kw = kw
         self._inbox: collections.deque[tuple[str, Any]] = collections.deque()
         self._cv = threading.Condition()
-        self._outputs: dict[str, _Output] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop = False
         self._stats = EngineStats()
-        self._ids = itertools.count()
-        self._error: BaseException | None = None
         self._pending: list[tuple[str, Any]] = []  # outputs handed to the loop, not delivered yet
         self._pending_lock = threading.Lock()
 
@@ -102,10 +113,7 @@ class TorchEngine(LLMEngine):
 
     def _load(self) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+        from transformers import AutoModelForCausalLM
         device = self.kw.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
         # On CPU one intra-op thread by default: with more, torch's threads spin against the
         # replica's event loop and the other processes of a small machine (measured here: a
@@ -115,7 +123,7 @@ class TorchEngine(LLMEngine):
             torch.set_num_threads(int(threads))
         dtype = getattr(torch, self.kw.get("dtype") or ("float16" if device.startswith("cuda") else "float32"))
         trust = bool(self.kw.get("trust_remote_code", False))
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_source, trust_remote_code=trust)
+        self.tokenizer = load_tokenizer(self.model_source, trust)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_source, dtype=dtype,
                                                           trust_remote_code=trust).to(device).eval()
         self.device = torch.device(device)
@@ -139,105 +147,17 @@ class TorchEngine(LLMEngine):
         self.batch = KVBatch(self.model, self.device)
         self._seqs: dict[str, tuple[Sequence, _Detokenizer, Any]] = {}
 
-    @property
-    def max_model_len(self) -> int:
-        return self._max_len
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
-
-    def apply_chat_template(self, messages: list[dict[str, Any]]) -> str:
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError(f"the tokenizer of {self.model_id} has no chat template")
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
     # -------------------------------------------------------------- event-loop side
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationDelta]]:
-        seqs = self._admit(request)
-        rid = request.request_id
-        out = self._outputs[rid] = _Output(len(seqs))
-        self._post("add", seqs)
-        try:
-            while out.left > 0:
-                if not out.deltas:
-                    out.waiter = self._loop.create_future()
-                    await out.waiter
-                deltas, out.deltas = out.deltas, []
-                out.left -= sum(1 for d in deltas if d.finish_reason is not None)
-                if deltas and isinstance(deltas[-1], BaseException):
-                    raise deltas[-1]
-                yield deltas
-        finally:
-            self._outputs.pop(rid, None)
-            if out.left > 0:  # the consumer stopped early: free the batch slot
-                self._post("abort", rid)
+    def _post_add(self, request: GenerationRequest) -> None:
+        self._post("add", make_sequences(request))
 
-    def _admit(self, request: GenerationRequest) -> list[Sequence]:
-        """Checks a new request (on the event loop) and makes its sequences."""
-        if self._error is not None:
-            raise RuntimeError(f"the engine failed: {self._error!r}")
-        self._loop = asyncio.get_running_loop()
-        rid = request.request_id
-        if rid in self._outputs:
-            raise ValueError(f"request id {rid} is already running")
-        if len(request.prompt_token_ids) >= self._max_len:
-            raise ValueError(f"the prompt has {len(request.prompt_token_ids)} tokens; this model's context "
-                             f"is {self._max_len} tokens (prompt plus at least one generated token)")
-        now = time.monotonic()
-        return [Sequence(f"{rid}/{i}", rid, i, list(request.prompt_token_ids), request.params, now)
-                for i in range(request.params.n)]
-
-    def submit(self, request: GenerationRequest, callback: Callable[[Any], None]) -> None:
-        """Push mode (on the event loop): callback(delta) runs on this loop for each delta of
-        the request, inside the step's one hand-off (no task is woken per token), and
-        callback(exception) once if the request fails; after the last delta of every sequence
-        (finish_reason set) or the exception it is not called again. `cancel(request_id)`
-        stops it. The same work as generate(), one await layer and one task wake-up less per
-        token and stream."""
-        seqs = self._admit(request)
-        rid = request.request_id
-        self._outputs[rid] = _Output(len(seqs), callback)
-        self._post("add", seqs)
-
-    def cancel(self, request_id: str) -> None:
-        """Stops a submitted request (on the event loop): no more callbacks; its batch slot is
-        freed before the next step."""
-        if self._outputs.pop(request_id, None) is not None:
-            self._post("abort", request_id)
-
-    async def abort(self, request_id: str) -> None:
+    def _post_abort(self, request_id: str) -> None:
         self._post("abort", request_id)
 
     def _post(self, kind: str, arg: Any) -> None:
         with self._cv:
             self._inbox.append((kind, arg))
             self._cv.notify()
-
-    def _deliver(self, batch: list[tuple[str, Any]]) -> None:
-        for rid, item in batch:
-            out = self._outputs.get(rid)
-            if out is None:
-                continue
-            cb = out.callback
-            if cb is not None:
-                if isinstance(item, BaseException) or item.finish_reason is not None:
-                    out.left = 0 if isinstance(item, BaseException) else out.left - 1
-                    if out.left <= 0:
-                        del self._outputs[rid]
-                try:
-                    cb(item)
-                except Exception:  # a consumer's bug must not stop the other requests' delivery
-                    log.exception("the consumer of request %s failed", rid)
-                    self.cancel(rid)
-                continue
-            if isinstance(item, BaseException):
-                out.deltas.append(item)  # type: ignore[arg-type]
-                out.left = 1
-            else:
-                out.deltas.append(item)
-            w = out.waiter
-            if w is not None and not w.done():
-                w.set_result(None)
 
     def stats(self) -> EngineStats:
         return self._stats
@@ -248,10 +168,6 @@ class TorchEngine(LLMEngine):
             self._cv.notify()
         if self._thread is not None:
             self._thread.join(10)
-
-    async def check_health(self) -> None:
-        if self._error is not None:
-            raise RuntimeError(f"the engine failed: {self._error!r}")
 
     # -------------------------------------------------------------- engine thread
     def _run(self) -> None:
@@ -265,14 +181,19 @@ class TorchEngine(LLMEngine):
                     if self._stop:
                         return
                     inbox, self._inbox = self._inbox, collections.deque()
-                try:
-                    self._take(inbox)
-                    self._step()
-                except Exception as e:  # a bug or an out-of-memory: fail every request, keep going
-                    log.exception("engine step failed")
-                    self._fail_all(e)
+                self._iteration(inbox)
 
-    def _take(self, inbox: collections.deque) -> None:
+    def _iteration(self, inbox: collections.deque[tuple[str, Any]]) -> None:
+        """Takes the new requests and aborts, then runs one step (with the core process, the
+        same on its main thread)."""
+        try:
+            self._take(inbox)
+            self._step()
+        except Exception as e:  # a bug or an out-of-memory: fail every request, keep going
+            log.exception("engine step failed")
+            self._fail_all(e)
+
+    def _take(self, inbox: collections.deque[tuple[str, Any]]) -> None:
         from .sampling import make_generator
 
         failed: list[tuple[str, Any]] = []
@@ -302,6 +223,7 @@ class TorchEngine(LLMEngine):
             self.batch.remove(gone)
         self._stats.num_preemptions += len(plan.preempted)
         if plan.prefill:
+            self._stats.num_prefills += 1
             rows, logits = self.batch.prefill([s.seq_id for s in plan.prefill],
                                               [s.context_ids() for s in plan.prefill])
             tokens = sample(logits, [s.params for s in plan.prefill],
@@ -310,6 +232,7 @@ class TorchEngine(LLMEngine):
             self._send(self._emit(plan.prefill, tokens))
         decode = [s for s in plan.decode if s.state is SeqState.RUNNING]
         if decode and len(self.batch):
+            self._stats.num_steps += 1
             logits = self.batch.decode()
             seqs = [self._seqs[sid][0] for sid in self.batch.seq_ids]
             tokens = sample(logits, [s.params for s in seqs], [self._seqs[s.seq_id][2] for s in seqs])
