@@ -49,6 +49,20 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
                     last_res, last_sc, out = res, sc, group[2]
                 out.append(submit_entry(s))
                 continue
+            elif len(s) == 7:  # an EXEC record (tracing_exec)
+                entry = exec_entry(s) if s[6] is None else None
+                if entry is not None:
+                    if res is not last_res or sc is not last_sc:
+                        group = by_id.get((id(res), id(sc)))
+                        if group is None:
+                            group = by_id[(id(res), id(sc))] = (res, sc, [])
+                        last_res, last_sc, out = res, sc, group[2]
+                    out.append(entry)
+                    continue
+                from .tracing_export import expand_exec
+
+                s = expand_exec(s)
+                data = record_bytes(s) if not s[11] else None
             elif not s[11]:
                 entry = _exec_entry(s)
                 if entry is not None:
@@ -251,6 +265,17 @@ def _exec_entry(rec: tuple[Any, ...]) -> bytes | None:
 def _exec_fmt(ck: tuple[Any, ...]) -> bytes | None:
     """The template of an execute span's message (see record_bytes), or None when an attribute
     needs the SDK's encoder."""
+    consts = _exec_consts(ck)
+    fmt = None if consts is None else b"%s".join(c.replace(b"%", b"%%") for c in consts)
+    if len(_exec_fmts) >= _ATTR_CACHE_MAX:
+        _exec_fmts.clear()
+    _exec_fmts[ck] = fmt
+    return fmt
+
+
+def _exec_consts(ck: tuple[Any, ...]) -> list[bytes] | None:
+    """The constant parts of an execute span's message, around its ids (38 bytes: trace id,
+    span id, parent span id with their tags), its times (18) and its first attribute's value."""
     name, kind, rest, key0, vlen = ck
     kb = key0.encode()
     anylen = 1 + len(_varint(vlen)) + vlen  # AnyValue{string_value = 1}
@@ -260,21 +285,53 @@ def _exec_fmt(ck: tuple[Any, ...]) -> bytes | None:
     for k, v in rest:
         a = _attr_bytes(k, v)
         if a is None:
-            fmt = None
-            break
+            return None
         tail.append(a)
-    else:
-        # ids and parent (one pack), name and kind, the times (one pack), the first attribute's
-        # value, the other attributes, status UNSET, flags (a remote parent)
-        consts = [b"", _ld(b"\x2a", name.encode()) + _KIND[kind.value], head,
-                  b"".join(tail) + _UNSET_STATUS + _FLAGS_REMOTE]
-        size = sum(map(len, consts)) + 38 + 18 + vlen  # + the ids' pack, the times', the value
-        consts[0] = b"\x12" + _varint(size)  # ScopeSpans.spans = 2
-        fmt = b"%s".join(c.replace(b"%", b"%%") for c in consts)
-    if len(_exec_fmts) >= _ATTR_CACHE_MAX:
-        _exec_fmts.clear()
-    _exec_fmts[ck] = fmt
+    # ids and parent (one pack), name and kind, the times (one pack), the first attribute's
+    # value, the other attributes, status UNSET, flags (a remote parent)
+    consts = [b"", _ld(b"\x2a", name.encode()) + _KIND[kind.value], head,
+              b"".join(tail) + _UNSET_STATUS + _FLAGS_REMOTE]
+    size = sum(map(len, consts)) + 38 + 18 + vlen  # + the ids' pack, the times', the value
+    consts[0] = b"\x12" + _varint(size)  # ScopeSpans.spans = 2
+    return consts
+
+
+def exec_entry(rec: tuple[Any, ...]) -> bytes | None:
+    """ScopeSpans.spans = 2 holding an EXEC record's Span message (tracing_exec; no status):
+    one bytes formatting of a template cached per name and repeating values (job, attempt,
+    actor, node, worker), the ids (trace_parent's and the span id's bytes as they are), the
+    times and the task id's hex filled in; None when an attribute needs the SDK's encoder."""
+    name, tp, sid, start, end, values, _ = rec
+    task_id = values[0]
+    key = (name, values[1:], len(task_id))
+    fmt = _exec7_fmts.get(key, _NOTHING)
+    if fmt is _NOTHING:
+        fmt = _exec7_fmt(key)
+    if fmt is None:
+        return None
+    data: bytes = fmt % (tp[:16], sid, tp[16:24], _TIMES(b"\x39", start, b"\x41", end), task_id.hex().encode())
+    return data
+
+
+def _exec7_fmt(key: tuple[Any, ...]) -> bytes | None:
+    from opentelemetry.trace import SpanKind
+
+    from .tracing_export import exec_attributes
+
+    name, rest_values, idlen = key
+    items = tuple(exec_attributes((b"", *rest_values)).items())
+    consts = _exec_consts((name, SpanKind.CONSUMER, items[1:], items[0][0], 2 * idlen))
+    fmt = None
+    if consts is not None:  # the ids' slot split in three: trace id, span id, parent span id
+        parts = [consts[0] + b"\x0a\x10", b"\x12\x08", b"\x22\x08", *consts[1:]]
+        fmt = b"%s".join(c.replace(b"%", b"%%") for c in parts)
+    if len(_exec7_fmts) >= _ATTR_CACHE_MAX:
+        _exec7_fmts.clear()
+    _exec7_fmts[key] = fmt
     return fmt
+
+
+_exec7_fmts: dict[tuple[Any, ...], Any] = {}
 
 
 _exec_fmts: dict[tuple[Any, ...], bytes | None] = {}

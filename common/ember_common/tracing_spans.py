@@ -339,7 +339,7 @@ def set_error(span_obj: Any, message: str) -> None:
     from opentelemetry.trace import Status, StatusCode
 
     status = Status(StatusCode.ERROR, message[:500])
-    if type(span_obj) is _TaskSpan:
+    if isinstance(span_obj, _TaskSpan):  # a TaskSpan or a tracing_exec.ExecSpan
         span_obj.keep_status(status)  # Ember's own: the span stays a light record
     else:
         span_obj.set_status(status)
