@@ -200,7 +200,7 @@ class ServerInterceptor:
         method = details.method.lstrip("/")
 
         async def traced(request: Any, context: Any) -> Any:
-            with span(method, context=extract(md), kind="SERVER", **{"rpc.method": method}):
+            with tracing_spans.server_span(method, md):
                 return await inner(request, context)
 
         return grpc.unary_unary_rpc_method_handler(
@@ -218,7 +218,7 @@ def server_span(method: str, invocation_metadata: Any) -> Any:
     md = {k: v for k, v in (invocation_metadata or ()) if isinstance(v, str)}
     if "traceparent" not in md:
         return contextlib.nullcontext()
-    return span(method, context=extract(md), kind="SERVER", **{"rpc.method": method})
+    return tracing_spans.server_span(method, md)
 
 
 class _RawExport:

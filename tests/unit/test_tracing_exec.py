@@ -222,3 +222,62 @@ def test_only_full_batches_go_until_the_schedule_or_a_flush(monkeypatch):
         assert _wait(lambda: keep.batches == [3], 5.0)  # the schedule sends a partial batch
     finally:
         buf.shutdown()
+
+
+SERVER = keep_spans("ember-raylet") + textwrap.dedent("""
+    import json, os
+    from ember_common import tracing_spans
+
+    def run(fast, raises=False, extra=()):
+        tp = f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
+        md = (("traceparent", tp), ("user-agent", "grpc-python"), *extra)
+        cm = (tracing.server_span("ember.Raylet/RequestWorkerLease", md) if fast else
+              tracing.span("ember.Raylet/RequestWorkerLease", context=tracing.extract(dict(md)), kind="SERVER",
+                           **{"rpc.method": "ember.Raylet/RequestWorkerLease"}))
+        try:
+            with cm as sp:
+                kind = type(sp).__name__
+                if raises:
+                    raise KeyError("x")
+        except KeyError:
+            pass
+        return tp, kind
+
+    out = {}
+    for label, kw in {"plain": {}, "raised": {"raises": True},
+                      "baggage": {"extra": (("baggage", "k=v"),)}}.items():
+        out[label] = {"fast": run(True, **kw), "sdk": run(False, **kw)}
+    tracing.flush()
+    from ember_common.tracing_export import to_readable
+    spans = [to_readable(r, tracing.tracing_spans._resource, None) if type(r) is tuple else r for r in got]
+    out["spans"] = {f"{s.context.trace_id:032x}": {
+        "name": s.name, "parent": f"{s.parent.span_id:016x}", "remote_parent": s.parent.is_remote,
+        "kind": s.kind.name, "attrs": dict(s.attributes), "status": s.status.status_code.name,
+        "error": s.status.description, "events": [e.name for e in s.events]} for s in spans}
+    print(json.dumps(out))
+""")
+
+
+def test_a_server_span_on_the_fast_path_is_the_sdks_span(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", SERVER], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.splitlines()[-1])
+    spans = out["spans"]
+
+    def of(run: list) -> dict:
+        tp, _ = run
+        span = spans[tp.split("-")[1]]
+        assert span["parent"] == tp.split("-")[2] and span["remote_parent"]
+        return {k: v for k, v in span.items() if k != "parent"}
+
+    assert out["plain"]["fast"][1] == "LightSpan" and out["baggage"]["fast"][1] != "LightSpan"
+    for label in ("plain", "raised", "baggage"):
+        assert of(out[label]["fast"]) == of(out[label]["sdk"]), label
+    method = "ember.Raylet/RequestWorkerLease"
+    assert of(out["plain"]["fast"]) == {"name": method, "remote_parent": True, "kind": "SERVER",
+                                        "attrs": {"rpc.method": method}, "status": "UNSET", "error": None,
+                                        "events": []}
+    raised = of(out["raised"]["fast"])
+    assert raised["status"] == "ERROR" and raised["error"] == "KeyError: 'x'" and raised["events"] == ["exception"]
