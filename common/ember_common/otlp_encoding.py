@@ -17,6 +17,7 @@ protobuf classes and compare them with the SDK encoder's message.
 from __future__ import annotations
 
 import struct
+from binascii import hexlify as _hexlify  # bytes -> lowercase hex bytes (bytes.hex().encode())
 from typing import Any, Callable, Sequence
 
 
@@ -37,28 +38,26 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
     last_res: Any = _NOTHING
     last_sc: Any = _NOTHING
     out: list[bytes] = []
+    rec_out: list[bytes] | None = None  # the records' group (resource, scope), made at the first one
     for s in spans:
         if type(s) is tuple:
+            n = len(s)
+            if n == 6 or n == 7 and s[6] is None:  # the per-task records, the most frequent spans
+                if rec_out is None:
+                    group = by_id.get((id(resource), id(scope)))
+                    if group is None:
+                        group = by_id[(id(resource), id(scope))] = (resource, scope, [])
+                    rec_out = group[2]
+                if n == 6:  # a SUBMIT record (tracing_submit): written with its field tag and length
+                    rec_out.append(submit_entry(s))
+                    continue
+                entry = exec_entry(s)  # an EXEC record (tracing_exec)
+                if entry is not None:
+                    rec_out.append(entry)
+                    continue
             res, sc = resource, scope
             data: bytes | None
-            if len(s) == 6:  # a SUBMIT record (tracing_submit): written with its field tag and length
-                if res is not last_res or sc is not last_sc:
-                    group = by_id.get((id(res), id(sc)))
-                    if group is None:
-                        group = by_id[(id(res), id(sc))] = (res, sc, [])
-                    last_res, last_sc, out = res, sc, group[2]
-                out.append(submit_entry(s))
-                continue
-            elif len(s) == 7:  # an EXEC record (tracing_exec)
-                entry = exec_entry(s) if s[6] is None else None
-                if entry is not None:
-                    if res is not last_res or sc is not last_sc:
-                        group = by_id.get((id(res), id(sc)))
-                        if group is None:
-                            group = by_id[(id(res), id(sc))] = (res, sc, [])
-                        last_res, last_sc, out = res, sc, group[2]
-                    out.append(entry)
-                    continue
+            if n == 7:  # an EXEC record with a status (or an attribute the template cannot take)
                 from .tracing_export import expand_exec
 
                 s = expand_exec(s)
@@ -309,7 +308,7 @@ def exec_entry(rec: tuple[Any, ...]) -> bytes | None:
         fmt = _exec7_fmt(key)
     if fmt is None:
         return None
-    data: bytes = fmt % (tp[:16], sid, tp[16:24], _TIMES(b"\x39", start, b"\x41", end), task_id.hex().encode())
+    data: bytes = fmt % (tp[:16], sid, tp[16:24], _TIMES(b"\x39", start, b"\x41", end), _hexlify(task_id))
     return data
 
 
@@ -349,8 +348,8 @@ def submit_entry(rec: tuple[Any, ...]) -> bytes:
         fmt = _submit_fmt(name, key, len(value), ptype)
     tb = _pack_q(t)
     if ptype:
-        return fmt % (tp[:16], tp[16:24], _pack_q_be(parent.span_id), tb, tb, value.hex().encode())
-    return fmt % (tp[:16], tp[16:24], tb, tb, value.hex().encode())
+        return fmt % (tp[:16], tp[16:24], _pack_q_be(parent.span_id), tb, tb, _hexlify(value))
+    return fmt % (tp[:16], tp[16:24], tb, tb, _hexlify(value))
 
 
 def _submit_fmt(name: str, key: str, vlen: int, ptype: int) -> bytes:
