@@ -17,6 +17,7 @@ protobuf classes and compare them with the SDK encoder's message.
 from __future__ import annotations
 
 import struct
+from binascii import hexlify as _hexlify  # bytes -> lowercase hex bytes (bytes.hex().encode())
 from typing import Any, Callable, Sequence
 
 
@@ -37,18 +38,30 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
     last_res: Any = _NOTHING
     last_sc: Any = _NOTHING
     out: list[bytes] = []
+    rec_out: list[bytes] | None = None  # the records' group (resource, scope), made at the first one
     for s in spans:
         if type(s) is tuple:
+            n = len(s)
+            if n == 6 or n == 7 and s[6] is None:  # the per-task records, the most frequent spans
+                if rec_out is None:
+                    group = by_id.get((id(resource), id(scope)))
+                    if group is None:
+                        group = by_id[(id(resource), id(scope))] = (resource, scope, [])
+                    rec_out = group[2]
+                if n == 6:  # a SUBMIT record (tracing_submit): written with its field tag and length
+                    rec_out.append(submit_entry(s))
+                    continue
+                entry = exec_entry(s)  # an EXEC record (tracing_exec)
+                if entry is not None:
+                    rec_out.append(entry)
+                    continue
             res, sc = resource, scope
             data: bytes | None
-            if len(s) == 6:  # a SUBMIT record (tracing_submit): written with its field tag and length
-                if res is not last_res or sc is not last_sc:
-                    group = by_id.get((id(res), id(sc)))
-                    if group is None:
-                        group = by_id[(id(res), id(sc))] = (res, sc, [])
-                    last_res, last_sc, out = res, sc, group[2]
-                out.append(submit_entry(s))
-                continue
+            if n == 7:  # an EXEC record with a status (or an attribute the template cannot take)
+                from .tracing_export import expand_exec
+
+                s = expand_exec(s)
+                data = record_bytes(s) if not s[11] else None
             elif not s[11]:
                 entry = _exec_entry(s)
                 if entry is not None:
@@ -251,6 +264,17 @@ def _exec_entry(rec: tuple[Any, ...]) -> bytes | None:
 def _exec_fmt(ck: tuple[Any, ...]) -> bytes | None:
     """The template of an execute span's message (see record_bytes), or None when an attribute
     needs the SDK's encoder."""
+    consts = _exec_consts(ck)
+    fmt = None if consts is None else b"%s".join(c.replace(b"%", b"%%") for c in consts)
+    if len(_exec_fmts) >= _ATTR_CACHE_MAX:
+        _exec_fmts.clear()
+    _exec_fmts[ck] = fmt
+    return fmt
+
+
+def _exec_consts(ck: tuple[Any, ...]) -> list[bytes] | None:
+    """The constant parts of an execute span's message, around its ids (38 bytes: trace id,
+    span id, parent span id with their tags), its times (18) and its first attribute's value."""
     name, kind, rest, key0, vlen = ck
     kb = key0.encode()
     anylen = 1 + len(_varint(vlen)) + vlen  # AnyValue{string_value = 1}
@@ -260,21 +284,53 @@ def _exec_fmt(ck: tuple[Any, ...]) -> bytes | None:
     for k, v in rest:
         a = _attr_bytes(k, v)
         if a is None:
-            fmt = None
-            break
+            return None
         tail.append(a)
-    else:
-        # ids and parent (one pack), name and kind, the times (one pack), the first attribute's
-        # value, the other attributes, status UNSET, flags (a remote parent)
-        consts = [b"", _ld(b"\x2a", name.encode()) + _KIND[kind.value], head,
-                  b"".join(tail) + _UNSET_STATUS + _FLAGS_REMOTE]
-        size = sum(map(len, consts)) + 38 + 18 + vlen  # + the ids' pack, the times', the value
-        consts[0] = b"\x12" + _varint(size)  # ScopeSpans.spans = 2
-        fmt = b"%s".join(c.replace(b"%", b"%%") for c in consts)
-    if len(_exec_fmts) >= _ATTR_CACHE_MAX:
-        _exec_fmts.clear()
-    _exec_fmts[ck] = fmt
+    # ids and parent (one pack), name and kind, the times (one pack), the first attribute's
+    # value, the other attributes, status UNSET, flags (a remote parent)
+    consts = [b"", _ld(b"\x2a", name.encode()) + _KIND[kind.value], head,
+              b"".join(tail) + _UNSET_STATUS + _FLAGS_REMOTE]
+    size = sum(map(len, consts)) + 38 + 18 + vlen  # + the ids' pack, the times', the value
+    consts[0] = b"\x12" + _varint(size)  # ScopeSpans.spans = 2
+    return consts
+
+
+def exec_entry(rec: tuple[Any, ...]) -> bytes | None:
+    """ScopeSpans.spans = 2 holding an EXEC record's Span message (tracing_exec; no status):
+    one bytes formatting of a template cached per name and repeating values (job, attempt,
+    actor, node, worker), the ids (trace_parent's and the span id's bytes as they are), the
+    times and the task id's hex filled in; None when an attribute needs the SDK's encoder."""
+    name, tp, sid, start, end, values, _ = rec
+    task_id = values[0]
+    key = (name, values[1:], len(task_id))
+    fmt = _exec7_fmts.get(key, _NOTHING)
+    if fmt is _NOTHING:
+        fmt = _exec7_fmt(key)
+    if fmt is None:
+        return None
+    data: bytes = fmt % (tp[:16], sid, tp[16:24], _TIMES(b"\x39", start, b"\x41", end), _hexlify(task_id))
+    return data
+
+
+def _exec7_fmt(key: tuple[Any, ...]) -> bytes | None:
+    from opentelemetry.trace import SpanKind
+
+    from .tracing_export import exec_attributes
+
+    name, rest_values, idlen = key
+    items = tuple(exec_attributes((b"", *rest_values)).items())
+    consts = _exec_consts((name, SpanKind.CONSUMER, items[1:], items[0][0], 2 * idlen))
+    fmt = None
+    if consts is not None:  # the ids' slot split in three: trace id, span id, parent span id
+        parts = [consts[0] + b"\x0a\x10", b"\x12\x08", b"\x22\x08", *consts[1:]]
+        fmt = b"%s".join(c.replace(b"%", b"%%") for c in parts)
+    if len(_exec7_fmts) >= _ATTR_CACHE_MAX:
+        _exec7_fmts.clear()
+    _exec7_fmts[key] = fmt
     return fmt
+
+
+_exec7_fmts: dict[tuple[Any, ...], Any] = {}
 
 
 _exec_fmts: dict[tuple[Any, ...], bytes | None] = {}
@@ -292,8 +348,8 @@ def submit_entry(rec: tuple[Any, ...]) -> bytes:
         fmt = _submit_fmt(name, key, len(value), ptype)
     tb = _pack_q(t)
     if ptype:
-        return fmt % (tp[:16], tp[16:24], _pack_q_be(parent.span_id), tb, tb, value.hex().encode())
-    return fmt % (tp[:16], tp[16:24], tb, tb, value.hex().encode())
+        return fmt % (tp[:16], tp[16:24], _pack_q_be(parent.span_id), tb, tb, _hexlify(value))
+    return fmt % (tp[:16], tp[16:24], tb, tb, _hexlify(value))
 
 
 def _submit_fmt(name: str, key: str, vlen: int, ptype: int) -> bytes:

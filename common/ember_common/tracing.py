@@ -34,6 +34,7 @@ import threading
 from typing import Any
 
 from . import tracing_spans
+from .tracing_exec import task_executing as task_executing
 from .tracing_files import FileSpanExporter, read_trace, render_tree, span_to_dict  # noqa: F401 (re-exported)
 from .tracing_spans import execute_span as execute_span  # the API callers use, re-exported
 from .tracing_spans import extract as extract
@@ -108,9 +109,10 @@ def setup(default_service_name: str, node_id: str = "") -> bool:
                 exp.resource, exp.scope = provider.resource, buffer.scope
         _enabled = True
         tracing_spans.init(provider, _tracer)
-        from . import tracing_submit
+        from . import tracing_exec, tracing_submit
 
         tracing_submit.init()
+        tracing_exec.init()
         return True
 
 
@@ -198,7 +200,7 @@ class ServerInterceptor:
         method = details.method.lstrip("/")
 
         async def traced(request: Any, context: Any) -> Any:
-            with span(method, context=extract(md), kind="SERVER", **{"rpc.method": method}):
+            with tracing_spans.server_span(method, md):
                 return await inner(request, context)
 
         return grpc.unary_unary_rpc_method_handler(
@@ -216,7 +218,7 @@ def server_span(method: str, invocation_metadata: Any) -> Any:
     md = {k: v for k, v in (invocation_metadata or ()) if isinstance(v, str)}
     if "traceparent" not in md:
         return contextlib.nullcontext()
-    return span(method, context=extract(md), kind="SERVER", **{"rpc.method": method})
+    return tracing_spans.server_span(method, md)
 
 
 class _RawExport:

@@ -12,7 +12,8 @@ come through `on_end()` as ReadableSpans, as with any span processor.
 RECORD = (name, trace_id, span_id, trace_flags, trace_state, parent, kind, start_ns, end_ns,
 attributes, status, events); parent is None, a SpanContext, or the span id (int) of a remote
 parent in the same trace (a task's execute span: tracing_light.TaskSpan). A task's submit span
-may also come as a 6-tuple SUBMIT record (tracing_submit), which to_readable expands.
+may also come as a 6-tuple SUBMIT record (tracing_submit) and its execute span as a 7-tuple
+EXEC record (tracing_exec), which to_readable expands.
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ class SpanBuffer(SpanProcessor):
         self._wake = threading.Event()
         self._idle = threading.Condition()
         self._exporting = False
+        self._flushes = 0  # force_flush calls waiting: export everything, not only full batches
         self._shutdown = False
         self.dropped = 0
         self._thread = threading.Thread(target=self._run, name="ember-span-export", daemon=True)
@@ -84,9 +86,13 @@ class SpanBuffer(SpanProcessor):
     # ----------------------------------------------------------------- export thread
     def _run(self) -> None:
         while not self._shutdown:
-            self._wake.wait(self.delay_s)
+            # Woken by a full batch: full batches only (as the SDK's BatchSpanProcessor), the
+            # rest waits for more spans, the timer or a flush; every export has a fixed cost
+            # (a gRPC call: ~250 µs of CPU), so draining the queue in the small batches that
+            # arrive meanwhile would cost several times the spans' encoding.
+            full_only = self._wake.wait(self.delay_s)
             self._wake.clear()
-            self._export_all()
+            self._export_all(full_only)
         self._export_all()
 
     def _take(self) -> list[Any]:
@@ -100,11 +106,15 @@ class SpanBuffer(SpanProcessor):
             self.dropped += over
         return [q.popleft() for _ in range(min(self.batch, len(q)))]
 
-    def _export_all(self) -> None:
+    def _export_all(self, full_only: bool = False) -> None:
+        """Exports what is queued, in batches; full_only: only while a full batch waits (and
+        no flush is asked for)."""
         with self._idle:
             self._exporting = True
         try:
             while True:
+                if full_only and len(self._queue) < self.batch and not self._flushes and not self._shutdown:
+                    return
                 batch = self._take()
                 if not batch:
                     return
@@ -140,9 +150,15 @@ class SpanBuffer(SpanProcessor):
         if self._shutdown:
             return True
         deadline = timeout_millis / 1000
-        self._wake.set()
         with self._idle:
-            return self._idle.wait_for(lambda: not self._queue and not self._exporting, deadline)
+            self._flushes += 1
+        try:
+            self._wake.set()
+            with self._idle:
+                return self._idle.wait_for(lambda: not self._queue and not self._exporting, deadline)
+        finally:
+            with self._idle:
+                self._flushes -= 1
 
     def shutdown(self) -> None:
         if self._shutdown:
@@ -161,6 +177,7 @@ class SpanBuffer(SpanProcessor):
         self._wake = threading.Event()
         self._idle = threading.Condition()
         self._exporting = False
+        self._flushes = 0
         self._thread = threading.Thread(target=self._run, name="ember-span-export", daemon=True)
         self._thread.start()
 
@@ -172,6 +189,8 @@ def to_readable(rec: Record, resource: Any, scope: Any) -> Any:
 
     if len(rec) == 6:  # a SUBMIT record (tracing_submit)
         rec = expand(rec)
+    elif len(rec) == 7:  # an EXEC record (tracing_exec)
+        rec = expand_exec(rec)
     name, trace_id, span_id, flags, state, parent, kind, start, end, attrs, status, events = rec
     if type(parent) is int:
         parent = SpanContext(trace_id, parent, True, TraceFlags(flags), state)
@@ -189,3 +208,22 @@ def expand(rec: Record) -> Record:
     name, tp, parent, t, key, value = rec
     return (name, int.from_bytes(tp[:16], "big"), int.from_bytes(tp[16:24], "big"), tp[24], None,
             parent, SpanKind.PRODUCER, t, t, {key: value.hex()}, None, ())
+
+
+def exec_attributes(values: tuple[Any, ...]) -> dict[str, Any]:
+    """A task's execute span attributes from an EXEC record's values (task_id, job_id,
+    attempt, actor_id, node_id, worker_id): ids in hex, no actor id for a normal task."""
+    task_id, job_id, attempt, actor_id, node_id, worker_id = values
+    attrs = {"ember.task_id": task_id.hex(), "ember.job_id": job_id.hex(), "ember.node_id": node_id,
+             "ember.worker_id": worker_id, "ember.attempt": attempt, "ember.actor_id": actor_id.hex() or None}
+    return {k: v for k, v in attrs.items() if v is not None}
+
+
+def expand_exec(rec: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The RECORD of a tracing_exec EXEC record, (name, trace_parent, span_id, start_ns,
+    end_ns, values, status): the task's CONSUMER execute span."""
+    from opentelemetry.trace import SpanKind
+
+    name, tp, sid, start, end, values, status = rec
+    return (name, int.from_bytes(tp[:16], "big"), int.from_bytes(sid, "big"), tp[24], None,
+            int.from_bytes(tp[16:24], "big"), SpanKind.CONSUMER, start, end, exec_attributes(values), status, ())

@@ -259,6 +259,21 @@ def execute_span(name: str, carrier: Any, **attributes: Any) -> Any:
     return _CurrentSpan(name, parent, {k: v for k, v in attributes.items() if v is not None})
 
 
+def server_span(method: str, md: dict[str, str]) -> Any:
+    """A context manager: the SERVER span of an RPC whose metadata md carries a traceparent,
+    made current while the handler runs (as span(method, context=extract(md), kind="SERVER",
+    **{"rpc.method": method}) makes it), on the fast path a LightSpan (no propagator, no SDK
+    span): a raylet makes one per lease request."""
+    if _fast and "baggage" not in md:
+        carrier = {"traceparent": md["traceparent"]}
+        if "tracestate" in md:
+            carrier["tracestate"] = md["tracestate"]
+        parent = _parse_traceparent(carrier)
+        if parent is not None:
+            return _CurrentSpan(method, parent, {"rpc.method": method}, _otel.SpanKind.SERVER)
+    return span(method, context=extract(md), kind="SERVER", **{"rpc.method": method})
+
+
 def parse_trace_parent(tp: bytes) -> tuple[int, int, int, None] | None:
     """(trace id, parent span id, flags, no tracestate) from a TaskSpec.trace_parent (25 bytes:
     trace id, span id, flags; tracing_submit), or None when it is malformed (a wrong length, a
@@ -314,21 +329,21 @@ class _CurrentSpan(_TaskContext):
     """start_span + attach, end + detach: what start_as_current_span does, without its
     generator-based context managers (ends as _TaskContext does)."""
 
-    __slots__ = ("name", "parent", "attributes")
+    __slots__ = ("name", "parent", "attributes", "kind")
 
-    def __init__(self, name: str, parent: Any, attributes: dict[str, Any]) -> None:
+    def __init__(self, name: str, parent: Any, attributes: dict[str, Any], kind: Any = None) -> None:
         self.name, self.parent, self.attributes = name, parent, attributes
+        self.kind = kind or _otel.SpanKind.CONSUMER
 
     def __enter__(self) -> Any:
         o, parent = _otel, self.parent
         if not o.parent_based:  # the sampler must decide: the SDK's own span
             ctx = o.set_span_in_context(o.NonRecordingSpan(parent))
-            sp = _tracer.start_span(self.name, context=ctx, kind=o.SpanKind.CONSUMER,
-                                    attributes=self.attributes)
+            sp = _tracer.start_span(self.name, context=ctx, kind=self.kind, attributes=self.attributes)
         else:  # parent-based sampling: the remote parent's flag decides
             ctx = o.SpanContext(parent.trace_id, _id_gen.generate_span_id(), False,
                                 parent.trace_flags, parent.trace_state)
-            sp = (_LightSpan(self.name, ctx, parent, self.attributes, o.SpanKind.CONSUMER)
+            sp = (_LightSpan(self.name, ctx, parent, self.attributes, self.kind)
                   if parent.trace_flags & 1 else o.NonRecordingSpan(ctx))
         self.span = sp
         self.token = o.attach(o.set_span_in_context(sp))
@@ -339,7 +354,7 @@ def set_error(span_obj: Any, message: str) -> None:
     from opentelemetry.trace import Status, StatusCode
 
     status = Status(StatusCode.ERROR, message[:500])
-    if type(span_obj) is _TaskSpan:
+    if isinstance(span_obj, _TaskSpan):  # a TaskSpan or a tracing_exec.ExecSpan
         span_obj.keep_status(status)  # Ember's own: the span stays a light record
     else:
         span_obj.set_status(status)

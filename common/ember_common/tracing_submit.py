@@ -28,12 +28,14 @@ _ids: Any = iter(())  # 24-byte chunks: trace id (16) + span id (8), from one os
 _on = False  # the compact path may be used (set by init)
 _cv: Any = None  # the ContextVar holding OpenTelemetry's current Context
 _add: Any = None  # where a SUBMIT record goes
+_root_flag: bytes | None = None  # the flags byte of every root when the root sampler is always_on
+_time_ns = time.time_ns
 
 
 def init() -> None:
     """Called by tracing_spans.init(): the compact path is on for the SDK's RandomIdGenerator,
     the W3C propagator and a parent-based sampler (the defaults)."""
-    global _on, _cv, _add
+    global _on, _cv, _add, _root_flag
     from opentelemetry.context import _RUNTIME_CONTEXT
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
@@ -41,6 +43,8 @@ def init() -> None:
     _on = bool(ts._fast and ts._otel.parent_based and type(ts._id_gen) is RandomIdGenerator
                and _cv is not None)
     _add = _emit_submit
+    bound = ts._root_bound
+    _root_flag = _FLAG[1 | ts._random_flag] if bound is not None and bound > ts._M64 else None
 
 
 def _after_fork() -> None:
@@ -71,6 +75,16 @@ def task_submitted(spec: Any, name: str, key: str = "ember.task_id", value: byte
     if _on:
         current = _cv.get()
         if not current:  # no current span, no baggage: a root span
+            if _root_flag is not None:  # always sampled (the default): the shortest way
+                tp = (next(_ids, None) or _draw()) + _root_flag
+                spec.trace_parent = tp
+                rec = (name, tp, None, _time_ns(), key, spec.task_id if value is None else value)
+                buf = ts._buffer
+                if buf is not None and ts._processor._span_processors is ts._only_buffer:
+                    buf.add_record(rec)
+                else:
+                    _add(rec)
+                return
             bound = ts._root_bound
             if bound is not None:
                 ids = next(_ids, None) or _draw()

@@ -285,18 +285,12 @@ class TaskExecutor(PipelineEffects):
         return reply
 
     def _span(self, spec: common_pb2.TaskSpec) -> ContextManager[Any]:
-        """The execution span, child of the submission that travelled with the task."""
+        """The execution span, child of the submission that travelled with the task; its
+        attributes are the task's and this worker's ids (tracing.task_executing: a lazy span,
+        recorded as one record)."""
         core = self.core
-
-        def attributes() -> dict[str, Any]:
-            return {"ember.task_id": spec.task_id.hex(), "ember.job_id": spec.job_id.hex(),
-                    "ember.node_id": core.node_id, "ember.worker_id": core.worker_id,
-                    "ember.attempt": spec.attempt, "ember.actor_id": spec.actor_id.hex() or None}
-
-        # attributes() is called when the span is recorded (a lazy span: tracing.task_span).
-        # The kit types the context manager as Any (several span kinds behind it).
-        return cast(ContextManager[Any], tracing.task_span(f"execute {spec.name}", spec.trace_context,
-                                                           attributes, spec.trace_parent))
+        return cast(ContextManager[Any], tracing.task_executing(f"execute {spec.name}", spec,
+                                                                core.node_id, core.worker_id))
 
     def _execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         creating = spec.HasField("actor_creation")

@@ -1,0 +1,160 @@
+"""A task's execute span in its cheapest form, for the worker's hot path (`task_executing`).
+
+The execute span is the largest direct tracing cost of a task, and in a cluster it costs two to
+three times what it costs in a tight loop (the code runs cold between tasks), so the worker does
+as little Python per task as it can: one object that is both the span and its context manager
+(an ExecSpan: tracing_light.TaskSpan's lazy span, holding `TaskSpec.trace_parent`'s 25 bytes as
+they are and a span id sliced from one `os.urandom` per 512 spans), made current by one
+ContextVar set and reset (what OpenTelemetry's attach/detach do, without their layers), and
+queued at the end as an EXEC record, `(name, trace_parent, span_id, start_ns, end_ns, values,
+status)` with values = (task_id, job_id, attempt, actor_id, node_id, worker_id) as the spec and
+the worker hold them: no attribute dict, no hex, no int conversion. The exporter writes its OTLP
+bytes (`otlp_encoding.exec_entry`: a template per name and repeating values, the task id's hex
+filled in) or expands it into a RECORD (`expand`) for exporters that take SDK spans.
+
+Ids become ints, and the attributes a dict, only when code asks for the span's context (a
+nested submission, a child span, `get_current_span()`) or changes the span (it then becomes a
+LightSpan, as a TaskSpan does). A trace context in `trace_context` (a tracestate, the generic
+path) takes `tracing_spans.task_span`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from . import tracing_spans as ts
+from .tracing_export import exec_attributes as attributes_of
+from .tracing_export import expand_exec as expand  # noqa: F401 (the module's record, expanded)
+
+log = logging.getLogger(__name__)
+
+_IDS_PER_DRAW = 512
+_ZERO8 = bytes(8)
+_ids: Any = iter(())  # 8-byte span ids from one os.urandom
+_ExecSpan: Any = None  # the class, built by init() (it subclasses OpenTelemetry's)
+_on = False  # the fast path may be used (set by init)
+
+
+def _after_fork() -> None:
+    global _ids
+    _ids = iter(())  # a child must not reuse the parent's ids
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def _draw() -> bytes:
+    """8 fresh random bytes (a span id); refills the bulk supply."""
+    global _ids
+    while True:
+        buf = os.urandom(8 * _IDS_PER_DRAW)
+        if _ZERO8 not in buf:  # an all-zero id is invalid (redrawn, not checked per id)
+            break
+    _ids = iter([buf[i:i + 8] for i in range(8, len(buf), 8)])
+    return buf[:8]
+
+
+def init() -> None:
+    """Builds the ExecSpan class (tracing.setup, after tracing_spans.init)."""
+    global _ExecSpan, _on
+    from opentelemetry.context import _RUNTIME_CONTEXT
+    from opentelemetry.context.context import Context
+
+    cv: Any = getattr(_RUNTIME_CONTEXT, "_current_context", None)
+    _on = False
+    otel, emit = ts._otel, ts.emit
+    if not ts._fast or cv is None or otel.span_key is None or ts._TaskSpan is None:  # another context implementation: the generic path
+        return
+    span_key = otel.span_key
+
+    base: Any = ts._TaskSpan
+
+    class ExecSpan(base):  # type: ignore[misc]
+        """A TaskSpan that keeps the trace_parent bytes and its span id as bytes, is its own
+        context manager, and records an EXEC record. (No __slots__: OpenTelemetry's span
+        classes have none, so an instance has a __dict__ anyway.)"""
+
+        # Defaults read until a method sets them (fewer stores per task than in __init__; the
+        # instance's own values then shadow these, TaskSpan's slots stay unused).
+        _built = _light = _status = _span_id = None
+        _ended = False
+
+        def __init__(self, tp: bytes, name: str, values: tuple[Any, ...]) -> None:
+            self._tp, self._sid, self._name, self._values = tp, next(_ids, None) or _draw(), name, values
+            self._flags = tp[24]
+            self._start = time.time_ns()
+
+        def _ints(self) -> None:
+            """The TaskSpan fields its other methods read, made when first needed."""
+            if self._span_id is None:
+                tp = self._tp
+                self._trace_id, self._parent_id = int.from_bytes(tp[:16], "big"), int.from_bytes(tp[16:24], "big")
+                self._state, self._span_id = None, int.from_bytes(self._sid, "big")
+                values = self._values
+                self._attributes = lambda: attributes_of(values)
+
+        def get_span_context(self) -> Any:
+            if self._built is None:
+                self._ints()
+            return super().get_span_context()
+
+        def _upgrade(self) -> Any:
+            self._ints()
+            return super()._upgrade()
+
+        def __enter__(self) -> Any:
+            current = cv.get()
+            self._token = cv.set(Context({**current, span_key: self} if current else {span_key: self}))
+            return self
+
+        def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
+            try:
+                if exc is not None and self.is_recording():
+                    self.record_exception(exc)
+                    ts.set_error(self, f"{typ.__name__}: {exc}")
+            finally:
+                self.end()
+                try:
+                    cv.reset(self._token)
+                except Exception:  # as OpenTelemetry's detach
+                    log.exception("Failed to detach context")
+
+        def end(self, end_time: int | None = None) -> None:
+            if self._light is not None:
+                self._light.end(end_time)
+                return
+            if self._ended:
+                return
+            self._ended = True
+            if self._flags & 1:
+                rec = (self._name, self._tp, self._sid, self._start, end_time or time.time_ns(),
+                       self._values, self._status)
+                buf = ts._buffer
+                if buf is not None and ts._processor._span_processors is ts._only_buffer:
+                    buf.add_record(rec)  # what emit() does, one call fewer
+                else:
+                    emit(rec)
+
+        def __repr__(self) -> str:
+            return f"ExecSpan(name={self._name!r}, span_id={self._sid.hex()})"
+
+    _ExecSpan = ExecSpan
+    _on = bool(otel.parent_based)
+
+
+def task_executing(name: str, spec: Any, node_id: str, worker_id: str) -> Any:
+    """A context manager: the task's CONSUMER execute span (as `tracing_spans.task_span(name,
+    spec.trace_context, attributes, spec.trace_parent)` with the executor's attributes), made
+    current while the task runs. The caller checks tracing is on and the spec carries a
+    context."""
+    tp = spec.trace_parent
+    # No 8 zero bytes in a row: neither id is zero (a random context has such a run with
+    # probability ~2^-61; it would take the generic path, which checks the ids exactly).
+    if _on and len(tp) == 25 and _ZERO8 not in tp:
+        return _ExecSpan(tp, name, (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, node_id, worker_id))
+    values = (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, node_id, worker_id)
+    return ts.task_span(name, spec.trace_context, lambda: attributes_of(values), tp)
+

@@ -1,0 +1,283 @@
+"""A task's execute span in its cheapest form (ember_common/tracing_exec.py, the worker's
+`tracing.task_executing`) and the span buffer exporting full batches only: the EXEC record
+encodes as the SDK encodes the span it stands for; the span is recorded as the lazy
+`tracing.task_span` records it (name, parent, kind, attributes, status), is the parent of user
+spans and nested submissions, keeps what user code sets on it, records nothing when not
+sampled; a partial batch waits for more spans, the schedule or a flush."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Status, StatusCode
+from tracing_child import keep_spans
+
+from ember_common import otlp_encoding, tracing_exec
+from ember_common.tracing_export import SpanBuffer, to_readable
+
+RES = Resource.create({"service.name": "ember-worker", "process.pid": 2, "ember.node_id": "n1"})
+SCOPE = InstrumentationScope("ember", "1.0", "https://schema/x")
+TP = bytes(range(1, 17)) + bytes(range(17, 25)) + b"\x01"  # trace id, parent span id, sampled
+
+
+def exec_rec(i: int, actor: bytes = b"", status=None, attempt: int = 0, name: str = "execute f"):
+    return (name, TP, bytes((0, 0, 0, 0, 0, 0, 1, i)), 100 + i, 200 + i,
+            (bytes((i,)) * 24, b"\x01\x00\x00\x00", attempt, actor, "n" * 56, "w" * 56), status)
+
+
+def test_exec_records_encode_as_the_sdk_encodes_their_spans():
+    records = [exec_rec(1), exec_rec(2), exec_rec(3, actor=b"\xaa" * 16), exec_rec(4, attempt=3),
+               exec_rec(5, status=Status(StatusCode.ERROR, "ValueError: boom")),
+               exec_rec(6, name="execute A.m%s")]  # a % in the name: the template escapes it
+    want = sdk_encode([to_readable(r, RES, SCOPE) for r in records])
+    got = ExportTraceServiceRequest.FromString(otlp_encoding.encode_request(records, RES, SCOPE))
+    assert got == want
+    span = got.resource_spans[0].scope_spans[0].spans[2]
+    assert span.parent_span_id == TP[16:24] and span.trace_id == TP[:16] and span.span_id[-1] == 3
+    attrs = {a.key: a.value for a in span.attributes}
+    assert attrs["ember.actor_id"].string_value == "aa" * 16 and attrs["ember.task_id"].string_value == "03" * 24
+    assert "ember.actor_id" not in {a.key for a in got.resource_spans[0].scope_spans[0].spans[0].attributes}
+    # the same bytes as the RECORD it expands to (the template and the field-by-field path agree)
+    for r in records:
+        assert otlp_encoding.encode_request([r], RES, SCOPE) == otlp_encoding.encode_request(
+            [tracing_exec.expand(r)], RES, SCOPE)
+
+
+CHILD = keep_spans("ember-worker") + textwrap.dedent("""
+    import json, os
+    from opentelemetry import trace
+    from ember_common import tracing_exec
+    from ember_common.proto import common_pb2
+
+    tracer = trace.get_tracer("user")
+
+    def run(fast, fail=False, touch=False, raises=False, actor=b""):
+        spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(24), job_id=b"\\x02" * 4, attempt=1,
+                                   actor_id=actor)
+        tracing.task_submitted(spec, "submit f")
+        values = (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, "n1", "w1")
+        cm = (tracing.task_executing("execute f", spec, "n1", "w1") if fast else
+              tracing.task_span("execute f", spec.trace_context,
+                                lambda: tracing_exec.attributes_of(values), spec.trace_parent))
+        before = trace.get_current_span()
+        kind = None
+        try:
+            with cm as sp:
+                kind = type(sp).__name__
+                current = trace.get_current_span() is sp
+                if touch:
+                    trace.get_current_span().set_attribute("user", "v")
+                with tracer.start_as_current_span("user child"):
+                    pass
+                nested = common_pb2.TaskSpec(task_id=b"n" * 24)
+                tracing.task_submitted(nested, "submit g")
+                if fail:
+                    tracing.set_error(sp, "ValueError: boom")
+                if raises:
+                    raise KeyError("x")
+        except KeyError:
+            pass
+        return {"tp": spec.trace_parent.hex(), "nested_tp": nested.trace_parent.hex(), "kind": kind,
+                "current": current, "restored": trace.get_current_span() is before}
+
+    out = {}
+    for label, kw in {"plain": {}, "fail": {"fail": True}, "touched": {"touch": True},
+                      "raised": {"raises": True}, "actor": {"actor": b"\\xab" * 16}}.items():
+        out[label] = {"fast": run(True, **kw), "lazy": run(False, **kw)}
+    # not sampled: nothing recorded, the decision propagates to a nested submission
+    spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(24))
+    spec.trace_parent = os.urandom(24) + b"\\x00"
+    n = len(got)
+    with tracing.task_executing("execute f", spec, "n1", "w1") as sp:
+        nested = common_pb2.TaskSpec(task_id=b"n" * 24)
+        tracing.task_submitted(nested, "submit g")
+    out["unsampled"] = {"recorded": len(got) - n, "nested_tp": nested.trace_parent.hex(),
+                        "tp": spec.trace_parent.hex(), "kind": type(sp).__name__}
+    # a malformed context (a zero trace id): the generic path, a root span of its own
+    spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(24))
+    spec.trace_parent = bytes(16) + os.urandom(8) + b"\\x01"
+    with tracing.task_executing("execute f", spec, "n1", "w1") as sp:
+        pass
+    out["malformed_kind"] = type(sp).__name__
+    tracing.flush()
+    from ember_common.tracing_export import to_readable
+    spans = [to_readable(r, tracing.tracing_spans._resource, None) if type(r) is tuple else r for r in got]
+    out["spans"] = [{"name": s.name, "id": s.context.span_id, "trace": s.context.trace_id,
+                     "parent": s.parent.span_id if s.parent else None,
+                     "remote_parent": bool(s.parent and s.parent.is_remote),
+                     "kind": s.kind.name, "attrs": dict(s.attributes), "status": s.status.status_code.name,
+                     "error": s.status.description, "events": [e.name for e in s.events]} for s in spans]
+    print(json.dumps(out))
+""")
+
+
+def _child(tmp_path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result: dict = json.loads(out.stdout.splitlines()[-1])
+    return result
+
+
+def test_the_exec_span_is_recorded_as_the_lazy_task_span_records_it(tmp_path):
+    out = _child(tmp_path)
+    spans = out["spans"]
+    by_id = {s["id"]: s for s in spans}
+
+    def tree(case: dict) -> dict:
+        """The spans of one run: the execute span (child of the submit span) and its children."""
+        tp = bytes.fromhex(case["tp"])
+        execute = next(s for s in spans if s["name"] == "execute f"
+                       and s["parent"] == int.from_bytes(tp[16:24], "big"))
+        children = sorted((s for s in spans if s["parent"] == execute["id"]), key=lambda s: s["name"])
+        nested = bytes.fromhex(case["nested_tp"])
+        assert by_id[int.from_bytes(nested[16:24], "big")]["parent"] == execute["id"]  # the nested submit's
+        assert execute["trace"] == int.from_bytes(tp[:16], "big") and execute["remote_parent"]
+        strip = ("id", "parent", "trace")
+        assert len(execute["attrs"]["ember.task_id"]) == 48  # the run's own (random) task id
+        execute = {**execute, "attrs": {k: v for k, v in execute["attrs"].items() if k != "ember.task_id"}}
+        return {"execute": {k: v for k, v in execute.items() if k not in strip},
+                "children": [{k: v for k, v in c.items() if k not in strip} for c in children]}
+
+    for label in ("plain", "fail", "touched", "raised", "actor"):
+        fast, lazy = out[label]["fast"], out[label]["lazy"]
+        assert fast["kind"] == "ExecSpan" and lazy["kind"] == "TaskSpan"
+        assert fast["current"] and fast["restored"] and lazy["restored"]
+        assert tree(fast) == tree(lazy), label
+    plain = tree(out["plain"]["fast"])
+    assert plain["execute"]["kind"] == "CONSUMER" and plain["execute"]["status"] == "UNSET"
+    assert plain["execute"]["attrs"] == {"ember.job_id": "02020202", "ember.node_id": "n1",
+                                         "ember.worker_id": "w1", "ember.attempt": 1}
+    assert [c["name"] for c in plain["children"]] == ["submit g", "user child"]
+    failed = tree(out["fail"]["fast"])["execute"]
+    assert failed["status"] == "ERROR" and failed["error"] == "ValueError: boom"
+    raised = tree(out["raised"]["fast"])["execute"]
+    assert raised["status"] == "ERROR" and raised["events"] == ["exception"]
+    assert tree(out["touched"]["fast"])["execute"]["attrs"]["user"] == "v"
+    assert tree(out["actor"]["fast"])["execute"]["attrs"]["ember.actor_id"] == "ab" * 16
+    unsampled = out["unsampled"]
+    assert unsampled["recorded"] == 0 and unsampled["kind"] == "ExecSpan"
+    assert unsampled["nested_tp"][:32] == unsampled["tp"][:32] and unsampled["nested_tp"].endswith("00")
+    assert out["malformed_kind"] != "ExecSpan"
+
+
+class Keep:
+    accepts_records = True
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+        self.lock = threading.Lock()
+
+    def export(self, batch):
+        with self.lock:
+            self.batches.append(len(batch))
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self):
+        pass
+
+
+def _wait(cond, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(cond())
+
+
+def test_only_full_batches_go_until_the_schedule_or_a_flush(monkeypatch):
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+    keep = Keep()
+    buf = SpanBuffer([keep], resource=RES)
+    try:
+        for i in range(6):
+            buf.add_record(exec_rec(i))
+        assert _wait(lambda: keep.batches == [4])
+        time.sleep(0.3)  # the 2 left wait: an export per partial batch would cost its fixed part again
+        assert keep.batches == [4] and len(buf._queue) == 2
+        for i in range(2):
+            buf.add_record(exec_rec(i))
+        assert _wait(lambda: keep.batches == [4, 4])
+        buf.add_record(exec_rec(9))
+        assert buf.force_flush(5000) and keep.batches == [4, 4, 1]
+    finally:
+        buf.shutdown()
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
+    keep = Keep()
+    buf = SpanBuffer([keep], resource=RES)
+    try:
+        for i in range(3):
+            buf.add_record(exec_rec(i))
+        assert _wait(lambda: keep.batches == [3], 5.0)  # the schedule sends a partial batch
+    finally:
+        buf.shutdown()
+
+
+SERVER = keep_spans("ember-raylet") + textwrap.dedent("""
+    import json, os
+    from ember_common import tracing_spans
+
+    def run(fast, raises=False, extra=()):
+        tp = f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
+        md = (("traceparent", tp), ("user-agent", "grpc-python"), *extra)
+        cm = (tracing.server_span("ember.Raylet/RequestWorkerLease", md) if fast else
+              tracing.span("ember.Raylet/RequestWorkerLease", context=tracing.extract(dict(md)), kind="SERVER",
+                           **{"rpc.method": "ember.Raylet/RequestWorkerLease"}))
+        try:
+            with cm as sp:
+                kind = type(sp).__name__
+                if raises:
+                    raise KeyError("x")
+        except KeyError:
+            pass
+        return tp, kind
+
+    out = {}
+    for label, kw in {"plain": {}, "raised": {"raises": True},
+                      "baggage": {"extra": (("baggage", "k=v"),)}}.items():
+        out[label] = {"fast": run(True, **kw), "sdk": run(False, **kw)}
+    tracing.flush()
+    from ember_common.tracing_export import to_readable
+    spans = [to_readable(r, tracing.tracing_spans._resource, None) if type(r) is tuple else r for r in got]
+    out["spans"] = {f"{s.context.trace_id:032x}": {
+        "name": s.name, "parent": f"{s.parent.span_id:016x}", "remote_parent": s.parent.is_remote,
+        "kind": s.kind.name, "attrs": dict(s.attributes), "status": s.status.status_code.name,
+        "error": s.status.description, "events": [e.name for e in s.events]} for s in spans}
+    print(json.dumps(out))
+""")
+
+
+def test_a_server_span_on_the_fast_path_is_the_sdks_span(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", SERVER], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.splitlines()[-1])
+    spans = out["spans"]
+
+    def of(run: list) -> dict:
+        tp, _ = run
+        span = spans[tp.split("-")[1]]
+        assert span["parent"] == tp.split("-")[2] and span["remote_parent"]
+        return {k: v for k, v in span.items() if k != "parent"}
+
+    assert out["plain"]["fast"][1] == "LightSpan" and out["baggage"]["fast"][1] != "LightSpan"
+    for label in ("plain", "raised", "baggage"):
+        assert of(out[label]["fast"]) == of(out[label]["sdk"]), label
+    method = "ember.Raylet/RequestWorkerLease"
+    assert of(out["plain"]["fast"]) == {"name": method, "remote_parent": True, "kind": "SERVER",
+                                        "attrs": {"rpc.method": method}, "status": "UNSET", "error": None,
+                                        "events": []}
+    raised = of(out["raised"]["fast"])
+    assert raised["status"] == "ERROR" and raised["error"] == "KeyError: 'x'" and raised["events"] == ["exception"]
