@@ -53,8 +53,11 @@ def main() -> None:
     tracing.setup("ember-worker")
 
     def on_term(*_: object) -> None:
-        task_events.stop()  # the last task events (at most a 2 s try)
+        # The spans first: their exporter does not depend on the cluster, while the last task
+        # events go to the GCS (up to a few seconds when it is slow or gone), and the raylet
+        # SIGKILLs a worker 2 s after its SIGTERM.
         tracing.shutdown()
+        task_events.stop()  # the last task events (a short try)
         os._exit(0)
 
     import signal
@@ -81,8 +84,8 @@ def main() -> None:
         core.executor.run_forever()
     except KeyboardInterrupt:
         pass
-    task_events.stop()
     tracing.shutdown()
+    task_events.stop()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
