@@ -353,6 +353,28 @@ def test_an_unsealed_object_whose_writer_died_is_dropped(store):
     assert store.contains(oid(1))
 
 
+def test_a_copy_that_lands_after_its_owner_died_is_freed(store):
+    """A pull (or a task's return) still in flight when the owner's death was published: the
+    copy is sealed after client_died ran, and nobody else would ever free it."""
+    put(store, 1, owner="driver")
+    assert store.client_died("driver") == 1
+    store.create(oid(2), OBJ, "driver", primary=False)  # the late copy
+    store.view[store.objects[oid(2)].offset:store.objects[oid(2)].offset + OBJ] = pattern(2)
+    store.seal(oid(2))
+    assert oid(2) not in store.objects and store.alloc.used == 0
+    b = put(store, 4, owner="alive")  # other owners' objects are untouched
+    assert read(store, 4) == b
+
+
+def test_dead_owners_are_remembered_within_a_bound(store, monkeypatch):
+    from ember_objmgr import store as store_mod
+
+    monkeypatch.setattr(store_mod, "DEAD_OWNERS_KEPT", 3)
+    for w in ("w1", "w2", "w3", "w4", "w2"):
+        store.client_died(w)
+    assert list(store.dead_owners) == ["w3", "w4", "w2"]
+
+
 def test_a_retried_create_takes_over_the_unsealed_object(store):
     """The retry of a killed writer's task lands on the same node before its death is known:
     it finishes the same entry, and the late death notice of the first writer leaves it be."""

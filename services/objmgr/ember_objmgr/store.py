@@ -15,12 +15,18 @@ import mmap
 import os
 import shutil
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ember_common.rpc import DataLoss, NotFound, ResourceExhausted
 
 from .allocator import ArenaAllocator
 from .spill import Spiller, SpillError, SpillReadError
+
+# Owners whose death this store has seen, remembered so that a copy of one of their objects
+# that lands later (a pull or a task's return still in flight when the death was published) is
+# freed as soon as nobody reads it, instead of staying for ever. Bounded: the oldest go first.
+DEAD_OWNERS_KEPT = 4096
 
 log = logging.getLogger(__name__)
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
@@ -65,6 +71,7 @@ class ObjectStore:
         self.spill_uri = self.spiller.uri
         self.objects: dict[bytes, Entry] = {}
         self.spilled_bytes = 0
+        self.dead_owners: OrderedDict[str, None] = OrderedDict()
 
     # ------------------------------------------------------------------ creation
     def create(self, object_id: bytes, size: int, owner: str, primary: bool = True,
@@ -82,7 +89,9 @@ class ObjectStore:
                                     f"the whole store ({self.capacity} bytes); raise "
                                     "object_store_memory")
         offset = self._allocate(size, object_id)
-        self.objects[object_id] = Entry(object_id, size, owner, offset, primary=primary, creator=creator)
+        e = self.objects[object_id] = Entry(object_id, size, owner, offset, primary=primary, creator=creator)
+        if owner and owner in self.dead_owners:  # arrived after its owner died: nobody frees it
+            e.freed = True  # deleted at seal, or when its last reader lets go
         return offset
 
     def seal(self, object_id: bytes) -> None:
@@ -200,7 +209,12 @@ class ObjectStore:
 
     def client_died(self, client: str) -> int:
         """Drops a dead process's pins, aborts what it was still writing and frees the objects it
-        owned. Returns how many were dropped."""
+        owned (and, remembered, the copies of its objects that arrive later). Returns how many
+        were dropped."""
+        self.dead_owners[client] = None
+        self.dead_owners.move_to_end(client)
+        while len(self.dead_owners) > DEAD_OWNERS_KEPT:
+            self.dead_owners.popitem(last=False)
         freed = 0
         for e in list(self.objects.values()):
             e.pins.pop(client, None)
