@@ -41,7 +41,7 @@ TRAINABLE = textwrap.dedent("""
         log(f"start {tid} {step}")
         while step < 6:
             step += 1
-            time.sleep(0.15)
+            time.sleep(0.3)  # long enough that saved states catch trials halfway, even under load
             tune.report({"loss": config["x"] / step, "step": step},
                         checkpoint=tune.Checkpoint.from_dict({"step": step}))
         log(f"done {tid}")
@@ -114,8 +114,11 @@ def test_restore_after_killing_the_driver_finishes_without_rerunning(tmp_path):
             time.sleep(0.1)
         else:
             pytest.fail("the first run never saved two finished trials and one halfway")
-    finally:
+    except BaseException:
         _kill_tree(proc)
+        proc.stdout.close()  # (not left to the collector: a ResourceWarning in the next test)
+        raise
+    _kill_tree(proc)
     out = proc.stdout.read()
     proc.stdout.close()
     assert "FINISHED WITHOUT BEING KILLED" not in out
