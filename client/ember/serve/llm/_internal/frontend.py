@@ -35,25 +35,13 @@ class _Output:
         self.callback = callback
 
 
-class EngineFrontend:
-    """Requests in, deltas out, on the replica's event loop (see the module docstring)."""
+class TokenizerSide:
+    """What every engine form answers from its tokenizer on the replica (no engine round trip):
+    the context length, prompt encoding and the chat template."""
 
     tokenizer: Any
     _max_len: int
 
-    def _init_frontend(self) -> None:
-        self._outputs: dict[str, _Output] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._error: BaseException | None = None
-
-    # -------------------------------------------------------------- what a form provides
-    def _post_add(self, request: GenerationRequest) -> None:
-        raise NotImplementedError
-
-    def _post_abort(self, request_id: str) -> None:
-        raise NotImplementedError
-
-    # -------------------------------------------------------------- the tokenizer side
     @property
     def max_model_len(self) -> int:
         return self._max_len
@@ -65,6 +53,23 @@ class EngineFrontend:
         if not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(f"the tokenizer of {getattr(self, 'model_id', '?')} has no chat template")
         return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+
+class EngineFrontend(TokenizerSide):
+    """Requests in, deltas out, on the replica's event loop (see the module docstring)."""
+
+    def _init_frontend(self) -> None:
+        self._outputs: dict[str, _Output] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._error: BaseException | None = None
+
+    # -------------------------------------------------------------- what a form provides
+    # Each form (TorchEngine in-thread, EngineCoreClient across a process) overrides both.
+    def _post_add(self, request: GenerationRequest) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must hand new requests to its step loop")
+
+    def _post_abort(self, request_id: str) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must hand aborts to its step loop")
 
     # -------------------------------------------------------------- requests
     async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationDelta]]:

@@ -14,9 +14,10 @@ from typing import Any, AsyncIterator
 
 from .config import LLMConfig
 from .engine import EngineStats, GenerationDelta, GenerationRequest, LLMEngine
+from .frontend import TokenizerSide
 
 
-class VLLMEngine(LLMEngine):
+class VLLMEngine(TokenizerSide, LLMEngine):
     def __init__(self, config: LLMConfig) -> None:
         self.config = config
         self.model_id = config.model_id
@@ -42,18 +43,6 @@ class VLLMEngine(LLMEngine):
         self.tokenizer = AutoTokenizer.from_pretrained(self.config.model_source,
                                                        trust_remote_code=bool(kw.get("trust_remote_code")))
         self._max_len = int(self._engine.model_config.max_model_len)
-
-    @property
-    def max_model_len(self) -> int:
-        return self._max_len
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
-
-    def apply_chat_template(self, messages: list[dict[str, Any]]) -> str:
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError(f"the tokenizer of {self.model_id} has no chat template")
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationDelta]]:
         from vllm import SamplingParams
