@@ -79,6 +79,60 @@ def test_large_object_crosses_nodes(cluster):
     assert ember.get(consume.remote(ref)) == (21_000_000, cluster.nodes[1].node_id)
 
 
+
+def test_a_pulled_copy_is_the_owners_and_goes_with_it(cluster):
+    """A copy pulled to another node belongs to the object's owner, not to the worker that
+    pulled it: the owner's death frees it even when the owner never learnt of the copy and the
+    puller lives on (a pooled worker). Before, a copy was the puller's, and such a copy stayed."""
+    from ember.util.state import list_objects
+
+    script = f"""
+import numpy as np, ember
+ember.init(address={cluster.gcs_address!r})
+@ember.remote(resources={{"special": 1}})
+def produce():
+    return np.full(3_000_000, 5, dtype=np.int64)
+@ember.remote(num_gpus=1)
+def consume(a):
+    return int(a.sum())
+ref = produce.remote()
+assert ember.get(consume.remote(ref)) == 15_000_000
+print(ref.hex(), ember.get_runtime_context().get_worker_id(), flush=True)
+ember.shutdown()
+"""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    oid, driver = out.stdout.split()
+    gpu_node = cluster.nodes[1].node_id
+
+    def copies():
+        return [o for o in list_objects(address=cluster.gcs_address, filters=[("object_id", "=", oid)],
+                                 detail=True)
+                if o["node_id"] == gpu_node]
+
+    # The driver has exited: its job ends, the GCS publishes its death, every store frees
+    # what it owned, the pulled copy on the GPU node included.
+    wait_for(lambda: not copies(), timeout_s=30, what="the pulled copy freed after its owner exited")
+
+    # The same pull from this test's driver: the copy is listed as the driver's.
+    @ember.remote(resources={"special": 1})
+    def produce():
+        return np.full(3_000_000, 5, dtype=np.int64)
+
+    @ember.remote(num_gpus=1)
+    def consume(a):
+        return int(a.sum())
+
+    ref = produce.remote()
+    assert ember.get(consume.remote(ref)) == 15_000_000
+    oid = ref.hex()
+    owners = wait_for(lambda: [o["owner_worker_id"] for o in copies()], what="the pulled copy listed")
+    assert owners == [ember.get_runtime_context().get_worker_id()]
+
+
 @pytest.mark.chaos
 def test_killed_raylet_node_marked_dead_and_tasks_retried(cluster):
     @ember.remote(resources={"special": 1}, max_retries=2)

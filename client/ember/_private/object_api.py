@@ -287,10 +287,14 @@ class ObjectAPI:
             if info is not None and info.state == common_pb2.NodeInfo.ALIVE:
                 cands.append((info.ip != self.ip, rank, info))
         failure = f"node {entry.node_id} is dead"
+        # The copy is the owner's, as every copy is: the owner's Free or its death frees it. (Had
+        # it been the puller's, a copy whose location never reached the owner, a lost
+        # AddObjectLocation, would outlive both while the puller lived, e.g. a prestarted worker.)
+        owner_id = owner.worker_id if owner is not None else self.worker_id
         for _, _, info in sorted(cands, key=lambda c: c[:2]):
             try:
                 await self.objmgr.Pull(objmgr_pb2.PullRequest(
-                    object_id=oid, source_address=info.objmgr_address, owner_worker_id=self.worker_id),
+                    object_id=oid, source_address=info.objmgr_address, owner_worker_id=owner_id),
                     timeout=pull_deadline_s(entry.size),
                     metadata=tracing.metadata())  # the objmgr's pull span joins the caller's trace
                 break
