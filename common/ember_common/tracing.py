@@ -53,6 +53,8 @@ _enabled = False
 node_id = ""  # the node of this process (raylet, objmgr), for span attributes
 _provider: Any = None
 _tracer: Any = None
+_buffer: Any = None  # the SpanBuffer setup() installed
+_node_exporter: Any = None  # the raylet's tracing_node.NodeSpanExporter, when it serves one
 _lock = threading.Lock()
 
 
@@ -83,7 +85,7 @@ task_executing: Callable[[str, Any, str, str], Any] = _task_executing_unset
 def setup(default_service_name: str, node_id: str = "") -> bool:
     """Configures the SDK once per process from the environment. Returns whether tracing is on.
     node_id (raylet, objmgr, workers) becomes the resource attribute `ember.node_id`."""
-    global _enabled, _provider, _tracer, task_executing
+    global _enabled, _provider, _tracer, task_executing, _buffer
     with _lock:
         if node_id:
             globals()["node_id"] = node_id
@@ -107,7 +109,7 @@ def setup(default_service_name: str, node_id: str = "") -> bool:
         exporters = [_make_exporter(name, service) for name in names]
         # A task makes two spans; the SDK's default queue (2048) would drop spans at a few
         # thousand tasks a second, so the default here is 16384 (OTEL_BSP_MAX_QUEUE_SIZE wins).
-        buffer = SpanBuffer(exporters, resource=provider.resource)
+        buffer = _buffer = SpanBuffer(exporters, resource=provider.resource)
         provider.add_span_processor(buffer)
         trace.set_tracer_provider(provider)
         import atexit
@@ -130,6 +132,74 @@ def setup(default_service_name: str, node_id: str = "") -> bool:
         return True
 
 
+def _node_exportable() -> bool:
+    """Whether this process's spans may go through a node exporter: its one exporter is
+    OTLP/gRPC (the node exporter's, when their OTEL_EXPORTER_OTLP_* agree)."""
+    exps = _buffer.exporters if _enabled and _buffer is not None else []
+    return len(exps) == 1 and getattr(exps[0], "accepts_records", False)
+
+
+def serve_node_spans(raylet_address: str) -> bool:
+    """The raylet: exports the spans of its node's driver and workers from now on (a
+    tracing_node.NodeSpanExporter thread). True when it serves; False when tracing is off or
+    does not export OTLP/gRPC only (every process then exports its own spans)."""
+    global _node_exporter
+    with _lock:
+        if _node_exporter is not None or not _node_exportable():
+            return _node_exporter is not None
+        from . import tracing_node
+
+        exporter = _make_exporter("otlp", "")
+        delay_s = _buffer.delay_s
+        try:
+            _node_exporter = tracing_node.NodeSpanExporter(
+                raylet_address, lambda request, n: exporter.export(_Encoded(request, n)), delay_s=delay_s)
+        except OSError as e:
+            log.warning("no node span exporter at %s (%s): processes export their own spans", raylet_address, e)
+            return False
+        return True
+
+
+def use_node_exporter(raylet_address: str) -> bool:
+    """A driver or worker: sends its spans to the node exporter of the raylet at
+    raylet_address (tracing_node), when that raylet serves one exporting where this process
+    would. True when attached; otherwise this process keeps exporting its own spans."""
+    if not _node_exportable():
+        return False
+    from . import tracing_node
+
+    try:
+        link = tracing_node.NodeLink(raylet_address)
+    except OSError as e:
+        log.debug("spans exported by this process: %s", e)
+        return False
+    old = _buffer._link
+    _buffer.attach(link)
+    if old is not None:
+        old.close()
+    return True
+
+
+def spans_dropped() -> int:
+    """Spans this process dropped (its queue full), plus, in a raylet, those its node exporter
+    and the node's processes that send to it dropped."""
+    own = _buffer.dropped if _buffer is not None else 0
+    return own + (_node_exporter.dropped if _node_exporter is not None else 0)
+
+
+class _Encoded:
+    """An OTLP request already written (the node exporter's): what FastOTLPSpanExporter.export
+    sends as is."""
+
+    __slots__ = ("request", "n")
+
+    def __init__(self, request: bytes, n: int) -> None:
+        self.request, self.n = request, n
+
+    def __len__(self) -> int:
+        return self.n
+
+
 def _make_exporter(name: str, service: str) -> Any:
     if name == "otlp":
         from . import otlp_encoding
@@ -145,6 +215,8 @@ def _make_exporter(name: str, service: str) -> Any:
                 scope: Any = None
 
                 def _translate_data(self, data: Any) -> Any:
+                    if type(data) is _Encoded:
+                        return data.request
                     return otlp_encoding.encode_request(data, self.resource, self.scope)
 
                 def _initialize_channel_and_stub(self) -> None:
@@ -181,7 +253,12 @@ def _make_exporter(name: str, service: str) -> Any:
 
 
 def shutdown() -> None:
-    """Flushes and stops exporting (SIGTERM, exit)."""
+    """Flushes and stops exporting (SIGTERM, exit); a raylet's node exporter exports what its
+    node's processes sent first."""
+    global _node_exporter
+    if _node_exporter is not None:
+        _node_exporter.stop()
+        _node_exporter = None
     if _enabled and _provider:
         _provider.shutdown()
 
