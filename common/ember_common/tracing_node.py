@@ -31,6 +31,7 @@ its workers before its own exporter, which exports what its socket still holds.
 """
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import marshal
@@ -230,6 +231,11 @@ class NodeLink:
             return True
         except BlockingIOError:
             return False
+        except OSError as e:
+            if e.errno != errno.EMSGSIZE:
+                raise
+            log.warning("a span of %d bytes is too large for the node exporter: dropped", len(data))
+            return True
 
     def _ask(self, msg: tuple[Any, ...], timeout_s: float) -> Any:
         """Sends msg and waits for the answer with the same kind and value (None: none came)."""
@@ -287,15 +293,17 @@ class NodeSpanExporter:
 
     def _run(self) -> None:
         sock, pending = self.sock, self.pending
+        buf = bytearray(1 << 20)  # one buffer for every datagram (no allocation per read)
+        view = memoryview(buf)
         while True:
             sock.settimeout(max(0.001, pending.timeout(time.monotonic())))
             try:
-                data, addr = sock.recvfrom(1 << 20)
+                n, addr = sock.recvfrom_into(buf)
             except TimeoutError:
-                data, addr = b"", None
+                n, addr = 0, None
             except OSError:
                 break
-            if data and self._handle(data, addr):
+            if n and self._handle(view[:n], addr):
                 break
             while pending.due(time.monotonic()):
                 self._export(pending.take())
@@ -303,15 +311,15 @@ class NodeSpanExporter:
         sock.setblocking(False)
         while True:
             try:
-                data, addr = sock.recvfrom(1 << 20)
+                n, addr = sock.recvfrom_into(buf)
             except OSError:
                 break
-            self._handle(data, addr)
+            self._handle(view[:n], addr)
         while pending.count:
             self._export(pending.take())
         sock.close()
 
-    def _handle(self, data: bytes, addr: Any) -> bool:
+    def _handle(self, data: Any, addr: Any) -> bool:
         """One message; True: stop."""
         try:
             msg = marshal.loads(data)
