@@ -11,7 +11,9 @@ Reported per run: tasks/s (wall clock: noise on a loaded machine) and CPU µs pe
 driver and of every process under it, by kind (gcs, raylet, objmgr, worker: the fork server and
 the workers it forked; user + system from psutil) over the timed batches, which stays more
 meaningful under load than wall clock; then the medians of the rounds and the on/off ratio of
-each round (one bad round does not decide: 5 rounds of 20,000 tasks by default).
+each round (one bad round does not decide: 5 rounds of 20,000 tasks by default). With the node
+span exporter (tracing_node), the driver's and workers' spans are encoded and exported by the
+raylet: that CPU is in the raylet's column ("others" in --paired).
 
 `--paired N` runs one cluster with tracing on and switches it off and on in the driver (no
 submit span, so no context in the spec and no execute span in the worker) in N alternating
