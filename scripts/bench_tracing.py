@@ -34,6 +34,7 @@ with another tree's interpreter to measure that tree.
 
     .venv/bin/python scripts/bench_tracing.py [--rounds 5] [--batches 20] [--sampler-arg 1.0] [--inproc]
     .venv/bin/python scripts/bench_tracing.py --paired 40 [--segment-s 0.5]
+    .venv/bin/python scripts/bench_tracing.py ... --no-node-export   (the same, each process exporting)
 """
 from __future__ import annotations
 
@@ -357,7 +358,11 @@ def main() -> None:
     ap.add_argument("--paired", type=int, default=0, metavar="SEGMENTS",
                     help="one cluster, tracing switched on/off in the driver in alternating segments")
     ap.add_argument("--segment-s", type=float, default=0.5, help="--paired: seconds per segment")
+    ap.add_argument("--no-node-export", action="store_true",
+                    help="every process exports its own spans (EMBER_TRACE_NODE_EXPORT=0: no node exporter)")
     args = ap.parse_args()
+    if args.no_node_export:
+        os.environ["EMBER_TRACE_NODE_EXPORT"] = "0"  # the children inherit it
     with (receiver() if args.receiver else sink()) as (endpoint, pid):
         if args.paired:
             rows = run_paired(args.paired, args.segment_s, endpoint)

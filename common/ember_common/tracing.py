@@ -8,6 +8,8 @@
     OTEL_TRACES_SAMPLER / _ARG   read by the SDK
     EMBER_TRACE_DIR        the directory of the ember_file exporter (JSON lines; read by
                            `ember trace show`)
+    EMBER_TRACE_NODE_EXPORT  0: raylets run no node span exporter (tracing_node), every
+                           process exports its own spans (default 1)
 
 A hand-built TracerProvider does not read OTEL_TRACES_EXPORTER (only auto-instrumentation does),
 so `setup()` does. With tracing off, `enabled()` is False and the hot paths skip every tracing
@@ -147,6 +149,8 @@ def serve_node_spans(raylet_address: str) -> bool:
     with _lock:
         if _node_exporter is not None or not _node_exportable():
             return _node_exporter is not None
+        if os.environ.get("EMBER_TRACE_NODE_EXPORT", "1") == "0":  # every process exports its own
+            return False
         from . import tracing_node
 
         exporter = _make_exporter("otlp", "")

@@ -126,8 +126,6 @@ class SpanBuffer(SpanProcessor):
         """Sends queued spans to the node exporter, a batch per datagram (the caller holds
         _send_lock); full_only: full batches only. False: the exporter's socket is full (the
         spans stay queued) or gone (then this process exports its spans itself again)."""
-        from .tracing_node import marshalable, pack
-
         link, q = self._link, self._queue
         while link is not None:
             if full_only and len(q) < self.batch:
@@ -135,10 +133,7 @@ class SpanBuffer(SpanProcessor):
             items = self._take()
             if not items:
                 return True
-            try:
-                datagrams = pack([(self._header, items)], self.dropped)
-            except ValueError:  # something marshal cannot write: encoded here
-                datagrams = pack(marshalable(items, self.resource, self.scope), self.dropped)
+            datagrams = link.datagrams(items, self.resource, self.scope, self.dropped)
             for i, data in enumerate(datagrams):
                 try:
                     sent = link.send(data)
@@ -154,15 +149,6 @@ class SpanBuffer(SpanProcessor):
                         log.warning("%d spans lost with the node span exporter", len(items))
                     return False
         return False
-
-    @property
-    def _header(self) -> Any:
-        h = self.__dict__.get("_header_cache")
-        if h is None or h[0] is not self.resource or h[1] is not self.scope:
-            from .tracing_node import header_of
-
-            h = self.__dict__["_header_cache"] = (self.resource, self.scope, header_of(self.resource, self.scope))
-        return h[2]
 
     def _export_all(self, full_only: bool = False) -> None:
         """Exports what is queued, in batches; full_only: only while a full batch waits (and

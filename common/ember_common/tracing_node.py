@@ -205,6 +205,7 @@ class NodeLink:
     def __init__(self, raylet_address: str, timeout_s: float = 2.0) -> None:
         """Connects and says HELLO; raises OSError when no node exporter answers or it exports
         elsewhere."""
+        self._header: tuple[Any, Any, Header] | None = None  # (resource, scope, their header)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             self.sock.bind("")  # an autobound abstract address: the exporter's answers come here
@@ -222,6 +223,17 @@ class NodeLink:
         except BaseException:
             self.sock.close()
             raise
+
+    def datagrams(self, items: list[Any], resource: Any, scope: Any, dropped: int) -> list[bytes]:
+        """The BATCH datagrams of a sender's queued spans (tracing_export.SpanBuffer's items,
+        of its resource and scope): as they are when marshal can write them all, else
+        marshalable()'s groups."""
+        if self._header is None or self._header[0] is not resource or self._header[1] is not scope:
+            self._header = (resource, scope, header_of(resource, scope))
+        try:
+            return pack([(self._header[2], items)], dropped)
+        except ValueError:  # something marshal cannot write: encoded here
+            return pack(marshalable(items, resource, scope), dropped)
 
     def send(self, data: bytes) -> bool:
         """One datagram; False when the socket is full (the exporter is behind: try later).

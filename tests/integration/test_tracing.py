@@ -283,15 +283,17 @@ def test_spill_restore_pull_and_restart_spans(tmp_path):
     assert restores and restores[0]["attributes"]["ember.object.size"] >= 20 * 2**20
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "grpc, no node exporter"])
 def test_otlp_export_to_a_real_receiver(tmp_path, protocol):
     """The same traced driver, exporting OTLP to a receiver process on loopback."""
+    node_export = protocol == "grpc"
+    protocol = protocol.split(",")[0]
     from ember.testing.otlp_receiver import OtlpReceiver
 
     with OtlpReceiver(str(tmp_path)) as rx:
         endpoint = rx.grpc_endpoint if protocol == "grpc" else rx.http_endpoint + "/v1/traces"
         env = dict(os.environ, OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
-                   OTEL_BSP_SCHEDULE_DELAY="100")
+                   OTEL_BSP_SCHEDULE_DELAY="100", EMBER_TRACE_NODE_EXPORT="1" if node_export else "0")
         env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" if protocol != "grpc" else "OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
         r = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True,
                            timeout=180)
@@ -299,9 +301,9 @@ def test_otlp_export_to_a_real_receiver(tmp_path, protocol):
         out = json.loads(r.stdout.strip().splitlines()[-1])
         trace_id = out["trace_id"]
         # OTLP/gRPC: the driver's and workers' spans go through the raylet's node exporter
-        # (tracing_node); other exporters keep exporting in each process.
-        want = protocol == "grpc"
-        assert out["node_export"] == {"driver": want, "worker": want}
+        # (tracing_node), unless EMBER_TRACE_NODE_EXPORT=0; other exporters keep exporting in
+        # each process.
+        assert out["node_export"] == {"driver": node_export, "worker": node_export}
         from ember.testing import wait_for
 
         def services():
