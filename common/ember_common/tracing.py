@@ -164,24 +164,34 @@ def serve_node_spans(raylet_address: str) -> bool:
         return True
 
 
-def use_node_exporter(raylet_address: str) -> bool:
+def use_node_exporter(raylet_address: str, wait: bool = False) -> bool:
     """A driver or worker: sends its spans to the node exporter of the raylet at
     raylet_address (tracing_node), when that raylet serves one exporting where this process
-    would. True when attached; otherwise this process keeps exporting its own spans."""
+    would; until it answers (and when it does not), this process exports its own spans. The
+    HELLO is asked from a thread (a raylet busy exporting to a slow backend must not delay a
+    worker's start) unless wait. Returns whether it is attached (False while asking)."""
     if not _node_exportable():
         return False
-    from . import tracing_node
+    buffer = _buffer
 
-    try:
-        link = tracing_node.NodeLink(raylet_address)
-    except OSError as e:
-        log.debug("spans exported by this process: %s", e)
-        return False
-    old = _buffer._link
-    _buffer.attach(link)
-    if old is not None:
-        old.close()
-    return True
+    def attach() -> bool:
+        from . import tracing_node
+
+        try:
+            link = tracing_node.NodeLink(raylet_address)
+        except OSError as e:
+            log.debug("spans exported by this process: %s", e)
+            return False
+        old = buffer._link
+        buffer.attach(link)
+        if old is not None:
+            old.close()
+        return True
+
+    if wait:
+        return attach()
+    threading.Thread(target=attach, name="ember-span-attach", daemon=True).start()
+    return False
 
 
 def spans_dropped() -> int:
