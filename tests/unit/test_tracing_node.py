@@ -220,3 +220,20 @@ def test_stop_exports_what_the_socket_still_holds_and_senders_fall_back(address,
         assert len(got.spans) + len(direct.spans) == 36
     finally:
         buf.shutdown()
+
+
+def test_drops_add_up_what_senders_report_and_the_node_queue_dropped(address):
+    got = Requests()
+    node = NodeSpanExporter(address, got, delay_s=60.0, batch=1000, max_queue=4)
+    try:
+        a, b = NodeLink(address), NodeLink(address)
+        a.send(tracing_node.pack([(H, [submit(i) for i in range(3)])], dropped=5)[0])
+        a.send(tracing_node.pack([(H, [submit(i) for i in range(3)])], dropped=7)[0])  # a running total
+        b.send(tracing_node.pack([(H, [submit(9)])], dropped=1)[0])
+        assert a.flush(10) and b.flush(10)
+        assert node.pending.dropped == 3  # 7 spans into a queue of 4
+        assert node.dropped == 3 + 7 + 1 and len(got.spans) == 4
+        a.close()
+        b.close()
+    finally:
+        node.stop()
