@@ -431,3 +431,58 @@ def _fields_bytes(name_str: str, trace_id: int, span_id: int, trace_state: Any, 
             parts.append(_UNSET_STATUS)
     parts.append(flags)
     return b"".join(parts)
+
+
+def span_entry(s: Any) -> bytes:
+    """ScopeSpans.spans = 2 holding one span's message, for any span encode_request takes (a
+    RECORD of any kind, an SDK ReadableSpan): what it writes for that span."""
+    if type(s) is tuple:
+        n = len(s)
+        if n == 6:
+            return submit_entry(s)
+        if n == 7 and s[6] is None:
+            entry = exec_entry(s)
+            if entry is not None:
+                return entry
+        if n == 7:
+            from .tracing_export import expand_exec
+
+            s = expand_exec(s)
+        data: bytes | None = None
+        if not s[11]:
+            entry = _exec_entry(s)
+            if entry is not None:
+                return entry
+            data = record_bytes(s)
+        if data is None:
+            from .tracing_export import to_readable
+
+            data = _sdk_span_bytes(to_readable(s, None, None))
+    else:
+        data = None if s.events or s.links else _span_bytes(s)
+        if data is None:
+            data = _sdk_span_bytes(s)
+    return _ld(b"\x12", data)
+
+
+def request_bytes(groups: Sequence[tuple[tuple[bytes, str, bytes, str], Sequence[bytes]]]) -> bytes:
+    """The ExportTraceServiceRequest bytes of span entries (span_entry's) grouped by header,
+    (resource message, its schema_url, scope message, its schema_url): the node exporter's
+    request (tracing_node), the same bytes encode_request writes for those spans. Headers
+    with the same resource share one ResourceSpans."""
+    by_res: dict[tuple[bytes, str], dict[tuple[bytes, str], list[bytes]]] = {}
+    for (res, res_url, sc, sc_url), entries in groups:
+        if entries:
+            by_res.setdefault((res, res_url), {}).setdefault((sc, sc_url), []).extend(entries)
+    request = []
+    for (res, res_url), scopes in by_res.items():
+        parts = [_ld(b"\x0a", res)]
+        for (sc, sc_url), entries in scopes.items():
+            body = [_ld(b"\x0a", sc), *entries]
+            if sc_url:
+                body.append(_ld(b"\x1a", sc_url.encode()))
+            parts.append(_ld(b"\x12", b"".join(body)))
+        if res_url:
+            parts.append(_ld(b"\x1a", res_url.encode()))
+        request.append(_ld(b"\x0a", b"".join(parts)))
+    return b"".join(request)
