@@ -12,11 +12,15 @@ from the driver (`driver`: a plain thread, `.result()` / `for`) and from inside 
 (`replica`: the `Caller` deployment, `await` / `async for` on its actor loop — the OpenAI app's
 ingress → LLMServer hop). Reports p50/p99 in ms and the CPU time (user + system) per call of the
 calling process and of Gen's replica (psutil), the figure that stays meaningful on a loaded
-machine. `--trace` also prints where a streamed call's first item spends its time (timestamps
-along the path; see `EMBER_SERVE_TRACE` in handle.py).
+machine (it counts the whole call: for a stream, its later items too).
 
     .venv/bin/python scripts/bench_handle_stream.py [--calls 300] [--warmup 50] [--only driver|replica]
-        [--items 3] [--gap-ms 2]
+        [--items 3] [--gap-ms 2] [--pause-ms P]
+
+Every call, of every mode, is made after a pause (PAUSE_MS; by default a stream's time after its
+first item, (items - 1) x GAP_MS): a streamed call's first item then follows the same idle time
+as a unary call does, which matters: a call made right after another finds the threads of both
+processes running, one made after an idle gap has to wake them (under load, to wait for a core).
 """
 from __future__ import annotations
 
@@ -51,7 +55,7 @@ class Gen:
             yield i
 
 
-_ITEMS = [3, 0.002]  # a stream's items and the gap between them after the first (--items, --gap-ms)
+_ITEMS = [3, 0.002, 0.0]  # a stream's items, the gap between them after the first, the pause between calls
 
 
 def _cpu(pid: int) -> float:
@@ -66,11 +70,13 @@ def _stats(lat: list[float]) -> dict[str, float]:
 
 
 async def _one_async(h: Any, mode: str) -> float:
+    if _ITEMS[2]:
+        await asyncio.sleep(_ITEMS[2])
     t0 = time.perf_counter()
     if mode == "unary":
         await h.unary.remote(1)
         return time.perf_counter() - t0
-    gen = h.options(stream=True).stream.remote(*_ITEMS)
+    gen = h.options(stream=True).stream.remote(*_ITEMS[:2])
     first = -1.0
     async for _ in gen:
         if first < 0:
@@ -79,12 +85,14 @@ async def _one_async(h: Any, mode: str) -> float:
 
 
 def _one_sync(h: Any, mode: str) -> float:
+    if _ITEMS[2]:
+        time.sleep(_ITEMS[2])
     t0 = time.perf_counter()
     if mode == "unary":
         h.unary.remote(1).result()
         return time.perf_counter() - t0
     first = -1.0
-    for _ in h.options(stream=True).stream.remote(*_ITEMS):
+    for _ in h.options(stream=True).stream.remote(*_ITEMS[:2]):
         if first < 0:
             first = time.perf_counter() - t0
     return first if mode == "stream_first" else time.perf_counter() - t0
@@ -115,8 +123,11 @@ def main() -> None:
     ap.add_argument("--modes", default="unary,stream_first,stream_all")
     ap.add_argument("--items", type=int, default=3)
     ap.add_argument("--gap-ms", type=float, default=2.0)
+    ap.add_argument("--pause-ms", type=float, default=None,
+                    help="idle time before each call (default: a stream's time after its first item)")
     args = ap.parse_args()
-    _ITEMS[:] = [args.items, args.gap_ms / 1000]
+    pause_ms = (args.items - 1) * args.gap_ms if args.pause_ms is None else args.pause_ms
+    _ITEMS[:] = [args.items, args.gap_ms / 1000, pause_ms / 1000]
     ember.init(num_cpus=2, log_to_driver=False)
     caller = serve.run(Caller.bind(Gen.bind()), name="bench", route_prefix=None)
     gen = serve.get_deployment_handle("Gen", "bench")
