@@ -1,10 +1,11 @@
 """The first item of a streamed handle call against a unary handle call, in one Ember cluster.
 
 A deployment `Gen` answers `unary(x)` at once and `stream(n, gap)` with a generator whose first
-item is yielded at once, then n - 1 more GAP_MS apart (as a token stream's). Measured, each CALLS times after WARMUP:
+item is yielded at once, then n - 1 more GAP_MS apart (as a token stream's). Measured, each
+CALLS times after WARMUP:
 
 - `unary`: `handle.unary.remote(x)` until its result is back;
-- `stream_first`: `handle.options(stream=True).stream.remote(1)` until its first item is back
+- `stream_first`: `handle.options(stream=True).stream.remote(ITEMS, GAP)` until its first item is back
   (the stream is then read to its end, outside the timing);
 - `stream_all`: the same call read to its end (first item and the end of the stream).
 
