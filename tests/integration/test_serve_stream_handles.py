@@ -63,6 +63,14 @@ class Inner:
         finally:
             self.closed += 1
 
+    async def lines(self, n):
+        for i in range(abs(n)):
+            yield f"{i}\n"
+            if i % 3 == 0:
+                await asyncio.sleep(0.002)
+        if n < 0:
+            raise ValueError("no more lines")
+
     async def gated(self, signal):
         """Yields its first item, then produces the second only once signal is sent."""
         yield "first"
@@ -87,6 +95,8 @@ class Outer:
 
         n = int(request.query_params.get("n", "10"))
         kind = request.query_params.get("kind", "items")
+        if kind == "attached":  # the handle stream itself as the body: the pump attaches to it
+            return StreamingResponse(self.inner.options(stream=True).lines.remote(n), media_type="text/plain")
 
         async def body():
             if kind == "forever":
@@ -213,3 +223,22 @@ def test_first_item_arrives_before_the_second_is_produced(app):
         pool.shutdown(wait=False)
     # the same from inside a replica (the OpenAI app's ingress -> LLMServer hop), async for
     assert h.gated_relay.remote(Signal.remote()).result(timeout_s=30) == ["first", "second"]
+
+
+def test_a_handle_stream_as_the_http_body_is_attached_and_complete(app):
+    """A deployment that returns another's handle stream as its StreamingResponse body: the
+    replica's pump takes its batches as they arrive (push protocol), as bytes, in order; a
+    failing stream cuts the body and the replicas keep serving."""
+    url, _, _, replica = app
+    with httpx.Client(timeout=30) as c:
+        r = c.get(url + "/relay", params={"kind": "attached", "n": 300})
+        assert r.status_code == 200 and r.text == "".join(f"{i}\n" for i in range(300))
+        got = b""
+        with pytest.raises(httpx.RemoteProtocolError):  # the lines produced, then a cut body
+            with c.stream("GET", url + "/relay", params={"kind": "attached", "n": -3}) as r:
+                for part in r.iter_raw():
+                    got += part
+        assert got == b"0\n1\n2\n"
+        r = c.get(url + "/relay", params={"kind": "attached", "n": 5})
+        assert r.text == "0\n1\n2\n3\n4\n"
+    wait_for(lambda: ember.get(replica.stream_stats.remote())["open"] == 0, what="every stream to end")

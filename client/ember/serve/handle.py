@@ -134,25 +134,56 @@ class _Items:
     iterates: the consumer takes what is here without any hop, and when it has to wait, the
     next put wakes it directly (a lock released for a thread, `call_soon_threadsafe` onto its
     loop for a coroutine): one wake-up per batch, none while the consumer is busy, and no
-    thread hop onto the runtime's loop to ask for the next item."""
+    thread hop onto the runtime's loop to ask for the next item. An attached consumer (`attach`)
+    gets each batch by a callback on its loop instead."""
 
-    __slots__ = ("_lock", "buf", "waiter")
+    __slots__ = ("_lock", "buf", "waiter", "sink")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.buf: collections.deque[tuple[str, Any]] = collections.deque()
         self.waiter: Callable[[], Any] | None = None  # wakes the consumer waiting for an entry
+        self.sink: Callable[[list[tuple[str, Any]]], Any] | None = None  # an attached consumer's
 
     def put(self, entries: list[tuple[str, Any]]) -> None:
         """Adds entries (the runtime's loop); wakes the consumer if it waits."""
         with self._lock:
-            self.buf.extend(entries)
+            sink = self.sink
+            if sink is None:
+                self.buf.extend(entries)
             w, self.waiter = self.waiter, None
+        if sink is not None:
+            w = functools.partial(sink, entries)
         if w is not None:
             try:
                 w()
             except RuntimeError:  # the consumer's loop is closed: nobody is waiting any more
                 pass
+
+    def attach(self, put: Callable[[Any], None], end: Callable[[BaseException | None], None]) -> None:
+        """From now on each batch is handed to put(item) per item, then end(None) (or
+        end(error)) once, on the running loop (one `call_soon_threadsafe` per batch)."""
+        loop = asyncio.get_running_loop()
+        over = False
+
+        def deliver(entries: list[tuple[str, Any]]) -> None:
+            nonlocal over
+            for kind, value in entries:
+                if over:
+                    return
+                if kind == "item":
+                    put(value)
+                else:
+                    over = True
+                    end(value if kind == "error" else None)
+
+        def sink(entries: list[tuple[str, Any]]) -> None:
+            loop.call_soon_threadsafe(deliver, entries)
+
+        with self._lock:
+            ready, self.buf = list(self.buf), collections.deque()
+            self.sink = sink
+        deliver(ready)
 
     def cancelled(self, fut: concurrent.futures.Future) -> None:
         """fut's done-callback: a call cancelled before it started still ends its consumer's wait."""
@@ -294,9 +325,20 @@ class DeploymentResponseGenerator:
         except StopIteration:
             raise StopAsyncIteration from None
 
+    def _ember_attach(self, put: Callable[[Any], None], end: Callable[[BaseException | None], None]) -> None:
+        """The push protocol of Serve's stream pump (serve/_private/streams.py): every item
+        still to come is handed to put on this loop, then end(None) or end(error); no task
+        and no generator step per item. `_ember_detach()` stops the stream."""
+        self._done = True  # (no iterating it any more)
+        self._items.attach(put, end)
+
+    def _ember_detach(self) -> None:
+        self.cancel()
+
     def cancel(self) -> None:
         """Stops the stream: the replica closes the deployment's generator."""
         self._done = True
+        self._items.sink = None
         self._items.buf.clear()
         if not self._fut.done():  # (a stream read to its end needs no wake-up of the runtime)
             self._rt.loop.call_soon_threadsafe(self._fut.cancel)
