@@ -24,6 +24,20 @@ def wait_for(cond, timeout=20.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@ember.remote
+class Signal:
+    """A gate: wait() returns once send() was called."""
+
+    def __init__(self):
+        self.ev = asyncio.Event()
+
+    async def wait(self):
+        await self.ev.wait()
+
+    def send(self):
+        self.ev.set()
+
+
 @serve.deployment(max_ongoing_requests=64)
 class Inner:
     def __init__(self):
@@ -49,6 +63,20 @@ class Inner:
         finally:
             self.closed += 1
 
+    async def lines(self, n):
+        for i in range(abs(n)):
+            yield f"{i}\n"
+            if i % 3 == 0:
+                await asyncio.sleep(0.002)
+        if n < 0:
+            raise ValueError("no more lines")
+
+    async def gated(self, signal):
+        """Yields its first item, then produces the second only once signal is sent."""
+        yield "first"
+        await signal.wait.remote()
+        yield "second"
+
     def closed_count(self):
         return self.closed
 
@@ -67,6 +95,8 @@ class Outer:
 
         n = int(request.query_params.get("n", "10"))
         kind = request.query_params.get("kind", "items")
+        if kind == "attached":  # the handle stream itself as the body: the pump attaches to it
+            return StreamingResponse(self.inner.options(stream=True).lines.remote(n), media_type="text/plain")
 
         async def body():
             if kind == "forever":
@@ -89,6 +119,13 @@ class Outer:
         except KeyError as e:  # the user's type (a RayTaskError that is also a KeyError, as Ray)
             got.append(("KeyError", "inner failed" in str(e)))
         return got
+
+    async def gated_relay(self, signal):
+        """The ingress case: the first item must come while the callee waits for signal."""
+        gen = self.inner.options(stream=True).gated.remote(signal)
+        first = await asyncio.wait_for(gen.__anext__(), 20)
+        signal.send.remote()
+        return [first] + [x async for x in gen]
 
     async def take(self, k):
         gen = self.inner.options(stream=True).forever.remote()
@@ -163,3 +200,45 @@ def test_http_disconnect_frees_the_relayed_stream(app):
             assert [next(it) for _ in range(3)] == ["0", "1", "2"]
     wait_for(lambda: inner.closed_count.remote().result() == closed + 1, what="the callee's generator to close")
     wait_for(lambda: ember.get(replica.stream_stats.remote())["open"] == 0, what="the stream to be freed")
+
+
+def test_first_item_arrives_before_the_second_is_produced(app):
+    """A streamed handle call's first item is not held back until more come (or the stream
+    ends): here the second is produced only after the caller got the first and sent the signal
+    the callee's generator waits for, so a held-back first item would time out."""
+    import concurrent.futures
+
+    _, h, inner, _ = app
+    signal = Signal.remote()
+    gen = inner.options(stream=True).gated.remote(signal)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        first = pool.submit(next, gen)  # from a driver thread
+        try:
+            assert first.result(timeout=20) == "first"
+        finally:
+            signal.send.remote()  # (a held-back first item comes now: the thread ends)
+        assert list(gen) == ["second"]
+    finally:
+        pool.shutdown(wait=False)
+    # the same from inside a replica (the OpenAI app's ingress -> LLMServer hop), async for
+    assert h.gated_relay.remote(Signal.remote()).result(timeout_s=30) == ["first", "second"]
+
+
+def test_a_handle_stream_as_the_http_body_is_attached_and_complete(app):
+    """A deployment that returns another's handle stream as its StreamingResponse body: the
+    replica's pump takes its batches as they arrive (push protocol), as bytes, in order; a
+    failing stream cuts the body and the replicas keep serving."""
+    url, _, _, replica = app
+    with httpx.Client(timeout=30) as c:
+        r = c.get(url + "/relay", params={"kind": "attached", "n": 300})
+        assert r.status_code == 200 and r.text == "".join(f"{i}\n" for i in range(300))
+        got = b""
+        with pytest.raises(httpx.RemoteProtocolError):  # the lines produced, then a cut body
+            with c.stream("GET", url + "/relay", params={"kind": "attached", "n": -3}) as r:
+                for part in r.iter_raw():
+                    got += part
+        assert got == b"0\n1\n2\n"
+        r = c.get(url + "/relay", params={"kind": "attached", "n": 5})
+        assert r.text == "0\n1\n2\n3\n4\n"
+    wait_for(lambda: ember.get(replica.stream_stats.remote())["open"] == 0, what="every stream to end")

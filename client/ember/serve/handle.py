@@ -12,13 +12,15 @@ so pipelines compose without blocking the caller.
 """
 from __future__ import annotations
 
+import _thread
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import os
 import threading
 import uuid
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from ember.exceptions import ActorDiedError, RayActorError
 
@@ -108,9 +110,11 @@ async def _resolve(v: Any) -> Any:
 
 
 async def _call(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs: dict) -> Any:
-    args = tuple([await _resolve(a) for a in args])
-    kwargs = {k: await _resolve(v) for k, v in kwargs.items()}
-    await asyncio.wait_for(table.ready.wait(), 60)
+    if args or kwargs:
+        args = tuple([await _resolve(a) for a in args])
+        kwargs = {k: await _resolve(v) for k, v in kwargs.items()}
+    if not table.ready.is_set():
+        await asyncio.wait_for(table.ready.wait(), 60)
     router = table.router(dep_id)
     for attempt in range(_MAX_ATTEMPTS):
         k, h = await router.acquire()
@@ -124,20 +128,113 @@ async def _call(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs
             router.release(k)
 
 
+class _Items:
+    """The entries of one streamed call ("item", x) / ("end", None) / ("error", e), handed from
+    the runtime's loop (which puts them) to the consumer, on whatever thread or event loop it
+    iterates: the consumer takes what is here without any hop, and when it has to wait, the
+    next put wakes it directly (a lock released for a thread, `call_soon_threadsafe` onto its
+    loop for a coroutine): one wake-up per batch, none while the consumer is busy, and no
+    thread hop onto the runtime's loop to ask for the next item. An attached consumer (`attach`)
+    gets each batch by a callback on its loop instead."""
+
+    __slots__ = ("_lock", "buf", "waiter", "sink")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.buf: collections.deque[tuple[str, Any]] = collections.deque()
+        self.waiter: Callable[[], Any] | None = None  # wakes the consumer waiting for an entry
+        self.sink: Callable[[list[tuple[str, Any]]], Any] | None = None  # an attached consumer's
+
+    def put(self, entries: list[tuple[str, Any]]) -> None:
+        """Adds entries (the runtime's loop); wakes the consumer if it waits."""
+        with self._lock:
+            sink = self.sink
+            if sink is None:
+                self.buf.extend(entries)
+            w, self.waiter = self.waiter, None
+        if sink is not None:
+            w = functools.partial(sink, entries)
+        if w is not None:
+            try:
+                w()
+            except RuntimeError:  # the consumer's loop is closed: nobody is waiting any more
+                pass
+
+    def attach(self, put: Callable[[Any], None], end: Callable[[BaseException | None], None]) -> None:
+        """From now on each batch is handed to put(item) per item, then end(None) (or
+        end(error)) once, on the running loop (one `call_soon_threadsafe` per batch)."""
+        loop = asyncio.get_running_loop()
+        over = False
+
+        def deliver(entries: list[tuple[str, Any]]) -> None:
+            nonlocal over
+            for kind, value in entries:
+                if over:
+                    return
+                if kind == "item":
+                    put(value)
+                else:
+                    over = True
+                    end(value if kind == "error" else None)
+
+        def sink(entries: list[tuple[str, Any]]) -> None:
+            loop.call_soon_threadsafe(deliver, entries)
+
+        with self._lock:
+            ready, self.buf = list(self.buf), collections.deque()
+            self.sink = sink
+        deliver(ready)
+
+    def cancelled(self, fut: concurrent.futures.Future) -> None:
+        """fut's done-callback: a call cancelled before it started still ends its consumer's wait."""
+        if fut.cancelled():
+            self.put([("error", asyncio.CancelledError())])
+
+    def get(self) -> tuple[str, Any]:
+        """The next entry, waiting on this thread while there is none."""
+        while True:
+            with self._lock:
+                if self.buf:
+                    return self.buf.popleft()
+                lk = _thread.allocate_lock()
+                lk.acquire()
+                self.waiter = lk.release
+            lk.acquire()
+
+    async def aget(self) -> tuple[str, Any]:
+        """The next entry, waiting on the running loop while there is none."""
+        while True:
+            with self._lock:
+                if self.buf:
+                    return self.buf.popleft()
+                loop = asyncio.get_running_loop()
+                f = loop.create_future()
+                self.waiter = functools.partial(loop.call_soon_threadsafe, _wake, f)
+            await f
+
+
+def _wake(f: asyncio.Future) -> None:
+    if not f.done():
+        f.set_result(None)
+
+
 async def _stream(rt: _HandleRuntime, dep_id: str, method: str, args: tuple, kwargs: dict,
-                  q: asyncio.Queue) -> None:
-    """Runs one streamed call: starts it on a replica, then takes what the runtime's poller of
-    that replica brings (pushed on one channel, or one stream_poll call in flight, per replica
-    for all of this process's streams there) until the stream is over, putting every item on q. A user error is fetched
-    with stream_next, which raises it as a plain call would. Cancelled (the caller stopped
-    iterating), it tells the replica to stop the stream."""
+                  out: _Items) -> None:
+    """Runs one streamed call: starts it on a replica (whose reply brings the first batch, sent
+    as soon as the first item is produced), then takes what the runtime's poller of that replica
+    brings (pushed on one channel, or one stream_poll call in flight, per replica for all of
+    this process's streams there) until the stream is over, handing every batch to out as it
+    comes. A user error is fetched with stream_next, which raises it as a plain call would.
+    Cancelled (the caller stopped iterating), it tells the replica to stop the stream."""
     h = None
     stream_id = uuid.uuid4().hex
     done = False
     try:
-        args = tuple([await _resolve(a) for a in args])
-        kwargs = {k: await _resolve(v) for k, v in kwargs.items()}
-        await asyncio.wait_for(rt.table.ready.wait(), 60)
+        if args or kwargs:
+            args = tuple([await _resolve(a) for a in args])
+            kwargs = {k: await _resolve(v) for k, v in kwargs.items()}
+        if not rt.table.ready.is_set():
+            await asyncio.wait_for(rt.table.ready.wait(), 60)
         router = rt.table.router(dep_id)
         k, h = await router.acquire()
         poller = ChannelPoller.of(rt.pollers, k, h, rt.group)
@@ -147,26 +244,26 @@ async def _stream(rt: _HandleRuntime, dep_id: str, method: str, args: tuple, kwa
             if not done:
                 poller.start(stream_id)
             while True:
-                for x in items:
-                    q.put_nowait(("item", x))
+                if items:
+                    out.put([("item", x) for x in items])
                 if done:
                     break
                 await inbox.wait()
                 items, done, error = inbox.take_items()
                 if error is not None:
-                    for x in items:
-                        q.put_nowait(("item", x))
+                    if items:
+                        out.put([("item", x) for x in items])
                     items, done = await h.stream_next.remote(stream_id)  # raises the user's error
                     if not done or error != FETCH_ERROR:  # (or the stream was cut: say so)
                         raise RuntimeError(f"stream {stream_id} of {dep_id} failed: {error}")
         finally:
             poller.close(stream_id)
             router.release(k)
-        q.put_nowait(("end", None))
+        out.put([("end", None)])
     except BaseException as e:
         if h is not None and not done:
             h.cancel.remote(stream_id)
-        q.put_nowait(("error", e))
+        out.put([("error", e)])
         if isinstance(e, asyncio.CancelledError):
             raise
 
@@ -194,16 +291,14 @@ class DeploymentResponseGenerator:
     """The items of a streaming handle call (`handle.options(stream=True)`), as they are produced;
     iterate with `for` or `async for`."""
 
-    def __init__(self, runtime: _HandleRuntime, q: asyncio.Queue, fut: concurrent.futures.Future) -> None:
+    def __init__(self, runtime: _HandleRuntime, items: _Items, fut: concurrent.futures.Future) -> None:
         self._rt = runtime
-        self._q = q
+        self._items = items
         self._fut = fut
         self._done = False
-        self._buf: collections.deque[tuple[str, Any]] = collections.deque()
 
-    def _take(self, batch: list[tuple[str, Any]]) -> Any:
-        self._buf.extend(batch)
-        kind, value = self._buf.popleft()
+    def _take(self, entry: tuple[str, Any]) -> Any:
+        kind, value = entry
         if kind == "item":
             return value
         self._done = True
@@ -215,30 +310,38 @@ class DeploymentResponseGenerator:
         return self
 
     def __next__(self) -> Any:
-        if self._buf:
-            return self._take([])
         if self._done:
             raise StopIteration
-        return self._take(self._rt.submit(_get_batch(self._q)).result())
+        return self._take(self._items.get())
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self
 
     async def __anext__(self) -> Any:
+        if self._done:
+            raise StopAsyncIteration
         try:
-            if self._buf:
-                return self._take([])
-            if self._done:
-                raise StopAsyncIteration
-            return self._take(await asyncio.wrap_future(self._rt.submit(_get_batch(self._q))))
+            return self._take(await self._items.aget())
         except StopIteration:
             raise StopAsyncIteration from None
+
+    def _ember_attach(self, put: Callable[[Any], None], end: Callable[[BaseException | None], None]) -> None:
+        """The push protocol of Serve's stream pump (serve/_private/streams.py): every item
+        still to come is handed to put on this loop, then end(None) or end(error); no task
+        and no generator step per item. `_ember_detach()` stops the stream."""
+        self._done = True  # (no iterating it any more)
+        self._items.attach(put, end)
+
+    def _ember_detach(self) -> None:
+        self.cancel()
 
     def cancel(self) -> None:
         """Stops the stream: the replica closes the deployment's generator."""
         self._done = True
-        self._buf.clear()
-        self._rt.loop.call_soon_threadsafe(self._fut.cancel)
+        self._items.sink = None
+        self._items.buf.clear()
+        if not self._fut.done():  # (a stream read to its end needs no wake-up of the runtime)
+            self._rt.loop.call_soon_threadsafe(self._fut.cancel)
 
     async def aclose(self) -> None:
         self.cancel()
@@ -282,10 +385,10 @@ class DeploymentHandle:
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         rt = _get_runtime()
         if self._stream:
-            q_fut = rt.submit(_make_queue())
-            q = q_fut.result()
-            fut = rt.submit(_stream(rt, self.deployment_id, self._method, args, kwargs, q))
-            return DeploymentResponseGenerator(rt, q, fut)
+            items = _Items()
+            fut = rt.submit(_stream(rt, self.deployment_id, self._method, args, kwargs, items))
+            fut.add_done_callback(items.cancelled)  # (cancelled before it ran: no entry would come)
+            return DeploymentResponseGenerator(rt, items, fut)
         return DeploymentResponse(rt.submit(_call(rt.table, self.deployment_id, self._method, args, kwargs)))
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -293,18 +396,6 @@ class DeploymentHandle:
 
     def __repr__(self) -> str:
         return f"DeploymentHandle(deployment={self.deployment_name!r}, app={self.app_name!r})"
-
-
-async def _get_batch(q: asyncio.Queue) -> list[tuple[str, Any]]:
-    """Everything on q, waiting for at least one entry (one thread hop for a batch of items)."""
-    batch = [await q.get()]
-    while not q.empty():
-        batch.append(q.get_nowait())
-    return batch
-
-
-async def _make_queue() -> asyncio.Queue:
-    return asyncio.Queue()
 
 
 def _rebuild(dep: str, app: str, method: str, stream: bool) -> DeploymentHandle:

@@ -21,14 +21,17 @@ process share that caller's poll the same way; their items travel as lists of ob
 bodies as joined bytes), and a user error is fetched by the caller with stream_next(id), which
 raises it through the actor call (streams of a group are joined bytes or item lists, per stream).
 
-A pump may convert each item it reads (an HTTP body's items become bytes there: no generator
-layer around the user's for that). A push source skips the pump's task: an iterator with `_ember_attach(put, end)` and
-`_ember_detach()` (the LLM server's SSEStream) is attached instead of iterated. It calls
+A pump may convert each item it reads or is pushed (an HTTP body's items become bytes there: no
+generator layer around the user's for that). A push source skips the pump's task: an iterator
+with `_ember_attach(put, end)` and `_ember_detach()` is attached instead of iterated. It calls
 put(item) on the loop for each item and end(None) (or end(error)) once after the last, so a
-producer that serves many streams from one callback (the LLM engine's per-step hand-off) fills
-every stream's buffer without waking a task per item; `close()` detaches it (it stops calling
-and frees what it holds). A push source bounds what it produces itself (the pump cannot make it
-wait: the LLM's is bounded by max_tokens), and no idle timeout applies.
+producer that serves many streams from one callback (the LLM engine's per-step hand-off, the
+LLM server's SSEStream) fills every stream's buffer without waking a task per item. A streamed
+handle call's DeploymentResponseGenerator is one too: its batches are put on the loop as they
+arrive, so a deployment that relays another's stream as its HTTP body (the OpenAI ingress)
+takes no generator step per item. `close()` detaches it (it stops calling and frees what it
+holds). A push source bounds what it produces itself (the pump cannot make it wait: the LLM's
+is bounded by max_tokens, a relayed stream by its producer), and no idle timeout applies.
 """
 from __future__ import annotations
 
@@ -68,7 +71,7 @@ class StreamPump:
 
     def _push(self, item: Any) -> None:
         if not self._done:
-            self._items.append(item)
+            self._items.append(item if self._convert is None else self._convert(item))
             self._wake()
 
     def _push_end(self, error: BaseException | None) -> None:

@@ -34,14 +34,31 @@ def _error(e: oa.OpenAIError) -> Response:
     return _json(e.status, e.body())
 
 
-async def _open(target: Any, method: str, body: dict[str, Any]) -> AsyncIterator[Any]:
-    """The items of target.method(body) through a DeploymentHandle (streamed)."""
-    gen = getattr(target.options(stream=True), method).remote(body)
-    try:
-        async for x in gen:
-            yield x
-    finally:
-        gen.cancel()
+class _Relayed:
+    """The SSE body of a request streamed from an LLMServer deployment: its first chunk (already
+    taken), then the rest of the handle stream. For Serve's stream pump it is a push source
+    (`_ember_attach`, serve/_private/streams.py): the handle stream's batches go straight into
+    the pump, with no generator layer or task step per chunk in this replica; anything else
+    iterates it."""
+
+    def __init__(self, first: Any, gen: Any) -> None:
+        self._first = first
+        self._gen = gen
+
+    def _ember_attach(self, put: Any, end: Any) -> None:
+        put(self._first)  # (the pump turns the items into bytes)
+        self._gen._ember_attach(put, end)
+
+    def _ember_detach(self) -> None:
+        self._gen.cancel()
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        try:
+            yield self._first
+            async for x in self._gen:
+                yield x
+        finally:
+            self._gen.cancel()
 
 
 async def _relay(gen: Any) -> AsyncIterator[Any]:
@@ -90,14 +107,13 @@ async def serve_openai_http(request: Any, servers: dict[str, Any], cards: list[d
             raise oa.OpenAIError(404, f"The model `{model}` does not exist. Served: {sorted(servers)}", "model")
     except oa.OpenAIError as e:
         return _error(e)
-    if not isinstance(target, DeploymentHandle):
-        out = getattr(target, kind)(body)
-        if hasattr(out, "_ember_attach"):  # an SSEStream: its chunks are the body, as they come
-            out.as_bytes = True
-            return StreamingResponse(out, media_type="text/event-stream", headers=_SSE_HEADERS)
-        it = _relay(out)
-    else:
-        it = _open(target, kind, body)
+    if isinstance(target, DeploymentHandle):
+        return await _over_handle(target, kind, body)
+    out = getattr(target, kind)(body)
+    if hasattr(out, "_ember_attach"):  # an SSEStream: its chunks are the body, as they come
+        out.as_bytes = True
+        return StreamingResponse(out, media_type="text/event-stream", headers=_SSE_HEADERS)
+    it = _relay(out)
     try:
         first = await it.__anext__()
     except StopAsyncIteration:
@@ -121,6 +137,24 @@ async def serve_openai_http(request: Any, servers: dict[str, Any], cards: list[d
             await it.aclose()
 
     return StreamingResponse(sse(), media_type="text/event-stream", headers=_SSE_HEADERS)
+
+
+async def _over_handle(target: Any, kind: str, body: dict[str, Any]) -> Response:
+    """The reply to a request served by an LLMServer deployment, streamed through its handle:
+    the first item decides it (see the module docstring); a stream's rest is relayed as it
+    comes (_Relayed)."""
+    gen = getattr(target.options(stream=True), kind).remote(body)
+    try:
+        first = await gen.__anext__()
+    except StopAsyncIteration:
+        return _json(500, oa.error_body(500, "the model server returned nothing"))
+    except BaseException:
+        gen.cancel()
+        raise
+    if isinstance(first, dict):
+        gen.cancel()
+        return _json(int(first["error"].get("code") or 500) if oa.is_error(first) else 200, first)
+    return StreamingResponse(_Relayed(first, gen), media_type="text/event-stream", headers=_SSE_HEADERS)
 
 
 class OpenAiIngress:
