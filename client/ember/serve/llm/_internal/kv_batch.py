@@ -6,7 +6,8 @@ A decode step feeds each row its pending token (sampled, not yet in the cache) a
 position, so rows of different lengths advance together in one forward pass. Rows join (a
 prefill of new sequences is merged in, the shorter side padded on the left) and leave (rows
 dropped, then columns that are padding in every remaining row trimmed) only between steps:
-continuous batching. Uses transformers' DynamicCache, whose layers hold `keys` and `values`.
+continuous batching. A mixed step (`mixed`) runs the newcomers' prefill in the same forward
+as the running rows' decode. Uses transformers' DynamicCache, whose layers hold `keys` and `values`.
 """
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ def cache_arg(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def last_logits_arg(model: Any) -> dict[str, int]:
+    """{"logits_to_keep": 1} where forward() takes it: a multi-token pass (prefill, mixed)
+    then computes the vocabulary projection for the last position only."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
 class KVBatch:
     """Rows of sequences sharing one cache. Engine thread only."""
 
@@ -30,6 +37,7 @@ class KVBatch:
         self.model = model
         self.device = device
         self._kw = cache_arg(model)
+        self._last = last_logits_arg(model)
         self.seq_ids: list[str] = []
         self.pending: list[int] = []
         self.mask = torch.zeros((0, 0), dtype=torch.long, device=device)
@@ -60,7 +68,7 @@ class KVBatch:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         **{self._kw: cache})
+                         **{self._kw: cache}, **self._last)
         rows = KVBatch(self.model, self.device)
         rows.seq_ids = list(seq_ids)
         rows.pending = [0] * len(seq_ids)
@@ -78,6 +86,56 @@ class KVBatch:
                          use_cache=True, **{self._kw: self.cache})
         self.pos = self.pos + 1
         return out.logits[:, -1, :]
+
+    def mixed(self, seq_ids: list[str], contexts: list[list[int]]) -> torch.Tensor:
+        """One forward for the running rows' decode and the newcomers' prefill together (a mixed
+        step): the newcomers join as rows (their pending tokens still to be set); returns every
+        row's next-token logits, the running rows first.
+
+        The pass is [rows, L] for L the longest new context: a running row feeds its pending
+        token in the last column (the L - 1 before it masked), a new row its context right-
+        aligned. The cache grows L columns, so the running rows get L - 1 masked columns in the
+        middle; `_compact` then moves every row's real tokens back to the right (keys are
+        stored after the rotary embedding, so a key's column does not matter, only the mask)."""
+        if not self.seq_ids:
+            raise ValueError("a mixed step needs running rows")
+        r, k = len(self.seq_ids), len(contexts)
+        width = max(len(c) for c in contexts)
+        ids = torch.zeros((r + k, width), dtype=torch.long)
+        new_mask = torch.zeros((r + k, width), dtype=torch.long)
+        ids[:r, -1] = torch.tensor(self.pending, dtype=torch.long)
+        new_mask[:r, -1] = 1
+        for i, c in enumerate(contexts):
+            ids[r + i, width - len(c):] = torch.tensor(c, dtype=torch.long)
+            new_mask[r + i, width - len(c):] = 1
+        ids, new_mask = ids.to(self.device), new_mask.to(self.device)
+        new_pos = new_mask[r:].sum(-1)
+        positions = torch.cat([self.pos.view(r, 1).expand(r, width),
+                               (new_mask[r:].cumsum(-1) - 1).clamp(min=0)])
+        old = self.width
+        layers = [(torch.cat([key, key.new_zeros((k,) + tuple(key.shape[1:]))]),
+                   torch.cat([val, val.new_zeros((k,) + tuple(val.shape[1:]))])) for key, val in self._layers()]
+        mask = torch.cat([torch.cat([self.mask, self.mask.new_zeros((k, old))]), new_mask], dim=1)
+        self.cache = DynamicCache(layers)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         **{self._kw: self.cache}, **self._last)
+        self.mask = mask
+        self.pos = torch.cat([self.pos + 1, new_pos])
+        self.seq_ids = self.seq_ids + list(seq_ids)
+        self.pending = self.pending + [0] * k
+        self._compact()
+        return out.logits[:, -1, :]
+
+    def _compact(self) -> None:
+        """Moves each row's real tokens to the right end, in order, and drops the columns that
+        are then padding in every row (a stable sort of the mask puts padding first)."""
+        keep = int(self.mask.sum(-1).max())
+        idx = torch.sort(self.mask, dim=1, stable=True).indices[:, self.width - keep:]
+        self.mask = self.mask.gather(1, idx)
+        def take(t: torch.Tensor) -> torch.Tensor:
+            return t.gather(2, idx[:, None, :, None].expand(t.shape[0], t.shape[1], keep, t.shape[3]))
+
+        self.cache = DynamicCache([(take(key), take(val)) for key, val in self._layers()])
 
     # -------------------------------------------------------------- joining and leaving
     def merge(self, other: KVBatch) -> None:

@@ -4,14 +4,16 @@ One engine thread runs the loop; the replica's event loop only submits and reads
 
     submit(request) ─► inbox ─► [engine thread] scheduler.schedule()
                                  drop rows that left (finished, aborted, preempted)
-                                 prefill the sequences that join → their first tokens
+                                 mixed step: ONE forward decodes every running row and
+                                   prefills the sequences that join (their first tokens), or
+                                 prefill the sequences that join → their first tokens, then
                                  decode one token for every other row (one forward pass)
                                  append tokens (block accounting, stop checks), detokenize
                       ◄─ one call_soon_threadsafe per step delivers every request's deltas
                          (none while the previous one has not run: it takes these too)
 
-The policy (admission, KV blocks, preemption, stop conditions) is BatchScheduler; the cache is
-KVBatch. A request's output arrives as lists of deltas, so a consumer slower than the engine
+The policy (admission, KV blocks, preemption, stop conditions, mixed or separate prefill) is
+BatchScheduler; the cache is KVBatch. EngineStats counts steps by kind, rows and seconds. A request's output arrives as lists of deltas, so a consumer slower than the engine
 gets several tokens at once instead of a backlog. `abort` takes the sequence out before the
 next step. `submit(request, callback)` is the push form: the callback runs inside the step's
 hand-off for each delta, so no task wakes per token (LLMServer's SSEStream, sse_stream.py).
@@ -176,8 +178,11 @@ class TorchEngine(EngineFrontend, LLMEngine):
         with torch.inference_mode():
             while True:
                 with self._cv:
-                    while not self._inbox and not self.scheduler.has_work() and not self._stop:
-                        self._cv.wait(1.0)
+                    if not self._inbox and not self.scheduler.has_work() and not self._stop:
+                        t = time.perf_counter()
+                        while not self._inbox and not self.scheduler.has_work() and not self._stop:
+                            self._cv.wait(1.0)
+                        self._stats.idle_s += time.perf_counter() - t
                     if self._stop:
                         return
                     inbox, self._inbox = self._inbox, collections.deque()
@@ -216,31 +221,56 @@ class TorchEngine(EngineFrontend, LLMEngine):
     def _step(self) -> None:
         from .sampling import sample
 
+        st = self._stats
+        t0 = time.perf_counter()
         plan = self.scheduler.schedule()
         self._update_stats()  # before any token of this step is delivered
         gone = {s.seq_id for s in plan.removed} | {s.seq_id for s in plan.preempted}
         if gone:
             self.batch.remove(gone)
-        self._stats.num_preemptions += len(plan.preempted)
+        st.num_preemptions += len(plan.preempted)
         if plan.prefill:
-            self._stats.num_prefills += 1
+            st.num_prefills += 1
+            st.prefill_rows += len(plan.prefill)
+        if plan.mixed and len(self.batch):
+            # one forward: the running rows decode while the newcomers' prefill rides along
+            st.num_steps += 1
+            st.num_mixed += 1
+            st.decode_rows += len(self.batch)
+            t = time.perf_counter()
+            logits = self.batch.mixed([s.seq_id for s in plan.prefill], [s.context_ids() for s in plan.prefill])
+            seqs = [self._seqs[sid][0] for sid in self.batch.seq_ids]
+            tokens = sample(logits, [s.params for s in seqs], [self._seqs[s.seq_id][2] for s in seqs])
+            self.batch.pending = tokens
+            st.mixed_s += time.perf_counter() - t
+            self._send(self._emit(seqs, tokens))
+            self._update_stats()
+            st.step_s += time.perf_counter() - t0
+            return
+        if plan.prefill:
+            t = time.perf_counter()
             rows, logits = self.batch.prefill([s.seq_id for s in plan.prefill],
                                               [s.context_ids() for s in plan.prefill])
             tokens = sample(logits, [s.params for s in plan.prefill],
                             [self._seqs[s.seq_id][2] for s in plan.prefill])
             rows.pending = tokens
+            st.prefill_s += time.perf_counter() - t
             self._send(self._emit(plan.prefill, tokens))
         decode = [s for s in plan.decode if s.state is SeqState.RUNNING]
         if decode and len(self.batch):
-            self._stats.num_steps += 1
+            st.num_steps += 1
+            st.decode_rows += len(self.batch)
+            t = time.perf_counter()
             logits = self.batch.decode()
             seqs = [self._seqs[sid][0] for sid in self.batch.seq_ids]
             tokens = sample(logits, [s.params for s in seqs], [self._seqs[s.seq_id][2] for s in seqs])
             self.batch.pending = tokens
+            st.decode_s += time.perf_counter() - t
             self._send(self._emit(seqs, tokens))
         if plan.prefill:
             self.batch.merge(rows)
         self._update_stats()
+        st.step_s += time.perf_counter() - t0
 
     def _update_stats(self) -> None:
         st = self._stats
