@@ -56,6 +56,8 @@ class EngineStats:
     mixed_s: float = 0.0         # seconds in mixed forwards (with sampling)
     step_s: float = 0.0          # seconds in steps in all (forwards, batch upkeep, detokenizing, hand-off)
     idle_s: float = 0.0          # seconds the step loop waited with no work
+    slot_refills: int = 0        # admissions that took a batch slot a finished or aborted sequence left
+    slot_wait_s: float = 0.0     # seconds those slots stayed empty (each admission takes the oldest)
 
 
 class LLMEngine(abc.ABC):

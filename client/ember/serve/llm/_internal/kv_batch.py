@@ -54,6 +54,12 @@ class KVBatch:
     def _layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(layer.keys, layer.values) for layer in self.cache.layers]
 
+    def _set_layers(self, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Puts these keys and values in the cache's layers in place (DynamicCache(layers) would
+        copy each one into a new cache)."""
+        for layer, (key, val) in zip(self.cache.layers, layers, strict=True):
+            layer.keys, layer.values = key, val
+
     # -------------------------------------------------------------- forward passes
     def prefill(self, seq_ids: list[str], contexts: list[list[int]]) -> tuple[KVBatch, torch.Tensor]:
         """Runs the contexts (left-padded into one batch) through the model; returns the new
@@ -95,8 +101,10 @@ class KVBatch:
         The pass is [rows, L] for L the longest new context: a running row feeds its pending
         token in the last column (the L - 1 before it masked), a new row its context right-
         aligned. The cache grows L columns, so the running rows get L - 1 masked columns in the
-        middle; `_compact` then moves every row's real tokens back to the right (keys are
-        stored after the rotary embedding, so a key's column does not matter, only the mask)."""
+        middle (keys are stored after the rotary embedding and every row has its own positions,
+        so a key's column does not matter, only the mask). They stay until rows leave (`remove`
+        realigns every row's real tokens to the right in the same copy that drops the rows), or
+        until they are half the width (`_realign` then)."""
         if not self.seq_ids:
             raise ValueError("a mixed step needs running rows")
         r, k = len(self.seq_ids), len(contexts)
@@ -113,29 +121,33 @@ class KVBatch:
         positions = torch.cat([self.pos.view(r, 1).expand(r, width),
                                (new_mask[r:].cumsum(-1) - 1).clamp(min=0)])
         old = self.width
-        layers = [(torch.cat([key, key.new_zeros((k,) + tuple(key.shape[1:]))]),
-                   torch.cat([val, val.new_zeros((k,) + tuple(val.shape[1:]))])) for key, val in self._layers()]
+        self._set_layers([(torch.cat([key, key.new_zeros((k,) + tuple(key.shape[1:]))]),
+                           torch.cat([val, val.new_zeros((k,) + tuple(val.shape[1:]))])) for key, val in self._layers()])
         mask = torch.cat([torch.cat([self.mask, self.mask.new_zeros((k, old))]), new_mask], dim=1)
-        self.cache = DynamicCache(layers)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          **{self._kw: self.cache}, **self._last)
         self.mask = mask
         self.pos = torch.cat([self.pos + 1, new_pos])
         self.seq_ids = self.seq_ids + list(seq_ids)
         self.pending = self.pending + [0] * k
-        self._compact()
+        if 2 * int(self.mask.sum(-1).max()) < self.width:
+            self._realign(None)
         return out.logits[:, -1, :]
 
-    def _compact(self) -> None:
-        """Moves each row's real tokens to the right end, in order, and drops the columns that
-        are then padding in every row (a stable sort of the mask puts padding first)."""
-        keep = int(self.mask.sum(-1).max())
-        idx = torch.sort(self.mask, dim=1, stable=True).indices[:, self.width - keep:]
-        self.mask = self.mask.gather(1, idx)
-        def take(t: torch.Tensor) -> torch.Tensor:
-            return t.gather(2, idx[:, None, :, None].expand(t.shape[0], t.shape[1], keep, t.shape[3]))
+    def _realign(self, rows: torch.Tensor | None) -> None:
+        """Keeps these rows (all: None), each row's real tokens moved to the right end in order,
+        and drops the columns that are then padding in every row: one copy of the cache (a
+        stable sort of the mask puts a row's padding first)."""
+        mask = self.mask if rows is None else self.mask.index_select(0, rows)
+        keep = int(mask.sum(-1).max())
+        cols = torch.sort(mask, dim=1, stable=True).indices[:, mask.shape[1] - keep:]
+        self.mask = mask.gather(1, cols)
+        r = (rows if rows is not None else torch.arange(mask.shape[0], device=self.device))[:, None]
 
-        self.cache = DynamicCache([(take(key), take(val)) for key, val in self._layers()])
+        def take(t: torch.Tensor) -> torch.Tensor:
+            return t[r, :, cols].transpose(1, 2)  # [rows, keep, heads, dim] → [rows, heads, keep, dim]
+
+        self._set_layers([(take(key), take(val)) for key, val in self._layers()])
 
     # -------------------------------------------------------------- joining and leaving
     def merge(self, other: KVBatch) -> None:
@@ -154,10 +166,11 @@ class KVBatch:
         self.pos = torch.cat([self.pos, other.pos])
         self.seq_ids = self.seq_ids + other.seq_ids
         self.pending = self.pending + other.pending
-        self.cache = DynamicCache(layers)
+        self._set_layers(layers)
 
     def remove(self, seq_ids: set[str]) -> None:
-        """Drops the rows of these sequences (others are ignored) and trims common padding."""
+        """Drops the rows of these sequences (others are ignored), realigns the others' tokens
+        to the right (the masked columns mixed steps left) and trims common padding."""
         keep = [i for i, s in enumerate(self.seq_ids) if s not in seq_ids]
         if len(keep) == len(self.seq_ids):
             return
@@ -165,12 +178,7 @@ class KVBatch:
             self.__init__(self.model, self.device)  # type: ignore[misc]
             return
         idx = torch.tensor(keep, dtype=torch.long, device=self.device)
-        self.mask = self.mask.index_select(0, idx)
-        start = int((self.mask.sum(0) > 0).nonzero()[0]) if bool(self.mask.any()) else 0
-        self.mask = self.mask[:, start:]
-        layers = [(k.index_select(0, idx)[:, :, start:], v.index_select(0, idx)[:, :, start:])
-                  for k, v in self._layers()]
-        self.cache = DynamicCache(layers)
+        self._realign(idx)
         self.pos = self.pos.index_select(0, idx)
         self.seq_ids = [self.seq_ids[i] for i in keep]
         self.pending = [self.pending[i] for i in keep]

@@ -127,7 +127,7 @@ class BatchScheduler:
     KV blocks; preemption by recomputation when the cache is full."""
 
     def __init__(self, blocks: BlockManager, *, max_num_seqs: int, max_num_batched_tokens: int,
-                 max_model_len: int, eos_token_ids: Iterable[int] = ()) -> None:
+                 max_model_len: int, eos_token_ids: Iterable[int] = (), mixed_steps: bool = True) -> None:
         if max_num_seqs < 1 or max_num_batched_tokens < 1 or max_model_len < 2:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1, max_model_len >= 2")
         self.blocks = blocks
@@ -135,6 +135,7 @@ class BatchScheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.eos = frozenset(eos_token_ids)
+        self.mixed_steps = mixed_steps
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.running: list[Sequence] = []
         self._removed: list[Sequence] = []
@@ -210,7 +211,7 @@ class BatchScheduler:
         of a prefill pass of its own before the decode: when both are there and that padded pass
         holds at most max_num_batched_tokens tokens. A newcomer then costs the batch a slightly
         wider forward instead of a whole extra one."""
-        if not prefill or not decode:
+        if not prefill or not decode or not self.mixed_steps:
             return False
         width = max(s.num_tokens for s in prefill)
         return (len(prefill) + len(decode)) * width <= self.max_num_batched_tokens

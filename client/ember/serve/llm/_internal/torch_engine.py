@@ -24,7 +24,9 @@ engine_kwargs: max_num_seqs (16), max_num_batched_tokens (2048), max_model_len (
 block_size (16), num_kv_blocks (enough for every sequence at full length), device ("cuda" when
 available, else "cpu"), dtype ("float32" on CPU, "float16" on GPU), num_threads,
 trust_remote_code, engine_process (True: LLMServer's make_engine runs the step loop in an
-engine-core process; this class itself ignores it).
+engine-core process; this class itself ignores it), mixed_steps (True: newcomers' prefill rides in
+the decode forward when the padded pass fits max_num_batched_tokens; False: a prefill pass of its
+own before the decode).
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from .scheduler import BatchScheduler, BlockManager, SeqState, Sequence, StopChe
 
 log = logging.getLogger(__name__)
 _KNOWN_KWARGS = {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "num_kv_blocks",
-                 "device", "dtype", "num_threads", "trust_remote_code", "engine_process"}
+                 "device", "dtype", "num_threads", "trust_remote_code", "engine_process", "mixed_steps"}
 
 
 def check_engine_kwargs(engine_kwargs: dict[str, Any] | None) -> dict[str, Any]:
@@ -143,11 +145,15 @@ class TorchEngine(EngineFrontend, LLMEngine):
             eos_ids.add(self.tokenizer.eos_token_id)
         self.scheduler = BatchScheduler(BlockManager(blocks, block), max_num_seqs=max_seqs,
                                         max_num_batched_tokens=int(self.kw.get("max_num_batched_tokens", 2048)),
-                                        max_model_len=self._max_len, eos_token_ids=eos_ids)
+                                        max_model_len=self._max_len, eos_token_ids=eos_ids,
+                                        mixed_steps=bool(self.kw.get("mixed_steps", True)))
         from .kv_batch import KVBatch
 
         self.batch = KVBatch(self.model, self.device)
         self._seqs: dict[str, tuple[Sequence, _Detokenizer, Any]] = {}
+        # when batch slots were freed (finish, abort), oldest first: how long a slot stays empty
+        # before a newcomer takes it (in a closed loop, the client's round trip)
+        self._freed: collections.deque[float] = collections.deque(maxlen=max_seqs)
 
     # -------------------------------------------------------------- event-loop side
     def _post_add(self, request: GenerationRequest) -> None:
@@ -214,7 +220,8 @@ class TorchEngine(EngineFrontend, LLMEngine):
                                             make_generator(s.params, s.index))
             else:
                 for s in self.scheduler.abort(arg):
-                    self._seqs.pop(s.seq_id, None)
+                    if self._seqs.pop(s.seq_id, None) is not None:
+                        self._freed.append(time.perf_counter())
         if failed:
             self._send(failed)
 
@@ -232,6 +239,9 @@ class TorchEngine(EngineFrontend, LLMEngine):
         if plan.prefill:
             st.num_prefills += 1
             st.prefill_rows += len(plan.prefill)
+            for _ in range(min(len(plan.prefill), len(self._freed))):
+                st.slot_refills += 1
+                st.slot_wait_s += t0 - self._freed.popleft()
         if plan.mixed and len(self.batch):
             # one forward: the running rows decode while the newcomers' prefill rides along
             st.num_steps += 1
@@ -295,6 +305,7 @@ class TorchEngine(EngineFrontend, LLMEngine):
             if reason is not None:
                 self.scheduler.finish(s, reason)
                 self._seqs.pop(s.seq_id, None)
+                self._freed.append(time.perf_counter())
             elif not text and s.state is SeqState.RUNNING:
                 continue  # nothing printable yet (part of a character, or a held-back stop prefix)
             out.append((s.request_id, GenerationDelta(s.index, text, len(s.output_ids), reason, len(s.prompt_ids))))
