@@ -145,7 +145,8 @@ class KVBatch:
         r = (rows if rows is not None else torch.arange(mask.shape[0], device=self.device))[:, None]
 
         def take(t: torch.Tensor) -> torch.Tensor:
-            return t[r, :, cols].transpose(1, 2)  # [rows, keep, heads, dim] → [rows, heads, keep, dim]
+            got: torch.Tensor = t[r, :, cols]  # [rows, keep, heads, dim]
+            return got.transpose(1, 2)
 
         self._set_layers([(take(key), take(val)) for key, val in self._layers()])
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from .engine import EngineStats, GenerationDelta, GenerationRequest, LLMEngine
 from .frontend import EngineFrontend
-from .scheduler import BatchScheduler, BlockManager, SeqState, Sequence, StopChecker
+from .scheduler import BatchScheduler, BlockManager, SeqState, Sequence, StepPlan, StopChecker
 
 log = logging.getLogger(__name__)
 _KNOWN_KWARGS = {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "num_kv_blocks",
@@ -254,9 +254,19 @@ class TorchEngine(EngineFrontend, LLMEngine):
             self.batch.pending = tokens
             st.mixed_s += time.perf_counter() - t
             self._send(self._emit(seqs, tokens))
-            self._update_stats()
-            st.step_s += time.perf_counter() - t0
-            return
+        else:
+            self._separate(plan)
+        self._update_stats()
+        st.step_s += time.perf_counter() - t0
+        if not self.scheduler.has_work():
+            self._freed.clear()  # idle: no newcomer was waiting to take these slots
+
+    def _separate(self, plan: StepPlan) -> None:
+        """The newcomers' prefill in a pass of its own (their first tokens sent at once), then
+        one decode pass for the running rows."""
+        from .sampling import sample
+
+        st = self._stats
         if plan.prefill:
             t = time.perf_counter()
             rows, logits = self.batch.prefill([s.seq_id for s in plan.prefill],
@@ -279,8 +289,6 @@ class TorchEngine(EngineFrontend, LLMEngine):
             self._send(self._emit(seqs, tokens))
         if plan.prefill:
             self.batch.merge(rows)
-        self._update_stats()
-        st.step_s += time.perf_counter() - t0
 
     def _update_stats(self) -> None:
         st = self._stats
