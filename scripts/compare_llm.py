@@ -253,14 +253,28 @@ def _read_stats(path: str) -> dict | None:
 
 
 def _batch_fill(before: dict | None, after: dict | None, requests: int) -> dict:
-    """Rows per decode step and prefill passes per request over a load phase."""
+    """The engine's step counters over a load phase: rows per decode step, prefill passes per
+    request, and (engines that count them) mixed steps, newcomers per prefill pass, ms per step
+    of each kind and the share of the phase the step loop sat idle."""
     if not before or not after or "num_steps" not in after:
         return {}
-    steps = after["num_steps"] - before["num_steps"]
-    tokens = after["generated_tokens"] - before["generated_tokens"]
-    prefills = after["num_prefills"] - before["num_prefills"]
-    return {"rows_per_step": round((tokens - requests) / max(steps, 1), 2),
-            "prefills_per_request": round(prefills / max(requests, 1), 2)}
+    d = {k: after[k] - before[k] for k in after if isinstance(after[k], (int, float)) and k in before}
+    steps = max(d["num_steps"], 1)
+    out = {"rows_per_step": round((d["generated_tokens"] - requests) / steps, 2),
+           "prefills_per_request": round(d["num_prefills"] / max(requests, 1), 2)}
+    if "num_mixed" in d:
+        prefills = max(d["num_prefills"], 1)
+        separate = max(d["num_prefills"] - d["num_mixed"], 1)
+        plain = max(d["num_steps"] - d["num_mixed"], 1)
+        out.update({"mixed_share": round(d["num_mixed"] / prefills, 2),
+                    "rows_per_prefill": round(d["prefill_rows"] / prefills, 2),
+                    "ms_per_step": {"decode": round(1e3 * d["decode_s"] / plain, 2),
+                                    "prefill": round(1e3 * d["prefill_s"] / separate, 2),
+                                    "mixed": round(1e3 * d["mixed_s"] / max(d["num_mixed"], 1), 2),
+                                    "whole_step": round(1e3 * d["step_s"] / steps, 2)},
+                    "idle_s": round(d["idle_s"], 2),
+                    "slot_wait_ms": round(1e3 * d["slot_wait_s"] / max(d["slot_refills"], 1), 2)})
+    return out
 
 
 async def http_load(port, args, path, concurrency, requests, stats_path="") -> dict:
@@ -432,8 +446,12 @@ def main() -> None:
                       f"{results['direct']['one']['ttft_p50_ms']} ms")
     for name, r in results.items():
         if "rows_per_step" in r["many"]:
-            print(f"{name} batch fill, {args.concurrency} streams: {r['many']['rows_per_step']} rows per decode "
-                  f"step, {r['many']['prefills_per_request']} prefill passes per request")
+            m = r["many"]
+            print(f"{name} batch fill, {args.concurrency} streams: {m['rows_per_step']} rows per decode "
+                  f"step, {m['prefills_per_request']} prefill passes per request"
+                  + (f", {m['mixed_share']} of them mixed into a decode, {m['rows_per_prefill']} newcomers per "
+                     f"prefill; ms per step {m['ms_per_step']}; idle {m['idle_s']} s; a freed slot waits "
+                     f"{m['slot_wait_ms']} ms for a newcomer" if "mixed_share" in m else ""))
     for name, r in results.items():
         if "cpu_us_per_token" in r["many"]:
             print(f"{name} CPU µs per token, {args.concurrency} streams: {r['many']['cpu_us_per_token']}")

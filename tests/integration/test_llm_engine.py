@@ -6,6 +6,7 @@ writing and loading a model take most of a unit-tier budget on their own (~6 s o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -84,6 +85,54 @@ def test_kv_batch_rows_join_and_leave_without_changing_outputs(model_dir):
     assert batch.width <= max(len(p) for p in prompts.values()) + 6  # padding trimmed
 
 
+def test_kv_batch_mixed_steps_keep_outputs(model_dir):
+    """Newcomers of different lengths prefilled in the running rows' decode forward (mixed
+    steps), one longer than the batch's width: every row's tokens are those of a run alone."""
+    from transformers import AutoModelForCausalLM
+
+    from ember.serve.llm._internal.kv_batch import KVBatch
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    prompts = {"a": [5, 6, 7], "b": list(range(30, 42)), "c": [40, 41], "d": list(range(50, 80)), "e": [9]}
+    want = {k: _greedy_alone(model, v, 10) for k, v in prompts.items()}
+    got: dict[str, list[int]] = {k: [] for k in prompts}
+    with torch.inference_mode():
+        batch = KVBatch(model, torch.device("cpu"))
+        rows, logits = batch.prefill(["a"], [prompts["a"]])
+        rows.pending = logits.argmax(-1).tolist()
+        got["a"] += rows.pending
+        batch.merge(rows)
+
+        def note():
+            for k, t in zip(batch.seq_ids, batch.pending, strict=True):
+                got[k].append(t)
+
+        def mixed(keys):
+            batch.pending = batch.mixed(keys, [prompts[k] for k in keys]).argmax(-1).tolist()
+            note()
+
+        def step():
+            batch.pending = batch.decode().argmax(-1).tolist()
+            note()
+
+        step()
+        mixed(["b"])  # longer than a's row
+        step()
+        mixed(["c", "d"])  # two at once, d longer than the whole batch so far
+        assert batch.seq_ids == ["a", "b", "c", "d"]
+        step()
+        holes = batch.width
+        batch.remove({"d"})
+        # realigned: each row's real tokens right-aligned, no column that is padding in every row
+        assert batch.width == int(batch.mask.sum(-1).max()) < holes
+        assert all(bool(r[int(r.nonzero()[0]):].all()) for r in batch.mask)
+        mixed(["e"])
+        step()
+        step()
+    for k in prompts:
+        assert len(got[k]) >= 2 and got[k] == want[k][:len(got[k])], k
+
+
 def test_sampling_filters_and_seeds():
     logits = torch.tensor([1.0, 5.0, 3.0, 2.0])
     x = filter_logits(logits, 1.0, 2, 1.0)
@@ -146,6 +195,32 @@ def test_continuous_batching_16_streams_share_steps(engine):
     assert all(m["tokens"] == 48 for m in many)
     # 16 requests in one batch: far less than 16 times one request's time.
     assert elapsed < 16 * one["seconds"] / 3, (elapsed, one["seconds"])
+
+
+def test_requests_joining_a_running_batch_keep_greedy_outputs(engine):
+    """Concurrent greedy requests of different prompt lengths arriving one after another while
+    the batch runs: they join through mixed steps, and each one's text is its text alone."""
+    prompts = [engine.encode(t) for t in ("Tell me a story about a small robot that learned to paint",
+                                          "Hello", "Ray is a unified framework for scaling AI and Python",
+                                          "One two three", "The quick brown fox jumps over the lazy dog. One two")]
+    # (the engine holds back a last token that ends mid-character; decode() shows it as U+FFFD)
+    want = [engine.tokenizer.decode(_greedy_alone(engine.model, ids, 24), skip_special_tokens=True).rstrip("\ufffd")
+            for ids in prompts]
+    before = dataclasses.replace(engine.stats())
+
+    async def staggered():
+        async def one(i, ids):
+            await asyncio.sleep(0.03 * i)
+            return await _run(engine, f"join{i}", ids, max_tokens=24, temperature=0, ignore_eos=True)
+        return await asyncio.gather(*[one(i, ids) for i, ids in enumerate(prompts * 2)])
+
+    outs = asyncio.run(staggered())
+    assert [o["text"] for o in outs] == want * 2
+    st = engine.stats()
+    assert st.num_mixed > before.num_mixed  # some newcomers did ride in a decode forward
+    assert st.prefill_rows - before.prefill_rows == 10
+    assert st.decode_rows - before.decode_rows == 10 * 23  # every token after the first
+    assert st.mixed_s > before.mixed_s and st.step_s > st.decode_s + st.prefill_s + st.mixed_s - 1e-9
 
 
 def test_stop_string_cuts_the_output(engine):

@@ -98,6 +98,34 @@ def test_core_streams_the_in_thread_engines_tokens(core, model_dir):
     assert asyncio.run(pushed()) == (want[0], "length")
 
 
+def test_core_mixed_steps_keep_greedy_outputs_and_report_counters(core, model_dir):
+    """Greedy requests of different prompt lengths joining the core's running batch one after
+    another (mixed steps) give the texts they give alone; the step counters cross the wire."""
+    texts = ("Tell me a story about a small robot", "Hello", "One two three four five six seven eight nine",
+             "The quick brown fox")
+    prompts = [core.encode(t) for t in texts]
+    local = TorchEngine("tiny", model_dir, {"engine_process": False})
+    local.start()
+    try:
+        want = [asyncio.run(_collect(local, f"w{i}", ids, max_tokens=24, temperature=0, ignore_eos=True))
+                for i, ids in enumerate(prompts)]
+    finally:
+        local.shutdown()
+    before = core.stats()
+
+    async def staggered():
+        async def one(i, ids):
+            await asyncio.sleep(0.03 * i)
+            return await _collect(core, f"j{i}", ids, max_tokens=24, temperature=0, ignore_eos=True)
+        return await asyncio.gather(*[one(i, ids) for i, ids in enumerate(prompts * 2)])
+
+    assert asyncio.run(staggered()) == want * 2
+    st = core.stats()
+    assert st.num_mixed > before.num_mixed and st.mixed_s > before.mixed_s
+    assert st.prefill_rows - before.prefill_rows == 8 and st.decode_rows - before.decode_rows == 8 * 23
+    assert st.step_s > before.step_s and st.idle_s >= before.idle_s
+
+
 def test_refusals_are_checked_before_the_core(core):
     async def go():
         with pytest.raises(ValueError, match="context is 1024 tokens"):

@@ -74,6 +74,37 @@ def test_prefill_token_budget_per_step():
     assert [x.request_id for x in big.schedule().prefill] == ["long"]
 
 
+def test_newcomers_ride_in_the_running_rows_decode():
+    s = sched(max_num_seqs=8)
+    s.add([seq("a", 4)])
+    first = s.schedule()
+    assert first.prefill and not first.decode and not first.mixed  # nothing runs yet: a prefill alone
+    assert not s.schedule().mixed  # decode only
+    s.add([seq("b", 6)])
+    s.add([seq("c", 3)])
+    plan = s.schedule()
+    assert [x.request_id for x in plan.prefill] == ["b", "c"] and [x.request_id for x in plan.decode] == ["a"]
+    assert plan.mixed  # one forward: 3 rows x 6 columns = 18 tokens <= 64
+    # a preempted sequence comes back with what it produced: the width is its whole context
+    assert s.mixes([seq("d", 5)], [seq("e", 2)])
+    long = seq("long", 30)
+    long.output_ids = [1, 2, 3]
+    assert not s.mixes([long], [seq("f", 2)])  # 2 x 33 = 66 > 64 padded tokens
+
+
+def test_mixed_step_bounded_by_the_padded_pass():
+    s = sched(max_num_seqs=8, max_num_batched_tokens=24)
+    for i in range(3):
+        s.add([seq(f"r{i}", 2)])
+    s.schedule()  # 3 running
+    s.add([seq("wide", 6)])  # 4 rows x 6 = 24 tokens: mixed
+    assert s.schedule().mixed
+    s.add([seq("wider", 7)])  # 5 rows x 7 = 35 > 24: its own prefill pass, then the decode
+    plan = s.schedule()
+    assert [x.request_id for x in plan.prefill] == ["wider"] and len(plan.decode) == 4
+    assert not plan.mixed
+
+
 def test_admission_waits_for_kv_blocks():
     s = sched(num_blocks=3, block_size=4)
     s.add([seq("a", 7)])  # 7 + 1 tokens → 2 blocks

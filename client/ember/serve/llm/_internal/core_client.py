@@ -247,9 +247,7 @@ class EngineCoreClient(EngineFrontend, LLMEngine):
                 else:
                     batch.append((it[0], _ERRORS.get(it[1], RuntimeError)(it[2])))
         if msgs:
-            s = self._stats
-            (s.running, s.waiting, s.kv_cache_usage, s.num_preemptions, s.generated_tokens, s.num_steps,
-             s.num_prefills) = msgs[-1][1]
+            self._stats = EngineStats(*msgs[-1][1])
         return batch
 
     def _core_died(self) -> None:

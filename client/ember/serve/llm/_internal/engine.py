@@ -45,8 +45,19 @@ class EngineStats:
     kv_cache_usage: float = 0.0  # 0..1
     num_preemptions: int = 0
     generated_tokens: int = 0    # since start
-    num_steps: int = 0           # forward passes since start (torch engine: decode steps)
-    num_prefills: int = 0        # prefill passes since start (torch engine)
+    num_steps: int = 0           # forward passes since start (torch engine: those that decode)
+    num_prefills: int = 0        # passes that admit new sequences (torch engine: alone or mixed)
+    # The torch engine's step counters (0 for the other engines): where a step's time goes.
+    num_mixed: int = 0           # steps whose one forward carried newcomers' prefill and decodes
+    prefill_rows: int = 0        # sequences admitted (a preempted one again when it is recomputed)
+    decode_rows: int = 0         # tokens decoded for running rows (first tokens not counted)
+    prefill_s: float = 0.0       # seconds in prefill-only forwards (with sampling)
+    decode_s: float = 0.0        # seconds in decode-only forwards (with sampling)
+    mixed_s: float = 0.0         # seconds in mixed forwards (with sampling)
+    step_s: float = 0.0          # seconds in steps in all (forwards, batch upkeep, detokenizing, hand-off)
+    idle_s: float = 0.0          # seconds the step loop waited with no work
+    slot_refills: int = 0        # admissions that took a batch slot a finished or aborted sequence left
+    slot_wait_s: float = 0.0     # seconds those slots stayed empty (each admission takes the oldest)
 
 
 class LLMEngine(abc.ABC):

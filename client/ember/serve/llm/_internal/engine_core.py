@@ -18,9 +18,9 @@ name of its own, without importing `ember`). The first frame out is `("ready", m
 or `("error", text)` if loading failed. Then each step writes `(items, stats)`: items are
 `(request_id, index, text, num_output_tokens, finish_reason, num_prompt_tokens)` per new delta,
 or `(request_id, error_type, message)` for a request that failed; stats is
-`(running, waiting, kv_cache_usage, num_preemptions, generated_tokens, num_steps, num_prefills)`. A step that admits new
-sequences writes their first tokens before it runs the decode of the others (lower time to the
-first token), so such a step writes two frames.
+EngineStats's fields in order (`dataclasses.astuple`). A step that admits new sequences without
+mixing them into the decode writes their first tokens before it runs the decode of the others
+(lower time to the first token), so such a step writes two frames; a mixed step writes one.
 
 Lifetime: the core exits when its end of the socket reaches EOF (the replica closed it, exited,
 or was killed — the kernel closes a dead process's sockets), when it reads `("stop",)`, or when a
@@ -30,6 +30,7 @@ outlives the replica by more than one step.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
 import marshal
@@ -37,6 +38,7 @@ import select
 import socket
 import struct
 import sys
+import time
 from typing import Any
 
 from .engine import GenerationDelta, GenerationRequest
@@ -111,9 +113,7 @@ class EngineCore(TorchEngine):
             self._closed = True
 
     def _stats_tuple(self) -> tuple[Any, ...]:
-        st = self._stats
-        return (st.running, st.waiting, st.kv_cache_usage, st.num_preemptions, st.generated_tokens, st.num_steps,
-                st.num_prefills)
+        return dataclasses.astuple(self._stats)
 
     def _send(self, batch: list[tuple[str, Any]]) -> None:
         """A step's outputs go to the replica at once, in one frame with the stats."""
@@ -159,7 +159,12 @@ class EngineCore(TorchEngine):
         with torch.inference_mode():
             while True:
                 busy = self.scheduler.has_work()
-                ready = poller.poll(0 if busy else None)
+                if busy:
+                    ready = poller.poll(0)
+                else:
+                    t = time.perf_counter()
+                    ready = poller.poll(None)
+                    self._stats.idle_s += time.perf_counter() - t
                 inbox: collections.deque[tuple[str, Any]] = collections.deque()
                 if ready:
                     data = sock.recv(1 << 20)

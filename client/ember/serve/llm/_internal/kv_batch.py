@@ -6,7 +6,8 @@ A decode step feeds each row its pending token (sampled, not yet in the cache) a
 position, so rows of different lengths advance together in one forward pass. Rows join (a
 prefill of new sequences is merged in, the shorter side padded on the left) and leave (rows
 dropped, then columns that are padding in every remaining row trimmed) only between steps:
-continuous batching. Uses transformers' DynamicCache, whose layers hold `keys` and `values`.
+continuous batching. A mixed step (`mixed`) runs the newcomers' prefill in the same forward
+as the running rows' decode. Uses transformers' DynamicCache, whose layers hold `keys` and `values`.
 """
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ def cache_arg(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def last_logits_arg(model: Any) -> dict[str, int]:
+    """{"logits_to_keep": 1} where forward() takes it: a multi-token pass (prefill, mixed)
+    then computes the vocabulary projection for the last position only."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
 class KVBatch:
     """Rows of sequences sharing one cache. Engine thread only."""
 
@@ -30,6 +37,7 @@ class KVBatch:
         self.model = model
         self.device = device
         self._kw = cache_arg(model)
+        self._last = last_logits_arg(model)
         self.seq_ids: list[str] = []
         self.pending: list[int] = []
         self.mask = torch.zeros((0, 0), dtype=torch.long, device=device)
@@ -46,6 +54,12 @@ class KVBatch:
     def _layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(layer.keys, layer.values) for layer in self.cache.layers]
 
+    def _set_layers(self, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Puts these keys and values in the cache's layers in place (DynamicCache(layers) would
+        copy each one into a new cache)."""
+        for layer, (key, val) in zip(self.cache.layers, layers, strict=True):
+            layer.keys, layer.values = key, val
+
     # -------------------------------------------------------------- forward passes
     def prefill(self, seq_ids: list[str], contexts: list[list[int]]) -> tuple[KVBatch, torch.Tensor]:
         """Runs the contexts (left-padded into one batch) through the model; returns the new
@@ -60,7 +74,7 @@ class KVBatch:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         **{self._kw: cache})
+                         **{self._kw: cache}, **self._last)
         rows = KVBatch(self.model, self.device)
         rows.seq_ids = list(seq_ids)
         rows.pending = [0] * len(seq_ids)
@@ -79,6 +93,63 @@ class KVBatch:
         self.pos = self.pos + 1
         return out.logits[:, -1, :]
 
+    def mixed(self, seq_ids: list[str], contexts: list[list[int]]) -> torch.Tensor:
+        """One forward for the running rows' decode and the newcomers' prefill together (a mixed
+        step): the newcomers join as rows (their pending tokens still to be set); returns every
+        row's next-token logits, the running rows first.
+
+        The pass is [rows, L] for L the longest new context: a running row feeds its pending
+        token in the last column (the L - 1 before it masked), a new row its context right-
+        aligned. The cache grows L columns, so the running rows get L - 1 masked columns in the
+        middle (keys are stored after the rotary embedding and every row has its own positions,
+        so a key's column does not matter, only the mask). They stay until rows leave (`remove`
+        realigns every row's real tokens to the right in the same copy that drops the rows), or
+        until they are half the width (`_realign` then)."""
+        if not self.seq_ids:
+            raise ValueError("a mixed step needs running rows")
+        r, k = len(self.seq_ids), len(contexts)
+        width = max(len(c) for c in contexts)
+        ids = torch.zeros((r + k, width), dtype=torch.long)
+        new_mask = torch.zeros((r + k, width), dtype=torch.long)
+        ids[:r, -1] = torch.tensor(self.pending, dtype=torch.long)
+        new_mask[:r, -1] = 1
+        for i, c in enumerate(contexts):
+            ids[r + i, width - len(c):] = torch.tensor(c, dtype=torch.long)
+            new_mask[r + i, width - len(c):] = 1
+        ids, new_mask = ids.to(self.device), new_mask.to(self.device)
+        new_pos = new_mask[r:].sum(-1)
+        positions = torch.cat([self.pos.view(r, 1).expand(r, width),
+                               (new_mask[r:].cumsum(-1) - 1).clamp(min=0)])
+        old = self.width
+        self._set_layers([(torch.cat([key, key.new_zeros((k,) + tuple(key.shape[1:]))]),
+                           torch.cat([val, val.new_zeros((k,) + tuple(val.shape[1:]))])) for key, val in self._layers()])
+        mask = torch.cat([torch.cat([self.mask, self.mask.new_zeros((k, old))]), new_mask], dim=1)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         **{self._kw: self.cache}, **self._last)
+        self.mask = mask
+        self.pos = torch.cat([self.pos + 1, new_pos])
+        self.seq_ids = self.seq_ids + list(seq_ids)
+        self.pending = self.pending + [0] * k
+        if 2 * int(self.mask.sum(-1).max()) < self.width:
+            self._realign(None)
+        return out.logits[:, -1, :]
+
+    def _realign(self, rows: torch.Tensor | None) -> None:
+        """Keeps these rows (all: None), each row's real tokens moved to the right end in order,
+        and drops the columns that are then padding in every row: one copy of the cache (a
+        stable sort of the mask puts a row's padding first)."""
+        mask = self.mask if rows is None else self.mask.index_select(0, rows)
+        keep = int(mask.sum(-1).max())
+        cols = torch.sort(mask, dim=1, stable=True).indices[:, mask.shape[1] - keep:]
+        self.mask = mask.gather(1, cols)
+        r = (rows if rows is not None else torch.arange(mask.shape[0], device=self.device))[:, None]
+
+        def take(t: torch.Tensor) -> torch.Tensor:
+            got: torch.Tensor = t[r, :, cols]  # [rows, keep, heads, dim]
+            return got.transpose(1, 2)
+
+        self._set_layers([(take(key), take(val)) for key, val in self._layers()])
+
     # -------------------------------------------------------------- joining and leaving
     def merge(self, other: KVBatch) -> None:
         """Appends other's rows (both sides padded on the left to one width)."""
@@ -96,10 +167,11 @@ class KVBatch:
         self.pos = torch.cat([self.pos, other.pos])
         self.seq_ids = self.seq_ids + other.seq_ids
         self.pending = self.pending + other.pending
-        self.cache = DynamicCache(layers)
+        self._set_layers(layers)
 
     def remove(self, seq_ids: set[str]) -> None:
-        """Drops the rows of these sequences (others are ignored) and trims common padding."""
+        """Drops the rows of these sequences (others are ignored), realigns the others' tokens
+        to the right (the masked columns mixed steps left) and trims common padding."""
         keep = [i for i, s in enumerate(self.seq_ids) if s not in seq_ids]
         if len(keep) == len(self.seq_ids):
             return
@@ -107,12 +179,7 @@ class KVBatch:
             self.__init__(self.model, self.device)  # type: ignore[misc]
             return
         idx = torch.tensor(keep, dtype=torch.long, device=self.device)
-        self.mask = self.mask.index_select(0, idx)
-        start = int((self.mask.sum(0) > 0).nonzero()[0]) if bool(self.mask.any()) else 0
-        self.mask = self.mask[:, start:]
-        layers = [(k.index_select(0, idx)[:, :, start:], v.index_select(0, idx)[:, :, start:])
-                  for k, v in self._layers()]
-        self.cache = DynamicCache(layers)
+        self._realign(idx)
         self.pos = self.pos.index_select(0, idx)
         self.seq_ids = [self.seq_ids[i] for i in keep]
         self.pending = [self.pending[i] for i in keep]

@@ -9,7 +9,9 @@
                      free KV blocks), which running ones must be preempted when the cache is
                      full (the newest first; it goes back to the head of the queue and is
                      recomputed from its prompt and the tokens it already produced), and which
-                     leave (finished or aborted) — their blocks are freed at once.
+                     leave (finished or aborted) — their blocks are freed at once; and whether
+                     the newcomers' prefill rides in the same forward as the running rows'
+                     decode (a mixed step, as vLLM V1 mixes them) or runs before it.
 
 The engine loop calls `schedule()` once per step, runs the forward passes it returns, and reports
 every sampled token with `append_token()`, which does the block accounting and says whether the
@@ -113,6 +115,7 @@ class StepPlan:
     decode: list[Sequence]       # already in the batch: one token each
     preempted: list[Sequence]    # leave the batch now, back to the queue (their rows are dropped)
     removed: list[Sequence]      # left since the previous step (finished or aborted): drop rows
+    mixed: bool = False          # prefill and decode in ONE forward (see BatchScheduler.mixes)
 
     @property
     def empty(self) -> bool:
@@ -124,7 +127,7 @@ class BatchScheduler:
     KV blocks; preemption by recomputation when the cache is full."""
 
     def __init__(self, blocks: BlockManager, *, max_num_seqs: int, max_num_batched_tokens: int,
-                 max_model_len: int, eos_token_ids: Iterable[int] = ()) -> None:
+                 max_model_len: int, eos_token_ids: Iterable[int] = (), mixed_steps: bool = True) -> None:
         if max_num_seqs < 1 or max_num_batched_tokens < 1 or max_model_len < 2:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1, max_model_len >= 2")
         self.blocks = blocks
@@ -132,6 +135,7 @@ class BatchScheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.eos = frozenset(eos_token_ids)
+        self.mixed_steps = mixed_steps
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.running: list[Sequence] = []
         self._removed: list[Sequence] = []
@@ -198,7 +202,19 @@ class BatchScheduler:
             self.running.append(s)
             prefill.append(s)
             budget -= n
-        return StepPlan(prefill=prefill, decode=decode, preempted=preempted, removed=removed)
+        return StepPlan(prefill=prefill, decode=decode, preempted=preempted, removed=removed,
+                        mixed=self.mixes(prefill, decode))
+
+    def mixes(self, prefill: list[Sequence], decode: list[Sequence]) -> bool:
+        """Whether newcomers' prefill rides in the running rows' decode forward (one pass of
+        rows x the longest new context, each running row's one token right-aligned in it) instead
+        of a prefill pass of its own before the decode: when both are there and that padded pass
+        holds at most max_num_batched_tokens tokens. A newcomer then costs the batch a slightly
+        wider forward instead of a whole extra one."""
+        if not prefill or not decode or not self.mixed_steps:
+            return False
+        width = max(s.num_tokens for s in prefill)
+        return (len(prefill) + len(decode)) * width <= self.max_num_batched_tokens
 
     # -------------------------------------------------------------- helpers
     def _finish(self, seq: Sequence, reason: str) -> None:

@@ -78,10 +78,7 @@ class LLMServer:
     async def engine_stats(self) -> dict[str, Any]:
         """The engine's running/waiting/KV-cache figures (for tests and dashboards)."""
         st = self.engine.stats()
-        return {"running": st.running, "waiting": st.waiting, "kv_cache_usage": st.kv_cache_usage,
-                "num_preemptions": st.num_preemptions, "generated_tokens": st.generated_tokens,
-                "num_steps": st.num_steps, "num_prefills": st.num_prefills,
-                "core_pid": getattr(self.engine, "core_pid", None)}
+        return {**vars(st), "core_pid": getattr(self.engine, "core_pid", None)}
 
     def __del__(self) -> None:
         try:

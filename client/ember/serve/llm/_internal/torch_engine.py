@@ -4,14 +4,16 @@ One engine thread runs the loop; the replica's event loop only submits and reads
 
     submit(request) ─► inbox ─► [engine thread] scheduler.schedule()
                                  drop rows that left (finished, aborted, preempted)
-                                 prefill the sequences that join → their first tokens
+                                 mixed step: ONE forward decodes every running row and
+                                   prefills the sequences that join (their first tokens), or
+                                 prefill the sequences that join → their first tokens, then
                                  decode one token for every other row (one forward pass)
                                  append tokens (block accounting, stop checks), detokenize
                       ◄─ one call_soon_threadsafe per step delivers every request's deltas
                          (none while the previous one has not run: it takes these too)
 
-The policy (admission, KV blocks, preemption, stop conditions) is BatchScheduler; the cache is
-KVBatch. A request's output arrives as lists of deltas, so a consumer slower than the engine
+The policy (admission, KV blocks, preemption, stop conditions, mixed or separate prefill) is
+BatchScheduler; the cache is KVBatch. EngineStats counts steps by kind, rows and seconds. A request's output arrives as lists of deltas, so a consumer slower than the engine
 gets several tokens at once instead of a backlog. `abort` takes the sequence out before the
 next step. `submit(request, callback)` is the push form: the callback runs inside the step's
 hand-off for each delta, so no task wakes per token (LLMServer's SSEStream, sse_stream.py).
@@ -22,7 +24,9 @@ engine_kwargs: max_num_seqs (16), max_num_batched_tokens (2048), max_model_len (
 block_size (16), num_kv_blocks (enough for every sequence at full length), device ("cuda" when
 available, else "cpu"), dtype ("float32" on CPU, "float16" on GPU), num_threads,
 trust_remote_code, engine_process (True: LLMServer's make_engine runs the step loop in an
-engine-core process; this class itself ignores it).
+engine-core process; this class itself ignores it), mixed_steps (True: newcomers' prefill rides in
+the decode forward when the padded pass fits max_num_batched_tokens; False: a prefill pass of its
+own before the decode).
 """
 from __future__ import annotations
 
@@ -34,11 +38,11 @@ from typing import Any
 
 from .engine import EngineStats, GenerationDelta, GenerationRequest, LLMEngine
 from .frontend import EngineFrontend
-from .scheduler import BatchScheduler, BlockManager, SeqState, Sequence, StopChecker
+from .scheduler import BatchScheduler, BlockManager, SeqState, Sequence, StepPlan, StopChecker
 
 log = logging.getLogger(__name__)
 _KNOWN_KWARGS = {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "num_kv_blocks",
-                 "device", "dtype", "num_threads", "trust_remote_code", "engine_process"}
+                 "device", "dtype", "num_threads", "trust_remote_code", "engine_process", "mixed_steps"}
 
 
 def check_engine_kwargs(engine_kwargs: dict[str, Any] | None) -> dict[str, Any]:
@@ -141,11 +145,15 @@ class TorchEngine(EngineFrontend, LLMEngine):
             eos_ids.add(self.tokenizer.eos_token_id)
         self.scheduler = BatchScheduler(BlockManager(blocks, block), max_num_seqs=max_seqs,
                                         max_num_batched_tokens=int(self.kw.get("max_num_batched_tokens", 2048)),
-                                        max_model_len=self._max_len, eos_token_ids=eos_ids)
+                                        max_model_len=self._max_len, eos_token_ids=eos_ids,
+                                        mixed_steps=bool(self.kw.get("mixed_steps", True)))
         from .kv_batch import KVBatch
 
         self.batch = KVBatch(self.model, self.device)
         self._seqs: dict[str, tuple[Sequence, _Detokenizer, Any]] = {}
+        # when batch slots were freed (finish, abort), oldest first: how long a slot stays empty
+        # before a newcomer takes it (in a closed loop, the client's round trip)
+        self._freed: collections.deque[float] = collections.deque(maxlen=max_seqs)
 
     # -------------------------------------------------------------- event-loop side
     def _post_add(self, request: GenerationRequest) -> None:
@@ -176,8 +184,11 @@ class TorchEngine(EngineFrontend, LLMEngine):
         with torch.inference_mode():
             while True:
                 with self._cv:
-                    while not self._inbox and not self.scheduler.has_work() and not self._stop:
-                        self._cv.wait(1.0)
+                    if not self._inbox and not self.scheduler.has_work() and not self._stop:
+                        t = time.perf_counter()
+                        while not self._inbox and not self.scheduler.has_work() and not self._stop:
+                            self._cv.wait(1.0)
+                        self._stats.idle_s += time.perf_counter() - t
                     if self._stop:
                         return
                     inbox, self._inbox = self._inbox, collections.deque()
@@ -209,38 +220,75 @@ class TorchEngine(EngineFrontend, LLMEngine):
                                             make_generator(s.params, s.index))
             else:
                 for s in self.scheduler.abort(arg):
-                    self._seqs.pop(s.seq_id, None)
+                    if self._seqs.pop(s.seq_id, None) is not None:
+                        self._freed.append(time.perf_counter())
         if failed:
             self._send(failed)
 
     def _step(self) -> None:
         from .sampling import sample
 
+        st = self._stats
+        t0 = time.perf_counter()
         plan = self.scheduler.schedule()
         self._update_stats()  # before any token of this step is delivered
         gone = {s.seq_id for s in plan.removed} | {s.seq_id for s in plan.preempted}
         if gone:
             self.batch.remove(gone)
-        self._stats.num_preemptions += len(plan.preempted)
+        st.num_preemptions += len(plan.preempted)
         if plan.prefill:
-            self._stats.num_prefills += 1
+            st.num_prefills += 1
+            st.prefill_rows += len(plan.prefill)
+            for _ in range(min(len(plan.prefill), len(self._freed))):
+                st.slot_refills += 1
+                st.slot_wait_s += t0 - self._freed.popleft()
+        if plan.mixed and len(self.batch):
+            # one forward: the running rows decode while the newcomers' prefill rides along
+            st.num_steps += 1
+            st.num_mixed += 1
+            st.decode_rows += len(self.batch)
+            t = time.perf_counter()
+            logits = self.batch.mixed([s.seq_id for s in plan.prefill], [s.context_ids() for s in plan.prefill])
+            seqs = [self._seqs[sid][0] for sid in self.batch.seq_ids]
+            tokens = sample(logits, [s.params for s in seqs], [self._seqs[s.seq_id][2] for s in seqs])
+            self.batch.pending = tokens
+            st.mixed_s += time.perf_counter() - t
+            self._send(self._emit(seqs, tokens))
+        else:
+            self._separate(plan)
+        self._update_stats()
+        st.step_s += time.perf_counter() - t0
+        if not self.scheduler.has_work():
+            self._freed.clear()  # idle: no newcomer was waiting to take these slots
+
+    def _separate(self, plan: StepPlan) -> None:
+        """The newcomers' prefill in a pass of its own (their first tokens sent at once), then
+        one decode pass for the running rows."""
+        from .sampling import sample
+
+        st = self._stats
+        if plan.prefill:
+            t = time.perf_counter()
             rows, logits = self.batch.prefill([s.seq_id for s in plan.prefill],
                                               [s.context_ids() for s in plan.prefill])
             tokens = sample(logits, [s.params for s in plan.prefill],
                             [self._seqs[s.seq_id][2] for s in plan.prefill])
             rows.pending = tokens
+            st.prefill_s += time.perf_counter() - t
             self._send(self._emit(plan.prefill, tokens))
         decode = [s for s in plan.decode if s.state is SeqState.RUNNING]
         if decode and len(self.batch):
-            self._stats.num_steps += 1
+            st.num_steps += 1
+            st.decode_rows += len(self.batch)
+            t = time.perf_counter()
             logits = self.batch.decode()
             seqs = [self._seqs[sid][0] for sid in self.batch.seq_ids]
             tokens = sample(logits, [s.params for s in seqs], [self._seqs[s.seq_id][2] for s in seqs])
             self.batch.pending = tokens
+            st.decode_s += time.perf_counter() - t
             self._send(self._emit(seqs, tokens))
         if plan.prefill:
             self.batch.merge(rows)
-        self._update_stats()
 
     def _update_stats(self) -> None:
         st = self._stats
@@ -265,6 +313,7 @@ class TorchEngine(EngineFrontend, LLMEngine):
             if reason is not None:
                 self.scheduler.finish(s, reason)
                 self._seqs.pop(s.seq_id, None)
+                self._freed.append(time.perf_counter())
             elif not text and s.state is SeqState.RUNNING:
                 continue  # nothing printable yet (part of a character, or a held-back stop prefix)
             out.append((s.request_id, GenerationDelta(s.index, text, len(s.output_ids), reason, len(s.prompt_ids))))
