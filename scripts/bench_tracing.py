@@ -11,9 +11,7 @@ Reported per run: tasks/s (wall clock: noise on a loaded machine) and CPU µs pe
 driver and of every process under it, by kind (gcs, raylet, objmgr, worker: the fork server and
 the workers it forked; user + system from psutil) over the timed batches, which stays more
 meaningful under load than wall clock; then the medians of the rounds and the on/off ratio of
-each round (one bad round does not decide: 5 rounds of 20,000 tasks by default). With the node
-span exporter (tracing_node), the driver's and workers' spans are encoded and exported by the
-raylet: that CPU is in the raylet's column ("others" in --paired).
+each round (one bad round does not decide: 5 rounds of 20,000 tasks by default).
 
 `--paired N` runs one cluster with tracing on and switches it off and on in the driver (no
 submit span, so no context in the spec and no execute span in the worker) in N alternating
@@ -34,7 +32,6 @@ with another tree's interpreter to measure that tree.
 
     .venv/bin/python scripts/bench_tracing.py [--rounds 5] [--batches 20] [--sampler-arg 1.0] [--inproc]
     .venv/bin/python scripts/bench_tracing.py --paired 40 [--segment-s 0.5]
-    .venv/bin/python scripts/bench_tracing.py ... --no-node-export   (the same, each process exporting)
 """
 from __future__ import annotations
 
@@ -358,11 +355,7 @@ def main() -> None:
     ap.add_argument("--paired", type=int, default=0, metavar="SEGMENTS",
                     help="one cluster, tracing switched on/off in the driver in alternating segments")
     ap.add_argument("--segment-s", type=float, default=0.5, help="--paired: seconds per segment")
-    ap.add_argument("--no-node-export", action="store_true",
-                    help="every process exports its own spans (EMBER_TRACE_NODE_EXPORT=0: no node exporter)")
     args = ap.parse_args()
-    if args.no_node_export:
-        os.environ["EMBER_TRACE_NODE_EXPORT"] = "0"  # the children inherit it
     with (receiver() if args.receiver else sink()) as (endpoint, pid):
         if args.paired:
             rows = run_paired(args.paired, args.segment_s, endpoint)

@@ -8,8 +8,6 @@
     OTEL_TRACES_SAMPLER / _ARG   read by the SDK
     EMBER_TRACE_DIR        the directory of the ember_file exporter (JSON lines; read by
                            `ember trace show`)
-    EMBER_TRACE_NODE_EXPORT  0: raylets run no node span exporter (tracing_node), every
-                           process exports its own spans (default 1)
 
 A hand-built TracerProvider does not read OTEL_TRACES_EXPORTER (only auto-instrumentation does),
 so `setup()` does. With tracing off, `enabled()` is False and the hot paths skip every tracing
@@ -55,8 +53,6 @@ _enabled = False
 node_id = ""  # the node of this process (raylet, objmgr), for span attributes
 _provider: Any = None
 _tracer: Any = None
-_buffer: Any = None  # the SpanBuffer setup() installed
-_node_exporter: Any = None  # the raylet's tracing_node.NodeSpanExporter, when it serves one
 _lock = threading.Lock()
 
 
@@ -71,23 +67,23 @@ def _exporter_names() -> list[str]:
     return [n.strip().lower() for n in raw.split(",") if n.strip() and n.strip().lower() != "none"]
 
 
-def _task_executing_unset(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes | None = None) -> Any:
+def _task_executing_unset(name: str, spec: Any, node_id: str, worker_id: str) -> Any:
     from .tracing_exec import task_executing as f
 
-    return f(name, spec, node_id, worker_id, tp)
+    return f(name, spec, node_id, worker_id)
 
 
 # The worker's execute span (tracing_exec.task_executing; callers check tracing is on). Bound
 # by setup(): tracing_exec is imported only when tracing is on, because a forked worker that
 # never traces otherwise pays ~0.7 MB of private memory for it (measured: the idle actors of
 # test_fork_server, PSS 15.6 -> 16.4 MB with the module in the fork server's template).
-task_executing: Callable[..., Any] = _task_executing_unset
+task_executing: Callable[[str, Any, str, str], Any] = _task_executing_unset
 
 
 def setup(default_service_name: str, node_id: str = "") -> bool:
     """Configures the SDK once per process from the environment. Returns whether tracing is on.
     node_id (raylet, objmgr, workers) becomes the resource attribute `ember.node_id`."""
-    global _enabled, _provider, _tracer, task_executing, _buffer
+    global _enabled, _provider, _tracer, task_executing
     with _lock:
         if node_id:
             globals()["node_id"] = node_id
@@ -111,7 +107,7 @@ def setup(default_service_name: str, node_id: str = "") -> bool:
         exporters = [_make_exporter(name, service) for name in names]
         # A task makes two spans; the SDK's default queue (2048) would drop spans at a few
         # thousand tasks a second, so the default here is 16384 (OTEL_BSP_MAX_QUEUE_SIZE wins).
-        buffer = _buffer = SpanBuffer(exporters, resource=provider.resource)
+        buffer = SpanBuffer(exporters, resource=provider.resource)
         provider.add_span_processor(buffer)
         trace.set_tracer_provider(provider)
         import atexit
@@ -134,86 +130,6 @@ def setup(default_service_name: str, node_id: str = "") -> bool:
         return True
 
 
-def _node_exportable() -> bool:
-    """Whether this process's spans may go through a node exporter: its one exporter is
-    OTLP/gRPC (the node exporter's, when their OTEL_EXPORTER_OTLP_* agree)."""
-    exps = _buffer.exporters if _enabled and _buffer is not None else []
-    return len(exps) == 1 and getattr(exps[0], "accepts_records", False)
-
-
-def serve_node_spans(raylet_address: str) -> bool:
-    """The raylet: exports the spans of its node's driver and workers from now on (a
-    tracing_node.NodeSpanExporter thread). True when it serves; False when tracing is off or
-    does not export OTLP/gRPC only (every process then exports its own spans)."""
-    global _node_exporter
-    with _lock:
-        if _node_exporter is not None or not _node_exportable():
-            return _node_exporter is not None
-        if os.environ.get("EMBER_TRACE_NODE_EXPORT", "1") == "0":  # every process exports its own
-            return False
-        from . import tracing_node
-
-        exporter = _make_exporter("otlp", "")
-        delay_s = _buffer.delay_s
-        try:
-            _node_exporter = tracing_node.NodeSpanExporter(
-                raylet_address, lambda request, n: exporter.export(_Encoded(request, n)), delay_s=delay_s)
-        except OSError as e:
-            log.warning("no node span exporter at %s (%s): processes export their own spans", raylet_address, e)
-            return False
-        return True
-
-
-def use_node_exporter(raylet_address: str, wait: bool = False) -> bool:
-    """A driver or worker: sends its spans to the node exporter of the raylet at
-    raylet_address (tracing_node), when that raylet serves one exporting where this process
-    would; until it answers (and when it does not), this process exports its own spans. The
-    HELLO is asked from a thread (a raylet busy exporting to a slow backend must not delay a
-    worker's start) unless wait. Returns whether it is attached (False while asking)."""
-    if not _node_exportable():
-        return False
-    buffer = _buffer
-
-    def attach() -> bool:
-        from . import tracing_node
-
-        try:
-            link = tracing_node.NodeLink(raylet_address)
-        except OSError as e:
-            log.debug("spans exported by this process: %s", e)
-            return False
-        old = buffer._link
-        buffer.attach(link)
-        if old is not None:
-            old.close()
-        return True
-
-    if wait:
-        return attach()
-    threading.Thread(target=attach, name="ember-span-attach", daemon=True).start()
-    return False
-
-
-def spans_dropped() -> int:
-    """Spans this process dropped (its queue full), plus, in a raylet, those its node exporter
-    and the node's processes that send to it dropped."""
-    own = _buffer.dropped if _buffer is not None else 0
-    return own + (_node_exporter.dropped if _node_exporter is not None else 0)
-
-
-class _Encoded:
-    """An OTLP request already written (the node exporter's): what FastOTLPSpanExporter.export
-    sends as is."""
-
-    __slots__ = ("request", "n")
-
-    def __init__(self, request: bytes, n: int) -> None:
-        self.request, self.n = request, n
-
-    def __len__(self) -> int:
-        return self.n
-
-
 def _make_exporter(name: str, service: str) -> Any:
     if name == "otlp":
         from . import otlp_encoding
@@ -229,8 +145,6 @@ def _make_exporter(name: str, service: str) -> Any:
                 scope: Any = None
 
                 def _translate_data(self, data: Any) -> Any:
-                    if type(data) is _Encoded:
-                        return data.request
                     return otlp_encoding.encode_request(data, self.resource, self.scope)
 
                 def _initialize_channel_and_stub(self) -> None:
@@ -267,12 +181,7 @@ def _make_exporter(name: str, service: str) -> Any:
 
 
 def shutdown() -> None:
-    """Flushes and stops exporting (SIGTERM, exit); a raylet's node exporter exports what its
-    node's processes sent first."""
-    global _node_exporter
-    if _node_exporter is not None:
-        _node_exporter.stop()
-        _node_exporter = None
+    """Flushes and stops exporting (SIGTERM, exit)."""
     if _enabled and _provider:
         _provider.shutdown()
 

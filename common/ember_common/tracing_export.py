@@ -60,16 +60,8 @@ class SpanBuffer(SpanProcessor):
         self.dropped = 0
         self._thread = threading.Thread(target=self._run, name="ember-span-export", daemon=True)
         self._thread.start()
-        # The node exporter (tracing_node.NodeLink), once attach() is called: full batches are
-        # then sent from the thread that queued their last span, by whoever holds _send_lock.
-        self._link: Any = None
-        self._send_lock = threading.Lock()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork)
-
-    def attach(self, link: Any) -> None:
-        """From now on, spans go to the node exporter behind link (tracing_node.NodeLink)."""
-        self._link = link
 
     # ----------------------------------------------------------------- producers (any thread)
     def add_record(self, rec: Record) -> None:
@@ -78,15 +70,7 @@ class SpanBuffer(SpanProcessor):
         q.append(rec)
         n = len(q)
         if n >= self.batch and n % self.batch == 0 or n > self.max_queue:
-            if self._link is not None:
-                # No thread to wake: the batch goes now, as one datagram (no GIL hand-off).
-                if self._send_lock.acquire(False):
-                    try:
-                        self._send(True)
-                    finally:
-                        self._send_lock.release()
-            else:
-                self._wake.set()
+            self._wake.set()
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         pass
@@ -122,41 +106,9 @@ class SpanBuffer(SpanProcessor):
             self.dropped += over
         return [q.popleft() for _ in range(min(self.batch, len(q)))]
 
-    def _send(self, full_only: bool) -> bool:
-        """Sends queued spans to the node exporter, a batch per datagram (the caller holds
-        _send_lock); full_only: full batches only. False: the exporter's socket is full (the
-        spans stay queued) or gone (then this process exports its spans itself again)."""
-        link, q = self._link, self._queue
-        while link is not None:
-            if full_only and len(q) < self.batch:
-                return True
-            items = self._take()
-            if not items:
-                return True
-            datagrams = link.datagrams(items, self.resource, self.scope, self.dropped)
-            for i, data in enumerate(datagrams):
-                try:
-                    sent = link.send(data)
-                except OSError as e:
-                    log.warning("the node span exporter is gone (%s): exporting spans from this process", e)
-                    self._link = None
-                    link.close()
-                    sent = False
-                if not sent:
-                    if i == 0:  # nothing of the batch went: back to the front of the queue
-                        q.extendleft(reversed(items))
-                    elif self._link is None:
-                        log.warning("%d spans lost with the node span exporter", len(items))
-                    return False
-        return False
-
     def _export_all(self, full_only: bool = False) -> None:
         """Exports what is queued, in batches; full_only: only while a full batch waits (and
         no flush is asked for)."""
-        if self._link is not None:
-            with self._send_lock:
-                if self._send(full_only and not self._flushes and not self._shutdown) or self._link is not None:
-                    return
         with self._idle:
             self._exporting = True
         try:
@@ -197,10 +149,6 @@ class SpanBuffer(SpanProcessor):
         """Exports everything queued now; True when done within the timeout."""
         if self._shutdown:
             return True
-        if self._link is not None:
-            done = self._flush_link(timeout_millis / 1000)
-            if self._link is not None:
-                return done
         deadline = timeout_millis / 1000
         with self._idle:
             self._flushes += 1
@@ -212,32 +160,9 @@ class SpanBuffer(SpanProcessor):
             with self._idle:
                 self._flushes -= 1
 
-    def _flush_link(self, timeout_s: float) -> bool:
-        """Everything queued sent to the node exporter and exported by it: True when done
-        within timeout_s (self._link is None after it when the exporter is gone)."""
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        with self._send_lock:
-            while not self._send(False):
-                if self._link is None or time.monotonic() >= deadline:
-                    return self._link is not None
-                time.sleep(0.001)
-        link = self._link
-        if link is None:
-            return False
-        try:
-            return bool(link.flush(max(0.0, deadline - time.monotonic())))
-        except OSError:  # gone (its raylet stopped): what is still queued is exported from here
-            self._link = None
-            link.close()
-            return False
-
     def shutdown(self) -> None:
         if self._shutdown:
             return
-        if self._link is not None:
-            self._flush_link(5.0)
         self._shutdown = True
         self._wake.set()
         self._thread.join(30)
@@ -248,8 +173,6 @@ class SpanBuffer(SpanProcessor):
                 log.exception("shutting down a span exporter failed")
 
     def _after_fork(self) -> None:
-        self._link = None  # the parent's socket: the child attaches its own
-        self._send_lock = threading.Lock()
         self._queue.clear()
         self._wake = threading.Event()
         self._idle = threading.Condition()

@@ -90,15 +90,7 @@ DRIVER = textwrap.dedent("""
             message = ""
         except ValueError as e:
             message = str(e)
-    from ember_common import tracing
-
-    @ember.remote
-    def linked():  # whether this worker sends its spans to the raylet's node exporter
-        return tracing._buffer is not None and tracing._buffer._link is not None
-
-    node_export = {"driver": tracing._buffer is not None and tracing._buffer._link is not None,
-                   "worker": ember.get(linked.remote())}
-    print(json.dumps({"trace_id": trace_id, "error": message, "node_export": node_export}))
+    print(json.dumps({"trace_id": trace_id, "error": message}))
     ember.shutdown()
 """)
 
@@ -283,27 +275,20 @@ def test_spill_restore_pull_and_restart_spans(tmp_path):
     assert restores and restores[0]["attributes"]["ember.object.size"] >= 20 * 2**20
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "grpc, no node exporter"])
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_otlp_export_to_a_real_receiver(tmp_path, protocol):
     """The same traced driver, exporting OTLP to a receiver process on loopback."""
-    node_export = protocol == "grpc"
-    protocol = protocol.split(",")[0]
     from ember.testing.otlp_receiver import OtlpReceiver
 
     with OtlpReceiver(str(tmp_path)) as rx:
         endpoint = rx.grpc_endpoint if protocol == "grpc" else rx.http_endpoint + "/v1/traces"
         env = dict(os.environ, OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
-                   OTEL_BSP_SCHEDULE_DELAY="100", EMBER_TRACE_NODE_EXPORT="1" if node_export else "0")
+                   OTEL_BSP_SCHEDULE_DELAY="100")
         env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" if protocol != "grpc" else "OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
         r = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True,
                            timeout=180)
         assert r.returncode == 0, r.stderr[-3000:]
-        out = json.loads(r.stdout.strip().splitlines()[-1])
-        trace_id = out["trace_id"]
-        # OTLP/gRPC: the driver's and workers' spans go through the raylet's node exporter
-        # (tracing_node), unless EMBER_TRACE_NODE_EXPORT=0; other exporters keep exporting in
-        # each process.
-        assert out["node_export"] == {"driver": node_export, "worker": node_export}
+        trace_id = json.loads(r.stdout.strip().splitlines()[-1])["trace_id"]
         from ember.testing import wait_for
 
         def services():
@@ -381,47 +366,3 @@ def test_fast_paths_match_the_sdk(tmp_path):
     assert out["error"] == ["ERROR", "KeyError: 'x'", ["exception"]]
     assert out["attrs"] == {"ember.attempt": 0, "user": "v"}
     assert out["tracestate"] == "vendor=x"
-
-
-SIGTERM_DRIVER = textwrap.dedent("""
-    import json, os, signal, sys, time
-    import ember
-
-    ember.init(num_cpus=2)
-
-    @ember.remote
-    class Pinger:
-        def pid(self):
-            return os.getpid()
-
-    p = Pinger.remote()
-    pid = ember.get(p.pid.remote())
-    for _ in range(5):
-        ember.get(p.pid.remote())
-    os.kill(pid, signal.SIGTERM)  # its execute spans are queued (under a batch, no timer for 60 s)
-    out = os.path.join(sys.argv[1], "otlp-spans.jsonl")
-    deadline, seen = time.time() + 30, 0
-    while time.time() < deadline and seen < 6:  # exported before this driver (or the cluster) ends
-        try:
-            with open(out) as f:
-                seen = sum(1 for line in f if json.loads(line)["name"] == "execute Pinger.pid")
-        except FileNotFoundError:
-            pass
-        time.sleep(0.1)
-    print(json.dumps({"seen": seen}))
-    ember.shutdown()
-""")
-
-
-def test_a_worker_flushes_its_spans_through_the_node_exporter_on_sigterm(tmp_path):
-    """A worker's spans still queued when it gets SIGTERM reach the backend while the cluster
-    runs: sent to the raylet's node exporter, which answers the flush once they are exported."""
-    from ember.testing.otlp_receiver import OtlpReceiver
-
-    with OtlpReceiver(str(tmp_path)) as rx:
-        env = dict(os.environ, OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
-                   OTEL_EXPORTER_OTLP_ENDPOINT=rx.grpc_endpoint, OTEL_BSP_SCHEDULE_DELAY="60000")
-        r = subprocess.run([sys.executable, "-c", SIGTERM_DRIVER, str(tmp_path)], env=env,
-                           capture_output=True, text=True, timeout=180)
-        assert r.returncode == 0, r.stderr[-3000:]
-        assert json.loads(r.stdout.strip().splitlines()[-1]) == {"seen": 6}

@@ -255,7 +255,6 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                               objmgr_address=objmgr, node_id=node_id, store_dir=store_dir,
                               job_id=job_id, session_dir=session_dir, config=config, ip=advertised_ip,
                               worker_id=worker_id)
-            tracing.use_node_exporter(raylet)  # the raylet exports the driver's spans, when it can
         except Exception:
             if cluster is not None:
                 cluster.stop()

@@ -64,7 +64,6 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     raylet_address = os.environ["EMBER_RAYLET_ADDRESS"]
-    tracing.use_node_exporter(raylet_address)  # the raylet exports this worker's spans, when it can
     worker_id = os.environ["EMBER_WORKER_ID"]
     core = CoreWorker(
         WorkerMode.WORKER, gcs_address=os.environ["EMBER_GCS_ADDRESS"], raylet_address=raylet_address,

@@ -9,7 +9,7 @@ import socket
 import time
 from typing import Any
 
-from ember_common import backoff, metrics, resources, rpc, service, tracing
+from ember_common import backoff, metrics, resources, rpc, service
 from ember_common.config import get_config
 from ember_common.gcs_client import GcsClient
 from ember_common.proto import common_pb2, gcs_pb2, raylet_pb2, raylet_pb2_grpc
@@ -211,9 +211,6 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
         host=ns.host, port=ns.port)
     await server.start()
     raylet.address = f"{ns.node_ip}:{port}"
-    if tracing.serve_node_spans(raylet.address):  # the node's workers and drivers export through it
-        metrics.gauge("ember_trace_spans_dropped", "Spans of this node dropped by a full queue (node exporter and senders)",
-                      lambda: {(ns.node_id,): float(tracing.spans_dropped())}, ("node_id",))
     node = common_pb2.NodeInfo(
         node_id=ns.node_id, raylet_address=raylet.address, objmgr_address=ns.objmgr_address,
         ip=ns.node_ip, hostname=socket.gethostname(), total_resources=raylet.resources.total,
