@@ -67,17 +67,17 @@ def _exporter_names() -> list[str]:
     return [n.strip().lower() for n in raw.split(",") if n.strip() and n.strip().lower() != "none"]
 
 
-def _task_executing_unset(name: str, spec: Any, node_id: str, worker_id: str) -> Any:
+def _task_executing_unset(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes | None = None) -> Any:
     from .tracing_exec import task_executing as f
 
-    return f(name, spec, node_id, worker_id)
+    return f(name, spec, node_id, worker_id, tp)
 
 
 # The worker's execute span (tracing_exec.task_executing; callers check tracing is on). Bound
 # by setup(): tracing_exec is imported only when tracing is on, because a forked worker that
 # never traces otherwise pays ~0.7 MB of private memory for it (measured: the idle actors of
 # test_fork_server, PSS 15.6 -> 16.4 MB with the module in the fork server's template).
-task_executing: Callable[[str, Any, str, str], Any] = _task_executing_unset
+task_executing: Callable[..., Any] = _task_executing_unset
 
 
 def setup(default_service_name: str, node_id: str = "") -> bool:

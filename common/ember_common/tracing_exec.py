@@ -145,12 +145,13 @@ def init() -> None:
     _on = bool(otel.parent_based)
 
 
-def task_executing(name: str, spec: Any, node_id: str, worker_id: str) -> Any:
+def task_executing(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes | None = None) -> Any:
     """A context manager: the task's CONSUMER execute span (as `tracing_spans.task_span(name,
     spec.trace_context, attributes, spec.trace_parent)` with the executor's attributes), made
     current while the task runs. The caller checks tracing is on and the spec carries a
-    context."""
-    tp = spec.trace_parent
+    context; tp: spec.trace_parent when the caller has read it (one protobuf read fewer)."""
+    if tp is None:
+        tp = spec.trace_parent
     # No 8 zero bytes in a row: neither id is zero (a random context has such a run with
     # probability ~2^-61; it would take the generic path, which checks the ids exactly).
     if _on and len(tp) == 25 and _ZERO8 not in tp:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 # A line "\x1e<job hex>\x1f<task name>" announces whose output follows (see the log monitor).
 LOG_MARKER = "\x1e"
+_exec_names: dict[str, str] = {}  # task name -> its execute span's name (no formatting per task)
 LOG_SEP = "\x1f"
 
 
@@ -260,8 +261,8 @@ class TaskExecutor(PipelineEffects):
         """Runs one task or call here (main or pool thread) and returns its reply."""
         start = time.time_ns()
         task_events.started(spec, start)
-        if tracing.enabled() and (spec.trace_parent or spec.trace_context):
-            with self._span(spec) as sp:
+        if tracing.enabled() and ((tp := spec.trace_parent) or spec.trace_context):
+            with self._span(spec, tp) as sp:
                 reply = self._execute(spec)
                 if reply.is_application_error:
                     tracing.set_error(sp, reply.error_message)
@@ -284,13 +285,17 @@ class TaskExecutor(PipelineEffects):
             return self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex()))
         return reply
 
-    def _span(self, spec: common_pb2.TaskSpec) -> ContextManager[Any]:
+    def _span(self, spec: common_pb2.TaskSpec, tp: bytes | None = None) -> ContextManager[Any]:
         """The execution span, child of the submission that travelled with the task; its
         attributes are the task's and this worker's ids (tracing.task_executing: a lazy span,
-        recorded as one record)."""
+        recorded as one record). tp: spec.trace_parent, when the caller has read it."""
         core = self.core
-        return cast(ContextManager[Any], tracing.task_executing(f"execute {spec.name}", spec,
-                                                                core.node_id, core.worker_id))
+        name = _exec_names.get(spec.name)
+        if name is None:
+            if len(_exec_names) >= 4096:
+                _exec_names.clear()
+            name = _exec_names[spec.name] = f"execute {spec.name}"
+        return cast(ContextManager[Any], tracing.task_executing(name, spec, core.node_id, core.worker_id, tp))
 
     def _execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         creating = spec.HasField("actor_creation")
