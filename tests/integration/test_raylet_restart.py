@@ -66,14 +66,14 @@ def test_pins_of_workers_that_died_with_their_raylet_are_dropped(cluster, tmp_pa
     c.restart_raylet(node)
     with pytest.raises(ex.RayError):  # WorkerCrashedError (or a lost node): max_retries=0
         ember.get(out, timeout=60)
-    del ref  # the owner frees every copy; node b's copy was pinned by a worker now dead
+    # The dead worker's pin is dropped, so node b's copy is evictable again (and is freed with
+    # the owner's Free or death: a pulled copy is the owner's, not the puller's).
+    def unpinned() -> bool:
+        left = [o for o in _objects(node.record.objmgr_address) if o.object_id == ref.binary()]
+        return all(o.pins == 0 for o in left)
 
-    def gone() -> bool:
-        left = [o for o in _objects(node.record.objmgr_address) if o.size >= MiB]
-        return not left
-
-    wait_for(gone, timeout_s=30,
-             what="node b's store to drop the copy pinned by the dead worker "
+    wait_for(unpinned, timeout_s=30,
+             what="node b's store to drop the pin of the worker that died with its raylet "
                   f"(left: {_objects(node.record.objmgr_address)})")
     # The node works on under its new raylet.
     assert ember.get(read.remote(ember.put(np.full(MiB, 2, dtype=np.uint8))), timeout=60) == 2 * MiB
