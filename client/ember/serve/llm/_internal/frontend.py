@@ -13,6 +13,7 @@ outputs come back: each form calls `_deliver(batch)` on the loop with a step's
 """
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 from typing import Any, AsyncIterator, Callable
@@ -55,7 +56,7 @@ class TokenizerSide:
         return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
 
-class EngineFrontend(TokenizerSide):
+class EngineFrontend(TokenizerSide, abc.ABC):
     """Requests in, deltas out, on the replica's event loop (see the module docstring)."""
 
     def _init_frontend(self) -> None:
@@ -64,12 +65,14 @@ class EngineFrontend(TokenizerSide):
         self._error: BaseException | None = None
 
     # -------------------------------------------------------------- what a form provides
-    # Each form (TorchEngine in-thread, EngineCoreClient across a process) overrides both.
+    # Each form (TorchEngine in-thread, EngineCoreClient across a process) implements both.
+    @abc.abstractmethod
     def _post_add(self, request: GenerationRequest) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must hand new requests to its step loop")
+        """Hands a new request to the step loop."""
 
+    @abc.abstractmethod
     def _post_abort(self, request_id: str) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must hand aborts to its step loop")
+        """Hands an abort to the step loop."""
 
     # -------------------------------------------------------------- requests
     async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationDelta]]:
