@@ -84,10 +84,16 @@ def test_a_pulled_copy_is_the_owners_and_goes_with_it(cluster):
     """A copy pulled to another node belongs to the object's owner, not to the worker that
     pulled it: the owner's death frees it even when the owner never learnt of the copy and the
     puller lives on (a pooled worker). Before, a copy was the puller's, and such a copy stayed."""
-    from ember.util.state import list_objects
+    import subprocess
+    import sys
 
+    gpu_node = cluster.nodes[1].node_id
+    # A driver of its own (this one must outlive the test): it makes the object on a special
+    # node, has it read on the GPU node, and reports the copy's listed owner before it exits.
     script = f"""
 import numpy as np, ember
+from ember.testing import wait_for
+from ember.util.state import list_objects
 ember.init(address={cluster.gcs_address!r})
 @ember.remote(resources={{"special": 1}})
 def produce():
@@ -97,40 +103,26 @@ def consume(a):
     return int(a.sum())
 ref = produce.remote()
 assert ember.get(consume.remote(ref)) == 15_000_000
-print(ref.hex(), ember.get_runtime_context().get_worker_id(), flush=True)
+owners = wait_for(lambda: [o["owner_worker_id"] for o in list_objects(
+    filters=[("object_id", "=", ref.hex())], detail=True) if o["node_id"] == {gpu_node!r}],
+    what="the pulled copy listed")
+print(ref.hex(), ember.get_runtime_context().get_worker_id(), *owners, flush=True)
 ember.shutdown()
 """
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    oid, driver = out.stdout.split()
-    gpu_node = cluster.nodes[1].node_id
+    oid, driver, *owners = out.stdout.split()
+    assert owners == [driver]  # the copy is the owner's, not the pulling worker's
 
     def copies():
+        from ember.util.state import list_objects
+
         return [o for o in list_objects(address=cluster.gcs_address, filters=[("object_id", "=", oid)],
-                                 detail=True)
-                if o["node_id"] == gpu_node]
+                                        detail=True) if o["node_id"] == gpu_node]
 
     # The driver has exited: its job ends, the GCS publishes its death, every store frees
     # what it owned, the pulled copy on the GPU node included.
     wait_for(lambda: not copies(), timeout_s=30, what="the pulled copy freed after its owner exited")
-
-    # The same pull from this test's driver: the copy is listed as the driver's.
-    @ember.remote(resources={"special": 1})
-    def produce():
-        return np.full(3_000_000, 5, dtype=np.int64)
-
-    @ember.remote(num_gpus=1)
-    def consume(a):
-        return int(a.sum())
-
-    ref = produce.remote()
-    assert ember.get(consume.remote(ref)) == 15_000_000
-    oid = ref.hex()
-    owners = wait_for(lambda: [o["owner_worker_id"] for o in copies()], what="the pulled copy listed")
-    assert owners == [ember.get_runtime_context().get_worker_id()]
 
 
 @pytest.mark.chaos
