@@ -6,6 +6,7 @@ Found by the chaos suite: a 50 MB object stayed in the head node's store after t
 by a worker of a raylet-head that had been killed (nobody ever reported that worker's exit)."""
 from __future__ import annotations
 
+import gc
 import time
 
 import numpy as np
@@ -31,14 +32,22 @@ def _objects(address: str) -> list[objmgr_pb2.ObjectStat]:
 
 @pytest.fixture
 def cluster():
-    with LocalCluster() as c:
-        c.add_node({"CPU": 1}, is_head=True)
-        node = c.add_node({"CPU": 1, "b": 1}, num_prestart_workers=1)
-        ember.init(address=c.gcs_address)
-        try:
-            yield c, node
-        finally:
-            ember.shutdown()
+    # The cyclic GC is off while a test runs: only reference counts free anything, so what the
+    # tests check does not depend on when a collection happens to run (which depends on the
+    # tests that ran before in this process: test_free_after_crash.py).
+    gc.collect()
+    gc.disable()
+    try:
+        with LocalCluster() as c:
+            c.add_node({"CPU": 1}, is_head=True)
+            node = c.add_node({"CPU": 1, "b": 1}, num_prestart_workers=1)
+            ember.init(address=c.gcs_address)
+            try:
+                yield c, node
+            finally:
+                ember.shutdown()
+    finally:
+        gc.enable()
 
 
 @ember.remote(resources={"b": 1}, max_retries=0)
@@ -68,13 +77,21 @@ def test_pins_of_workers_that_died_with_their_raylet_are_dropped(cluster, tmp_pa
         ember.get(out, timeout=60)
     # The dead worker's pin is dropped, so node b's copy is evictable again (and is freed with
     # the owner's Free or death: a pulled copy is the owner's, not the puller's).
+    oid = ref.binary()
+
     def unpinned() -> bool:
-        left = [o for o in _objects(node.record.objmgr_address) if o.object_id == ref.binary()]
+        left = [o for o in _objects(node.record.objmgr_address) if o.object_id == oid]
         return all(o.pins == 0 for o in left)
 
     wait_for(unpinned, timeout_s=30,
              what="node b's store to drop the pin of the worker that died with its raylet "
                   f"(left: {_objects(node.record.objmgr_address)})")
+    del out, ref  # nothing refers to the object any more: the owner frees every copy
+
+    def gone() -> bool:
+        return not [o for o in _objects(node.record.objmgr_address) if o.size >= MiB]
+
+    wait_for(gone, timeout_s=30, what="node b's store to free the copy once its owner let go of it")
     # The node works on under its new raylet.
     assert ember.get(read.remote(ember.put(np.full(MiB, 2, dtype=np.uint8))), timeout=60) == 2 * MiB
 

@@ -429,8 +429,14 @@ class _ReadyWaiter:
 
 
 def _raise_or_return(value: Any, meta: str) -> Any:
+    """The value, or raises it when it is a stored error. The error is dropped from this frame
+    as it leaves: a frame that kept it would be in its traceback and the two in a reference
+    cycle, which keeps the caller's frames (and the refs in their locals) until the cyclic GC
+    runs (tests/integration/test_free_after_crash.py)."""
     if meta == ERROR_METADATA:
-        if isinstance(value, exc.RayTaskError):
-            raise value.as_instanceof_cause()
-        raise value
+        err = value.as_instanceof_cause() if isinstance(value, exc.RayTaskError) else value
+        try:
+            raise err
+        finally:
+            del value, err
     return value

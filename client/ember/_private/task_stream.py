@@ -135,22 +135,35 @@ class _Conn:
 
     def _fail(self, err: grpc.aio.AioRpcError) -> None:
         """Fails every unanswered task: with err if it went out (it may have run), with a
-        never-delivered error if it was still queued here (safe to resend)."""
+        never-delivered error if it was still queued here (safe to resend).
+
+        Each task gets an error of its own, a copy of err without its traceback: err's
+        traceback holds the reader's frame, and so this connection, and every waiter that
+        raises an error adds its own frame to it (a task's entry, with its argument refs).
+        One shared err kept here would tie the tasks' arguments to a reference cycle that only
+        the cyclic GC breaks, so the owner's Free of an argument would wait for a collection
+        that may not come for a long while (tests/integration/test_free_after_crash.py)."""
         if self.broken is None:
-            self.broken = err
+            self.broken = _copy(err)
             self.streams.conns.pop(self.address, None)
             self._writer.cancel()
             self.call.cancel()
         pending, self.pending = self.pending, {}
-        unsent = _StreamEnded(self.address, delivered=False)
         for task_id, fut in pending.items():
             if not fut.done():
-                fut.set_exception(unsent if task_id in self.unwritten else err)
+                fut.set_exception(_StreamEnded(self.address, delivered=False)
+                                  if task_id in self.unwritten else _copy(err))
         self.unwritten.clear()
 
     def close(self) -> None:
         self._fail(_StreamEnded(self.address))
         self._reader.cancel()
+
+
+def _copy(err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+    """A fresh error with err's status, details and metadata (no traceback, no context)."""
+    return grpc.aio.AioRpcError(err.code(), err.initial_metadata(), err.trailing_metadata(),
+                                err.details(), err.debug_error_string())
 
 
 class _StreamEnded(grpc.aio.AioRpcError):
