@@ -112,3 +112,65 @@ def test_the_new_raylet_reports_each_worker_of_the_old_one_once(cluster):
 
     after = wait_for(handed_over, timeout_s=30, what="the new raylet's ledger without the old ids")
     assert len(after) >= 4  # the ids written ahead for its next workers
+
+
+@pytest.fixture
+def quick_death_cluster(monkeypatch):
+    monkeypatch.setenv("EMBER_NODE_DEATH_TIMEOUT_S", "3")
+    gc.collect()
+    gc.disable()
+    try:
+        with LocalCluster() as c:
+            c.add_node({"CPU": 1}, is_head=True)
+            node = c.add_node({"CPU": 1, "b": 1}, num_prestart_workers=1)
+            ember.init(address=c.gcs_address)
+            try:
+                yield c, node
+            finally:
+                ember.shutdown()
+    finally:
+        gc.enable()
+
+
+def test_a_dead_nodes_ledger_leaves_the_kv_and_a_later_raylet_still_frees_the_pins(
+        quick_death_cluster, tmp_path):
+    """The raylet is killed and stays away past the death timeout: the GCS declares the node
+    dead and deletes its worker ledger from the KV (before, it stayed there for good). A raylet
+    that starts for the node after that finds no ledger; the GCS, which kept the ids, reports
+    the old workers dead for it, so node b's store still drops their pins."""
+    import os
+    import signal
+
+    from ember._private.internal_kv import _internal_kv_get
+
+    c, node = quick_death_cluster
+    key = f"workers/{node.node_id}"
+    wait_for(lambda: _internal_kv_get(key, namespace="raylet"), timeout_s=30, what="node b's ledger")
+    ref = ember.put(np.ones(8 * MiB, dtype=np.uint8))
+    started = tmp_path / "started"
+    out = hold.remote(ref, str(started))
+    wait_for(started.exists, timeout_s=60, what="the task to hold its argument on node b")
+    oid = ref.binary()
+
+    os.kill(node.raylet.pid, signal.SIGKILL)  # its workers die with it; its objmgr lives on
+    wait_for(lambda: [n for n in ember.nodes() if n["NodeID"] == node.node_id and not n["Alive"]],
+             timeout_s=30, what="node b declared dead")
+    wait_for(lambda: _internal_kv_get(key, namespace="raylet") is None, timeout_s=10,
+             what="the dead node's ledger deleted from the KV")
+    with pytest.raises(ex.RayError):
+        ember.get(out, timeout=60)
+
+    c.restart_raylet(node)  # the node comes back under a new raylet
+    wait_for(lambda: [n for n in ember.nodes() if n["NodeID"] == node.node_id and n["Alive"]],
+             timeout_s=30, what="node b alive again")
+
+    def unpinned() -> bool:
+        return all(o.pins == 0 for o in _objects(node.record.objmgr_address) if o.object_id == oid)
+
+    wait_for(unpinned, timeout_s=30, what="node b's store to drop the pin of the worker that died "
+                                          f"with the old raylet (left: {_objects(node.record.objmgr_address)})")
+    wait_for(lambda: _internal_kv_get(key, namespace="raylet"), timeout_s=30,
+             what="the new raylet's ledger")
+    del out, ref
+    wait_for(lambda: not [o for o in _objects(node.record.objmgr_address) if o.size >= MiB],
+             timeout_s=30, what="node b's copy freed once its owner let go of it")

@@ -77,3 +77,24 @@ def test_writer_stores_the_latest_version_and_retries_after_a_failure():
 
     asyncio.run(scenario())
     assert writes[-1] == lg.encode()
+
+
+def test_rewrite_stores_an_unchanged_ledger_again():
+    """After the GCS deleted the ledger (it had declared the node dead) the raylet that
+    registers again writes it anew, though nothing in it changed."""
+    lg = ledger()
+    writes: list[bytes] = []
+
+    async def put(blob: bytes) -> None:
+        writes.append(blob)
+
+    async def scenario() -> None:
+        w = LedgerWriter(lg, put)
+        await w.flush()
+        await w.flush()  # unchanged: not written twice
+        assert len(writes) == 1
+        w.rewrite()
+        await w.flush()
+        assert writes == [lg.encode(), lg.encode()]
+
+    asyncio.run(scenario())

@@ -18,6 +18,8 @@ from typing import AsyncIterator
 from ember_common import resources
 from ember_common.proto import common_pb2, gcs_pb2
 from ember_common.rpc import NotFound
+from ember_common.worker_ledger_kv import KV_NAMESPACE as LEDGER_NAMESPACE
+from ember_common.worker_ledger_kv import ledger_key, parse_ledger
 
 from .actors import ActorManager
 from .kv import InternalKV
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 NODES = "nodes"
 RECENT_DEATHS = 4096  # worker deaths kept for replay to new subscribers
 RECENT_DEATHS_S = 600.0
+DEAD_LEDGERS_KEPT = 1024  # dead nodes whose ledger ids are remembered (the oldest go first)
 JOBS = "jobs"
 
 
@@ -55,6 +58,8 @@ class GcsCore:
         self.actors = ActorManager(storage, self.nodes)
         self.kv = InternalKV(storage)
         self.pgs = PlacementGroups(storage, self.nodes)
+        # The worker ledgers of dead nodes (see _retire_ledger): node id -> worker ids.
+        self._dead_ledgers: collections.OrderedDict[str, list[str]] = collections.OrderedDict()
         # Open "driver" streams per job: a job whose driver is gone for DRIVER_GRACE_S ends.
         self._drivers: dict[bytes, int] = {}
         self.driver_grace_s = 3.0
@@ -92,8 +97,10 @@ class GcsCore:
         # The same node id from a raylet that started after the recorded one (in containers the
         # id comes from the node's address, which a restarted raylet keeps): the previous
         # raylet's workers died with it, so its actors and bundles go as on a node death.
-        restarted = (prev is not None and prev.state == common_pb2.NodeInfo.ALIVE
-                     and prev.start_time > 0 and info.start_time > prev.start_time)
+        newer = prev is not None and prev.start_time > 0 and info.start_time > prev.start_time
+        restarted = newer and prev is not None and prev.state == common_pb2.NodeInfo.ALIVE
+        # The node died and a new raylet came: the dead one's workers died with it.
+        died_with_it = self._dead_ledgers.pop(info.node_id, [])
         info.state = common_pb2.NodeInfo.ALIVE
         info.death_reason = ""
         await self.storage.put(NODES, info.node_id.encode(), info.SerializeToString())
@@ -102,6 +109,9 @@ class GcsCore:
         log.info("node %s registered (raylet %s, resources %s)", info.node_id[:8],
                  info.raylet_address, dict(info.total_resources))
         self._publish_node(info)
+        if newer:
+            for wid in died_with_it:
+                self.publish_worker_death(wid, info.node_id, "its raylet stopped (the worker died with it)")
         if restarted:
             log.warning("node %s: a new raylet replaced the one that registered it; the old "
                         "raylet's actors restart or die", info.node_id[:8])
@@ -140,8 +150,37 @@ class GcsCore:
         await self.storage.put(NODES, node_id.encode(), info.SerializeToString())
         log.warning("node %s marked DEAD: %s", node_id[:8], reason)
         self._publish_node(info)
+        await self._retire_ledger(node_id)
         await self.actors.on_node_dead(node_id)
         await self.pgs.on_node_dead(node_id)
+
+    async def _retire_ledger(self, node_id: str) -> None:
+        """Deletes a dead node's worker ledger from the KV (else it stays there for good) and
+        remembers its ids here: a raylet that starts for the node later finds no ledger, and
+        register_node reports the ids dead for it. A raylet that was only silent and registers
+        again (its start time unchanged) has live workers: the ids are dropped, and it writes
+        its ledger again. Remembered in memory only (a GCS restart forgets them)."""
+        key = ledger_key(node_id)
+        try:
+            try:
+                ids = parse_ledger(await self.kv.get(LEDGER_NAMESPACE, key))
+            except NotFound:
+                return  # none written (or deleted at an earlier death)
+            if not self._is_dead(node_id):
+                return  # registered again meanwhile: the ledger is its new raylet's
+            await self.kv.delete(LEDGER_NAMESPACE, key)
+        except Exception as e:  # storage down: the ledger stays until the node's next death
+            log.warning("cannot delete the worker ledger of dead node %s: %s", node_id[:8], e)
+            return
+        if ids and self._is_dead(node_id):
+            self._dead_ledgers[node_id] = ids
+            self._dead_ledgers.move_to_end(node_id)
+            while len(self._dead_ledgers) > DEAD_LEDGERS_KEPT:
+                self._dead_ledgers.popitem(last=False)
+
+    def _is_dead(self, node_id: str) -> bool:
+        info = self.nodes.get(node_id)
+        return info is not None and info.state == common_pb2.NodeInfo.DEAD
 
     async def detect_deaths(self, stop: asyncio.Event) -> None:
         period = min(0.5, self.death_timeout_s / 4)

@@ -7,7 +7,7 @@ import json
 import logging
 import socket
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ember_common import backoff, metrics, resources, rpc, service
 from ember_common.config import get_config
@@ -92,6 +92,8 @@ class GcsLink:
         self.raylet = raylet
         self.node = node
         self.gcs = GcsClient(raylet.gcs_address, timeout_s=5)
+        # Called after registering again: a GCS that declared the node dead deleted its ledger.
+        self.on_registered_again: Callable[[], None] = lambda: None
 
     async def register(self, timeout_s: float) -> None:
         """Registers the node, retrying until timeout_s (the GCS may still be starting)."""
@@ -115,6 +117,7 @@ class GcsLink:
                 except rpc.NotFound:
                     log.warning("the GCS does not know this node (restarted?): registering again")
                     await self.gcs.register_node(self.node, retry=backoff.NO_RETRY)
+                    self.on_registered_again()
             except rpc.ServiceError as e:  # the next period is the retry
                 log.debug("heartbeat failed: %s", e)
             try:
@@ -233,6 +236,7 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
         writer.kick()
 
     raylet.on_worker_death = on_worker_death
+    link.on_registered_again = writer.rewrite
     await link.register(cfg.start_timeout_s / 2)
     await link.adopt_ledger(ledger, writer)
     raylet._prestart()

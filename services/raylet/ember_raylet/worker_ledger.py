@@ -21,18 +21,14 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ember_common import ids
+from ember_common.worker_ledger_kv import KV_NAMESPACE, ledger_key, parse_ledger
 
 __all__ = ["KV_NAMESPACE", "LedgerWriter", "WorkerLedger", "ledger_key"]
 
 log = logging.getLogger(__name__)
 
-KV_NAMESPACE = "raylet"
 RESERVE = 8  # ids written ahead of use
 RETRY_S = 1.0  # after a failed KV write
-
-
-def ledger_key(node_id: str) -> bytes:
-    return f"workers/{node_id}".encode()
 
 
 class WorkerLedger:
@@ -50,7 +46,7 @@ class WorkerLedger:
     @staticmethod
     def parse(blob: bytes | None) -> list[str]:
         """The ids a stored ledger holds (a missing or empty one holds none)."""
-        return blob.decode("ascii", "replace").split() if blob else []
+        return parse_ledger(blob)
 
     def inherit(self, previous: list[str]) -> list[str]:
         """Takes over a predecessor's ids: they stay in the ledger until reported dead."""
@@ -95,6 +91,12 @@ class LedgerWriter:
         self._changed = asyncio.Event()
 
     def kick(self) -> None:
+        self._changed.set()
+
+    def rewrite(self) -> None:
+        """Writes the ledger again even if unchanged (the GCS deleted it: the node had been
+        declared dead, and this raylet, only silent, registered again)."""
+        self._written = 0
         self._changed.set()
 
     async def flush(self) -> None:
