@@ -10,6 +10,7 @@ import time
 
 from compare_serve_stream import _cpu_per_chunk, _short_name
 
+
 async def _request(reader, writer, path: str, body: bytes, host: str) -> tuple[int, float]:
     """(tokens, seconds to the first token) of one streamed response."""
     t0 = time.perf_counter()
