@@ -8,6 +8,9 @@ prefill of new sequences is merged in, the shorter side padded on the left) and 
 dropped, then columns that are padding in every remaining row trimmed) only between steps:
 continuous batching. A mixed step (`mixed`) runs the newcomers' prefill in the same forward
 as the running rows' decode. Uses transformers' DynamicCache, whose layers hold `keys` and `values`.
+A padded decode pass gets its 4D boolean mask from here (one op) rather than from transformers'
+mask creation, which costs a small model's decode step ~8%; the mask, and so the logits, are
+the same.
 """
 from __future__ import annotations
 
