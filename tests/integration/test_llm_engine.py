@@ -133,6 +133,41 @@ def test_kv_batch_mixed_steps_keep_outputs(model_dir):
         assert len(got[k]) >= 2 and got[k] == want[k][:len(got[k])], k
 
 
+def test_decode_mask_built_in_one_op_gives_the_same_logits(model_dir):
+    """A padded batch's decode gets its 4D boolean mask from KVBatch (transformers' mask
+    creation skipped): the logits are exactly those of the 2D mask that the model expands
+    itself, and a batch without padding keeps the 2D mask."""
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    from ember.serve.llm._internal.kv_batch import KVBatch
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    with torch.inference_mode():
+        batch = KVBatch(model, torch.device("cpu"))
+        rows, logits = batch.prefill(["a", "b", "c"], [[5, 6, 7], [30, 31, 32, 33, 34, 35], [40]])
+        rows.pending = logits.argmax(-1).tolist()
+        batch.merge(rows)
+        assert batch._mask4d  # this transformers takes a prepared 4D mask
+        for _ in range(3):
+            saved = (batch.mask.clone(), batch.pos.clone(), list(batch.pending),
+                     [(layer.keys.clone(), layer.values.clone()) for layer in batch.cache.layers])
+            four = batch.decode()
+            assert batch._decode_mask().dim() == 4  # padded rows: the 4D mask was used
+            batch.mask, batch.pos, batch.pending = saved[0], saved[1], saved[2]
+            batch.cache = DynamicCache()
+            for i, (k, v) in enumerate(saved[3]):
+                batch.cache.update(k, v, i)
+            batch._mask4d = False
+            two = batch.decode()
+            batch._mask4d = True
+            assert torch.equal(four, two)
+            batch.pending = two.argmax(-1).tolist()
+        alone = KVBatch(model, torch.device("cpu"))
+        rows, _ = alone.prefill(["x"], [[5, 6, 7]])
+        alone.merge(rows)
+        assert alone._decode_mask().dim() == 2  # no padding: the model drops the mask itself
+
+
 def test_sampling_filters_and_seeds():
     logits = torch.tensor([1.0, 5.0, 3.0, 2.0])
     x = filter_logits(logits, 1.0, 2, 1.0)
@@ -145,7 +180,9 @@ def test_sampling_filters_and_seeds():
     b = sample(rows, [p] * 3, [make_generator(p, i) for i in range(3)])
     assert a == b
     g = SamplingParams(temperature=0)
-    assert sample(rows, [g] * 3, [None] * 3) == rows.argmax(-1).tolist()
+    assert sample(rows, [g] * 3, [None] * 3) == rows.argmax(-1).tolist()  # all greedy: one argmax
+    mixed = sample(rows, [g, p, g], [None, make_generator(p, 0), None])
+    assert [mixed[0], mixed[2]] == [rows[0].argmax().item(), rows[2].argmax().item()]
 
 
 def _run(engine, rid, prompt, **params):

@@ -267,3 +267,18 @@ def test_core_serves_on_a_descriptor_above_fd_setsize(model_dir):
         pytest.skip("the hard limit on open files is below 1300 here")
     p = subprocess.run([sys.executable, "-c", _HIGH_FD, model_dir], capture_output=True, text=True, timeout=120)
     assert "TOKENS 3" in p.stdout, p.stderr[-2000:]
+
+
+def test_stats_frame_holds_the_fields_in_order():
+    """The core's stats tuple (each frame's second half) is EngineStats's fields in order, so the
+    replica's EngineStats(*tuple) rebuilds them."""
+    import dataclasses
+
+    from ember.serve.llm._internal.engine import EngineStats
+    from ember.serve.llm._internal.engine_core import EngineCore
+
+    core = EngineCore.__new__(EngineCore)
+    core._stats = EngineStats(running=3, waiting=1, kv_cache_usage=0.5, generated_tokens=70, decode_s=1.25,
+                              slot_refills=4, slot_wait_s=0.01)
+    assert core._stats_tuple() == dataclasses.astuple(core._stats)
+    assert EngineStats(*core._stats_tuple()) == core._stats

@@ -18,7 +18,7 @@ name of its own, without importing `ember`). The first frame out is `("ready", m
 or `("error", text)` if loading failed. Then each step writes `(items, stats)`: items are
 `(request_id, index, text, num_output_tokens, finish_reason, num_prompt_tokens)` per new delta,
 or `(request_id, error_type, message)` for a request that failed; stats is
-EngineStats's fields in order (`dataclasses.astuple`). A step that admits new sequences without
+EngineStats's fields in order. A step that admits new sequences without
 mixing them into the decode writes their first tokens before it runs the decode of the others
 (lower time to the first token), so such a step writes two frames; a mixed step writes one.
 
@@ -30,7 +30,6 @@ outlives the replica by more than one step.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import logging
 import marshal
@@ -113,7 +112,9 @@ class EngineCore(TorchEngine):
             self._closed = True
 
     def _stats_tuple(self) -> tuple[Any, ...]:
-        return dataclasses.astuple(self._stats)
+        # EngineStats's fields in order (a dataclass instance's __dict__ keeps them in field
+        # order); dataclasses.astuple deep-copies every value, ~10x the cost, twice per step
+        return tuple(vars(self._stats).values())
 
     def _send(self, batch: list[tuple[str, Any]]) -> None:
         """A step's outputs go to the replica at once, in one frame with the stats."""

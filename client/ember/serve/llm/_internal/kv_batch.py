@@ -8,6 +8,9 @@ prefill of new sequences is merged in, the shorter side padded on the left) and 
 dropped, then columns that are padding in every remaining row trimmed) only between steps:
 continuous batching. A mixed step (`mixed`) runs the newcomers' prefill in the same forward
 as the running rows' decode. Uses transformers' DynamicCache, whose layers hold `keys` and `values`.
+A padded decode pass gets its 4D boolean mask from here (one op) rather than from transformers'
+mask creation, which costs a small model's decode step ~8%; the mask, and so the logits, are
+the same.
 """
 from __future__ import annotations
 
@@ -24,6 +27,16 @@ def cache_arg(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def takes_4d_mask() -> bool:
+    """Whether this transformers takes a prepared 4D boolean mask as it is (masking_utils, 4.53+:
+    `create_causal_mask` returns a 4D mask unchanged); older ones get the 2D mask."""
+    try:
+        from transformers import masking_utils  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def last_logits_arg(model: Any) -> dict[str, int]:
     """{"logits_to_keep": 1} where forward() takes it: a multi-token pass (prefill, mixed)
     then computes the vocabulary projection for the last position only."""
@@ -38,6 +51,7 @@ class KVBatch:
         self.device = device
         self._kw = cache_arg(model)
         self._last = last_logits_arg(model)
+        self._mask4d = takes_4d_mask()
         self.seq_ids: list[str] = []
         self.pending: list[int] = []
         self.mask = torch.zeros((0, 0), dtype=torch.long, device=device)
@@ -88,10 +102,21 @@ class KVBatch:
         n = len(self.seq_ids)
         ids = torch.tensor(self.pending, dtype=torch.long, device=self.device).view(n, 1)
         self.mask = torch.cat([self.mask, torch.ones((n, 1), dtype=torch.long, device=self.device)], dim=1)
-        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=self.pos.view(n, 1),
+        out = self.model(input_ids=ids, attention_mask=self._decode_mask(), position_ids=self.pos.view(n, 1),
                          use_cache=True, **{self._kw: self.cache})
         self.pos = self.pos + 1
         return out.logits[:, -1, :]
+
+    def _decode_mask(self) -> torch.Tensor:
+        """The decode pass's attention mask. With padding in the batch, the 4D boolean mask
+        [rows, 1, 1, width] the model would build from the 2D one (one query per row: the
+        padding mask is the whole of it), built here in one op: transformers' mask creation
+        (a dozen Python calls per forward, ~8% of a decode step of a small model) is skipped, and
+        the attention gets the same mask, so the logits are the same. Without padding the 2D mask,
+        which the model turns into no mask at all."""
+        if not self._mask4d or bool(self.mask.all()):
+            return self.mask
+        return self.mask.bool()[:, None, None, :]
 
     def mixed(self, seq_ids: list[str], contexts: list[list[int]]) -> torch.Tensor:
         """One forward for the running rows' decode and the newcomers' prefill together (a mixed

@@ -44,6 +44,8 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
     """The next token of each row: logits [rows, vocab]."""
     logits = logits.float()
     greedy = [i for i, p in enumerate(params) if p.greedy]
+    if len(greedy) == len(params):  # the common case: one argmax, no row gather
+        return list(logits.argmax(dim=-1).tolist())
     out = [0] * len(params)
     if greedy:
         best = logits[greedy].argmax(dim=-1).tolist()
