@@ -277,7 +277,7 @@ class CoreWorker(ObjectAPI):
         # A dead node (or one that did not answer) may come back with its store: it gets the
         # Free then (object_api._note_missed_frees).
         missed = [n.node_id for n in others if n.state != common_pb2.NodeInfo.ALIVE]
-        for n, r in zip(live, results[1:]):
+        for n, r in zip(live, results[1:], strict=True):
             if isinstance(r, Exception):
                 log.debug("free on node %s failed: %s", n.node_id[:8], r)
                 missed.append(n.node_id)
