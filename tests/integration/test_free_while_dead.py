@@ -4,7 +4,9 @@ A raylet that was only silent (a network cut, a long pause) is declared dead by 
 registers again, with its object store intact. While it was dead its owners' Frees skipped it
 (they go to live nodes only, or failed on the silent node): the copies freed meanwhile stayed
 in its store until their owners died. The owner now keeps the Frees a node missed and sends them
-once the node is alive again (client/ember/_private/missed_frees.py).
+once the node is alive again (client/ember/_private/missed_frees.py). The same holds for a Free
+that a live node's silent object manager did not answer. Each test fails on the code before
+(the first with a 7 s sleep in place of its wait on the owner's table, which that code lacks).
 """
 from __future__ import annotations
 
@@ -68,6 +70,29 @@ def _cont(pids: list[int]) -> None:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
+
+
+def test_a_free_a_silent_objmgr_did_not_answer_is_sent_again(cluster):
+    """b's object manager alone goes silent (b stays alive): the owner's Free to it times out;
+    once it answers again, the owner sends the Free again and b's copy goes."""
+    c, b = cluster
+    store_b = b.record.objmgr_address
+    ref = ember.put(np.full(4 * MiB, 5, dtype=np.uint8))
+    assert ember.get(read.remote(ref), timeout=60) == 5
+    freed_id = ref.binary()
+    assert freed_id in _big_objects(store_b)
+    core = ember._private.worker.global_worker().core
+    pid = b.procs[1].pid
+    _stop([pid])
+    try:
+        del ref
+        # The Free to b times out (5 s): the owner records it as missed.
+        wait_for(lambda: core._missed_frees is not None and len(core._missed_frees), timeout_s=30,
+                 what="the owner to record b's missed Free")
+    finally:
+        _cont([pid])
+    wait_for(lambda: freed_id not in _big_objects(store_b), timeout_s=30,
+             what="b's copy to go once its object manager answers again")
 
 
 @pytest.mark.parametrize("silent", ["raylet", "node"])
