@@ -350,10 +350,10 @@ class ObjectAPI:
                 log.warning("gave up on Frees for nodes dead for over %gs (%d ids so far)",
                             missed.ttl_s, missed.dropped)
             await self._refresh_nodes(max_age_s=0.5)
-            back = [n for n in missed.nodes() if (info := self._nodes.get(n)) is not None
-                    and info.state == common_pb2.NodeInfo.ALIVE]
+            back = {n: info for n in missed.nodes() if (info := self._nodes.get(n)) is not None
+                    and info.state == common_pb2.NodeInfo.ALIVE}
             for nid, oids in missed.take(back).items():
-                stub = objmgr_pb2_grpc.ObjectManagerStub(self.channel(self._nodes[nid].objmgr_address))
+                stub = objmgr_pb2_grpc.ObjectManagerStub(self.channel(back[nid].objmgr_address))
                 try:
                     await stub.Free(objmgr_pb2.FreeRequest(object_ids=oids), timeout=5)
                 except grpc.aio.AioRpcError as e:  # still silent: next round
