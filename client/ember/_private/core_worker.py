@@ -267,16 +267,22 @@ class CoreWorker(ObjectAPI):
         if not oids:
             return
         await self._refresh_nodes(max_age_s=5.0)
-        stubs = [self.objmgr] + [
-            objmgr_pb2_grpc.ObjectManagerStub(self.channel(n.objmgr_address))
-            for n in self._nodes.values()
-            if n.node_id != self.node_id and n.state == common_pb2.NodeInfo.ALIVE]
+        others = [n for n in self._nodes.values() if n.node_id != self.node_id]
+        live = [n for n in others if n.state == common_pb2.NodeInfo.ALIVE]
+        stubs = [self.objmgr] + [objmgr_pb2_grpc.ObjectManagerStub(self.channel(n.objmgr_address))
+                                 for n in live]
         req = objmgr_pb2.FreeRequest(object_ids=oids)
         results = await asyncio.gather(*(stub.Free(req, timeout=5) for stub in stubs),
                                        return_exceptions=True)
-        for r in results:
-            if isinstance(r, Exception):  # that node is gone, and its store with it
-                log.debug("free failed: %s", r)
+        # A dead node (or one that did not answer) may come back with its store: it gets the
+        # Free then (object_api._note_missed_frees).
+        missed = [n.node_id for n in others if n.state != common_pb2.NodeInfo.ALIVE]
+        for n, r in zip(live, results[1:], strict=True):
+            if isinstance(r, Exception):
+                log.debug("free on node %s failed: %s", n.node_id[:8], r)
+                missed.append(n.node_id)
+        if missed:
+            self._note_missed_frees(missed, oids)
 
     def drop_generator(self, task_id: bytes) -> None:
         """Loop thread: the ObjectRefGenerator is gone; free the items nobody took."""

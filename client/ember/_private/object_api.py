@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar, cast
 
 import grpc
@@ -22,6 +23,7 @@ from ember_common.config import Config
 from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 
 from .memory_store import MemoryStore
+from .missed_frees import MissedFrees
 from .object_ref import ObjectRef, OwnerAddress
 from .plasma import PlasmaClient
 from .reconstruction import Reconstructor
@@ -33,12 +35,15 @@ if TYPE_CHECKING:
     from .task_queue import TaskEntry
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # The local object manager bounds a pull by its stall deadline (ember_objmgr.transfer); the
 # caller's own deadline only catches a local object manager that answers nothing at all (stopped,
 # or its container gone without a reset): a base plus the object's size at a slow 8 MiB/s.
 PULL_BASE_S = 60.0
 PULL_MIN_BYTES_PER_S = 8 * 2**20
+# Missed Frees (missed_frees.py) are retried after 1 s, doubling up to this, while any wait.
+RESEND_MAX_S = 10.0
 
 
 def pull_deadline_s(size: int) -> float:
@@ -62,12 +67,16 @@ class ObjectAPI:
     objmgr: objmgr_pb2_grpc.ObjectManagerAsyncStub
     _nodes: dict[str, common_pb2.NodeInfo]
     _reconstructor: Reconstructor | None = None
+    _shutdown: bool
+    _missed_frees: MissedFrees | None = None
+    _resender: asyncio.Future[None] | None = None
 
     if TYPE_CHECKING:  # CoreWorker's loop plumbing and node view
         def run(self, coro: Awaitable[T] | Callable[[], Awaitable[T]],
                 timeout: float | None = None) -> T: ...
         def in_loop(self) -> bool: ...
         def worker_stub(self, address: str) -> core_worker_pb2_grpc.CoreWorkerAsyncStub: ...
+        def channel(self, address: str) -> grpc.aio.Channel: ...
         def _blocking(self, coro: Awaitable[T] | None, fn: Callable[[], T] | None = None) -> T: ...
         def _lends(self) -> bool: ...
         async def _refresh_nodes(self, max_age_s: float = 0.0) -> None: ...
@@ -316,6 +325,44 @@ class ObjectAPI:
         req = core_worker_pb2.AddObjectLocationRequest(object_id=oid, node_id=self.node_id)
         stub = self.worker_stub(f"{owner.ip}:{owner.port}")
         rpc.best_effort(stub.AddObjectLocation(req, timeout=10))
+
+    # ---------------------------------------------------------------- missed Frees
+    def _note_missed_frees(self, node_ids: list[str], oids: list[bytes]) -> None:
+        """Loop thread: these nodes missed the Free of oids (dead in this owner's view, or the
+        call failed); they get it once alive again (a node declared dead that comes back keeps
+        its store: missed_frees.py)."""
+        if not node_ids or self._shutdown:
+            return
+        if self._missed_frees is None:
+            self._missed_frees = MissedFrees()
+        self._missed_frees.missed(node_ids, oids)
+        if len(self._missed_frees) and (self._resender is None or self._resender.done()):
+            self._resender = asyncio.ensure_future(self._resend_missed_frees(self._missed_frees))
+
+    async def _resend_missed_frees(self, missed: MissedFrees) -> None:
+        """Loop thread, while Frees wait: polls the node table (1 s, doubling up to
+        RESEND_MAX_S) and sends each node that is alive again the Frees it missed."""
+        delay = 1.0
+        while len(missed):
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, RESEND_MAX_S)
+            if missed.expire():
+                log.warning("gave up on Frees for nodes dead for over %gs (%d ids so far)",
+                            missed.ttl_s, missed.dropped)
+            await self._refresh_nodes(max_age_s=0.5)
+            back = {n: info for n in missed.nodes() if (info := self._nodes.get(n)) is not None
+                    and info.state == common_pb2.NodeInfo.ALIVE}
+            for nid, oids in missed.take(back).items():
+                stub = objmgr_pb2_grpc.ObjectManagerStub(self.channel(back[nid].objmgr_address))
+                try:
+                    await stub.Free(objmgr_pb2.FreeRequest(object_ids=oids), timeout=5)
+                except grpc.aio.AioRpcError as e:  # still silent: next round
+                    log.debug("resending %d Frees to node %s failed: %s", len(oids), nid[:8], e.code().name)
+                    missed.missed([nid], oids)
+                    continue
+                missed.alive(nid)
+                log.info("node %s is back: sent the %d Frees it missed", nid[:8], len(oids))
+                delay = 1.0
 
     def get_future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
         """A future for the value (resolved on the loop)."""
