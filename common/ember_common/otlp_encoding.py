@@ -50,6 +50,14 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
     s_len = e_len = -1
     hexlify = _hexlify
     for s in spans:
+        if type(s) is bytes:  # an ENTRY (tracing_export): a per-task span, encoded when it ended
+            if rec_out is None:
+                group = by_id.get((id(resource), id(scope)))
+                if group is None:
+                    group = by_id[(id(resource), id(scope))] = (resource, scope, [])
+                rec_out = group[2]
+            rec_out.append(s)
+            continue
         if type(s) is tuple:
             n = len(s)
             if n == 6 or n == 7 and s[6] is None:

@@ -14,6 +14,7 @@ import textwrap
 import threading
 import time
 
+import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -76,8 +77,9 @@ def test_runs_of_one_template_encode_as_the_sdk_encodes_them():
 
 def test_the_default_batch_is_2048_and_sdk_spans_go_512_at_a_time(monkeypatch):
     """Per-task records are exported 2048 to a request (a fixed cost per export, spread over
-    more spans); a batch holding other spans (the SDK's, users' own) goes in requests of 512,
-    as the SDK's processor sends them, unless OTEL_BSP_MAX_EXPORT_BATCH_SIZE says otherwise."""
+    more spans); a batch holding more than 512 other spans (the SDK's, users' own) goes in
+    requests of 512, as the SDK's processor sends them, unless OTEL_BSP_MAX_EXPORT_BATCH_SIZE
+    says otherwise."""
     from opentelemetry.sdk.trace import TracerProvider
 
     monkeypatch.delenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", raising=False)
@@ -91,10 +93,14 @@ def test_the_default_batch_is_2048_and_sdk_spans_go_512_at_a_time(monkeypatch):
         for i in range(2048):
             buf.add_record(exec_rec(i % 256))
         assert _wait(lambda: keep.batches == [2048])  # a full batch goes at once
+        buf.add_record(sdk_span)  # a few SDK spans among records: one request
         for i in range(1000):
             buf.add_record(exec_rec(i % 256))
-        buf.add_record(sdk_span)
-        assert buf.force_flush(5000) and keep.batches == [2048, 512, 489]
+        assert buf.force_flush(5000) and keep.batches == [2048, 1001]
+        for i in range(600):  # more than 512 SDK spans: 512 to a request
+            buf.add_record(sdk_span if i % 2 else exec_rec(i % 256))
+            buf.add_record(sdk_span)
+        assert buf.force_flush(5000) and keep.batches == [2048, 1001, 512, 512, 176]
     finally:
         buf.shutdown()
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1000")
@@ -128,6 +134,9 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
     from ember_common import tracing_exec
     from ember_common.proto import common_pb2
 
+    ENTRIES = bool(os.environ.get("ENTRIES"))  # an exporter that takes ENTRY bytes (the OTLP/gRPC one's way)
+    Keep.accepts_entries = ENTRIES
+    tracing.tracing_spans._buffer.exporters = [Keep()]
     tracer = trace.get_tracer("user")
 
     def run(fast, fail=False, touch=False, raises=False, actor=b""):
@@ -179,6 +188,24 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
         pass
     out["malformed_kind"] = type(sp).__name__
     tracing.flush()
+    out["entries"] = sum(type(r) is bytes for r in got)
+    if ENTRIES:  # what the OTLP/gRPC exporter would send, decoded
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+        from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+        from ember_common import otlp_encoding
+        req = ExportTraceServiceRequest.FromString(otlp_encoding.encode_request(
+            got, tracing.tracing_spans._resource, tracing.tracing_spans._buffer.scope))
+        out["spans"] = [{"name": s.name, "id": int.from_bytes(s.span_id, "big"),
+                         "trace": int.from_bytes(s.trace_id, "big"),
+                         "parent": int.from_bytes(s.parent_span_id, "big") or None,
+                         "remote_parent": bool(s.flags & 0x200),
+                         "kind": Span.SpanKind.Name(s.kind)[len("SPAN_KIND_"):],
+                         "attrs": {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in s.attributes},
+                         "status": Status.StatusCode.Name(s.status.code)[len("STATUS_CODE_"):],
+                         "error": s.status.message or None, "events": [e.name for e in s.events]}
+                        for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
+        print(json.dumps(out))
+        raise SystemExit(0)
     from ember_common.tracing_export import to_readable
     spans = [to_readable(r, tracing.tracing_spans._resource, None) if type(r) is tuple else r for r in got]
     out["spans"] = [{"name": s.name, "id": s.context.span_id, "trace": s.context.trace_id,
@@ -190,17 +217,21 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
 """)
 
 
-def _child(tmp_path) -> dict:
+def _child(tmp_path, entries: bool = False) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path))
+    env.update(OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path), ENTRIES="1" if entries else "")
     out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-3000:]
     result: dict = json.loads(out.stdout.splitlines()[-1])
     return result
 
 
-def test_the_exec_span_is_recorded_as_the_lazy_task_span_records_it(tmp_path):
-    out = _child(tmp_path)
+@pytest.mark.parametrize("entries", [False, True], ids=["records", "entries"])
+def test_the_exec_span_is_recorded_as_the_lazy_task_span_records_it(tmp_path, entries):
+    """entries: the exporter takes the spans the fast paths encode when they end (the
+    OTLP/gRPC exporter does); what it sends is decoded and must be the same spans."""
+    out = _child(tmp_path, entries)
+    assert (out["entries"] > 0) is entries  # (ERROR and touched spans stay records)
     spans = out["spans"]
     by_id = {s["id"]: s for s in spans}
 
