@@ -75,8 +75,8 @@ def test_runs_of_one_template_encode_as_the_sdk_encodes_them():
     assert len(got.resource_spans[0].scope_spans[0].spans) == len(records)
 
 
-def test_the_default_batch_is_2048_and_sdk_spans_go_512_at_a_time(monkeypatch):
-    """Per-task records are exported 2048 to a request (a fixed cost per export, spread over
+def test_the_default_batch_is_1024_and_sdk_spans_go_512_at_a_time(monkeypatch):
+    """Per-task spans are exported 1024 to a request (a fixed cost per export, spread over
     more spans); a batch holding more than 512 other spans (the SDK's, users' own) goes in
     requests of 512, as the SDK's processor sends them, unless OTEL_BSP_MAX_EXPORT_BATCH_SIZE
     says otherwise."""
@@ -89,18 +89,18 @@ def test_the_default_batch_is_2048_and_sdk_spans_go_512_at_a_time(monkeypatch):
     sdk_span = TracerProvider().get_tracer("t").start_span("user")
     sdk_span.end()
     try:
-        assert (buf.batch, buf.sdk_batch) == (2048, 512)
-        for i in range(2048):
-            buf.add_record(exec_rec(i % 256))
-        assert _wait(lambda: keep.batches == [2048])  # a full batch goes at once
+        assert (buf.batch, buf.sdk_batch) == (1024, 512)
+        for i in range(1024):
+            buf.add_record(exec_rec(i % 256) if i % 2 else otlp_encoding.exec_entry(exec_rec(i % 256)))
+        assert _wait(lambda: keep.batches == [1024])  # a full batch goes at once
         buf.add_record(sdk_span)  # a few SDK spans among records: one request
         for i in range(1000):
             buf.add_record(exec_rec(i % 256))
-        assert buf.force_flush(5000) and keep.batches == [2048, 1001]
-        for i in range(600):  # more than 512 SDK spans: 512 to a request
+        assert buf.force_flush(5000) and keep.batches == [1024, 1001]
+        for i in range(400):  # more than 512 SDK spans: 512 to a request
             buf.add_record(sdk_span if i % 2 else exec_rec(i % 256))
             buf.add_record(sdk_span)
-        assert buf.force_flush(5000) and keep.batches == [2048, 1001, 512, 512, 176]
+        assert buf.force_flush(5000) and keep.batches == [1024, 1001, 512, 288]
     finally:
         buf.shutdown()
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1000")
