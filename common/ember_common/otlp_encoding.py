@@ -7,9 +7,10 @@ the exporting process (holding its GIL).
 (ids, times, the name and attributes from small caches), the resource and scope messages once
 per resource/scope (cached), and the OTLP/gRPC exporter sends the bytes as they are (no message
 object is built, parsed or serialized). A task's submit span (a SUBMIT record) and execute
-span (a RECORD whose first attribute is the task id) are one bytes formatting each, of a
-template cached per span name and repeating attributes, tag and length included. Spans with
-events or links, and attribute values that
+span (an EXEC record, or a RECORD whose first attribute is the task id) are one struct pack
+(`submit_entry`, `exec_entry`) or one bytes formatting each, of a template cached per span name
+and repeating attributes, tag and length included. Spans with events or links, and attribute
+values that
 are not str, bool, int or float, go through the SDK's own per-span encoder. `encode_spans`
 gives the same request as a message (the HTTP exporter). Tests decode the bytes with the OTLP
 protobuf classes and compare them with the SDK encoder's message.
@@ -42,7 +43,7 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
     # The per-task records, the most frequent spans, come in runs of the same template (one
     # function's tasks): the last SUBMIT template (root spans: name, key, value length) and the
     # last EXEC one (name, repeating values, task id length) are kept here, so that a record of
-    # the same run is one bytes formatting, with no call and no cache key built.
+    # the same run is one struct pack, with no call and no cache key built.
     s_name = s_key = e_name = e_rest = None
     s_pack: Any = None
     e_pack: Any = None
@@ -50,14 +51,6 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
     s_len = e_len = -1
     hexlify = _hexlify
     for s in spans:
-        if type(s) is bytes:  # an ENTRY (tracing_export): a per-task span, encoded when it ended
-            if rec_out is None:
-                group = by_id.get((id(resource), id(scope)))
-                if group is None:
-                    group = by_id[(id(resource), id(scope))] = (resource, scope, [])
-                rec_out = group[2]
-            rec_out.append(s)
-            continue
         if type(s) is tuple:
             n = len(s)
             if n == 6 or n == 7 and s[6] is None:

@@ -141,7 +141,6 @@ def _make_exporter(name: str, service: str) -> Any:
 
             class FastOTLPSpanExporter(OTLPSpanExporter):
                 accepts_records = True  # SpanBuffer's tuples, encoded as they are
-                accepts_entries = True  # and spans the fast paths encoded already (bytes)
                 resource: Any = None
                 scope: Any = None
 

@@ -7,7 +7,7 @@ as little Python per task as it can: one object that is both the span and its co
 they are and a span id sliced from one random draw per 512 spans), made current by one
 ContextVar set and reset (what OpenTelemetry's attach/detach do, without their layers), and
 queued at the end as an EXEC record, `(name, trace_parent, span_id, start_ns, end_ns, values,
-status)` (or, for the OTLP/gRPC exporter, its OTLP bytes written then: tracing_export's ENTRY) with values = (task_id, job_id, attempt, actor_id, node_id, worker_id) as the spec and
+status)` with values = (task_id, job_id, attempt, actor_id, node_id, worker_id) as the spec and
 the worker hold them: no attribute dict, no hex, no int conversion. The exporter writes its OTLP
 bytes (`otlp_encoding.exec_entry`: a template per name and repeating values, the task id's hex
 filled in) or expands it into a RECORD (`expand`) for exporters that take SDK spans.
@@ -26,7 +26,6 @@ import time
 from typing import Any
 
 from . import tracing_spans as ts
-from .otlp_encoding import exec_entry
 from .tracing_export import exec_attributes as attributes_of
 from .tracing_export import expand_exec as expand  # noqa: F401 (the module's record, expanded)
 
@@ -143,10 +142,7 @@ def init() -> None:
                        self._values, self._status)
                 buf = ts._buffer
                 if buf is not None and ts._processor._span_processors is ts._only_buffer:
-                    if buf.entries and rec[6] is None:  # encoded now, while its parts are in cache
-                        buf.add_record(exec_entry(rec) or rec)
-                    else:
-                        buf.add_record(rec)  # what emit() does, one call fewer
+                    buf.add_record(rec)  # what emit() does, one call fewer
                 else:
                     emit(rec)
 

@@ -13,10 +13,7 @@ RECORD = (name, trace_id, span_id, trace_flags, trace_state, parent, kind, start
 attributes, status, events); parent is None, a SpanContext, or the span id (int) of a remote
 parent in the same trace (a task's execute span: tracing_light.TaskSpan). A task's submit span
 may also come as a 6-tuple SUBMIT record (tracing_submit) and its execute span as a 7-tuple
-EXEC record (tracing_exec), which to_readable expands. When every exporter takes them
-(`entries`: the OTLP/gRPC exporter), those two come as ENTRY bytes instead: the span's
-`ScopeSpans.spans` field as otlp_encoding writes it (submit_entry, exec_entry), encoded when the
-span ends.
+EXEC record (tracing_exec), which to_readable expands.
 """
 from __future__ import annotations
 
@@ -51,7 +48,7 @@ class SpanBuffer(SpanProcessor):
 
     def __init__(self, exporters: Sequence[Any], resource: Any = None, scope: Any = None,
                  max_queue_size: int | None = None) -> None:
-        self.exporters = exporters  # (sets self.entries)
+        self.exporters = list(exporters)
         self.resource, self.scope = resource, scope  # what records are turned into spans with
         self.max_queue = max_queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 16384)
         # The spec's default batch is 512; Ember's is 1024 (OTEL_BSP_MAX_EXPORT_BATCH_SIZE
@@ -77,21 +74,9 @@ class SpanBuffer(SpanProcessor):
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork)
 
-    @property
-    def exporters(self) -> list[Any]:
-        return self._exporters
-
-    @exporters.setter
-    def exporters(self, exporters: Sequence[Any]) -> None:
-        self._exporters = list(exporters)
-        # Every exporter takes ENTRY bytes (the OTLP/gRPC one): the per-task fast paths queue
-        # their spans encoded, at their end, while what they are made of is in the CPU's cache
-        # (encoding a batch of them later in the export thread cost twice as much per span).
-        self.entries = bool(self._exporters) and all(getattr(e, "accepts_entries", False) for e in self._exporters)
-
     # ----------------------------------------------------------------- producers (any thread)
     def add_record(self, rec: Record) -> None:
-        """Queues one finished span: a RECORD tuple, or an ENTRY when self.entries."""
+        """Queues one finished span as a RECORD tuple."""
         q = self._queue
         q.append(rec)
         n = len(q)
@@ -151,9 +136,8 @@ class SpanBuffer(SpanProcessor):
 
     def _export(self, batch: list[Any]) -> None:
         n = self.sdk_batch
-        if len(batch) > n and sum(type(s) is not bytes and (type(s) is not tuple or len(s) > 7)
-                                  for s in batch) > n:
-            # more than n spans that are not per-task ones (ENTRY, SUBMIT, EXEC): n at a time
+        if len(batch) > n and sum(type(s) is not tuple or len(s) > 7 for s in batch) > n:
+            # more than n spans that are not per-task records (SUBMIT, EXEC): n at a time
             for i in range(0, len(batch), n):
                 self._export(batch[i:i + n])
             return

@@ -7,9 +7,8 @@ submission there counts most. `task_submitted` does what `submit_span(name, spec
 bulk), the context goes into the spec as 25 raw bytes (a bytes field: no map entry, no hex
 formatting; the worker parses it with two `int.from_bytes`), and the span is queued as a
 SUBMIT record, `(name, trace_parent, parent, time_ns, key, value)`: no attribute dict, no hex
-string, no per-task object besides the tuple. Its OTLP bytes (`otlp_encoding.submit_entry`,
-hex included) are written then, while its parts are in cache, when the exporter is the
-OTLP/gRPC one (tracing_export's ENTRY), else by the exporter, one batch at a time.
+string, no per-task object besides the tuple. The exporter writes its OTLP bytes
+(`otlp_encoding.submit_entry`) from it, hex included, in the export thread, one batch at a time.
 
 Anything the compact form does not cover (a tracestate, baggage, another id generator or
 sampler, the fast paths off) takes `submit_span`, which writes `trace_context`.
@@ -36,7 +35,6 @@ _ids: Any = iter(())  # 24-byte chunks: trace id (16) + span id (8), from one dr
 _on = False  # the compact path may be used (set by init)
 _cv: Any = None  # the ContextVar holding OpenTelemetry's current Context
 _add: Any = None  # where a SUBMIT record goes
-_entry: Any = None  # otlp_encoding.submit_entry (set by init: imported only when tracing is on)
 _root_flag: bytes | None = None  # the flags byte of every root when the root sampler is always_on
 _time_ns = time.time_ns
 
@@ -44,7 +42,7 @@ _time_ns = time.time_ns
 def init() -> None:
     """Called by tracing_spans.init(): the compact path is on for the SDK's RandomIdGenerator,
     the W3C propagator and a parent-based sampler (the defaults)."""
-    global _on, _cv, _add, _root_flag, _entry
+    global _on, _cv, _add, _root_flag
     from opentelemetry.context import _RUNTIME_CONTEXT
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
@@ -52,7 +50,6 @@ def init() -> None:
     _on = bool(ts._fast and ts._otel.parent_based and type(ts._id_gen) is RandomIdGenerator
                and _cv is not None)
     _add = _emit_submit
-    from .otlp_encoding import submit_entry as _entry
     bound = ts._root_bound
     _root_flag = _FLAG[1 | ts._random_flag] if bound is not None and bound > ts._M64 else None
 
@@ -92,8 +89,7 @@ def task_submitted(spec: Any, name: str, key: str = "ember.task_id", value: byte
                 rec = (name, tp, None, _time_ns(), key, spec.task_id if value is None else value)
                 buf = ts._buffer
                 if buf is not None and ts._processor._span_processors is ts._only_buffer:
-                    # encoded now (an ENTRY), while its parts are in cache, when the exporter takes it
-                    buf.add_record(_entry(rec) if buf.entries else rec)
+                    buf.add_record(rec)
                 else:
                     _add(rec)
                 return
@@ -132,7 +128,7 @@ def task_submitted(spec: Any, name: str, key: str = "ember.task_id", value: byte
 def _emit_submit(rec: tuple[Any, ...]) -> None:
     buf = ts._buffer
     if buf is not None and ts._processor._span_processors is ts._only_buffer:
-        buf.add_record(_entry(rec) if buf.entries else rec)
+        buf.add_record(rec)
     else:
         from .tracing_export import expand
 

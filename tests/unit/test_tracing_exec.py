@@ -14,7 +14,6 @@ import textwrap
 import threading
 import time
 
-import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -91,7 +90,7 @@ def test_the_default_batch_is_1024_and_sdk_spans_go_512_at_a_time(monkeypatch):
     try:
         assert (buf.batch, buf.sdk_batch) == (1024, 512)
         for i in range(1024):
-            buf.add_record(exec_rec(i % 256) if i % 2 else otlp_encoding.exec_entry(exec_rec(i % 256)))
+            buf.add_record(exec_rec(i % 256))
         assert _wait(lambda: keep.batches == [1024])  # a full batch goes at once
         buf.add_record(sdk_span)  # a few SDK spans among records: one request
         for i in range(1000):
@@ -134,9 +133,6 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
     from ember_common import tracing_exec
     from ember_common.proto import common_pb2
 
-    ENTRIES = bool(os.environ.get("ENTRIES"))  # an exporter that takes ENTRY bytes (the OTLP/gRPC one's way)
-    Keep.accepts_entries = ENTRIES
-    tracing.tracing_spans._buffer.exporters = [Keep()]
     tracer = trace.get_tracer("user")
 
     def run(fast, fail=False, touch=False, raises=False, actor=b""):
@@ -188,24 +184,6 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
         pass
     out["malformed_kind"] = type(sp).__name__
     tracing.flush()
-    out["entries"] = sum(type(r) is bytes for r in got)
-    if ENTRIES:  # what the OTLP/gRPC exporter would send, decoded
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-        from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
-        from ember_common import otlp_encoding
-        req = ExportTraceServiceRequest.FromString(otlp_encoding.encode_request(
-            got, tracing.tracing_spans._resource, tracing.tracing_spans._buffer.scope))
-        out["spans"] = [{"name": s.name, "id": int.from_bytes(s.span_id, "big"),
-                         "trace": int.from_bytes(s.trace_id, "big"),
-                         "parent": int.from_bytes(s.parent_span_id, "big") or None,
-                         "remote_parent": bool(s.flags & 0x200),
-                         "kind": Span.SpanKind.Name(s.kind)[len("SPAN_KIND_"):],
-                         "attrs": {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in s.attributes},
-                         "status": Status.StatusCode.Name(s.status.code)[len("STATUS_CODE_"):],
-                         "error": s.status.message or None, "events": [e.name for e in s.events]}
-                        for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
-        print(json.dumps(out))
-        raise SystemExit(0)
     from ember_common.tracing_export import to_readable
     spans = [to_readable(r, tracing.tracing_spans._resource, None) if type(r) is tuple else r for r in got]
     out["spans"] = [{"name": s.name, "id": s.context.span_id, "trace": s.context.trace_id,
@@ -217,21 +195,17 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
 """)
 
 
-def _child(tmp_path, entries: bool = False) -> dict:
+def _child(tmp_path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path), ENTRIES="1" if entries else "")
+    env.update(OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-3000:]
     result: dict = json.loads(out.stdout.splitlines()[-1])
     return result
 
 
-@pytest.mark.parametrize("entries", [False, True], ids=["records", "entries"])
-def test_the_exec_span_is_recorded_as_the_lazy_task_span_records_it(tmp_path, entries):
-    """entries: the exporter takes the spans the fast paths encode when they end (the
-    OTLP/gRPC exporter does); what it sends is decoded and must be the same spans."""
-    out = _child(tmp_path, entries)
-    assert (out["entries"] > 0) is entries  # (ERROR and touched spans stay records)
+def test_the_exec_span_is_recorded_as_the_lazy_task_span_records_it(tmp_path):
+    out = _child(tmp_path)
     spans = out["spans"]
     by_id = {s["id"]: s for s in spans}
 
