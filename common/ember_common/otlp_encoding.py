@@ -349,7 +349,7 @@ def _packer(consts: list[bytes], slots: list[str]) -> tuple[Any, ...]:
     """(pack, *consts): a Struct's pack for consts[0] slots[0] consts[1] ... consts[-1], each
     const as an `Ns` field (given again at each call), each slot as written ("16s": the first
     16 bytes of what is given, "Q": a little-endian fixed64, "B": one byte)."""
-    fmt = "<" + "".join(f"{len(c)}s{slot}" for c, slot in zip(consts, slots)) + f"{len(consts[-1])}s"
+    fmt = "<" + "".join(f"{len(c)}s{slot}" for c, slot in zip(consts[:-1], slots, strict=True)) + f"{len(consts[-1])}s"
     return (struct.Struct(fmt).pack, *consts)
 
 
