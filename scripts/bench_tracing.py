@@ -16,9 +16,12 @@ each round (one bad round does not decide: 5 rounds of 20,000 tasks by default).
 `--paired N` runs one cluster with tracing on and switches it off and on in the driver (no
 submit span, so no context in the spec and no execute span in the worker) in N alternating
 segments (on off off on ...): both settings see the same processes and nearly the same moment of
-a loaded machine, so the paired medians of tasks/s, of the driver's CPU per task (and of each of
-its threads: where a difference lands), of the workers' and of the other processes' are much
-steadier than separate runs. Export threads run in both settings (idle in the off segments).
+a loaded machine, so the paired figures are much steadier than separate runs: tasks/s, and CPU
+per task of each driver thread, of each worker thread (by name: a task writes the workers'
+Python thread names into /proc/.../comm), of the other processes and of the sink, read from
+/proc/.../schedstat (ns; /proc's stat ticks are 10 ms, ~3 µs per task in a segment), as medians
+of the segments and as totals over them. Export threads run in both settings (idle in the off
+segments).
 
 `--inproc` measures only what tracing itself costs per task, in one process: the submit span,
 the spec serialized and parsed (the context travels in it: `TaskSpec.trace_parent`'s 25 bytes
