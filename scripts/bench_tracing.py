@@ -359,7 +359,7 @@ def print_paired(rows: list[dict]) -> None:
     print(f"{'tasks/s (median)':<34}{tps_on:>9.0f}{tps_off:>9.0f}{tps_on / tps_off:>8.3f}")
     keys = sorted({k for r in rows for k in r["cpu_ns"]}, key=lambda k: (not k.startswith("driver"), not k.startswith("worker"), k))
     for key in keys:
-        def per(r: dict) -> float:
+        def per(r: dict, key: str = key) -> float:
             return float(r["cpu_ns"].get(key, 0)) / r["n"] / 1e3
         a, b = med(on_rows, per), med(off_rows, per)
         ta = sum(r["cpu_ns"].get(key, 0) for r in on_rows) / sum(r["n"] for r in on_rows) / 1e3
@@ -368,8 +368,8 @@ def print_paired(rows: list[dict]) -> None:
               f"   {ta:>9.1f}{tb:>9.1f}{ta - tb:>+8.1f}")
     total = [sum(v for k, v in r["cpu_ns"].items() if not k.startswith(("driver ", "worker ")))
              / r["n"] / 1e3 for r in rows]
-    a = statistics.median(x for x, r in zip(total, rows) if r["on"])
-    b = statistics.median(x for x, r in zip(total, rows) if not r["on"])
+    a = statistics.median(x for x, r in zip(total, rows, strict=True) if r["on"])
+    b = statistics.median(x for x, r in zip(total, rows, strict=True) if not r["on"])
     print(f"{'all processes µs/task':<34}{a:>9.1f}{b:>9.1f}{a / b:>8.3f}{a - b:>+8.1f}")
     sa = sum(r["specs"] for r in on_rows) / max(1, sum(r["messages"] for r in on_rows))
     sb = sum(r["specs"] for r in off_rows) / max(1, sum(r["messages"] for r in off_rows))
