@@ -16,9 +16,12 @@ each round (one bad round does not decide: 5 rounds of 20,000 tasks by default).
 `--paired N` runs one cluster with tracing on and switches it off and on in the driver (no
 submit span, so no context in the spec and no execute span in the worker) in N alternating
 segments (on off off on ...): both settings see the same processes and nearly the same moment of
-a loaded machine, so the paired medians of tasks/s, of the driver's CPU per task (and of each of
-its threads: where a difference lands), of the workers' and of the other processes' are much
-steadier than separate runs. Export threads run in both settings (idle in the off segments).
+a loaded machine, so the paired figures are much steadier than separate runs: tasks/s, and CPU
+per task of each driver thread, of each worker thread (by name: a task writes the workers'
+Python thread names into /proc/.../comm), of the other processes and of the sink, read from
+/proc/.../schedstat (ns; /proc's stat ticks are 10 ms, ~3 µs per task in a segment), as medians
+of the segments and as totals over them. Export threads run in both settings (idle in the off
+segments).
 
 `--inproc` measures only what tracing itself costs per task, in one process: the submit span,
 the spec serialized and parsed (the context travels in it: `TaskSpec.trace_parent`'s 25 bytes
@@ -43,7 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Iterator
+from typing import Any, Iterator
 
 _CHILD = r"""
 import json, os, sys, time
@@ -224,43 +227,87 @@ def small_value():
 def batch():
     ember.get([small_value.remote() for _ in range(1000)])
 
+@ember.remote
+def name_threads():
+    # Python names its threads only for itself: write them where /proc shows them (comm), so
+    # that the workers' CPU can be split by thread below.
+    import threading as th
+    for t in th.enumerate():  # (a forked worker's main thread is the process: tid = pid)
+        tid = os.getpid() if t is th.main_thread() else t.native_id
+        try:
+            with open(f"/proc/self/task/{tid}/comm", "w") as f:
+                f.write(("main" if t is th.main_thread() else t.name)[:15])
+        except OSError:
+            pass
+    time.sleep(0.02)
+
 for _ in range(5):
     batch()  # warm-up: workers started, leases held
+ember.get([name_threads.remote() for _ in range(20)])
 me = psutil.Process()
 kids = me.children(recursive=True)
 kind = {}
 for p in kids:
     cmd = p.cmdline()
     module = cmd[cmd.index("-m") + 1] if "-m" in cmd[:-1] else ""
-    kind[p.pid] = "worker" if module.startswith("ember._private.") else "others"
+    kind[p.pid] = "worker" if module.startswith("ember._private.") else module.replace("ember_", "") or "others"
+sink_pid = int(sys.argv[3])
+
+def run_ns(pid, tid):
+    # a thread's CPU time in ns (schedstat: ns resolution; /proc's stat ticks are 10 ms, which
+    # at a few thousand tasks per 0.5 s segment is a 3 µs-per-task quantum)
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            return int(f.read().split()[0])
+    except OSError:
+        return 0
+
+def proc_ns(pid, by_thread=None):
+    # a process's CPU ns; by_thread: also added up by thread name (comm) there
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    total = 0
+    for tid in tids:
+        t = run_ns(pid, tid)
+        total += t
+        if by_thread is not None:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    name = f.read().strip()
+            except OSError:
+                continue
+            by_thread[name if name in WORKER_THREADS else "grpc" if name in GRPC_THREADS else "others"] += t
+    return total
+
+WORKER_THREADS = {"main", "ember-core", "ember-span-expo", "ember-task-even", "Thread-1 (_poll"}
+GRPC_THREADS = {"event_engine", "grpc_global_tim", "lifeguard"}  # gRPC's C threads
 
 def kids_cpu():
-    out = {"worker": 0.0, "others": 0.0, "worker main": 0.0}
+    out = collections.Counter()
+    threads = collections.Counter()
     for p in kids:
-        try:
-            t = p.cpu_times()
-            if kind[p.pid] == "worker":  # the thread that runs tasks (and their execute spans)
-                out["worker main"] += sum(x.user_time + x.system_time for x in p.threads() if x.id == p.pid)
-        except psutil.NoSuchProcess:
-            continue
-        out[kind[p.pid]] += t.user + t.system
+        out[kind[p.pid]] += proc_ns(p.pid, threads if kind[p.pid] == "worker" else None)
+    out.update({"worker " + k: v for k, v in threads.items()})
+    out["sink"] = proc_ns(sink_pid)
     return out
-
-TICK = os.sysconf("SC_CLK_TCK")
 
 def threads_cpu():
-    # the driver's CPU seconds by thread (Python threads by name, the rest: gRPC's own)
+    # the driver's CPU ns by thread (Python threads by name, the rest: gRPC's own)
     names = {t.native_id: t.name for t in threading.enumerate()}
     out = collections.Counter()
+    pid = os.getpid()
     for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
         name = names.get(int(tid), "grpc and others")
-        out["main" if name == "MainThread" else name] += (int(fields[11]) + int(fields[12])) / TICK
+        out["driver " + ("main" if name == "MainThread" else name)] += run_ns(pid, tid)
     return out
+
+def cpu():
+    c = kids_cpu()
+    c.update(threads_cpu())
+    c["driver"] = sum(v for k, v in c.items() if k.startswith("driver "))
+    return c
 
 segments, seg_s = int(sys.argv[1]), float(sys.argv[2])
 rows = []
@@ -269,27 +316,27 @@ for k in range(segments):
     tracing._enabled = on  # the driver's switch: no submit span, no context, so no execute span
     batch()  # the switch settles (tasks in flight made under the other setting)
     counts.clear()
-    c0, k0, t0, w0, n = time.process_time(), kids_cpu(), threads_cpu(), time.perf_counter(), 0
+    c0, w0, n = cpu(), time.perf_counter(), 0
     while time.perf_counter() - w0 < seg_s:
         batch()
         n += 1000
-    wall, c1, k1, t1 = time.perf_counter() - w0, time.process_time(), kids_cpu(), threads_cpu()
-    rows.append({**{"driver " + k: 1e6 * (t1[k] - t0.get(k, 0.0)) / n for k in t1}, "on": on, "tasks_per_s": n / wall, "driver": 1e6 * (c1 - c0) / n,
-                 "worker": 1e6 * (k1["worker"] - k0["worker"]) / n, "others": 1e6 * (k1["others"] - k0["others"]) / n,
-                 "worker main thread": 1e6 * (k1["worker main"] - k0["worker main"]) / n,
-                 "specs_per_message": counts["specs"] / max(1, counts["messages"])})
+    wall, c1 = time.perf_counter() - w0, cpu()
+    # CPU ns per segment by process kind and driver thread; n tasks in wall seconds
+    rows.append({"on": on, "n": n, "wall": wall, "messages": counts["messages"], "specs": counts["specs"],
+                 "cpu_ns": {key: c1[key] - c0.get(key, 0) for key in c1}})
 tracing._enabled = True
 print("RESULT " + json.dumps(rows))
 ember.shutdown()
 """
 
 
-def run_paired(segments: int, seg_s: float, endpoint: str) -> list[dict]:
+def run_paired(segments: int, seg_s: float, endpoint: str, sink_pid: int) -> list[dict]:
     """--paired: one cluster with tracing on, switched on and off in the driver in alternating
     segments; a row per segment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
-    out = subprocess.run([sys.executable, "-c", _PAIRED, str(segments), str(seg_s)], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", _PAIRED, str(segments), str(seg_s), str(sink_pid)], env=env,
+                         capture_output=True,
                          text=True, timeout=900)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -299,13 +346,34 @@ def run_paired(segments: int, seg_s: float, endpoint: str) -> list[dict]:
 
 
 def print_paired(rows: list[dict]) -> None:
-    print(f"{'median':<40}{'on':>10}{'off':>10}{'on/off':>9}")
-    threads = sorted({k for r in rows for k in r if k.startswith("driver ")})
-    for key in ("tasks_per_s", "driver", *threads, "worker", "worker main thread", "others", "specs_per_message"):
-        on = statistics.median(r.get(key, 0.0) for r in rows if r["on"])
-        off = statistics.median(r.get(key, 0.0) for r in rows if not r["on"])
-        label = key if key in ("tasks_per_s", "specs_per_message") else f"{key} µs/task"
-        print(f"{label:<40}{on:>10.1f}{off:>10.1f}{on / off if off else float('nan'):>9.3f}")
+    """Per setting: tasks/s (median of segments), then CPU µs per task by process kind and by
+    driver thread, as medians of the segments and as totals (all segments' CPU over all their
+    tasks: the steadier figure), and TaskStream specs per message."""
+    on_rows, off_rows = [r for r in rows if r["on"]], [r for r in rows if not r["on"]]
+
+    def med(rs: list[dict], f: Any) -> float:
+        return statistics.median(f(r) for r in rs)
+
+    tps_on, tps_off = med(on_rows, lambda r: r["n"] / r["wall"]), med(off_rows, lambda r: r["n"] / r["wall"])
+    print(f"{'':<34}{'on':>9}{'off':>9}{'on/off':>8}{'on-off':>8}   {'total on':>9}{'off':>9}{'on-off':>8}")
+    print(f"{'tasks/s (median)':<34}{tps_on:>9.0f}{tps_off:>9.0f}{tps_on / tps_off:>8.3f}")
+    keys = sorted({k for r in rows for k in r["cpu_ns"]}, key=lambda k: (not k.startswith("driver"), not k.startswith("worker"), k))
+    for key in keys:
+        def per(r: dict, key: str = key) -> float:
+            return float(r["cpu_ns"].get(key, 0)) / r["n"] / 1e3
+        a, b = med(on_rows, per), med(off_rows, per)
+        ta = sum(r["cpu_ns"].get(key, 0) for r in on_rows) / sum(r["n"] for r in on_rows) / 1e3
+        tb = sum(r["cpu_ns"].get(key, 0) for r in off_rows) / sum(r["n"] for r in off_rows) / 1e3
+        print(f"{key + ' µs/task':<34}{a:>9.1f}{b:>9.1f}{a / b if b else float('nan'):>8.3f}{a - b:>+8.1f}"
+              f"   {ta:>9.1f}{tb:>9.1f}{ta - tb:>+8.1f}")
+    total = [sum(v for k, v in r["cpu_ns"].items() if not k.startswith(("driver ", "worker ")))
+             / r["n"] / 1e3 for r in rows]
+    a = statistics.median(x for x, r in zip(total, rows, strict=True) if r["on"])
+    b = statistics.median(x for x, r in zip(total, rows, strict=True) if not r["on"])
+    print(f"{'all processes µs/task':<34}{a:>9.1f}{b:>9.1f}{a / b:>8.3f}{a - b:>+8.1f}")
+    sa = sum(r["specs"] for r in on_rows) / max(1, sum(r["messages"] for r in on_rows))
+    sb = sum(r["specs"] for r in off_rows) / max(1, sum(r["messages"] for r in off_rows))
+    print(f"{'specs per TaskStream message':<34}{sa:>9.2f}{sb:>9.2f}{sa / sb:>8.3f}")
 
 
 def run_inproc(batches: int, endpoint: str, sampler_arg: float, side: str = "both") -> dict:
@@ -358,7 +426,7 @@ def main() -> None:
     args = ap.parse_args()
     with (receiver() if args.receiver else sink()) as (endpoint, pid):
         if args.paired:
-            rows = run_paired(args.paired, args.segment_s, endpoint)
+            rows = run_paired(args.paired, args.segment_s, endpoint, pid)
             print(f"paired: {args.paired} segments of {args.segment_s} s, load average {os.getloadavg()[0]:.1f}")
             print_paired(rows)
             return

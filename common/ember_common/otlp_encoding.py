@@ -7,9 +7,10 @@ the exporting process (holding its GIL).
 (ids, times, the name and attributes from small caches), the resource and scope messages once
 per resource/scope (cached), and the OTLP/gRPC exporter sends the bytes as they are (no message
 object is built, parsed or serialized). A task's submit span (a SUBMIT record) and execute
-span (a RECORD whose first attribute is the task id) are one bytes formatting each, of a
-template cached per span name and repeating attributes, tag and length included. Spans with
-events or links, and attribute values that
+span (an EXEC record, or a RECORD whose first attribute is the task id) are one struct pack
+(`submit_entry`, `exec_entry`) or one bytes formatting each, of a template cached per span name
+and repeating attributes, tag and length included. Spans with events or links, and attribute
+values that
 are not str, bool, int or float, go through the SDK's own per-span encoder. `encode_spans`
 gives the same request as a message (the HTTP exporter). Tests decode the bytes with the OTLP
 protobuf classes and compare them with the SDK encoder's message.
@@ -39,21 +40,46 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
     last_sc: Any = _NOTHING
     out: list[bytes] = []
     rec_out: list[bytes] | None = None  # the records' group (resource, scope), made at the first one
+    # The per-task records, the most frequent spans, come in runs of the same template (one
+    # function's tasks): the last SUBMIT template (root spans: name, key, value length) and the
+    # last EXEC one (name, repeating values, task id length) are kept here, so that a record of
+    # the same run is one struct pack, with no call and no cache key built.
+    s_name = s_key = e_name = e_rest = None
+    s_pack: Any = None
+    e_pack: Any = None
+    s0 = s1 = s2 = s3 = s4 = s5 = e0 = e1 = e2 = e3 = e4 = e5 = b""
+    s_len = e_len = -1
+    hexlify = _hexlify
     for s in spans:
         if type(s) is tuple:
             n = len(s)
-            if n == 6 or n == 7 and s[6] is None:  # the per-task records, the most frequent spans
+            if n == 6 or n == 7 and s[6] is None:
                 if rec_out is None:
                     group = by_id.get((id(resource), id(scope)))
                     if group is None:
                         group = by_id[(id(resource), id(scope))] = (resource, scope, [])
                     rec_out = group[2]
                 if n == 6:  # a SUBMIT record (tracing_submit): written with its field tag and length
+                    name, tp, parent, t, key, value = s
+                    if parent is None and len(value) == s_len and name == s_name and key == s_key:
+                        rec_out.append(s_pack(s0, tp, s1, tp[16:24], s2, t, s3, t, s4, hexlify(value), s5))
+                        continue
                     rec_out.append(submit_entry(s))
+                    if parent is None:  # the template submit_entry used, for the next ones
+                        s_name, s_key, s_len = name, key, len(value)
+                        s_pack, s0, s1, s2, s3, s4, s5 = _submit_fmts[(name, key, s_len, 0)]
                     continue
-                entry = exec_entry(s)  # an EXEC record (tracing_exec)
+                name, tp, sid, start, end, values, _ = s  # an EXEC record (tracing_exec)
+                task_id = values[0]
+                if len(task_id) == e_len and name == e_name and values[1:] == e_rest:
+                    rec_out.append(e_pack(e0, tp, e1, sid, e2, tp[16:24], e3, start, 0x41, end, e4,
+                                          hexlify(task_id), e5))
+                    continue
+                entry = exec_entry(s)
                 if entry is not None:
                     rec_out.append(entry)
+                    e_name, e_rest, e_len = name, values[1:], len(task_id)
+                    e_pack, e0, e1, e2, e3, e4, e5 = _exec7_fmts[(name, e_rest, e_len)]
                     continue
             res, sc = resource, scope
             data: bytes | None
@@ -94,18 +120,25 @@ def encode_request(spans: Sequence[Any], resource: Any = None, scope: Any = None
     groups: dict[Any, dict[Any, list[bytes]]] = {}
     for res, sc, blobs in by_id.values():
         groups.setdefault(res, {}).setdefault(sc, []).extend(blobs)
-    request = []
+    # One join of every piece: nested messages are written as headers (tag, length) before
+    # their pieces, not as joined copies (a batch of 1024 task spans is ~370 KB: each copy of
+    # that size is a fresh mmap'd buffer, its pages faulted in).
+    request: list[bytes] = []
     for res, scopes in groups.items():
-        parts = [_ld(b"\x0a", _resource_bytes(res))]  # ResourceSpans.resource = 1
+        rs: list[bytes] = [_ld(b"\x0a", _resource_bytes(res))]  # ResourceSpans.resource = 1
+        rs_len = len(rs[0])
         for sc, blobs in scopes.items():
             # ScopeSpans{scope = 1, spans = 2 (one record per span), schema_url = 3}
-            body = [_ld(b"\x0a", _scope_bytes(sc)), *blobs]
-            if sc is not None and sc.schema_url:
-                body.append(_ld(b"\x1a", sc.schema_url.encode()))
-            parts.append(_ld(b"\x12", b"".join(body)))  # ResourceSpans.scope_spans = 2
+            head = _ld(b"\x0a", _scope_bytes(sc))
+            tail = _ld(b"\x1a", sc.schema_url.encode()) if sc is not None and sc.schema_url else b""
+            ss_len = len(head) + sum(map(len, blobs)) + len(tail)
+            ss_head = b"\x12" + _varint(ss_len)  # ResourceSpans.scope_spans = 2
+            rs += (ss_head, head, *blobs, tail)
+            rs_len += len(ss_head) + ss_len
         if res is not None and res.schema_url:
-            parts.append(_ld(b"\x1a", res.schema_url.encode()))  # ResourceSpans.schema_url = 3
-        request.append(_ld(b"\x0a", b"".join(parts)))  # ExportTraceServiceRequest.resource_spans = 1
+            rs.append(_ld(b"\x1a", res.schema_url.encode()))  # ResourceSpans.schema_url = 3
+            rs_len += len(rs[-1])
+        request += (b"\x0a" + _varint(rs_len), *rs)  # ExportTraceServiceRequest.resource_spans = 1
     return b"".join(request)
 
 
@@ -173,7 +206,6 @@ _name_cache: dict[str, tuple[Any, bytes]] = {}  # name -> (kind, name and kind f
 _KIND = [b"\x30" + bytes((k + 1,)) for k in range(5)]
 _UNSET_STATUS = b"\x7a\x00"
 _FLAGS_LOCAL, _FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x100), b"\x85\x01" + struct.pack("<I", 0x300)
-_pack_q = struct.Struct("<Q").pack
 
 
 def _attr_bytes(key: str, value: Any) -> bytes | None:
@@ -297,22 +329,32 @@ def _exec_consts(ck: tuple[Any, ...]) -> list[bytes] | None:
 
 def exec_entry(rec: tuple[Any, ...]) -> bytes | None:
     """ScopeSpans.spans = 2 holding an EXEC record's Span message (tracing_exec; no status):
-    one bytes formatting of a template cached per name and repeating values (job, attempt,
-    actor, node, worker), the ids (trace_parent's and the span id's bytes as they are), the
-    times and the task id's hex filled in; None when an attribute needs the SDK's encoder."""
+    one struct pack of a template cached per name and repeating values (job, attempt, actor,
+    node, worker), the ids (trace_parent's and the span id's bytes as they are), the times and
+    the task id's hex filled in; None when an attribute needs the SDK's encoder."""
     name, tp, sid, start, end, values, _ = rec
     task_id = values[0]
     key = (name, values[1:], len(task_id))
-    fmt = _exec7_fmts.get(key, _NOTHING)
-    if fmt is _NOTHING:
-        fmt = _exec7_fmt(key)
-    if fmt is None:
+    t = _exec7_fmts.get(key, _NOTHING)
+    if t is _NOTHING:
+        t = _exec7_fmt(key)
+    if t is None:
         return None
-    data: bytes = fmt % (tp[:16], sid, tp[16:24], _TIMES(b"\x39", start, b"\x41", end), _hexlify(task_id))
+    pack, c0, c1, c2, c3, c4, c5 = t
+    data: bytes = pack(c0, tp, c1, sid, c2, tp[16:24], c3, start, 0x41, end, c4, _hexlify(task_id), c5)
     return data
 
 
-def _exec7_fmt(key: tuple[Any, ...]) -> bytes | None:
+def _packer(consts: list[bytes], slots: list[str]) -> tuple[Any, ...]:
+    """(pack, *consts): a Struct's pack for consts[0] slots[0] consts[1] ... consts[-1], each
+    const as an `Ns` field (given again at each call), each slot as written ("16s": the first
+    16 bytes of what is given, "Q": a little-endian fixed64, "B": one byte)."""
+    fmt = "<" + "".join(f"{len(c)}s{slot}" for c, slot in zip(consts[:-1], slots, strict=True)) + f"{len(consts[-1])}s"
+    return (struct.Struct(fmt).pack, *consts)
+
+
+def _exec7_fmt(key: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The packer of an EXEC record's entry (exec_entry), or None (an attribute needs the SDK)."""
     from opentelemetry.trace import SpanKind
 
     from .tracing_export import exec_attributes
@@ -320,14 +362,15 @@ def _exec7_fmt(key: tuple[Any, ...]) -> bytes | None:
     name, rest_values, idlen = key
     items = tuple(exec_attributes((b"", *rest_values)).items())
     consts = _exec_consts((name, SpanKind.CONSUMER, items[1:], items[0][0], 2 * idlen))
-    fmt = None
+    t = None
     if consts is not None:  # the ids' slot split in three: trace id, span id, parent span id
-        parts = [consts[0] + b"\x0a\x10", b"\x12\x08", b"\x22\x08", *consts[1:]]
-        fmt = b"%s".join(c.replace(b"%", b"%%") for c in parts)
+        # ids, name and kind (start's tag last), start, end's tag, end, the task id's hex
+        parts = [consts[0] + b"\x0a\x10", b"\x12\x08", b"\x22\x08", consts[1] + b"\x39", consts[2], consts[3]]
+        t = _packer(parts, ["16s", "8s", "8s", "QBQ", f"{2 * idlen}s"])
     if len(_exec7_fmts) >= _ATTR_CACHE_MAX:
         _exec7_fmts.clear()
-    _exec7_fmts[key] = fmt
-    return fmt
+    _exec7_fmts[key] = t
+    return t
 
 
 _exec7_fmts: dict[tuple[Any, ...], Any] = {}
@@ -337,45 +380,53 @@ _exec_fmts: dict[tuple[Any, ...], bytes | None] = {}
 
 
 def submit_entry(rec: tuple[Any, ...]) -> bytes:
-    """ScopeSpans.spans = 2 holding a SUBMIT record's Span message: one bytes formatting of a
+    """ScopeSpans.spans = 2 holding a SUBMIT record's Span message: one struct pack of a
     template cached per (name, attribute key, value length, parent kind) with every constant
     field in it; per span only the ids (trace_parent's bytes as they are), the time and the
     value's hex are filled in."""
     name, tp, parent, t, key, value = rec
     ptype = 0 if parent is None else 2 if parent.is_remote else 1
-    fmt = _submit_fmts.get((name, key, len(value), ptype))
-    if fmt is None:
-        fmt = _submit_fmt(name, key, len(value), ptype)
-    tb = _pack_q(t)
+    p = _submit_fmts.get((name, key, len(value), ptype))
+    if p is None:
+        p = _submit_fmt(name, key, len(value), ptype)
     if ptype:
-        return fmt % (tp[:16], tp[16:24], _pack_q_be(parent.span_id), tb, tb, _hexlify(value))
-    return fmt % (tp[:16], tp[16:24], tb, tb, _hexlify(value))
+        pack, c0, c1, c2, c3, c4, c5, c6 = p
+        data: bytes = pack(c0, tp, c1, tp[16:24], c2, _pack_q_be(parent.span_id), c3, t, c4, t, c5,
+                           _hexlify(value), c6)
+        return data
+    pack, c0, c1, c2, c3, c4, c5 = p
+    data = pack(c0, tp, c1, tp[16:24], c2, t, c3, t, c4, _hexlify(value), c5)
+    return data
 
 
-def _submit_fmt(name: str, key: str, vlen: int, ptype: int) -> bytes:
+def _submit_fmt(name: str, key: str, vlen: int, ptype: int) -> tuple[Any, ...]:
+    """The packer of a SUBMIT record's entry (submit_entry)."""
     from opentelemetry.trace import SpanKind
 
     kb, hexlen = key.encode(), 2 * vlen
     anylen = 1 + len(_varint(hexlen)) + hexlen  # AnyValue{string_value = 1}
     kvlen = 1 + len(_varint(len(kb))) + len(kb) + 1 + len(_varint(anylen)) + anylen  # KeyValue{key, value}
     consts = [b"\x0a\x10", b"\x12\x08"]  # trace_id = 1, span_id = 2
+    slots = ["16s", "8s"]
     if ptype:
         consts.append(b"\x22\x08")  # parent_span_id = 4
+        slots.append("8s")
     consts += [_ld(b"\x2a", name.encode()) + _KIND[SpanKind.PRODUCER.value] + b"\x39",  # name, kind, start
                b"\x41",  # end_time_unix_nano = 8
                b"\x4a" + _varint(kvlen) + b"\x0a" + _varint(len(kb)) + kb + b"\x12" + _varint(anylen)
                + b"\x0a" + _varint(hexlen),  # attributes = 9, the value's hex last
                _UNSET_STATUS + (_FLAGS_REMOTE if ptype == 2 else _FLAGS_LOCAL)]
+    slots += ["Q", "Q", f"{hexlen}s"]
     size = sum(map(len, consts)) + 16 + 8 + (8 if ptype else 0) + 8 + 8 + hexlen
     consts[0] = b"\x12" + _varint(size) + consts[0]  # ScopeSpans.spans = 2
-    fmt = b"%s".join(c.replace(b"%", b"%%") for c in consts)
+    p = _packer(consts, slots)
     if len(_submit_fmts) >= _ATTR_CACHE_MAX:
         _submit_fmts.clear()
-    _submit_fmts[(name, key, vlen, ptype)] = fmt
-    return fmt
+    _submit_fmts[(name, key, vlen, ptype)] = p
+    return p
 
 
-_submit_fmts: dict[tuple[str, str, int, int], bytes] = {}
+_submit_fmts: dict[tuple[str, str, int, int], tuple[Any, ...]] = {}
 _pack_q_be = struct.Struct(">Q").pack
 _IDS = struct.Struct(">2sQQ2sQ").pack  # Span.trace_id = 1, span_id = 2
 _EXEC_IDS = struct.Struct(">2sQQ2sQ2sQ").pack  # trace_id = 1, span_id = 2, parent_span_id = 4

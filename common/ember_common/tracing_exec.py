@@ -4,7 +4,7 @@ The execute span is the largest direct tracing cost of a task, and in a cluster 
 three times what it costs in a tight loop (the code runs cold between tasks), so the worker does
 as little Python per task as it can: one object that is both the span and its context manager
 (an ExecSpan: tracing_light.TaskSpan's lazy span, holding `TaskSpec.trace_parent`'s 25 bytes as
-they are and a span id sliced from one `os.urandom` per 512 spans), made current by one
+they are and a span id sliced from one random draw per 512 spans), made current by one
 ContextVar set and reset (what OpenTelemetry's attach/detach do, without their layers), and
 queued at the end as an EXEC record, `(name, trace_parent, span_id, start_ns, end_ns, values,
 status)` with values = (task_id, job_id, attempt, actor_id, node_id, worker_id) as the spec and
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from typing import Any
 
@@ -31,8 +32,14 @@ from .tracing_export import expand_exec as expand  # noqa: F401 (the module's re
 log = logging.getLogger(__name__)
 
 _IDS_PER_DRAW = 512
+# The SDK's RandomIdGenerator draws from `random` too; os.urandom would release the GIL (a
+# syscall) on the hot path, handing the thread's turn to another one every draw.
+# An instance of its own (seeded from os.urandom: a user's random.seed() does not repeat ids),
+# reseeded after fork.
+_rng = random.Random()
+_randbytes = _rng.randbytes
 _ZERO8 = bytes(8)
-_ids: Any = iter(())  # 8-byte span ids from one os.urandom
+_ids: Any = iter(())  # 8-byte span ids from one draw
 _ExecSpan: Any = None  # the class, built by init() (it subclasses OpenTelemetry's)
 _on = False  # the fast path may be used (set by init)
 
@@ -40,6 +47,7 @@ _on = False  # the fast path may be used (set by init)
 def _after_fork() -> None:
     global _ids
     _ids = iter(())  # a child must not reuse the parent's ids
+    _rng.seed()
 
 
 if hasattr(os, "register_at_fork"):
@@ -50,7 +58,7 @@ def _draw() -> bytes:
     """8 fresh random bytes (a span id); refills the bulk supply."""
     global _ids
     while True:
-        buf = os.urandom(8 * _IDS_PER_DRAW)
+        buf = _randbytes(8 * _IDS_PER_DRAW)
         if _ZERO8 not in buf:  # an all-zero id is invalid (redrawn, not checked per id)
             break
     _ids = iter([buf[i:i + 8] for i in range(8, len(buf), 8)])

@@ -3,12 +3,12 @@ the compact trace context it travels with (`TaskSpec.trace_parent`, 25 bytes).
 
 The driver is the bottleneck of a single client submitting tasks, so what tracing does per
 submission there counts most. `task_submitted` does what `submit_span(name, spec.trace_context,
-**{key: value.hex()})` does with less: ids come from one `os.urandom` per 512 tasks (sliced in
+**{key: value.hex()})` does with less: ids come from one random draw per 512 tasks (sliced in
 bulk), the context goes into the spec as 25 raw bytes (a bytes field: no map entry, no hex
 formatting; the worker parses it with two `int.from_bytes`), and the span is queued as a
 SUBMIT record, `(name, trace_parent, parent, time_ns, key, value)`: no attribute dict, no hex
 string, no per-task object besides the tuple. The exporter writes its OTLP bytes
-(`otlp_encoding`) from it, hex included, in the export thread, one batch at a time.
+(`otlp_encoding.submit_entry`) from it, hex included, in the export thread, one batch at a time.
 
 Anything the compact form does not cover (a tracestate, baggage, another id generator or
 sampler, the fast paths off) takes `submit_span`, which writes `trace_context`.
@@ -16,15 +16,22 @@ sampler, the fast paths off) takes `submit_span`, which writes `trace_context`.
 from __future__ import annotations
 
 import os
+import random
 import time
 from typing import Any
 
 from . import tracing_spans as ts
 
 _IDS_PER_DRAW = 512
+# The SDK's RandomIdGenerator draws from `random` too; os.urandom would release the GIL (a
+# syscall) on the hot path, handing the thread's turn to another one every draw.
+# An instance of its own (seeded from os.urandom: a user's random.seed() does not repeat ids),
+# reseeded after fork.
+_rng = random.Random()
+_randbytes = _rng.randbytes
 _ZERO8 = bytes(8)
 _FLAG = [bytes((f,)) for f in range(256)]
-_ids: Any = iter(())  # 24-byte chunks: trace id (16) + span id (8), from one os.urandom
+_ids: Any = iter(())  # 24-byte chunks: trace id (16) + span id (8), from one draw
 _on = False  # the compact path may be used (set by init)
 _cv: Any = None  # the ContextVar holding OpenTelemetry's current Context
 _add: Any = None  # where a SUBMIT record goes
@@ -50,6 +57,7 @@ def init() -> None:
 def _after_fork() -> None:
     global _ids
     _ids = iter(())  # a child must not reuse the parent's ids
+    _rng.seed()
 
 
 if hasattr(os, "register_at_fork"):
@@ -60,7 +68,7 @@ def _draw() -> bytes:
     """24 fresh random bytes (a trace id and a span id); refills the bulk supply."""
     global _ids
     while True:
-        buf = os.urandom(24 * _IDS_PER_DRAW)
+        buf = _randbytes(24 * _IDS_PER_DRAW)
         if _ZERO8 not in buf:  # an all-zero id is invalid (2^-64 per id; redrawn, not checked per id)
             break
     chunks = [buf[i:i + 24] for i in range(24, len(buf), 24)]
@@ -118,8 +126,9 @@ def task_submitted(spec: Any, name: str, key: str = "ember.task_id", value: byte
 
 
 def _emit_submit(rec: tuple[Any, ...]) -> None:
-    if ts._buffer is not None and ts._processor._span_processors is ts._only_buffer:
-        ts._buffer.add_record(rec)
+    buf = ts._buffer
+    if buf is not None and ts._processor._span_processors is ts._only_buffer:
+        buf.add_record(rec)
     else:
         from .tracing_export import expand
 

@@ -80,6 +80,22 @@ def test_a_task_is_one_record_with_every_state_the_reply_included(buffer, monkey
     assert (b.node_id, b.worker_id, b.pid) == ME and not b.error_index
 
 
+def test_the_compact_trace_context_is_reported_as_its_trace_id(buffer, monkeypatch):
+    """A task submitted with tracing's compact context (TaskSpec.trace_parent, 25 bytes): its
+    record keeps the bytes as they are on the owner's loop and the batch carries the hex."""
+    from ember_common import tracing
+
+    monkeypatch.setattr(tracing, "_enabled", True)
+    tp = bytes(range(1, 17)) + bytes(range(17, 25)) + b"\x01"
+    traced, plain, bad = task(1, trace_parent=tp), task(2), task(3, trace_parent=b"\x01" * 7)
+    for s in (traced, plain, bad):
+        te.submitted(s)
+        te.replied(s, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
+    assert closed()[0][te.C_TRACE] == tp
+    b, _ = te.encode(te.take({}), ME, te._workers)
+    assert list(b.trace_id) == [tp[:16].hex(), "", ""]
+
+
 def test_an_error_retried_is_its_attempts_failure_and_the_retry_a_new_record(buffer):
     s = task(1)
     te.submitted(s)

@@ -53,6 +53,80 @@ def test_exec_records_encode_as_the_sdk_encodes_their_spans():
             [tracing_exec.expand(r)], RES, SCOPE)
 
 
+def test_runs_of_one_template_encode_as_the_sdk_encodes_them():
+    """A batch is mostly runs of records of one template (one function's tasks): the encoder
+    keeps the run's template; a record of another template (another job, attempt, name, id
+    length, a submit with a parent) in the middle of a run, and the run again after it, are
+    each encoded as the SDK encodes them, in the batch's order."""
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    parent = SpanContext(int.from_bytes(TP[:16], "big"), 9, True, TraceFlags(1))
+    sub = [("submit f", TP[:16] + bytes((0, 0, 0, 0, 0, 0, 2, i)) + b"\x01", None, 300 + i, "ember.task_id",
+            bytes((i,)) * 24) for i in range(6)]
+    records = [*[exec_rec(i) for i in range(1, 4)], exec_rec(4, attempt=1), exec_rec(5), sub[0], sub[1],
+               exec_rec(6, actor=b"\xaa" * 16), sub[2], ("submit g", *sub[3][1:]), sub[4],
+               ("submit f", sub[5][1], parent, *sub[5][3:]), sub[5],
+               (*exec_rec(7)[:5], (b"\x07" * 16, *exec_rec(7)[5][1:]), None),  # a shorter task id
+               exec_rec(8), exec_rec(9, name="execute g"), exec_rec(10)]
+    want = sdk_encode([to_readable(r, RES, SCOPE) for r in records])
+    got = ExportTraceServiceRequest.FromString(otlp_encoding.encode_request(records, RES, SCOPE))
+    assert got == want
+    assert len(got.resource_spans[0].scope_spans[0].spans) == len(records)
+
+
+def test_the_default_batch_is_1024_and_sdk_spans_go_512_at_a_time(monkeypatch):
+    """Per-task spans are exported 1024 to a request (a fixed cost per export, spread over
+    more spans); a batch holding more than 512 other spans (the SDK's, users' own) goes in
+    requests of 512, as the SDK's processor sends them, unless OTEL_BSP_MAX_EXPORT_BATCH_SIZE
+    says otherwise."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    monkeypatch.delenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", raising=False)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+    keep = Keep()
+    buf = SpanBuffer([keep], resource=RES)
+    sdk_span = TracerProvider().get_tracer("t").start_span("user")
+    sdk_span.end()
+    try:
+        assert (buf.batch, buf.sdk_batch) == (1024, 512)
+        for i in range(1024):
+            buf.add_record(exec_rec(i % 256))
+        assert _wait(lambda: keep.batches == [1024])  # a full batch goes at once
+        buf.add_record(sdk_span)  # a few SDK spans among records: one request
+        for i in range(1000):
+            buf.add_record(exec_rec(i % 256))
+        assert buf.force_flush(5000) and keep.batches == [1024, 1001]
+        for i in range(400):  # more than 512 SDK spans: 512 to a request
+            buf.add_record(sdk_span if i % 2 else exec_rec(i % 256))
+            buf.add_record(sdk_span)
+        assert buf.force_flush(5000) and keep.batches == [1024, 1001, 512, 288]
+    finally:
+        buf.shutdown()
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1000")
+    buf = SpanBuffer([keep], resource=RES)
+    try:
+        assert (buf.batch, buf.sdk_batch) == (1000, 1000)
+    finally:
+        buf.shutdown()
+
+
+def test_the_wake_never_blocks_and_is_taken_once():
+    from ember_common.tracing_export import _Wake
+
+    w = _Wake()
+    assert w.wait(0.01) is False  # not set: the timeout
+    w.set()
+    w.set()  # set twice: still one wake
+    assert w.wait(0.01) is True and w.wait(0.01) is False
+    woken = []
+    t = threading.Thread(target=lambda: woken.append(w.wait(10)))
+    t.start()
+    time.sleep(0.05)
+    w.set()
+    t.join(5)
+    assert woken == [True]
+
+
 CHILD = keep_spans("ember-worker") + textwrap.dedent("""
     import json, os
     from opentelemetry import trace

@@ -295,7 +295,8 @@ class TaskExecutor(PipelineEffects):
             if len(_exec_names) >= 4096:
                 _exec_names.clear()
             name = _exec_names[spec.name] = f"execute {spec.name}"
-        return cast(ContextManager[Any], tracing.task_executing(name, spec, core.node_id, core.worker_id, tp))
+        # (the cast's type as a string: ContextManager[Any] would be subscripted on every task)
+        return cast("ContextManager[Any]", tracing.task_executing(name, spec, core.node_id, core.worker_id, tp))
 
     def _execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         creating = spec.HasField("actor_creation")

@@ -74,8 +74,9 @@ ERROR_TYPES = {"TaskCancelledError": "TASK_CANCELLED", "WorkerCrashedError": "WO
 SPEC, ATTEMPT, WHERE, ERROR = 0, 1, 8, 9
 HERE = ""  # `where` of a record the executor made: this process
 Record = list[Any]
-# A closed (or frozen) record: (task id, attempt, job id, name, actor id, type, trace id,
-# t1..t6, where, error): plain values only, so the spec is freed with its task. Records are
+# A closed (or frozen) record: (task id, attempt, job id, name, actor id, type, trace id (hex,
+# or the spec's 25 trace_parent bytes, made hex by encode off the owner's loop), t1..t6, where,
+# error): plain values only, so the spec is freed with its task. Records are
 # kept and passed flat, WIDTH values each, one after the other (`Flat`).
 Closed = tuple[Any, ...]
 Flat = list[Any]
@@ -175,7 +176,7 @@ def replied(entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
             aid = spec.actor_id
             _closed.extend((spec.task_id, spec.attempt, spec.job_id, spec.name, aid,
                             (_ACTOR_CREATION if spec.HasField("actor_creation") else _ACTOR_TASK) if aid else _NORMAL,
-                            tracing.trace_id_hex(spec) if tracing.enabled() else "",
+                            (spec.trace_parent or tracing.trace_id_hex(spec)) if tracing.enabled() else "",
                             r[2], r[3], r[4], reply.start_time_ns, reply.end_time_ns or _time_ns(), 0, r[8], None))
         else:
             _drop(spec)
@@ -278,8 +279,8 @@ def encode(records: Flat, me: tuple[str, str, int], workers: dict[str, tuple[str
         b.type.extend(types)
     if traced:
         traces = records[C_TRACE::W]
-        if any(traces):
-            b.trace_id.extend(traces)
+        if any(traces):  # a str, or (replied) the spec's trace_parent bytes, in hex here
+            b.trace_id.extend([t if type(t) is str else _trace_hex(t) for t in traces])
     errors = records[C_ERROR::W]
     if errors.count(None) != len(errors):
         found_errors = [(i, e) for i, e in enumerate(errors) if e is not None]
@@ -287,6 +288,11 @@ def encode(records: Flat, me: tuple[str, str, int], workers: dict[str, tuple[str
         b.error_type.extend([e[0] for _, e in found_errors])
         b.error_message.extend([e[1] for _, e in found_errors])
     return b, {job.hex(): n for job, n in collections.Counter(jobs).items()}
+
+
+def _trace_hex(trace_parent: bytes) -> str:
+    """The trace id (hex) of a TaskSpec.trace_parent (25 bytes: tracing_submit)."""
+    return trace_parent[:16].hex() if len(trace_parent) == 25 else ""
 
 
 def take(sent_open: dict[Any, tuple[Any, ...]]) -> Flat:
