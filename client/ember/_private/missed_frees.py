@@ -14,7 +14,7 @@ Bounded: a node counts as coming back only within `ttl_s` of the owner first see
 of its first missed Free), after which it is taken to be gone for good and its ids are dropped;
 at most `max_per_node` ids per node (the oldest go first). A node back after that keeps those
 copies until their owners die, as before. Pure: an injected clock, no I/O (the owner's loop
-sends, see object_api.ObjectAPI._resend_missed_frees).
+sends, see object_transfer.ObjectTransfer._resend_missed_frees).
 """
 from __future__ import annotations
 
