@@ -9,7 +9,7 @@ ContextVar set and reset (what OpenTelemetry's attach/detach do, without their l
 queued at the end as an EXEC record, `(name, trace_parent, span_id, start_ns, end_ns, values,
 status)` with values = (task_id, job_id, attempt, actor_id, node_id, worker_id) as the spec and
 the worker hold them: no attribute dict, no hex, no int conversion. The exporter writes its OTLP
-bytes (`otlp_encoding.exec_entry`: a template per name and repeating values, the task id's hex
+bytes (`otlp_templates.exec_entry`: a template per name and repeating values, the task id's hex
 filled in) or expands it into a RECORD (`expand`) for exporters that take SDK spans.
 
 Ids become ints, and the attributes a dict, only when code asks for the span's context (a
