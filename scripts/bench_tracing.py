@@ -253,14 +253,21 @@ for p in kids:
     kind[p.pid] = "worker" if module.startswith("ember._private.") else module.replace("ember_", "") or "others"
 sink_pid = int(sys.argv[3])
 
-def run_ns(pid, tid):
+slices = collections.Counter()  # timeslices (schedstat's third field) by the keys of cpu()
+
+def run_ns(pid, tid, key=None):
     # a thread's CPU time in ns (schedstat: ns resolution; /proc's stat ticks are 10 ms, which
-    # at a few thousand tasks per 0.5 s segment is a 3 µs-per-task quantum)
+    # at a few thousand tasks per 0.5 s segment is a 3 µs-per-task quantum); key: its
+    # timeslices (times it was scheduled in: each wake after blocking, each preemption) are
+    # added up there
     try:
         with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-            return int(f.read().split()[0])
+            fields = f.read().split()
     except OSError:
         return 0
+    if key is not None:
+        slices[key] += int(fields[2])
+    return int(fields[0])
 
 def proc_ns(pid, by_thread=None):
     # a process's CPU ns; by_thread: also added up by thread name (comm) there
@@ -270,15 +277,18 @@ def proc_ns(pid, by_thread=None):
         return 0
     total = 0
     for tid in tids:
-        t = run_ns(pid, tid)
+        if by_thread is None:
+            total += run_ns(pid, tid)
+            continue
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        key = name if name in WORKER_THREADS else "grpc" if name in GRPC_THREADS else "others"
+        t = run_ns(pid, tid, "worker " + key)
         total += t
-        if by_thread is not None:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                    name = f.read().strip()
-            except OSError:
-                continue
-            by_thread[name if name in WORKER_THREADS else "grpc" if name in GRPC_THREADS else "others"] += t
+        by_thread[key] += t
     return total
 
 WORKER_THREADS = {"main", "ember-core", "ember-span-expo", "ember-task-even", "Thread-1 (_poll"}
@@ -300,14 +310,16 @@ def threads_cpu():
     pid = os.getpid()
     for tid in os.listdir("/proc/self/task"):
         name = names.get(int(tid), "grpc and others")
-        out["driver " + ("main" if name == "MainThread" else name)] += run_ns(pid, tid)
+        key = "driver " + ("main" if name == "MainThread" else name)
+        out[key] += run_ns(pid, tid, key)
     return out
 
 def cpu():
+    slices.clear()
     c = kids_cpu()
     c.update(threads_cpu())
     c["driver"] = sum(v for k, v in c.items() if k.startswith("driver "))
-    return c
+    return c, dict(slices)
 
 segments, seg_s = int(sys.argv[1]), float(sys.argv[2])
 rows = []
@@ -316,14 +328,16 @@ for k in range(segments):
     tracing._enabled = on  # the driver's switch: no submit span, no context, so no execute span
     batch()  # the switch settles (tasks in flight made under the other setting)
     counts.clear()
-    c0, w0, n = cpu(), time.perf_counter(), 0
+    (c0, s0), w0, n = cpu(), time.perf_counter(), 0
     while time.perf_counter() - w0 < seg_s:
         batch()
         n += 1000
-    wall, c1 = time.perf_counter() - w0, cpu()
-    # CPU ns per segment by process kind and driver thread; n tasks in wall seconds
+    wall, (c1, s1) = time.perf_counter() - w0, cpu()
+    # CPU ns per segment by process kind and driver thread, timeslices by thread; n tasks in
+    # wall seconds
     rows.append({"on": on, "n": n, "wall": wall, "messages": counts["messages"], "specs": counts["specs"],
-                 "cpu_ns": {key: c1[key] - c0.get(key, 0) for key in c1}})
+                 "cpu_ns": {key: c1[key] - c0.get(key, 0) for key in c1},
+                 "slices": {key: s1[key] - s0.get(key, 0) for key in s1}})
 tracing._enabled = True
 print("RESULT " + json.dumps(rows))
 ember.shutdown()
@@ -371,6 +385,13 @@ def print_paired(rows: list[dict]) -> None:
     a = statistics.median(x for x, r in zip(total, rows, strict=True) if r["on"])
     b = statistics.median(x for x, r in zip(total, rows, strict=True) if not r["on"])
     print(f"{'all processes µs/task':<34}{a:>9.1f}{b:>9.1f}{a / b:>8.3f}{a - b:>+8.1f}")
+    # timeslices per 1,000 tasks (each wake of a blocked thread, each preemption): a thread
+    # that blocks more often with tracing on pays a context switch and runs cold each time
+    for key in sorted({k for r in rows for k in r.get("slices", {})}):
+        ta = sum(r["slices"].get(key, 0) for r in on_rows) / sum(r["n"] for r in on_rows) * 1e3
+        tb = sum(r["slices"].get(key, 0) for r in off_rows) / sum(r["n"] for r in off_rows) * 1e3
+        if ta + tb >= 1:
+            print(f"{key + ' slices/1000 tasks':<34}{'':>42}{ta:>9.0f}{tb:>9.0f}{ta - tb:>+8.0f}")
     sa = sum(r["specs"] for r in on_rows) / max(1, sum(r["messages"] for r in on_rows))
     sb = sum(r["specs"] for r in off_rows) / max(1, sum(r["messages"] for r in off_rows))
     print(f"{'specs per TaskStream message':<34}{sa:>9.2f}{sb:>9.2f}{sa / sb:>8.3f}")
