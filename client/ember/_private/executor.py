@@ -273,8 +273,8 @@ class TaskExecutor(PipelineEffects):
         if tracing.enabled() and ((tp := spec.trace_parent) or spec.trace_context):
             # A thread's synchronous task: its span is the thread's current-span holder, made
             # an object only if code asks for it (tracing_exec.begin); else the general way.
-            p = tracing.exec_begin(_exec_name(spec.name), spec, self.core.node_id, self.core.worker_id, tp,
-                                   start) if tp else None
+            p = tracing.exec_begin(_exec_names.get(spec.name) or _exec_name(spec.name), spec, self.core.node_id,
+                                   self.core.worker_id, tp, start) if tp else None
             if p is not None:
                 try:
                     reply = self._execute(spec)
