@@ -16,6 +16,18 @@ Ids become ints, and the attributes a dict, only when code asks for the span's c
 nested submission, a child span, `get_current_span()`) or changes the span (it then becomes a
 LightSpan, as a TaskSpan does). A trace context in `trace_context` (a tracestate, the generic
 path) takes `tracing_spans.task_span`.
+
+`begin` / `finish` (the executor's way for a thread's synchronous task) go further: in a
+cluster the span's Python runs cold, at two to three times its tight-loop cost, and making an
+ExecSpan, a Context for it and entering and leaving it was most of the worker task thread's
+tracing cost. Each thread has one CurrentExec, a span object made once with its own Context;
+`begin` puts the task's span into it as a tuple (trace_parent, span id, name, values, start)
+and makes that Context current by one ContextVar set, `finish` resets it and queues the EXEC
+record. An ExecSpan (same id and start) is made only when code asks the CurrentExec for
+anything (its context for a nested submission or a child span, an attribute, an error), and
+then records the span as task_executing's does. Between tasks the CurrentExec is idle (an
+invalid, non-recording span): a reference to it kept past its task (a copied context used
+later, `get_current_span()` stored away) sees the thread's next task, not its own.
 """
 from __future__ import annotations
 
