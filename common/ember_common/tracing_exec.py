@@ -19,22 +19,20 @@ path) takes `tracing_spans.task_span`.
 
 `begin` / `finish` (the executor's way for a thread's synchronous task) go further: in a
 cluster the span's Python runs cold, at two to three times its tight-loop cost, and making an
-ExecSpan, a Context for it and entering and leaving it was most of the worker task thread's
-tracing cost. Each thread has one CurrentExec, a span object made once with its own Context;
-`begin` puts the task's span into it as a tuple (trace_parent, span id, name, values, start)
-and makes that Context current by one ContextVar set, `finish` resets it and queues the EXEC
-record. An ExecSpan (same id and start) is made only when code asks the CurrentExec for
-anything (its context for a nested submission or a child span, an attribute, an error), and
-then records the span as task_executing's does. Between tasks the CurrentExec is idle (an
-invalid, non-recording span): a reference to it kept past its task (a copied context used
-later, `get_current_span()` stored away) sees the thread's next task, not its own.
+ExecSpan, entering and leaving it was most of the worker task thread's tracing cost. `begin`
+makes a CurrentExec without its __init__ (the task's span as a tuple: trace_parent, span id,
+name, values, start) and makes a one-entry Context holding it current by one ContextVar set;
+`finish` resets it and queues the EXEC record. An ExecSpan (same id and start) is made only when
+code asks the CurrentExec for anything during the task (its context for a nested submission or a
+child span, an attribute, an error), and then records the span as task_executing's does. A
+CurrentExec kept past its task (a copied context used later, `get_current_span()` stored away)
+stays that task's: a non-recording span with the task's context.
 """
 from __future__ import annotations
 
 import logging
 import os
 import random
-import threading
 import time
 from typing import Any
 
@@ -57,7 +55,6 @@ _ExecSpan: Any = None  # the class, built by init() (it subclasses OpenTelemetry
 _on = False  # the fast path may be used (set by init)
 _begin: Any = None  # begin's and finish's bodies, built by init()
 _finish: Any = None
-_local = threading.local()  # .p: the thread's CurrentExec
 
 
 def _after_fork() -> None:
@@ -86,7 +83,7 @@ def init() -> None:
     global _ExecSpan, _on
     from opentelemetry.context import _RUNTIME_CONTEXT
     from opentelemetry.context.context import Context
-    from opentelemetry.trace import INVALID_SPAN_CONTEXT
+    from opentelemetry.trace import SpanContext, TraceFlags
 
     cv: Any = getattr(_RUNTIME_CONTEXT, "_current_context", None)
     _on = False
@@ -173,37 +170,40 @@ def init() -> None:
         return sp
 
     proxy_base: Any = otel.NonRecordingSpan
-    invalid = otel.NonRecordingSpan(INVALID_SPAN_CONTEXT)
+    new = object.__new__
 
     class CurrentExec(proxy_base):  # type: ignore[misc]
-        """The current span of a thread's synchronous tasks (`begin`): one object per thread,
-        made current by one ContextVar set of one Context per thread while a task runs, that
-        holds the running task's span as a tuple and makes it an ExecSpan (same id and start)
-        only when code asks for it (a nested submission, a child span, an attribute); idle
-        between tasks, it is an invalid, non-recording span."""
+        """The current span of one synchronous task on a thread (`begin`): made without its
+        __init__ (a few stores), current by one ContextVar set of a one-entry Context, holding
+        the task's span as a tuple; it makes an ExecSpan (same id and start) only when code asks
+        for it (a nested submission, a child span, an attribute). Kept past its task (a copied
+        context, `get_current_span()` stored away), it stays that task's: a non-recording span
+        with the task's context, so later children still name the right parent."""
 
-        def __init__(self) -> None:
-            super().__init__(INVALID_SPAN_CONTEXT)
-            self._cur: tuple[Any, ...] | None = None  # (tp, span id, name, values, start)
-            self._span: Any = None  # the ExecSpan, once made
-            self._tok: Any = None
-            self.ctx = Context({span_key: self})
+        _span: Any = None  # the ExecSpan (or, after the task, its context as a span), once made
+        _done = False
 
         def _real(self) -> Any:
             sp = self._span
             if sp is None:
                 cur = self._cur
-                if cur is None:
-                    return invalid
-                sp = self._span = made(*cur)
+                if self._done:  # the task ended without anyone asking: its context only
+                    tp = cur[0]
+                    sp = otel.NonRecordingSpan(SpanContext(int.from_bytes(tp[:16], "big"),
+                                                           int.from_bytes(cur[1], "big"), False,
+                                                           TraceFlags(tp[24])))
+                else:
+                    sp = made(*cur)
+                self._span = sp
             return sp
 
         def get_span_context(self) -> Any:
             return self._real().get_span_context()
 
         def is_recording(self) -> bool:
-            cur = self._cur
-            return bool(self._real().is_recording()) if self._span is not None or cur is None else bool(cur[0][24] & 1)
+            if self._span is None and not self._done:
+                return bool(self._cur[0][24] & 1)
+            return bool(self._real().is_recording())
 
         def set_attribute(self, key: str, value: Any) -> None:
             self._real().set_attribute(key, value)
@@ -234,17 +234,12 @@ def init() -> None:
             return f"CurrentExec({self._real()!r})"
 
     def begin(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes, start: int) -> Any:
-        if not (len(tp) == 25 and _ZERO8 not in tp):
+        if not (len(tp) == 25 and _ZERO8 not in tp) or cv.get():  # a context is current: the general way
             return None
-        try:
-            p = _local.p
-        except AttributeError:
-            p = _local.p = CurrentExec()
-        if p._cur is not None or cv.get():  # busy, or a context is current: the general way
-            return None
+        p = new(CurrentExec)
         p._cur = (tp, next(_ids, None) or _draw(), name,
                   (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, node_id, worker_id), start)
-        p._tok = cv.set(p.ctx)
+        p._tok = cv.set(Context({span_key: p}))
         return p
 
     def finish(p: Any, error: str | None = None, exc: BaseException | None = None) -> None:
@@ -252,8 +247,8 @@ def init() -> None:
             cv.reset(p._tok)
         except Exception:  # as OpenTelemetry's detach
             log.exception("Failed to detach context")
+        p._done = True
         cur, sp = p._cur, p._span
-        p._cur = p._span = p._tok = None
         if sp is None:
             if error is None and exc is None:  # the usual end: one record, no span object
                 tp = cur[0]
@@ -265,7 +260,7 @@ def init() -> None:
                     else:
                         emit(rec)
                 return
-            sp = made(*cur)
+            sp = p._span = made(*cur)
         if exc is not None and sp.is_recording():
             sp.record_exception(exc)
             ts.set_error(sp, f"{type(exc).__name__}: {exc}")

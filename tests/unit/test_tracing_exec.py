@@ -181,14 +181,31 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
                     raise KeyError("x")
         except KeyError:
             pass
+        kept = sp.get_span_context()
         return {"tp": spec.trace_parent.hex(), "nested_tp": nested.trace_parent.hex(), "kind": kind,
                 "current": current, "restored": trace.get_current_span() is before, "inner": inner,
-                "idle_valid": sp.get_span_context().is_valid, "idle_recording": sp.is_recording()}
+                "kept_id": kept.span_id, "kept_trace": kept.trace_id, "kept_recording": sp.is_recording()}
+
+    def kept_context():
+        # a context copied in one task and used after the thread ran another: its child span
+        # names the first task's execute span
+        import contextvars
+        specs, kept = [], []
+        for _ in range(2):
+            spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(24))
+            tracing.task_submitted(spec, "submit f")
+            p = tracing.exec_begin("execute f", spec, "n1", "w1", spec.trace_parent, time.time_ns())
+            kept.append(contextvars.copy_context())
+            tracing.exec_finish(p)
+            specs.append(spec)
+        kept[0].run(lambda: tracer.start_span("late child").end())
+        return [s.trace_parent.hex() for s in specs]
 
     out = {}
     for label, kw in {"plain": {}, "fail": {"fail": True}, "touched": {"touch": True},
                       "raised": {"raises": True}, "actor": {"actor": b"\\xab" * 16}}.items():
         out[label] = {"fast": run(True, **kw), "lazy": run(False, **kw), "begin": run("begin", **kw)}
+    out["kept_context"] = kept_context()
     # a context already current (a user's span around the task): the general way
     with tracer.start_as_current_span("around"):
         spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(24))
@@ -255,10 +272,19 @@ def test_the_exec_span_is_recorded_as_the_lazy_task_span_records_it(tmp_path):
         assert fast["kind"] == "ExecSpan" and lazy["kind"] == "TaskSpan" and begun["kind"] == "CurrentExec"
         assert fast["current"] and fast["restored"] and lazy["restored"]
         assert begun["current"] and begun["restored"] and begun["inner"] is None
-        assert not begun["idle_valid"] and not begun["idle_recording"]  # after the task: no span
+        for case in (fast, begun):  # kept past its task: still that task's span, not recording
+            assert not case["kept_recording"], label
+        assert begun["kept_trace"] == int.from_bytes(bytes.fromhex(begun["tp"])[:16], "big")
+        assert by_id[begun["kept_id"]]["name"] == "execute f"
+        assert by_id[begun["kept_id"]]["parent"] == int.from_bytes(bytes.fromhex(begun["tp"])[16:24], "big")
         assert tree(fast) == tree(lazy), label
         assert tree(begun) == tree(lazy), label
     assert out["begin_under_a_span"] is None
+    first, second = (bytes.fromhex(tp) for tp in out["kept_context"])
+    late = next(s for s in spans if s["name"] == "late child")
+    first_exec = next(s for s in spans if s["name"] == "execute f" and s["parent"] == int.from_bytes(first[16:24], "big"))
+    assert late["parent"] == first_exec["id"] and late["trace"] == int.from_bytes(first[:16], "big")
+    assert any(s["parent"] == int.from_bytes(second[16:24], "big") for s in spans)  # the second ran too
     plain = tree(out["plain"]["fast"])
     assert plain["execute"]["kind"] == "CONSUMER" and plain["execute"]["status"] == "UNSET"
     assert plain["execute"]["attrs"] == {"ember.job_id": "02020202", "ember.node_id": "n1",
