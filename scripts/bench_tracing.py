@@ -15,7 +15,8 @@ each round (one bad round does not decide: 5 rounds of 20,000 tasks by default).
 
 `--paired N` runs one cluster with tracing on and switches it off and on in the driver (no
 submit span, so no context in the spec and no execute span in the worker) in N alternating
-segments (on off off on ...): both settings see the same processes and nearly the same moment of
+segments (on off off on ...; `--ways`: on with the workers' CurrentExec, on with an ExecSpan
+per task, off, as new old off off old new ..., switched in the workers by a task): all settings see the same processes and nearly the same moment of
 a loaded machine, so the paired figures are much steadier than separate runs: tasks/s, and CPU
 per task of each driver thread, of each worker thread (by name: a task writes the workers'
 Python thread names into /proc/.../comm), of the other processes and of the sink, read from
@@ -34,7 +35,7 @@ the figure to compare before/after a change to the tracing code, robust under lo
 with another tree's interpreter to measure that tree.
 
     .venv/bin/python scripts/bench_tracing.py [--rounds 5] [--batches 20] [--sampler-arg 1.0] [--inproc]
-    .venv/bin/python scripts/bench_tracing.py --paired 40 [--segment-s 0.5]
+    .venv/bin/python scripts/bench_tracing.py --paired 40 [--segment-s 0.5] [--ways]
 """
 from __future__ import annotations
 
@@ -241,6 +242,15 @@ def name_threads():
             pass
     time.sleep(0.02)
 
+@ember.remote
+def exec_way(new):
+    # --ways: the workers' execute span of a thread's task, the CurrentExec (new: tracing_exec's
+    # begin) or an ExecSpan per task (old: exec_begin answering None, task_executing's way)
+    from ember_common import tracing, tracing_exec
+    tracing.exec_begin = tracing_exec._begin if new else (lambda *a: None)
+    time.sleep(0.02)  # (the 20 calls spread over the workers)
+    return os.getpid()
+
 for _ in range(5):
     batch()  # warm-up: workers started, leases held
 ember.get([name_threads.remote() for _ in range(20)])
@@ -253,14 +263,21 @@ for p in kids:
     kind[p.pid] = "worker" if module.startswith("ember._private.") else module.replace("ember_", "") or "others"
 sink_pid = int(sys.argv[3])
 
-def run_ns(pid, tid):
+slices = collections.Counter()  # timeslices (schedstat's third field) by the keys of cpu()
+
+def run_ns(pid, tid, key=None):
     # a thread's CPU time in ns (schedstat: ns resolution; /proc's stat ticks are 10 ms, which
-    # at a few thousand tasks per 0.5 s segment is a 3 µs-per-task quantum)
+    # at a few thousand tasks per 0.5 s segment is a 3 µs-per-task quantum); key: its
+    # timeslices (times it was scheduled in: each wake after blocking, each preemption) are
+    # added up there
     try:
         with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-            return int(f.read().split()[0])
+            fields = f.read().split()
     except OSError:
         return 0
+    if key is not None:
+        slices[key] += int(fields[2])
+    return int(fields[0])
 
 def proc_ns(pid, by_thread=None):
     # a process's CPU ns; by_thread: also added up by thread name (comm) there
@@ -270,15 +287,18 @@ def proc_ns(pid, by_thread=None):
         return 0
     total = 0
     for tid in tids:
-        t = run_ns(pid, tid)
+        if by_thread is None:
+            total += run_ns(pid, tid)
+            continue
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        key = name if name in WORKER_THREADS else "grpc" if name in GRPC_THREADS else "others"
+        t = run_ns(pid, tid, "worker " + key)
         total += t
-        if by_thread is not None:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                    name = f.read().strip()
-            except OSError:
-                continue
-            by_thread[name if name in WORKER_THREADS else "grpc" if name in GRPC_THREADS else "others"] += t
+        by_thread[key] += t
     return total
 
 WORKER_THREADS = {"main", "ember-core", "ember-span-expo", "ember-task-even", "Thread-1 (_poll"}
@@ -300,42 +320,55 @@ def threads_cpu():
     pid = os.getpid()
     for tid in os.listdir("/proc/self/task"):
         name = names.get(int(tid), "grpc and others")
-        out["driver " + ("main" if name == "MainThread" else name)] += run_ns(pid, tid)
+        key = "driver " + ("main" if name == "MainThread" else name)
+        out[key] += run_ns(pid, tid, key)
     return out
 
 def cpu():
+    slices.clear()
     c = kids_cpu()
     c.update(threads_cpu())
     c["driver"] = sum(v for k, v in c.items() if k.startswith("driver "))
-    return c
+    return c, dict(slices)
 
-segments, seg_s = int(sys.argv[1]), float(sys.argv[2])
+segments, seg_s, ways = int(sys.argv[1]), float(sys.argv[2]), sys.argv[4] == "1"
 rows = []
+way = None
 for k in range(segments):
     on = k % 4 in (0, 3)  # on off off on ...: both settings see the same drift
+    if ways:  # new old off off old new ...
+        setting = ("new", "old", "off", "off", "old", "new")[k % 6]
+        on = setting != "off"
+        if on and setting != way:
+            way = setting
+            pids = set(ember.get([exec_way.remote(way == "new") for _ in range(20)]))
+            assert len(pids) >= 2, pids
     tracing._enabled = on  # the driver's switch: no submit span, no context, so no execute span
     batch()  # the switch settles (tasks in flight made under the other setting)
     counts.clear()
-    c0, w0, n = cpu(), time.perf_counter(), 0
+    (c0, s0), w0, n = cpu(), time.perf_counter(), 0
     while time.perf_counter() - w0 < seg_s:
         batch()
         n += 1000
-    wall, c1 = time.perf_counter() - w0, cpu()
-    # CPU ns per segment by process kind and driver thread; n tasks in wall seconds
-    rows.append({"on": on, "n": n, "wall": wall, "messages": counts["messages"], "specs": counts["specs"],
-                 "cpu_ns": {key: c1[key] - c0.get(key, 0) for key in c1}})
+    wall, (c1, s1) = time.perf_counter() - w0, cpu()
+    # CPU ns per segment by process kind and driver thread, timeslices by thread; n tasks in
+    # wall seconds
+    rows.append({"on": on, "way": way if on else "off", "n": n, "wall": wall, "messages": counts["messages"], "specs": counts["specs"],
+                 "cpu_ns": {key: c1[key] - c0.get(key, 0) for key in c1},
+                 "slices": {key: s1[key] - s0.get(key, 0) for key in s1}})
 tracing._enabled = True
 print("RESULT " + json.dumps(rows))
 ember.shutdown()
 """
 
 
-def run_paired(segments: int, seg_s: float, endpoint: str, sink_pid: int) -> list[dict]:
+def run_paired(segments: int, seg_s: float, endpoint: str, sink_pid: int, ways: bool = False) -> list[dict]:
     """--paired: one cluster with tracing on, switched on and off in the driver in alternating
     segments; a row per segment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
-    out = subprocess.run([sys.executable, "-c", _PAIRED, str(segments), str(seg_s), str(sink_pid)], env=env,
+    out = subprocess.run([sys.executable, "-c", _PAIRED, str(segments), str(seg_s), str(sink_pid), str(int(ways))],
+                         env=env,
                          capture_output=True,
                          text=True, timeout=900)
     for line in out.stdout.splitlines():
@@ -371,6 +404,13 @@ def print_paired(rows: list[dict]) -> None:
     a = statistics.median(x for x, r in zip(total, rows, strict=True) if r["on"])
     b = statistics.median(x for x, r in zip(total, rows, strict=True) if not r["on"])
     print(f"{'all processes µs/task':<34}{a:>9.1f}{b:>9.1f}{a / b:>8.3f}{a - b:>+8.1f}")
+    # timeslices per 1,000 tasks (each wake of a blocked thread, each preemption): a thread
+    # that blocks more often with tracing on pays a context switch and runs cold each time
+    for key in sorted({k for r in rows for k in r.get("slices", {})}):
+        ta = sum(r["slices"].get(key, 0) for r in on_rows) / sum(r["n"] for r in on_rows) * 1e3
+        tb = sum(r["slices"].get(key, 0) for r in off_rows) / sum(r["n"] for r in off_rows) * 1e3
+        if ta + tb >= 1:
+            print(f"{key + ' slices/1000 tasks':<34}{'':>42}{ta:>9.0f}{tb:>9.0f}{ta - tb:>+8.0f}")
     sa = sum(r["specs"] for r in on_rows) / max(1, sum(r["messages"] for r in on_rows))
     sb = sum(r["specs"] for r in off_rows) / max(1, sum(r["messages"] for r in off_rows))
     print(f"{'specs per TaskStream message':<34}{sa:>9.2f}{sb:>9.2f}{sa / sb:>8.3f}")
@@ -423,12 +463,20 @@ def main() -> None:
     ap.add_argument("--paired", type=int, default=0, metavar="SEGMENTS",
                     help="one cluster, tracing switched on/off in the driver in alternating segments")
     ap.add_argument("--segment-s", type=float, default=0.5, help="--paired: seconds per segment")
+    ap.add_argument("--ways", action="store_true",
+                    help="--paired: tracing on two ways in the workers (CurrentExec, ExecSpan per task) and off, "
+                         "segments new old off off old new ...")
     args = ap.parse_args()
     with (receiver() if args.receiver else sink()) as (endpoint, pid):
         if args.paired:
-            rows = run_paired(args.paired, args.segment_s, endpoint, pid)
+            rows = run_paired(args.paired, args.segment_s, endpoint, pid, args.ways)
             print(f"paired: {args.paired} segments of {args.segment_s} s, load average {os.getloadavg()[0]:.1f}")
-            print_paired(rows)
+            if not args.ways:
+                print_paired(rows)
+                return
+            for way in ("new", "old"):
+                print(f"\non = the workers' {'CurrentExec (tracing_exec.begin)' if way == 'new' else 'ExecSpan per task'}")
+                print_paired([r for r in rows if r["way"] in (way, "off")])
             return
         if args.inproc:
             xs = []

@@ -9,13 +9,24 @@ ContextVar set and reset (what OpenTelemetry's attach/detach do, without their l
 queued at the end as an EXEC record, `(name, trace_parent, span_id, start_ns, end_ns, values,
 status)` with values = (task_id, job_id, attempt, actor_id, node_id, worker_id) as the spec and
 the worker hold them: no attribute dict, no hex, no int conversion. The exporter writes its OTLP
-bytes (`otlp_encoding.exec_entry`: a template per name and repeating values, the task id's hex
+bytes (`otlp_templates.exec_entry`: a template per name and repeating values, the task id's hex
 filled in) or expands it into a RECORD (`expand`) for exporters that take SDK spans.
 
 Ids become ints, and the attributes a dict, only when code asks for the span's context (a
 nested submission, a child span, `get_current_span()`) or changes the span (it then becomes a
 LightSpan, as a TaskSpan does). A trace context in `trace_context` (a tracestate, the generic
 path) takes `tracing_spans.task_span`.
+
+`begin` / `finish` (the executor's way for a thread's synchronous task) go further: in a
+cluster the span's Python runs cold, at two to three times its tight-loop cost, and making an
+ExecSpan, entering and leaving it was most of the worker task thread's tracing cost. `begin`
+makes a CurrentExec without its __init__ (the task's span as a tuple: trace_parent, span id,
+name, values, start) and makes a one-entry Context holding it current by one ContextVar set;
+`finish` resets it and queues the EXEC record. An ExecSpan (same id and start) is made only when
+code asks the CurrentExec for anything during the task (its context for a nested submission or a
+child span, an attribute, an error), and then records the span as task_executing's does. A
+CurrentExec kept past its task (a copied context used later, `get_current_span()` stored away)
+stays that task's: a non-recording span with the task's context.
 """
 from __future__ import annotations
 
@@ -42,6 +53,8 @@ _ZERO8 = bytes(8)
 _ids: Any = iter(())  # 8-byte span ids from one draw
 _ExecSpan: Any = None  # the class, built by init() (it subclasses OpenTelemetry's)
 _on = False  # the fast path may be used (set by init)
+_begin: Any = None  # begin's and finish's bodies, built by init()
+_finish: Any = None
 
 
 def _after_fork() -> None:
@@ -70,6 +83,7 @@ def init() -> None:
     global _ExecSpan, _on
     from opentelemetry.context import _RUNTIME_CONTEXT
     from opentelemetry.context.context import Context
+    from opentelemetry.trace import SpanContext, TraceFlags
 
     cv: Any = getattr(_RUNTIME_CONTEXT, "_current_context", None)
     _on = False
@@ -149,8 +163,133 @@ def init() -> None:
         def __repr__(self) -> str:
             return f"ExecSpan(name={self._name!r}, span_id={self._sid.hex()})"
 
+    def made(tp: bytes, sid: bytes, name: str, values: tuple[Any, ...], start: int) -> Any:
+        """An ExecSpan with the given id and start (a CurrentExec's task, made when asked for)."""
+        sp = ExecSpan.__new__(ExecSpan)
+        sp._tp, sp._sid, sp._name, sp._values, sp._flags, sp._start = tp, sid, name, values, tp[24], start
+        return sp
+
+    proxy_base: Any = otel.NonRecordingSpan
+    new = object.__new__
+
+    class CurrentExec(proxy_base):  # type: ignore[misc]
+        """The current span of one synchronous task on a thread (`begin`): made without its
+        __init__ (a few stores), current by one ContextVar set of a one-entry Context, holding
+        the task's span as a tuple; it makes an ExecSpan (same id and start) only when code asks
+        for it (a nested submission, a child span, an attribute). Kept past its task (a copied
+        context, `get_current_span()` stored away), it stays that task's: a non-recording span
+        with the task's context, so later children still name the right parent."""
+
+        _span: Any = None  # the ExecSpan (or, after the task, its context as a span), once made
+        _done = False
+
+        def _real(self) -> Any:
+            sp = self._span
+            if sp is None:
+                cur = self._cur
+                if self._done:  # the task ended without anyone asking: its context only
+                    tp = cur[0]
+                    sp = otel.NonRecordingSpan(SpanContext(int.from_bytes(tp[:16], "big"),
+                                                           int.from_bytes(cur[1], "big"), False,
+                                                           TraceFlags(tp[24])))
+                else:
+                    sp = made(*cur)
+                self._span = sp
+            return sp
+
+        def get_span_context(self) -> Any:
+            return self._real().get_span_context()
+
+        def is_recording(self) -> bool:
+            if self._span is None and not self._done:
+                return bool(self._cur[0][24] & 1)
+            return bool(self._real().is_recording())
+
+        def set_attribute(self, key: str, value: Any) -> None:
+            self._real().set_attribute(key, value)
+
+        def set_attributes(self, attributes: Any) -> None:
+            self._real().set_attributes(attributes)
+
+        def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+            self._real().add_event(name, attributes, timestamp)
+
+        def add_link(self, context: Any, attributes: Any = None) -> None:
+            self._real().add_link(context, attributes)
+
+        def update_name(self, name: str) -> None:
+            self._real().update_name(name)
+
+        def set_status(self, status: Any, description: str | None = None) -> None:
+            self._real().set_status(status, description)
+
+        def record_exception(self, exception: BaseException, attributes: Any = None,
+                             timestamp: int | None = None, escaped: bool = False) -> None:
+            self._real().record_exception(exception, attributes, timestamp, escaped)
+
+        def end(self, end_time: int | None = None) -> None:
+            self._real().end(end_time)
+
+        def __repr__(self) -> str:
+            return f"CurrentExec({self._real()!r})"
+
+    def begin(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes, start: int) -> Any:
+        if not (len(tp) == 25 and _ZERO8 not in tp) or cv.get():  # a context is current: the general way
+            return None
+        p = new(CurrentExec)
+        p._cur = (tp, next(_ids, None) or _draw(), name,
+                  (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, node_id, worker_id), start)
+        p._tok = cv.set(Context({span_key: p}))
+        return p
+
+    def finish(p: Any, error: str | None = None, exc: BaseException | None = None) -> None:
+        try:
+            cv.reset(p._tok)
+        except Exception:  # as OpenTelemetry's detach
+            log.exception("Failed to detach context")
+        p._done = True
+        cur, sp = p._cur, p._span
+        if sp is None:
+            if error is None and exc is None:  # the usual end: one record, no span object
+                tp = cur[0]
+                if tp[24] & 1:
+                    rec = (cur[2], tp, cur[1], cur[4], time.time_ns(), cur[3], None)
+                    buf = ts._buffer
+                    if buf is not None and ts._processor._span_processors is ts._only_buffer:
+                        buf.add_record(rec)
+                    else:
+                        emit(rec)
+                return
+            sp = p._span = made(*cur)
+        if exc is not None and sp.is_recording():
+            sp.record_exception(exc)
+            ts.set_error(sp, f"{type(exc).__name__}: {exc}")
+        elif error is not None:
+            ts.set_error(sp, error)
+        sp.end()
+
+    global _begin, _finish
+    _begin, _finish = begin, finish
     _ExecSpan = ExecSpan
     _on = bool(otel.parent_based)
+
+
+def begin(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes, start: int) -> Any:
+    """The execute span of a synchronous task on this thread, the cheapest way (as
+    `task_executing`'s, made current while the task runs): returns the thread's CurrentExec
+    holding the task's span, to pass to `finish` when the task ends; None when the general way
+    (`task_executing`) must be used (the fast paths are off, the context is not a plain
+    sampled 25-byte one, a context is already current on this thread, or the thread's
+    CurrentExec is busy). tp: spec.trace_parent; start: the task's start (time.time_ns())."""
+    if _on:
+        return _begin(name, spec, node_id, worker_id, tp, start)
+    return None
+
+
+def finish(p: Any, error: str | None = None, exc: BaseException | None = None) -> None:
+    """Ends the span `begin` started: queued as one EXEC record (ERROR with the text error, or
+    with the exception exc recorded, as task_executing's on an exception)."""
+    _finish(p, error, exc)
 
 
 def task_executing(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes | None = None) -> Any:

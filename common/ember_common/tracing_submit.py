@@ -8,7 +8,7 @@ bulk), the context goes into the spec as 25 raw bytes (a bytes field: no map ent
 formatting; the worker parses it with two `int.from_bytes`), and the span is queued as a
 SUBMIT record, `(name, trace_parent, parent, time_ns, key, value)`: no attribute dict, no hex
 string, no per-task object besides the tuple. The exporter writes its OTLP bytes
-(`otlp_encoding.submit_entry`) from it, hex included, in the export thread, one batch at a time.
+(`otlp_templates.submit_entry`) from it, hex included, in the export thread, one batch at a time.
 
 Anything the compact form does not cover (a tracestate, baggage, another id generator or
 sampler, the fast paths off) takes `submit_span`, which writes `trace_context`.

@@ -3,7 +3,8 @@
 encodes as the SDK encodes the span it stands for; the span is recorded as the lazy
 `tracing.task_span` records it (name, parent, kind, attributes, status), is the parent of user
 spans and nested submissions, keeps what user code sets on it, records nothing when not
-sampled; a partial batch waits for more spans, the schedule or a flush."""
+sampled, and so is the executor's cheaper way for a thread's task (`tracing.exec_begin`: the
+thread's CurrentExec, idle between tasks); a partial batch waits for more spans, the schedule or a flush."""
 from __future__ import annotations
 
 import json
@@ -128,27 +129,43 @@ def test_the_wake_never_blocks_and_is_taken_once():
 
 
 CHILD = keep_spans("ember-worker") + textwrap.dedent("""
-    import json, os
+    import contextlib, json, os, time
     from opentelemetry import trace
     from ember_common import tracing_exec
     from ember_common.proto import common_pb2
 
     tracer = trace.get_tracer("user")
 
+    @contextlib.contextmanager
+    def begun(spec, errors):
+        # the executor's way for a thread's synchronous task (tracing.exec_begin / exec_finish)
+        p = tracing.exec_begin("execute f", spec, "n1", "w1", spec.trace_parent, time.time_ns())
+        try:
+            yield p
+        except BaseException as e:
+            tracing.exec_finish(p, None, e)
+            raise
+        tracing.exec_finish(p, errors[0] if errors else None)
+
     def run(fast, fail=False, touch=False, raises=False, actor=b""):
         spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(24), job_id=b"\\x02" * 4, attempt=1,
                                    actor_id=actor)
         tracing.task_submitted(spec, "submit f")
         values = (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, "n1", "w1")
-        cm = (tracing.task_executing("execute f", spec, "n1", "w1") if fast else
+        errors = []
+        cm = (begun(spec, errors) if fast == "begin" else
+              tracing.task_executing("execute f", spec, "n1", "w1") if fast else
               tracing.task_span("execute f", spec.trace_context,
                                 lambda: tracing_exec.attributes_of(values), spec.trace_parent))
         before = trace.get_current_span()
         kind = None
+        inner = None
         try:
             with cm as sp:
                 kind = type(sp).__name__
                 current = trace.get_current_span() is sp
+                if fast == "begin":  # busy: a second task on this thread takes the general way
+                    inner = tracing.exec_begin("execute f", spec, "n1", "w1", spec.trace_parent, 1)
                 if touch:
                     trace.get_current_span().set_attribute("user", "v")
                 with tracer.start_as_current_span("user child"):
@@ -156,18 +173,44 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
                 nested = common_pb2.TaskSpec(task_id=b"n" * 24)
                 tracing.task_submitted(nested, "submit g")
                 if fail:
-                    tracing.set_error(sp, "ValueError: boom")
+                    if fast == "begin":
+                        errors.append("ValueError: boom")
+                    else:
+                        tracing.set_error(sp, "ValueError: boom")
                 if raises:
                     raise KeyError("x")
         except KeyError:
             pass
+        kept = sp.get_span_context()
         return {"tp": spec.trace_parent.hex(), "nested_tp": nested.trace_parent.hex(), "kind": kind,
-                "current": current, "restored": trace.get_current_span() is before}
+                "current": current, "restored": trace.get_current_span() is before, "inner": inner,
+                "kept_id": kept.span_id, "kept_trace": kept.trace_id, "kept_recording": sp.is_recording()}
+
+    def kept_context():
+        # a context copied in one task and used after the thread ran another: its child span
+        # names the first task's execute span
+        import contextvars
+        specs, kept = [], []
+        for _ in range(2):
+            spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(24))
+            tracing.task_submitted(spec, "submit f")
+            p = tracing.exec_begin("execute f", spec, "n1", "w1", spec.trace_parent, time.time_ns())
+            kept.append(contextvars.copy_context())
+            tracing.exec_finish(p)
+            specs.append(spec)
+        kept[0].run(lambda: tracer.start_span("late child").end())
+        return [s.trace_parent.hex() for s in specs]
 
     out = {}
     for label, kw in {"plain": {}, "fail": {"fail": True}, "touched": {"touch": True},
                       "raised": {"raises": True}, "actor": {"actor": b"\\xab" * 16}}.items():
-        out[label] = {"fast": run(True, **kw), "lazy": run(False, **kw)}
+        out[label] = {"fast": run(True, **kw), "lazy": run(False, **kw), "begin": run("begin", **kw)}
+    out["kept_context"] = kept_context()
+    # a context already current (a user's span around the task): the general way
+    with tracer.start_as_current_span("around"):
+        spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(24))
+        tracing.task_submitted(spec, "submit f")
+        out["begin_under_a_span"] = tracing.exec_begin("execute f", spec, "n1", "w1", spec.trace_parent, 1)
     # not sampled: nothing recorded, the decision propagates to a nested submission
     spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(24))
     spec.trace_parent = os.urandom(24) + b"\\x00"
@@ -225,10 +268,23 @@ def test_the_exec_span_is_recorded_as_the_lazy_task_span_records_it(tmp_path):
                 "children": [{k: v for k, v in c.items() if k not in strip} for c in children]}
 
     for label in ("plain", "fail", "touched", "raised", "actor"):
-        fast, lazy = out[label]["fast"], out[label]["lazy"]
-        assert fast["kind"] == "ExecSpan" and lazy["kind"] == "TaskSpan"
+        fast, lazy, begun = out[label]["fast"], out[label]["lazy"], out[label]["begin"]
+        assert fast["kind"] == "ExecSpan" and lazy["kind"] == "TaskSpan" and begun["kind"] == "CurrentExec"
         assert fast["current"] and fast["restored"] and lazy["restored"]
+        assert begun["current"] and begun["restored"] and begun["inner"] is None
+        for case in (fast, begun):  # kept past its task: still that task's span, not recording
+            assert not case["kept_recording"], label
+        assert begun["kept_trace"] == int.from_bytes(bytes.fromhex(begun["tp"])[:16], "big")
+        assert by_id[begun["kept_id"]]["name"] == "execute f"
+        assert by_id[begun["kept_id"]]["parent"] == int.from_bytes(bytes.fromhex(begun["tp"])[16:24], "big")
         assert tree(fast) == tree(lazy), label
+        assert tree(begun) == tree(lazy), label
+    assert out["begin_under_a_span"] is None
+    first, second = (bytes.fromhex(tp) for tp in out["kept_context"])
+    late = next(s for s in spans if s["name"] == "late child")
+    first_exec = next(s for s in spans if s["name"] == "execute f" and s["parent"] == int.from_bytes(first[16:24], "big"))
+    assert late["parent"] == first_exec["id"] and late["trace"] == int.from_bytes(first[:16], "big")
+    assert any(s["parent"] == int.from_bytes(second[16:24], "big") for s in spans)  # the second ran too
     plain = tree(out["plain"]["fast"])
     assert plain["execute"]["kind"] == "CONSUMER" and plain["execute"]["status"] == "UNSET"
     assert plain["execute"]["attrs"] == {"ember.job_id": "02020202", "ember.node_id": "n1",

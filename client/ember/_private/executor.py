@@ -43,6 +43,15 @@ if TYPE_CHECKING:
 # A line "\x1e<job hex>\x1f<task name>" announces whose output follows (see the log monitor).
 LOG_MARKER = "\x1e"
 _exec_names: dict[str, str] = {}  # task name -> its execute span's name (no formatting per task)
+
+
+def _exec_name(task_name: str) -> str:
+    name = _exec_names.get(task_name)
+    if name is None:
+        if len(_exec_names) >= 4096:
+            _exec_names.clear()
+        name = _exec_names[task_name] = f"execute {task_name}"
+    return name
 LOG_SEP = "\x1f"
 
 
@@ -262,10 +271,22 @@ class TaskExecutor(PipelineEffects):
         start = time.time_ns()
         task_events.started(spec, start)
         if tracing.enabled() and ((tp := spec.trace_parent) or spec.trace_context):
-            with self._span(spec, tp) as sp:
-                reply = self._execute(spec)
-                if reply.is_application_error:
-                    tracing.set_error(sp, reply.error_message)
+            # A thread's synchronous task: its span is the thread's current-span holder, made
+            # an object only if code asks for it (tracing_exec.begin); else the general way.
+            p = tracing.exec_begin(_exec_names.get(spec.name) or _exec_name(spec.name), spec, self.core.node_id,
+                                   self.core.worker_id, tp, start) if tp else None
+            if p is not None:
+                try:
+                    reply = self._execute(spec)
+                except BaseException as e:
+                    tracing.exec_finish(p, None, e)
+                    raise
+                tracing.exec_finish(p, reply.error_message if reply.is_application_error else None)
+            else:
+                with self._span(spec, tp) as sp:
+                    reply = self._execute(spec)
+                    if reply.is_application_error:
+                        tracing.set_error(sp, reply.error_message)
         else:
             reply = self._execute(spec)
         if spec.actor_id and not spec.HasField("actor_creation"):
@@ -290,13 +311,9 @@ class TaskExecutor(PipelineEffects):
         attributes are the task's and this worker's ids (tracing.task_executing: a lazy span,
         recorded as one record). tp: spec.trace_parent, when the caller has read it."""
         core = self.core
-        name = _exec_names.get(spec.name)
-        if name is None:
-            if len(_exec_names) >= 4096:
-                _exec_names.clear()
-            name = _exec_names[spec.name] = f"execute {spec.name}"
         # (the cast's type as a string: ContextManager[Any] would be subscripted on every task)
-        return cast("ContextManager[Any]", tracing.task_executing(name, spec, core.node_id, core.worker_id, tp))
+        return cast("ContextManager[Any]", tracing.task_executing(_exec_name(spec.name), spec, core.node_id,
+                                                                  core.worker_id, tp))
 
     def _execute(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         creating = spec.HasField("actor_creation")
