@@ -275,7 +275,7 @@ class CoreWorker(ObjectAPI):
         results = await asyncio.gather(*(stub.Free(req, timeout=5) for stub in stubs),
                                        return_exceptions=True)
         # A dead node (or one that did not answer) may come back with its store: it gets the
-        # Free then (object_api._note_missed_frees).
+        # Free then (object_transfer._note_missed_frees).
         missed = [n.node_id for n in others if n.state != common_pb2.NodeInfo.ALIVE]
         for n, r in zip(live, results[1:], strict=True):
             if isinstance(r, Exception):
