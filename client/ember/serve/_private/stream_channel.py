@@ -99,28 +99,42 @@ class Decoder:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[Entry]:
-        buf = self._buf
-        buf += data
+        """The entries completed by data (a partial entry waits for the rest). Whole entries
+        are cut straight from data when nothing was pending (one copy per field)."""
+        if self._buf:
+            self._buf += data
+            buf: bytes | bytearray = self._buf
+        else:
+            buf = data
         out: list[Entry] = []
         pos, n, size = 0, len(buf), _HEAD.size
-        while n - pos >= size:
-            flags, ls, ld = _HEAD.unpack_from(buf, pos)
-            end = pos + size + ls + ld
-            if end > n:
-                break
-            sid = bytes(buf[pos + size:pos + size + ls]).decode()
-            payload = bytes(buf[pos + size + ls:end])
-            if flags & FETCH:
-                out.append((sid, [], False, FETCH_ERROR))
-            elif flags & ERROR:
-                out.append((sid, b"", True, payload.decode("utf-8", "replace")))
-            elif flags & ITEMS:
-                out.append((sid, pickle.loads(payload), bool(flags & DONE), None))
-            else:
-                out.append((sid, payload, bool(flags & DONE), None))
-            pos = end
-        if pos:
-            del buf[:pos]
+        unpack = _HEAD.unpack_from
+        view = memoryview(buf)
+        try:
+            while n - pos >= size:
+                flags, ls, ld = unpack(buf, pos)
+                start = pos + size
+                end = start + ls + ld
+                if end > n:
+                    break
+                sid = str(view[start:start + ls], "utf-8")
+                payload = bytes(view[start + ls:end])
+                if flags & FETCH:
+                    out.append((sid, [], False, FETCH_ERROR))
+                elif flags & ERROR:
+                    out.append((sid, b"", True, payload.decode("utf-8", "replace")))
+                elif flags & ITEMS:
+                    out.append((sid, pickle.loads(payload), bool(flags & DONE), None))
+                else:
+                    out.append((sid, payload, bool(flags & DONE), None))
+                pos = end
+        finally:
+            view.release()
+        if buf is self._buf:
+            if pos:
+                del self._buf[:pos]
+        elif pos < n:
+            self._buf += data[pos:]
         return out
 
 

@@ -66,7 +66,9 @@ class Inbox:
     def take(self) -> tuple[bytes, bool, str | None]:
         """Everything delivered to an HTTP stream, joined: (bytes, done, error)."""
         items, self.items = self.items, []
-        data = items[0][0] if len(items) == 1 else b"".join(d for d, _, _ in items)
+        if len(items) == 1:  # the usual case: one chunk per wake-up
+            return items[0]
+        data = b"".join(d for d, _, _ in items)
         return data, items[-1][1], next((e for _, _, e in items if e is not None), None)
 
     def take_items(self) -> tuple[list[Any], bool, str | None]:

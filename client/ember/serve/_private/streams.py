@@ -36,6 +36,7 @@ is bounded by max_tokens, a relayed stream by its producer), and no idle timeout
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any, AsyncIterator, Callable
 
@@ -171,7 +172,7 @@ class StreamMux:
         self._pumps[stream_id] = pump
         if not join:
             self._raw.add(stream_id)
-        pump.listener = lambda: self._mark(stream_id)
+        pump.listener = functools.partial(self._mark, stream_id)  # (C: no Python frame per item)
         if pump.ready:
             self._mark(stream_id)
 

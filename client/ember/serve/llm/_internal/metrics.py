@@ -15,11 +15,20 @@ returned by `LLMServer.metrics_address()`):
     ember_serve_llm_kv_cache_usage{model_id}                  gauge, 0..1
     ember_serve_llm_preemptions_total{model_id}               gauge (since start)
 
+Per token the replica only notes the token (a count and its inter-token latency in a list);
+the series are updated once per event-loop iteration (`LLMMetrics.flush`, queued with
+`call_soon` by the first token of the iteration): one counter increment, one window entry and
+one increment per histogram bucket for all the tokens of an engine step, instead of three
+locked increments per token and stream. A scrape sees a step's tokens once that step's
+hand-off is over.
+
 The span `llm.request` (attributes: model id, prompt and completion token counts, finish
 reasons, outcome; never prompt or output text) is made when tracing is on (OTEL_* variables).
 """
 from __future__ import annotations
 
+import asyncio
+import bisect
 import collections
 import os
 import time
@@ -63,11 +72,12 @@ class _Tracker:
         if self.n == 0:
             m.ttft.observe(now - self.t0)
         else:
-            m.itl.observe((now - self.last) / new)
+            m.itl_pending.append((now - self.last) / new)
         self.n += new
         self.last = now
-        m.gen_tokens.inc(new)
-        m.window.append((now, new))
+        m.new_tokens += new
+        if not m.flush_queued:
+            m.queue_flush()
 
     def finish(self, outcome: str) -> None:
         self.m.req.labels(outcome).observe(time.monotonic() - self.t0)
@@ -79,6 +89,9 @@ class LLMMetrics:
         self.engine = engine
         self.window: collections.deque[tuple[float, int]] = collections.deque(maxlen=100_000)
         self.address = ""
+        self.itl_pending: list[float] = []  # this loop iteration's inter-token latencies
+        self.new_tokens = 0  # this loop iteration's tokens
+        self.flush_queued = False
         noop = _Noop()
         self.ttft = self.itl = self.req = self.prompt_tokens = self.gen_tokens = noop  # type: ignore[assignment]
         if enabled:
@@ -100,6 +113,28 @@ class LLMMetrics:
         self.prompt_tokens = fam["prompt"].labels(mid)
         self.gen_tokens = fam["gen"].labels(mid)
         _instances[mid] = self
+
+    def queue_flush(self) -> None:
+        """Queues flush() after the current loop iteration (now, when no loop runs here)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self.flush_queued = True
+        loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Applies the tokens noted since the previous flush to the series (see the module
+        docstring)."""
+        self.flush_queued = False
+        new, self.new_tokens = self.new_tokens, 0
+        itl, self.itl_pending = self.itl_pending, []
+        if new:
+            self.gen_tokens.inc(new)
+            self.window.append((time.monotonic(), new))
+        if itl:
+            observe_many(self.itl, itl)
 
     def tokens_per_s(self) -> float:
         cutoff = time.monotonic() - _WINDOW_S
@@ -162,6 +197,26 @@ def _families() -> dict[str, Any]:
              lambda m: m.tokens_per_s())):
         metrics.gauge(name, doc, _per_model(fn), ("model_id",))
     return _fams
+
+
+def observe_many(hist: Any, values: list[float]) -> None:
+    """hist.observe(v) for every v, with one increment per bucket hit and one of the sum (a
+    prometheus_client Histogram child: each increment takes a lock); any other histogram
+    gets observe per value."""
+    if isinstance(hist, _Noop):
+        return
+    bounds = getattr(hist, "_upper_bounds", None)
+    buckets = getattr(hist, "_buckets", None)
+    total = getattr(hist, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for v in values:
+            hist.observe(v)
+        return
+    counts = collections.Counter(bisect.bisect_left(bounds, v) for v in values)  # first bound >= v
+    for i, c in counts.items():
+        if i < len(buckets):  # (past every bound: none, the last bound is +Inf)
+            buckets[i].inc(c)
+    total.inc(sum(values))
 
 
 class _Bound:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from json.encoder import encode_basestring_ascii as _json_str
 from typing import Any
 
 _TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
@@ -144,16 +145,17 @@ class ChunkWriter:
         self._role_sent: set[int] = set()
 
     def delta(self, index: int, text: str, finish_reason: str | None) -> str:
-        fr = "null" if finish_reason is None else json.dumps(finish_reason)
+        # _json_str(s) is json.dumps(s) for a str (what dumps calls), without its two layers
+        fr = "null" if finish_reason is None else _json_str(finish_reason)
         if self.chat:
             role = ""
             if index not in self._role_sent:
                 self._role_sent.add(index)
                 role = '"role":"assistant",'
             choice = '{"index":%d,"delta":{%s"content":%s},"logprobs":null,"finish_reason":%s}' % (
-                index, role, json.dumps(text), fr)
+                index, role, _json_str(text), fr)
         else:
-            choice = '{"index":%d,"text":%s,"logprobs":null,"finish_reason":%s}' % (index, json.dumps(text), fr)
+            choice = '{"index":%d,"text":%s,"logprobs":null,"finish_reason":%s}' % (index, _json_str(text), fr)
         return self._head + choice + "]}\n\n"
 
     def usage(self, use: dict[str, int]) -> str:
