@@ -28,9 +28,19 @@ def _cmdline(pid: int) -> str:
         return f.read().replace(b"\0", b" ").decode()
 
 
-def _pss_kb(pid: int) -> int:
+def _rollup_kb(pid: int, field: str) -> int:
     with open(f"/proc/{pid}/smaps_rollup") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def _pss_kb(pid: int) -> int:
+    return _rollup_kb(pid, "Pss")
+
+
+def _cow_shared_kb(pid: int) -> int:
+    """Dirty pages shared with other processes: a forked child's copy-on-write pages of the
+    template (a fresh interpreter shares clean library pages only)."""
+    return _rollup_kb(pid, "Shared_Dirty")
 
 
 @ember.remote(num_cpus=0)
@@ -64,9 +74,14 @@ def test_default_env_actors_are_forked_from_one_template(local):
     assert len({i[1][0] for i in infos}) == 12, "random is re-seeded in each child"
     assert len({i[1][1] for i in infos}) == 12, "numpy's global generator too"
     assert len({i[2] for i in infos}) == 12, "each child has its own worker id"
-    # Idle forked actors share the template's pages: well under a fresh interpreter's ~25 MB.
+    # Idle forked actors share the template's pages (~17 MB of them dirty), so each one's
+    # proportional share stays well under a fresh interpreter's ~25-28 MB (docs/perf.md). The
+    # PSS of these 12 actors was 15.4-16.4 MB in quiet and loaded runs alike: 20 MB leaves the
+    # noise room and still fails for fresh interpreters.
     pss = sorted(_pss_kb(p) for p in pids)
-    assert pss[len(pss) // 2] < 16 * 1024, pss
+    assert pss[len(pss) // 2] < 20 * 1024, pss
+    shared = sorted(_cow_shared_kb(p) for p in pids)
+    assert shared[len(shared) // 2] > 8 * 1024, shared
 
 
 def test_runtime_env_workers_are_fresh_interpreters(local):
