@@ -185,16 +185,24 @@ def test_sampling_filters_and_seeds():
     assert [mixed[0], mixed[2]] == [rows[0].argmax().item(), rows[2].argmax().item()]
 
 
-def _run(engine, rid, prompt, **params):
+def _run(engine, rid, prompt, started: asyncio.Event | None = None, **params):
+    """A coroutine: one request's text, tokens, finish reason, time and TTFT; `started` is set
+    once it has two tokens out (it is then in the running batch, with the rest to go)."""
     async def go():
         t0 = time.perf_counter()
         text, n, reason, first = "", 0, None, None
-        async for deltas in engine.generate(GenerationRequest(rid, prompt, SamplingParams(**params))):
-            first = first or time.perf_counter() - t0
-            for d in deltas:
-                text += d.text
-                n = d.num_output_tokens
-                reason = d.finish_reason or reason
+        try:
+            async for deltas in engine.generate(GenerationRequest(rid, prompt, SamplingParams(**params))):
+                first = first or time.perf_counter() - t0
+                for d in deltas:
+                    text += d.text
+                    n = d.num_output_tokens
+                    reason = d.finish_reason or reason
+                if started is not None and n >= 2:
+                    started.set()
+        finally:
+            if started is not None:  # an early end or an error never holds the next one back
+                started.set()
         return {"text": text, "tokens": n, "reason": reason, "seconds": time.perf_counter() - t0, "ttft": first}
     return go()
 
@@ -246,9 +254,14 @@ def test_requests_joining_a_running_batch_keep_greedy_outputs(engine):
     before = dataclasses.replace(engine.stats())
 
     async def staggered():
+        # Each request joins once the one before it is running (two tokens out, 22 to go): a
+        # newcomer meets a running batch however fast the steps are (not a fixed stagger).
+        started = [asyncio.Event() for _ in range(2 * len(prompts))]
+
         async def one(i, ids):
-            await asyncio.sleep(0.03 * i)
-            return await _run(engine, f"join{i}", ids, max_tokens=24, temperature=0, ignore_eos=True)
+            if i:
+                await started[i - 1].wait()
+            return await _run(engine, f"join{i}", ids, started[i], max_tokens=24, temperature=0, ignore_eos=True)
         return await asyncio.gather(*[one(i, ids) for i, ids in enumerate(prompts * 2)])
 
     outs = asyncio.run(staggered())

@@ -49,13 +49,21 @@ def _gone(pid: int) -> bool:
         return True
 
 
-async def _collect(engine, rid, ids, **params):
+async def _collect(engine, rid, ids, started: asyncio.Event | None = None, **params):
+    """(text, output tokens, finish reason) of one request; `started` is set once it has two
+    tokens out (it is then in the running batch, with the rest of its tokens to go)."""
     text, n, reason = "", 0, None
-    async for deltas in engine.generate(GenerationRequest(rid, ids, SamplingParams(**params))):
-        for d in deltas:
-            text += d.text
-            n = d.num_output_tokens
-            reason = d.finish_reason or reason
+    try:
+        async for deltas in engine.generate(GenerationRequest(rid, ids, SamplingParams(**params))):
+            for d in deltas:
+                text += d.text
+                n = d.num_output_tokens
+                reason = d.finish_reason or reason
+            if started is not None and n >= 2:
+                started.set()
+    finally:
+        if started is not None:  # an early end or an error never holds the next one back
+            started.set()
     return text, n, reason
 
 
@@ -114,9 +122,15 @@ def test_core_mixed_steps_keep_greedy_outputs_and_report_counters(core, model_di
     before = core.stats()
 
     async def staggered():
+        # Each request joins once the one before it is running (two tokens out, 22 to go), so
+        # every newcomer meets a running batch however fast or slow the steps are (a fixed
+        # 30 ms stagger let each request finish before the next came when steps took ~1 ms).
+        started = [asyncio.Event() for _ in range(2 * len(prompts))]
+
         async def one(i, ids):
-            await asyncio.sleep(0.03 * i)
-            return await _collect(core, f"j{i}", ids, max_tokens=24, temperature=0, ignore_eos=True)
+            if i:
+                await started[i - 1].wait()
+            return await _collect(core, f"j{i}", ids, started[i], max_tokens=24, temperature=0, ignore_eos=True)
         return await asyncio.gather(*[one(i, ids) for i, ids in enumerate(prompts * 2)])
 
     assert asyncio.run(staggered()) == want * 2
