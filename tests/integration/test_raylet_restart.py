@@ -30,11 +30,11 @@ def _objects(address: str) -> list[objmgr_pb2.ObjectStat]:
         ch.close()
 
 
-@pytest.fixture
-def cluster():
-    # The cyclic GC is off while a test runs: only reference counts free anything, so what the
-    # tests check does not depend on when a collection happens to run (which depends on the
-    # tests that ran before in this process: test_free_after_crash.py).
+def _two_nodes():
+    """(cluster, node b): a head and a node b with one prestarted worker, a driver attached.
+    The cyclic GC is off meanwhile: only reference counts free anything, so what the tests
+    check does not depend on when a collection happens to run (which depends on the tests that
+    ran before in this process: test_free_after_crash.py)."""
     gc.collect()
     gc.disable()
     try:
@@ -48,6 +48,11 @@ def cluster():
                 ember.shutdown()
     finally:
         gc.enable()
+
+
+@pytest.fixture
+def cluster():
+    yield from _two_nodes()
 
 
 @ember.remote(resources={"b": 1}, max_retries=0)
@@ -117,19 +122,7 @@ def test_the_new_raylet_reports_each_worker_of_the_old_one_once(cluster):
 @pytest.fixture
 def quick_death_cluster(monkeypatch):
     monkeypatch.setenv("EMBER_NODE_DEATH_TIMEOUT_S", "3")
-    gc.collect()
-    gc.disable()
-    try:
-        with LocalCluster() as c:
-            c.add_node({"CPU": 1}, is_head=True)
-            node = c.add_node({"CPU": 1, "b": 1}, num_prestart_workers=1)
-            ember.init(address=c.gcs_address)
-            try:
-                yield c, node
-            finally:
-                ember.shutdown()
-    finally:
-        gc.enable()
+    yield from _two_nodes()
 
 
 def test_a_dead_nodes_ledger_leaves_the_kv_and_a_later_raylet_still_frees_the_pins(
