@@ -8,7 +8,9 @@ chunk is one line (`tok NNNNN\\n`), so chunks are counted in the bytes received 
 proxy relays them one by one or several per HTTP chunk.
 
 Reports, per system: chunks/s (all clients together), request latency p50/p99, time to first
-chunk p50/p99, the ideal request latency (CHUNKS x GAP_MS), and the CPU time per chunk of each
+chunk p50/p99, the ideal request latency (CHUNKS x GAP_MS) and the ceiling it sets on chunks/s
+(CONCURRENCY chunks per GAP_MS, since a client waits for a reply's end before its next request;
+so no system can be more than ceiling/Ray's chunks/s over Ray), and the CPU time per chunk of each
 process under the server (proxy, replica, raylet, ...; user + system, from psutil): the figure
 that stays meaningful on a loaded machine, where wall-clock rates are noise. `in_process` is the same
 generator consumed by CONCURRENCY tasks in this process (no HTTP, no Serve): the ideal as this
@@ -275,6 +277,11 @@ def main() -> None:
         e, r = results["ember"], results["ray_serve_2.60"]
         print(f"\nember/ray chunks/s: {e['chunks_per_s'] / max(r['chunks_per_s'], 1e-9):.2f}x; "
               f"median {e['p50_ms']} ms vs {r['p50_ms']} ms (ideal {args.chunks * args.gap_ms:.0f})")
+        # Each client waits for its request's last chunk before the next request, so no system can
+        # move more than CONCURRENCY chunks per GAP: the ratio over Ray is bounded by that ceiling.
+        ceiling = args.concurrency * 1000.0 / args.gap_ms
+        print(f"ceiling (every request at the ideal): {ceiling:.0f} chunks/s; ember at {e['chunks_per_s'] / ceiling:.0%} "
+              f"of it; the most any system could be over this Ray run: {ceiling / max(r['chunks_per_s'], 1e-9):.2f}x")
 
 
 if __name__ == "__main__":
