@@ -55,7 +55,12 @@ async def _read_body(receive: Any) -> bytes | None:
 class ProxyApp:
     """ASGI application; one per proxy process."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_core_loop: int | None = None) -> None:
+        """on_core_loop: set (to the core worker's largest inline argument, in bytes) when the
+        app runs on the core worker's own loop (as `python -m ember_serve_proxy` runs it): a
+        call whose body and headers might not fit inline is then submitted from a thread, since
+        putting a big argument into the object store must wait for the core loop."""
+        self._big = on_core_loop // 2 if on_core_loop is not None else None
         self.table: RouteTable | None = None
         self._latency: Any = None
         self._pollers: dict[str, StreamPoller] = {}  # by replica (router key)
@@ -167,7 +172,7 @@ class ProxyApp:
             poller = ChannelPoller.of(self._pollers, key, h, _id_prefix)
             inbox = poller.expect(request_id)  # before the call: a push may bring chunks first
             try:
-                fut = asyncio.wrap_future(h.handle_http.remote(request_id, child, body, poller.group).future())
+                fut = asyncio.ensure_future(await self._call(h, request_id, child, body, poller.group))
                 if not await _first(fut, disconnect):
                     h.cancel.remote(request_id)
                     fut.cancel()
@@ -193,6 +198,13 @@ class ProxyApp:
                 if not streaming:
                     poller.close(request_id)
                     router.release(key)
+
+    async def _call(self, h: Any, request_id: str, child: dict[str, Any], body: bytes, group: str) -> Any:
+        """h.handle_http.remote(...): the reply's ObjectRef, whose `await` on the core loop
+        resumes this request straight from the reply (no future in between, no thread hop)."""
+        if self._big is not None and len(body) + sum(len(k) + len(v) for k, v in child["headers"]) > self._big:
+            return await asyncio.to_thread(h.handle_http.remote, request_id, child, body, group)
+        return h.handle_http.remote(request_id, child, body, group)
 
     async def _relay(self, router: Any, key: str, h: Any, request_id: str, reply: tuple[Any, ...], send: Any,
                      disconnect: asyncio.Future[Any], inbox: Inbox) -> None:
