@@ -1,0 +1,180 @@
+"""Where a streamed HTTP request's first chunk spends its time in the Serve proxy, hop by hop.
+
+Starts an embedded cluster (this process is the driver), deploys a streaming deployment whose
+generator yields its first item at once and a second 2 ms later (each item carries the
+replica's `perf_counter_ns()` when it was produced; CLOCK_MONOTONIC, so comparable across the
+processes of this machine), and runs the standalone proxy (`ember_serve_proxy`) with the probe
+of scripts/_proxy_hops_probe.py, which notes the time of each step of the proxy's path. A client
+(in this process, on its own loop) sends REQUESTS requests one at a time, PAUSE_MS apart, on one
+keep-alive connection. Prints the p50 of each step's time since the previous one, in µs, and
+the thread each step ran on:
+
+    client send → asgi (uvicorn parsed the request; HTTP loop) → remote → remote_ret (the
+    actor call handed to the core loop) → core_submit (core loop) → replica produced the first
+    item → core_reply (the reply on the core loop) → cf_done (the concurrent future set) →
+    http_woken (the HTTP loop resumed) → send1 (the head and first chunk) → client got chunk 1;
+    then the second item: replica → channel_in (HTTP loop) → send2 → client got chunk 2.
+
+    .venv/bin/python scripts/bench_proxy_hops.py [--requests 300] [--pause-ms 20]
+
+Wall-clock steps on a loaded machine are noise; run it quietly (or under `chrt -f 10`).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+async def _client(port: int, n: int, pause_s: float) -> list[dict[str, int]]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    req = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    out = []
+    try:
+        for _ in range(n):
+            await asyncio.sleep(pause_s)
+            t0 = time.perf_counter_ns()
+            writer.write(req)
+            await reader.readuntil(b"\r\n\r\n")
+            got: list[tuple[int, bytes]] = []
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+                data = await reader.readexactly(size + 2)
+                if size == 0:
+                    break
+                got.append((time.perf_counter_ns(), data[:-2]))
+            rec = {"client_send": t0}
+            lines = [(t, ln) for t, d in got for ln in d.decode().split()]
+            for i, (t, ln) in enumerate(lines[:2]):
+                rec[f"replica_item{i + 1}"] = int(ln)
+                rec[f"client_chunk{i + 1}"] = t
+            out.append(rec)
+    finally:
+        writer.close()
+    return out
+
+
+def _switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of every thread of a process."""
+    v = n = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            for line in open(f"/proc/{pid}/task/{t}/status"):
+                if line.startswith("voluntary_ctxt_switches"):
+                    v += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches"):
+                    n += int(line.split()[1])
+        except OSError:  # the thread ended
+            continue
+    return v, n
+
+
+def _per_request(events: list[list]) -> list[dict[str, tuple[int, str]]]:
+    reqs: list[dict[str, tuple[int, str]]] = []
+    for name, t, thread in events:
+        if name == "asgi":
+            reqs.append({})
+        if reqs and name not in reqs[-1]:
+            reqs[-1][name] = (t, thread)
+    return reqs
+
+
+ORDER = ["client_send", "asgi", "remote", "remote_ret", "core_submit", "replica_item1", "core_reply",
+         "cf_done", "http_woken", "send_head", "send1", "sent1", "client_chunk1",
+         "replica_item2", "channel_in", "send2", "sent2", "client_chunk2"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--pause-ms", type=float, default=20.0)
+    ap.add_argument("--warmup", type=int, default=30)
+    args = ap.parse_args()
+
+    import ember
+    from ember import serve
+
+    ember.init(num_cpus=2, log_to_driver=False)
+    serve.start(proxy_location="Disabled")
+
+    @serve.deployment(max_ongoing_requests=64)
+    class Stream:
+        async def __call__(self, request):  # noqa: ANN001, ANN204
+            from starlette.responses import StreamingResponse
+
+            async def gen():  # noqa: ANN202
+                yield f"{time.perf_counter_ns()}\n"
+                await asyncio.sleep(0.002)
+                yield f"{time.perf_counter_ns()}\n"
+            return StreamingResponse(gen(), media_type="text/plain")
+
+    serve.run(Stream.bind(), route_prefix="/")
+    gcs = ember.get_runtime_context().gcs_address
+    tmp = tempfile.mkdtemp(prefix="proxy-hops-")
+    port_file, out = os.path.join(tmp, "port"), os.path.join(tmp, "events.json")
+    code = (f"import sys; sys.path.insert(0, {HERE!r}); import _proxy_hops_probe as p; "
+            f"p.install({out!r}); sys.exit(p.run_proxy(sys.argv[1:]))")
+    proxy = subprocess.Popen([sys.executable, "-c", code, "--gcs-address", gcs, "--host", "127.0.0.1",
+                              "--port", "0", "--port-file", port_file])
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(port_file):
+            if time.monotonic() > deadline or proxy.poll() is not None:
+                raise RuntimeError("the proxy did not start")
+            time.sleep(0.1)
+        port = int(open(port_file).read())
+        asyncio.run(_client(port, args.warmup, args.pause_ms / 1000))
+        import psutil
+
+        pp = psutil.Process(proxy.pid)
+        c0, x0 = pp.cpu_times(), _switches(proxy.pid)
+        client = asyncio.run(_client(port, args.requests, args.pause_ms / 1000))
+        c1 = pp.cpu_times()
+        proxy_cpu_us = ((c1.user + c1.system) - (c0.user + c0.system)) / args.requests * 1e6
+        x1 = _switches(proxy.pid)
+        ctx = ((x1[0] - x0[0]) / args.requests, (x1[1] - x0[1]) / args.requests)
+    finally:
+        proxy.send_signal(signal.SIGTERM)
+        proxy.wait(60)
+    reqs = _per_request(json.load(open(out)))[args.warmup:]
+    rows: dict[str, list[float]] = {}
+    threads: dict[str, str] = {}
+    for c, p in zip(client, reqs, strict=False):
+        stamps = {k: (v, "client" if k.startswith("client") else "replica") for k, v in c.items()}
+        stamps.update(p)
+        prev = None
+        for k in ORDER:
+            if k not in stamps:
+                continue
+            t, th = stamps[k]
+            threads[k] = th
+            if prev is not None:
+                rows.setdefault(k, []).append((t - prev) / 1000)
+            prev = t
+    load = open("/proc/loadavg").read().split()[:3]
+    print(f"{len(reqs)} requests, load {' '.join(load)}; p50 µs since the previous step:")
+    total = 0.0
+    for k in ORDER[1:]:
+        if k in rows:
+            med = statistics.median(rows[k])
+            total += med
+            print(f"  {k:14s} {med:8.1f}   ({threads[k]})")
+    print(f"  {'sum of p50s':14s} {total:8.1f}")
+    first = [(c["client_chunk1"] - c["client_send"]) / 1000 for c in client]
+    print(f"client: first chunk p50 {statistics.median(first):.1f} µs; proxy CPU per request "
+          f"{proxy_cpu_us:.1f} µs (user + system); proxy context switches per request: {ctx[0]:.1f} "
+          f"voluntary, {ctx[1]:.1f} involuntary")
+    ember.shutdown()
+
+
+if __name__ == "__main__":
+    main()
