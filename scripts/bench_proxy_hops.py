@@ -15,7 +15,15 @@ the thread each step ran on:
     http_woken (the HTTP loop resumed) → send1 (the head and first chunk) → client got chunk 1;
     then the second item: replica → channel_in (HTTP loop) → send2 → client got chunk 2.
 
-    .venv/bin/python scripts/bench_proxy_hops.py [--requests 300] [--pause-ms 20]
+With `--llm MODEL_DIR` the app is compare_llm.py's `ember` system instead (build_openai_app with
+one tiny model; 8-token streamed completions; the client's chunks are the first two SSE events
+that carry text; no replica stamps). A proxy that serves on the core worker's loop (this
+branch) has no `cf_done` step and runs every step on `ember-core`. Also printed: the client's
+time to the first chunk, and the proxy's CPU (user + system) and context switches (all its
+threads) per request. Another tree's proxy: run this file with that tree's interpreter from
+its root (`cd /work/main && .venv/bin/python /path/to/scripts/bench_proxy_hops.py`).
+
+    .venv/bin/python scripts/bench_proxy_hops.py [--requests 300] [--pause-ms 20] [--llm DIR]
 
 Wall-clock steps on a loaded machine are noise; run it quietly (or under `chrt -f 10`).
 """
@@ -35,9 +43,16 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-async def _client(port: int, n: int, pause_s: float) -> list[dict[str, int]]:
+LLM_BODY = json.dumps({"model": "tiny", "prompt": "Tell me a story", "max_tokens": 8, "temperature": 0.0,
+                       "stream": True, "ignore_eos": True}).encode()
+
+
+async def _client(port: int, n: int, pause_s: float, llm: bool = False) -> list[dict[str, int]]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     req = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    if llm:
+        req = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(LLM_BODY)}\r\n\r\n").encode() + LLM_BODY
     out = []
     try:
         for _ in range(n):
@@ -53,6 +68,11 @@ async def _client(port: int, n: int, pause_s: float) -> list[dict[str, int]]:
                     break
                 got.append((time.perf_counter_ns(), data[:-2]))
             rec = {"client_send": t0}
+            if llm:  # the first two SSE events that carry text
+                toks = [t for t, d in got if b'"text"' in d]
+                rec.update({f"client_chunk{i + 1}": t for i, t in enumerate(toks[:2])})
+                out.append(rec)
+                continue
             lines = [(t, ln) for t, d in got for ln in d.decode().split()]
             for i, (t, ln) in enumerate(lines[:2]):
                 rec[f"replica_item{i + 1}"] = int(ln)
@@ -98,6 +118,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--pause-ms", type=float, default=20.0)
     ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--llm", default="", help="a model dir (compare_llm.py's --model-dir): time the "
+                    "OpenAI app (build_openai_app, one model, 8-token completions) instead")
     args = ap.parse_args()
 
     import ember
@@ -117,7 +139,14 @@ def main() -> None:
                 yield f"{time.perf_counter_ns()}\n"
             return StreamingResponse(gen(), media_type="text/plain")
 
-    serve.run(Stream.bind(), route_prefix="/")
+    if args.llm:
+        from ember.serve.llm import LLMConfig, build_openai_app
+
+        cfg = LLMConfig(model_loading_config={"model_id": "tiny", "model_source": args.llm}, llm_engine="torch",
+                        engine_kwargs={"max_num_seqs": 16}, deployment_config={"max_ongoing_requests": 256})
+        serve.run(build_openai_app({"llm_configs": [cfg]}), route_prefix="/")
+    else:
+        serve.run(Stream.bind(), route_prefix="/")
     gcs = ember.get_runtime_context().gcs_address
     tmp = tempfile.mkdtemp(prefix="proxy-hops-")
     port_file, out = os.path.join(tmp, "port"), os.path.join(tmp, "events.json")
@@ -132,12 +161,12 @@ def main() -> None:
                 raise RuntimeError("the proxy did not start")
             time.sleep(0.1)
         port = int(open(port_file).read())
-        asyncio.run(_client(port, args.warmup, args.pause_ms / 1000))
+        asyncio.run(_client(port, args.warmup, args.pause_ms / 1000, bool(args.llm)))
         import psutil
 
         pp = psutil.Process(proxy.pid)
         c0, x0 = pp.cpu_times(), _switches(proxy.pid)
-        client = asyncio.run(_client(port, args.requests, args.pause_ms / 1000))
+        client = asyncio.run(_client(port, args.requests, args.pause_ms / 1000, bool(args.llm)))
         c1 = pp.cpu_times()
         proxy_cpu_us = ((c1.user + c1.system) - (c0.user + c0.system)) / args.requests * 1e6
         x1 = _switches(proxy.pid)
@@ -161,7 +190,7 @@ def main() -> None:
                 rows.setdefault(k, []).append((t - prev) / 1000)
             prev = t
     load = open("/proc/loadavg").read().split()[:3]
-    print(f"{len(reqs)} requests, load {' '.join(load)}; p50 µs since the previous step:")
+    print(f"{'LLM app' if args.llm else 'stream'}: {len(reqs)} requests, load {' '.join(load)}; p50 µs since the previous step:")
     total = 0.0
     for k in ORDER[1:]:
         if k in rows:
