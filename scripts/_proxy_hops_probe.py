@@ -103,14 +103,15 @@ def install(out: str) -> None:
 
     object_ref.ObjectRef.future = future  # type: ignore[method-assign]
 
-    orig_first = app_mod._first
+    wait_name = "_unless_left" if hasattr(app_mod, "_unless_left") else "_first"  # (this branch / before)
+    orig_wait = getattr(app_mod, wait_name)
 
-    async def first(work: Any, disconnect: Any) -> bool:
-        r = await orig_first(work, disconnect)
+    async def waited(work: Any, disconnect: Any) -> Any:
+        r = await orig_wait(work, disconnect)
         note("http_woken")
         return r
 
-    app_mod._first = first
+    setattr(app_mod, wait_name, waited)
 
     orig_deliver = stream_poller.ChannelPoller._deliver
 

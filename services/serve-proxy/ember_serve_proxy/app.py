@@ -172,12 +172,10 @@ class ProxyApp:
             poller = ChannelPoller.of(self._pollers, key, h, _id_prefix)
             inbox = poller.expect(request_id)  # before the call: a push may bring chunks first
             try:
-                fut = asyncio.ensure_future(await self._call(h, request_id, child, body, poller.group))
-                if not await _first(fut, disconnect):
+                reply = await _unless_left(await self._call(h, request_id, child, body, poller.group), disconnect)
+                if reply is _LEFT:
                     h.cancel.remote(request_id)
-                    fut.cancel()
                     return
-                reply = fut.result()
                 if reply[0] == "full":
                     _, status, headers, data = reply
                     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -259,19 +257,27 @@ class _StatusRecorder:
         self.hist.labels(self.app, str(self.status or 499)).observe(elapsed)
 
 
-async def _first(work: asyncio.Future[Any], disconnect: asyncio.Future[Any]) -> bool:
-    """Waits for work or a client disconnect; True if work finished first."""
-    if not work.done():
-        waiter = asyncio.get_running_loop().create_future()
+_LEFT = object()
 
-        def wake(_: Any) -> None:
-            if not waiter.done():
-                waiter.set_result(None)
 
-        work.add_done_callback(wake)
-        disconnect.add_done_callback(wake)
-        try:
-            await waiter
-        finally:
-            disconnect.remove_done_callback(wake)
-    return work.done()
+async def _unless_left(reply: Any, disconnect: asyncio.Future[Any]) -> Any:
+    """Awaits the call's reply (an ObjectRef: on the core loop, straight from the core's store),
+    or _LEFT once the client disconnected first. No task or future is made per request: a
+    disconnect cancels this wait (only this wait) from the future's done-callback."""
+    me = asyncio.current_task()
+    waiting = True
+
+    def left(_: object) -> None:
+        if waiting and me is not None:
+            me.cancel()
+
+    disconnect.add_done_callback(left)
+    try:
+        return await reply
+    except asyncio.CancelledError:
+        if disconnect.done() and me is not None and me.cancelling() == 1 and me.uncancel() == 0:
+            return _LEFT  # (the cancellation was ours alone)
+        raise
+    finally:
+        waiting = False
+        disconnect.remove_done_callback(left)
