@@ -198,6 +198,15 @@ def main() -> None:
             total += med
             print(f"  {k:14s} {med:8.1f}   ({threads[k]})")
     print(f"  {'sum of p50s':14s} {total:8.1f}")
+    out_us, back_us = [], []
+    for c, p in zip(client, reqs, strict=False):  # the proxy's two crossings, per request
+        if "core_submit" in p and "remote_ret" in p and "core_reply" in p and "sent1" in p:
+            out_us.append((max(p["core_submit"][0], p["remote_ret"][0]) - c["client_send"]) / 1000)
+            back_us.append((p["sent1"][0] - p["core_reply"][0]) / 1000)
+    if out_us:
+        print(f"proxy's crossings, p50 per request: client send → the call submitted on the core loop "
+              f"{statistics.median(out_us):.1f} µs; the reply on the core loop → first chunk written "
+              f"{statistics.median(back_us):.1f} µs")
     first = [(c["client_chunk1"] - c["client_send"]) / 1000 for c in client]
     print(f"client: first chunk p50 {statistics.median(first):.1f} µs; proxy CPU per request "
           f"{proxy_cpu_us:.1f} µs (user + system); proxy context switches per request: {ctx[0]:.1f} "
