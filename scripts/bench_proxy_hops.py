@@ -83,19 +83,23 @@ async def _client(port: int, n: int, pause_s: float, llm: bool = False) -> list[
     return out
 
 
-def _switches(pid: int) -> tuple[int, int]:
-    """(voluntary, involuntary) context switches of every thread of a process."""
+def _switches(pid: int) -> tuple[int, int, dict[str, int]]:
+    """(voluntary, involuntary) context switches of every thread of a process, and the
+    voluntary ones by thread name."""
     v = n = 0
+    by: dict[str, int] = {}
     for t in os.listdir(f"/proc/{pid}/task"):
         try:
+            name = open(f"/proc/{pid}/task/{t}/comm").read().strip()
             for line in open(f"/proc/{pid}/task/{t}/status"):
                 if line.startswith("voluntary_ctxt_switches"):
                     v += int(line.split()[1])
+                    by[name] = by.get(name, 0) + int(line.split()[1])
                 elif line.startswith("nonvoluntary_ctxt_switches"):
                     n += int(line.split()[1])
         except OSError:  # the thread ended
             continue
-    return v, n
+    return v, n, by
 
 
 def _per_request(events: list[list]) -> list[dict[str, tuple[int, str]]]:
@@ -171,6 +175,8 @@ def main() -> None:
         proxy_cpu_us = ((c1.user + c1.system) - (c0.user + c0.system)) / args.requests * 1e6
         x1 = _switches(proxy.pid)
         ctx = ((x1[0] - x0[0]) / args.requests, (x1[1] - x0[1]) / args.requests)
+        by_thread = {k: round((c - x0[2].get(k, 0)) / args.requests, 1) for k, c in x1[2].items()
+                     if c - x0[2].get(k, 0) >= args.requests / 10}
     finally:
         proxy.send_signal(signal.SIGTERM)
         proxy.wait(60)
@@ -210,7 +216,7 @@ def main() -> None:
     first = [(c["client_chunk1"] - c["client_send"]) / 1000 for c in client]
     print(f"client: first chunk p50 {statistics.median(first):.1f} µs; proxy CPU per request "
           f"{proxy_cpu_us:.1f} µs (user + system); proxy context switches per request: {ctx[0]:.1f} "
-          f"voluntary, {ctx[1]:.1f} involuntary")
+          f"voluntary, {ctx[1]:.1f} involuntary; voluntary by thread: {by_thread}")
     ember.shutdown()
 
 
