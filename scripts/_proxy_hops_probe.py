@@ -11,7 +11,6 @@ time: every event after an ASGI entry belongs to that request.
 from __future__ import annotations
 
 import atexit
-import functools
 import json
 import os
 import threading
@@ -137,4 +136,4 @@ def run_proxy(argv: list[str]) -> int:
     return main(argv)
 
 
-__all__ = ["install", "note", "run_proxy", "functools"]
+__all__ = ["install", "note", "run_proxy"]
