@@ -265,18 +265,21 @@ async def _unless_left(reply: Any, disconnect: asyncio.Future[Any]) -> Any:
     or _LEFT once the client disconnected first. No task or future is made per request: a
     disconnect cancels this wait (only this wait) from the future's done-callback."""
     me = asyncio.current_task()
-    waiting = True
+    waiting, ours = True, False
 
     def left(_: object) -> None:
+        nonlocal ours
         if waiting and me is not None:
+            ours = True
             me.cancel()
 
     disconnect.add_done_callback(left)
     try:
         return await reply
     except asyncio.CancelledError:
-        if disconnect.done() and me is not None and me.cancelling() == 1 and me.uncancel() == 0:
-            return _LEFT  # (the cancellation was ours alone)
+        if ours and me is not None and me.cancelling() == 1:  # ours alone (not the server's too)
+            me.uncancel()
+            return _LEFT
         raise
     finally:
         waiting = False
