@@ -73,6 +73,9 @@ class _Ref:
     def future(self):
         return self.f
 
+    def __await__(self):  # as an ObjectRef awaited off the core loop
+        return asyncio.wrap_future(self.f).__await__()
+
 
 class _NoChannelReplica:
     """A replica that offers no channel (mutual TLS on): the poller polls with stream_poll."""

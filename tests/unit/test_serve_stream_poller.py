@@ -27,6 +27,9 @@ class _Ref:
     def future(self) -> concurrent.futures.Future:
         return self.f
 
+    def __await__(self):  # as an ObjectRef awaited off the core loop
+        return asyncio.wrap_future(self.f).__await__()
+
 
 class _Replica:
     def __init__(self) -> None:

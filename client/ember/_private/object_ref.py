@@ -88,6 +88,12 @@ class ObjectRef:
         return fut
 
     def __await__(self) -> Generator[Any, None, Any]:
+        core = _current_core()
+        if core is not None and core.in_loop():
+            # Awaited on the core loop itself (the Serve proxy's requests run there): the
+            # value straight from the store, no future in between, no thread hop.
+            direct: Generator[Any, None, Any] = core.get_async(self).__await__()
+            return direct
         return asyncio.wrap_future(self.future()).__await__()
 
 

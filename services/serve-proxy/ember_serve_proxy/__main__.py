@@ -3,15 +3,21 @@
     ember-serve-proxy --gcs-address 127.0.0.1:6379 --host 0.0.0.0 --port 8000 [--port-file F]
 
 It connects to the cluster as a client (a driver in namespace "serve"), binds its socket (port 0
-means any; the bound port goes to --port-file), then serves until SIGTERM.
+means any; the bound port goes to --port-file), then serves until SIGTERM. uvicorn serves on the
+core worker's own loop (a uvloop loop, in the core's thread), so a request, the actor call it
+makes and the reply that resumes it run on one thread; the main thread only waits and catches
+the signals.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
+import socket
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     sock = service.listen_http(ns.host, ns.port, backlog=2048)
     if sock is None:
         return 1
+    import uvloop
+
+    # Before ember.init: the core worker's loop is then a uvloop loop, and uvicorn serves on it.
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     import ember
     from ember_common import backoff
 
@@ -52,11 +62,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import uvicorn
 
+    from ember._private.worker import global_worker
     from ember_common import metrics
 
     from .app import ProxyApp
 
-    app = ProxyApp()
+    core = global_worker().core
+    app = ProxyApp(on_core_loop=core.config.max_inline_bytes)
     if metrics.enabled():
         app.register_metrics()
         metrics.start_in_thread(ns.host)
@@ -67,14 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         with open(tmp, "w") as f:
             f.write(str(port))
         os.replace(tmp, ns.port_file)
-    config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="on", log_level="warning",
+    config = uvicorn.Config(app, loop="none", http="httptools", lifespan="on", log_level="warning",
                             access_log=False, timeout_graceful_shutdown=5, proxy_headers=False,
                             server_header=False, date_header=False)
     from ember.serve._private import proxies
 
     key = proxies.register(ns.host, port)
     try:
-        _make_server(config).run(sockets=[sock])  # type: ignore[attr-defined]
+        _serve_on(core.loop, _make_server(config), sock)
     finally:
         try:
             proxies.unregister(key)
@@ -87,24 +99,41 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _make_server(config: object) -> object:
-    """uvicorn's Server, except that SIGTERM/SIGINT end it gracefully with exit code 0 (uvicorn
-    re-raises the signal after its graceful shutdown, which would make the exit code -15)."""
-    import contextlib
+def _serve_on(loop: asyncio.AbstractEventLoop, server: Any, sock: socket.socket) -> None:
+    """Runs uvicorn's server on `loop` (the core worker's, in its thread) until it stops. The
+    HTTP requests, the actor calls they make and the replies then share one thread: a request's
+    call is submitted and its reply resumes the request with no thread hop and no hand-off of
+    the interpreter lock (docs/perf.md, "The proxy's crossings"). SIGTERM/SIGINT, which only
+    this (main) thread can catch, ask the server to stop gracefully."""
+    import concurrent.futures
     import signal
+
+    old = {s: signal.signal(s, lambda *_, s=s: server.handle_exit(s, None)) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        done = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), loop)
+        while True:
+            try:
+                done.result(timeout=1.0)
+                return
+            except concurrent.futures.TimeoutError:
+                continue
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _make_server(config: object) -> object:
+    """uvicorn's Server, except that it installs no signal handlers (it runs on the core
+    worker's thread; _serve_on catches SIGTERM/SIGINT on the main thread and ends it gracefully
+    with exit code 0, where uvicorn would re-raise the signal and exit with -15)."""
+    import contextlib
 
     import uvicorn
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
-            old = {s: signal.signal(s, lambda *_, s=s: self.handle_exit(s, None))
-                   for s in (signal.SIGTERM, signal.SIGINT)}
-            try:
-                yield
-            finally:
-                for s, h in old.items():
-                    signal.signal(s, h)
+            yield
 
     return Server(config)  # type: ignore[arg-type]
 

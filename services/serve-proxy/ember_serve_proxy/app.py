@@ -55,7 +55,12 @@ async def _read_body(receive: Any) -> bytes | None:
 class ProxyApp:
     """ASGI application; one per proxy process."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_core_loop: int | None = None) -> None:
+        """on_core_loop: set (to the core worker's largest inline argument, in bytes) when the
+        app runs on the core worker's own loop (as `python -m ember_serve_proxy` runs it): a
+        call whose body and headers might not fit inline is then submitted from a thread, since
+        putting a big argument into the object store must wait for the core loop."""
+        self._big = on_core_loop // 2 if on_core_loop is not None else None
         self.table: RouteTable | None = None
         self._latency: Any = None
         self._pollers: dict[str, StreamPoller] = {}  # by replica (router key)
@@ -167,12 +172,10 @@ class ProxyApp:
             poller = ChannelPoller.of(self._pollers, key, h, _id_prefix)
             inbox = poller.expect(request_id)  # before the call: a push may bring chunks first
             try:
-                fut = asyncio.wrap_future(h.handle_http.remote(request_id, child, body, poller.group).future())
-                if not await _first(fut, disconnect):
+                reply = await _unless_left(await self._call(h, request_id, child, body, poller.group), disconnect)
+                if reply is _LEFT:
                     h.cancel.remote(request_id)
-                    fut.cancel()
                     return
-                reply = fut.result()
                 if reply[0] == "full":
                     _, status, headers, data = reply
                     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -193,6 +196,13 @@ class ProxyApp:
                 if not streaming:
                     poller.close(request_id)
                     router.release(key)
+
+    async def _call(self, h: Any, request_id: str, child: dict[str, Any], body: bytes, group: str) -> Any:
+        """h.handle_http.remote(...): the reply's ObjectRef, whose `await` on the core loop
+        resumes this request straight from the reply (no future in between, no thread hop)."""
+        if self._big is not None and len(body) + sum(len(k) + len(v) for k, v in child["headers"]) > self._big:
+            return await asyncio.to_thread(h.handle_http.remote, request_id, child, body, group)
+        return h.handle_http.remote(request_id, child, body, group)
 
     async def _relay(self, router: Any, key: str, h: Any, request_id: str, reply: tuple[Any, ...], send: Any,
                      disconnect: asyncio.Future[Any], inbox: Inbox) -> None:
@@ -247,19 +257,30 @@ class _StatusRecorder:
         self.hist.labels(self.app, str(self.status or 499)).observe(elapsed)
 
 
-async def _first(work: asyncio.Future[Any], disconnect: asyncio.Future[Any]) -> bool:
-    """Waits for work or a client disconnect; True if work finished first."""
-    if not work.done():
-        waiter = asyncio.get_running_loop().create_future()
+_LEFT = object()
 
-        def wake(_: Any) -> None:
-            if not waiter.done():
-                waiter.set_result(None)
 
-        work.add_done_callback(wake)
-        disconnect.add_done_callback(wake)
-        try:
-            await waiter
-        finally:
-            disconnect.remove_done_callback(wake)
-    return work.done()
+async def _unless_left(reply: Any, disconnect: asyncio.Future[Any]) -> Any:
+    """Awaits the call's reply (an ObjectRef: on the core loop, straight from the core's store),
+    or _LEFT once the client disconnected first. No task or future is made per request: a
+    disconnect cancels this wait (only this wait) from the future's done-callback."""
+    me = asyncio.current_task()
+    waiting, ours = True, False
+
+    def left(_: object) -> None:
+        nonlocal ours
+        if waiting and me is not None:
+            ours = True
+            me.cancel()
+
+    disconnect.add_done_callback(left)
+    try:
+        return await reply
+    except asyncio.CancelledError:
+        if ours and me is not None and me.cancelling() == 1:  # ours alone (not the server's too)
+            me.uncancel()
+            return _LEFT
+        raise
+    finally:
+        waiting = False
+        disconnect.remove_done_callback(left)

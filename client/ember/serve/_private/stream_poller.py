@@ -121,7 +121,7 @@ class StreamPoller:
         try:
             while self.streaming:
                 try:
-                    batch = await asyncio.wrap_future(self.h.stream_poll.remote(self.group).future())
+                    batch = await self.h.stream_poll.remote(self.group)
                 except Exception as e:  # the replica died (or the call failed): every stream ends
                     for inbox in list(self.inboxes.values()):
                         inbox.put(b"", True, f"{type(e).__name__}: {e}")
@@ -161,7 +161,7 @@ class ChannelPoller(StreamPoller):
 
     async def _connect(self) -> bool:
         try:
-            info = await asyncio.wrap_future(self.h.stream_channel.remote().future())
+            info = await self.h.stream_channel.remote()
             if info is not None:
                 host, port, secret = info
                 self._conn = await stream_channel.connect(host, port, secret, self.group,
