@@ -107,6 +107,13 @@ def patch_engine(S, mods, prefix):
     wrap(kv.KVBatch, "mixed", after=lambda s, *a: S.at(prefix + "forward"))
     wrap_fn(sampling, "sample", lambda: S.at(prefix + "sampled"))
     wrap(te.TorchEngine, "_emit", after=lambda s, *a: S.at(prefix + "emitted"))
+    orig_emit = te.TorchEngine._emit
+    def emit(self, *a):
+        out = orig_emit(self, *a)
+        if out:
+            S.at(prefix + "printed")  # the first step with a delta
+        return out
+    te.TorchEngine._emit = emit
 '''
 
 
@@ -153,6 +160,7 @@ def _ops(self, ops, inbox):
     return r
 engine_core.EngineCore._ops = _ops
 ns["wrap"](engine_core.EngineCore, "_write", after=lambda s, *a: S.at("core_written"))
+ns["wrap"](engine_core.EngineCore, "_write", after=lambda s, obj: obj[0] and S.at("core_sent"))
 sys.exit(engine_core.main(sys.argv[2:]))
 """
 
@@ -176,6 +184,7 @@ def patch_client(S, mods: dict, core: bool) -> None:
         wrap(mods["torch_engine"].TorchEngine, "_send", after=lambda s, *a: S.at("handed"))
     wrap(fe.EngineFrontend, "submit", before=lambda s, *a: S.at("submit"))
     wrap(fe.EngineFrontend, "_deliver", before=lambda s, *a: S.at("deliver"))
+    wrap(fe.EngineFrontend, "_deliver", before=lambda s, batch: batch and S.at("delivered"))
 
 
 def engine_modules(internal: str) -> dict:
@@ -347,7 +356,13 @@ def _read(path: str) -> list:
 ORDER = ["sent", "call", "prepared", "submit", "flushed", "core_woke", "core_ops", "core_take", "core_sched",
          "core_forward", "core_sampled", "core_emitted", "handed", "core_written", "readable", "deliver",
          "core_sched2", "core_forward2", "core_sampled2", "core_emitted2", "handed2", "core_written2", "readable2",
-         "deliver2", "pushed", "first"]
+         "deliver2", "core_printed", "core_sent", "delivered", "pushed", "first"]
+# Per-request durations (ms, p50 of the differences), from stage a (or `sent` where the system has
+# no a: the direct runs submit when they send) to stage b.
+SEGMENTS = {"to_core": ("submit", "core_ops"), "to_step": ("submit", "core_take"), "prefill_step": ("core_sched", "core_emitted"),
+            "step2": ("core_sched2", "core_emitted2"), "back": ("core_sent", "delivered"),
+            "back_thread": ("core_printed", "delivered"), "replica_out": ("delivered", "pushed"),
+            "after_push": ("pushed", "first"), "before_call": ("sent", "call")}
 CPU = ["core_fwd_cpu"]  # thread CPU ms of the prefill forward (not a time since `sent`)
 
 
@@ -372,6 +387,10 @@ def merge(res: dict, skip: int) -> dict[str, float]:
         vals = [r[k] for r in rows if k in r]
         if vals:
             out[k] = round(statistics.median(vals), 3)
+    for name, (a, b) in SEGMENTS.items():
+        vals = [r[b] - r[a if a in r else "sent"] for r in rows if b in r]
+        if vals:
+            out[name] = round(statistics.median(vals), 3)
     return out
 
 
@@ -405,7 +424,7 @@ def main() -> None:
                                 "torch_threads": res.get("torch_threads"), "p50_ms": m})
                 print(json.dumps(results[-1]), flush=True)
     print(f"\n{'stage':<14}" + "".join(f"{r['system'][:13]:>14}" for r in results))
-    for k in ["n"] + ORDER + CPU:
+    for k in ["n"] + ORDER + CPU + list(SEGMENTS):
         if any(k in r["p50_ms"] for r in results):
             print(f"{k:<14}" + "".join(f"{r['p50_ms'].get(k, ''):>14}" for r in results))
     print(f"{'load':<14}" + "".join(f"{r['load']:>14}" for r in results))

@@ -296,3 +296,74 @@ def test_stats_frame_holds_the_fields_in_order():
                               slot_refills=4, slot_wait_s=0.01)
     assert core._stats_tuple() == dataclasses.astuple(core._stats)
     assert EngineStats(*core._stats_tuple()) == core._stats
+
+
+async def _first_output_step(engine, rid, text):
+    """(output tokens of the first delta, deltas, final stats seen): one greedy request of 12
+    tokens, then up to 10 s on the loop for the stats of the idle core."""
+    ids = engine.encode(text)
+    before = engine.stats().generated_tokens
+    n_first, deltas = None, 0
+    async for ds in engine.generate(GenerationRequest(rid, ids, SamplingParams(max_tokens=12, temperature=0,
+                                                                                 ignore_eos=True))):
+        for d in ds:
+            n_first = d.num_output_tokens if n_first is None else n_first
+            deltas += 1
+    for _ in range(1000):
+        st = engine.stats()
+        if st.generated_tokens - before == 12 and st.running == 0:
+            return n_first, deltas, True
+        await asyncio.sleep(0.01)
+    return n_first, deltas, False
+
+
+def test_a_step_that_prints_nothing_writes_no_frame(core):
+    """A step whose token is only part of a character (this prompt's first token on the tiny
+    model) writes no frame, so the replica is not woken mid-step for nothing; the tokens and the
+    stats still all arrive (the stats alone once the core turns idle)."""
+    frames: list[list] = []
+    spied = core._frames
+
+    def spy(msgs):
+        frames.extend(list(items) for items, _ in msgs)
+        return spied(msgs)
+
+    core._frames = spy
+    try:
+        n_first, deltas, final = asyncio.run(_first_output_step(core, "quiet", "Tell me a story"))
+    finally:
+        del core._frames
+    assert n_first >= 2, "precondition: the first step printed nothing (pick another prompt)"
+    assert deltas < 12
+    while_running = frames[:next(i for i, f in enumerate(frames) if any(it[4] for it in f)) + 1]
+    assert all(while_running), f"a frame without a delta while the request ran: {frames}"
+    assert final, "the idle core's final stats (12 more tokens, none running) never came"
+
+
+def test_an_idle_core_gets_a_request_at_once(core):
+    """The ops of a request that finds the core idle are written when it is submitted, not at
+    the end of the loop iteration: the core answers even while the rest of that iteration holds
+    the loop (a blocking wait here). A second request in the same iteration waits for it."""
+    import select
+
+    ids = core.encode("Hello world")
+
+    async def go():
+        got: list = []
+        core.submit(GenerationRequest("now", ids, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)),
+                    got.append)
+        core.submit(GenerationRequest("next", ids, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)),
+                    got.append)
+        queued = [op[1] for op in core._ops]
+        # still inside the iteration that submitted: the core's answer arrives on the socket
+        answered = select.select([core._sock], [], [], 30.0)[0]
+        for _ in range(3000):
+            if sum(1 for d in got if d.finish_reason) == 2:
+                break
+            await asyncio.sleep(0.01)
+        return queued, answered, got
+
+    queued, answered, got = asyncio.run(go())
+    assert queued == ["next"]
+    assert answered, "the core got no request while the submitting iteration ran"
+    assert sum(1 for d in got if d.finish_reason) == 2

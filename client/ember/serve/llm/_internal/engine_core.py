@@ -23,8 +23,8 @@ mixing them into the decode writes their first tokens before it runs the decode 
 (lower time to the first token), so such a step writes two frames; a mixed step writes one. A
 step with no delta (its tokens are parts of characters or held-back stop prefixes, as a
 request's first token often is) writes nothing, so the replica is not woken mid-step for
-nothing; `([], stats)` goes out when the loop turns idle, and at least every STATS_EVERY_S
-while steps print nothing.
+nothing; `([], stats)` goes out when the loop turns idle (the final figures), and at least
+every STATS_EVERY_S while steps print nothing.
 
 Lifetime: the core exits when its end of the socket reaches EOF (the replica closed it, exited,
 or was killed — the kernel closes a dead process's sockets), when it reads `("stop",)`, or when a
@@ -141,11 +141,13 @@ class EngineCore(TorchEngine):
         self._last_write = time.perf_counter()
 
     def _stats_due(self) -> bool:
-        """Whether a step that wrote no tokens sends the stats alone: when the loop goes idle
-        (the replica then has the final figures), or when the last frame is STATS_EVERY_S old
-        (a busy loop whose steps print nothing still refreshes them); a busy step's figures
-        otherwise ride with the next tokens."""
-        return not self.scheduler.has_work() or time.perf_counter() - self._last_write > STATS_EVERY_S
+        """Whether the stats go alone after this step: when the loop turns idle (the replica
+        then has the final figures: no running request, every step's time), or when a busy
+        loop whose steps print nothing wrote its last frame STATS_EVERY_S ago; a busy step's
+        figures otherwise ride with the next tokens."""
+        if not self.scheduler.has_work():
+            return True
+        return not self._wrote and time.perf_counter() - self._last_write > STATS_EVERY_S
 
     def _ops(self, ops: list[tuple[Any, ...]], inbox: collections.deque[tuple[str, Any]]) -> bool:
         """The replica's ops into the step loop's inbox; False on ("stop",)."""
@@ -183,7 +185,8 @@ class EngineCore(TorchEngine):
                 else:
                     t = time.perf_counter()
                     ready = poller.poll(None)
-                    self._stats.idle_s += time.perf_counter() - t
+                    self._last_write = now = time.perf_counter()  # (STATS_EVERY_S counts busy time)
+                    self._stats.idle_s += now - t
                 inbox: collections.deque[tuple[str, Any]] = collections.deque()
                 if ready:
                     data = sock.recv(1 << 20)
@@ -196,7 +199,7 @@ class EngineCore(TorchEngine):
                     continue
                 self._wrote = False
                 self._iteration(inbox)
-                if not self._wrote and self._stats_due() and self._stats_tuple() != self._last_stats:
+                if self._stats_due() and self._stats_tuple() != self._last_stats:
                     self._last_stats = self._stats_tuple()
                     self._write(([], self._last_stats))  # e.g. an abort freed a slot: no tokens
                     self._last_write = time.perf_counter()
