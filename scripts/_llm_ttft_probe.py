@@ -1,29 +1,39 @@
 """Where one LLM request's first token goes: timestamps along the path, one request at a time.
 
-    .venv/bin/python scripts/_llm_ttft_probe.py [--systems direct,direct_core,ember] [--requests 40]
-        [--pause-ms 20] [--before DIR] [--json PATH]
+    .venv/bin/python scripts/_llm_ttft_probe.py [--systems direct,direct_core,ember,ember_thread]
+        [--requests 40] [--pause-ms 20] [--rounds 1] [--before DIR] [--json PATH]
 
 Every stage is stamped with `time.perf_counter()` (CLOCK_MONOTONIC on Linux: one clock for every
 process of the machine), in the process where it happens, by wrapping the engine's own methods
 (no change to the code measured; the wrappers cost a few µs each):
 
-    direct       the in-thread engine (TorchEngine) in this process's child, driven by generate()
-    direct_core  the same driver on the engine-core process (EngineCoreClient)
-    ember        LLMServer as the app's ingress (what compare_llm's `ember` serves), a deployment
-                 subclass that installs the wrappers in the replica; its engine core is started
-                 with a boot that installs the core's; the client is one raw HTTP/1.1 connection
+    direct        the in-thread engine (TorchEngine) in a child process, driven by generate()
+    direct_core   the same driver on the engine-core process (EngineCoreClient)
+    ember         LLMServer as the app's ingress (what compare_llm's `ember` serves), a deployment
+                  subclass that installs the wrappers in the replica; its engine core is started
+                  with a boot that installs the core's; the client is one raw HTTP/1.1 connection
+    ember_thread  the same with the engine in a thread of the replica (engine_process false)
 
-Stages (each the time since the request was sent, ms; p50 over the requests):
+Requests: greedy, 8 tokens, compare_llm's prompt, one at a time, PAUSE apart. Stages (the time
+since the request was sent, ms, p50 over the requests; NAME2: the stage's second time, i.e.
+the second step):
 
-    client side      sent → first token read (ember: the HTTP client; direct*: generate() called)
-    replica          call (LLMServer.__call__), prepared (parsed, tokenized), submit, flushed
-                     (the ops frame written to the core's socket), readable (the reader callback
-                     runs), deliver, pushed (the first SSE chunk handed to the proxy's channel)
-    core             woke (poll returned with the request's frame), ops (taken off the wire),
-                     take (admitted), sched, forward (prefill done), sampled, emitted
-                     (detokenized, stop checks), written (its frame sent)
-    in-thread        take, sched, forward, sampled, emitted, handed (call_soon_threadsafe),
-                     deliver
+    client side      sent → first (the first token with text read: the HTTP client's, or the
+                     generate() consumer's)
+    replica          call (LLMServer.__call__), body (the JSON parsed), prepared (tokenized),
+                     submit, flushed (the ops frame written), readable (the reader callback),
+                     deliver (any batch), delivered (the first with a delta), pushed (the first
+                     SSE chunk handed to the proxy's channel)
+    core / thread    woke (poll returned with the request's frame), ops (taken off the wire),
+                     take (admitted), sched, forward (prefill done; fwd_cpu its thread CPU),
+                     sampled, emitted (detokenized, stop checks), printed (the first step with
+                     a delta), written (any frame), sent (the first frame with a delta, stamped
+                     before its write); in-thread: handed (call_soon_threadsafe)
+
+and per-request segments (p50 of the differences): to_core, to_step, prefill_step, step2,
+back (core's frame → the replica's deliver), back_thread (the printing step's end → deliver),
+replica_out, after_push, before_call, call_body, body_submit. On a loaded machine read the
+segments, not the stage medians, and alternate trees (`--rounds`).
 
 `--before DIR` runs every system from another tree too (its interpreter, its engine files),
 alternating with this one.
@@ -43,10 +53,9 @@ TREE = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 INTERNAL = os.path.join("client", "ember", "serve", "llm", "_internal")
 
-# Installed in whichever process runs the engine's side named by `where` ("core", "thread",
-# "client"): wraps the methods of the already-imported engine modules `mods` (a dict of module
-# objects) so that each stamps `rec[name]` (the first time per request). `rec` is reset by the
-# caller's "start" stamp. Shared as source text so that the core's boot can exec it.
+# The stamps and the wrappers, as source text: exec'd here and by the core's boot. A process's
+# Stamps keeps one dict per request (start() opens it); patch_engine wraps the step loop's
+# methods in the engine modules `mods` so that each stage stamps it.
 PATCH = r'''
 import time as _t
 
@@ -160,7 +169,7 @@ def _ops(self, ops, inbox):
     return r
 engine_core.EngineCore._ops = _ops
 ns["wrap"](engine_core.EngineCore, "_write", after=lambda s, *a: S.at("core_written"))
-ns["wrap"](engine_core.EngineCore, "_write", after=lambda s, obj: obj[0] and S.at("core_sent"))
+ns["wrap"](engine_core.EngineCore, "_write", before=lambda s, obj: obj[0] and S.at("core_sent"))
 sys.exit(engine_core.main(sys.argv[2:]))
 """
 
@@ -252,6 +261,8 @@ class ProbeLLM(LLMServer):
         core = cfg.engine_kwargs.get("engine_process", True)
         P.patch_client(S, mods, core)
         P._P["wrap"](LLMServer, "_prepare", after=lambda s, *a: S.at("prepared"))
+        from ember.serve.llm._internal import openai_api
+        P._P["wrap_fn"](openai_api, "parse_json", lambda: S.at("body"))
         P._P["wrap"](sse_stream.SSEStream, "_emit", after=lambda s, *a: S.at("pushed"))
         super().__init__(cfg)
 
@@ -353,7 +364,7 @@ def _read(path: str) -> list:
         return []
 
 
-ORDER = ["sent", "call", "prepared", "submit", "flushed", "core_woke", "core_ops", "core_take", "core_sched",
+ORDER = ["sent", "call", "body", "prepared", "submit", "flushed", "core_woke", "core_ops", "core_take", "core_sched",
          "core_forward", "core_sampled", "core_emitted", "handed", "core_written", "readable", "deliver",
          "core_sched2", "core_forward2", "core_sampled2", "core_emitted2", "handed2", "core_written2", "readable2",
          "deliver2", "core_printed", "core_sent", "delivered", "pushed", "first"]
@@ -362,7 +373,8 @@ ORDER = ["sent", "call", "prepared", "submit", "flushed", "core_woke", "core_ops
 SEGMENTS = {"to_core": ("submit", "core_ops"), "to_step": ("submit", "core_take"), "prefill_step": ("core_sched", "core_emitted"),
             "step2": ("core_sched2", "core_emitted2"), "back": ("core_sent", "delivered"),
             "back_thread": ("core_printed", "delivered"), "replica_out": ("delivered", "pushed"),
-            "after_push": ("pushed", "first"), "before_call": ("sent", "call")}
+            "after_push": ("pushed", "first"), "before_call": ("sent", "call"), "call_body": ("call", "body"),
+            "body_submit": ("body", "submit")}
 CPU = ["core_fwd_cpu"]  # thread CPU ms of the prefill forward (not a time since `sent`)
 
 

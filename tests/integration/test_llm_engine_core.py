@@ -339,31 +339,3 @@ def test_a_step_that_prints_nothing_writes_no_frame(core):
     assert all(while_running), f"a frame without a delta while the request ran: {frames}"
     assert final, "the idle core's final stats (12 more tokens, none running) never came"
 
-
-def test_an_idle_core_gets_a_request_at_once(core):
-    """The ops of a request that finds the core idle are written when it is submitted, not at
-    the end of the loop iteration: the core answers even while the rest of that iteration holds
-    the loop (a blocking wait here). A second request in the same iteration waits for it."""
-    import select
-
-    ids = core.encode("Hello world")
-
-    async def go():
-        got: list = []
-        core.submit(GenerationRequest("now", ids, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)),
-                    got.append)
-        core.submit(GenerationRequest("next", ids, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)),
-                    got.append)
-        queued = [op[1] for op in core._ops]
-        # still inside the iteration that submitted: the core's answer arrives on the socket
-        answered = select.select([core._sock], [], [], 30.0)[0]
-        for _ in range(3000):
-            if sum(1 for d in got if d.finish_reason) == 2:
-                break
-            await asyncio.sleep(0.01)
-        return queued, answered, got
-
-    queued, answered, got = asyncio.run(go())
-    assert queued == ["next"]
-    assert answered, "the core got no request while the submitting iteration ran"
-    assert sum(1 for d in got if d.finish_reason) == 2

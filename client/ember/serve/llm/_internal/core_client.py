@@ -8,8 +8,7 @@ engine-core child process (engine_core.py) reached over a socketpair:
     start()      loads the tokenizer, starts the core (`python -c BOOT ...`, its end of the
                  socketpair inherited as a file descriptor), waits for ("ready", max_model_len)
     submit/generate/cancel   ops queued on the loop, written as ONE frame per loop iteration
-                 (call_soon), so requests and cancels that arrive together cross together; a
-                 request that finds the core idle (none other in flight) is written at once
+                 (call_soon), so requests and cancels that arrive together cross together
     the reader   `loop.add_reader` on the socket: every frame that arrived (one per engine step)
                  becomes (request_id, GenerationDelta | exception) pairs handed to `_deliver`
                  at once, so the replica pays one wake-up per step for all streams
@@ -149,12 +148,7 @@ class EngineCoreClient(EngineFrontend, LLMEngine):
 
     def _post_add(self, request: GenerationRequest) -> None:
         self._ops.append(("add", request.request_id, list(request.prompt_token_ids), params_to_wire(request.params)))
-        if len(self._outputs) == 1 and self._flush_on is None and self._sock is not None:
-            # the core is idle (this is the only request): nothing can share its frame that would
-            # not wait anyway, so it goes now, not after the rest of this loop iteration's work
-            self._flush()
-        else:
-            self._schedule_flush()
+        self._schedule_flush()
 
     def _post_abort(self, request_id: str) -> None:
         if self._sock is None:

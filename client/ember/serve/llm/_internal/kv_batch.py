@@ -49,12 +49,10 @@ class KVBatch:
     def __init__(self, model: Any, device: torch.device, like: KVBatch | None = None) -> None:
         self.model = model
         self.device = device
-        if like is not None:  # the forward's keywords, as `like` found them (inspect costs ~0.2 ms)
-            self._kw, self._last, self._mask4d = like._kw, like._last, like._mask4d
-        else:
-            self._kw = cache_arg(model)
-            self._last = last_logits_arg(model)
-            self._mask4d = takes_4d_mask()
+        # the forward's keywords: from `like` when given (inspect costs ~0.2 ms per prefill)
+        self._kw: str = like._kw if like is not None else cache_arg(model)
+        self._last: dict[str, int] = like._last if like is not None else last_logits_arg(model)
+        self._mask4d: bool = like._mask4d if like is not None else takes_4d_mask()
         self._clear()
 
     def _clear(self) -> None:
