@@ -298,23 +298,42 @@ def test_stats_frame_holds_the_fields_in_order():
     assert EngineStats(*core._stats_tuple()) == core._stats
 
 
-async def _first_output_step(engine, rid, text):
-    """(output tokens of the first delta, deltas, final stats seen): one greedy request of 12
-    tokens, then up to 10 s on the loop for the stats of the idle core."""
+async def _first_output_step(engine, rid, text, frames):
+    """(output tokens of the first delta, deltas, final stats seen) of one greedy request of 12
+    tokens, whose frames (their item lists) are appended to `frames`. A request before it, on
+    the same loop, takes whatever an earlier test's loop left unread (its idle stats frame)."""
     ids = engine.encode(text)
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    got = engine._frames
+
+    async def settled(before):
+        for _ in range(1000):
+            st = engine.stats()
+            if st.generated_tokens - before == 12 and st.running == 0:
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
     before = engine.stats().generated_tokens
+    async for _ in engine.generate(GenerationRequest(rid + "-before", ids, params)):
+        pass
+    assert await settled(before)
+    before = engine.stats().generated_tokens
+
+    def spy(msgs):
+        frames.extend(list(items) for items, _ in msgs)
+        return got(msgs)
+
+    engine._frames = spy
     n_first, deltas = None, 0
-    async for ds in engine.generate(GenerationRequest(rid, ids, SamplingParams(max_tokens=12, temperature=0,
-                                                                                 ignore_eos=True))):
-        for d in ds:
-            n_first = d.num_output_tokens if n_first is None else n_first
-            deltas += 1
-    for _ in range(1000):
-        st = engine.stats()
-        if st.generated_tokens - before == 12 and st.running == 0:
-            return n_first, deltas, True
-        await asyncio.sleep(0.01)
-    return n_first, deltas, False
+    try:
+        async for ds in engine.generate(GenerationRequest(rid, ids, params)):
+            for d in ds:
+                n_first = d.num_output_tokens if n_first is None else n_first
+                deltas += 1
+        return n_first, deltas, await settled(before)
+    finally:
+        del engine._frames
 
 
 def test_a_step_that_prints_nothing_writes_no_frame(core):
@@ -322,20 +341,9 @@ def test_a_step_that_prints_nothing_writes_no_frame(core):
     model) writes no frame, so the replica is not woken mid-step for nothing; the tokens and the
     stats still all arrive (the stats alone once the core turns idle)."""
     frames: list[list] = []
-    spied = core._frames
-
-    def spy(msgs):
-        frames.extend(list(items) for items, _ in msgs)
-        return spied(msgs)
-
-    core._frames = spy
-    try:
-        n_first, deltas, final = asyncio.run(_first_output_step(core, "quiet", "Tell me a story"))
-    finally:
-        del core._frames
+    n_first, deltas, final = asyncio.run(_first_output_step(core, "quiet", "Tell me a story", frames))
     assert n_first >= 2, "precondition: the first step printed nothing (pick another prompt)"
     assert deltas < 12
     while_running = frames[:next(i for i, f in enumerate(frames) if any(it[4] for it in f)) + 1]
     assert all(while_running), f"a frame without a delta while the request ran: {frames}"
     assert final, "the idle core's final stats (12 more tokens, none running) never came"
-
