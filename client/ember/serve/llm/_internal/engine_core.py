@@ -15,16 +15,12 @@ The wire (a socketpair the replica made; this process gets one end as an inherit
 of a 4-byte little-endian length and a `marshal`led payload of plain values (no classes, so the
 two sides need not share an import path: the core loads this package from its directory under a
 name of its own, without importing `ember`). The first frame out is `("ready", max_model_len)`,
-or `("error", text)` if loading failed. Then each step that produced output writes `(items,
-stats)`: items are `(request_id, index, text, num_output_tokens, finish_reason,
-num_prompt_tokens)` per new delta, or `(request_id, error_type, message)` for a request that
-failed; stats is EngineStats's fields in order. A step that admits new sequences without
+or `("error", text)` if loading failed. Then each step writes `(items, stats)`: items are
+`(request_id, index, text, num_output_tokens, finish_reason, num_prompt_tokens)` per new delta,
+or `(request_id, error_type, message)` for a request that failed; stats is
+EngineStats's fields in order. A step that admits new sequences without
 mixing them into the decode writes their first tokens before it runs the decode of the others
-(lower time to the first token), so such a step writes two frames; a mixed step writes one. A
-step with no delta (its tokens are parts of characters or held-back stop prefixes, as a
-request's first token often is) writes nothing, so the replica is not woken mid-step for
-nothing; `([], stats)` goes out when the loop turns idle (the final figures), and at least
-every STATS_EVERY_S while steps print nothing.
+(lower time to the first token), so such a step writes two frames; a mixed step writes one.
 
 Lifetime: the core exits when its end of the socket reaches EOF (the replica closed it, exited,
 or was killed — the kernel closes a dead process's sockets), when it reads `("stop",)`, or when a
@@ -50,7 +46,6 @@ from .torch_engine import TorchEngine, make_sequences
 
 log = logging.getLogger(__name__)
 _LEN = struct.Struct("<I")
-STATS_EVERY_S = 0.05  # a busy loop that wrote no tokens sends its stats at least this often
 MARKER = "--ember-llm-engine-core"  # on the core's command line (tests and benchmarks find it by it)
 
 # `python -c BOOT INTERNAL_DIR MARKER FD MODEL_ID MODEL_SOURCE KWARGS_JSON`: loads this package from
@@ -109,7 +104,6 @@ class EngineCore(TorchEngine):
         self._wrote = False
         self._closed = False
         self._last_stats: tuple[Any, ...] = ()
-        self._last_write = 0.0  # perf_counter of the last frame
 
     def _write(self, obj: Any) -> None:
         try:
@@ -123,11 +117,7 @@ class EngineCore(TorchEngine):
         return tuple(vars(self._stats).values())
 
     def _send(self, batch: list[tuple[str, Any]]) -> None:
-        """A step's outputs go to the replica at once, in one frame with the stats. A step that
-        printed nothing (a token that is part of a character, a held-back stop prefix: often a
-        request's first token) writes no frame: it would wake the replica mid-step for nothing."""
-        if not batch:
-            return
+        """A step's outputs go to the replica at once, in one frame with the stats."""
         items: list[tuple[Any, ...]] = []
         for rid, item in batch:
             if isinstance(item, BaseException):
@@ -138,16 +128,6 @@ class EngineCore(TorchEngine):
         self._last_stats = self._stats_tuple()
         self._write((items, self._last_stats))
         self._wrote = True
-        self._last_write = time.perf_counter()
-
-    def _stats_due(self) -> bool:
-        """Whether the stats go alone after this step: when the loop turns idle (the replica
-        then has the final figures: no running request, every step's time), or when a busy
-        loop whose steps print nothing wrote its last frame STATS_EVERY_S ago; a busy step's
-        figures otherwise ride with the next tokens."""
-        if not self.scheduler.has_work():
-            return True
-        return not self._wrote and time.perf_counter() - self._last_write > STATS_EVERY_S
 
     def _ops(self, ops: list[tuple[Any, ...]], inbox: collections.deque[tuple[str, Any]]) -> bool:
         """The replica's ops into the step loop's inbox; False on ("stop",)."""
@@ -185,8 +165,7 @@ class EngineCore(TorchEngine):
                 else:
                     t = time.perf_counter()
                     ready = poller.poll(None)
-                    self._last_write = now = time.perf_counter()  # (STATS_EVERY_S counts busy time)
-                    self._stats.idle_s += now - t
+                    self._stats.idle_s += time.perf_counter() - t
                 inbox: collections.deque[tuple[str, Any]] = collections.deque()
                 if ready:
                     data = sock.recv(1 << 20)
@@ -199,10 +178,9 @@ class EngineCore(TorchEngine):
                     continue
                 self._wrote = False
                 self._iteration(inbox)
-                if self._stats_due() and self._stats_tuple() != self._last_stats:
+                if not self._wrote and self._stats_tuple() != self._last_stats:
                     self._last_stats = self._stats_tuple()
                     self._write(([], self._last_stats))  # e.g. an abort freed a slot: no tokens
-                    self._last_write = time.perf_counter()
                 if self._closed:
                     return
 
