@@ -46,12 +46,18 @@ def last_logits_arg(model: Any) -> dict[str, int]:
 class KVBatch:
     """Rows of sequences sharing one cache. Engine thread only."""
 
-    def __init__(self, model: Any, device: torch.device) -> None:
+    def __init__(self, model: Any, device: torch.device, like: KVBatch | None = None) -> None:
         self.model = model
         self.device = device
-        self._kw = cache_arg(model)
-        self._last = last_logits_arg(model)
-        self._mask4d = takes_4d_mask()
+        # the forward's keywords: from `like` when given (inspect costs ~0.2 ms per prefill)
+        self._kw: str = like._kw if like is not None else cache_arg(model)
+        self._last: dict[str, int] = like._last if like is not None else last_logits_arg(model)
+        self._mask4d: bool = like._mask4d if like is not None else takes_4d_mask()
+        self._clear()
+
+    def _clear(self) -> None:
+        """No rows."""
+        device = self.device
         self.seq_ids: list[str] = []
         self.pending: list[int] = []
         self.mask = torch.zeros((0, 0), dtype=torch.long, device=device)
@@ -89,7 +95,7 @@ class KVBatch:
         cache = DynamicCache()
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          **{self._kw: cache}, **self._last)
-        rows = KVBatch(self.model, self.device)
+        rows = KVBatch(self.model, self.device, like=self)
         rows.seq_ids = list(seq_ids)
         rows.pending = [0] * len(seq_ids)
         rows.mask = mask
@@ -201,7 +207,7 @@ class KVBatch:
         if len(keep) == len(self.seq_ids):
             return
         if not keep:
-            self.__init__(self.model, self.device)  # type: ignore[misc]
+            self._clear()
             return
         idx = torch.tensor(keep, dtype=torch.long, device=self.device)
         self._realign(idx)
