@@ -13,6 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the llm extra (torch, transformers) is not installed")
 
+from llm_streams import stream_request as _run  # noqa: E402
+
 from ember.serve.llm._internal.engine import GenerationRequest  # noqa: E402
 from ember.serve.llm._internal.params import SamplingParams  # noqa: E402
 from ember.serve.llm._internal.sampling import filter_logits, make_generator, sample  # noqa: E402
@@ -183,28 +185,6 @@ def test_sampling_filters_and_seeds():
     assert sample(rows, [g] * 3, [None] * 3) == rows.argmax(-1).tolist()  # all greedy: one argmax
     mixed = sample(rows, [g, p, g], [None, make_generator(p, 0), None])
     assert [mixed[0], mixed[2]] == [rows[0].argmax().item(), rows[2].argmax().item()]
-
-
-def _run(engine, rid, prompt, started: asyncio.Event | None = None, **params):
-    """A coroutine: one request's text, tokens, finish reason, time and TTFT; `started` is set
-    once it has two tokens out (it is then in the running batch, with the rest to go)."""
-    async def go():
-        t0 = time.perf_counter()
-        text, n, reason, first = "", 0, None, None
-        try:
-            async for deltas in engine.generate(GenerationRequest(rid, prompt, SamplingParams(**params))):
-                first = first or time.perf_counter() - t0
-                for d in deltas:
-                    text += d.text
-                    n = d.num_output_tokens
-                    reason = d.finish_reason or reason
-                if started is not None and n >= 2:
-                    started.set()
-        finally:
-            if started is not None:  # an early end or an error never holds the next one back
-                started.set()
-        return {"text": text, "tokens": n, "reason": reason, "seconds": time.perf_counter() - t0, "ttft": first}
-    return go()
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,8 @@ import pytest
 pytest.importorskip("torch", reason="the llm extra (torch, transformers) is not installed")
 psutil = pytest.importorskip("psutil")
 
+from llm_streams import stream_request  # noqa: E402
+
 from ember.serve.llm._internal.core_client import EngineCoreClient  # noqa: E402
 from ember.serve.llm._internal.engine import GenerationRequest  # noqa: E402
 from ember.serve.llm._internal.engine_core import MARKER  # noqa: E402
@@ -50,21 +52,9 @@ def _gone(pid: int) -> bool:
 
 
 async def _collect(engine, rid, ids, started: asyncio.Event | None = None, **params):
-    """(text, output tokens, finish reason) of one request; `started` is set once it has two
-    tokens out (it is then in the running batch, with the rest of its tokens to go)."""
-    text, n, reason = "", 0, None
-    try:
-        async for deltas in engine.generate(GenerationRequest(rid, ids, SamplingParams(**params))):
-            for d in deltas:
-                text += d.text
-                n = d.num_output_tokens
-                reason = d.finish_reason or reason
-            if started is not None and n >= 2:
-                started.set()
-    finally:
-        if started is not None:  # an early end or an error never holds the next one back
-            started.set()
-    return text, n, reason
+    """(text, output tokens, finish reason) of one request (llm_streams.stream_request)."""
+    r = await stream_request(engine, rid, ids, started, **params)
+    return r["text"], r["tokens"], r["reason"]
 
 
 def test_core_streams_the_in_thread_engines_tokens(core, model_dir):
