@@ -325,15 +325,11 @@ def run_ember(tree: str, model: str, kwargs: dict, requests: int, pause_s: float
         with server_process(python, PROBE_SERVER, [model, json.dumps(kwargs), out], start_timeout_s=300,
                             env=env) as port:
             asyncio.run(_http_one_at_a_time(port, requests, pause_s, S))
-        with open(out) as f:
-            res = json.load(f)
+        res = _results(out)
         res["client"] = S.all()
-        res["core"] = _read(out + ".core")
         return res
     finally:
-        for p in (out, out + ".core"):
-            if os.path.exists(p):
-                os.unlink(p)
+        _remove(out)
 
 
 def run_direct(tree: str, model: str, core: bool, requests: int, pause_s: float) -> dict:
@@ -346,14 +342,23 @@ def run_direct(tree: str, model: str, core: bool, requests: int, pause_s: float)
     try:
         subprocess.run([python, "-c", code, model, os.path.join(os.path.abspath(tree), INTERNAL), "1" if core else "0",
                         str(requests), str(pause_s), out], check=True, timeout=600, env=dict(os.environ, **env))
-        with open(out) as f:
-            res = json.load(f)
-        res["core"] = _read(out + ".core")
-        return res
+        return _results(out)
     finally:
-        for p in (out, out + ".core"):
-            if os.path.exists(p):
-                os.unlink(p)
+        _remove(out)
+
+
+def _results(out: str) -> dict:
+    """A run's results (the file `out`) with the core's stamps (`out`.core) under "core"."""
+    with open(out) as f:
+        res = json.load(f)
+    res["core"] = _read(out + ".core")
+    return res
+
+
+def _remove(out: str) -> None:
+    for p in (out, out + ".core"):
+        if os.path.exists(p):
+            os.unlink(p)
 
 
 def _read(path: str) -> list:
