@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from .app import ProxyApp
 
     core = global_worker().core
-    app = ProxyApp(on_core_loop=core.config.max_inline_bytes)
+    app = ProxyApp(max_inline_bytes=core.config.max_inline_bytes)
     if metrics.enabled():
         app.register_metrics()
         metrics.start_in_thread(ns.host)

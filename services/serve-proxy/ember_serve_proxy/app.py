@@ -55,12 +55,12 @@ async def _read_body(receive: Any) -> bytes | None:
 class ProxyApp:
     """ASGI application; one per proxy process."""
 
-    def __init__(self, on_core_loop: int | None = None) -> None:
-        """on_core_loop: set (to the core worker's largest inline argument, in bytes) when the
-        app runs on the core worker's own loop (as `python -m ember_serve_proxy` runs it): a
-        call whose body and headers might not fit inline is then submitted from a thread, since
-        putting a big argument into the object store must wait for the core loop."""
-        self._big = on_core_loop // 2 if on_core_loop is not None else None
+    def __init__(self, max_inline_bytes: int | None = None) -> None:
+        """max_inline_bytes: the core worker's largest inline argument, given when the app runs
+        on the core worker's own loop (as `python -m ember_serve_proxy` runs it): a call whose
+        body and headers might not fit inline is then submitted from a thread, since putting a
+        big argument into the object store must wait for the core loop."""
+        self._big = max_inline_bytes // 2 if max_inline_bytes is not None else None
         self.table: RouteTable | None = None
         self._latency: Any = None
         self._pollers: dict[str, StreamPoller] = {}  # by replica (router key)
