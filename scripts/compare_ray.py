@@ -11,10 +11,17 @@ Ray lives in its own virtual environment so it never mixes with Ember's packages
 
     python -m venv /tmp/rayvenv && /tmp/rayvenv/bin/pip install ray==2.60.0 numpy
 
+By default each system runs every workload in one process, Ember first. On a shared or
+virtual machine whose speed drifts over minutes (this project's: a sync round trip swings
+300-900/s with the host's idle state), `--alternate` is fairer: each workload runs in a fresh
+process per system, Ember and Ray back to back, the one that goes first swapping from row to
+row, so both sides of a ratio see the same minute. It costs a cluster start per row and side.
+
 Usage (from the repository root):
 
     .venv/bin/python scripts/compare_ray.py --duration-s 2 --trials 2
     .venv/bin/python scripts/compare_ray.py --filter tasks --ray-python /path/to/python
+    .venv/bin/python scripts/compare_ray.py --alternate --duration-s 1 --trials 2
 """
 from __future__ import annotations
 
@@ -44,6 +51,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration-s", type=float, default=2.0, help="seconds per trial (default 2)")
     p.add_argument("--trials", type=int, default=4, help="trials per workload (default 4)")
     p.add_argument("--warmup-s", type=float, default=1.0, help="warm-up seconds (default 1)")
+    p.add_argument("--alternate", action="store_true",
+                   help="one process per workload and system, Ember and Ray back to back, "
+                        "alternating which goes first")
     return p.parse_args(argv)
 
 
@@ -58,6 +68,37 @@ def run_perf(label: str, cmd: list[str], json_path: str, cwd: str) -> list[dict[
             return json.load(f)
     except (OSError, ValueError):
         return []
+
+
+def load() -> str:
+    """The 1, 5 and 15 minute load averages, as /proc/loadavg gives them."""
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def names_of(python: str, script: list[str], cwd: str) -> list[str]:
+    """The workload names a perf.py process lists (--list), in running order."""
+    out = subprocess.run([python] + script + ["--list"], cwd=cwd, capture_output=True, text=True)
+    return out.stdout.split("\n") if out.returncode == 0 else []
+
+
+def alternated(wanted: dict[str, list[str]], common: list[str], ember_cmd: list[str],
+               ray_cmd: list[str], tmp: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Runs each chosen workload as its own Ember and Ray processes, back to back; row i runs
+    Ember first when i is even, Ray first when it is odd."""
+    names = wanted["ember"]
+    ray_names = set(wanted["ray"])
+    ember: list[dict[str, Any]] = []
+    ray: list[dict[str, Any]] = []
+    for i, name in enumerate(names):
+        sides = [("ember", ember_cmd, ember)] + ([("ray", ray_cmd, ray)] if name in ray_names else [])
+        for label, cmd, into in (sides if i % 2 == 0 else sides[::-1]):
+            path = os.path.join(tmp, f"{label}-{i}.json")
+            into.extend(run_perf(f"{label} (load {load()})", cmd + common + ["--name", name], path, tmp))
+    return ember, ray
 
 
 def fmt(x: float | None) -> str:
@@ -89,25 +130,39 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     common = ["--duration-s", str(args.duration_s), "--trials", str(args.trials),
-              "--warmup-s", str(args.warmup_s)] + (["--filter", args.filter] if args.filter else [])
+              "--warmup-s", str(args.warmup_s)]
+    ember_cmd = [args.ember_python, "-m", "ember._private.perf"]
+    ray_cmd = [args.ray_python, PERF, "--module", "ray"]
+    start_load = load()
+    print(f"load average at the start: {start_load}", flush=True)
     with tempfile.TemporaryDirectory(prefix="compare_ray_") as tmp:
         # Both run from an empty directory: Ray puts the driver's cwd on its workers' sys.path.
-        ember = run_perf("ember", [args.ember_python, "-m", "ember._private.perf"] + common,
-                         os.path.join(tmp, "ember.json"), tmp)
-        ray = run_perf("ray", [args.ray_python, PERF, "--module", "ray"] + common,
-                       os.path.join(tmp, "ray.json"), tmp)
+        wanted = {label: [n for n in names_of(cmd[0], cmd[1:], tmp) if n and args.filter in n]
+                  for label, cmd in (("ember", ember_cmd), ("ray", ray_cmd))}
+        if args.alternate:
+            ember, ray = alternated(wanted, common, ember_cmd, ray_cmd, tmp)
+        else:
+            chosen = ["--filter", args.filter] if args.filter else []
+            ember = run_perf("ember", ember_cmd + common + chosen, os.path.join(tmp, "ember.json"), tmp)
+            ray = run_perf("ray", ray_cmd + common + chosen, os.path.join(tmp, "ray.json"), tmp)
     ember_rates = {r["name"]: r["per_second"] for r in ember}
     ray_rates = {r["name"]: r["per_second"] for r in ray}
     names = list(ember_rates) + [n for n in ray_rates if n not in ember_rates]
     if not names:
         print("no results", file=sys.stderr)
         return 1
-    print("\n" + table(names, ember_rates, ray_rates))
+    print(f"\nload average at the start: {start_load}, at the end: {load()}"
+          + (" (alternating, a process per row and side)" if args.alternate else ""))
+    print(table(names, ember_rates, ray_rates))
     slower = [n for n in names if n in ember_rates and ray_rates.get(n)
               and ember_rates[n] < ray_rates[n]]
     if slower:
         print("\nEmber is slower than Ray on: " + ", ".join(slower))
-    return 0 if len(ember_rates) == len(ray_rates) == len(names) else 1
+    missing = ([f"{n} (ember)" for n in wanted["ember"] if n not in ember_rates]
+               + [f"{n} (ray)" for n in wanted["ray"] if n not in ray_rates])
+    if missing:
+        print("\nNo result for: " + ", ".join(missing))
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":

@@ -285,13 +285,18 @@ def release(mod: Any, fn: Fn | None) -> None:
                   flush=True)
 
 
+def selects(name: str, pattern: str, exact: bool = False) -> bool:
+    """Whether a workload called name is chosen: its whole name when exact, else a substring."""
+    return name == pattern if exact else pattern in name
+
+
 def run(mod: Any, module_name: str, pattern: str, duration_s: float, trials: int,
-        warmup_s: float, num_cpus: int) -> tuple[list[dict[str, Any]], list[str]]:
-    """Runs the benchmarks whose name contains `pattern`; returns (results, failed names)."""
+        warmup_s: float, num_cpus: int, exact: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+    """Runs the benchmarks chosen by `pattern` (see selects); returns (results, failed names)."""
     results: list[dict[str, Any]] = []
     failed: list[str] = []
     for suite in SUITES:
-        chosen = [b for b in suite.benchmarks if pattern in b.name]
+        chosen = [b for b in suite.benchmarks if selects(b.name, pattern, exact)]
         if not chosen or suite.only_module not in (None, module_name):
             continue
         mod.init(**init_kwargs(module_name, num_cpus), **suite.init_kwargs)
@@ -315,8 +320,10 @@ def run(mod: Any, module_name: str, pattern: str, duration_s: float, trials: int
     return results, failed
 
 
-def all_names() -> list[str]:
-    return [b.name for s in SUITES for b in s.benchmarks]
+def all_names(module_name: str | None = None) -> list[str]:
+    """Every workload's name, in running order (with module_name: those that runtime runs)."""
+    return [b.name for s in SUITES for b in s.benchmarks
+            if module_name is None or s.only_module in (None, module_name)]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -327,11 +334,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup-s", type=float, default=1.0, help="warm-up seconds (default 1)")
     p.add_argument("--filter", default="", metavar="SUBSTRING",
                    help="only run workloads whose name contains SUBSTRING")
+    p.add_argument("--name", metavar="NAME",
+                   help="only run the workload called exactly NAME (one row; overrides --filter)")
     p.add_argument("--json", metavar="PATH", help="write results as a JSON list to PATH")
     p.add_argument("--module", default="ember", help='runtime to benchmark: "ember" or "ray"')
     p.add_argument("--num-cpus", type=int, default=os.cpu_count() or 1,
                    help="CPUs of the local cluster (default: all)")
-    p.add_argument("--list", action="store_true", help="print the workload names and exit")
+    p.add_argument("--list", action="store_true",
+                   help="print the names of the workloads --module runs, and exit")
     args = p.parse_args(argv)
     if args.duration_s <= 0 or args.trials < 1 or args.warmup_s < 0:
         p.error("--duration-s must be > 0, --trials >= 1 and --warmup-s >= 0")
@@ -341,17 +351,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.list:
-        print("\n".join(all_names()))
+        print("\n".join(all_names(args.module)))
         return 0
-    if not any(args.filter in n for n in all_names()):
-        print(f"no workload name contains {args.filter!r}; see --list", file=sys.stderr)
+    pattern, exact = (args.name, True) if args.name is not None else (args.filter, False)
+    if not any(selects(n, pattern, exact) for n in all_names()):
+        what = "is called" if exact else "contains"
+        print(f"no workload name {what} {pattern!r}; see --list", file=sys.stderr)
         return 1
     mod = importlib.import_module(args.module)
     version = getattr(mod, "__version__", "?")
     print(f"# {args.module} {version}: {args.trials} x {args.duration_s:g} s per workload, "
           f"num_cpus={args.num_cpus}", file=sys.stderr, flush=True)
-    results, failed = run(mod, args.module, args.filter, args.duration_s, args.trials,
-                          args.warmup_s, args.num_cpus)
+    results, failed = run(mod, args.module, pattern, args.duration_s, args.trials,
+                          args.warmup_s, args.num_cpus, exact)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
