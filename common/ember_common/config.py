@@ -76,6 +76,9 @@ class Config:
     # A gRPC request bigger than this is refused by the server with RESOURCE_EXHAUSTED (never
     # unlimited; big objects travel through the object store, not in one message).
     max_message_bytes: int = 1024 * 1024 * 1024
+    # 1: task pushes between core workers ride a framed TCP connection (client wire.py) instead
+    # of the gRPC TaskStream when TLS is off; 0: always the gRPC TaskStream.
+    direct_task_transport: int = 1
     # Task events (state transitions for `ember list tasks`): recorded by owners and executors
     # and sent to the GCS in batches every report interval (Ray's RAY_task_events_report_interval_ms).
     task_events_enabled: bool = True

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar
 import grpc
 
 from ember import exceptions as exc
-from ember_common import backoff, ids, rpc
+from ember_common import backoff, ids, rpc, tls
 from ember_common.config import Config
 from ember_common.gcs_client import GcsClient
 from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 from ember_common.raylet_client import RayletClient
 
-from . import task_events
+from . import task_events, wire
 from .actor_submitter import ActorSubmitter
 from .blocking import BlockedWaits
 from .core_worker_server import CoreWorkerServicer
@@ -172,7 +172,12 @@ class CoreWorker(ObjectAPI):
         self.objmgr = objmgr_pb2_grpc.ObjectManagerStub(self.objmgr_channel)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self.raylet = RayletClient(self.raylet_address, channel_for=self.channel)
-        self.task_streams = TaskStreams(self)
+        # The direct task transport (wire.py): off with TLS (its sockets are plain TCP).
+        direct = bool(self.config.direct_task_transport) and not tls.enabled()
+        self.task_streams = TaskStreams(self, wire.DirectConn if direct else None)
+        self.direct_server = wire.DirectServer(self)
+        if direct:
+            await self.direct_server.start("0.0.0.0")
         self.submitter = TaskSubmitter(self)
         self.plasma = PlasmaClient(self)
         self.actor_submitter = ActorSubmitter(self)
@@ -229,6 +234,7 @@ class CoreWorker(ObjectAPI):
     async def _async_shutdown(self) -> None:
         await self.submitter.shutdown()
         self.task_streams.close()
+        self.direct_server.close()
         await self.refs.close()
         await self.free_objects(self.store.in_plasma(self.ref_table.owned_ids()))
         await self._server.stop(0.5)

@@ -35,6 +35,13 @@ class CoreWorkerServicer(core_worker_pb2_grpc.CoreWorkerServicer):
         async for msg in serve_stream(self.core.executor, request_iterator, context):
             yield msg
 
+    async def DirectEndpoint(self, request: core_worker_pb2.DirectEndpointRequest,
+                             context: rpc.Context) -> core_worker_pb2.DirectEndpointReply:
+        direct = self.core.direct_server
+        if self.core.executor is None or not direct.port:
+            return core_worker_pb2.DirectEndpointReply()  # none: use TaskStream
+        return core_worker_pb2.DirectEndpointReply(port=direct.port, secret=direct.secret)
+
     async def GetObject(self, request: core_worker_pb2.GetObjectRequest,
                             context: rpc.Context) -> core_worker_pb2.GetObjectReply:
         status, entry, copies = await self.core.object_for_borrower(

@@ -101,6 +101,10 @@ class _Conn:
         self.outbox.append(spec)
         self.wake.set()
 
+    def request_give_back(self) -> None:
+        self.give_back = True
+        self.wake.set()
+
     async def _write_loop(self) -> None:
         try:
             while True:
@@ -145,7 +149,8 @@ class _Conn:
         that may not come for a long while (tests/integration/test_free_after_crash.py)."""
         if self.broken is None:
             self.broken = _copy(err)
-            self.streams.conns.pop(self.address, None)
+            if self.streams.conns.get(self.address) is self:
+                del self.streams.conns[self.address]
             self._writer.cancel()
             self.call.cancel()
         pending, self.pending = self.pending, {}
@@ -177,10 +182,30 @@ class _StreamEnded(grpc.aio.AioRpcError):
                          details=details)
 
 
+class _AnyConn(Protocol):
+    """A connection to one worker: `_Conn` (gRPC) or wire.py's `DirectConn`."""
+
+    @property
+    def broken(self) -> BaseException | None: ...
+
+    def push(self, spec: common_pb2.TaskSpec, fut: _Outcome) -> None: ...
+
+    def request_give_back(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class TaskStreams:
-    def __init__(self, core: CoreWorker) -> None:
+    """The caller's connections to workers, one per worker address. direct(streams, address)
+    makes a direct-transport connection (wire.py; None: gRPC streams only)."""
+
+    def __init__(self, core: CoreWorker,
+                 direct: Callable[[TaskStreams, str], _AnyConn] | None = None) -> None:
         self.core = core
-        self.conns: dict[str, _Conn] = {}
+        self.direct = direct
+        self.conns: dict[str, _AnyConn] = {}
+        # Each worker's direct endpoint (host, port, secret), or None: it has none (wire.py).
+        self.endpoints: dict[str, tuple[str, int, bytes] | None] = {}
 
     async def push(self, address: str, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         return await self.push_nowait(address, spec)
@@ -190,8 +215,7 @@ class TaskStreams:
         back as a reply with returned_unstarted); nothing to do without a stream to it."""
         conn = self.conns.get(address)
         if conn is not None and conn.broken is None:
-            conn.give_back = True
-            conn.wake.set()
+            conn.request_give_back()
 
     def push_nowait(self, address: str, spec: common_pb2.TaskSpec) -> PushFuture:
         """A future for the reply (no coroutine per task)."""
@@ -204,10 +228,19 @@ class TaskStreams:
         reader as the reply arrives (never from inside this call)."""
         self._conn(address).push(spec, _Callback(cb))
 
-    def _conn(self, address: str) -> _Conn:
+    def _conn(self, address: str) -> _AnyConn:
         conn = self.conns.get(address)
         if conn is None:
-            conn = self.conns[address] = _Conn(self, address)
+            if self.direct is not None and self.endpoints.get(address, ()) is not None:
+                conn = self.conns[address] = self.direct(self, address)
+            else:
+                conn = self.conns[address] = _Conn(self, address)
+        return conn
+
+    def grpc_conn(self, address: str) -> _AnyConn:
+        """A gRPC stream to address, which takes its pushes from now on (the direct
+        transport's fallback)."""
+        conn = self.conns[address] = _Conn(self, address)
         return conn
 
     def close(self) -> None:

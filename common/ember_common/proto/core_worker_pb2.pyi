@@ -114,6 +114,18 @@ class TaskReplyBatch(_message.Message):
     replies: _containers.RepeatedCompositeFieldContainer[TaskStreamReply]
     def __init__(self, replies: _Optional[_Iterable[_Union[TaskStreamReply, _Mapping]]] = ...) -> None: ...
 
+class DirectEndpointRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DirectEndpointReply(_message.Message):
+    __slots__ = ("port", "secret")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    secret: bytes
+    def __init__(self, port: _Optional[int] = ..., secret: _Optional[bytes] = ...) -> None: ...
+
 class GetObjectRequest(_message.Message):
     __slots__ = ("object_id", "timeout_s")
     OBJECT_ID_FIELD_NUMBER: _ClassVar[int]

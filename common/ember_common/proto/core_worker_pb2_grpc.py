@@ -44,6 +44,11 @@ class CoreWorkerStub:
                 request_serializer=core__worker__pb2.TaskBatch.SerializeToString,
                 response_deserializer=core__worker__pb2.TaskReplyBatch.FromString,
                 _registered_method=True)
+        self.DirectEndpoint = channel.unary_unary(
+                '/ember.CoreWorker/DirectEndpoint',
+                request_serializer=core__worker__pb2.DirectEndpointRequest.SerializeToString,
+                response_deserializer=core__worker__pb2.DirectEndpointReply.FromString,
+                _registered_method=True)
         self.GetObject = channel.unary_unary(
                 '/ember.CoreWorker/GetObject',
                 request_serializer=core__worker__pb2.GetObjectRequest.SerializeToString,
@@ -97,6 +102,16 @@ class CoreWorkerServicer:
         message carries the tasks queued since the last one (in order), each reply message the
         replies ready since the last one, each naming its task. Much cheaper per task than a unary
         call. If the stream breaks, every task without a reply is treated as a failed PushTask.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DirectEndpoint(self, request, context):
+        """Where this process's direct task transport listens (wire.py: the same TaskBatch /
+        TaskReplyBatch messages, framed on a plain TCP socket, cheaper per message than the stream
+        above) and the secret a connection must present first. port 0: none (TLS is on, or the
+        process executes no tasks): use TaskStream. Idempotent; on failure the caller uses TaskStream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -171,6 +186,11 @@ def add_CoreWorkerServicer_to_server(servicer, server):
                     servicer.TaskStream,
                     request_deserializer=core__worker__pb2.TaskBatch.FromString,
                     response_serializer=core__worker__pb2.TaskReplyBatch.SerializeToString,
+            ),
+            'DirectEndpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.DirectEndpoint,
+                    request_deserializer=core__worker__pb2.DirectEndpointRequest.FromString,
+                    response_serializer=core__worker__pb2.DirectEndpointReply.SerializeToString,
             ),
             'GetObject': grpc.unary_unary_rpc_method_handler(
                     servicer.GetObject,
@@ -262,6 +282,33 @@ class CoreWorker:
             '/ember.CoreWorker/TaskStream',
             core__worker__pb2.TaskBatch.SerializeToString,
             core__worker__pb2.TaskReplyBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DirectEndpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.CoreWorker/DirectEndpoint',
+            core__worker__pb2.DirectEndpointRequest.SerializeToString,
+            core__worker__pb2.DirectEndpointReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,6 +43,12 @@ class CoreWorkerStub:
     replies ready since the last one, each naming its task. Much cheaper per task than a unary
     call. If the stream breaks, every task without a reply is treated as a failed PushTask.
     """
+    DirectEndpoint: _grpc.UnaryUnaryMultiCallable[_core_worker_pb2.DirectEndpointRequest, _core_worker_pb2.DirectEndpointReply]
+    """Where this process's direct task transport listens (wire.py: the same TaskBatch /
+    TaskReplyBatch messages, framed on a plain TCP socket, cheaper per message than the stream
+    above) and the secret a connection must present first. port 0: none (TLS is on, or the
+    process executes no tasks): use TaskStream. Idempotent; on failure the caller uses TaskStream.
+    """
     GetObject: _grpc.UnaryUnaryMultiCallable[_core_worker_pb2.GetObjectRequest, _core_worker_pb2.GetObjectReply]
     """Owner side: waits until an owned object is ready and returns it (inline) or its location.
     Idempotent; on UNAVAILABLE the caller raises OwnerDiedError.
@@ -83,6 +89,12 @@ class CoreWorkerAsyncStub(CoreWorkerStub):
     message carries the tasks queued since the last one (in order), each reply message the
     replies ready since the last one, each naming its task. Much cheaper per task than a unary
     call. If the stream breaks, every task without a reply is treated as a failed PushTask.
+    """
+    DirectEndpoint: _aio.UnaryUnaryMultiCallable[_core_worker_pb2.DirectEndpointRequest, _core_worker_pb2.DirectEndpointReply]  # type: ignore[assignment]
+    """Where this process's direct task transport listens (wire.py: the same TaskBatch /
+    TaskReplyBatch messages, framed on a plain TCP socket, cheaper per message than the stream
+    above) and the secret a connection must present first. port 0: none (TLS is on, or the
+    process executes no tasks): use TaskStream. Idempotent; on failure the caller uses TaskStream.
     """
     GetObject: _aio.UnaryUnaryMultiCallable[_core_worker_pb2.GetObjectRequest, _core_worker_pb2.GetObjectReply]  # type: ignore[assignment]
     """Owner side: waits until an owned object is ready and returns it (inline) or its location.
@@ -133,6 +145,18 @@ class CoreWorkerServicer(metaclass=_abc_1.ABCMeta):
         message carries the tasks queued since the last one (in order), each reply message the
         replies ready since the last one, each naming its task. Much cheaper per task than a unary
         call. If the stream breaks, every task without a reply is treated as a failed PushTask.
+        """
+
+    @_abc_1.abstractmethod
+    def DirectEndpoint(
+        self,
+        request: _core_worker_pb2.DirectEndpointRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_core_worker_pb2.DirectEndpointReply, _abc.Awaitable[_core_worker_pb2.DirectEndpointReply]]:
+        """Where this process's direct task transport listens (wire.py: the same TaskBatch /
+        TaskReplyBatch messages, framed on a plain TCP socket, cheaper per message than the stream
+        above) and the secret a connection must present first. port 0: none (TLS is on, or the
+        process executes no tasks): use TaskStream. Idempotent; on failure the caller uses TaskStream.
         """
 
     @_abc_1.abstractmethod

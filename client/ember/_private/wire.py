@@ -1,0 +1,364 @@
+"""The direct task transport: TaskStream's messages framed on a plain TCP socket.
+
+gRPC aio hands every message through three threads (event engine -> aio poller -> the core
+loop) on each side before Ember code runs: about half of a sync call's context switches. Here
+each core worker also listens on a TCP socket (same interfaces as its gRPC server) served by an
+`asyncio.Protocol` on the core loop: a frame is read in `data_received` and its tasks go to the
+executor (worker) or its replies to the waiting futures / callbacks (caller) at once, and a
+frame is written with `transport.write` straight from the loop.
+
+Frame: a 4-byte big-endian length of what follows, a type byte, a serialized protobuf
+(HELLO: the secret; BATCH: a TaskBatch; REPLIES: a TaskReplyBatch).
+
+Auth: the caller learns the port and the worker's random secret with the unary
+`DirectEndpoint` call (authenticated, and TLS'd when TLS is on, like every call) and sends the
+secret as its first frame; a connection that presents anything else is closed. With TLS on the
+worker offers no port (replies port 0) and callers use the gRPC TaskStream, as they do when the
+call or the connection fails (task_stream.py's `_Conn`). A malformed frame closes that
+connection with a log line; the worker keeps serving the others.
+
+Writes: the first message of a loop iteration goes out at once; later ones of the same
+iteration are coalesced into one frame written on the next iteration. Semantics are
+TaskStream's: when the connection ends, a task written to it fails with a delivered
+`_StreamEnded` (it may have run), a task still queued here with an undelivered one.
+Loop thread only.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import secrets
+import socket
+import struct
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf.message import DecodeError
+
+from ember_common.proto import common_pb2, core_worker_pb2
+from ember_common.validate_rules import task_spec_problem
+
+from .task_stream import Reply, TaskStreams, _Outcome, _StreamEnded, _StreamReply, refused_reply
+
+if TYPE_CHECKING:
+    from .core_worker import CoreWorker
+
+log = logging.getLogger(__name__)
+
+HELLO, BATCH, REPLIES = 1, 2, 3
+_KINDS = (HELLO, BATCH, REPLIES)
+_HEADER = struct.Struct(">IB")  # length of (type byte + payload), type
+CONNECT_TIMEOUT_S = 5.0
+HELLO_TIMEOUT_S = 10.0
+
+
+class FrameError(ValueError):
+    """A byte stream that is not a sequence of well-formed frames."""
+
+
+def encode(kind: int, payload: bytes) -> bytes:
+    """One frame: length, type byte, payload."""
+    return _HEADER.pack(len(payload) + 1, kind) + payload
+
+
+class FrameDecoder:
+    """Splits a byte stream into (type, payload) frames, whatever the chunks it arrives in."""
+
+    __slots__ = ("_buf", "_max")
+
+    def __init__(self, max_payload_bytes: int) -> None:
+        self._buf = bytearray()
+        self._max = max_payload_bytes
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """The frames completed by data; raises FrameError on a bad length or type."""
+        if self._buf:
+            self._buf += data
+            buf: bytes | bytearray = self._buf
+        else:
+            buf = data  # the common case: a chunk that starts at a frame boundary, no copy
+        frames: list[tuple[int, bytes]] = []
+        pos, n = 0, len(buf)
+        while n - pos >= 5:
+            length, kind = _HEADER.unpack_from(buf, pos)
+            if length < 1 or length - 1 > self._max:
+                raise FrameError(f"frame length {length} out of range (1..{self._max + 1})")
+            if kind not in _KINDS:
+                raise FrameError(f"unknown frame type {kind}")
+            end = pos + 4 + length
+            if end > n:
+                break
+            frames.append((kind, bytes(buf[pos + 5:end])))
+            pos = end
+        if buf is self._buf:
+            del self._buf[:pos]
+        elif pos < n:
+            self._buf += buf[pos:]
+        return frames
+
+
+class _Coalescer:
+    """Writes the first message of a loop iteration at once, the rest on the next iteration."""
+
+    loop: asyncio.AbstractEventLoop
+    _batching = False
+
+    def _kick(self) -> None:
+        if not self._batching:
+            self._flush()
+            self._batching = True
+            self.loop.call_soon(self._end_batch)
+
+    def _end_batch(self) -> None:
+        self._batching = False
+        if self._has_more():
+            self._kick()
+
+    def _flush(self) -> None:
+        raise NotImplementedError
+
+    def _has_more(self) -> bool:
+        raise NotImplementedError
+
+
+class DirectServer:
+    """The worker's listener: a random secret and a TCP server on the core loop."""
+
+    def __init__(self, core: CoreWorker) -> None:
+        self.core = core
+        self.secret = secrets.token_bytes(32)
+        self.port = 0
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self, host: str = "0.0.0.0") -> int:
+        """Listens on an ephemeral port of host; returns it."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _ServerConn(self), host, 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    def close(self) -> None:
+        """Stops listening (connections already open end with the process)."""
+        if self._server is not None:
+            self._server.close()
+
+
+class _ServerConn(asyncio.Protocol, _Coalescer):
+    """Worker side of one caller's connection: runs each task as TaskStream would."""
+
+    def __init__(self, server: DirectServer) -> None:
+        self.server = server
+        self.loop = server.core.loop
+        self.transport: asyncio.Transport | None = None
+        self.decoder = FrameDecoder(server.core.config.max_message_bytes)
+        self.authed = False
+        self.out: list[core_worker_pb2.TaskStreamReply] = []
+        self.peer: Any = None
+        self._hello_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.peer = transport.get_extra_info("peername")
+        _nodelay(transport)
+        self._hello_timer = self.loop.call_later(HELLO_TIMEOUT_S, self._drop, "no secret presented in time")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None  # replies of tasks still running are dropped, as a broken stream's
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+
+    def _drop(self, why: str) -> None:
+        log.warning("direct task connection from %s closed: %s", self.peer, why)
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except FrameError as e:
+            return self._drop(f"malformed frame: {e}")
+        for kind, payload in frames:
+            if self.transport is None:
+                return
+            if not self.authed:
+                if kind != HELLO or not hmac.compare_digest(payload, self.server.secret):
+                    return self._drop("wrong or missing secret")
+                self.authed = True
+                if self._hello_timer is not None:
+                    self._hello_timer.cancel()
+                continue
+            if kind != BATCH:
+                return self._drop(f"malformed frame: type {kind} where a task batch was expected")
+            try:
+                batch = core_worker_pb2.TaskBatch.FromString(payload)
+            except DecodeError as e:
+                return self._drop(f"malformed frame: not a TaskBatch ({e})")
+            self._run(batch)
+
+    def _run(self, batch: core_worker_pb2.TaskBatch) -> None:
+        executor = self.server.core.executor
+        for spec in batch.specs:
+            problem = task_spec_problem(spec) if executor is not None else "this process executes no tasks"
+            if problem is None:
+                executor.submit(spec, _StreamReply(spec.task_id, self.emit))  # type: ignore[union-attr]
+            else:
+                self.emit(spec.task_id, refused_reply(spec, f"direct task transport: {problem}"))
+        if batch.give_back and executor is not None:
+            executor.give_back()
+
+    def emit(self, task_id: bytes, reply: Reply) -> None:
+        if self.transport is None:
+            return
+        self.out.append(core_worker_pb2.TaskStreamReply(task_id=task_id, reply=reply))
+        self._kick()
+
+    def _flush(self) -> None:
+        if self.out and self.transport is not None:
+            msg = core_worker_pb2.TaskReplyBatch(replies=self.out)
+            self.out = []
+            self.transport.write(encode(REPLIES, msg.SerializeToString()))
+
+    def _has_more(self) -> bool:
+        return bool(self.out)
+
+
+class DirectConn(asyncio.Protocol, _Coalescer):
+    """Caller side: TaskStream's `_Conn` contract over a direct connection. Until connected,
+    tasks wait in the outbox; if the endpoint call or the connection fails they (and every
+    later push to this worker) go to a gRPC `_Conn` instead."""
+
+    def __init__(self, streams: TaskStreams, address: str) -> None:
+        self.streams = streams
+        self.address = address
+        self.loop = asyncio.get_running_loop()
+        self.pending: dict[bytes, _Outcome] = {}
+        self.outbox: list[common_pb2.TaskSpec] = []
+        self.broken: BaseException | None = None
+        self.give_back = False
+        self.transport: asyncio.Transport | None = None
+        self.decoder = FrameDecoder(streams.core.config.max_message_bytes)
+        self._connecting = asyncio.ensure_future(self._connect())
+
+    def push(self, spec: common_pb2.TaskSpec, fut: _Outcome) -> None:
+        if self.broken is not None:  # failed on the next iteration, never inside the caller
+            self.loop.call_soon(fut.set_exception, _StreamEnded(self.address, delivered=False))
+            return
+        self.pending[spec.task_id] = fut
+        self.outbox.append(spec)
+        if self.transport is not None:
+            self._kick()
+
+    def request_give_back(self) -> None:
+        self.give_back = True
+        if self.transport is not None:
+            self._kick()
+
+    async def _connect(self) -> None:
+        endpoint = await _endpoint(self.streams, self.address)
+        if endpoint is not None:
+            host, port, secret = endpoint
+            try:
+                await asyncio.wait_for(self.loop.create_connection(lambda: self, host, port),
+                                       CONNECT_TIMEOUT_S)
+            except (OSError, asyncio.TimeoutError) as e:
+                log.info("direct task transport to %s:%d failed (%s): using the gRPC stream", host, port, e)
+                self.streams.endpoints.pop(self.address, None)
+            else:
+                if self.broken is None and self.transport is not None:
+                    self.transport.write(encode(HELLO, secret))
+                    self._kick()
+                return
+        if self.broken is None:
+            self._fall_back()
+
+    def _fall_back(self) -> None:
+        """Hands everything to a gRPC stream, which takes this worker's pushes from now on."""
+        self.broken = _StreamEnded(self.address, delivered=False)
+        conn = self.streams.grpc_conn(self.address)
+        pending, self.pending = self.pending, {}
+        for spec in self.outbox:
+            fut = pending.get(spec.task_id)
+            if fut is not None:
+                conn.push(spec, fut)
+        self.outbox = []
+        if self.give_back:
+            conn.request_give_back()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        _nodelay(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._fail(_StreamEnded(self.address))
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for kind, payload in self.decoder.feed(data):
+                if kind != REPLIES:
+                    raise FrameError(f"type {kind} where a reply batch was expected")
+                for msg in core_worker_pb2.TaskReplyBatch.FromString(payload).replies:
+                    fut = self.pending.pop(msg.task_id, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg.reply)
+        except (FrameError, DecodeError) as e:
+            log.warning("direct task connection to %s closed: malformed frame: %s", self.address, e)
+            if self.transport is not None:
+                self.transport.close()  # connection_lost fails what is unanswered
+
+    def _flush(self) -> None:
+        if self.transport is None or not (self.outbox or self.give_back):
+            return
+        batch = core_worker_pb2.TaskBatch(specs=self.outbox, give_back=self.give_back)
+        self.outbox = []
+        self.give_back = False
+        self.transport.write(encode(BATCH, batch.SerializeToString()))
+
+    def _has_more(self) -> bool:
+        return bool(self.outbox or self.give_back)
+
+    def _fail(self, err: _StreamEnded) -> None:
+        """Fails every unanswered task: delivered if written (it may have run), undelivered if
+        still in the outbox (safe to resend)."""
+        if self.broken is None:
+            self.broken = err
+            if self.streams.conns.get(self.address) is self:
+                del self.streams.conns[self.address]
+        unwritten = {spec.task_id for spec in self.outbox}
+        self.outbox = []
+        pending, self.pending = self.pending, {}
+        for task_id, fut in pending.items():
+            if not fut.done():
+                fut.set_exception(_StreamEnded(self.address, delivered=task_id not in unwritten))
+
+    def close(self) -> None:
+        self._connecting.cancel()
+        self._fail(_StreamEnded(self.address))
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def _endpoint(streams: TaskStreams, address: str) -> tuple[str, int, bytes] | None:
+    """(host, port, secret) of address's direct listener, or None: use the gRPC stream. Asked
+    once per worker (the answer is kept while connections to it work)."""
+    if address in streams.endpoints:
+        return streams.endpoints[address]
+    host = address.rsplit(":", 1)[0].strip("[]")
+    try:
+        reply = await streams.core.worker_stub(address).DirectEndpoint(
+            core_worker_pb2.DirectEndpointRequest(), timeout=10)
+    except Exception as e:  # an older worker, or unreachable: the gRPC stream says which
+        log.debug("DirectEndpoint of %s failed: %s", address, e)
+        return None
+    found = (host, reply.port, reply.secret) if reply.port else None
+    streams.endpoints[address] = found
+    return found
+
+
+def _nodelay(transport: asyncio.Transport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
