@@ -310,8 +310,8 @@ class DirectConn(asyncio.Protocol, _Coalescer):
                 self.transport.close()  # connection_lost fails what is unanswered
 
     def _flush(self) -> None:
-        if self.transport is None or not (self.outbox or self.give_back):
-            return
+        if self.transport is None or self.transport.is_closing() or not (self.outbox or self.give_back):
+            return  # a closing transport drops writes: the tasks stay unwritten (undelivered)
         batch = core_worker_pb2.TaskBatch(specs=self.outbox, give_back=self.give_back)
         self.outbox = []
         self.give_back = False
