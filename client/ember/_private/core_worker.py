@@ -350,15 +350,23 @@ class CoreWorker(ObjectAPI):
                                   nested: Iterable[core_worker_pb2.NestedRefs]) -> None:
         """Owner side of ReportGeneratorItem: the item goes to its stream, or is freed when
         the ObjectRefGenerator is gone."""
+        freeing = self.take_generator_item_nowait(task_id, index, item, nested)
+        if freeing is not None:
+            await freeing
+
+    def take_generator_item_nowait(self, task_id: bytes, index: int, item: common_pb2.ReturnObject,
+                                   nested: Iterable[core_worker_pb2.NestedRefs]) -> Awaitable[None] | None:
+        """take_generator_item at once (the direct transport takes items in the order they
+        came, before a reply that follows them); what is left to await (freeing the item of a
+        dropped generator from shared memory), or None."""
         st = self.generators.get(task_id)
         if nested:
             self.refs.take_nested(nested)
         if st is not None:
             st.add(index, item)
-        else:  # the generator was dropped: nobody will read it
-            self.ref_table.drop_nested(item.object_id)
-            if item.in_plasma:
-                await self.free_objects([item.object_id])
+            return None
+        self.ref_table.drop_nested(item.object_id)  # the generator was dropped: nobody will read it
+        return self.free_objects([item.object_id]) if item.in_plasma else None
 
     def accept_generator_item(self, item: common_pb2.ReturnObject) -> ObjectRef:
         """A generator item handed to the user: owned here, its entry known."""

@@ -2,7 +2,8 @@
 
 `PipelineEffects` is mixed into TaskExecutor (executor.py): `_do_sync` carries out an effect with
 blocking calls (main or pool thread), `_do_async` with awaits on the core loop (async actors);
-streamed items go to the caller with ReportGeneratorItem, and a user's exception becomes a
+streamed items go to the caller over the direct connection their task came on (wire.py) or
+with ReportGeneratorItem, and a user's exception becomes a
 RayTaskError carrying the remote traceback (Ember's own frames cut off), or an error reply.
 """
 from __future__ import annotations
@@ -91,6 +92,13 @@ class PipelineEffects:
             case rp.Register(done):
                 return await done
             case rp.Report(caller, request):
+                direct = core.direct_server.routes.get(request.task_id)
+                if direct is not None:  # the task came over a direct connection: back on it
+                    try:
+                        await direct.report(request)  # type: ignore[misc]
+                    except ConnectionError as e:
+                        raise rp.CallerGone(_why(e)) from None
+                    return None
                 try:
                     await core.worker_stub(f"{caller.ip}:{caller.port}").ReportGeneratorItem(
                         request, timeout=60)
@@ -109,7 +117,19 @@ class PipelineEffects:
 
     def _report(self, caller: common_pb2.Address,
                 request: core_worker_pb2.ReportGeneratorItemRequest) -> None:
-        """Sends one item to the caller (blocking off the loop, in the background on it)."""
+        """Sends one item to the caller (blocking off the loop, in the background on it): on
+        the direct connection its task came over (wire.py), else with a unary call."""
+        direct = self.core.direct_server.routes.get(request.task_id)
+        if direct is not None:
+            if self.core.in_loop():
+                direct.report(request, wait=False)
+                return
+            try:
+                self.core.run(lambda: direct.report(request))  # type: ignore[arg-type,return-value]
+            except ConnectionError as e:
+                raise rp.CallerGone(_why(e)) from None
+            return
+
         def call() -> Awaitable[core_worker_pb2.ReportGeneratorItemReply]:
             return self.core.worker_stub(f"{caller.ip}:{caller.port}").ReportGeneratorItem(
                 request, timeout=60)

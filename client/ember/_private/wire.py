@@ -8,7 +8,10 @@ executor (worker) or its replies to the waiting futures / callbacks (caller) at 
 frame is written with `transport.write` straight from the loop.
 
 Frame: a 4-byte big-endian length of what follows, a type byte, a serialized protobuf
-(HELLO: the secret; BATCH: a TaskBatch; REPLIES: a TaskReplyBatch).
+(HELLO: the secret; BATCH: a TaskBatch; REPLIES: a TaskReplyBatch; ITEM: a streamed
+generator item, a ReportGeneratorItemRequest, worker to caller; ITEM_ACK: its task_id and
+index, caller to worker, once the caller took it: ReportGeneratorItem's reply, so the
+generator's pace and order are the unary call's).
 
 Auth: the caller learns the port and the worker's random secret with the unary
 `DirectEndpoint` call (authenticated, and TLS'd when TLS is on, like every call) and sends the
@@ -31,12 +34,13 @@ import logging
 import secrets
 import socket
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from google.protobuf.message import DecodeError
 
 from ember_common.proto import common_pb2, core_worker_pb2
-from ember_common.validate_rules import task_spec_problem
+from ember_common.validate import first_problem
+from ember_common.validate_rules import RULES, task_spec_problem
 
 from .task_stream import Reply, TaskStreams, _Outcome, _StreamEnded, _StreamReply, refused_reply
 
@@ -45,11 +49,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HELLO, BATCH, REPLIES = 1, 2, 3
-_KINDS = (HELLO, BATCH, REPLIES)
+HELLO, BATCH, REPLIES, ITEM, ITEM_ACK = 1, 2, 3, 4, 5
+_KINDS = (HELLO, BATCH, REPLIES, ITEM, ITEM_ACK)
 _HEADER = struct.Struct(">IB")  # length of (type byte + payload), type
 CONNECT_TIMEOUT_S = 5.0
 HELLO_TIMEOUT_S = 10.0
+ITEM_ACK_TIMEOUT_S = 60.0  # as the unary ReportGeneratorItem's deadline
+
+
+class CallerConnectionLost(ConnectionError):
+    """A streamed item could not reach its caller over the connection its task came on."""
 
 
 class FrameError(ValueError):
@@ -129,6 +138,8 @@ class DirectServer:
         self.secret = secrets.token_bytes(32)
         self.port = 0
         self._server: asyncio.AbstractServer | None = None
+        # Streaming tasks that came over a direct connection: their items go back on it.
+        self.routes: dict[bytes, _ServerConn] = {}
 
     async def start(self, host: str = "0.0.0.0") -> int:
         """Listens on an ephemeral port of host; returns it."""
@@ -155,18 +166,27 @@ class _ServerConn(asyncio.Protocol, _Coalescer):
         self.out: list[core_worker_pb2.TaskStreamReply] = []
         self.peer: Any = None
         self._hello_timer: asyncio.TimerHandle | None = None
+        self.streaming: set[bytes] = set()  # this connection's entries in server.routes
+        self.acks: dict[tuple[bytes, int], tuple[asyncio.Future[None], asyncio.TimerHandle]] = {}
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self.peer = transport.get_extra_info("peername")
-        _nodelay(transport)
+        _nodelay(self.transport)
         self._hello_timer = self.loop.call_later(HELLO_TIMEOUT_S, self._drop, "no secret presented in time")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None  # replies of tasks still running are dropped, as a broken stream's
         if self._hello_timer is not None:
             self._hello_timer.cancel()
+        for task_id in self.streaming:
+            self.server.routes.pop(task_id, None)
+        self.streaming.clear()
+        acks, self.acks = self.acks, {}
+        for fut, timer in acks.values():
+            timer.cancel()
+            if not fut.done():
+                fut.set_exception(CallerConnectionLost(f"the caller's connection from {self.peer} ended"))
 
     def _drop(self, why: str) -> None:
         log.warning("direct task connection from %s closed: %s", self.peer, why)
@@ -189,6 +209,9 @@ class _ServerConn(asyncio.Protocol, _Coalescer):
                 if self._hello_timer is not None:
                     self._hello_timer.cancel()
                 continue
+            if kind == ITEM_ACK:
+                self._acked(payload)
+                continue
             if kind != BATCH:
                 return self._drop(f"malformed frame: type {kind} where a task batch was expected")
             try:
@@ -202,6 +225,9 @@ class _ServerConn(asyncio.Protocol, _Coalescer):
         for spec in batch.specs:
             problem = task_spec_problem(spec) if executor is not None else "this process executes no tasks"
             if problem is None:
+                if spec.streaming:
+                    self.server.routes[spec.task_id] = self
+                    self.streaming.add(spec.task_id)
                 executor.submit(spec, _StreamReply(spec.task_id, self.emit))  # type: ignore[union-attr]
             else:
                 self.emit(spec.task_id, refused_reply(spec, f"direct task transport: {problem}"))
@@ -209,6 +235,9 @@ class _ServerConn(asyncio.Protocol, _Coalescer):
             executor.give_back()
 
     def emit(self, task_id: bytes, reply: Reply) -> None:
+        if self.streaming and task_id in self.streaming:
+            self.streaming.discard(task_id)
+            self.server.routes.pop(task_id, None)
         if self.transport is None:
             return
         self.out.append(core_worker_pb2.TaskStreamReply(task_id=task_id, reply=reply))
@@ -222,6 +251,38 @@ class _ServerConn(asyncio.Protocol, _Coalescer):
 
     def _has_more(self) -> bool:
         return bool(self.out)
+
+    def report(self, request: core_worker_pb2.ReportGeneratorItemRequest,
+               wait: bool = True) -> asyncio.Future[None] | None:
+        """Sends a streamed item to the caller at once (before its task's reply); with wait, a
+        future that is done when the caller took it (CallerConnectionLost if it cannot)."""
+        fut: asyncio.Future[None] | None = self.loop.create_future() if wait else None
+        if self.transport is None:
+            if fut is not None:
+                fut.set_exception(CallerConnectionLost(f"the caller's connection from {self.peer} ended"))
+            return fut
+        if fut is not None:
+            key = (request.task_id, request.index)
+            self.acks[key] = (fut, self.loop.call_later(ITEM_ACK_TIMEOUT_S, self._ack_late, key))
+        self.transport.write(encode(ITEM, request.SerializeToString()))
+        return fut
+
+    def _acked(self, payload: bytes) -> None:
+        try:
+            msg = core_worker_pb2.ReportGeneratorItemRequest.FromString(payload)
+        except DecodeError as e:
+            return self._drop(f"malformed frame: not an item acknowledgement ({e})")
+        entry = self.acks.pop((msg.task_id, msg.index), None)
+        if entry is not None:
+            entry[1].cancel()
+            if not entry[0].done():
+                entry[0].set_result(None)
+
+    def _ack_late(self, key: tuple[bytes, int]) -> None:
+        entry = self.acks.pop(key, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(CallerConnectionLost(
+                f"the caller at {self.peer} did not take item {key[1]} within {ITEM_ACK_TIMEOUT_S:.0f}s"))
 
 
 class DirectConn(asyncio.Protocol, _Coalescer):
@@ -287,9 +348,8 @@ class DirectConn(asyncio.Protocol, _Coalescer):
             conn.request_give_back()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        _nodelay(transport)
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        _nodelay(self.transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -298,6 +358,9 @@ class DirectConn(asyncio.Protocol, _Coalescer):
     def data_received(self, data: bytes) -> None:
         try:
             for kind, payload in self.decoder.feed(data):
+                if kind == ITEM:
+                    self._take_item(payload)
+                    continue
                 if kind != REPLIES:
                     raise FrameError(f"type {kind} where a reply batch was expected")
                 for msg in core_worker_pb2.TaskReplyBatch.FromString(payload).replies:
@@ -308,6 +371,20 @@ class DirectConn(asyncio.Protocol, _Coalescer):
             log.warning("direct task connection to %s closed: malformed frame: %s", self.address, e)
             if self.transport is not None:
                 self.transport.close()  # connection_lost fails what is unanswered
+
+    def _take_item(self, payload: bytes) -> None:
+        """A streamed item: taken at once (before the task's reply, which may follow in the
+        same read), checked with ReportGeneratorItem's rules, then acknowledged."""
+        req = core_worker_pb2.ReportGeneratorItemRequest.FromString(payload)
+        problem = first_problem(req, RULES)
+        if problem is not None:
+            raise FrameError(f"a bad generator item: {problem}")
+        freeing = self.streams.core.take_generator_item_nowait(req.task_id, req.index, req.item, req.nested)
+        if freeing is not None:
+            asyncio.ensure_future(freeing)
+        if self.transport is not None:
+            ack = core_worker_pb2.ReportGeneratorItemRequest(task_id=req.task_id, index=req.index)
+            self.transport.write(encode(ITEM_ACK, ack.SerializeToString()))
 
     def _flush(self) -> None:
         if self.transport is None or self.transport.is_closing() or not (self.outbox or self.give_back):
@@ -360,5 +437,8 @@ async def _endpoint(streams: TaskStreams, address: str) -> tuple[str, int, bytes
 
 def _nodelay(transport: asyncio.Transport) -> None:
     sock = transport.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (OSError, AttributeError):  # asyncio and uvloop set it on TCP sockets already
+        pass
