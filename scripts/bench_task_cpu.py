@@ -8,7 +8,8 @@ in all, with the wall rate and the load average beside it. Workloads (the microb
 shapes): `batch` (get of 1,000 tasks), `wait` (1,000 tasks then wait() one at a time),
 `sync` (one task, get, repeat), `put` (put(0)), `actor_sync` (one call to a sync actor, get,
 repeat: the "1:1 actor calls sync" row) and `actor_async` (1,000 calls to it, then one get: the
-"1:1 actor calls async" row).
+"1:1 actor calls async" row), `actor_stream` (a sync actor's generator of 200 items,
+each got as it comes: the streamed-item path, per item).
 
     .venv/bin/python scripts/bench_task_cpu.py --workload wait --rounds 5
 """
@@ -117,14 +118,23 @@ def workload(mod: Any, name: str) -> tuple[Callable[[], None], int]:
                 _ready, not_ready = mod.wait(not_ready, fetch_local=fetch_local)
                 fetch_local = False
         return wait, 1000
-    if name in ("actor_sync", "actor_async"):
+    if name in ("actor_sync", "actor_async", "actor_stream"):
         @mod.remote(num_cpus=0)
         class Actor:
             def small_value(self) -> bytes:
                 return b"ok"
 
+            def items(self, n: int) -> Any:
+                for i in range(n):
+                    yield i
+
         a = Actor.remote()
         mod.get(a.small_value.remote())  # created, its worker connected
+        if name == "actor_stream":
+            def actor_stream() -> None:
+                for ref in a.items.options(num_returns="streaming").remote(200):
+                    mod.get(ref)
+            return actor_stream, 200
         if name == "actor_sync":
             def actor_sync() -> None:
                 for _ in range(200):
@@ -144,7 +154,8 @@ def workload(mod: Any, name: str) -> tuple[Callable[[], None], int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", default="batch", choices=["batch", "sync", "wait", "put", "actor_sync", "actor_async"])
+    ap.add_argument("--workload", default="batch", choices=["batch", "sync", "wait", "put", "actor_sync", "actor_async",
+                                                          "actor_stream"])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--num-cpus", type=int, default=4)
     ap.add_argument("--ray", action="store_true", help="measure Ray instead of Ember")
