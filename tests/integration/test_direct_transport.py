@@ -5,7 +5,8 @@ runs no tasks, offers none); a connection whose first frame is not that secret, 
 sends a malformed frame, is closed with a log line while the worker keeps serving; a malformed
 spec is refused naming its field as over TaskStream; a worker that dies with a task written to
 it fails that task as delivered, and a task pushed afterwards as undelivered; a caller that
-cannot reach the direct port falls back to the gRPC TaskStream. Bounded: each socket read 30 s
+cannot reach the direct port falls back to the gRPC TaskStream, and one that holds a stale
+secret gets its tasks back undelivered. Bounded: each socket read 30 s
 at most, a few dozen frames per test.
 """
 from __future__ import annotations
@@ -111,7 +112,7 @@ def test_only_workers_offer_an_endpoint_over_their_authenticated_service(cluster
 
 @pytest.mark.parametrize("first", ["wrong", "missing", "short"])
 def test_a_connection_without_the_secret_is_closed_and_the_worker_keeps_serving(cluster, first):
-    from ember._private.wire import BATCH, HELLO
+    from ember._private.wire import BATCH, HELLO, REFUSED
 
     sock, secret = _connect(cluster)
     with sock:
@@ -119,7 +120,8 @@ def test_a_connection_without_the_secret_is_closed_and_the_worker_keeps_serving(
         opening = {"wrong": _frame(HELLO, bytes(32)), "missing": _frame(BATCH, batch),
                    "short": _frame(HELLO, secret[:16])}[first]
         sock.sendall(opening + _frame(BATCH, batch))
-        assert _read_until_closed_or_frame(sock) is None  # closed, the task never ran
+        assert _read_until_closed_or_frame(sock) == [(REFUSED, b"wrong or missing secret")]
+        assert _read_until_closed_or_frame(sock) is None  # then closed: the task never ran
     assert ember.get(cluster.probe.ping.remote(), timeout=60) == "pong"
 
 
@@ -188,10 +190,11 @@ def test_a_worker_that_dies_with_a_task_written_fails_it_delivered_and_later_one
         server = await asyncio.get_running_loop().create_server(Dying, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         address = f"127.0.0.1:{port}"
-        core.task_streams.endpoints[address] = ("127.0.0.1", port, secret)
         try:
             errors = []
             for _ in range(2):
+                # (a broken connection forgets the endpoint: the stand-in has no DirectEndpoint)
+                core.task_streams.endpoints[address] = ("127.0.0.1", port, secret)
                 try:
                     await asyncio.wait_for(core.task_streams.push(address, _harmless_spec()), 30)
                 except grpc.aio.AioRpcError as e:
@@ -271,3 +274,24 @@ def test_a_killed_actor_worker_fails_calls_in_flight_and_restarts(cluster):
         ember.get(ref, timeout=60)
     assert ember.get(v.pid.remote(), timeout=60) != pid  # restarted, reached over a new connection
     ember.kill(v)
+
+
+def test_a_stale_secret_fails_the_tasks_undelivered(cluster):
+    """A caller whose remembered endpoint has the wrong secret (another process on that port)
+    is refused before anything runs: its tasks fail as never delivered (safe to resend), and
+    the next connection asks for the endpoint again."""
+    core = _core()
+    ep = _endpoint(cluster.worker_address)
+    address = "localhost:" + cluster.worker_address.rsplit(":", 1)[1]  # a conn of its own
+
+    async def scenario():
+        core.task_streams.endpoints[address] = ("127.0.0.1", ep.port, b"s" * 32)
+        try:
+            await asyncio.wait_for(core.task_streams.push(address, _harmless_spec()), 30)
+        except grpc.aio.AioRpcError as e:
+            return e.details(), address in core.task_streams.endpoints
+
+    details, remembered = _on_loop(core, scenario)
+    assert details.startswith("failed to connect: "), details
+    assert not remembered
+    assert ember.get(cluster.probe.ping.remote(), timeout=60) == "pong"

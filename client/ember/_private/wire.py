@@ -11,7 +11,8 @@ Frame: a 4-byte big-endian length of what follows, a type byte, a serialized pro
 (HELLO: the secret; BATCH: a TaskBatch; REPLIES: a TaskReplyBatch; ITEM: a streamed
 generator item, a ReportGeneratorItemRequest, worker to caller; ITEM_ACK: its task_id and
 index, caller to worker, once the caller took it: ReportGeneratorItem's reply, so the
-generator's pace and order are the unary call's).
+generator's pace and order are the unary call's; REFUSED: the worker's last frame on a
+connection whose secret was wrong, so that the caller knows none of its tasks ran).
 
 Auth: the caller learns the port and the worker's random secret with the unary
 `DirectEndpoint` call (authenticated, and TLS'd when TLS is on, like every call) and sends the
@@ -49,8 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HELLO, BATCH, REPLIES, ITEM, ITEM_ACK = 1, 2, 3, 4, 5
-_KINDS = (HELLO, BATCH, REPLIES, ITEM, ITEM_ACK)
+HELLO, BATCH, REPLIES, ITEM, ITEM_ACK, REFUSED = 1, 2, 3, 4, 5, 6
+_KINDS = (HELLO, BATCH, REPLIES, ITEM, ITEM_ACK, REFUSED)
 _HEADER = struct.Struct(">IB")  # length of (type byte + payload), type
 CONNECT_TIMEOUT_S = 5.0
 HELLO_TIMEOUT_S = 10.0
@@ -204,6 +205,8 @@ class _ServerConn(asyncio.Protocol, _Coalescer):
                 return
             if not self.authed:
                 if kind != HELLO or not hmac.compare_digest(payload, self.server.secret):
+                    assert self.transport is not None
+                    self.transport.write(encode(REFUSED, b"wrong or missing secret"))
                     return self._drop("wrong or missing secret")
                 self.authed = True
                 if self._hello_timer is not None:
@@ -300,6 +303,7 @@ class DirectConn(asyncio.Protocol, _Coalescer):
         self.give_back = False
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(streams.core.config.max_message_bytes)
+        self.refused = False  # the worker refused the secret: nothing sent here ran
         self._connecting = asyncio.ensure_future(self._connect())
 
     def push(self, spec: common_pb2.TaskSpec, fut: _Outcome) -> None:
@@ -361,6 +365,11 @@ class DirectConn(asyncio.Protocol, _Coalescer):
                 if kind == ITEM:
                     self._take_item(payload)
                     continue
+                if kind == REFUSED:  # a stale endpoint (another process on that port?)
+                    log.warning("direct task connection to %s refused: %s", self.address,
+                                payload.decode(errors="replace"))
+                    self.refused = True
+                    continue
                 if kind != REPLIES:
                     raise FrameError(f"type {kind} where a reply batch was expected")
                 for msg in core_worker_pb2.TaskReplyBatch.FromString(payload).replies:
@@ -404,7 +413,10 @@ class DirectConn(asyncio.Protocol, _Coalescer):
             self.broken = err
             if self.streams.conns.get(self.address) is self:
                 del self.streams.conns[self.address]
+            self.streams.endpoints.pop(self.address, None)  # asked again by the next connection
         unwritten = {spec.task_id for spec in self.outbox}
+        if self.refused:
+            unwritten.update(self.pending)
         self.outbox = []
         pending, self.pending = self.pending, {}
         for task_id, fut in pending.items():
