@@ -34,7 +34,7 @@ LINT_SVC_PACKAGES := -p ember_common -p ember_gcs -p ember_raylet -p ember_objmg
 LINT_CORE_MODULES := $(foreach m,memory_store reference_table missed_frees lineage reconstruction task_queue task_queue_types task_durations actor_queue result_pipeline \
 	references task_submitter actor_submitter object_ref core_worker object_api object_transfer executor \
 	executor_effects worker generator fork_server \
-	task_stream wire plasma serialization function_manager core_worker_server worker_main \
+	task_stream wire wire_server plasma serialization function_manager core_worker_server worker_main \
 	runtime_context options scheduling remote_function signatures task_errors blocking actor_pools actor_options,-m ember._private.$(m)) -m ember.actor
 lint: $(DEV)
 	$(VENV)/bin/ruff check $(LINT_SVC_PATHS)

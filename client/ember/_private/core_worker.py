@@ -29,7 +29,7 @@ from ember_common.gcs_client import GcsClient
 from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 from ember_common.raylet_client import RayletClient
 
-from . import task_events, wire
+from . import task_events, wire, wire_server
 from .actor_submitter import ActorSubmitter
 from .blocking import BlockedWaits
 from .core_worker_server import CoreWorkerServicer
@@ -175,7 +175,7 @@ class CoreWorker(ObjectAPI):
         # The direct task transport (wire.py): off with TLS (its sockets are plain TCP).
         direct = bool(self.config.direct_task_transport) and not tls.enabled()
         self.task_streams = TaskStreams(self, wire.DirectConn if direct else None)
-        self.direct_server = wire.DirectServer(self)
+        self.direct_server = wire_server.DirectServer(self)
         if direct:
             await self.direct_server.start("0.0.0.0")
         self.submitter = TaskSubmitter(self)
