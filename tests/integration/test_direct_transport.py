@@ -6,7 +6,8 @@ sends a malformed frame, is closed with a log line while the worker keeps servin
 spec is refused naming its field as over TaskStream; a worker that dies with a task written to
 it fails that task as delivered, and a task pushed afterwards as undelivered; a caller that
 cannot reach the direct port falls back to the gRPC TaskStream, and one that holds a stale
-secret gets its tasks back undelivered. Bounded: each socket read 30 s
+secret gets its tasks back undelivered; streamed items are acknowledged, and a malformed one
+closes the connection on the caller's side. Bounded: each socket read 30 s
 at most, a few dozen frames per test.
 """
 from __future__ import annotations
@@ -294,4 +295,48 @@ def test_a_stale_secret_fails_the_tasks_undelivered(cluster):
     details, remembered = _on_loop(core, scenario)
     assert details.startswith("failed to connect: "), details
     assert not remembered
+    assert ember.get(cluster.probe.ping.remote(), timeout=60) == "pong"
+
+
+def test_items_are_acknowledged_and_a_bad_item_closes_the_connection(cluster):
+    """A stand-in worker sends the caller a well-formed item of a generator the caller does not
+    hold (taken and dropped, then acknowledged), then an item whose task id is malformed: the
+    caller closes that connection (its task fails as delivered) and keeps working."""
+    from ember._private.wire import BATCH, ITEM, ITEM_ACK, FrameDecoder, encode
+
+    core = _core()
+    secret = b"k" * 32
+    acks: list[core_worker_pb2.ReportGeneratorItemRequest] = []
+    stray = ids.new_task_id()
+    item = core_worker_pb2.ReportGeneratorItemRequest(
+        task_id=stray, index=0, item=common_pb2.ReturnObject(object_id=ids.object_id_for_return(stray, 1)))
+
+    class Streaming(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport, self.dec = transport, FrameDecoder(1 << 20)
+
+        def data_received(self, data):
+            for kind, payload in self.dec.feed(data):
+                if kind == BATCH:
+                    self.transport.write(encode(ITEM, item.SerializeToString()))
+                elif kind == ITEM_ACK:
+                    acks.append(core_worker_pb2.ReportGeneratorItemRequest.FromString(payload))
+                    bad = core_worker_pb2.ReportGeneratorItemRequest(task_id=b"short", index=1)
+                    self.transport.write(encode(ITEM, bad.SerializeToString()))
+
+    async def scenario():
+        server = await asyncio.get_running_loop().create_server(Streaming, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        address = f"127.0.0.1:{port}"
+        core.task_streams.endpoints[address] = ("127.0.0.1", port, secret)
+        try:
+            await asyncio.wait_for(core.task_streams.push(address, _harmless_spec()), 30)
+        except grpc.aio.AioRpcError as e:
+            return address, e.details()
+        finally:
+            server.close()
+
+    address, details = _on_loop(core, scenario)
+    assert [(a.task_id, a.index) for a in acks] == [(stray, 0)]
+    assert details == f"task stream to {address} ended"
     assert ember.get(cluster.probe.ping.remote(), timeout=60) == "pong"
