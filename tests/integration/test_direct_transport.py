@@ -157,7 +157,7 @@ def test_a_malformed_frame_closes_that_connection_only(cluster, garbage):
 
     sock, secret = _connect(cluster)
     with sock:
-        bad = {"type": _frame(7, b"abc"), "length": struct.pack(">IB", 0x7FFFFFFF, 2),
+        bad = {"type": _frame(99, b"abc"), "length": struct.pack(">IB", 0x7FFFFFFF, 2),
                "payload": _frame(2, b"\xff\xff\xff\xff"), "hello-again": _frame(HELLO, secret)}[garbage]
         sock.sendall(_frame(HELLO, secret) + bad)
         assert _read_until_closed_or_frame(sock) is None
@@ -340,3 +340,60 @@ def test_items_are_acknowledged_and_a_bad_item_closes_the_connection(cluster):
     assert [(a.task_id, a.index) for a in acks] == [(stray, 0)]
     assert details == f"task stream to {address} ended"
     assert ember.get(cluster.probe.ping.remote(), timeout=60) == "pong"
+
+
+@pytest.mark.parametrize("answers", [False, True])
+def test_keepalive_drops_a_silent_worker_and_keeps_an_answering_one(cluster, answers):
+    """A stand-in worker takes a batch and then says nothing: with the keepalive at 0.5 s the
+    caller pings after 0.5 s of silence and, with no answer within 0.5 s more, drops the
+    connection (the task fails as delivered). One that answers the pings keeps its connection
+    until it replies (a long task)."""
+    from ember._private import wire
+    from ember._private.wire import BATCH, PING, PONG, REPLIES, FrameDecoder, encode
+
+    core = _core()
+    pings: list[float] = []
+
+    class Quiet(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport, self.dec = transport, FrameDecoder(1 << 20)
+
+        def data_received(self, data):
+            for kind, payload in self.dec.feed(data):
+                if kind == BATCH:
+                    self.task_id = core_worker_pb2.TaskBatch.FromString(payload).specs[0].task_id
+                    if answers:  # replies after 2.5 s, answering pings meanwhile
+                        asyncio.get_running_loop().call_later(2.5, self.reply)
+                elif kind == PING:
+                    pings.append(time.monotonic())
+                    if answers:
+                        self.transport.write(encode(PONG, b""))
+
+        def reply(self):
+            batch = core_worker_pb2.TaskReplyBatch(replies=[core_worker_pb2.TaskStreamReply(
+                task_id=self.task_id, reply=core_worker_pb2.PushTaskReply(num_streamed=7))])
+            self.transport.write(encode(REPLIES, batch.SerializeToString()))
+
+    async def scenario():
+        server = await asyncio.get_running_loop().create_server(Quiet, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        address = f"127.0.0.1:{port}"
+        core.task_streams.endpoints[address] = ("127.0.0.1", port, b"k" * 32)
+        wire.DirectConn.keepalive_s = 0.5
+        t0 = time.monotonic()
+        try:
+            reply = await asyncio.wait_for(core.task_streams.push(address, _harmless_spec()), 30)
+            return "reply", reply.num_streamed, time.monotonic() - t0
+        except grpc.aio.AioRpcError as e:
+            return "error", e.details(), time.monotonic() - t0
+        finally:
+            wire.DirectConn.keepalive_s = None
+            server.close()
+
+    what, detail, took = _on_loop(core, scenario)
+    assert pings, "no ping was sent"
+    if answers:
+        assert (what, detail) == ("reply", 7) and took >= 2.4 and len(pings) >= 2
+    else:
+        assert what == "error" and detail.endswith("ended"), detail
+        assert 0.9 <= took < 10, took

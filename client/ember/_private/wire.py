@@ -12,7 +12,10 @@ Frame: a 4-byte big-endian length of what follows, a type byte, a serialized pro
 generator item, a ReportGeneratorItemRequest, worker to caller; ITEM_ACK: its task_id and
 index, caller to worker, once the caller took it: ReportGeneratorItem's reply, so the
 generator's pace and order are the unary call's; REFUSED: the worker's last frame on a
-connection whose secret was wrong, so that the caller knows none of its tasks ran).
+connection whose secret was wrong, so that the caller knows none of its tasks ran; PING /
+PONG: the caller's keepalive, as gRPC's: with tasks in flight and nothing heard for
+EMBER_GRPC_KEEPALIVE_S it pings, and drops the connection, failing them, when no answer comes
+within as long again: a SIGSTOPped or vanished worker sends no reset).
 
 Auth: the caller learns the port and the worker's random secret with the unary
 `DirectEndpoint` call (authenticated, and TLS'd when TLS is on, like every call) and sends the
@@ -45,8 +48,8 @@ from .task_stream import TaskStreams, _Outcome, _StreamEnded
 
 log = logging.getLogger(__name__)
 
-HELLO, BATCH, REPLIES, ITEM, ITEM_ACK, REFUSED = 1, 2, 3, 4, 5, 6
-_KINDS = (HELLO, BATCH, REPLIES, ITEM, ITEM_ACK, REFUSED)
+HELLO, BATCH, REPLIES, ITEM, ITEM_ACK, REFUSED, PING, PONG = 1, 2, 3, 4, 5, 6, 7, 8
+_KINDS = (HELLO, BATCH, REPLIES, ITEM, ITEM_ACK, REFUSED, PING, PONG)
 _HEADER = struct.Struct(">IB")  # length of (type byte + payload), type
 CONNECT_TIMEOUT_S = 5.0
 HELLO_TIMEOUT_S = 10.0
@@ -131,6 +134,8 @@ class DirectConn(asyncio.Protocol, _Coalescer):
     tasks wait in the outbox; if the endpoint call or the connection fails they (and every
     later push to this worker) go to a gRPC `_Conn` instead."""
 
+    keepalive_s: float | None = None  # None: EMBER_GRPC_KEEPALIVE_S (config.py)
+
     def __init__(self, streams: TaskStreams, address: str) -> None:
         self.streams = streams
         self.address = address
@@ -142,6 +147,13 @@ class DirectConn(asyncio.Protocol, _Coalescer):
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(streams.core.config.max_message_bytes)
         self.refused = False  # the worker refused the secret: nothing sent here ran
+        ka = self.keepalive_s
+        self._ka = streams.core.config.grpc_keepalive_s if ka is None else ka
+        self._reads = 0  # data_received calls so far (the keepalive's sign of life)
+        self._ka_seen = 0
+        self._ping_at: float | None = None
+        self._quiet_since = 0.0
+        self._ka_timer: asyncio.TimerHandle | None = None
         self._connecting = asyncio.ensure_future(self._connect())
 
     def push(self, spec: common_pb2.TaskSpec, fut: _Outcome) -> None:
@@ -192,14 +204,41 @@ class DirectConn(asyncio.Protocol, _Coalescer):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         _nodelay(self.transport)
+        if self._ka > 0:
+            self._quiet_since = self.loop.time()
+            self._ka_timer = self.loop.call_later(self._ka / 4, self._keepalive)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if self._ka_timer is not None:
+            self._ka_timer.cancel()
         self._fail(_StreamEnded(self.address))
 
+    def _keepalive(self) -> None:
+        """Every keepalive/4 s: with tasks in flight and nothing read for keepalive s, a PING;
+        no answer within keepalive s more drops the connection (connection_lost fails them)."""
+        if self.transport is None:
+            return
+        now = self.loop.time()
+        if self._reads != self._ka_seen or not self.pending:
+            self._ka_seen, self._ping_at, self._quiet_since = self._reads, None, now
+        elif self._ping_at is None:
+            if now - self._quiet_since >= self._ka:
+                self._ping_at = now
+                self.transport.write(encode(PING, b""))
+        elif now - self._ping_at >= self._ka:
+            log.warning("direct task connection to %s closed: no answer to a ping within %.0fs",
+                        self.address, self._ka)
+            self.transport.abort()
+            return
+        self._ka_timer = self.loop.call_later(self._ka / 4, self._keepalive)
+
     def data_received(self, data: bytes) -> None:
+        self._reads += 1
         try:
             for kind, payload in self.decoder.feed(data):
+                if kind == PONG:
+                    continue
                 if kind == ITEM:
                     self._take_item(payload)
                     continue

@@ -23,6 +23,8 @@ from .wire import (
     ITEM,
     ITEM_ACK,
     ITEM_ACK_TIMEOUT_S,
+    PING,
+    PONG,
     REFUSED,
     REPLIES,
     CallerConnectionLost,
@@ -119,6 +121,9 @@ class _ServerConn(asyncio.Protocol, _Coalescer):
                 self.authed = True
                 if self._hello_timer is not None:
                     self._hello_timer.cancel()
+                continue
+            if kind == PING:
+                self.transport.write(encode(PONG, b""))
                 continue
             if kind == ITEM_ACK:
                 self._acked(payload)
