@@ -176,7 +176,7 @@ class CoreWorker(ObjectAPI):
         direct = bool(self.config.direct_task_transport) and not tls.enabled()
         self.task_streams = TaskStreams(self, wire.DirectConn if direct else None)
         self.direct_server = wire_server.DirectServer(self)
-        if direct:
+        if direct and self.mode is WorkerMode.WORKER:  # drivers run no tasks: no listener
             await self.direct_server.start("0.0.0.0")
         self.submitter = TaskSubmitter(self)
         self.plasma = PlasmaClient(self)
