@@ -346,7 +346,8 @@ def switches(tag: str) -> dict[str, int]:
     """Voluntary context switches of every thread of every process of one run (those whose
     environment holds PROBE_TTFT_OUT=tag.core: the server, its cluster's services, workers and
     the engine core), summed by process kind and thread name ("total": all of them; Python's
-    threads all show as "python": the kernel's name, which threading does not set)."""
+    threads all show as "python": the kernel's name, which threading does not set); and each
+    kind's CPU time in µs ("cpu_us:KIND", from the threads' schedstat)."""
     mark = f"PROBE_TTFT_OUT={tag}.core".encode()
     out: dict[str, int] = {"total": 0}
     for pid in os.listdir("/proc"):
@@ -364,9 +365,12 @@ def switches(tag: str) -> dict[str, int]:
                     name = f.read().strip()
                 with open(f"/proc/{pid}/task/{tid}/status") as f:
                     n = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    cpu_ns = int(f.read().split()[0])
                 key = f"{kind}/{name}"
                 out[key] = out.get(key, 0) + n
                 out["total"] += n
+                out[f"cpu_us:{kind}"] = out.get(f"cpu_us:{kind}", 0) + cpu_ns // 1000
         except (OSError, StopIteration):
             continue  # gone meanwhile
     return out
@@ -492,7 +496,10 @@ def main() -> None:
                                 "torch_threads": res.get("torch_threads"), "p50_ms": m,
                                 "replica_thread": res.get("replica_thread"),
                                 "switches_per_request": {k: v for k, v in sorted(
-                                    res.get("switches", {}).items(), key=lambda kv: -kv[1]) if v >= 0.3}})
+                                    res.get("switches", {}).items(), key=lambda kv: -kv[1])
+                                    if v >= 0.3 and not k.startswith("cpu_us:")},
+                                "cpu_us_per_request": {k[7:]: v for k, v in res.get("switches", {}).items()
+                                                       if k.startswith("cpu_us:")}})
                 print(json.dumps(results[-1]), flush=True)
     print(f"\n{'stage':<14}" + "".join(f"{r['system'][:13]:>14}" for r in results))
     for k in ["n"] + ORDER + CPU + list(SEGMENTS):
