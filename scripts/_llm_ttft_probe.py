@@ -30,6 +30,10 @@ the second step):
                      a delta), written (any frame), sent (the first frame with a delta, stamped
                      before its write); in-thread: handed (call_soon_threadsafe)
 
+(prepare_cpu: the thread CPU of LLMServer._prepare), the CPU µs per request of each process kind
+of the Ember run and its voluntary context switches per request, by process kind and thread
+(from /proc: every process whose environment carries this run's PROBE_TTFT_OUT), and the
+thread the replica runs on (`ember-core`, or `ember-actor-loop` for a tree from before),
 and per-request segments (p50 of the differences): to_core, to_step, prefill_step, step2,
 back (core's frame → the replica's deliver), back_thread (the printing step's end → deliver),
 replica_out, after_push, before_call, call_body, body_submit. On a loaded machine read the
@@ -260,7 +264,10 @@ class ProbeLLM(LLMServer):
         self._S = S = P._P["Stamps"]()
         core = cfg.engine_kwargs.get("engine_process", True)
         P.patch_client(S, mods, core)
-        P._P["wrap"](LLMServer, "_prepare", after=lambda s, *a: S.at("prepared"))
+        import time
+        cpu = [0.0]
+        P._P["wrap"](LLMServer, "_prepare", before=lambda s, *a: cpu.__setitem__(0, time.thread_time()),
+                     after=lambda s, *a: (S.at("prepared"), S.at("prepare_cpu", (time.thread_time() - cpu[0]) * 1e3)))
         from ember.serve.llm._internal import openai_api
         P._P["wrap_fn"](openai_api, "parse_json", lambda: S.at("body"))
         P._P["wrap"](sse_stream.SSEStream, "_emit", after=lambda s, *a: S.at("pushed"))
@@ -435,7 +442,9 @@ SEGMENTS = {"to_core": ("submit", "core_ops"), "to_step": ("submit", "core_take"
             "back_thread": ("core_printed", "delivered"), "replica_out": ("delivered", "pushed"),
             "after_push": ("pushed", "first"), "before_call": ("sent", "call"), "call_body": ("call", "body"),
             "body_submit": ("body", "submit")}
-CPU = ["core_fwd_cpu"]  # thread CPU ms of the prefill forward (not a time since `sent`)
+# thread CPU ms (not a time since `sent`): the prefill forward, the replica's _prepare (parse the
+# OpenAI fields, tokenize, sampling parameters)
+CPU = ["core_fwd_cpu", "prepare_cpu"]
 
 
 def merge(res: dict, skip: int) -> dict[str, float]:
