@@ -47,3 +47,12 @@ def test_the_engine_side_uses_it_once_resolved(tokenizer):
     side.tokenizer = tokenizer
     assert side.encode("Tell me a story") == list(tokenizer("Tell me a story", add_special_tokens=False).input_ids)
     assert callable(side.__dict__["_encode_fast"])
+
+
+def test_the_chat_template_still_applies(tokenizer):
+    side = TokenizerSide()
+    side.tokenizer = tokenizer
+    if not getattr(tokenizer, "chat_template", None):
+        pytest.skip("the tiny model has no chat template")
+    text = side.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert "hi" in text and side.encode(text)
