@@ -86,14 +86,15 @@ def test_user_code_never_gets_the_core_loop(ray_start):
 def test_a_blocking_user_method_stalls_no_core_loop_call(ray_start):
     a = Marked.remote()
     ember.get(a.fast.remote(), timeout=60)
-    blocked = a.block.remote(2.0)
+    blocked = a.block.remote(4.0)
     time.sleep(0.3)  # the block has started on the actor loop
     t0 = time.monotonic()
-    for _ in range(20):
+    for _ in range(10):
         assert ember.get(a.fast.remote(), timeout=60) == "ember-core"
     took = time.monotonic() - t0
+    # the fast calls were answered while the actor loop was still blocked
     assert not ember.wait([blocked], timeout=0)[0], "the blocking call ended before the fast ones"
-    assert took < 1.2, f"20 core-loop calls took {took:.2f} s behind a blocked actor loop"
+    assert took < 3.0, f"10 core-loop calls took {took:.2f} s behind a blocked actor loop"
     assert ember.get(blocked, timeout=60) == "ember-actor-loop"
 
 
