@@ -30,6 +30,10 @@ the second step):
                      a delta), written (any frame), sent (the first frame with a delta, stamped
                      before its write); in-thread: handed (call_soon_threadsafe)
 
+(prepare_cpu: the thread CPU of LLMServer._prepare), the CPU µs per request of each process kind
+of the Ember run and its voluntary context switches per request, by process kind and thread
+(from /proc: every process whose environment carries this run's PROBE_TTFT_OUT), and the
+thread the replica runs on (`ember-core`, or `ember-actor-loop` for a tree from before),
 and per-request segments (p50 of the differences): to_core, to_step, prefill_step, step2,
 back (core's frame → the replica's deliver), back_thread (the printing step's end → deliver),
 replica_out, after_push, before_call, call_body, body_submit. On a loaded machine read the
@@ -260,19 +264,29 @@ class ProbeLLM(LLMServer):
         self._S = S = P._P["Stamps"]()
         core = cfg.engine_kwargs.get("engine_process", True)
         P.patch_client(S, mods, core)
-        P._P["wrap"](LLMServer, "_prepare", after=lambda s, *a: S.at("prepared"))
+        import time
+        cpu = [0.0]
+        P._P["wrap"](LLMServer, "_prepare", before=lambda s, *a: cpu.__setitem__(0, time.thread_time()),
+                     after=lambda s, *a: (S.at("prepared"), S.at("prepare_cpu", (time.thread_time() - cpu[0]) * 1e3)))
         from ember.serve.llm._internal import openai_api
         P._P["wrap_fn"](openai_api, "parse_json", lambda: S.at("body"))
         P._P["wrap"](sse_stream.SSEStream, "_emit", after=lambda s, *a: S.at("pushed"))
         super().__init__(cfg)
+        try:  # this subclass is Ember's probe of LLMServer: its replica runs where LLMServer's does
+            from ember.serve._private.core_loop import never_blocks
+            from ember.serve.llm._internal.server import _never_blocks
+            never_blocks(when=_never_blocks)(type(self))
+        except ImportError:  # a tree from before the core-loop replicas
+            pass
 
     async def __call__(self, request):
         self._S.start("call")
         return await super().__call__(request)
 
     async def probe_stamps(self):
-        import torch
-        return {"replica": self._S.all(), "torch_threads": torch.get_num_threads()}
+        import threading, torch
+        return {"replica": self._S.all(), "torch_threads": torch.get_num_threads(),
+                "replica_thread": threading.current_thread().name}
 
 ember.init(num_cpus=2, log_to_driver=False)
 cfg = LLMConfig(model_loading_config={"model_id": "tiny", "model_source": sys.argv[2]}, llm_engine="torch",
@@ -324,12 +338,60 @@ def run_ember(tree: str, model: str, kwargs: dict, requests: int, pause_s: float
     try:
         with server_process(python, PROBE_SERVER, [model, json.dumps(kwargs), out], start_timeout_s=300,
                             env=env) as port:
+            before = switches(out)
             asyncio.run(_http_one_at_a_time(port, requests, pause_s, S))
+            after = switches(out)
         res = _results(out)
         res["client"] = S.all()
+        res["switches"] = {k: round((after.get(k, 0) - v) / requests, 2) for k, v in before.items()}
         return res
     finally:
         _remove(out)
+
+
+def switches(tag: str) -> dict[str, int]:
+    """Voluntary context switches of every thread of every process of one run (those whose
+    environment holds PROBE_TTFT_OUT=tag.core: the server, its cluster's services, workers and
+    the engine core), summed by process kind and thread name ("total": all of them; Python's
+    threads all show as "python": the kernel's name, which threading does not set); and each
+    kind's CPU time in µs ("cpu_us:KIND", from the threads' schedstat)."""
+    mark = f"PROBE_TTFT_OUT={tag}.core".encode()
+    out: dict[str, int] = {"total": 0}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            kind = _kind(argv)
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    name = f.read().strip()
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    n = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    cpu_ns = int(f.read().split()[0])
+                key = f"{kind}/{name}"
+                out[key] = out.get(key, 0) + n
+                out["total"] += n
+                out[f"cpu_us:{kind}"] = out.get(f"cpu_us:{kind}", 0) + cpu_ns // 1000
+        except (OSError, StopIteration):
+            continue  # gone meanwhile
+    return out
+
+
+def _kind(argv: list[bytes]) -> str:
+    """A process's part of the run, from its command line."""
+    text = b" ".join(argv)
+    for needle, kind in ((b"worker_main", "worker"), (b"fork_server", "worker"), (b"ember_llm_engine", "core"), (b"ember_raylet", "raylet"), (b"ember_gcs", "gcs"),
+                         (b"ember_objmgr", "objmgr"), (b"serve_proxy", "proxy"), (b"engine_core", "core"),
+                         (b"ProbeLLM", "driver")):
+        if needle in text:
+            return kind
+    return "other"
 
 
 def run_direct(tree: str, model: str, core: bool, requests: int, pause_s: float) -> dict:
@@ -380,7 +442,9 @@ SEGMENTS = {"to_core": ("submit", "core_ops"), "to_step": ("submit", "core_take"
             "back_thread": ("core_printed", "delivered"), "replica_out": ("delivered", "pushed"),
             "after_push": ("pushed", "first"), "before_call": ("sent", "call"), "call_body": ("call", "body"),
             "body_submit": ("body", "submit")}
-CPU = ["core_fwd_cpu"]  # thread CPU ms of the prefill forward (not a time since `sent`)
+# thread CPU ms (not a time since `sent`): the prefill forward, the replica's _prepare (parse the
+# OpenAI fields, tokenize, sampling parameters)
+CPU = ["core_fwd_cpu", "prepare_cpu"]
 
 
 def merge(res: dict, skip: int) -> dict[str, float]:
@@ -438,7 +502,13 @@ def main() -> None:
                     res = run_ember(tree, model, kw, args.requests, args.pause_ms / 1e3)
                 m = merge(res, skip=3)
                 results.append({"system": name + suffix, "round": rnd + 1, "load": round(load, 1),
-                                "torch_threads": res.get("torch_threads"), "p50_ms": m})
+                                "torch_threads": res.get("torch_threads"), "p50_ms": m,
+                                "replica_thread": res.get("replica_thread"),
+                                "switches_per_request": {k: v for k, v in sorted(
+                                    res.get("switches", {}).items(), key=lambda kv: -kv[1])
+                                    if v >= 0.3 and not k.startswith("cpu_us:")},
+                                "cpu_us_per_request": {k[7:]: v for k, v in res.get("switches", {}).items()
+                                                       if k.startswith("cpu_us:")}})
                 print(json.dumps(results[-1]), flush=True)
     print(f"\n{'stage':<14}" + "".join(f"{r['system'][:13]:>14}" for r in results))
     for k in ["n"] + ORDER + CPU + list(SEGMENTS):

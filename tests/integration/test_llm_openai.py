@@ -191,6 +191,33 @@ def test_llm_server_alone_over_handle_and_http(serve_url, model_dir):
         serve.delete("solo")
 
 
+def _replica_threads(app_name):
+    """The thread each replica of app_name runs its methods on (ServeReplica.stream_stats)."""
+    import ember
+    from ember.util import list_named_actors
+
+    names = [a["name"] for a in list_named_actors(all_namespaces=True)
+             if a["namespace"] == "serve" and a["name"].startswith(f"SERVE_REPLICA::{app_name}#")]
+    return [ember.get(ember.get_actor(n, namespace="serve").stream_stats.remote(), timeout=60)["thread"]
+            for n in names]
+
+
+def test_llm_replica_runs_on_the_core_loop_only_over_the_engine_core(app, serve_url, model_dir):
+    """LLMServer over the engine-core client never blocks its loop: its replica runs on the
+    worker's core loop (no thread hop per request); with the engine's step loop in a thread of
+    the replica it stays on the actor's loop (serve/_private/core_loop.py)."""
+    assert _replica_threads("llm") == ["ember-core"]
+    cfg = {"model_loading_config": {"model_id": "inthread", "model_source": model_dir}, "llm_engine": "torch",
+           "engine_kwargs": {"engine_process": False}}
+    serve.run(build_llm_deployment(cfg), name="inthread", route_prefix="/inthread")
+    try:
+        assert _replica_threads("inthread") == ["ember-actor-loop"]
+        with openai.OpenAI(base_url=serve_url + "/inthread/v1", api_key="x", max_retries=0) as c:
+            assert c.completions.create(model="inthread", prompt="hi", max_tokens=2).usage.completion_tokens == 2
+    finally:
+        serve.delete("inthread")
+
+
 def test_bad_config_is_named():
     with pytest.raises(ValueError, match="llm_configs is empty"):
         build_openai_app({"llm_configs": []})

@@ -224,6 +224,14 @@ def test_http_bodies_are_pushed_on_the_proxy_channel_not_polled(url):
     assert 0 < after["channel_pushes"] - before["channel_pushes"] <= 8 * 3  # the chunks after each first
 
 
+def test_a_user_deployment_runs_on_its_actor_loop(url):
+    """A user's deployment may block in its async code: its replica stays on the actor's own
+    loop, never the worker's core loop (serve/_private/core_loop.py)."""
+    h = serve.get_app_handle("chunks")
+    replica = ember.get_actor(h.actor_name.remote().result(), namespace="serve")
+    assert ember.get(replica.stream_stats.remote())["thread"] == "ember-actor-loop"
+
+
 def test_handle_stream_items_in_order(url):
     h = serve.get_app_handle("chunks")
     assert list(h.options(stream=True).items.remote(3000)) == [{"i": i} for i in range(3000)]

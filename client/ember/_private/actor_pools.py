@@ -103,7 +103,7 @@ class CallCancels:
         self._cancelled: set[bytes] = set()  # arrived and cancelled before they started
         self._active: set[bytes] = set()  # started, not finished
         self._cancelled_active: set[bytes] = set()  # cancelled while running (sync)
-        self._running: dict[bytes, concurrent.futures.Future[Any]] = {}  # async, running
+        self._running: dict[bytes, concurrent.futures.Future[Any] | asyncio.Future[Any]] = {}  # async, running
         self._early: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._max_early = max_early
 
@@ -125,7 +125,7 @@ class CallCancels:
             self._active.add(task_id)
             return True
 
-    def running(self, task_id: bytes, fut: concurrent.futures.Future[Any]) -> None:
+    def running(self, task_id: bytes, fut: concurrent.futures.Future[Any] | asyncio.Future[Any]) -> None:
         """An async call's coroutine runs behind fut (cancelling fut cancels it)."""
         with self._lock:
             self._running[task_id] = fut

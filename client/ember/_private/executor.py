@@ -100,6 +100,7 @@ class TaskExecutor(PipelineEffects):
         # else default calls run on the main thread). Async actor: a limit per group.
         self._pools: dict[str, ThreadPool] = {}
         self._user_loop: asyncio.AbstractEventLoop | None = None
+        self._core_methods: frozenset[str] = frozenset()  # async actor: run on the core loop
         self._limits: dict[str, asyncio.Semaphore] = {}
         self._cancels = CallCancels()
         # Normal tasks: how many waits of the running task are blocked now (while > 0, tasks
@@ -391,6 +392,7 @@ class TaskExecutor(PipelineEffects):
             loop = precise_loop.new_event_loop()  # timers wake when due (not up to 1 ms late)
             threading.Thread(target=loop.run_forever, name="ember-actor-loop", daemon=True).start()
             self._user_loop = loop
+            self._core_methods = core_loop_methods(instance)
         else:
             self._pools = thread_pools(c, self._run_in_pool)
 
@@ -430,6 +432,8 @@ class TaskExecutor(PipelineEffects):
             args, kwargs = inline if inline is not None else await drive_async(
                 rp.resolve_args(spec), self._do_async)
             method = getattr(self.actor, spec.method_name)
+            if spec.method_name in self._core_methods and not spec.streaming:
+                return await self._run_on_core_loop(spec, method, args, kwargs)
             if spec.streaming:
                 return await drive_async(rp.stream(spec, method(*args, **kwargs), self._task_error,
                                                    self._error_reply, self.core.refs.hand_over,
@@ -455,6 +459,24 @@ class TaskExecutor(PipelineEffects):
         except Exception as e:
             return self._error_reply(spec, self._task_error(spec, e), application=True)
 
+    async def _run_on_core_loop(self, spec: common_pb2.TaskSpec, method: Callable[..., Any],
+                                args: list[Any], kwargs: dict[str, Any]) -> core_worker_pb2.PushTaskReply:
+        """A method Ember marked as never blocking: it runs here, on the core loop (a coroutine
+        as a task of its own, which ember.cancel cancels; a plain method inline)."""
+        result = method(*args, **kwargs)
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            self._cancels.running(spec.task_id, task)
+            try:
+                result = await task
+            except asyncio.CancelledError:
+                if not task.cancelled() or asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                    raise  # this worker is shutting down, not a cancel of the call
+                return self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex()))
+        return await drive_async(rp.returns(spec, result, self._task_error, self._error_reply,
+                                            self.core.refs.hand_over, self._max_inline),
+                                 self._do_async)
+
     def _exit_actor(self, spec: common_pb2.TaskSpec) -> core_worker_pb2.PushTaskReply:
         core = self.core
         self.actor = None  # calls still queued or arriving fail from now on
@@ -469,6 +491,19 @@ class TaskExecutor(PipelineEffects):
 
         core.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(report_and_exit()))
         return self._error_reply(spec, exc.ActorDiedError("The actor exited via exit_actor()."))
+
+
+def core_loop_methods(instance: object) -> frozenset[str]:
+    """The methods of an async actor that run on the core loop instead of the actor's loop: the
+    frozenset of names in `__ember_core_loop_methods__`, read only when the actor's class itself
+    defines it (never inherited by a user's subclass; Serve's replica sets it on the instance,
+    non-empty only for deployments Ember registered as never blocking). Anything else: none."""
+    if "__ember_core_loop_methods__" not in type(instance).__dict__:
+        return frozenset()
+    names = getattr(instance, "__ember_core_loop_methods__", None)
+    if not isinstance(names, frozenset) or not all(isinstance(n, str) for n in names):
+        return frozenset()
+    return names
 
 
 async def _call_sync(method: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:

@@ -16,6 +16,7 @@ import inspect
 import logging
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -25,6 +26,7 @@ import cloudpickle
 from ember_common import tls
 
 from . import http_util
+from .core_loop import replica_methods, runs_on_core_loop
 from .stream_channel import ChannelServer
 from .streams import StreamMux, StreamPump, aiter_any
 
@@ -53,7 +55,12 @@ def get_replica_context() -> ReplicaContext:
 
 
 class ServeReplica:
-    """One replica. Created by the controller with the deployment's pickled class and args."""
+    """One replica. Created by the controller with the deployment's pickled class and args.
+    A replica of a class Ember registered as never blocking (core_loop.py) runs all its methods
+    on the worker's core loop; any other on the actor's own loop."""
+
+    # Read by the executor (executor.core_loop_methods); set per instance in __init__.
+    __ember_core_loop_methods__: frozenset[str] = frozenset()
 
     def __init__(self, app_name: str, deployment: str, replica_id: str, serialized_def: bytes,
                  init_args: tuple, init_kwargs: dict, user_config: Any,
@@ -67,6 +74,8 @@ class ServeReplica:
         _context = ReplicaContext(app_name, deployment, replica_id)
         self.user: Any = target if self._is_function else target(*init_args, **init_kwargs)
         _context.servable_object = self.user
+        if runs_on_core_loop(target, self.user):
+            self.__ember_core_loop_methods__ = replica_methods(ServeReplica)
         self._asgi: Any = None
         ingress = getattr(target, "__serve_ingress__", None)
         if ingress is not None and not self._is_function:
@@ -133,10 +142,12 @@ class ServeReplica:
 
     def stream_stats(self) -> dict[str, int]:
         """Streams open now, the stream_poll / stream_next calls served, the stream channels
-        open and the sends made on them (for tests and debugging)."""
+        open and the sends made on them, and the thread the replica's methods run on
+        (`ember-core` or `ember-actor-loop`, see core_loop.py) (for tests and debugging)."""
         ch = self._channel
         return {"open": len(self._streams), "groups": len(self._muxes), **self._calls,
-                "channels": ch.connections if ch else 0, "channel_pushes": ch.pushes if ch else 0}
+                "channels": ch.connections if ch else 0, "channel_pushes": ch.pushes if ch else 0,
+                "thread": threading.current_thread().name}
 
     async def stream_channel(self) -> tuple[str, int, str] | None:
         """(host, port, secret) of the socket a caller opens to get its streamed HTTP bodies

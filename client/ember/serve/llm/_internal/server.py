@@ -22,6 +22,7 @@ import time
 import uuid
 from typing import Any, AsyncIterator
 
+from ..._private.core_loop import never_blocks
 from . import openai_api as oa
 from .config import LLMConfig, as_llm_config
 from .engine import GenerationRequest, LLMEngine
@@ -47,11 +48,22 @@ def make_engine(config: LLMConfig) -> LLMEngine:
     return TorchEngine(config.model_id, config.model_source, config.engine_kwargs)
 
 
+def _never_blocks(server: LLMServer) -> bool:
+    """Its replica may run on the worker's core loop (serve/_private/core_loop.py): only over
+    Ember's engine-core client, whose loop side never blocks (the step loop is in another
+    process); not with an engine class of the user's, nor vLLM's, nor the in-thread engine."""
+    from .core_client import EngineCoreClient
+
+    return not server._user_engine and type(server.engine) is EngineCoreClient
+
+
+@never_blocks(when=_never_blocks)
 class LLMServer:
     """One model's engine behind Serve."""
 
     def __init__(self, llm_config: LLMConfig | dict[str, Any], *, engine_cls: type | None = None) -> None:
         self._config = as_llm_config(llm_config)
+        self._user_engine = engine_cls is not None
         self.engine: LLMEngine = engine_cls(self._config) if engine_cls is not None else make_engine(self._config)
         self.engine.start()
         self._created = int(time.time())
