@@ -312,3 +312,22 @@ def test_preserve_order_and_stats(cluster):
     s = ds.stats()
     assert "ReadRange->MapBatches(<lambda>)" in s and "Output num rows: 100" in s
     assert "Peak heap memory per task" in s and "Remote cpu time" in s
+
+
+def test_executor_counts_output_bytes_under_its_lock(cluster):
+    """The bytes waiting for the consumer are kept as a count beside the output queue, under
+    the queue's lock: the executor's thread summed the queue while the consumer's thread popped
+    from it, a RuntimeError ("deque mutated during iteration") once in a chaos run."""
+    from ember.data._internal import plan as P
+    from ember.data._internal.executor import StreamingExecutor
+
+    ds = ember.data.range(2000, parallelism=40).map_batches(lambda b: {"id": b["id"] * 2})
+    ex = StreamingExecutor(P.to_physical(P.optimize(ds._plan)),
+                           ember.data.DataContext.get_current().copy(), "out-bytes")
+    rows = 0
+    for bundle in ex.run():
+        with ex.cv:
+            assert ex.out_bytes == sum(b.size_bytes for b in ex.out)
+        rows += bundle.num_rows
+    assert rows == 2000
+    assert ex.out_bytes == 0 and not ex.out

@@ -99,6 +99,10 @@ class StreamingExecutor:
         self._keys = 0
         self.waiter: Waiter | None = None
         self.out: collections.deque[RefBundle] = collections.deque()
+        # Bytes of the bundles in `out`, kept with it under cv: the consumer's thread pops from
+        # out while this executor's thread sums what the store holds (_store_bytes), and a
+        # deque iterated while another thread pops raises RuntimeError.
+        self.out_bytes = 0
         self.cv = threading.Condition()
         self.error: BaseException | None = None
         self.finished = False
@@ -176,6 +180,7 @@ class StreamingExecutor:
                         raise self.error
                     if self.out:
                         b = self.out.popleft()
+                        self.out_bytes -= b.size_bytes
                         self.cv.notify_all()
                     elif self.finished:
                         return
@@ -233,7 +238,9 @@ class StreamingExecutor:
                 if op.outqueue:
                     with self.cv:
                         while op.outqueue:
-                            self.out.append(op.outqueue.popleft())
+                            b = op.outqueue.popleft()
+                            self.out.append(b)
+                            self.out_bytes += b.size_bytes
                         self.cv.notify_all()
             else:
                 cons, idx = self.consumer[id(op)]
@@ -255,7 +262,7 @@ class StreamingExecutor:
                 self._stop_upstream(up)
 
     def _store_bytes(self) -> int:
-        return (sum(o.held_bytes() for o in self.ops) + sum(b.size_bytes for b in self.out)
+        return (sum(o.held_bytes() for o in self.ops) + self.out_bytes
                 + self.freed.total())
 
     def _dispatch(self) -> None:
