@@ -202,11 +202,11 @@ import psutil
 import ember
 from ember_common import tracing
 from ember_common.proto import core_worker_pb2
-from ember._private import task_stream
+from ember._private import task_stream, wire
 
 counts = collections.Counter()
 
-class Counting:  # task_stream's view of core_worker_pb2, counting the TaskBatch messages it builds
+class Counting:  # the task streams' view of core_worker_pb2 (gRPC and direct), counting the TaskBatch messages they build
     def __getattr__(self, name):
         return getattr(core_worker_pb2, name)
 
@@ -217,7 +217,7 @@ class Counting:  # task_stream's view of core_worker_pb2, counting the TaskBatch
         counts["specs"] += len(batch.specs)
         return batch
 
-task_stream.core_worker_pb2 = Counting()
+task_stream.core_worker_pb2 = wire.core_worker_pb2 = Counting()
 ember.init(num_cpus=2, log_to_driver=False)
 assert tracing.enabled(), "tracing is not on in the paired run"
 
@@ -381,7 +381,7 @@ def run_paired(segments: int, seg_s: float, endpoint: str, sink_pid: int, ways: 
 def print_paired(rows: list[dict]) -> None:
     """Per setting: tasks/s (median of segments), then CPU µs per task by process kind and by
     driver thread, as medians of the segments and as totals (all segments' CPU over all their
-    tasks: the steadier figure), and TaskStream specs per message."""
+    tasks: the steadier figure), and task stream (gRPC or direct) specs per message."""
     on_rows, off_rows = [r for r in rows if r["on"]], [r for r in rows if not r["on"]]
 
     def med(rs: list[dict], f: Any) -> float:
@@ -413,7 +413,8 @@ def print_paired(rows: list[dict]) -> None:
             print(f"{key + ' slices/1000 tasks':<34}{'':>42}{ta:>9.0f}{tb:>9.0f}{ta - tb:>+8.0f}")
     sa = sum(r["specs"] for r in on_rows) / max(1, sum(r["messages"] for r in on_rows))
     sb = sum(r["specs"] for r in off_rows) / max(1, sum(r["messages"] for r in off_rows))
-    print(f"{'specs per TaskStream message':<34}{sa:>9.2f}{sb:>9.2f}{sa / sb:>8.3f}")
+    ratio = f"{sa / sb:>8.3f}" if sb else f"{'-':>8}"
+    print(f"{'specs per task stream message':<34}{sa:>9.2f}{sb:>9.2f}{ratio}")
 
 
 def run_inproc(batches: int, endpoint: str, sampler_arg: float, side: str = "both") -> dict:
