@@ -19,37 +19,19 @@ import time
 
 import grpc
 import pytest
+from core_probe import Probe, probe_cluster
 
 import ember
-from ember.testing import LocalCluster
 from ember_common import ids, rpc
 from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc
 
 READ_TIMEOUT_S = 30
 
 
-@ember.remote
-class Probe:
-    def core_port(self) -> int:
-        from ember._private.worker import global_worker
-
-        return global_worker().core.port
-
-    def ping(self) -> str:
-        return "pong"
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster() as c:
-        c.add_node({"CPU": 2}, is_head=True)
-        ember.init(address=c.gcs_address)
-        try:
-            c.probe = Probe.remote()
-            c.worker_address = f"127.0.0.1:{ember.get(c.probe.core_port.remote(), timeout=60)}"
-            yield c
-        finally:
-            ember.shutdown()
+    with probe_cluster() as c:
+        yield c
 
 
 def _core():

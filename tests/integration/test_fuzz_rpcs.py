@@ -23,11 +23,11 @@ import time
 
 import grpc
 import pytest
+from core_probe import Probe, probe_cluster
 from fuzzing import expected_problem, fill
 from google.protobuf import message_factory
 
 import ember
-from ember.testing import LocalCluster
 from ember_common import rpc
 from ember_common.proto import core_worker_pb2, gcs_pb2, gcs_task_pb2, objmgr_pb2, raylet_pb2
 
@@ -49,17 +49,6 @@ BAD = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 
 
 @ember.remote
-class Probe:
-    def core_port(self) -> int:
-        from ember._private.worker import global_worker
-
-        return global_worker().core.port
-
-    def ping(self) -> str:
-        return "pong"
-
-
-@ember.remote
 def square(x: int) -> int:
     return x * x
 
@@ -69,15 +58,8 @@ def cluster():
     old = os.environ.get("EMBER_MAX_MESSAGE_BYTES")
     os.environ["EMBER_MAX_MESSAGE_BYTES"] = str(MAX_MESSAGE_BYTES)  # the services inherit it
     try:
-        with LocalCluster() as c:
-            c.add_node({"CPU": 2}, is_head=True)
-            ember.init(address=c.gcs_address)
-            try:
-                c.probe = Probe.remote()
-                c.worker_address = f"127.0.0.1:{ember.get(c.probe.core_port.remote(), timeout=60)}"
-                yield c
-            finally:
-                ember.shutdown()
+        with probe_cluster() as c:
+            yield c
     finally:
         if old is None:
             os.environ.pop("EMBER_MAX_MESSAGE_BYTES", None)

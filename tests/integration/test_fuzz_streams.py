@@ -18,10 +18,10 @@ import time
 
 import grpc
 import pytest
+from core_probe import probe_cluster
 from fuzzing import expected_problem, fill
 
 import ember
-from ember.testing import LocalCluster
 from ember_common import rpc
 from ember_common.proto import core_worker_pb2, gcs_pb2, objmgr_pb2
 from ember_common.validate_rules import task_spec_problem
@@ -32,28 +32,10 @@ DEADLINE_S = 120
 BAD = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 
 
-@ember.remote
-class Probe:
-    def core_port(self) -> int:
-        from ember._private.worker import global_worker
-
-        return global_worker().core.port
-
-    def ping(self) -> str:
-        return "pong"
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster() as c:
-        c.add_node({"CPU": 2}, is_head=True)
-        ember.init(address=c.gcs_address)
-        try:
-            c.probe = Probe.remote()
-            c.worker_address = f"127.0.0.1:{ember.get(c.probe.core_port.remote(), timeout=60)}"
-            yield c
-        finally:
-            ember.shutdown()
+    with probe_cluster() as c:
+        yield c
 
 
 def test_write_object_refuses_chunks_outside_the_object(cluster):
