@@ -32,6 +32,7 @@ The worker's side (the listener and its connections) is in wire_server.py. Loop 
 """
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import socket
@@ -105,8 +106,9 @@ class FrameDecoder:
         return frames
 
 
-class _Coalescer:
-    """Writes the first message of a loop iteration at once, the rest on the next iteration."""
+class _Coalescer(abc.ABC):
+    """Writes the first message of a loop iteration at once, the rest on the next iteration.
+    Each side's connection (DirectConn here, wire_server._ServerConn) says what it writes."""
 
     loop: asyncio.AbstractEventLoop
     _batching = False
@@ -122,11 +124,13 @@ class _Coalescer:
         if self._has_more():
             self._kick()
 
+    @abc.abstractmethod
     def _flush(self) -> None:
-        raise NotImplementedError
+        """Writes everything queued as one frame."""
 
+    @abc.abstractmethod
     def _has_more(self) -> bool:
-        raise NotImplementedError
+        """Whether anything was queued since the last flush."""
 
 
 class DirectConn(asyncio.Protocol, _Coalescer):
