@@ -54,6 +54,9 @@ node_id = ""  # the node of this process (raylet, objmgr), for span attributes
 _provider: Any = None
 _tracer: Any = None
 _lock = threading.Lock()
+# An OTLP/gRPC export request over this many bytes is sent as halves: receivers take 4 MiB by
+# default (a batch of per-task spans is 300-600 KB unless task names are very long).
+MAX_REQUEST_BYTES = 3 << 20
 
 
 def enabled() -> bool:
@@ -159,13 +162,26 @@ def _make_exporter(name: str, service: str) -> Any:
                                os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"))
         if proto == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.trace.export import SpanExportResult
 
             class FastOTLPSpanExporter(OTLPSpanExporter):
                 accepts_records = True  # SpanBuffer's tuples, encoded as they are
                 resource: Any = None
                 scope: Any = None
 
+                def export(self, spans: Any) -> Any:
+                    # Encoded here, so that a request too large for a receiver goes as halves.
+                    data = otlp_encoding.encode_request(spans, self.resource, self.scope)
+                    if len(data) > MAX_REQUEST_BYTES and len(spans) > 1:
+                        half = len(spans) // 2
+                        first = self.export(spans[:half])
+                        second = self.export(spans[half:])
+                        return second if first == SpanExportResult.SUCCESS else first
+                    return self._export(data)  # type: ignore[arg-type]
+
                 def _translate_data(self, data: Any) -> Any:
+                    if type(data) is bytes:  # export() encoded it
+                        return data
                     return otlp_encoding.encode_request(data, self.resource, self.scope)
 
                 def _initialize_channel_and_stub(self) -> None:

@@ -83,7 +83,7 @@ def init() -> None:
     global _ExecSpan, _on
     from opentelemetry.context import _RUNTIME_CONTEXT
     from opentelemetry.context.context import Context
-    from opentelemetry.trace import SpanContext, TraceFlags
+    from opentelemetry.trace import Span, SpanContext, TraceFlags
 
     cv: Any = getattr(_RUNTIME_CONTEXT, "_current_context", None)
     _on = False
@@ -169,31 +169,39 @@ def init() -> None:
         sp._tp, sp._sid, sp._name, sp._values, sp._flags, sp._start = tp, sid, name, values, tp[24], start
         return sp
 
-    proxy_base: Any = otel.NonRecordingSpan
     new = object.__new__
+    time_ns = time.time_ns
 
-    class CurrentExec(proxy_base):  # type: ignore[misc]
+    class CurrentExec:
         """The current span of one synchronous task on a thread (`begin`): made without its
-        __init__ (a few stores), current by one ContextVar set of a one-entry Context, holding
-        the task's span as a tuple; it makes an ExecSpan (same id and start) only when code asks
-        for it (a nested submission, a child span, an attribute). Kept past its task (a copied
-        context, `get_current_span()` stored away), it stays that task's: a non-recording span
-        with the task's context, so later children still name the right parent."""
+        __init__ (a few slot stores, no instance dict), current by one ContextVar set of a
+        one-entry Context, holding the task's span as its fields; it makes an ExecSpan (same
+        id and start) only when code asks for it (a nested submission, a child span, an
+        attribute). Kept past its task (a copied context, `get_current_span()` stored away),
+        it stays that task's: a non-recording span with the task's context, so later children
+        still name the right parent. A Span by registration (isinstance), not by inheritance:
+        OpenTelemetry's span classes have no __slots__."""
 
-        _span: Any = None  # the ExecSpan (or, after the task, its context as a span), once made
-        _done = False
+        __slots__ = ("_tp", "_sid", "_name", "_values", "_start", "_tok", "_span", "_done")
+        _tp: bytes  # the task's trace_parent
+        _sid: bytes  # its execute span's id
+        _name: str
+        _values: tuple[Any, ...]  # (task_id, job_id, attempt, actor_id, node_id, worker_id)
+        _start: int
+        _tok: Any  # the ContextVar token of begin's set
+        _span: Any  # the ExecSpan (or, after the task, its context as a span), once made
+        _done: bool
 
         def _real(self) -> Any:
             sp = self._span
             if sp is None:
-                cur = self._cur
+                tp = self._tp
                 if self._done:  # the task ended without anyone asking: its context only
-                    tp = cur[0]
                     sp = otel.NonRecordingSpan(SpanContext(int.from_bytes(tp[:16], "big"),
-                                                           int.from_bytes(cur[1], "big"), False,
+                                                           int.from_bytes(self._sid, "big"), False,
                                                            TraceFlags(tp[24])))
                 else:
-                    sp = made(*cur)
+                    sp = made(tp, self._sid, self._name, self._values, self._start)
                 self._span = sp
             return sp
 
@@ -202,7 +210,7 @@ def init() -> None:
 
         def is_recording(self) -> bool:
             if self._span is None and not self._done:
-                return bool(self._cur[0][24] & 1)
+                return bool(self._tp[24] & 1)
             return bool(self._real().is_recording())
 
         def set_attribute(self, key: str, value: Any) -> None:
@@ -230,15 +238,23 @@ def init() -> None:
         def end(self, end_time: int | None = None) -> None:
             self._real().end(end_time)
 
+        def __enter__(self) -> Any:  # as a Span: `with span:` ends it
+            return self
+
+        def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
+            self.end()
+
         def __repr__(self) -> str:
             return f"CurrentExec({self._real()!r})"
+
+    Span.register(CurrentExec)
 
     def begin(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes, start: int) -> Any:
         if not (len(tp) == 25 and _ZERO8 not in tp) or cv.get():  # a context is current: the general way
             return None
         p = new(CurrentExec)
-        p._cur = (tp, next(_ids, None) or _draw(), name,
-                  (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, node_id, worker_id), start)
+        p._tp, p._sid, p._name, p._start, p._span, p._done = tp, next(_ids, None) or _draw(), name, start, None, False
+        p._values = (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, node_id, worker_id)
         p._tok = cv.set(Context({span_key: p}))
         return p
 
@@ -248,19 +264,19 @@ def init() -> None:
         except Exception:  # as OpenTelemetry's detach
             log.exception("Failed to detach context")
         p._done = True
-        cur, sp = p._cur, p._span
+        sp = p._span
         if sp is None:
             if error is None and exc is None:  # the usual end: one record, no span object
-                tp = cur[0]
+                tp = p._tp
                 if tp[24] & 1:
-                    rec = (cur[2], tp, cur[1], cur[4], time.time_ns(), cur[3], None)
+                    rec = (p._name, tp, p._sid, p._start, time_ns(), p._values, None)
                     buf = ts._buffer
                     if buf is not None and ts._processor._span_processors is ts._only_buffer:
                         buf.add_record(rec)
                     else:
                         emit(rec)
                 return
-            sp = p._span = made(*cur)
+            sp = p._span = made(p._tp, p._sid, p._name, p._values, p._start)
         if exc is not None and sp.is_recording():
             sp.record_exception(exc)
             ts.set_error(sp, f"{type(exc).__name__}: {exc}")

@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 
 log = logging.getLogger(__name__)
 Record = tuple[Any, ...]  # a RECORD (see the module docstring)
-DEFAULT_BATCH = 1024  # spans per export (the spec's default: 512; see SpanBuffer.__init__)
+DEFAULT_BATCH = 2048  # spans per export (the spec's default: 512; see SpanBuffer.__init__)
 SDK_BATCH = 512  # at most this many SDK spans per export, unless the batch size is set
 
 
@@ -51,13 +51,16 @@ class SpanBuffer(SpanProcessor):
         self.exporters = list(exporters)
         self.resource, self.scope = resource, scope  # what records are turned into spans with
         self.max_queue = max_queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 16384)
-        # The spec's default batch is 512; Ember's is 1024 (OTEL_BSP_MAX_EXPORT_BATCH_SIZE
-        # wins): an export costs a fixed ~250 µs of CPU in the exporting process and ~500 µs
-        # in an OTLP receiver, spread over twice the spans (2048 cost the exporter more per
-        # span again: requests of ~750 KB; docs/perf.md). The per-task spans are small (under
-        # 400 bytes each); a request holds at most 512 other spans under the default (SDK
-        # spans, users' own, and RECORDs, whose attributes and events users' code may set),
-        # so that it stays within a receiver's 4 MiB as with the SDK's processor.
+        # The spec's default batch is 512; Ember's is 2048 (OTEL_BSP_MAX_EXPORT_BATCH_SIZE
+        # wins): an export costs a fixed ~250 µs of CPU in the exporting process and
+        # 300-650 µs in an OTLP receiver whatever its size up to ~600 KB, so per span the
+        # export chain (exporter + receiver) cost 1.1-1.4 µs at 1024 and 0.6-1.1 at 2048
+        # (a submit span is ~150 bytes, an execute span ~290: requests of 300-600 KB);
+        # larger requests cost more per span again (docs/perf.md). The per-task spans are
+        # small; a request holds at most 512 other spans under the default (SDK spans, users'
+        # own, and RECORDs, whose attributes and events users' code may set), and the OTLP
+        # exporter halves any request over 3 MiB (tracing.MAX_REQUEST_BYTES: long task
+        # names), so that it stays within a receiver's 4 MiB as with the SDK's processor.
         explicit = os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") is not None
         self.batch = max(1, min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_BATCH), self.max_queue))
         self.sdk_batch = self.batch if explicit else min(self.batch, SDK_BATCH)

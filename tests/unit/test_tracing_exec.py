@@ -75,7 +75,7 @@ def test_runs_of_one_template_encode_as_the_sdk_encodes_them():
     assert len(got.resource_spans[0].scope_spans[0].spans) == len(records)
 
 
-def test_the_default_batch_is_1024_and_sdk_spans_go_512_at_a_time(monkeypatch):
+def test_the_default_batch_is_2048_and_sdk_spans_go_512_at_a_time(monkeypatch):
     """Per-task spans are exported 1024 to a request (a fixed cost per export, spread over
     more spans); a batch holding more than 512 other spans (the SDK's, users' own) goes in
     requests of 512, as the SDK's processor sends them, unless OTEL_BSP_MAX_EXPORT_BATCH_SIZE
@@ -89,18 +89,18 @@ def test_the_default_batch_is_1024_and_sdk_spans_go_512_at_a_time(monkeypatch):
     sdk_span = TracerProvider().get_tracer("t").start_span("user")
     sdk_span.end()
     try:
-        assert (buf.batch, buf.sdk_batch) == (1024, 512)
-        for i in range(1024):
+        assert (buf.batch, buf.sdk_batch) == (2048, 512)
+        for i in range(2048):
             buf.add_record(exec_rec(i % 256))
-        assert _wait(lambda: keep.batches == [1024])  # a full batch goes at once
+        assert _wait(lambda: keep.batches == [2048])  # a full batch goes at once
         buf.add_record(sdk_span)  # a few SDK spans among records: one request
         for i in range(1000):
             buf.add_record(exec_rec(i % 256))
-        assert buf.force_flush(5000) and keep.batches == [1024, 1001]
+        assert buf.force_flush(5000) and keep.batches == [2048, 1001]
         for i in range(400):  # more than 512 SDK spans: 512 to a request
             buf.add_record(sdk_span if i % 2 else exec_rec(i % 256))
             buf.add_record(sdk_span)
-        assert buf.force_flush(5000) and keep.batches == [1024, 1001, 512, 288]
+        assert buf.force_flush(5000) and keep.batches == [2048, 1001, 512, 288]
     finally:
         buf.shutdown()
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1000")
@@ -411,3 +411,44 @@ def test_a_server_span_on_the_fast_path_is_the_sdks_span(tmp_path):
                                         "events": []}
     raised = of(out["raised"]["fast"])
     assert raised["status"] == "ERROR" and raised["error"] == "KeyError: 'x'" and raised["events"] == ["exception"]
+
+
+def test_an_otlp_request_over_the_limit_goes_as_halves(monkeypatch):
+    """The OTLP/gRPC exporter sends a batch whose request would exceed MAX_REQUEST_BYTES (long
+    task names) as smaller requests, each under it, every span once, to a real gRPC receiver."""
+    from concurrent import futures
+
+    import grpc
+
+    from ember_common import tracing
+
+    got: list[bytes] = []
+
+    def export(request, context):
+        got.append(request)
+        return b""
+
+    server = grpc.server(futures.ThreadPoolExecutor(1))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        "opentelemetry.proto.collector.trace.v1.TraceService",
+        {"Export": grpc.unary_unary_rpc_method_handler(export)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    monkeypatch.setattr(tracing, "MAX_REQUEST_BYTES", 20_000)
+    exporter = tracing._make_exporter("otlp", "ember-worker")
+    exporter.resource, exporter.scope = RES, SCOPE
+    try:
+        small = [exec_rec(i) for i in range(10)]
+        assert exporter.export(small) == SpanExportResult.SUCCESS
+        assert len(got) == 1  # under the limit: one request
+        long = [exec_rec(i, name="execute " + "f" * 2000) for i in range(40)]  # ~2.4 KB each
+        assert exporter.export(long) == SpanExportResult.SUCCESS
+        requests = [ExportTraceServiceRequest.FromString(r) for r in got[1:]]
+        assert len(requests) > 4 and all(len(r) <= 20_000 for r in got[1:])
+        spans = [s for r in requests for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
+        assert sorted(s.start_time_unix_nano for s in spans) == [100 + i for i in range(40)]
+    finally:
+        exporter.shutdown()
+        server.stop(0)
