@@ -14,6 +14,7 @@ _OTHER_VARS = {
     "EMBER_ADDRESS", "EMBER_SESSION_DIR", "EMBER_NODE_ID", "EMBER_RAYLET_ADDRESS",
     "EMBER_GCS_ADDRESS", "EMBER_OBJMGR_ADDRESS", "EMBER_STORE_DIR", "EMBER_WORKER_ID",
     "EMBER_JOB_ID", "EMBER_TEMP_DIR", "EMBER_NODE_IP", "EMBER_LOG_LEVEL", "EMBER_TRACE_DIR",
+    "EMBER_TRACE_RELAY",  # 0: the driver exports its spans itself (ember_common.tracing_relay)
     "EMBER_RUNTIME_ENV",  # a worker's runtime env (JSON), set by its raylet; inherited by its children
     "EMBER_METRICS_EXPORT_PORT",  # containers: docker/entrypoint.py turns it into --metrics-export-port
     # The image build and docker-compose.yml (a shell that runs the e2e tests or a driver has them).

@@ -8,6 +8,8 @@
     OTEL_TRACES_SAMPLER / _ARG   read by the SDK
     EMBER_TRACE_DIR        the directory of the ember_file exporter (JSON lines; read by
                            `ember trace show`)
+    EMBER_TRACE_RELAY      0: a driver exports its spans itself (default: through a child
+                           process, tracing_relay, off the driver's GIL)
 
 A hand-built TracerProvider does not read OTEL_TRACES_EXPORTER (only auto-instrumentation does),
 so `setup()` does. With tracing off, `enabled()` is False and the hot paths skip every tracing
@@ -28,6 +30,7 @@ sampled only propagates the decision (its traceparent), recording nothing.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -126,6 +129,13 @@ def setup(default_service_name: str, node_id: str = "") -> bool:
             attrs["ember.node_id"] = node_id
         provider = TracerProvider(resource=Resource.create(attrs))
         exporters = [_make_exporter(name, service) for name in names]
+        if default_service_name == "ember-driver":
+            from . import tracing_relay
+
+            if tracing_relay.enabled():  # the driver's OTLP export in a child process
+                exporters = [tracing_relay.RelayExporter(service, functools.partial(_make_exporter, name, service))
+                             if getattr(exp, "accepts_records", False) else exp
+                             for exp, name in zip(exporters, names, strict=True)]
         # A task makes two spans; the SDK's default queue (2048) would drop spans at a few
         # thousand tasks a second, so the default here is 16384 (OTEL_BSP_MAX_QUEUE_SIZE wins).
         buffer = SpanBuffer(exporters, resource=provider.resource)
