@@ -15,8 +15,11 @@ each round (one bad round does not decide: 5 rounds of 20,000 tasks by default).
 
 `--paired N` runs one cluster with tracing on and switches it off and on in the driver (no
 submit span, so no context in the spec and no execute span in the worker) in N alternating
-segments (on off off on ...; `--ways`: on with the workers' CurrentExec, on with an ExecSpan
-per task, off, as new old off off old new ..., switched in the workers by a task): all settings see the same processes and nearly the same moment of
+segments (on off off on ...; `--ways A,B,...`: settings in turn, as A B ... B A ..., switched in
+the workers by a task and in the driver, each reported against `off`: the workers' CurrentExec
+or an ExecSpan per task (new, old), no execute span (noexec), no-op begin/finish (wlight), spans
+dropped at the workers' or the driver's buffer (wdrop, ddrop, min), the driver exporting in
+process (norelay), export batches of N (bN)): all settings see the same processes and nearly the same moment of
 a loaded machine, so the paired figures are much steadier than separate runs: tasks/s, and CPU
 per task of each driver thread, of each worker thread (by name: a task writes the workers'
 Python thread names into /proc/.../comm), of the other processes and of the sink, read from
@@ -35,7 +38,7 @@ the figure to compare before/after a change to the tracing code, robust under lo
 with another tree's interpreter to measure that tree.
 
     .venv/bin/python scripts/bench_tracing.py [--rounds 5] [--batches 20] [--sampler-arg 1.0] [--inproc]
-    .venv/bin/python scripts/bench_tracing.py --paired 40 [--segment-s 0.5] [--ways]
+    .venv/bin/python scripts/bench_tracing.py --paired 40 [--segment-s 0.5] [--ways [new,old,off]]
 """
 from __future__ import annotations
 
@@ -196,6 +199,17 @@ print("RESULT " + json.dumps({"tracing_cpu_us_per_task": ((t2 - t1) - (t1 - t0))
 """
 
 
+WAY_HELP = {
+    "new": "the workers' CurrentExec (tracing_exec.begin: the default)", "on": "everything on (the default)",
+    "old": "the workers' ExecSpan per task (task_executing's way)",
+    "noexec": "the workers make no execute span (the driver's submit spans and export stay)",
+    "wlight": "the workers' begin/finish are no-ops (their executor's tracing path stays)",
+    "wdrop": "the workers make their execute spans and drop them at their buffer (no export)",
+    "ddrop": "the driver makes its submit spans and drops them at its buffer (no export)",
+    "min": "noexec and ddrop together", "norelay": "the driver exports in process (no tracing_relay)",
+}
+
+
 _PAIRED = r"""
 import collections, json, os, sys, threading, time
 import psutil
@@ -218,6 +232,15 @@ class Counting:  # the task streams' view of core_worker_pb2 (gRPC and direct), 
         return batch
 
 task_stream.core_worker_pb2 = wire.core_worker_pb2 = Counting()
+_received = wire.DirectConn.data_received
+
+
+def _counted_received(self, data):  # reads of the direct transport's replies in the driver
+    counts["reads"] += 1
+    return _received(self, data)
+
+
+wire.DirectConn.data_received = _counted_received
 ember.init(num_cpus=2, log_to_driver=False)
 assert tracing.enabled(), "tracing is not on in the paired run"
 
@@ -228,8 +251,7 @@ def small_value():
 def batch():
     ember.get([small_value.remote() for _ in range(1000)])
 
-@ember.remote
-def name_threads():
+def name_threads_here():
     # Python names its threads only for itself: write them where /proc shows them (comm), so
     # that the workers' CPU can be split by thread below.
     import threading as th
@@ -240,16 +262,60 @@ def name_threads():
                 f.write(("main" if t is th.main_thread() else t.name)[:15])
         except OSError:
             pass
-    time.sleep(0.02)
+
 
 @ember.remote
-def exec_way(new):
-    # --ways: the workers' execute span of a thread's task, the CurrentExec (new: tracing_exec's
-    # begin) or an ExecSpan per task (old: exec_begin answering None, task_executing's way)
-    from ember_common import tracing, tracing_exec
-    tracing.exec_begin = tracing_exec._begin if new else (lambda *a: None)
+def name_threads():
+    name_threads_here()
+    time.sleep(0.02)
+
+
+@ember.remote
+def worker_way(w):
+    # --ways: what a worker does of tracing under setting w (WAY_HELP); bN: export batches of N
+    from ember_common import tracing, tracing_exec, tracing_spans as ts
+    import ember._private.executor as ex
+
+    class NoTrace:  # the executor's view of tracing, off
+        def __getattr__(self, n):
+            return getattr(tracing, n)
+
+        def enabled(self):
+            return False
+
+    ex.tracing = NoTrace() if w in ("noexec", "min") else tracing
+    begin, finish = tracing_exec._begin, tracing_exec._finish
+    if w == "old":
+        begin = lambda *a: None
+    elif w == "wlight":
+        begin, finish = (lambda *a: 1), (lambda *a: None)
+    tracing.exec_begin, tracing.exec_finish = begin, finish
+    buf = ts._buffer
+    buf.batch = int(w[1:]) if w[:1] == "b" and w[1:].isdigit() else BATCH
+    if w == "wdrop":
+        buf.add_record = lambda rec: None
+    elif "add_record" in buf.__dict__:
+        del buf.add_record
+    name_threads_here()  # (a worker started since)
     time.sleep(0.02)  # (the 20 calls spread over the workers)
     return os.getpid()
+
+
+def driver_way(w):
+    from ember_common import tracing_spans as ts
+    buf = ts._buffer
+    relay = RELAY[0]
+    if hasattr(relay, "_local"):
+        buf.exporters = [relay._local()] if w == "norelay" else [relay]
+    buf.batch = int(w[1:]) if w[:1] == "b" and w[1:].isdigit() else BATCH
+    if w in ("ddrop", "min"):
+        buf.add_record = lambda rec: None
+    elif "add_record" in buf.__dict__:
+        del buf.add_record
+
+
+from ember_common import tracing_spans as _ts
+RELAY, BATCH = _ts._buffer.exporters[:1], _ts._buffer.batch
 
 for _ in range(5):
     batch()  # warm-up: workers started, leases held
@@ -305,6 +371,17 @@ WORKER_THREADS = {"main", "ember-core", "ember-span-expo", "ember-task-even", "T
 GRPC_THREADS = {"event_engine", "grpc_global_tim", "lifeguard"}  # gRPC's C threads
 
 def kids_cpu():
+    global kids
+    kids = me.children(recursive=True)  # (workers started since, the driver's span relay)
+    for p in kids:
+        if p.pid not in kind:
+            try:
+                cmd = p.cmdline()
+            except psutil.NoSuchProcess:
+                continue
+            module = cmd[cmd.index("-m") + 1] if "-m" in cmd[:-1] else ""
+            kind[p.pid] = "worker" if module.startswith("ember._private.") else module.replace("ember_", "") or "others"
+    kids = [p for p in kids if p.pid in kind]
     out = collections.Counter()
     threads = collections.Counter()
     for p in kids:
@@ -331,18 +408,20 @@ def cpu():
     c["driver"] = sum(v for k, v in c.items() if k.startswith("driver "))
     return c, dict(slices)
 
-segments, seg_s, ways = int(sys.argv[1]), float(sys.argv[2]), sys.argv[4] == "1"
+segments, seg_s, ways = int(sys.argv[1]), float(sys.argv[2]), [w for w in sys.argv[4].split(",") if w]
+cycle = ways + ways[::-1]  # new old off off old new ...: every setting sees the same drift
 rows = []
 way = None
 for k in range(segments):
     on = k % 4 in (0, 3)  # on off off on ...: both settings see the same drift
-    if ways:  # new old off off old new ...
-        setting = ("new", "old", "off", "off", "old", "new")[k % 6]
+    if ways:
+        setting = cycle[k % len(cycle)]
         on = setting != "off"
-        if on and setting != way:
+        if setting != way:
             way = setting
-            pids = set(ember.get([exec_way.remote(way == "new") for _ in range(20)]))
+            pids = set(ember.get([worker_way.remote(way) for _ in range(20)]))
             assert len(pids) >= 2, pids
+            driver_way(way)
     tracing._enabled = on  # the driver's switch: no submit span, no context, so no execute span
     batch()  # the switch settles (tasks in flight made under the other setting)
     counts.clear()
@@ -353,7 +432,8 @@ for k in range(segments):
     wall, (c1, s1) = time.perf_counter() - w0, cpu()
     # CPU ns per segment by process kind and driver thread, timeslices by thread; n tasks in
     # wall seconds
-    rows.append({"on": on, "way": way if on else "off", "n": n, "wall": wall, "messages": counts["messages"], "specs": counts["specs"],
+    rows.append({"on": on, "way": way if on or ways else "off", "n": n, "wall": wall, "messages": counts["messages"],
+                 "specs": counts["specs"], "reads": counts["reads"],
                  "cpu_ns": {key: c1[key] - c0.get(key, 0) for key in c1},
                  "slices": {key: s1[key] - s0.get(key, 0) for key in s1}})
 tracing._enabled = True
@@ -362,12 +442,12 @@ ember.shutdown()
 """
 
 
-def run_paired(segments: int, seg_s: float, endpoint: str, sink_pid: int, ways: bool = False) -> list[dict]:
+def run_paired(segments: int, seg_s: float, endpoint: str, sink_pid: int, ways: str = "") -> list[dict]:
     """--paired: one cluster with tracing on, switched on and off in the driver in alternating
     segments; a row per segment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
-    out = subprocess.run([sys.executable, "-c", _PAIRED, str(segments), str(seg_s), str(sink_pid), str(int(ways))],
+    out = subprocess.run([sys.executable, "-c", _PAIRED, str(segments), str(seg_s), str(sink_pid), ways],
                          env=env,
                          capture_output=True,
                          text=True, timeout=900)
@@ -415,6 +495,9 @@ def print_paired(rows: list[dict]) -> None:
     sb = sum(r["specs"] for r in off_rows) / max(1, sum(r["messages"] for r in off_rows))
     ratio = f"{sa / sb:>8.3f}" if sb else f"{'-':>8}"
     print(f"{'specs per task stream message':<34}{sa:>9.2f}{sb:>9.2f}{ratio}")
+    ra = sum(r.get("reads", 0) for r in on_rows) / sum(r["n"] for r in on_rows) * 1e3
+    rb = sum(r.get("reads", 0) for r in off_rows) / sum(r["n"] for r in off_rows) * 1e3
+    print(f"{'driver reads of replies per 1000 tasks':<34}{ra:>9.1f}{rb:>9.1f}")
 
 
 def run_inproc(batches: int, endpoint: str, sampler_arg: float, side: str = "both") -> dict:
@@ -464,9 +547,10 @@ def main() -> None:
     ap.add_argument("--paired", type=int, default=0, metavar="SEGMENTS",
                     help="one cluster, tracing switched on/off in the driver in alternating segments")
     ap.add_argument("--segment-s", type=float, default=0.5, help="--paired: seconds per segment")
-    ap.add_argument("--ways", action="store_true",
-                    help="--paired: tracing on two ways in the workers (CurrentExec, ExecSpan per task) and off, "
-                         "segments new old off off old new ...")
+    ap.add_argument("--ways", nargs="?", const="new,old,off", default="",
+                    help="--paired: settings in turn, as a comma list, segments a b c c b a ...; each is "
+                         "reported against off: " + "; ".join(f"{k}: {v}" for k, v in WAY_HELP.items())
+                         + "; bN: export batches of N spans; off (default list: new,old,off)")
     args = ap.parse_args()
     with (receiver() if args.receiver else sink()) as (endpoint, pid):
         if args.paired:
@@ -475,8 +559,8 @@ def main() -> None:
             if not args.ways:
                 print_paired(rows)
                 return
-            for way in ("new", "old"):
-                print(f"\non = the workers' {'CurrentExec (tracing_exec.begin)' if way == 'new' else 'ExecSpan per task'}")
+            for way in [w for w in args.ways.split(",") if w != "off"]:
+                print(f"\non = {way}: {WAY_HELP.get(way, f'export batches of {way[1:]} spans' if way[:1] == 'b' else way)}")
                 print_paired([r for r in rows if r["way"] in (way, "off")])
             return
         if args.inproc:
