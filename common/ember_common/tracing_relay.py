@@ -42,6 +42,7 @@ from typing import Any, Callable
 log = logging.getLogger(__name__)
 _HEADER = 5
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux); a batch of 2048 records is ~180 KB marshal'd
+_START_TIMEOUT_S = 30  # for the relay's first answer (an interpreter and the OTLP exporter's imports)
 
 
 def enabled() -> bool:
@@ -70,9 +71,27 @@ class RelayExporter:
         self._seq = 0
         self._broken = False
         self._closed = False
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        # A forked child must neither write into its parent's relay (frames would interleave)
+        # nor hold its pipe open (the relay would never see its end): it starts its own.
+        p, self._proc = self._proc, None
+        if p is not None:
+            for f in (p.stdin, p.stdout):
+                try:
+                    if f is not None:
+                        os.close(f.fileno())
+                except OSError:
+                    pass
+        self._lock = threading.Lock()
+        self._seq, self._broken = 0, False
 
     # ----------------------------------------------------------------- the relay process
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self) -> subprocess.Popen[bytes] | None:
+        """Starts the relay and waits for it to answer a first flush (its interpreter and the
+        exporter up), so that no batch goes to a relay that cannot run; None if it does not."""
         env = dict(os.environ, EMBER_TRACE_RELAY="0")
         p = subprocess.Popen([sys.executable, "-m", "ember_common.tracing_relay", self.service],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
@@ -88,18 +107,25 @@ class RelayExporter:
         init = {"resource": dict(res.attributes) if res is not None else {},
                 "resource_schema": getattr(res, "schema_url", "") or "",
                 "scope": [sc.name, sc.version, sc.schema_url] if sc is not None else None}
-        p.stdin.write(_frame(b"I", json.dumps(init, default=list).encode()))  # (unbuffered: bufsize=0)
+        self._proc = p
+        ok = (self._write([_frame(b"I", json.dumps(init, default=list).encode())])
+              and self._flush_locked(_START_TIMEOUT_S * 1000) is True)
+        if not ok:
+            if not self._broken:
+                self._break(f"no answer within {_START_TIMEOUT_S} s of its start")
+            p.kill()
+            p.wait(5)
+            for f in (p.stdin, p.stdout):
+                if f is not None:
+                    f.close()
+            self._proc = None
+            return None
         return p
 
-    def _send(self, parts: list[bytes]) -> bool:
-        """Writes the pieces of a frame to the relay (started if needed), without joining
-        them; False when it is gone."""
-        if self._broken:
-            return False
+    def _write(self, parts: list[bytes]) -> bool:
+        """Writes the pieces of a frame to the running relay, without joining them."""
+        assert self._proc is not None and self._proc.stdin is not None
         try:
-            if self._proc is None:
-                self._proc = self._start()
-            assert self._proc.stdin is not None
             fd = self._proc.stdin.fileno()
             while parts:
                 n = os.writev(fd, parts)
@@ -111,6 +137,14 @@ class RelayExporter:
         except (OSError, ValueError) as e:
             self._break(e)
             return False
+
+    def _send(self, parts: list[bytes]) -> bool:
+        """Writes a frame to the relay (started if needed); False when it is gone."""
+        if self._broken:
+            return False
+        if self._proc is None and self._start() is None:
+            return False
+        return self._write(parts)
 
     def _break(self, why: BaseException | str) -> None:
         self._broken = True
@@ -156,25 +190,31 @@ class RelayExporter:
         with self._lock:
             if self._proc is None or self._broken:
                 return True
-            self._seq += 1
-            seq = self._seq.to_bytes(4, "big")
-            if not self._send([_frame(b"F", seq)]):
-                return True  # gone: what it held is lost, later batches export here
-            out = self._proc.stdout
-            assert out is not None
-            deadline = time.monotonic() + timeout_millis / 1000
-            got = b""
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([out], [], [], left)[0]:
-                    return False
-                chunk = os.read(out.fileno(), 64)
-                if not chunk:
-                    self._break("its pipe closed")
-                    return True
-                got += chunk
-                if got.endswith(seq):
-                    return True
+            return self._flush_locked(timeout_millis) is not False
+
+    def _flush_locked(self, timeout_millis: float) -> bool | None:
+        """Sends a flush and waits for its answer: True answered, False timed out, None the
+        relay is gone."""
+        self._seq += 1
+        seq = self._seq.to_bytes(4, "big")
+        if not self._write([_frame(b"F", seq)]):
+            return None  # gone: what it held is lost, later batches export here
+        assert self._proc is not None
+        out = self._proc.stdout
+        assert out is not None
+        deadline = time.monotonic() + timeout_millis / 1000
+        got = b""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([out], [], [], left)[0]:
+                return False
+            chunk = os.read(out.fileno(), 64)
+            if not chunk:
+                self._break("its pipe closed")
+                return None
+            got += chunk
+            if got.endswith(seq):
+                return True
 
     def shutdown(self) -> None:
         with self._lock:

@@ -138,3 +138,47 @@ def test_a_driver_exports_through_the_relay_unless_turned_off(receiver, relay):
     children = next(line for line in out.stdout.splitlines() if line.startswith("CHILDREN"))
     assert ("ember_common.tracing_relay" in children) == (relay == "1")
     assert receiver.names() == ["driver work"]
+
+
+def test_a_relay_that_cannot_start_leaves_the_driver_exporting_itself(receiver, monkeypatch, caplog):
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the relay's interpreter exits at once
+    exp = relay_exporter()
+    try:
+        assert exp.export(batch("a")) == tracing_relay_success()
+        assert exp.force_flush(10_000)
+        assert receiver.names() == ["execute a", "submit a", "user a"]  # nothing lost
+        assert exp._proc is None and "span relay is gone" in caplog.text
+    finally:
+        exp.shutdown()
+
+
+def test_a_forked_child_starts_its_own_relay(receiver):
+    # Frames from a child written into its parent's pipe would interleave with the parent's,
+    # and a child holding that pipe would keep the relay from ever seeing its end.
+    code = textwrap.dedent("""
+        import os, sys
+        from opentelemetry.sdk.resources import Resource
+        from ember_common import tracing, tracing_relay
+        TP = bytes(range(1, 17)) + bytes(range(17, 25)) + b"\\x01"
+        exp = tracing_relay.RelayExporter("ember-driver", lambda: tracing._make_exporter("otlp", "ember-driver"))
+        exp.resource = Resource({"service.name": "ember-driver"})
+        rec = lambda tag: [(f"submit {tag}", TP, None, 100, "ember.task_id", bytes(24))]
+        exp.export(rec("parent-1"))
+        assert exp.force_flush(10000)
+        parent_relay = exp._proc.pid
+        pid = os.fork()
+        if pid == 0:
+            exp.export(rec("child"))
+            ok = exp.force_flush(10000) and exp._proc.pid != parent_relay
+            exp.shutdown()
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        exp.export(rec("parent-2"))
+        assert exp.force_flush(10000) and exp._proc.pid == parent_relay
+        exp.shutdown()
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    env = dict(os.environ, OTEL_TRACES_EXPORTER="otlp")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert receiver.names() == ["submit child", "submit parent-1", "submit parent-2"]
