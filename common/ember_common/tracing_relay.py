@@ -277,8 +277,10 @@ def main(argv: list[str]) -> int:
                         if records:
                             exporter.export(records)  # halved as the exporter halves a request
                         if rest:
+                            exporter.spans_in_bytes = 0  # (not counted: the driver encoded them)
                             exporter._export(rest)
                     elif data or rest:
+                        exporter.spans_in_bytes = len(records)
                         exporter._export(data + rest)
                 elif kind == b"F":
                     out.write(payload)
