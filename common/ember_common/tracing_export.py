@@ -60,7 +60,7 @@ class SpanBuffer(SpanProcessor):
         # larger requests cost more per span again (docs/perf.md). The per-task spans are
         # small; a request holds at most 512 other spans under the default (SDK spans, users'
         # own, and RECORDs, whose attributes and events users' code may set), and the OTLP
-        # exporter halves any request over 3 MiB (tracing.MAX_REQUEST_BYTES: long task
+        # exporter halves any request over 3 MiB (tracing_exporters.MAX_REQUEST_BYTES: long task
         # names), so that it stays within a receiver's 4 MiB as with the SDK's processor.
         explicit = os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") is not None
         self.batch = max(1, min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_BATCH), self.max_queue))

@@ -251,11 +251,11 @@ def main(argv: list[str]) -> int:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    from . import otlp_encoding, tracing
+    from . import otlp_encoding, tracing_exporters
 
     logging.basicConfig(level=logging.WARNING, format="ember span relay: %(message)s")
     service = argv[0] if argv else "ember-driver"
-    exporter = tracing._make_exporter("otlp", service)
+    exporter = tracing_exporters.make_exporter("otlp", service)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     try:
         while True:
@@ -273,7 +273,7 @@ def main(argv: list[str]) -> int:
                     m = int.from_bytes(payload[:4], "big")
                     records, rest = marshal.loads(payload[4:4 + m]), payload[4 + m:]
                     data = otlp_encoding.encode_request(records, exporter.resource, exporter.scope) if records else b""
-                    if len(data) + len(rest) > tracing.MAX_REQUEST_BYTES:
+                    if len(data) + len(rest) > tracing_exporters.MAX_REQUEST_BYTES:
                         if records:
                             exporter.export(records)  # halved as the exporter halves a request
                         if rest:

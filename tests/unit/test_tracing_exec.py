@@ -420,7 +420,7 @@ def test_an_otlp_request_over_the_limit_goes_as_halves(monkeypatch):
 
     import grpc
 
-    from ember_common import tracing
+    from ember_common import tracing_exporters
 
     got: list[bytes] = []
 
@@ -436,8 +436,8 @@ def test_an_otlp_request_over_the_limit_goes_as_halves(monkeypatch):
     server.start()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-    monkeypatch.setattr(tracing, "MAX_REQUEST_BYTES", 20_000)
-    exporter = tracing._make_exporter("otlp", "ember-worker")
+    monkeypatch.setattr(tracing_exporters, "MAX_REQUEST_BYTES", 20_000)
+    exporter = tracing_exporters.make_exporter("otlp", "ember-worker")
     exporter.resource, exporter.scope = RES, SCOPE
     try:
         small = [exec_rec(i) for i in range(10)]

@@ -21,7 +21,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from ember_common import tracing, tracing_relay
+from ember_common import tracing_exporters, tracing_relay
 
 TP = bytes(range(1, 17)) + bytes(range(17, 25)) + b"\x01"  # trace id, parent span id, sampled
 RES = Resource({"service.name": "ember-driver", "process.pid": os.getpid(), "host.tags": ("a", "b")})
@@ -68,7 +68,7 @@ def receiver(monkeypatch):
 
 
 def relay_exporter() -> tracing_relay.RelayExporter:
-    exp = tracing_relay.RelayExporter("ember-driver", lambda: tracing._make_exporter("otlp", "ember-driver"))
+    exp = tracing_relay.RelayExporter("ember-driver", lambda: tracing_exporters.make_exporter("otlp", "ember-driver"))
     exp.resource, exp.scope = RES, SCOPE
     return exp
 
@@ -158,9 +158,9 @@ def test_a_forked_child_starts_its_own_relay(receiver):
     code = textwrap.dedent("""
         import os, sys
         from opentelemetry.sdk.resources import Resource
-        from ember_common import tracing, tracing_relay
+        from ember_common import tracing_exporters, tracing_relay
         TP = bytes(range(1, 17)) + bytes(range(17, 25)) + b"\\x01"
-        exp = tracing_relay.RelayExporter("ember-driver", lambda: tracing._make_exporter("otlp", "ember-driver"))
+        exp = tracing_relay.RelayExporter("ember-driver", lambda: tracing_exporters.make_exporter("otlp", "ember-driver"))
         exp.resource = Resource({"service.name": "ember-driver"})
         rec = lambda tag: [(f"submit {tag}", TP, None, 100, "ember.task_id", bytes(24))]
         exp.export(rec("parent-1"))

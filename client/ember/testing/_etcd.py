@@ -140,9 +140,30 @@ class EtcdProcess:
             self._proc = None
 
     def pause(self) -> None:
-        """SIGSTOPs etcd: connections stay open but nothing answers (a hung server)."""
+        """SIGSTOPs etcd: connections stay open but nothing answers (a hung server). Returns once
+        every thread of it has stopped: the signal is delivered asynchronously, and on a busy
+        machine etcd could still answer a request sent right after send_signal returned."""
         if self.running:
             self._proc.send_signal(signal.SIGSTOP)
+            deadline = time.monotonic() + 10
+            while not self._stopped() and time.monotonic() < deadline:
+                time.sleep(0.001)
+
+    def _stopped(self) -> bool:
+        pid = self._proc.pid
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return True  # gone, or no /proc: nothing more to wait for
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in ("T", "t"):
+                return False
+        return True
 
     def resume(self) -> None:
         """SIGCONTs a paused etcd."""
