@@ -33,16 +33,20 @@ def make_exporter(name: str, service: str) -> Any:
                 resource: Any = None
                 scope: Any = None
 
-                def export(self, spans: Any) -> Any:
-                    # Encoded here, so that a request too large for a receiver goes as halves.
-                    data = otlp_encoding.encode_request(spans, self.resource, self.scope)
-                    if len(data) > MAX_REQUEST_BYTES and len(spans) > 1:
-                        half = len(spans) // 2
-                        first = self.export(spans[:half])
-                        second = self.export(spans[half:])
-                        return second if first == SpanExportResult.SUCCESS else first
-                    self.spans_in_bytes = len(spans)
-                    return self._export(data)  # type: ignore[arg-type]
+                def export(self, spans: Any, extra: bytes = b"") -> Any:
+                    """Sends spans, encoded here, with extra (request bytes already encoded,
+                    e.g. by the driver for its span relay) in one request; one too large for a
+                    receiver goes in parts: extra alone, the spans in halves."""
+                    data = otlp_encoding.encode_request(spans, self.resource, self.scope) if spans else b""
+                    if len(data) + len(extra) > MAX_REQUEST_BYTES and (extra and spans or len(spans) > 1):
+                        if extra:
+                            parts = [self.export(spans), self.export([], extra)]
+                        else:
+                            half = len(spans) // 2
+                            parts = [self.export(spans[:half]), self.export(spans[half:])]
+                        return next((r for r in parts if r != SpanExportResult.SUCCESS), parts[0])
+                    self.spans_in_bytes = len(spans)  # (extra's spans are not counted)
+                    return self._export(data + extra)  # type: ignore[arg-type]
 
                 spans_in_bytes = 0  # how many spans the bytes given to _export hold
 

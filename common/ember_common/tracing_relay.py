@@ -49,8 +49,12 @@ def enabled() -> bool:
     return os.environ.get("EMBER_TRACE_RELAY", "1") != "0"
 
 
+def _head(kind: bytes, length: int) -> bytes:
+    return kind + length.to_bytes(4, "big")
+
+
 def _frame(kind: bytes, payload: bytes) -> bytes:
-    return kind + len(payload).to_bytes(4, "big") + payload
+    return _head(kind, len(payload)) + payload
 
 
 class RelayExporter:
@@ -82,7 +86,7 @@ class RelayExporter:
             for f in (p.stdin, p.stdout):
                 try:
                     if f is not None:
-                        os.close(f.fileno())
+                        f.close()  # (the file object's own close: its fd is not closed twice)
                 except OSError:
                     pass
         self._lock = threading.Lock()
@@ -178,7 +182,7 @@ class RelayExporter:
                 other(s)
         m = marshal.dumps(records)
         rest = otlp_encoding.encode_request(others, self.resource, self.scope) if others else b""
-        parts = [b"R" + (4 + len(m) + len(rest)).to_bytes(4, "big") + len(m).to_bytes(4, "big"), m, rest]
+        parts = [_head(b"R", 4 + len(m) + len(rest)) + len(m).to_bytes(4, "big"), m, rest]
         with self._lock:
             if self._send(parts):
                 return SpanExportResult.SUCCESS
@@ -251,7 +255,7 @@ def main(argv: list[str]) -> int:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    from . import otlp_encoding, tracing_exporters
+    from . import tracing_exporters
 
     logging.basicConfig(level=logging.WARNING, format="ember span relay: %(message)s")
     service = argv[0] if argv else "ember-driver"
@@ -272,16 +276,8 @@ def main(argv: list[str]) -> int:
                     # request (serialized requests concatenate: their resource_spans add up).
                     m = int.from_bytes(payload[:4], "big")
                     records, rest = marshal.loads(payload[4:4 + m]), payload[4 + m:]
-                    data = otlp_encoding.encode_request(records, exporter.resource, exporter.scope) if records else b""
-                    if len(data) + len(rest) > tracing_exporters.MAX_REQUEST_BYTES:
-                        if records:
-                            exporter.export(records)  # halved as the exporter halves a request
-                        if rest:
-                            exporter.spans_in_bytes = 0  # (not counted: the driver encoded them)
-                            exporter._export(rest)
-                    elif data or rest:
-                        exporter.spans_in_bytes = len(records)
-                        exporter._export(data + rest)
+                    if records or rest:
+                        exporter.export(records, rest)
                 elif kind == b"F":
                     out.write(payload)
                     out.flush()

@@ -449,6 +449,15 @@ def test_an_otlp_request_over_the_limit_goes_as_halves(monkeypatch):
         assert len(requests) > 4 and all(len(r) <= 20_000 for r in got[1:])
         spans = [s for r in requests for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
         assert sorted(s.start_time_unix_nano for s in spans) == [100 + i for i in range(40)]
+        # bytes encoded elsewhere (the driver's span relay) go with the spans in one request,
+        # or alone when together they would be over the limit
+        extra = otlp_encoding.encode_request(long[:1], RES, SCOPE)
+        n = len(got)
+        assert exporter.export(small, extra) == SpanExportResult.SUCCESS and len(got) == n + 1
+        assert len(ExportTraceServiceRequest.FromString(got[-1]).resource_spans) == 2
+        extra = otlp_encoding.encode_request(long[:9], RES, SCOPE)  # ~22 KB
+        assert exporter.export(small, extra) == SpanExportResult.SUCCESS and len(got) == n + 3
+        assert got[-1] == extra
     finally:
         exporter.shutdown()
         server.stop(0)
