@@ -206,7 +206,12 @@ def init() -> None:
             return sp
 
         def get_span_context(self) -> Any:
-            return self._real().get_span_context()
+            sp = self._span
+            if sp is None:  # its context only (a nested submission, a child span): no span made,
+                tp = self._tp  # the task's end still queues one EXEC record
+                return SpanContext(int.from_bytes(tp[:16], "big"), int.from_bytes(self._sid, "big"), False,
+                                   TraceFlags(tp[24]))
+            return sp.get_span_context()
 
         def is_recording(self) -> bool:
             if self._span is None and not self._done:

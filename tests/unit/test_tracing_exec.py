@@ -172,6 +172,8 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
                     pass
                 nested = common_pb2.TaskSpec(task_id=b"n" * 24)
                 tracing.task_submitted(nested, "submit g")
+                # a child span and a nested submission ask only for the context: no span made
+                made = sp._span is not None if fast == "begin" else None
                 if fail:
                     if fast == "begin":
                         errors.append("ValueError: boom")
@@ -182,7 +184,7 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
         except KeyError:
             pass
         kept = sp.get_span_context()
-        return {"tp": spec.trace_parent.hex(), "nested_tp": nested.trace_parent.hex(), "kind": kind,
+        return {"tp": spec.trace_parent.hex(), "nested_tp": nested.trace_parent.hex(), "kind": kind, "made": made,
                 "current": current, "restored": trace.get_current_span() is before, "inner": inner,
                 "kept_id": kept.span_id, "kept_trace": kept.trace_id, "kept_recording": sp.is_recording()}
 
@@ -272,6 +274,7 @@ def test_the_exec_span_is_recorded_as_the_lazy_task_span_records_it(tmp_path):
         assert fast["kind"] == "ExecSpan" and lazy["kind"] == "TaskSpan" and begun["kind"] == "CurrentExec"
         assert fast["current"] and fast["restored"] and lazy["restored"]
         assert begun["current"] and begun["restored"] and begun["inner"] is None
+        assert begun["made"] is (label == "touched"), label  # made only when code changed the span
         for case in (fast, begun):  # kept past its task: still that task's span, not recording
             assert not case["kept_recording"], label
         assert begun["kept_trace"] == int.from_bytes(bytes.fromhex(begun["tp"])[:16], "big")
