@@ -30,6 +30,9 @@ from .validate import (
     resource_map,
     under,
 )
+from .validate import (
+    precompile as precompile_rules,
+)
 
 TASK_ID = id_bytes(ids.TASK_ID_LEN)
 OBJECT_ID = id_bytes(ids.OBJECT_ID_LEN)
@@ -197,3 +200,21 @@ def task_spec_problem(spec: Any) -> str | None:
 # Full message name -> rules (every service's messages are in package `ember`).
 RULES: dict[str, list[Rule]] = {f"ember.{name}": rules for table in (GCS, GCS_TASK, RAYLET, OBJMGR, CORE_WORKER)
                                 for name, rules in table.items()}
+
+
+def precompile() -> int:
+    """Compiles the rules of every message type loaded in this process (and the pushed task
+    spec's), as validate.precompile; returns how many types."""
+    from google.protobuf import descriptor_pool
+
+    pool = descriptor_pool.Default()
+    done = 0
+    for name, rules in RULES.items():
+        try:
+            desc = pool.FindMessageTypeByName(name)
+        except KeyError:  # its service's module is not imported here
+            continue
+        precompile_rules(rules, desc)
+        done += 1
+    precompile_rules(PUSHED_TASK_SPEC, common_pb2.TaskSpec.DESCRIPTOR)
+    return done + 1

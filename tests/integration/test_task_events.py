@@ -120,6 +120,31 @@ def test_transitions_errors_retries_and_actors(cluster, tmp_path):
     assert r.returncode == 1 and "'colour' is not supported" in r.stderr
 
 
+@ember.remote(num_cpus=0)
+class Modules:
+    def loaded(self, name):
+        import sys
+
+        return name in sys.modules
+
+
+def test_a_worker_reports_on_its_core_channel(cluster):
+    """A worker's reporter sends on the core worker's own GCS channel: no blocking channel of its
+    own (1.6 MB of private memory per worker and a connection at its start), and the actor
+    creation it alone can report still arrives."""
+    m = Modules.remote()
+    assert ember.get(m.loaded.remote("ember._private.task_events")) is True
+    assert ember.get(m.loaded.remote("ember_common.gcs_task_client")) is False
+    task_events.flush()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if state.list_tasks(filters=[("func_or_class_name", "=", "Modules.__init__")]):
+            break
+        time.sleep(0.2)
+    created = state.list_tasks(filters=[("func_or_class_name", "=", "Modules.__init__")], detail=True)
+    assert [(x.type, x.state) for x in created] == [("ACTOR_CREATION_TASK", "FINISHED")]
+
+
 def test_ten_thousand_tasks_list_and_summary(cluster):
     n = 10_000
     t0 = time.monotonic()

@@ -164,3 +164,16 @@ def test_the_compiled_check_agrees_with_the_named_problems():
             assert first(msg, rules) == expected, (msg, expected)
             bad += expected is not None
     assert 0 < bad < 60 * len(cases)  # both verdicts were exercised
+
+
+def test_precompiled_rules_check_as_the_lazily_compiled_ones():
+    """The fork server compiles every loaded type's rules before it forks (validate_rules.
+    precompile): each then has its predicate, and checks give the same answers."""
+    from ember_common import validate, validate_rules
+
+    assert validate_rules.precompile() == len(RULES) + 1  # every service's module is imported here
+    for rules in [*RULES.values(), validate_rules.PUSHED_TASK_SPEC]:
+        assert validate._plan(rules).ok is not None
+    good = common_pb2.TaskSpec(task_id=ids.new_task_id(), job_id=b"\x01\x00\x00\x00", name="f")
+    assert task_spec_problem(good) is None
+    assert task_spec_problem(common_pb2.TaskSpec(task_id=b"abc")) == "spec.task_id must be 16 bytes, got 3"

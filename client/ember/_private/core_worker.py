@@ -206,10 +206,14 @@ class CoreWorker(ObjectAPI):
         self._shutdown = True
         self.ref_table.closed = True
         try:
-            self.run(self._async_shutdown(), timeout=10)
+            self.run(self.submitter.shutdown(), timeout=10)
         except Exception as e:  # the loop may already be gone at interpreter exit
             log.debug("core worker shutdown: %s", e)
-        task_events.stop()  # the last batch
+        task_events.stop()  # the last batch (with the tasks the submitter gave up), on the GCS channel
+        try:
+            self.run(self._async_shutdown(), timeout=10)
+        except Exception as e:
+            log.debug("core worker shutdown: %s", e)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():  # else its self-pipe leaks: a ResourceWarning once gRPC drops it
@@ -232,7 +236,6 @@ class CoreWorker(ObjectAPI):
             loop.close()
 
     async def _async_shutdown(self) -> None:
-        await self.submitter.shutdown()
         self.task_streams.close()
         self.direct_server.close()
         await self.refs.close()

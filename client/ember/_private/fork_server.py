@@ -158,6 +158,9 @@ def main() -> None:
     die_with_parent(watch=False)  # no thread: the template forks
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     preload()
+    from ember_common import validate_rules
+
+    validate_rules.precompile()  # the servers' request checks, shared with every child
     gc.collect()
     gc.freeze()  # everything imported so far is never touched by the collector again
     _say("ready")

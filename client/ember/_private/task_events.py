@@ -30,8 +30,8 @@ closed record, the GC's share: docs/perf.md). A daemon thread wakes every
 `task_events_report_interval_s`, takes the closed records and frozen copies of the open ones
 that moved since the last batch, encodes them as one columnar `TaskEventBatch` (`encode`:
 each column is a slice of the flat list, put in with one `extend`) and sends it serialized, as
-bytes the GCS keeps unparsed until a query needs it, with a blocking call outside the core's
-loop.
+bytes the GCS keeps unparsed until a query needs it, on the core's own GCS channel (the
+thread waits for the call; the core's loop only sends it).
 At most `task_events_max_buffer_size` records are held open and as many closed: past that a
 task is not recorded and counted against its job; a batch the GCS does not take is counted
 too; the counts ride with the next batch. `EMBER_TASK_EVENTS_ENABLED=0` turns every hook into
@@ -328,11 +328,9 @@ class _Reporter:
     """Sends the records to the GCS every interval (and once more at stop)."""
 
     def __init__(self, core: CoreWorker, interval_s: float) -> None:
-        from ember_common.gcs_task_client import TaskEventsClient
-
         self.core = core
         self.interval_s = interval_s
-        self.client = TaskEventsClient(core.gcs_address, timeout_s=10.0)
+        self.timeout_s = 10.0  # for one batch (2 s for the last one, at stop)
         self.stopping = threading.Event()
         self.lock = threading.Lock()  # one flush at a time (the thread's, or stop()'s last one)
         self.sent_records = 0
@@ -359,8 +357,11 @@ class _Reporter:
                     _dropped.pop(job, None)
             core = self.core
             batch, by_job = encode(records, (core.node_id, core.worker_id, os.getpid()), _workers)
+            data = batch.SerializeToString()
             try:
-                self.client.add_task_event_data(batch.SerializeToString(), by_job, dropped)
+                # On the core's own GCS channel, from this thread (the loop only sends it).
+                self.core.run(lambda: core.gcs.add_task_event_data(data, by_job, dropped, timeout_s=self.timeout_s),
+                              timeout=self.timeout_s + 1)
                 self.sent_records += len(records) // WIDTH
             except Exception as e:  # the GCS is away: these records are lost, and counted
                 log.debug("task events: batch of %d not sent (%s)", len(records) // WIDTH, e)
@@ -371,11 +372,8 @@ class _Reporter:
         """Stops the thread after one last flush."""
         self.stopping.set()
         self.thread.join(timeout=2)
-        self.client.timeout_s = 2.0  # exiting: one short try
-        try:
-            self.flush()
-        finally:
-            self.client.close()
+        self.timeout_s = 2.0  # exiting: one short try
+        self.flush()
 
 
 _reporter: _Reporter | None = None
