@@ -9,7 +9,6 @@ import signal
 import threading
 import time
 
-import psutil
 import pytest
 
 import ember
@@ -17,7 +16,7 @@ from ember import exceptions as ex
 from ember_common import rpc
 from ember_common.gcs_client import SyncGcsClient
 from ember_common.proto import common_pb2, raylet_pb2, raylet_pb2_grpc
-from ember.testing import wait_for
+from ember.testing import process_gone, wait_for
 
 A = common_pb2.ActorInfo
 T = 30  # timeout of every ember.get: a bug fails the test instead of hanging it
@@ -41,16 +40,9 @@ def _wait_state(handle, state, num_restarts=None, timeout_s=20.0) -> common_pb2.
                     what=f"actor to be {A.State.Name(state)} (restarts={num_restarts})")
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def _sigkill(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: _gone(pid), timeout_s=10, what=f"process {pid} to die")
+    wait_for(lambda: process_gone(pid), timeout_s=10, what=f"process {pid} to die")
 
 
 def _leased_task_names() -> list[str]:

@@ -28,7 +28,7 @@ from ember.serve.llm._internal.engine_core import MARKER  # noqa: E402
 from ember.serve.llm._internal.params import SamplingParams  # noqa: E402
 from ember.serve.llm._internal.torch_engine import TorchEngine  # noqa: E402
 from ember.serve.llm.testing import build_tiny_model  # noqa: E402
-from ember.testing import wait_for  # noqa: E402
+from ember.testing import process_gone, wait_for  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -42,13 +42,6 @@ def core(model_dir):
     e.start()
     yield e
     e.shutdown()
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 async def _collect(engine, rid, ids, started: asyncio.Event | None = None, **params):
@@ -173,7 +166,7 @@ def test_load_error_is_named(model_dir):
     e = EngineCoreClient("tiny", model_dir, {"max_model_len": 99999})
     with pytest.raises(RuntimeError, match="could not load.*max_model_len=99999 exceeds"):
         e.start()
-    assert e.core_pid is not None and _gone(e.core_pid)
+    assert e.core_pid is not None and process_gone(e.core_pid)
     with pytest.raises(ValueError, match="unknown engine_kwargs.*max_batch"):
         EngineCoreClient("tiny", model_dir, {"max_batch": 3})
 
@@ -209,7 +202,7 @@ def test_shutdown_leaves_no_core(model_dir):
     pid = e.core_pid
     assert asyncio.run(_collect(e, "x", e.encode("hi"), max_tokens=3))[1] == 3
     e.shutdown()
-    assert e._proc is not None and e._proc.returncode == 0 and _gone(pid)
+    assert e._proc is not None and e._proc.returncode == 0 and process_gone(pid)
 
 
 _PARENT = r"""
@@ -228,10 +221,10 @@ def test_a_killed_parent_leaves_no_orphan(model_dir):
     try:
         assert p.stdout is not None
         pid = int(p.stdout.readline())
-        assert not _gone(pid)
+        assert not process_gone(pid)
         p.kill()
         p.wait(10)
-        wait_for(lambda: _gone(pid), timeout_s=15, what="the engine core to exit after its parent was killed")
+        wait_for(lambda: process_gone(pid), timeout_s=15, what="the engine core to exit after its parent was killed")
     finally:
         if p.poll() is None:
             p.kill()

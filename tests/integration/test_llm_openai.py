@@ -18,7 +18,7 @@ openai = pytest.importorskip("openai", reason="the llm extra (openai) is not ins
 from ember import serve  # noqa: E402
 from ember.serve.llm import LLMConfig, build_llm_deployment, build_openai_app  # noqa: E402
 from ember.serve.llm.testing import build_tiny_model  # noqa: E402
-from ember.testing import wait_for  # noqa: E402
+from ember.testing import process_gone, wait_for  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -269,12 +269,6 @@ def test_engine_core_crash_replaces_the_replica_and_delete_leaves_no_core(serve_
     psutil = pytest.importorskip("psutil")
     from ember.serve.llm._internal.engine_core import MARKER
 
-    def gone(pid):
-        try:
-            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
     cfg = {"model_loading_config": {"model_id": "core", "model_source": model_dir}, "llm_engine": "torch",
            "deployment_config": {"health_check_period_s": 0.5, "ray_actor_options": {"num_cpus": 0.25}}}
     h = serve.run(build_llm_deployment(cfg), name="core", route_prefix="/core")
@@ -300,4 +294,4 @@ def test_engine_core_crash_replaces_the_replica_and_delete_leaves_no_core(serve_
             assert c.completions.create(model="core", prompt="hi", max_tokens=2).usage.completion_tokens == 2
     finally:
         serve.delete("core")
-    wait_for(lambda: gone(pid) and gone(new), timeout_s=30, what="the engine cores to exit with their replicas")
+    wait_for(lambda: process_gone(pid) and process_gone(new), timeout_s=30, what="the engine cores to exit with their replicas")

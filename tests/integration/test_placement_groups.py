@@ -9,10 +9,9 @@ import asyncio
 import os
 from typing import Any, Awaitable, Callable, TypeVar
 
-import psutil
 import pytest
 
-from ember.testing import EtcdProcess, LocalCluster, wait_for
+from ember.testing import EtcdProcess, LocalCluster, process_gone, wait_for
 from ember_common.gcs_client import GcsClient
 from ember_common.gcs_pg_client import spec
 from ember_common.proto import common_pb2, raylet_pb2
@@ -125,7 +124,7 @@ def test_strict_pack_on_one_node_leases_into_its_bundles_and_removal_frees_them(
 
         gcs(c, lambda g: g.remove_placement_group(pg.placement_group_id))
         assert gcs(c, lambda g: g.get_placement_group(pg.placement_group_id)).state == PG.REMOVED
-        wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+        wait_for(lambda: process_gone(pid),
                  timeout_s=20, what="the bundle's worker to be killed")
         s = stats(home_node.record.raylet_address)
         assert s.available_resources["CPU"] == 2 and not s.bundles

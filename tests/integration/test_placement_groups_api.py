@@ -12,12 +12,11 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
 import ember
 from ember.exceptions import RayActorError, TaskUnschedulableError
-from ember.testing import LocalCluster, wait_for
+from ember.testing import LocalCluster, process_gone, wait_for
 from ember.util.placement_group import (
     PlacementGroup,
     PlacementGroupID,
@@ -173,7 +172,7 @@ def test_removal_kills_the_tasks_running_inside(three_nodes, tmp_path, retries):
         ember.get(ref, timeout=60)
     assert not isinstance(info.value, ember.exceptions.GetTimeoutError), info.value
     assert time.monotonic() - start < 50
-    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+    wait_for(lambda: process_gone(pid),
              what="the task's worker to be killed")
     wait_for(lambda: ember.available_resources().get("CPU") == 6.0, what="the bundle's CPU to free")
 

@@ -195,6 +195,47 @@ def test_object_and_actor_spans(traced):
     assert init, "the actor's __init__ runs under its creation span"
 
 
+END_DRIVER = textwrap.dedent("""
+    import json, os
+    import ember
+    from opentelemetry import trace
+
+    ember.init(num_cpus=2)
+
+    @ember.remote
+    def task():
+        return os.getpid()
+
+    @ember.remote
+    class Keeper:
+        def call(self):
+            return os.getpid()
+
+    with trace.get_tracer("test").start_as_current_span("short job") as root:
+        trace_id = format(root.get_span_context().trace_id, "032x")
+        k = Keeper.remote()
+        pids = {"actor": ember.get(k.call.remote()), "task": ember.get(task.remote())}
+    print(json.dumps({"trace_id": trace_id, "pids": pids}))
+    ember.shutdown()  # at once: the actor dies with its job, the task's worker with the cluster
+""")
+
+
+def test_spans_of_workers_stopped_at_the_jobs_end_are_exported(tmp_path):
+    """A job ends before any worker's export timer (60 s) fires: the actor's worker (stopped
+    because its job finished) and the task's worker (its lease returned, then stopped with
+    the cluster) export what they hold as they are stopped, instead of being SIGKILLed."""
+    env = dict(os.environ, OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path),
+               OTEL_BSP_SCHEDULE_DELAY="60000")
+    r = subprocess.run([sys.executable, "-c", END_DRIVER], env=env, capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    spans = tracing.read_trace(str(tmp_path), out["trace_id"])
+    executed = {s["name"]: s for s in spans if s["service"] == "ember-worker"}
+    assert {"execute Keeper.__init__", "execute Keeper.call", "execute task"} <= set(executed), sorted(executed)
+    assert out["pids"]["actor"] != out["pids"]["task"]
+
+
 SPILL_DRIVER = textwrap.dedent("""
     import json, os, time, numpy as np
     import ember

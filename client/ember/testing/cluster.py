@@ -137,3 +137,14 @@ def wait_for(predicate: Any, timeout_s: float = 20.0, interval_s: float = 0.1, w
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(interval_s)
+
+
+def process_gone(pid: int) -> bool:
+    """True once pid has exited (gone, or a zombie its parent has not reaped yet). Never raises
+    for a process that exits while it is being looked at."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import random
+import signal
 import time
 from typing import Callable
 
@@ -29,7 +30,7 @@ from .resources import NodeResources, validate_request
 from .runtime_env import RuntimeEnvManager, SetupFailed
 from .scheduler import RemoteNode
 from .worker_pool import WorkerPool, WorkerState, shape_of
-from .worker_procs import Lease, WorkerProc, err_tail, spawn_worker, stop_all
+from .worker_procs import KILL_GRACE_S, Lease, WorkerProc, err_tail, spawn_worker, stop_all
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class Raylet:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.node_id = node_id
         self.cfg = config
+        self.clock = clock
         self.resources = NodeResources(resources)
         self.gcs_address = gcs_address
         self.objmgr_address = objmgr_address
@@ -172,12 +174,16 @@ class Raylet:
             self.dispatch()
 
     def kill_worker(self, w: WorkerProc) -> None:
-        """Kills a worker process (its exit is noticed by reap_workers)."""
-        if w.popen.poll() is None:
-            try:
-                w.popen.kill()
-            except ProcessLookupError:
-                pass
+        """Stops a worker process: SIGTERM now (it exports its last spans and task events, then
+        exits; a running task ends there), SIGKILL from reap_workers if it is still there
+        KILL_GRACE_S later. Its exit is noticed by reap_workers."""
+        if w.kill_at is not None or w.popen.poll() is not None:
+            return
+        w.kill_at = self.clock() + KILL_GRACE_S
+        try:
+            w.popen.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
     def _prestart(self) -> None:
         for _ in range(self.pool.to_start(0)):
@@ -186,9 +192,15 @@ class Raylet:
     async def reap_workers(self, stop: asyncio.Event) -> None:
         """Notices dead worker processes (crash, kill, os._exit) and runs the pool's timers."""
         while not stop.is_set():
+            now = self.clock()
             for w in list(self.workers.values()):
                 if w.popen.poll() is not None:
                     self.on_worker_exit(w)
+                elif w.kill_at is not None and now >= w.kill_at:
+                    try:
+                        w.popen.kill()  # told to stop KILL_GRACE_S ago
+                    except ProcessLookupError:
+                        pass
             for kill in self.pool.tick():
                 wp = self.workers.get(kill.worker_id)
                 if wp is not None:

@@ -13,6 +13,10 @@ from typing import Protocol
 
 from .resources import Allocation
 
+# How long a worker asked to stop (SIGTERM) has before it is SIGKILLed: its handler exports its
+# last spans and task events, then exits (worker_main.on_term).
+KILL_GRACE_S = 2.0
+
 
 class Proc(Protocol):
     """What the raylet needs of a worker process: a Popen, or a forks.ForkedProc."""
@@ -36,6 +40,7 @@ class WorkerProc:
     lease: Lease | None = None
     dead: bool = False
     started_at: float = field(default_factory=time.monotonic)
+    kill_at: float | None = None  # when a worker told to stop gets SIGKILL (Raylet.kill_worker)
 
     @property
     def pid(self) -> int:
@@ -89,7 +94,7 @@ def err_tail(logs_dir: str, worker_id: str, lines: int = 15) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-async def stop_all(procs: list[Proc], grace_s: float = 2.0) -> None:
+async def stop_all(procs: list[Proc], grace_s: float = KILL_GRACE_S) -> None:
     """SIGTERM every process, then SIGKILL those still running after grace_s."""
     for pp in procs:
         if pp.poll() is None:
