@@ -546,6 +546,27 @@ def test_kill_makes_later_calls_fail(ray_start):
     ember.kill(c)  # idempotent
 
 
+@ember.remote
+class Stubborn:
+    """Ignores SIGTERM (as user code might, or a call stuck in C)."""
+
+    def ignore_sigterm(self):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return os.getpid()
+
+
+def test_killed_actor_that_ignores_sigterm_is_sigkilled_after_the_grace(ray_start):
+    """ember.kill stops the actor's worker with SIGTERM (it exports its spans and task events
+    first); one that ignores it is SIGKILLed 2 s later (the raylet's KILL_GRACE_S)."""
+    s = Stubborn.remote()
+    pid = ember.get(s.ignore_sigterm.remote(), timeout=T)
+    ember.kill(s)
+    start = time.monotonic()
+    _wait_state(s, A.DEAD)
+    wait_for(lambda: process_gone(pid), timeout_s=20, what="the actor's worker to be SIGKILLed")
+    assert time.monotonic() - start >= 1.0  # it did ignore the SIGTERM
+
+
 def test_kill_with_no_restart_false_restarts(ray_start):
     c = Counter.options(max_restarts=1).remote()
     try:
