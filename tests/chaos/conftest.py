@@ -112,12 +112,19 @@ def chaos_cluster(artifacts: Path, tmp_path_factory: pytest.TempPathFactory,
         pytest.fail(f"images {missing} are not built: run `make images` (docker/build-offline.sh)")
     env_file = tmp_path_factory.mktemp("chaos") / "chaos.env"
     gcs_port, http_port, token = _free_port(), _free_port(), secrets.token_hex(32)
+    # every published port a free one: a fixed one (the dashboard's 8265) may be taken
     env_file.write_text(
         f"EMBER_AUTH_TOKEN={token}\nEMBER_IMAGE_TAG={tag}\n"
         f"EMBER_GCS_HOST_PORT={gcs_port}\nEMBER_HTTP_HOST_PORT={http_port}\n"
+        f"EMBER_DASHBOARD_HOST_PORT={_free_port()}\n"
         "EMBER_OBJECT_STORE_BYTES=268435456\nEMBER_SHM_SIZE=512m\n"
         "EMBER_NODE_DEATH_TIMEOUT_S=10\n"  # a loaded machine must not declare live nodes dead
         f"EMBER_DRIVER_DIR={HERE / 'workload'}\n")
+    from compose_leftovers import remove_stale_projects
+
+    stale = remove_stale_projects("emberchaos", "embere2e")
+    if stale:
+        print(f"\nremoved compose projects left by killed test runs: {stale}")
     project = f"emberchaos{os.getpid()}"
     compose = (f'{_compose_binary()} --env-file "{env_file}" -f "{ROOT / "docker-compose.yml"}" '
                f'-f "{HERE / "compose.chaos.yml"}" -p "{project}"')
