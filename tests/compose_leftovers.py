@@ -45,7 +45,8 @@ def _docker(*args: str) -> str:
 
 
 def remove_stale_projects(*prefixes: str) -> list[str]:
-    """Removes the containers, networks and volumes of stale projects; returns their names."""
+    """Removes the containers, networks and volumes of stale projects (saying so on stdout);
+    returns their names."""
     projects = set(_docker("ps", "-a", "--format", "{{.Label \"%s\"}}" % PROJECT_LABEL).split())
     stale = stale_projects(prefixes, projects)
     for project in stale:
@@ -57,4 +58,6 @@ def remove_stale_projects(*prefixes: str) -> list[str]:
             names = _docker(kind, "ls", "-q", "--filter", label).split()
             if names:
                 _docker(kind, "rm", *names)
+    if stale:
+        print(f"\nremoved compose projects left by killed test runs: {stale}")
     return stale

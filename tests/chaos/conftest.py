@@ -122,9 +122,7 @@ def chaos_cluster(artifacts: Path, tmp_path_factory: pytest.TempPathFactory,
         f"EMBER_DRIVER_DIR={HERE / 'workload'}\n")
     from compose_leftovers import remove_stale_projects
 
-    stale = remove_stale_projects("emberchaos", "embere2e")
-    if stale:
-        print(f"\nremoved compose projects left by killed test runs: {stale}")
+    remove_stale_projects("emberchaos", "embere2e")
     project = f"emberchaos{os.getpid()}"
     compose = (f'{_compose_binary()} --env-file "{env_file}" -f "{ROOT / "docker-compose.yml"}" '
                f'-f "{HERE / "compose.chaos.yml"}" -p "{project}"')

@@ -191,9 +191,7 @@ def cluster(compose_env_file: str, docker_services, docker_compose_command: str,
         pytest.fail(f"images {missing} are not built: run `make images` (docker/build-offline.sh)")
     from compose_leftovers import remove_stale_projects
 
-    stale = remove_stale_projects("emberchaos", "embere2e")
-    if stale:
-        print(f"\nremoved compose projects left by killed test runs: {stale}")
+    remove_stale_projects("emberchaos", "embere2e")
     env_file = Path(compose_env_file)
     gcs_port, http_port, dashboard_port = _free_port(), _free_port(), _free_port()
     token = secrets.token_hex(32)  # the cluster's token, as `make compose-env` writes it

@@ -13,10 +13,10 @@ import pytest
 
 import ember
 from ember import exceptions as ex
+from ember.testing import process_gone, wait_for
 from ember_common import rpc
 from ember_common.gcs_client import SyncGcsClient
 from ember_common.proto import common_pb2, raylet_pb2, raylet_pb2_grpc
-from ember.testing import process_gone, wait_for
 
 A = common_pb2.ActorInfo
 T = 30  # timeout of every ember.get: a bug fails the test instead of hanging it

@@ -95,16 +95,22 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+def _traced_run(source, span_dir, delay_ms=None, timeout=180):
+    """Runs a driver script exporting its spans to files under span_dir (the file exporter,
+    OTEL_BSP_SCHEDULE_DELAY=delay_ms when given); returns the JSON of its last line."""
+    env = dict(os.environ, OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(span_dir))
+    if delay_ms is not None:
+        env["OTEL_BSP_SCHEDULE_DELAY"] = str(delay_ms)
+    r = subprocess.run([sys.executable, "-c", source], env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     span_dir = tmp_path_factory.mktemp("spans")
-    env = dict(os.environ, OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(span_dir),
-               OTEL_BSP_SCHEDULE_DELAY="100")
-    r = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True,
-                       timeout=180)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    return str(span_dir), out
+    return str(span_dir), _traced_run(DRIVER, span_dir, delay_ms=100)
 
 
 def test_one_trace_spans_every_service(traced):
@@ -224,12 +230,7 @@ def test_spans_of_workers_stopped_at_the_jobs_end_are_exported(tmp_path):
     """A job ends before any worker's export timer (60 s) fires: the actor's worker (stopped
     because its job finished) and the task's worker (its lease returned, then stopped with
     the cluster) export what they hold as they are stopped, instead of being SIGKILLed."""
-    env = dict(os.environ, OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path),
-               OTEL_BSP_SCHEDULE_DELAY="60000")
-    r = subprocess.run([sys.executable, "-c", END_DRIVER], env=env, capture_output=True, text=True,
-                       timeout=180)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = _traced_run(END_DRIVER, tmp_path, delay_ms=60000)
     spans = tracing.read_trace(str(tmp_path), out["trace_id"])
     executed = {s["name"]: s for s in spans if s["service"] == "ember-worker"}
     assert {"execute Keeper.__init__", "execute Keeper.call", "execute task"} <= set(executed), sorted(executed)
@@ -282,12 +283,7 @@ SPILL_DRIVER = textwrap.dedent("""
 
 
 def test_spill_restore_pull_and_restart_spans(tmp_path):
-    env = dict(os.environ, OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path),
-               OTEL_BSP_SCHEDULE_DELAY="100")
-    r = subprocess.run([sys.executable, "-c", SPILL_DRIVER], env=env, capture_output=True,
-                       text=True, timeout=180)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = _traced_run(SPILL_DRIVER, tmp_path, delay_ms=100)
     spans = tracing.read_trace(str(tmp_path), out["trace_id"])
     spill = [s for s in spans if s["name"] == "objmgr spill"]
     assert spill and spill[0]["service"] == "ember-objmgr"
@@ -395,11 +391,7 @@ FAST_PATHS = textwrap.dedent("""
 def test_fast_paths_match_the_sdk(tmp_path):
     """The per-task fast paths (submit/execute spans, OTLP encoding) give what the SDK's generic
     path gives: the same parent links, statuses, events and the same OTLP request."""
-    env = dict(os.environ, OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(tmp_path))
-    r = subprocess.run([sys.executable, "-c", FAST_PATHS], env=env, capture_output=True,
-                       text=True, timeout=60)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = _traced_run(FAST_PATHS, tmp_path, timeout=60)
     assert out["same_encoding"] and out["one_trace"] and out["light"] == "LightSpan"
     assert out["parents"] == {"root": None, "submit f": "root", "execute f": "submit f",
                               "user child": "execute f", "submit g": "execute f",
