@@ -1,7 +1,7 @@
 """The typed raylet client against real raylets: leases follow spillback to the node that has the
 resources, go back home when the spilled-to raylet is gone, end with Infeasible (a status code)
-when no node can run them, can be cancelled, and an unreachable raylet is Unavailable after the
-backoff policy's tries."""
+when no node can run them, say how many leases of their shape the cluster holds, can be
+cancelled, and an unreachable raylet is Unavailable after the backoff policy's tries."""
 from __future__ import annotations
 
 import asyncio
@@ -62,6 +62,12 @@ def test_lease_follows_spillback_and_returns_there(fast_failures):
                 assert lease.raylet_address == other.record.raylet_address
                 assert hops and hops[-1] == other.record.raylet_address
                 assert lease.grant.worker_address.node_id == other.node_id
+                assert lease.grant.capacity == 1  # one node has "special", once
+                cpu = _request({"CPU": 1})  # granted here: each node holds one such lease
+                local = await client.request_worker_lease(cpu)
+                assert local.raylet_address == head.record.raylet_address
+                assert local.grant.capacity == 2
+                await client.return_worker(cpu.lease_id)
                 stats = await client.get_node_stats(address=other.record.raylet_address)
                 assert any(w.leased for w in stats.workers)
                 await client.return_worker(b"no-such-lease-id", address=lease.raylet_address)  # idempotent

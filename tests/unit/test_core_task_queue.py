@@ -56,9 +56,10 @@ def of(out: list, kind: type) -> list:
     return [i for i in out if isinstance(i, kind)]
 
 
-def grant(q: TaskQueue, lease_id: bytes, worker: str = "w:1", gpus: list[int] | None = None) -> list:
+def grant(q: TaskQueue, lease_id: bytes, worker: str = "w:1", gpus: list[int] | None = None,
+          capacity: int = 0) -> list:
     assert q.request_started(KEY, lease_id) is not None
-    return q.lease_granted(KEY, lease_id, "home:1", worker, gpus or [])
+    return q.lease_granted(KEY, lease_id, "home:1", worker, gpus or [], capacity)
 
 
 def test_lease_requests_are_bounded_by_queued_tasks_and_the_limit():
@@ -412,3 +413,65 @@ def test_a_stealing_lease_is_kept_past_its_linger_time_until_the_tasks_come_back
     assert of(out, ReturnLease) == [] and of(out, SetTimer)  # still waiting for it
     out = q.push_replied(fast, RETURNED)
     assert [(p.lease.worker_address, p.entry) for p in of(out, Push)] == [("w:2", fast)]
+
+
+def test_requests_beyond_what_the_cluster_holds_are_not_sent_once_a_grant_says_so():
+    # A 2-CPU cluster: a backlog of 100 one-CPU tasks first asks for 10 workers (nothing
+    # known yet); once a grant says the cluster holds 2 such leases, the owner keeps only one
+    # request beyond its leases, instead of asking again for 10 that could only wait at the
+    # raylet and be cancelled when the backlog drains.
+    q, _ = make(max_requests=10)
+    tasks = [task(i) for i in range(100)]
+    out: list = []
+    for t in tasks:
+        out += q.enqueue(t)
+    assert len(of(out, RequestLease)) == 10
+    grant(q, b"L0", capacity=2)
+    grant(q, b"L1", "w:2", capacity=2)
+    pending = q.pending_requests(KEY)
+    assert len(pending) == 8  # sent before the capacity was known: left to wait or be cancelled
+    for lease_id in list(pending):
+        q.lease_cancelled(KEY, lease_id)
+    # the 8 gone, the cap holds: one request beyond the two leases
+    assert len(q.pending_requests(KEY)) == 1
+    # the backlog drains: the probe is cancelled, the leases linger
+    out = []
+    for t in tasks:
+        out += q.push_replied(t, OK)
+    assert len(of(out, CancelLeaseRequest)) == 1
+    assert len(of(out, RequestLease)) == 0
+
+
+def test_the_capacity_cap_keeps_one_request_pending_even_past_it():
+    # Leases past the capacity (blocked workers lent their CPUs to the raylet, which granted
+    # more): one request stays pending while tasks wait, so lent CPUs keep being used.
+    q, _ = make(max_requests=10)
+    for i in range(20):
+        q.enqueue(task(i))
+    for n, lease_id in enumerate(list(q.pending_requests(KEY))[:3]):
+        grant(q, lease_id, f"w:{n}", capacity=1)
+    for lease_id in list(q.pending_requests(KEY)):
+        q.lease_cancelled(KEY, lease_id)
+    assert len(q.leases(KEY)) == 3
+    assert len(q.pending_requests(KEY)) == 1
+
+
+def test_without_a_capacity_the_request_limit_alone_applies():
+    q, _ = make(max_requests=4)
+    for i in range(20):
+        q.enqueue(task(i))
+    grant(q, b"L0", capacity=0)  # a shape that needs nothing a node runs out of: no bound
+    assert len(q.pending_requests(KEY)) == 4
+
+
+def test_a_larger_capacity_in_a_later_grant_lets_more_requests_go():
+    # A node joined: the next grant says so and the owner asks for more workers again.
+    q, _ = make(max_requests=10)
+    for i in range(50):
+        q.enqueue(task(i))
+    grant(q, b"L0", capacity=1)
+    for lease_id in list(q.pending_requests(KEY)):
+        q.lease_cancelled(KEY, lease_id)
+    assert len(q.pending_requests(KEY)) == 1
+    grant(q, next(iter(q.pending_requests(KEY))), "w:2", capacity=6)
+    assert len(q.pending_requests(KEY)) == 6 + 1 - 2

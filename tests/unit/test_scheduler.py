@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ember_raylet.resources import NodeResources
-from ember_raylet.scheduler import Decision, RemoteNode, decide
+from ember_raylet.scheduler import Decision, RemoteNode, capacity, decide
 
 LOCAL = "local"
 
@@ -198,3 +198,26 @@ def test_fractional_gpu_fits_locally(spillback_count):
     assert local.allocate({"GPU": 0.5}) is not None
     d = decide(local, cluster(remote("a", {"GPU": 4})), LOCAL, {"GPU": 0.5}, spillback_count)
     assert d.kind == "local"
+
+
+def test_capacity_counts_the_shape_in_every_alive_nodes_totals():
+    # what is free now does not matter: the local node is full, a remote one busy
+    local = busy_local({"CPU": 2, "memory": 4e9})
+    c = cluster(remote("a", {"CPU": 8}, {"CPU": 0}), remote("b", {"CPU": 3, "GPU": 2}),
+                remote("dead", {"CPU": 64}, alive=False), remote(LOCAL, {"CPU": 2}))
+    assert capacity(local, c, LOCAL, {"CPU": 1}) == 2 + 8 + 3  # the local node counted once
+    assert capacity(local, c, LOCAL, {"CPU": 2}) == 1 + 4 + 1
+    assert capacity(local, c, LOCAL, {"CPU": 0.5}) == 4 + 16 + 6
+    assert capacity(local, c, LOCAL, {"CPU": 1, "GPU": 0.5}) == 3  # only b has GPUs: min(3, 4)
+    assert capacity(local, c, LOCAL, {"CPU": 1, "memory": 1e9}) == 2  # only the local node has memory
+    assert capacity(local, c, LOCAL, {"CPU": 0.3}) == 6 + 26 + 10  # floors, no float drift
+
+
+def test_capacity_of_a_shape_that_needs_nothing_is_unbounded():
+    local = NodeResources({"CPU": 2})
+    assert capacity(local, {}, LOCAL, {}) == 0
+    assert capacity(local, {}, LOCAL, {"CPU": 0.0}) == 0
+
+
+def test_capacity_of_a_shape_no_node_holds_is_zero_leases():
+    assert capacity(NodeResources({"CPU": 2}), cluster(remote("a", {"CPU": 4})), LOCAL, {"CPU": 8}) == 0

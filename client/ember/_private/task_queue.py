@@ -6,7 +6,9 @@ linger deadline, shutdown) and each returns the instructions the driver (task_su
 carries out (defined, with Lease and TaskEntry, in task_queue_types.py):
 
 - `RequestLease(key, lease_id, address)`: ask a raylet for a worker (at most
-  `max_pending_lease_requests` in flight per key, never more than the queued tasks);
+  `max_pending_lease_requests` in flight per key, never more than the queued tasks, and no
+  more than one beyond the leases of the key's shape the cluster holds, once a grant said how
+  many: on a full cluster the others would only wait and be cancelled);
 - `CancelLeaseRequest(address, lease_id)`: the queue emptied while requests were pending;
 - `Push(lease, entry)`: send the task to the leased worker (the least loaded lease first; to
   a busy one only when pipelined, see below);
@@ -82,13 +84,15 @@ def _never(reply: core_worker_pb2.PushTaskReply, allowlist: tuple[type[BaseExcep
 
 
 class _Key:
-    __slots__ = ("tasks", "leases", "requests", "cancelling")
+    __slots__ = ("tasks", "leases", "requests", "cancelling", "capacity")
 
     def __init__(self) -> None:
         self.tasks: collections.deque[TaskEntry] = collections.deque()
         self.leases: list[Lease] = []
         self.requests: dict[bytes, str] = {}  # lease_id -> raylet address it is pending at
         self.cancelling: set[bytes] = set()  # requests whose cancel was sent (once each)
+        # leases of this shape the cluster's totals hold, as the last grant said (0: unknown)
+        self.capacity = 0
 
 
 class TaskQueue:
@@ -167,9 +171,11 @@ class TaskQueue:
             q.requests[lease_id] = address
 
     def lease_granted(self, key: SchedulingKey, lease_id: bytes, raylet_address: str,
-                      worker_address: str, gpu_ids: list[int]) -> list[Instruction]:
-        """A raylet leased a worker for key."""
+                      worker_address: str, gpu_ids: list[int], capacity: int = 0) -> list[Instruction]:
+        """A raylet leased a worker for key; capacity: how many leases of its shape the
+        cluster's total resources hold, as that raylet sees them (0: no bound known)."""
         q = self._keys[key]
+        q.capacity = capacity
         q.requests.pop(lease_id, None)
         q.cancelling.discard(lease_id)
         lease = Lease(lease_id, raylet_address, worker_address, gpu_ids)
@@ -372,7 +378,16 @@ class TaskQueue:
             for lease in q.leases:
                 if lease.inflight > 1 and not lease.held:
                     backlog += lease.inflight - 1
-        want = min(backlog, self.max_requests) - len(q.requests) + len(q.cancelling)
+        wanted = min(backlog, self.max_requests)
+        if q.capacity:
+            # The cluster's totals hold q.capacity leases of this shape: requests beyond one
+            # more than that could only wait at a raylet and be cancelled when the backlog
+            # drains (a lease request and its cancel per extra request and burst). One stays
+            # pending while tasks wait, whatever the count: it is granted when a lease of any
+            # owner ends or a blocked worker lends its CPUs, and its grant brings a fresh
+            # capacity (nodes that joined).
+            wanted = min(wanted, max(1, q.capacity + 1 - len(q.leases)))
+        want = wanted - len(q.requests) + len(q.cancelling)
         for _ in range(want):
             lease_id = self._new_id()
             q.requests[lease_id] = self.home

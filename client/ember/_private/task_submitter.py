@@ -191,7 +191,7 @@ class TaskSubmitter:
         g = granted.grant
         task_events.leased(_addr(g.worker_address), g.worker_address.node_id, g.worker_address.worker_id, g.pid)
         self._run(self.queue.lease_granted(key, lease_id, granted.raylet_address,
-                                           _addr(g.worker_address), list(g.gpu_ids)))
+                                           _addr(g.worker_address), list(g.gpu_ids), g.capacity))
 
     async def _route(self, placement: Placement, request: raylet_pb2.RequestWorkerLeaseRequest,
                      name: str) -> str | None:

@@ -75,14 +75,16 @@ class RequestWorkerLeaseReply(_message.Message):
     def __init__(self, granted: _Optional[_Union[Grant, _Mapping]] = ..., spillback: _Optional[_Union[Spillback, _Mapping]] = ..., cancelled: _Optional[bool] = ...) -> None: ...
 
 class Grant(_message.Message):
-    __slots__ = ("worker_address", "gpu_ids", "pid")
+    __slots__ = ("worker_address", "gpu_ids", "pid", "capacity")
     WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     GPU_IDS_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
     worker_address: _common_pb2.Address
     gpu_ids: _containers.RepeatedScalarFieldContainer[int]
     pid: int
-    def __init__(self, worker_address: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., pid: _Optional[int] = ...) -> None: ...
+    capacity: int
+    def __init__(self, worker_address: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., pid: _Optional[int] = ..., capacity: _Optional[int] = ...) -> None: ...
 
 class Spillback(_message.Message):
     __slots__ = ("node_id", "raylet_address")

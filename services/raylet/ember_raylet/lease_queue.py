@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .resources import Allocation, NodeResources
-from .scheduler import DEFAULT_SPREAD_THRESHOLD, Decision, Pick, RemoteNode, decide
+from .scheduler import DEFAULT_SPREAD_THRESHOLD, Decision, Pick, RemoteNode, capacity, decide
 
 Clock = Callable[[], float]
 
@@ -118,6 +118,10 @@ class LeaseQueue:
             return "infeasible"
         self.waiting.append(req)
         return "queued"
+
+    def capacity(self, resources: dict[str, float]) -> int:
+        """How many leases of this shape the alive nodes' totals hold (scheduler.capacity)."""
+        return capacity(self.resources, self.cluster, self.node_id, resources)
 
     def why_infeasible(self, req: LeaseRequest) -> str:
         """The reason no node can run the request now."""

@@ -298,7 +298,8 @@ class Raylet:
             self._answer(lease.lease_id, LeaseReply(granted=raylet_pb2.Grant(
                 worker_address=common_pb2.Address(ip=self.node_ip, port=w.port, worker_id=w.worker_id,
                                                   node_id=self.node_id),
-                gpu_ids=g.alloc.gpu_ids if g.request.gpu_ids is None else g.request.gpu_ids, pid=w.pid)))
+                gpu_ids=g.alloc.gpu_ids if g.request.gpu_ids is None else g.request.gpu_ids, pid=w.pid,
+                capacity=self.queue.capacity(g.request.resources))))
         for _ in range(self.pool.to_start(sched.wanted_by_env.get("", 0))):
             self.start_worker()
         for env, n in sched.wanted_by_env.items():  # envs set up; the others start when ready

@@ -101,6 +101,20 @@ def decide(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: 
     return Decision("infeasible", reason=_why(request, cluster, local))
 
 
+def capacity(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: str,
+             request: dict[str, float]) -> int:
+    """How many leases of the request's shape the alive nodes' total resources hold at once
+    (this node's and the cluster view's; 0: no bound, the shape needs nothing a node runs out
+    of). A grant carries it to the owner, which then keeps at most one request of the shape
+    beyond it waiting (task_queue): on a full cluster the other requests could only queue and
+    be cancelled again when the owner's backlog drains."""
+    need = {k: v for k, v in request.items() if v > EPS}
+    if not need:
+        return 0
+    totals = [local.total] + [n.total for n in cluster.values() if n.alive and n.node_id != local_node_id]
+    return sum(int(min(t.get(k, 0.0) / v for k, v in need.items()) + EPS) for t in totals)
+
+
 def _best(nodes: list[RemoteNode], request: dict[str, float], spread_threshold: float,
           pick: Pick | None) -> RemoteNode:
     """The lowest score, then the most headroom; `pick` chooses among exact ties."""
