@@ -59,6 +59,11 @@ def value(samples, name: str, **labels: str) -> float:
     return sum(v for lb, v in samples.get(name, []) if all(lb.get(k) == w for k, w in labels.items()))
 
 
+def rpc_calls(port: int, method: str) -> float:
+    """How many calls of an RPC method the service on port has served."""
+    return value(scrape(port), "ember_rpc_server_latency_seconds_count", method=method)
+
+
 @pytest.fixture(scope="module")
 def cluster():
     base = free_port_range(3)
@@ -141,11 +146,8 @@ def test_actors_total_by_state(cluster):
 def test_rpc_latency_histograms_count_calls(cluster):
     import numpy as np
 
-    def count(port, method):
-        return value(scrape(port), "ember_rpc_server_latency_seconds_count", method=method)
-
-    creates, kv = count(cluster["objmgr"], "Create"), count(cluster["gcs"], "InternalKVPut")
-    leases = count(cluster["raylet"], "RequestWorkerLease")
+    creates, kv = rpc_calls(cluster["objmgr"], "Create"), rpc_calls(cluster["gcs"], "InternalKVPut")
+    leases = rpc_calls(cluster["raylet"], "RequestWorkerLease")
 
     @ember.remote(num_cpus=2)  # a new shape: a fresh lease
     def f():
@@ -153,13 +155,13 @@ def test_rpc_latency_histograms_count_calls(cluster):
 
     assert ember.get(f.remote()) == 1
     ember.put(np.zeros(2 * 2**20, dtype=np.uint8))
-    assert count(cluster["objmgr"], "Create") > creates
-    assert count(cluster["gcs"], "InternalKVPut") > kv  # the function table entry
-    assert count(cluster["raylet"], "RequestWorkerLease") > leases
+    assert rpc_calls(cluster["objmgr"], "Create") > creates
+    assert rpc_calls(cluster["gcs"], "InternalKVPut") > kv  # the function table entry
+    assert rpc_calls(cluster["raylet"], "RequestWorkerLease") > leases
     raylet = scrape(cluster["raylet"])
     buckets = [(lb, v) for lb, v in raylet["ember_rpc_server_latency_seconds_bucket"]
                if lb["method"] == "RequestWorkerLease"]
-    assert buckets and max(v for _, v in buckets) == count(cluster["raylet"], "RequestWorkerLease")
+    assert buckets and max(v for _, v in buckets) == rpc_calls(cluster["raylet"], "RequestWorkerLease")
 
 
 def test_a_burst_on_a_full_cluster_waits_in_few_lease_requests(cluster):
@@ -168,7 +170,7 @@ def test_a_burst_on_a_full_cluster_waits_in_few_lease_requests(cluster):
     # max_pending_lease_requests (10) of which eight could only wait and be cancelled when the
     # burst drains (before: ~10 requests and ~8 cancels per burst of 500, each ~0.5 ms of raylet CPU).
     def count(method):
-        return value(scrape(cluster["raylet"]), "ember_rpc_server_latency_seconds_count", method=method)
+        return rpc_calls(cluster["raylet"], method)
 
     @ember.remote(num_cpus=1)
     def g():

@@ -98,7 +98,7 @@ def decide(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: 
     later = [n for n in others if _fits(n.total, request)]
     if later:
         return Decision("spill", max(later, key=lambda n: _headroom(n.total, request)))
-    return Decision("infeasible", reason=_why(request, cluster, local))
+    return Decision("infeasible", reason=_why(request, cluster, local, local_node_id))
 
 
 def capacity(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: str,
@@ -111,8 +111,14 @@ def capacity(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id
     need = {k: v for k, v in request.items() if v > EPS}
     if not need:
         return 0
-    totals = [local.total] + [n.total for n in cluster.values() if n.alive and n.node_id != local_node_id]
-    return sum(int(min(t.get(k, 0.0) / v for k, v in need.items()) + EPS) for t in totals)
+    return sum(int(min(t.get(k, 0.0) / v for k, v in need.items()) + EPS)
+               for t in _alive_totals(local, cluster, local_node_id))
+
+
+def _alive_totals(local: NodeResources, cluster: dict[str, RemoteNode],
+                  local_node_id: str) -> list[dict[str, float]]:
+    """Every alive node's total resources, this node's first and once."""
+    return [local.total] + [n.total for n in cluster.values() if n.alive and n.node_id != local_node_id]
 
 
 def _best(nodes: list[RemoteNode], request: dict[str, float], spread_threshold: float,
@@ -129,10 +135,10 @@ def _headroom(have: dict[str, float], request: dict[str, float]) -> float:
     return min((have.get(k, 0.0) - v for k, v in request.items() if v > 0), default=0.0)
 
 
-def _why(request: dict[str, float], cluster: dict[str, RemoteNode], local: NodeResources) -> str:
-    totals = [local.total] + [n.total for n in cluster.values() if n.alive]
+def _why(request: dict[str, float], cluster: dict[str, RemoteNode], local: NodeResources,
+         local_node_id: str) -> str:
     biggest: dict[str, float] = {}
-    for t in totals:
+    for t in _alive_totals(local, cluster, local_node_id):
         for k, v in t.items():
             biggest[k] = max(biggest.get(k, 0.0), v)
     missing = {k: v for k, v in request.items() if v > 0 and biggest.get(k, 0.0) + EPS < v}
