@@ -26,7 +26,8 @@ tracing_export.SpanBuffer (the SDK's BatchSpanProcessor's job, with a cheaper wa
 paths queue a plain tuple per span, which the OTLP/gRPC exporter encodes as is). Sampling is
 decided before anything is built: with the SDK's default parent-based samplers (always_on,
 always_off, traceidratio at the root) the fast paths decide inline, and a task that is not
-sampled only propagates the decision (its traceparent), recording nothing.
+sampled only propagates the decision (its traceparent), recording nothing. A task's execute span that ends cleanly and untouched is left to the owner's
+task events, and the GCS exports it (tracing_derived).
 """
 from __future__ import annotations
 
@@ -71,6 +72,11 @@ def _exporter_names() -> list[str]:
     return [n.strip().lower() for n in raw.split(",") if n.strip() and n.strip().lower() != "none"]
 
 
+def exporter_names() -> list[str]:
+    """The exporters OTEL_TRACES_EXPORTER names (none: tracing off)."""
+    return _exporter_names()
+
+
 def _task_executing_unset(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes | None = None) -> Any:
     from .tracing_exec import task_executing as f
 
@@ -90,16 +96,16 @@ def _exec_begin_unset(*args: Any) -> Any:
     return f(*args)
 
 
-def _exec_finish_unset(*args: Any) -> None:
+def _exec_finish_unset(*args: Any) -> Any:
     from .tracing_exec import finish as f
 
-    f(*args)
+    return f(*args)
 
 
 # A thread's synchronous task's execute span, the cheapest way (tracing_exec.begin / finish:
 # None from exec_begin means task_executing's way); bound by setup() as task_executing is.
 exec_begin: Callable[..., Any] = _exec_begin_unset
-exec_finish: Callable[..., None] = _exec_finish_unset
+exec_finish: Callable[..., Any] = _exec_finish_unset
 
 
 def setup(default_service_name: str, node_id: str = "") -> bool:

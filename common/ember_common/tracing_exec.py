@@ -37,6 +37,7 @@ import time
 from typing import Any
 
 from . import tracing_spans as ts
+from .tracing_derived import span_id as derived_id
 from .tracing_export import exec_attributes as attributes_of
 from .tracing_export import expand_exec as expand  # noqa: F401 (the module's record, expanded)
 
@@ -182,7 +183,7 @@ def init() -> None:
         still name the right parent. A Span by registration (isinstance), not by inheritance:
         OpenTelemetry's span classes have no __slots__."""
 
-        __slots__ = ("_tp", "_sid", "_name", "_values", "_start", "_tok", "_span", "_done")
+        __slots__ = ("_tp", "_sid", "_name", "_values", "_start", "_tok", "_span", "_done", "_left")
         _tp: bytes  # the task's trace_parent
         _sid: bytes  # its execute span's id
         _name: str
@@ -191,6 +192,7 @@ def init() -> None:
         _tok: Any  # the ContextVar token of begin's set
         _span: Any  # the ExecSpan (or, after the task, its context as a span), once made
         _done: bool
+        _left: bool  # the owner's task events may carry the span (TaskSpec.exec_span_by_owner)
 
         def _real(self) -> Any:
             sp = self._span
@@ -258,12 +260,18 @@ def init() -> None:
         if not (len(tp) == 25 and _ZERO8 not in tp) or cv.get():  # a context is current: the general way
             return None
         p = new(CurrentExec)
-        p._tp, p._sid, p._name, p._start, p._span, p._done = tp, next(_ids, None) or _draw(), name, start, None, False
-        p._values = (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, node_id, worker_id)
+        if spec.exec_span_by_owner:  # the id the GCS derives too (tracing_derived)
+            task_id, attempt = spec.task_id, spec.attempt
+            p._tp, p._sid, p._left = tp, derived_id(task_id, attempt), True
+        else:
+            task_id, attempt = spec.task_id, spec.attempt
+            p._tp, p._sid, p._left = tp, next(_ids, None) or _draw(), False
+        p._name, p._start, p._span, p._done = name, start, None, False
+        p._values = (task_id, spec.job_id, attempt, spec.actor_id, node_id, worker_id)
         p._tok = cv.set(Context({span_key: p}))
         return p
 
-    def finish(p: Any, error: str | None = None, exc: BaseException | None = None) -> None:
+    def finish(p: Any, error: str | None = None, exc: BaseException | None = None) -> Any:
         try:
             cv.reset(p._tok)
         except Exception:  # as OpenTelemetry's detach
@@ -274,13 +282,15 @@ def init() -> None:
             if error is None and exc is None:  # the usual end: one record, no span object
                 tp = p._tp
                 if tp[24] & 1:
+                    if p._left:  # the owner's task events carry it (the caller says so)
+                        return p
                     rec = (p._name, tp, p._sid, p._start, time_ns(), p._values, None)
                     buf = ts._buffer
                     if buf is not None and ts._processor._span_processors is ts._only_buffer:
                         buf.add_record(rec)
                     else:
                         emit(rec)
-                return
+                return None
             sp = p._span = made(p._tp, p._sid, p._name, p._values, p._start)
         if exc is not None and sp.is_recording():
             sp.record_exception(exc)
@@ -288,6 +298,7 @@ def init() -> None:
         elif error is not None:
             ts.set_error(sp, error)
         sp.end()
+        return None
 
     global _begin, _finish
     _begin, _finish = begin, finish
@@ -307,10 +318,19 @@ def begin(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes, start: 
     return None
 
 
-def finish(p: Any, error: str | None = None, exc: BaseException | None = None) -> None:
+def finish(p: Any, error: str | None = None, exc: BaseException | None = None) -> Any:
     """Ends the span `begin` started: queued as one EXEC record (ERROR with the text error, or
-    with the exception exc recorded, as task_executing's on an exception)."""
-    _finish(p, error, exc)
+    with the exception exc recorded, as task_executing's on an exception). Returns p, not
+    recorded, when the owner's task events may carry the span instead (the spec's
+    exec_span_by_owner, no error, nothing asked for the span): the caller sets its reply's
+    exec_span_left, or, if the task's reply turns out an error after all, records it with
+    `record_left(p)`; else None."""
+    return _finish(p, error, exc)
+
+
+def record_left(p: Any) -> None:
+    """Records the span `finish` left to the owner after all (ended now)."""
+    ts.emit((p._name, p._tp, p._sid, p._start, time.time_ns(), p._values, None))
 
 
 def task_executing(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes | None = None) -> Any:

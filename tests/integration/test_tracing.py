@@ -339,6 +339,89 @@ def test_otlp_export_to_a_real_receiver(tmp_path, protocol):
         assert [s["name"] for s in spans if s["parent_id"] not in ids] == ["job"]
 
 
+LEFT_DRIVER = textwrap.dedent("""
+    import json, os, psutil
+    import ember
+    from ember.testing import wait_for
+    from ember_common import tracing_submit
+    from opentelemetry import trace
+
+    ember.init(num_cpus=2)
+    wait_for(lambda: tracing_submit.by_owner, timeout_s=30, what="the GCS's word on execute spans")
+    gcs = [p.pid for p in psutil.Process().children(recursive=True) if "ember_gcs" in " ".join(p.cmdline())]
+
+    @ember.remote
+    def leaf(x):
+        return x + 1
+
+    @ember.remote
+    def outer(x):
+        return ember.get(leaf.remote(x))
+
+    @ember.remote
+    def touched():
+        trace.get_current_span().set_attribute("user.touched", 1)
+        return os.getpid()
+
+    @ember.remote(max_retries=0)
+    def boom():
+        raise ValueError("boom")
+
+    @ember.remote
+    class Counter:
+        def incr(self):
+            return 1
+
+    with trace.get_tracer("test").start_as_current_span("left job") as root:
+        trace_id = format(root.get_span_context().trace_id, "032x")
+        assert ember.get([outer.remote(i) for i in range(4)]) == [1, 2, 3, 4]
+        ember.get(touched.remote())
+        try:
+            ember.get(boom.remote())
+        except ember.exceptions.RayTaskError:
+            pass
+        c = Counter.remote()
+        assert ember.get([c.incr.remote() for _ in range(3)]) == [1, 1, 1]
+    print(json.dumps({"trace_id": trace_id, "gcs": gcs}))
+    ember.shutdown()
+""")
+
+
+def test_untouched_execute_spans_are_exported_by_the_gcs_from_task_events(tmp_path):
+    """Tasks that end without error and whose span no code asked for leave their execute span
+    to the owner's task events, and the GCS exports it (tracing_derived): under the worker's
+    service, the submission's child, the parent of nested submissions, once per task. A span
+    user code touched, and a failed task's, the worker records itself."""
+    out = _traced_run(LEFT_DRIVER, tmp_path, delay_ms=100)
+    assert len(out["gcs"]) == 1
+    by_file: dict = {}
+    for name in os.listdir(tmp_path):
+        with open(tmp_path / name) as f:
+            for line in f:
+                s = json.loads(line)
+                if s["trace_id"] == out["trace_id"]:
+                    by_file.setdefault(name, []).append(s)
+    spans = [s for file_spans in by_file.values() for s in file_spans]
+    ids = {s["span_id"]: s for s in spans}
+    executes = [s for s in spans if s["name"].startswith("execute ")]
+    per_task = [s["attributes"]["ember.task_id"] for s in executes]
+    assert len(per_task) == len(set(per_task)) == 4 + 4 + 1 + 1 + 1 + 3, sorted(s["name"] for s in executes)
+    from_gcs = {s["name"] for s in by_file.get(f"ember-worker-{out['gcs'][0]}.jsonl", [])}
+    assert from_gcs == {"execute outer", "execute leaf", "execute Counter.incr"}, from_gcs
+    for s in executes:
+        assert s["service"] == "ember-worker"
+        parent = "actor create Counter" if s["name"] == "execute Counter.__init__" else "submit " + s["name"][8:]
+        assert ids[s["parent_id"]]["name"] == parent
+        # every span of a spec the owner marked has the derived id, whoever records it
+        assert s["attributes"]["ember.task_id"].endswith(s["span_id"]) == (s["name"] != "execute Counter.__init__")
+    for s in (s for s in spans if s["name"] == "submit leaf"):
+        assert ids[s["parent_id"]]["name"] == "execute outer"  # the derived id, named by the worker
+    (touched,) = [s for s in executes if s["name"] == "execute touched"]
+    assert touched["attributes"]["user.touched"] == 1 and touched["status"] == "UNSET"
+    (boom,) = [s for s in executes if s["name"] == "execute boom"]
+    assert boom["status"] == "ERROR" and "boom" in boom["error"]
+
+
 FAST_PATHS = textwrap.dedent("""
     import json
     from opentelemetry import trace

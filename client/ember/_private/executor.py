@@ -271,6 +271,7 @@ class TaskExecutor(PipelineEffects):
         """Runs one task or call here (main or pool thread) and returns its reply."""
         start = time.time_ns()
         task_events.started(spec, start)
+        left = None  # the execute span, when left to the owner's task events (tracing_derived)
         if tracing.enabled() and ((tp := spec.trace_parent) or spec.trace_context):
             # A thread's synchronous task: its span is the thread's current-span holder, made
             # an object only if code asks for it (tracing_exec.begin); else the general way.
@@ -282,7 +283,7 @@ class TaskExecutor(PipelineEffects):
                 except BaseException as e:
                     tracing.exec_finish(p, None, e)
                     raise
-                tracing.exec_finish(p, reply.error_message if reply.is_application_error else None)
+                left = tracing.exec_finish(p, reply.error_message if reply.is_application_error else None)
             else:
                 with self._span(spec, tp) as sp:
                     reply = self._execute(spec)
@@ -292,6 +293,13 @@ class TaskExecutor(PipelineEffects):
             reply = self._execute(spec)
         if spec.actor_id and not spec.HasField("actor_creation"):
             reply = self._unless_cancelled(spec, reply)
+        if left is not None:
+            if reply.is_application_error:  # cancelled after all: the owner will not carry it
+                from ember_common import tracing_exec
+
+                tracing_exec.record_left(left)
+            else:
+                reply.exec_span_left = True
         if self.core.refs.unacked():  # refs borrowed by this task and still held: register first
             self.core.run(self.core.refs.flush())
         task_events.executed(spec, reply)

@@ -39,6 +39,7 @@ the flag test alone.
 """
 from __future__ import annotations
 
+import asyncio
 import collections
 import itertools
 import logging
@@ -96,6 +97,10 @@ _max_flat = WIDTH * _max_records  # _closed's bound, in values
 _EMPTY: tuple[Any, ...] = (None, -1, 0, 0, 0, 0, 0, 0, None, None)  # a task with no open record
 _dropped: dict[str, int] = {}
 _time_ns = time.time_ns
+# A trace column value of trace_parent + _LEFT (26 bytes): the worker left the task's execute
+# span to this record (PushTaskReply.exec_span_left); the batch lists it for the GCS to export
+# (tracing_derived).
+_LEFT = b"\x01"
 
 
 def _new(entry: TaskEntry) -> Record | None:
@@ -176,7 +181,8 @@ def replied(entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
             aid = spec.actor_id
             _closed.extend((spec.task_id, spec.attempt, spec.job_id, spec.name, aid,
                             (_ACTOR_CREATION if spec.HasField("actor_creation") else _ACTOR_TASK) if aid else _NORMAL,
-                            (spec.trace_parent or tracing.trace_id_hex(spec)) if tracing.enabled() else "",
+                            ((spec.trace_parent + _LEFT if reply.exec_span_left else spec.trace_parent)
+                             or tracing.trace_id_hex(spec)) if tracing.enabled() else "",
                             r[2], r[3], r[4], reply.start_time_ns, reply.end_time_ns or _time_ns(), 0, r[8], None))
         else:
             _drop(spec)
@@ -281,6 +287,10 @@ def encode(records: Flat, me: tuple[str, str, int], workers: dict[str, tuple[str
         traces = records[C_TRACE::W]
         if any(traces):  # a str, or (replied) the spec's trace_parent bytes, in hex here
             b.trace_id.extend([t if type(t) is str else _trace_hex(t) for t in traces])
+            left = [i for i, t in enumerate(traces) if type(t) is bytes and len(t) == 26]
+            if left:  # execute spans the workers left to these records
+                b.exec_span_index.extend(left)
+                b.exec_span_parent.extend([traces[i][:25] for i in left])
     errors = records[C_ERROR::W]
     if errors.count(None) != len(errors):
         found_errors = [(i, e) for i, e in enumerate(errors) if e is not None]
@@ -291,8 +301,8 @@ def encode(records: Flat, me: tuple[str, str, int], workers: dict[str, tuple[str
 
 
 def _trace_hex(trace_parent: bytes) -> str:
-    """The trace id (hex) of a TaskSpec.trace_parent (25 bytes: tracing_submit)."""
-    return trace_parent[:16].hex() if len(trace_parent) == 25 else ""
+    """The trace id (hex) of a TaskSpec.trace_parent (25 bytes: tracing_submit; 26: with _LEFT)."""
+    return trace_parent[:16].hex() if len(trace_parent) in (25, 26) else ""
 
 
 def take(sent_open: dict[Any, tuple[Any, ...]]) -> Flat:
@@ -360,7 +370,9 @@ class _Reporter:
             data = batch.SerializeToString()
             try:
                 # On the core's own GCS channel, from this thread (the loop only sends it).
-                self.core.run(lambda: core.gcs.add_task_event_data(data, by_job, dropped, timeout_s=self.timeout_s),
+                spans = len(batch.exec_span_index)
+                self.core.run(lambda: core.gcs.add_task_event_data(data, by_job, dropped, exec_spans=spans,
+                                                                   timeout_s=self.timeout_s),
                               timeout=self.timeout_s + 1)
                 self.sent_records += len(records) // WIDTH
             except Exception as e:  # the GCS is away: these records are lost, and counted
@@ -394,6 +406,22 @@ def start(core: CoreWorker) -> None:
     _tracked = core.submitter.tasks
     _reporter = _Reporter(core, cfg.task_events_report_interval_s)
     on = True
+    if tracing.enabled():  # may this process's tasks leave their execute spans to the GCS?
+        asyncio.run_coroutine_threadsafe(_ask_gcs_for_exec_spans(core), core.loop)
+
+
+async def _ask_gcs_for_exec_spans(core: CoreWorker) -> None:
+    """Sets tracing_submit.by_owner when the GCS exports execute spans from task events
+    (tracing_derived); until then, and if the GCS cannot say, workers record their own."""
+    from ember_common import tracing_derived, tracing_submit
+
+    try:
+        value = await core.gcs.internal_kv_get(tracing_derived.KV_NAMESPACE, tracing_derived.KV_KEY,
+                                               timeout_s=10)
+    except Exception as e:
+        log.debug("tracing: cannot ask the GCS whether it exports execute spans (%s)", e)
+        return
+    tracing_submit.by_owner = on and value == b"1"
 
 
 def stop() -> None:
@@ -404,6 +432,9 @@ def stop() -> None:
         return
     _reporter = None
     on = False
+    from ember_common import tracing_submit
+
+    tracing_submit.by_owner = False  # no record carries a span from now on: workers record theirs
     try:
         r.stop()
     except Exception as e:  # the GCS is gone (the cluster is stopping): nothing more to do

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import common_pb2 as common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11\x63ore_worker.proto\x12\x05\x65mber\x1a\x0c\x63ommon.proto\">\n\x18\x41\x64\x64ObjectLocationRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x0f\n\x07node_id\x18\x02 \x01(\t\"\x18\n\x16\x41\x64\x64ObjectLocationReply\"Q\n\nNestedRefs\x12\x10\n\x08outer_id\x18\x01 \x01(\x0c\x12\x1d\n\x05owner\x18\x02 \x01(\x0b\x32\x0e.ember.Address\x12\x12\n\nobject_ids\x18\x03 \x03(\x0c\"A\n\x0f\x42orrowerRequest\x12\x12\n\nobject_ids\x18\x01 \x03(\x0c\x12\x1a\n\x12\x62orrower_worker_id\x18\x02 \x01(\t\"\'\n\x10\x41\x64\x64\x42orrowerReply\x12\x13\n\x0bunknown_ids\x18\x01 \x03(\x0c\"\x15\n\x13RemoveBorrowerReply\"0\n\x0fPushTaskRequest\x12\x1d\n\x04spec\x18\x01 \x01(\x0b\x32\x0f.ember.TaskSpec\"\xfc\x01\n\rPushTaskReply\x12$\n\x07returns\x18\x01 \x03(\x0b\x32\x13.ember.ReturnObject\x12\x1c\n\x14is_application_error\x18\x02 \x01(\x08\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x14\n\x0cnum_streamed\x18\x04 \x01(\x03\x12!\n\x06nested\x18\x05 \x03(\x0b\x32\x11.ember.NestedRefs\x12\x1a\n\x12returned_unstarted\x18\x06 \x01(\x08\x12\x15\n\rstart_time_ns\x18\x07 \x01(\x03\x12\x13\n\x0b\x65nd_time_ns\x18\x08 \x01(\x03\x12\x0f\n\x07refused\x18\t \x01(\x08\"\x82\x01\n\x1aReportGeneratorItemRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\r\n\x05index\x18\x02 \x01(\x03\x12!\n\x04item\x18\x03 \x01(\x0b\x32\x13.ember.ReturnObject\x12!\n\x06nested\x18\x04 \x03(\x0b\x32\x11.ember.NestedRefs\"\x1a\n\x18ReportGeneratorItemReply\">\n\tTaskBatch\x12\x1e\n\x05specs\x18\x01 \x03(\x0b\x32\x0f.ember.TaskSpec\x12\x11\n\tgive_back\x18\x02 \x01(\x08\"G\n\x0fTaskStreamReply\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12#\n\x05reply\x18\x02 \x01(\x0b\x32\x14.ember.PushTaskReply\"9\n\x0eTaskReplyBatch\x12\'\n\x07replies\x18\x01 \x03(\x0b\x32\x16.ember.TaskStreamReply\"\x17\n\x15\x44irectEndpointRequest\"3\n\x13\x44irectEndpointReply\x12\x0c\n\x04port\x18\x01 \x01(\x05\x12\x0e\n\x06secret\x18\x02 \x01(\x0c\"8\n\x10GetObjectRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x11\n\ttimeout_s\x18\x02 \x01(\x01\"\xab\x01\n\x0eGetObjectReply\x12,\n\x06status\x18\x01 \x01(\x0e\x32\x1c.ember.GetObjectReply.Status\x12#\n\x06object\x18\x02 \x01(\x0b\x32\x13.ember.ReturnObject\x12\x15\n\rcopy_node_ids\x18\x03 \x03(\t\"/\n\x06Status\x12\t\n\x05READY\x10\x00\x12\x0b\n\x07TIMEOUT\x10\x01\x12\r\n\tNOT_FOUND\x10\x02\"3\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"$\n\x0f\x43\x61ncelTaskReply\x12\x11\n\tattempted\x18\x01 \x01(\x08\"\r\n\x0b\x45xitRequest\"\x0b\n\tExitReply2\xae\x05\n\nCoreWorker\x12\x38\n\x08PushTask\x12\x16.ember.PushTaskRequest\x1a\x14.ember.PushTaskReply\x12\x39\n\nTaskStream\x12\x10.ember.TaskBatch\x1a\x15.ember.TaskReplyBatch(\x01\x30\x01\x12J\n\x0e\x44irectEndpoint\x12\x1c.ember.DirectEndpointRequest\x1a\x1a.ember.DirectEndpointReply\x12;\n\tGetObject\x12\x17.ember.GetObjectRequest\x1a\x15.ember.GetObjectReply\x12>\n\nCancelTask\x12\x18.ember.CancelTaskRequest\x1a\x16.ember.CancelTaskReply\x12Y\n\x13ReportGeneratorItem\x12!.ember.ReportGeneratorItemRequest\x1a\x1f.ember.ReportGeneratorItemReply\x12,\n\x04\x45xit\x12\x12.ember.ExitRequest\x1a\x10.ember.ExitReply\x12>\n\x0b\x41\x64\x64\x42orrower\x12\x16.ember.BorrowerRequest\x1a\x17.ember.AddBorrowerReply\x12\x44\n\x0eRemoveBorrower\x12\x16.ember.BorrowerRequest\x1a\x1a.ember.RemoveBorrowerReply\x12S\n\x11\x41\x64\x64ObjectLocation\x12\x1f.ember.AddObjectLocationRequest\x1a\x1d.ember.AddObjectLocationReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11\x63ore_worker.proto\x12\x05\x65mber\x1a\x0c\x63ommon.proto\">\n\x18\x41\x64\x64ObjectLocationRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x0f\n\x07node_id\x18\x02 \x01(\t\"\x18\n\x16\x41\x64\x64ObjectLocationReply\"Q\n\nNestedRefs\x12\x10\n\x08outer_id\x18\x01 \x01(\x0c\x12\x1d\n\x05owner\x18\x02 \x01(\x0b\x32\x0e.ember.Address\x12\x12\n\nobject_ids\x18\x03 \x03(\x0c\"A\n\x0f\x42orrowerRequest\x12\x12\n\nobject_ids\x18\x01 \x03(\x0c\x12\x1a\n\x12\x62orrower_worker_id\x18\x02 \x01(\t\"\'\n\x10\x41\x64\x64\x42orrowerReply\x12\x13\n\x0bunknown_ids\x18\x01 \x03(\x0c\"\x15\n\x13RemoveBorrowerReply\"0\n\x0fPushTaskRequest\x12\x1d\n\x04spec\x18\x01 \x01(\x0b\x32\x0f.ember.TaskSpec\"\x94\x02\n\rPushTaskReply\x12$\n\x07returns\x18\x01 \x03(\x0b\x32\x13.ember.ReturnObject\x12\x1c\n\x14is_application_error\x18\x02 \x01(\x08\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x14\n\x0cnum_streamed\x18\x04 \x01(\x03\x12!\n\x06nested\x18\x05 \x03(\x0b\x32\x11.ember.NestedRefs\x12\x1a\n\x12returned_unstarted\x18\x06 \x01(\x08\x12\x15\n\rstart_time_ns\x18\x07 \x01(\x03\x12\x13\n\x0b\x65nd_time_ns\x18\x08 \x01(\x03\x12\x0f\n\x07refused\x18\t \x01(\x08\x12\x16\n\x0e\x65xec_span_left\x18\n \x01(\x08\"\x82\x01\n\x1aReportGeneratorItemRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\r\n\x05index\x18\x02 \x01(\x03\x12!\n\x04item\x18\x03 \x01(\x0b\x32\x13.ember.ReturnObject\x12!\n\x06nested\x18\x04 \x03(\x0b\x32\x11.ember.NestedRefs\"\x1a\n\x18ReportGeneratorItemReply\">\n\tTaskBatch\x12\x1e\n\x05specs\x18\x01 \x03(\x0b\x32\x0f.ember.TaskSpec\x12\x11\n\tgive_back\x18\x02 \x01(\x08\"G\n\x0fTaskStreamReply\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12#\n\x05reply\x18\x02 \x01(\x0b\x32\x14.ember.PushTaskReply\"9\n\x0eTaskReplyBatch\x12\'\n\x07replies\x18\x01 \x03(\x0b\x32\x16.ember.TaskStreamReply\"\x17\n\x15\x44irectEndpointRequest\"3\n\x13\x44irectEndpointReply\x12\x0c\n\x04port\x18\x01 \x01(\x05\x12\x0e\n\x06secret\x18\x02 \x01(\x0c\"8\n\x10GetObjectRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x11\n\ttimeout_s\x18\x02 \x01(\x01\"\xab\x01\n\x0eGetObjectReply\x12,\n\x06status\x18\x01 \x01(\x0e\x32\x1c.ember.GetObjectReply.Status\x12#\n\x06object\x18\x02 \x01(\x0b\x32\x13.ember.ReturnObject\x12\x15\n\rcopy_node_ids\x18\x03 \x03(\t\"/\n\x06Status\x12\t\n\x05READY\x10\x00\x12\x0b\n\x07TIMEOUT\x10\x01\x12\r\n\tNOT_FOUND\x10\x02\"3\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"$\n\x0f\x43\x61ncelTaskReply\x12\x11\n\tattempted\x18\x01 \x01(\x08\"\r\n\x0b\x45xitRequest\"\x0b\n\tExitReply2\xae\x05\n\nCoreWorker\x12\x38\n\x08PushTask\x12\x16.ember.PushTaskRequest\x1a\x14.ember.PushTaskReply\x12\x39\n\nTaskStream\x12\x10.ember.TaskBatch\x1a\x15.ember.TaskReplyBatch(\x01\x30\x01\x12J\n\x0e\x44irectEndpoint\x12\x1c.ember.DirectEndpointRequest\x1a\x1a.ember.DirectEndpointReply\x12;\n\tGetObject\x12\x17.ember.GetObjectRequest\x1a\x15.ember.GetObjectReply\x12>\n\nCancelTask\x12\x18.ember.CancelTaskRequest\x1a\x16.ember.CancelTaskReply\x12Y\n\x13ReportGeneratorItem\x12!.ember.ReportGeneratorItemRequest\x1a\x1f.ember.ReportGeneratorItemReply\x12,\n\x04\x45xit\x12\x12.ember.ExitRequest\x1a\x10.ember.ExitReply\x12>\n\x0b\x41\x64\x64\x42orrower\x12\x16.ember.BorrowerRequest\x1a\x17.ember.AddBorrowerReply\x12\x44\n\x0eRemoveBorrower\x12\x16.ember.BorrowerRequest\x1a\x1a.ember.RemoveBorrowerReply\x12S\n\x11\x41\x64\x64ObjectLocation\x12\x1f.ember.AddObjectLocationRequest\x1a\x1d.ember.AddObjectLocationReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,35 +47,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PUSHTASKREQUEST']._serialized_start=346
   _globals['_PUSHTASKREQUEST']._serialized_end=394
   _globals['_PUSHTASKREPLY']._serialized_start=397
-  _globals['_PUSHTASKREPLY']._serialized_end=649
-  _globals['_REPORTGENERATORITEMREQUEST']._serialized_start=652
-  _globals['_REPORTGENERATORITEMREQUEST']._serialized_end=782
-  _globals['_REPORTGENERATORITEMREPLY']._serialized_start=784
-  _globals['_REPORTGENERATORITEMREPLY']._serialized_end=810
-  _globals['_TASKBATCH']._serialized_start=812
-  _globals['_TASKBATCH']._serialized_end=874
-  _globals['_TASKSTREAMREPLY']._serialized_start=876
-  _globals['_TASKSTREAMREPLY']._serialized_end=947
-  _globals['_TASKREPLYBATCH']._serialized_start=949
-  _globals['_TASKREPLYBATCH']._serialized_end=1006
-  _globals['_DIRECTENDPOINTREQUEST']._serialized_start=1008
-  _globals['_DIRECTENDPOINTREQUEST']._serialized_end=1031
-  _globals['_DIRECTENDPOINTREPLY']._serialized_start=1033
-  _globals['_DIRECTENDPOINTREPLY']._serialized_end=1084
-  _globals['_GETOBJECTREQUEST']._serialized_start=1086
-  _globals['_GETOBJECTREQUEST']._serialized_end=1142
-  _globals['_GETOBJECTREPLY']._serialized_start=1145
-  _globals['_GETOBJECTREPLY']._serialized_end=1316
-  _globals['_GETOBJECTREPLY_STATUS']._serialized_start=1269
-  _globals['_GETOBJECTREPLY_STATUS']._serialized_end=1316
-  _globals['_CANCELTASKREQUEST']._serialized_start=1318
-  _globals['_CANCELTASKREQUEST']._serialized_end=1369
-  _globals['_CANCELTASKREPLY']._serialized_start=1371
-  _globals['_CANCELTASKREPLY']._serialized_end=1407
-  _globals['_EXITREQUEST']._serialized_start=1409
-  _globals['_EXITREQUEST']._serialized_end=1422
-  _globals['_EXITREPLY']._serialized_start=1424
-  _globals['_EXITREPLY']._serialized_end=1435
-  _globals['_COREWORKER']._serialized_start=1438
-  _globals['_COREWORKER']._serialized_end=2124
+  _globals['_PUSHTASKREPLY']._serialized_end=673
+  _globals['_REPORTGENERATORITEMREQUEST']._serialized_start=676
+  _globals['_REPORTGENERATORITEMREQUEST']._serialized_end=806
+  _globals['_REPORTGENERATORITEMREPLY']._serialized_start=808
+  _globals['_REPORTGENERATORITEMREPLY']._serialized_end=834
+  _globals['_TASKBATCH']._serialized_start=836
+  _globals['_TASKBATCH']._serialized_end=898
+  _globals['_TASKSTREAMREPLY']._serialized_start=900
+  _globals['_TASKSTREAMREPLY']._serialized_end=971
+  _globals['_TASKREPLYBATCH']._serialized_start=973
+  _globals['_TASKREPLYBATCH']._serialized_end=1030
+  _globals['_DIRECTENDPOINTREQUEST']._serialized_start=1032
+  _globals['_DIRECTENDPOINTREQUEST']._serialized_end=1055
+  _globals['_DIRECTENDPOINTREPLY']._serialized_start=1057
+  _globals['_DIRECTENDPOINTREPLY']._serialized_end=1108
+  _globals['_GETOBJECTREQUEST']._serialized_start=1110
+  _globals['_GETOBJECTREQUEST']._serialized_end=1166
+  _globals['_GETOBJECTREPLY']._serialized_start=1169
+  _globals['_GETOBJECTREPLY']._serialized_end=1340
+  _globals['_GETOBJECTREPLY_STATUS']._serialized_start=1293
+  _globals['_GETOBJECTREPLY_STATUS']._serialized_end=1340
+  _globals['_CANCELTASKREQUEST']._serialized_start=1342
+  _globals['_CANCELTASKREQUEST']._serialized_end=1393
+  _globals['_CANCELTASKREPLY']._serialized_start=1395
+  _globals['_CANCELTASKREPLY']._serialized_end=1431
+  _globals['_EXITREQUEST']._serialized_start=1433
+  _globals['_EXITREQUEST']._serialized_end=1446
+  _globals['_EXITREPLY']._serialized_start=1448
+  _globals['_EXITREPLY']._serialized_end=1459
+  _globals['_COREWORKER']._serialized_start=1462
+  _globals['_COREWORKER']._serialized_end=2148
 # @@protoc_insertion_point(module_scope)

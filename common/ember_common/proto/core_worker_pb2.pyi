@@ -55,7 +55,7 @@ class PushTaskRequest(_message.Message):
     def __init__(self, spec: _Optional[_Union[_common_pb2.TaskSpec, _Mapping]] = ...) -> None: ...
 
 class PushTaskReply(_message.Message):
-    __slots__ = ("returns", "is_application_error", "error_message", "num_streamed", "nested", "returned_unstarted", "start_time_ns", "end_time_ns", "refused")
+    __slots__ = ("returns", "is_application_error", "error_message", "num_streamed", "nested", "returned_unstarted", "start_time_ns", "end_time_ns", "refused", "exec_span_left")
     RETURNS_FIELD_NUMBER: _ClassVar[int]
     IS_APPLICATION_ERROR_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,7 @@ class PushTaskReply(_message.Message):
     START_TIME_NS_FIELD_NUMBER: _ClassVar[int]
     END_TIME_NS_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
+    EXEC_SPAN_LEFT_FIELD_NUMBER: _ClassVar[int]
     returns: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReturnObject]
     is_application_error: bool
     error_message: str
@@ -74,7 +75,8 @@ class PushTaskReply(_message.Message):
     start_time_ns: int
     end_time_ns: int
     refused: bool
-    def __init__(self, returns: _Optional[_Iterable[_Union[_common_pb2.ReturnObject, _Mapping]]] = ..., is_application_error: _Optional[bool] = ..., error_message: _Optional[str] = ..., num_streamed: _Optional[int] = ..., nested: _Optional[_Iterable[_Union[NestedRefs, _Mapping]]] = ..., returned_unstarted: _Optional[bool] = ..., start_time_ns: _Optional[int] = ..., end_time_ns: _Optional[int] = ..., refused: _Optional[bool] = ...) -> None: ...
+    exec_span_left: bool
+    def __init__(self, returns: _Optional[_Iterable[_Union[_common_pb2.ReturnObject, _Mapping]]] = ..., is_application_error: _Optional[bool] = ..., error_message: _Optional[str] = ..., num_streamed: _Optional[int] = ..., nested: _Optional[_Iterable[_Union[NestedRefs, _Mapping]]] = ..., returned_unstarted: _Optional[bool] = ..., start_time_ns: _Optional[int] = ..., end_time_ns: _Optional[int] = ..., refused: _Optional[bool] = ..., exec_span_left: _Optional[bool] = ...) -> None: ...
 
 class ReportGeneratorItemRequest(_message.Message):
     __slots__ = ("task_id", "index", "item", "nested")

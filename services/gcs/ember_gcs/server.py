@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from ember_common import metrics, rpc, service
+from ember_common import metrics, rpc, service, tracing, tracing_derived
 from ember_common.config import get_config
 from ember_common.proto import common_pb2
 from ember_common.settings import GcsSettings
@@ -36,7 +36,10 @@ async def serve(ns: GcsSettings, stop: asyncio.Event) -> None:
     await core.load()
     core.pgs.start()
     tasks = TaskEventStore(cfg.task_events_max_num_task_in_gcs)  # memory only, as Ray's
-    server, port, health = rpc.build_server([lambda s: servicers.add_all(core, s, tasks)],
+    # execute spans from owners' task events, exported as this GCS exports its own spans
+    derived = (tracing_derived.make(tracing.exporter_names(), getattr(tracing.tracer(), "_instrumentation_scope", None))
+               if tracing.enabled() else None)
+    server, port, health = rpc.build_server([lambda s: servicers.add_all(core, s, tasks, derived)],
                                             host=ns.host, port=ns.port)
     register_metrics(core, tasks)
     await server.start()
@@ -44,6 +47,12 @@ async def serve(ns: GcsSettings, stop: asyncio.Event) -> None:
     if metrics.bound_port:  # "" host: the GCS's own address (ember status fills it in)
         host = "" if ns.host in ("0.0.0.0", "::") else ns.host
         await core.kv.put(metrics.KV_NAMESPACE, b"gcs", f"{host}:{metrics.bound_port}".encode())
+    # Owners read this once at start: whether they may leave their tasks' execute spans to this
+    # GCS (cleared when it does not: the KV outlives a GCS restarted with other settings).
+    if derived is not None:
+        await core.kv.put(tracing_derived.KV_NAMESPACE, tracing_derived.KV_KEY, b"1")
+    else:
+        await core.kv.delete(tracing_derived.KV_NAMESPACE, tracing_derived.KV_KEY)
     rpc.write_port_file(ns.port_file, port)
     log.info("GCS serving on %s:%d (storage %s; task events: at most %d attempts)", ns.host, port,
              ns.storage, tasks.max_attempts)
@@ -55,6 +64,8 @@ async def serve(ns: GcsSettings, stop: asyncio.Event) -> None:
     await core.actors.close()
     await core.pgs.close()
     deaths.cancel()
+    if derived is not None:  # the execute spans of the last task events (a thread: off the loop)
+        await asyncio.get_running_loop().run_in_executor(None, derived.shutdown)
     await storage.close()
 
 

@@ -7,7 +7,7 @@ are their full names (marked SERVING in grpc.health.v1 together with "ember.Gcs"
 """
 from __future__ import annotations
 
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import grpc
 
@@ -212,13 +212,16 @@ class PlacementGroupServicer(gcs_pb2_grpc.PlacementGroupInfoGcsServiceServicer):
 class TaskInfoServicer(gcs_task_pb2_grpc.TaskInfoGcsServiceServicer):
     """Task events (core: TaskEventStore, proto/gcs_task.proto)."""
 
-    def __init__(self, store: TaskEventStore) -> None:
+    def __init__(self, store: TaskEventStore, derived: Any = None) -> None:
         self.store = store
+        self.derived = derived  # tracing_derived.DerivedSpans when this GCS exports execute spans
 
     @rpc_errors
     async def AddTaskEventData(self, request: gcs_task_pb2.AddTaskEventDataRequest,
                                context: rpc.Context) -> gcs_task_pb2.AddTaskEventDataReply:
         self.store.add_raw(request.batch, request.records_by_job, request.dropped_by_job)
+        if request.exec_spans > 0 and self.derived is not None:
+            self.derived.add(request.batch, request.exec_spans)
         return gcs_task_pb2.AddTaskEventDataReply()
 
     @rpc_errors
@@ -251,8 +254,10 @@ SERVICE_NAMES = [gcs_pb2.DESCRIPTOR.services_by_name[name].full_name for name in
 SERVICE_NAMES.append(gcs_task_pb2.DESCRIPTOR.services_by_name["TaskInfoGcsService"].full_name)
 
 
-def add_all(core: GcsCore, server: grpc.aio.Server, tasks: TaskEventStore | None = None) -> None:
-    """Registers every GCS service over core (and the task-event store) on server."""
+def add_all(core: GcsCore, server: grpc.aio.Server, tasks: TaskEventStore | None = None,
+            derived: Any = None) -> None:
+    """Registers every GCS service over core (and the task-event store, and the export of
+    execute spans from task events when tracing is on: tracing_derived) on server."""
     gcs_pb2_grpc.add_NodeInfoGcsServiceServicer_to_server(NodeInfoServicer(core), server)
     gcs_pb2_grpc.add_JobInfoGcsServiceServicer_to_server(JobInfoServicer(core), server)
     gcs_pb2_grpc.add_ActorInfoGcsServiceServicer_to_server(ActorInfoServicer(core), server)
@@ -260,4 +265,4 @@ def add_all(core: GcsCore, server: grpc.aio.Server, tasks: TaskEventStore | None
     gcs_pb2_grpc.add_InternalKVGcsServiceServicer_to_server(InternalKVServicer(core), server)
     gcs_pb2_grpc.add_InternalPubSubGcsServiceServicer_to_server(InternalPubSubServicer(core), server)
     gcs_pb2_grpc.add_PlacementGroupInfoGcsServiceServicer_to_server(PlacementGroupServicer(core), server)
-    gcs_task_pb2_grpc.add_TaskInfoGcsServiceServicer_to_server(TaskInfoServicer(TaskEventStore() if tasks is None else tasks), server)
+    gcs_task_pb2_grpc.add_TaskInfoGcsServiceServicer_to_server(TaskInfoServicer(TaskEventStore() if tasks is None else tasks, derived), server)
