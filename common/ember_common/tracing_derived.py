@@ -117,6 +117,7 @@ class DerivedSpans:
 
     def add(self, blob: bytes, n: int) -> None:
         """Queues a serialized TaskEventBatch said to carry n execute spans (any thread)."""
+        n = min(n, len(blob) // 25)  # no more than its bytes can hold (25 bytes of parent each)
         with self._lock:
             self._queue.append((blob, n))
             self._waiting += n

@@ -147,7 +147,9 @@ def test_a_queue_past_its_bound_drops_the_oldest_batches_and_counts_them(monkeyp
     try:
         for i in range(1, 4):  # 3 batches of 2 spans: the first one goes
             derived.add(_batch([*_flat(2 * i, _tp(i), True), *_flat(2 * i + 1, _tp(i), True)]), 2)
-        derived.add(b"\xff\xff not a batch", 1)  # and then the second; this one is unreadable
+        # and then the second; this one is unreadable, and its claim of 1,000 spans is held
+        # to what its 45 bytes could carry (1)
+        derived.add(b"\xff\xff not a batch" + bytes(30), 1000)
         assert derived.force_flush(10)
         assert derived.dropped == 4 and derived.bad_batches == 1
         assert sorted(s.name for s in sdk.get_finished_spans()) == ["execute f6", "execute f7"]
