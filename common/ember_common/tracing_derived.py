@@ -9,15 +9,16 @@ Those events hold everything the span says: the task's name, ids and attempt, wh
 trace_parent. So when nothing asked the worker for the span, the GCS, which receives the
 owner's records anyway, writes the span from them.
 
-    owner   its task events are on and the GCS says it exports them (KV `tracing`/`exec_spans`,
-            read once at start): a sampled task's spec gets `exec_span_by_owner`
-    worker  makes the span current as before (tracing_exec.begin: a nested submission, a child
-            span or get_current_span() see it), with the span id `span_id(task_id, attempt)`;
-            when the task ended without error and no code asked for the span object, it
-            records nothing and says so (`PushTaskReply.exec_span_left`); otherwise it records
-            the span itself, as before
+    worker  its GCS says it exports them (KV `tracing`/`exec_spans`, read once at the core
+            worker's start: `on`); it makes the span current as before (tracing_exec.begin: a
+            nested submission, a child span or get_current_span() see it), with the span id
+            `span_id(task_id, attempt)`; when the task ended without error and no code asked
+            for the span object, it records nothing and says so (`PushTaskReply.exec_span_left`);
+            otherwise (and for an actor's creation, whose owner is the GCS) it records the
+            span itself, as before
     owner   its closed record keeps the task's trace_parent marked (task_events), and the batch
-            lists those records (`TaskEventBatch.exec_span_index` / `exec_span_parent`)
+            lists those records (`TaskEventBatch.exec_span_index` / `exec_span_parent`); an
+            owner whose task events are off records the span itself from the reply
     GCS     decodes such batches (`AddTaskEventDataRequest.exec_spans` > 0) in its export
             thread (`DerivedSpans`) and exports one CONSUMER span per record, under the
             worker's resource (service `ember-worker` or OTEL_SERVICE_NAME, `process.pid`,
@@ -41,6 +42,9 @@ from typing import Any, Sequence
 
 log = logging.getLogger(__name__)
 
+# This process's GCS exports execute spans from task events (KV below, read by task_events at
+# the core worker's start): its executor leaves the clean, untouched ones to their owners.
+on = False
 KV_NAMESPACE = "tracing"
 KV_KEY = b"exec_spans"  # b"1": the GCS exports execute spans from task events
 _M64 = (1 << 64) - 1

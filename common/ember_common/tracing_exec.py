@@ -36,6 +36,7 @@ import random
 import time
 from typing import Any
 
+from . import tracing_derived as _derived
 from . import tracing_spans as ts
 from .tracing_derived import span_id as derived_id
 from .tracing_export import exec_attributes as attributes_of
@@ -192,7 +193,7 @@ def init() -> None:
         _tok: Any  # the ContextVar token of begin's set
         _span: Any  # the ExecSpan (or, after the task, its context as a span), once made
         _done: bool
-        _left: bool  # the owner's task events may carry the span (TaskSpec.exec_span_by_owner)
+        _left: bool  # the owner's task events may carry the span (tracing_derived.on)
 
         def _real(self) -> Any:
             sp = self._span
@@ -260,11 +261,10 @@ def init() -> None:
         if not (len(tp) == 25 and _ZERO8 not in tp) or cv.get():  # a context is current: the general way
             return None
         p = new(CurrentExec)
-        if spec.exec_span_by_owner:  # the id the GCS derives too (tracing_derived)
-            task_id, attempt = spec.task_id, spec.attempt
+        task_id, attempt = spec.task_id, spec.attempt
+        if _derived.on:  # the GCS may export the span: the id it derives too (tracing_derived)
             p._tp, p._sid, p._left = tp, derived_id(task_id, attempt), True
         else:
-            task_id, attempt = spec.task_id, spec.attempt
             p._tp, p._sid, p._left = tp, next(_ids, None) or _draw(), False
         p._name, p._start, p._span, p._done = name, start, None, False
         p._values = (task_id, spec.job_id, attempt, spec.actor_id, node_id, worker_id)
@@ -322,8 +322,9 @@ def finish(p: Any, error: str | None = None, exc: BaseException | None = None) -
     """Ends the span `begin` started: queued as one EXEC record (ERROR with the text error, or
     with the exception exc recorded, as task_executing's on an exception). Returns p, not
     recorded, when the owner's task events may carry the span instead (the spec's
-    exec_span_by_owner, no error, nothing asked for the span): the caller sets its reply's
-    exec_span_left, or, if the task's reply turns out an error after all, records it with
+    GCS exports execute spans, no error, nothing asked for the span): the caller sets its
+    reply's exec_span_left, or, if the reply turns out an error after all or the task is an
+    actor creation (whose owner, the GCS, reports no task events), records it with
     `record_left(p)`; else None."""
     return _finish(p, error, exc)
 

@@ -37,9 +37,6 @@ _cv: Any = None  # the ContextVar holding OpenTelemetry's current Context
 _add: Any = None  # where a SUBMIT record goes
 _root_flag: bytes | None = None  # the flags byte of every root when the root sampler is always_on
 _time_ns = time.time_ns
-# The owner's task events carry its tasks' execute spans to a GCS that exports them
-# (tracing_derived; set by task_events once the GCS says so): a sampled task's spec says so.
-by_owner = False
 
 
 def init() -> None:
@@ -89,8 +86,6 @@ def task_submitted(spec: Any, name: str, key: str = "ember.task_id", value: byte
             if _root_flag is not None:  # always sampled (the default): the shortest way
                 tp = (next(_ids, None) or _draw()) + _root_flag
                 spec.trace_parent = tp
-                if by_owner:
-                    spec.exec_span_by_owner = True
                 rec = (name, tp, None, _time_ns(), key, spec.task_id if value is None else value)
                 buf = ts._buffer
                 if buf is not None and ts._processor._span_processors is ts._only_buffer:
@@ -110,8 +105,6 @@ def task_submitted(spec: Any, name: str, key: str = "ember.task_id", value: byte
                 tp = ids + _FLAG[flags]
                 spec.trace_parent = tp
                 if flags & 1:
-                    if by_owner:
-                        spec.exec_span_by_owner = True
                     _add((name, tp, None, time.time_ns(), key, spec.task_id if value is None else value))
                 return
         elif len(current) == 1:  # only a span (no baggage)
@@ -126,8 +119,6 @@ def task_submitted(spec: Any, name: str, key: str = "ember.task_id", value: byte
                 ids = next(_ids, None) or _draw()
                 tp = parent.trace_id.to_bytes(16, "big") + ids[16:] + _FLAG[flags]
                 spec.trace_parent = tp
-                if by_owner:
-                    spec.exec_span_by_owner = True
                 _add((name, tp, parent, time.time_ns(), key, spec.task_id if value is None else value))
                 return
     spec.ClearField("trace_parent")

@@ -342,12 +342,11 @@ def test_otlp_export_to_a_real_receiver(tmp_path, protocol):
 LEFT_DRIVER = textwrap.dedent("""
     import json, os, psutil
     import ember
-    from ember.testing import wait_for
-    from ember_common import tracing_submit
+    from ember_common import tracing_derived
     from opentelemetry import trace
 
     ember.init(num_cpus=2)
-    wait_for(lambda: tracing_submit.by_owner, timeout_s=30, what="the GCS's word on execute spans")
+    assert tracing_derived.on  # asked at init
     gcs = [p.pid for p in psutil.Process().children(recursive=True) if "ember_gcs" in " ".join(p.cmdline())]
 
     @ember.remote
@@ -412,7 +411,9 @@ def test_untouched_execute_spans_are_exported_by_the_gcs_from_task_events(tmp_pa
         assert s["service"] == "ember-worker"
         parent = "actor create Counter" if s["name"] == "execute Counter.__init__" else "submit " + s["name"][8:]
         assert ids[s["parent_id"]]["name"] == parent
-        # every span of a spec the owner marked has the derived id, whoever records it
+        # every worker knew the GCS exports before its first task: the derived id, whoever
+        # records the span (touched and failed tasks: the worker); the actor's creation comes
+        # with a trace_context (the GCS's way), whose span the worker records as before
         assert s["attributes"]["ember.task_id"].endswith(s["span_id"]) == (s["name"] != "execute Counter.__init__")
     for s in (s for s in spans if s["name"] == "submit leaf"):
         assert ids[s["parent_id"]]["name"] == "execute outer"  # the derived id, named by the worker
@@ -420,6 +421,42 @@ def test_untouched_execute_spans_are_exported_by_the_gcs_from_task_events(tmp_pa
     assert touched["attributes"]["user.touched"] == 1 and touched["status"] == "UNSET"
     (boom,) = [s for s in executes if s["name"] == "execute boom"]
     assert boom["status"] == "ERROR" and "boom" in boom["error"]
+
+
+NO_EVENTS_DRIVER = textwrap.dedent("""
+    import json
+    import ember
+    from ember._private import task_events
+    from opentelemetry import trace
+
+    # This driver reports no task events; its workers do, and so leave their spans.
+    ember.init(num_cpus=1, runtime_env={"env_vars": {"EMBER_TASK_EVENTS_ENABLED": "1"}})
+    assert not task_events.on
+
+    @ember.remote
+    def f():
+        from ember_common import tracing_derived
+        return tracing_derived.on
+
+    with trace.get_tracer("test").start_as_current_span("no events") as root:
+        trace_id = format(root.get_span_context().trace_id, "032x")
+        left = ember.get([f.remote() for _ in range(3)])
+    print(json.dumps({"trace_id": trace_id, "left": left}))
+    ember.shutdown()
+""")
+
+
+def test_an_owner_without_task_events_records_the_spans_left_to_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_TASK_EVENTS_ENABLED", "0")
+    out = _traced_run(NO_EVENTS_DRIVER, tmp_path, delay_ms=100)
+    assert out["left"] == [True] * 3  # the workers left their spans
+    spans = tracing.read_trace(str(tmp_path), out["trace_id"])
+    ids = {s["span_id"]: s for s in spans}
+    executes = [s for s in spans if s["name"] == "execute f"]
+    assert len(executes) == 3 and len({s["attributes"]["ember.task_id"] for s in executes}) == 3
+    for s in executes:  # recorded by the owner, from the reply
+        assert s["service"] == "ember-driver" and ids[s["parent_id"]]["name"] == "submit f"
+        assert s["attributes"]["ember.task_id"].endswith(s["span_id"]) and s["end_ns"] > s["start_ns"]
 
 
 FAST_PATHS = textwrap.dedent("""

@@ -173,13 +173,13 @@ def test_a_derived_span_is_the_span_the_worker_records():
 WORKER = keep_spans("ember-worker") + textwrap.dedent("""
     import json, os, time
     from opentelemetry import trace
-    from ember_common import tracing_derived, tracing_exec, tracing_submit
+    from ember_common import tracing_derived, tracing_exec
     from ember_common.proto import common_pb2
     from ember_common.tracing_export import to_readable
 
     def run(case):
         spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(16), job_id=b"\\x02" * 4, attempt=1)
-        tracing_submit.by_owner = case != "not_by_owner"
+        tracing_derived.on = case != "gcs_exports_none"
         tracing.task_submitted(spec, "submit f")
         n = len(got)
         p = tracing.exec_begin("execute f", spec, "n1", "w1", spec.trace_parent, time.time_ns())
@@ -193,7 +193,7 @@ WORKER = keep_spans("ember-worker") + textwrap.dedent("""
         tracing.flush()
         spans = [to_readable(r, None, None) if type(r) is tuple else r for r in got[n:]]
         mine = [s for s in spans if s.name == "execute f"]
-        return {"by_owner": spec.exec_span_by_owner, "left": left is not None,
+        return {"left": left is not None,
                 "derived": tracing_derived.span_id(spec.task_id, 1).hex(),
                 "nested_parent": next(format(r[2].span_id, "016x") for r in got[n:]
                                       if type(r) is tuple and r[0] == "submit g"),
@@ -201,15 +201,16 @@ WORKER = keep_spans("ember-worker") + textwrap.dedent("""
                               "tp": s.parent.span_id == int.from_bytes(spec.trace_parent[16:24], "big")}
                              for s in mine]}
 
-    print(json.dumps({c: run(c) for c in ("plain", "touched", "failed", "cancelled_after_all", "not_by_owner")}))
+    print(json.dumps({c: run(c) for c in ("plain", "touched", "failed", "cancelled_after_all", "gcs_exports_none")}))
 """)
 
 
 def test_the_worker_leaves_an_untouched_span_and_records_any_other_under_the_same_id():
-    """With the spec's exec_span_by_owner the worker's span has the derived id (a nested
-    submission names it); ended without error and untouched, it is left (nothing recorded);
-    touched, failed or taken back (record_left), the worker records it, under that same id;
-    without the flag it records its own span with a random id, as before."""
+    """When its GCS exports execute spans (tracing_derived.on) the worker's span has the
+    derived id (a nested submission names it); ended without error and untouched, it is left
+    (nothing recorded); touched, failed or taken back (record_left), the worker records it,
+    under that same id; when the GCS exports none it records its own span with a random id, as
+    before."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(OTEL_TRACES_EXPORTER="console")
     r = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, timeout=60)
@@ -217,12 +218,12 @@ def test_the_worker_leaves_an_untouched_span_and_records_any_other_under_the_sam
     out = json.loads(r.stdout.strip().splitlines()[-1])
     for case in ("plain", "touched", "failed", "cancelled_after_all"):
         c = out[case]
-        assert c["by_owner"] and c["nested_parent"] == c["derived"], case
+        assert c["nested_parent"] == c["derived"], case
     assert out["plain"]["left"] and out["plain"]["recorded"] == []
     for case, error in (("touched", False), ("failed", True), ("cancelled_after_all", False)):
         c = out[case]
         assert c["left"] is (case == "cancelled_after_all"), case
         assert [(x["sid"], x["status"], x["tp"]) for x in c["recorded"]] == [(c["derived"], error, True)], case
-    c = out["not_by_owner"]
-    assert not c["by_owner"] and not c["left"]
+    c = out["gcs_exports_none"]
+    assert not c["left"]
     assert len(c["recorded"]) == 1 and c["recorded"][0]["sid"] == c["nested_parent"] != c["derived"]

@@ -294,7 +294,9 @@ class TaskExecutor(PipelineEffects):
         if spec.actor_id and not spec.HasField("actor_creation"):
             reply = self._unless_cancelled(spec, reply)
         if left is not None:
-            if reply.is_application_error:  # cancelled after all: the owner will not carry it
+            if reply.is_application_error or spec.actor_id and spec.HasField("actor_creation"):
+                # cancelled after all, or an actor's creation (its owner, the GCS, reports no
+                # task events): the owner will not carry the span
                 from ember_common import tracing_exec
 
                 tracing_exec.record_left(left)

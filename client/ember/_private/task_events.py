@@ -39,7 +39,6 @@ the flag test alone.
 """
 from __future__ import annotations
 
-import asyncio
 import collections
 import itertools
 import logging
@@ -168,7 +167,9 @@ def _closing(entry: TaskEntry) -> Sequence[Any] | None:
 
 def replied(entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
     """The task's reply reached its owner: it ran from reply.start_time_ns to end_time_ns, and
-    FINISHED, or FAILED when the user's code raised."""
+    FINISHED, or FAILED when the user's code raised. A worker's execute span left to this
+    record goes with it to the GCS (tracing_derived); with this process's task events off, the
+    owner records that span itself."""
     if on:
         if reply.is_application_error:
             _replied_error(entry, reply)
@@ -186,6 +187,19 @@ def replied(entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
                             r[2], r[3], r[4], reply.start_time_ns, reply.end_time_ns or _time_ns(), 0, r[8], None))
         else:
             _drop(spec)
+    elif reply.exec_span_left:
+        _record_left(entry.spec, reply)
+
+
+def _record_left(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply) -> None:
+    """The execute span a worker left to its owner, recorded here (no task events to carry it:
+    the worker's node and id are not known here)."""
+    if tracing.enabled():
+        from ember_common import tracing_derived, tracing_spans
+
+        values = (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, "", "")
+        tracing_spans.emit((f"execute {spec.name}", spec.trace_parent, tracing_derived.span_id(spec.task_id, spec.attempt),
+                            reply.start_time_ns, reply.end_time_ns or _time_ns(), values, None))
 
 
 def _replied_error(entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
@@ -406,14 +420,16 @@ def start(core: CoreWorker) -> None:
     _tracked = core.submitter.tasks
     _reporter = _Reporter(core, cfg.task_events_report_interval_s)
     on = True
-    if tracing.enabled():  # may this process's tasks leave their execute spans to the GCS?
-        asyncio.run_coroutine_threadsafe(_ask_gcs_for_exec_spans(core), core.loop)
+    if tracing.enabled():  # may this process's executor leave execute spans to their owners?
+        # Asked before the first task runs, so that a worker's spans do not depend on a race
+        # (one GCS call at start, with tracing on only).
+        core.run(lambda: _ask_gcs_for_exec_spans(core), timeout=15)
 
 
 async def _ask_gcs_for_exec_spans(core: CoreWorker) -> None:
-    """Sets tracing_submit.by_owner when the GCS exports execute spans from task events
-    (tracing_derived); until then, and if the GCS cannot say, workers record their own."""
-    from ember_common import tracing_derived, tracing_submit
+    """Sets tracing_derived.on when the GCS exports execute spans from task events; until
+    then, and if the GCS cannot say, this process's executor records every span itself."""
+    from ember_common import tracing_derived
 
     try:
         value = await core.gcs.internal_kv_get(tracing_derived.KV_NAMESPACE, tracing_derived.KV_KEY,
@@ -421,7 +437,7 @@ async def _ask_gcs_for_exec_spans(core: CoreWorker) -> None:
     except Exception as e:
         log.debug("tracing: cannot ask the GCS whether it exports execute spans (%s)", e)
         return
-    tracing_submit.by_owner = on and value == b"1"
+    tracing_derived.on = on and value == b"1"
 
 
 def stop() -> None:
@@ -432,9 +448,9 @@ def stop() -> None:
         return
     _reporter = None
     on = False
-    from ember_common import tracing_submit
+    from ember_common import tracing_derived
 
-    tracing_submit.by_owner = False  # no record carries a span from now on: workers record theirs
+    tracing_derived.on = False  # this process's executor records every span itself from now on
     try:
         r.stop()
     except Exception as e:  # the GCS is gone (the cluster is stopping): nothing more to do
