@@ -26,8 +26,9 @@ tracing_export.SpanBuffer (the SDK's BatchSpanProcessor's job, with a cheaper wa
 paths queue a plain tuple per span, which the OTLP/gRPC exporter encodes as is). Sampling is
 decided before anything is built: with the SDK's default parent-based samplers (always_on,
 always_off, traceidratio at the root) the fast paths decide inline, and a task that is not
-sampled only propagates the decision (its traceparent), recording nothing. A task's execute span that ends cleanly and untouched is left to the owner's
-task events, and the GCS exports it (tracing_derived).
+sampled only propagates the decision (its traceparent), recording nothing. A task's execute
+span that ends cleanly and untouched is left to the owner's task events, and the GCS exports it
+(tracing_derived).
 """
 from __future__ import annotations
 

@@ -27,6 +27,12 @@ code asks the CurrentExec for anything during the task (its context for a nested
 child span, an attribute, an error), and then records the span as task_executing's does. A
 CurrentExec kept past its task (a copied context used later, `get_current_span()` stored away)
 stays that task's: a non-recording span with the task's context.
+
+When this process's GCS exports execute spans from task events (`tracing_derived.on`), `begin`
+gives the span the id the GCS derives from the task id and attempt, and `finish` records
+nothing for a task that ended without error and whose span no code asked for: it returns the
+CurrentExec, and the executor answers `exec_span_left` (or records it after all with
+`record_left`: an actor's creation, a reply that became an error).
 """
 from __future__ import annotations
 
@@ -193,7 +199,7 @@ def init() -> None:
         _tok: Any  # the ContextVar token of begin's set
         _span: Any  # the ExecSpan (or, after the task, its context as a span), once made
         _done: bool
-        _left: bool  # the owner's task events may carry the span (tracing_derived.on)
+        _left: bool  # the owner's task events may carry the span (tracing_derived.on at begin)
 
         def _real(self) -> Any:
             sp = self._span
@@ -321,11 +327,11 @@ def begin(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes, start: 
 def finish(p: Any, error: str | None = None, exc: BaseException | None = None) -> Any:
     """Ends the span `begin` started: queued as one EXEC record (ERROR with the text error, or
     with the exception exc recorded, as task_executing's on an exception). Returns p, not
-    recorded, when the owner's task events may carry the span instead (the spec's
-    GCS exports execute spans, no error, nothing asked for the span): the caller sets its
-    reply's exec_span_left, or, if the reply turns out an error after all or the task is an
-    actor creation (whose owner, the GCS, reports no task events), records it with
-    `record_left(p)`; else None."""
+    recorded, when the owner's task events may carry the span instead (this process's GCS
+    exports execute spans: tracing_derived.on; no error; nothing asked for the span): the
+    caller sets its reply's exec_span_left, or, if the reply turns out an error after all or
+    the task is an actor creation (whose owner, the GCS, reports no task events), records it
+    with `record_left(p)`; else None."""
     return _finish(p, error, exc)
 
 
