@@ -66,16 +66,12 @@ def enabled() -> bool:
     return _enabled
 
 
-def _exporter_names() -> list[str]:
+def exporter_names() -> list[str]:
+    """The exporters OTEL_TRACES_EXPORTER names (none: tracing off)."""
     raw = os.environ.get("OTEL_TRACES_EXPORTER")
     if raw is None:
         return ["otlp"] if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") else []
     return [n.strip().lower() for n in raw.split(",") if n.strip() and n.strip().lower() != "none"]
-
-
-def exporter_names() -> list[str]:
-    """The exporters OTEL_TRACES_EXPORTER names (none: tracing off)."""
-    return _exporter_names()
 
 
 def _task_executing_unset(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes | None = None) -> Any:
@@ -118,7 +114,7 @@ def setup(default_service_name: str, node_id: str = "") -> bool:
             globals()["node_id"] = node_id
         if _provider is not None:
             return _enabled
-        names = _exporter_names()
+        names = exporter_names()
         if not names:
             _provider = False
             return False

@@ -184,27 +184,14 @@ class DerivedSpans:
         return res
 
     def _export(self, resource: Any, recs: list[tuple[Any, ...]]) -> None:
-        from opentelemetry import context
-
         from . import otlp_encoding
-        from .tracing_export import to_readable
+        from .tracing_export import export_to, to_readable
 
-        token = context.attach(context.set_value(context._SUPPRESS_INSTRUMENTATION_KEY, True))
-        try:
-            spans: list[Any] | None = None
-            for exp in self.exporters:
-                try:
-                    if getattr(exp, "accepts_records", False):
-                        exp.export([], otlp_encoding.encode_request(recs, resource, self.scope))
-                    else:
-                        if spans is None:
-                            spans = [to_readable(r, resource, self.scope) for r in recs]
-                        exp.export(spans)
-                except Exception:
-                    log.exception("exporting %d execute spans failed", len(recs))
-            self.exported += len(recs)
-        finally:
-            context.detach(token)
+        # An OTLP exporter's resource is its own process's: the worker's goes in the bytes.
+        export_to(self.exporters, len(recs),
+                  lambda exp: exp.export([], otlp_encoding.encode_request(recs, resource, self.scope)),
+                  lambda: [to_readable(r, resource, self.scope) for r in recs])
+        self.exported += len(recs)
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Exports everything queued now; True when done within the timeout."""
@@ -219,11 +206,9 @@ class DerivedSpans:
         self._shutdown = True
         self._wake.set()
         self._thread.join(30)
-        for exp in self.exporters:
-            try:
-                exp.shutdown()
-            except Exception:
-                log.exception("shutting down a span exporter failed")
+        from .tracing_export import shutdown_exporters
+
+        shutdown_exporters(self.exporters)
 
 
 def make(names: Sequence[str], scope: Any = None, service: str | None = None) -> DerivedSpans | None:

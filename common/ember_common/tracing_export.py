@@ -145,24 +145,8 @@ class SpanBuffer(SpanProcessor):
             for i in range(0, len(batch), n):
                 self._export(batch[i:i + n])
             return
-        from opentelemetry import context
-
-        token = context.attach(context.set_value(context._SUPPRESS_INSTRUMENTATION_KEY, True))
-        try:
-            spans: list[Any] | None = None
-            for exp in self.exporters:
-                try:
-                    if getattr(exp, "accepts_records", False):
-                        exp.export(batch)
-                    else:
-                        if spans is None:
-                            spans = [to_readable(r, self.resource, self.scope) if type(r) is tuple else r
-                                     for r in batch]
-                        exp.export(spans)
-                except Exception:
-                    log.exception("exporting %d spans failed", len(batch))
-        finally:
-            context.detach(token)
+        export_to(self.exporters, len(batch), lambda exp: exp.export(batch),
+                  lambda: [to_readable(r, self.resource, self.scope) if type(r) is tuple else r for r in batch])
 
     # ----------------------------------------------------------------- control
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -192,11 +176,7 @@ class SpanBuffer(SpanProcessor):
         self._shutdown = True
         self._wake.set()
         self._thread.join(30)
-        for exp in self.exporters:
-            try:
-                exp.shutdown()
-            except Exception:
-                log.exception("shutting down a span exporter failed")
+        shutdown_exporters(self.exporters)
 
     def _after_fork(self) -> None:
         self._queue.clear()
@@ -229,6 +209,39 @@ class _Wake:
     def wait(self, timeout: float) -> bool:
         """True when set (it is then unset again), False after timeout seconds."""
         return self._lock.acquire(timeout=timeout)
+
+
+def export_to(exporters: Sequence[Any], n: int, records: Any, readable: Any) -> None:
+    """Hands one batch of n spans to every exporter, with instrumentation suppressed (the
+    exporters' own calls make no spans): `records(exp)` for an exporter that takes records,
+    `readable()`'s SDK spans (made once) for the others. A failing exporter is logged; the
+    others still get the batch."""
+    from opentelemetry import context
+
+    token = context.attach(context.set_value(context._SUPPRESS_INSTRUMENTATION_KEY, True))
+    try:
+        spans: list[Any] | None = None
+        for exp in exporters:
+            try:
+                if getattr(exp, "accepts_records", False):
+                    records(exp)
+                else:
+                    if spans is None:
+                        spans = readable()
+                    exp.export(spans)
+            except Exception:
+                log.exception("exporting %d spans failed", n)
+    finally:
+        context.detach(token)
+
+
+def shutdown_exporters(exporters: Sequence[Any]) -> None:
+    """Shuts every exporter down (a failing one is logged)."""
+    for exp in exporters:
+        try:
+            exp.shutdown()
+        except Exception:
+            log.exception("shutting down a span exporter failed")
 
 
 def to_readable(rec: Record, resource: Any, scope: Any) -> Any:
