@@ -165,15 +165,15 @@ class GcsClient(PlacementGroupMethods):
 
     # ------------------------------------------------------------------ TaskInfoGcsService
     async def add_task_event_data(self, batch: bytes, records_by_job: dict[str, int],
-                                  dropped_by_job: dict[str, int], *, exec_spans: int = 0,
+                                  dropped_by_job: dict[str, int], *, spans: int = 0,
                                   timeout_s: float | None = None) -> None:
         """Sends one serialized TaskEventBatch, its records per job (hex), the events the
-        sender dropped and how many execute spans the batch carries for the GCS to export
+        sender dropped and how many of its records carry spans for the GCS to export
         (tracing_derived); never retried (a reporter counts a batch that did not go as dropped).
         A core worker's reporter sends on this channel: no channel of its own (a blocking one
         cost each worker 1.6 MB of private memory and its start a connection)."""
         req = gcs_task_pb2.AddTaskEventDataRequest(batch=batch, records_by_job=records_by_job,
-                                                   dropped_by_job=dropped_by_job, exec_spans=exec_spans)
+                                                   dropped_by_job=dropped_by_job, spans=spans)
         await self._call(self._tasks.AddTaskEventData, req, idempotent=False, timeout_s=timeout_s,
                          retry=backoff.NO_RETRY)
 

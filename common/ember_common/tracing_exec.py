@@ -190,16 +190,24 @@ def init() -> None:
         still name the right parent. A Span by registration (isinstance), not by inheritance:
         OpenTelemetry's span classes have no __slots__."""
 
-        __slots__ = ("_tp", "_sid", "_name", "_values", "_start", "_tok", "_span", "_done", "_left")
+        __slots__ = ("_tp", "_sid", "_name", "_spec", "_node", "_worker", "_start", "_tok", "_span", "_done",
+                     "_left")
         _tp: bytes  # the task's trace_parent
         _sid: bytes  # its execute span's id
         _name: str
-        _values: tuple[Any, ...]  # (task_id, job_id, attempt, actor_id, node_id, worker_id)
+        _spec: Any  # the task's spec, node id and worker id: its span's values, read when needed
+        _node: str
+        _worker: str
         _start: int
         _tok: Any  # the ContextVar token of begin's set
         _span: Any  # the ExecSpan (or, after the task, its context as a span), once made
         _done: bool
         _left: bool  # the owner's task events may carry the span (tracing_derived.on at begin)
+
+        def _values(self) -> tuple[Any, ...]:
+            """(task_id, job_id, attempt, actor_id, node_id, worker_id): the span's values."""
+            spec = self._spec
+            return (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, self._node, self._worker)
 
         def _real(self) -> Any:
             sp = self._span
@@ -210,7 +218,7 @@ def init() -> None:
                                                            int.from_bytes(self._sid, "big"), False,
                                                            TraceFlags(tp[24])))
                 else:
-                    sp = made(tp, self._sid, self._name, self._values, self._start)
+                    sp = made(tp, self._sid, self._name, self._values(), self._start)
                 self._span = sp
             return sp
 
@@ -264,16 +272,20 @@ def init() -> None:
     Span.register(CurrentExec)
 
     def begin(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes, start: int) -> Any:
-        if not (len(tp) == 25 and _ZERO8 not in tp) or cv.get():  # a context is current: the general way
+        # (find, not `in`: bytes' `in` tries the needle as an int first, at the cost of an exception)
+        if len(tp) != 25 or tp.find(_ZERO8) >= 0 or cv.get():  # a context is current: the general way
             return None
         p = new(CurrentExec)
-        task_id, attempt = spec.task_id, spec.attempt
         if _derived.on:  # the GCS may export the span: the id it derives too (tracing_derived)
-            p._tp, p._sid, p._left = tp, derived_id(task_id, attempt), True
+            sid = spec.task_id[-8:]
+            attempt = spec.attempt
+            if attempt or sid == _ZERO8 or len(sid) != 8:  # (attempt 0's id inlined: derived_id)
+                sid = derived_id(spec.task_id, attempt)
+            p._tp, p._sid, p._left = tp, sid, True
         else:
             p._tp, p._sid, p._left = tp, next(_ids, None) or _draw(), False
         p._name, p._start, p._span, p._done = name, start, None, False
-        p._values = (task_id, spec.job_id, attempt, spec.actor_id, node_id, worker_id)
+        p._spec, p._node, p._worker = spec, node_id, worker_id
         p._tok = cv.set(Context({span_key: p}))
         return p
 
@@ -290,14 +302,14 @@ def init() -> None:
                 if tp[24] & 1:
                     if p._left:  # the owner's task events carry it (the caller says so)
                         return p
-                    rec = (p._name, tp, p._sid, p._start, time_ns(), p._values, None)
+                    rec = (p._name, tp, p._sid, p._start, time_ns(), p._values(), None)
                     buf = ts._buffer
                     if buf is not None and ts._processor._span_processors is ts._only_buffer:
                         buf.add_record(rec)
                     else:
                         emit(rec)
                 return None
-            sp = p._span = made(p._tp, p._sid, p._name, p._values, p._start)
+            sp = p._span = made(p._tp, p._sid, p._name, p._values(), p._start)
         if exc is not None and sp.is_recording():
             sp.record_exception(exc)
             ts.set_error(sp, f"{type(exc).__name__}: {exc}")
@@ -337,7 +349,7 @@ def finish(p: Any, error: str | None = None, exc: BaseException | None = None) -
 
 def record_left(p: Any) -> None:
     """Records the span `finish` left to the owner after all (ended now)."""
-    ts.emit((p._name, p._tp, p._sid, p._start, time.time_ns(), p._values, None))
+    ts.emit((p._name, p._tp, p._sid, p._start, time.time_ns(), p._values(), None))
 
 
 def task_executing(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes | None = None) -> Any:
@@ -349,7 +361,7 @@ def task_executing(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes
         tp = spec.trace_parent
     # No 8 zero bytes in a row: neither id is zero (a random context has such a run with
     # probability ~2^-61; it would take the generic path, which checks the ids exactly).
-    if _on and len(tp) == 25 and _ZERO8 not in tp:
+    if _on and len(tp) == 25 and tp.find(_ZERO8) < 0:
         return _ExecSpan(tp, name, (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, node_id, worker_id))
     values = (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, node_id, worker_id)
     return ts.task_span(name, spec.trace_context, lambda: attributes_of(values), tp)

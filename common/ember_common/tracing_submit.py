@@ -12,6 +12,12 @@ string, no per-task object besides the tuple. The exporter writes its OTLP bytes
 
 Anything the compact form does not cover (a tracestate, baggage, another id generator or
 sampler, the fast paths off) takes `submit_span`, which writes `trace_context`.
+
+A root submit span (no current span: the usual `f.remote()` of a driver) costs less still when
+the GCS exports spans from task events (tracing_derived) and this process reports them: `left`
+only gives the task its trace context, and the owner's task-event record carries the span to
+the GCS (task_events; the span's time is the record's PENDING_ARGS_AVAIL, when the owner took
+the task), which exports it under this process's resource. Nothing is queued or exported here.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ _on = False  # the compact path may be used (set by init)
 _cv: Any = None  # the ContextVar holding OpenTelemetry's current Context
 _add: Any = None  # where a SUBMIT record goes
 _root_flag: bytes | None = None  # the flags byte of every root when the root sampler is always_on
+_left = False  # root submit spans may be left to task events (set_left)
 _time_ns = time.time_ns
 
 
@@ -123,6 +130,32 @@ def task_submitted(spec: Any, name: str, key: str = "ember.task_id", value: byte
                 return
     spec.ClearField("trace_parent")
     ts.submit_span(name, spec.trace_context, **{key: (spec.task_id if value is None else value).hex()})
+
+
+def set_left(on: bool) -> None:
+    """Whether root submit spans may be left to this process's task events from now on (its
+    GCS exports them: tracing_derived; task_events.start and stop say). Only with the compact
+    path and every root sampled (the default sampler)."""
+    global _left
+    _left = bool(on and _on and _root_flag is not None)
+
+
+def left(spec: Any) -> bool:
+    """A task submitted with no current span, when root submit spans may be left to task
+    events: gives spec its trace context (a new trace, sampled) and returns True; its owner's
+    task-event record carries the submit span (TaskEntry.span_left). False: nothing done
+    (task_submitted records the span). Only Ember's own span processor may be installed: a
+    span the GCS exports never reaches another one."""
+    if _left and not _cv.get() and ts._processor._span_processors is ts._only_buffer:
+        spec.trace_parent = (next(_ids, None) or _draw()) + _root_flag  # type: ignore[operator]
+        return True
+    return False
+
+
+def record_left(spec: Any, time_ns: int) -> None:
+    """Records here, at time_ns, the submit span `left` left to a task-event record that will
+    not reach the GCS (task events off or stopped, their buffer full)."""
+    _emit_submit((f"submit {spec.name}", spec.trace_parent, None, time_ns, "ember.task_id", spec.task_id))
 
 
 def _emit_submit(rec: tuple[Any, ...]) -> None:

@@ -133,8 +133,8 @@ GCS_TASK: dict[str, list[Rule]] = {
     # task hot path's only cost in the GCS.
     # The batch is bytes the store decodes when a query needs it (and drops, counted, if it
     # cannot); here only its presence.
-    # exec_spans: how many execute spans the GCS decodes the batch for (tracing_derived).
-    "AddTaskEventDataRequest": [Rule("batch", REQUIRED), Rule("exec_spans", at_least(0))],
+    # spans: how many records carry spans the GCS decodes the batch for (tracing_derived).
+    "AddTaskEventDataRequest": [Rule("batch", REQUIRED), Rule("spans", at_least(0))],
     "GetTaskEventsRequest": [*TASK_FILTERS, Rule("limit", at_least(0))],
     "GetTaskSummaryRequest": TASK_FILTERS,
 }

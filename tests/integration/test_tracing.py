@@ -423,6 +423,80 @@ def test_untouched_execute_spans_are_exported_by_the_gcs_from_task_events(tmp_pa
     assert boom["status"] == "ERROR" and "boom" in boom["error"]
 
 
+ROOT_DRIVER = textwrap.dedent("""
+    import json, os, sys, time, psutil
+    import ember
+    from ember_common import tracing_submit
+    from opentelemetry import trace
+
+    ember.init(num_cpus=2)
+    assert tracing_submit._left  # asked at init: the GCS exports root submit spans
+    gcs = [p.pid for p in psutil.Process().children(recursive=True) if "ember_gcs" in " ".join(p.cmdline())]
+
+    @ember.remote
+    def f(x):
+        return x
+
+    @ember.remote(max_retries=1)
+    def dies_once(marker):
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)  # the first attempt's worker dies: the task is retried
+        return "ok"
+
+    @ember.remote
+    def slow():
+        time.sleep(60)
+
+    refs = [f.remote(i) for i in range(5)]
+    assert ember.get(refs) == list(range(5))
+    assert ember.get(dies_once.remote(sys.argv[1])) == "ok"
+    with trace.get_tracer("test").start_as_current_span("user span"):
+        assert ember.get(f.remote(9)) == 9  # not a root: the driver records its submit span
+    slow.remote()  # still running when the driver exits
+    time.sleep(0.2)
+    print(json.dumps({"gcs": gcs, "driver": os.getpid(), "f": [r.task_id().hex() for r in refs]}))
+    ember.shutdown()
+""")
+
+
+def test_root_submit_spans_are_exported_by_the_gcs_from_task_events_once(tmp_path):
+    """A task submitted with no current span leaves its submit span to its task-event record
+    (tracing_submit.left): the GCS exports it under the driver's resource, the parent of the
+    task's execute spans, once per task, also for a task retried after its worker died and for
+    one still running when the driver exits; a submission under a user's span is recorded by
+    the driver as before."""
+    spans_dir = tmp_path / "spans"
+    spans_dir.mkdir()
+    env = dict(os.environ, OTEL_TRACES_EXPORTER="ember_file", EMBER_TRACE_DIR=str(spans_dir),
+               OTEL_BSP_SCHEDULE_DELAY="100")
+    r = subprocess.run([sys.executable, "-c", ROOT_DRIVER, str(tmp_path / "marker")], env=env,
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    by_file: dict = {}
+    for name in os.listdir(spans_dir):
+        with open(spans_dir / name) as fh:
+            by_file[name] = [json.loads(line) for line in fh]
+    from_gcs = by_file[f"ember-worker-{out['gcs'][0]}.jsonl"]
+    from_driver = by_file.get(f"ember-driver-{out['driver']}.jsonl", [])
+    submits = [s for s in from_gcs if s["name"].startswith("submit ")]
+    assert sorted(s["name"] for s in submits) == ["submit dies_once"] + ["submit f"] * 5 + ["submit slow"]
+    for s in submits:  # roots, each its own trace, under the driver's resource, at one instant
+        assert s["service"] == "ember-driver" and s["parent_id"] == "" and s["start_ns"] == s["end_ns"] > 0
+    assert len({s["trace_id"] for s in submits}) == 7
+    assert sorted(s["attributes"]["ember.task_id"] for s in submits if s["name"] == "submit f") == sorted(out["f"])
+    spans = [s for file_spans in by_file.values() for s in file_spans]
+    by_id = {s["span_id"]: s for s in spans}
+    for name, n in (("f", 6), ("dies_once", 1)):
+        executes = [s for s in spans if s["name"] == f"execute {name}"]
+        assert len(executes) == n and all(by_id[s["parent_id"]]["name"] == f"submit {name}" for s in executes)
+        assert all(s["trace_id"] == by_id[s["parent_id"]]["trace_id"] for s in executes)
+    (user,) = [s for s in from_driver if s["name"] == "submit f"]  # the one under the user's span
+    assert {s["span_id"]: s for s in from_driver}[user["parent_id"]]["name"] == "user span"
+    assert [s["name"] for s in spans].count("submit f") == 6
+
+
 NO_EVENTS_DRIVER = textwrap.dedent("""
     import json
     import ember

@@ -75,15 +75,17 @@ def test_a_task_is_one_record_with_every_state_the_reply_included(buffer, monkey
                          TA.RUNNING, TA.FINISHED]
     assert got[TA.PENDING_ARGS_AVAIL] <= got[TA.SUBMITTED_TO_WORKER] and (got[TA.RUNNING], got[TA.FINISHED]) == (5, 9)
     assert list(b.where) == [1] and (b.where_node_id[0], b.where_worker_id[0], b.where_pid[0]) == ("n2", "w2", 22)
-    assert list(b.name) == ["f1"] and list(b.trace_id) == ["ab" * 16]
+    assert list(b.name) == ["f1"] and list(b.trace_parent) == [b"\xab" * 16]  # a trace_context's trace id
     assert not b.type and not b.actor_id  # optional columns: empty when every record has the default
     assert (b.node_id, b.worker_id, b.pid) == ME and not b.error_index
 
 
 def test_the_compact_trace_context_is_reported_as_its_trace_id(buffer, monkeypatch):
     """A task submitted with tracing's compact context (TaskSpec.trace_parent, 25 bytes): its
-    record keeps the bytes as they are on the owner's loop and the batch carries the hex."""
+    record and the batch carry the bytes as they are (no hex on the owner's side); the GCS's
+    store reads the trace id from them."""
     from ember_common import tracing
+    from ember_gcs.task_events import TaskEventStore, to_proto
 
     monkeypatch.setattr(tracing, "_enabled", True)
     tp = bytes(range(1, 17)) + bytes(range(17, 25)) + b"\x01"
@@ -92,8 +94,12 @@ def test_the_compact_trace_context_is_reported_as_its_trace_id(buffer, monkeypat
         te.submitted(s)
         te.replied(s, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
     assert closed()[0][te.C_TRACE] == tp
-    b, _ = te.encode(te.take({}), ME, te._workers)
-    assert list(b.trace_id) == [tp[:16].hex(), "", ""]
+    b, by_job = te.encode(te.take({}), ME, te._workers)
+    assert list(b.trace_parent) == [tp, b"", b""] and not b.trace_id and not b.span_resource
+    store = TaskEventStore()
+    store.add_raw(b.SerializeToString(), by_job)
+    rows = {a.info.name: to_proto(a) for a in store.query()[0]}
+    assert {n: r.trace_id for n, r in rows.items()} == {"f1": tp[:16].hex(), "f2": "", "f3": ""}
 
 
 def test_an_error_retried_is_its_attempts_failure_and_the_retry_a_new_record(buffer):
@@ -243,3 +249,128 @@ def test_encode_refuses_a_flat_list_that_is_not_whole_records(buffer):
     flat = te.take({})
     with pytest.raises(ValueError, match="not whole records of 15"):
         te.encode(flat[:-1], ME, {})
+
+
+# ------------------------------------------------------------ submit spans left to task events
+def left_task(i: int) -> tuple[TaskEntry, bytes]:
+    """A task whose root submit span was left to its record (tracing_submit.left)."""
+    tp = i.to_bytes(16, "big") + bytes((0x40 + i % 64,)) * 8 + b"\x01"
+    entry = task(i, trace_parent=tp)
+    entry.span_left = True
+    return entry, tp
+
+
+def traces(flat: list) -> dict[tuple[str, int], bytes]:
+    """(name, attempt) -> its trace column value, of flat records."""
+    return {(flat[i + te.C_NAME], flat[i + te.C_ATTEMPT]): flat[i + te.C_TRACE] for i in range(0, len(flat), te.WIDTH)}
+
+
+@pytest.fixture()
+def traced(buffer, monkeypatch):
+    """The buffer, in a tracing process; submit spans recorded here are kept in the list returned."""
+    from ember_common import tracing, tracing_submit
+
+    monkeypatch.setattr(tracing, "_enabled", True)
+    here: list = []
+    monkeypatch.setattr(tracing_submit, "record_left", lambda spec, t: here.append((spec.name, t)))
+    return here
+
+
+def test_a_submit_span_goes_once_with_the_first_record_sent_closed_or_open(traced):
+    """The first attempt's record carries the submit span (26th byte, bit 1) in the first
+    batch that sends it: closed, or frozen while still open (its later records carry none);
+    a retry's record never does."""
+    addr = "10.0.0.2:7000"
+    done, tp1 = left_task(1)  # closed before any batch
+    te.submitted(done)
+    te.replied(done, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9, exec_span_left=True))
+    running, tp2 = left_task(2)  # still open at the batch
+    te.submitted(running)
+    te.pushed(running, addr)
+    retried, tp3 = left_task(3)  # its first attempt's worker died
+    te.submitted(retried)
+    te.push_failed(retried, "UNAVAILABLE", "gone")
+    retried.spec.attempt = 1
+    te.pushed(retried, addr)
+    plain = task(4, trace_parent=b"\x04" * 25)  # the owner recorded its span itself
+    te.submitted(plain)
+    te.replied(plain, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
+    sent: dict = {}
+    first = te.take(sent)
+    assert traces(first) == {("f1", 0): tp1 + b"\x03",  # its execute span too
+                             ("f2", 0): tp2 + b"\x02", ("f3", 0): tp3 + b"\x02", ("f3", 1): tp3,
+                             ("f4", 0): b"\x04" * 25}
+    assert te.spans_in(first) == 3
+    te.replied(running, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9, exec_span_left=True))
+    te.replied(retried, core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
+    assert traces(te.take(sent)) == {("f2", 0): tp2 + b"\x01", ("f3", 1): tp3}
+    assert traced == []  # nothing recorded by the owner itself
+
+
+def test_a_submit_span_whose_record_cannot_go_is_recorded_by_the_owner(traced, monkeypatch):
+    """Past the bound of open records or of closed ones, or with task events stopped, the
+    owner records the submit span itself (tracing_submit.record_left), once."""
+    entries = []
+    for i in range(1, 8):  # one after the other, as the owner submits them
+        entries.append(left_task(i)[0])
+        te.submitted(entries[-1])
+    assert n_open() == 5 and [n for n, _ in traced] == ["f6", "f7"]  # past the 5 open records
+    monkeypatch.setattr(te, "_closed", [0] * te._max_flat)  # the closed records' buffer is full
+    te.replied(entries[0], core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9))
+    te.failed(entries[1], TimeoutError("slow"))
+    assert [n for n, _ in traced] == ["f6", "f7", "f1", "f2"]
+    monkeypatch.setattr(te, "on", False)
+    late, _ = left_task(9)
+    te.submitted(late)
+    assert [n for n, _ in traced][-1] == "f9" and len(traced) == 5
+    assert all(t > 0 for _, t in traced)
+
+
+def test_the_owners_loop_and_the_reporter_never_both_send_a_submit_span(traced, monkeypatch):
+    """The loop closing records while the reporter freezes the open ones, the two threads
+    switching every µs: every submit span goes exactly once (a record frozen and then closed,
+    or closed while the reporter held it, carries it once)."""
+    import sys
+    import threading
+
+    monkeypatch.setattr(te, "_max_records", 100_000)
+    monkeypatch.setattr(te, "_max_flat", 100_000 * te.WIDTH)
+    n = 20_000
+    out: list = []
+    stop = threading.Event()
+
+    def reporter() -> None:
+        sent: dict = {}
+        while not stop.is_set():
+            out.extend(te.take(sent))
+        out.extend(te.take(sent))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=reporter)
+    thread.start()
+    try:
+        reply = core_worker_pb2.PushTaskReply(start_time_ns=5, end_time_ns=9)
+        for i in range(n):
+            e, _ = left_task(i)
+            te.submitted(e)
+            te.replied(e, reply)
+            del te._tracked[e.spec.task_id]  # (as the submitter does when the task ends)
+    finally:
+        stop.set()
+        thread.join(30)
+        sys.setswitchinterval(old)
+    carried = [out[i + te.C_TASK] for i in range(0, len(out), te.WIDTH)
+               if len(out[i + te.C_TRACE]) == 26 and out[i + te.C_TRACE][25] & 2]
+    assert len(carried) == len(set(carried)) == n and traced == []
+
+
+def test_a_batch_with_spans_names_the_owners_resource(traced, monkeypatch):
+    monkeypatch.setattr(te, "_resource_json", '{"service.name": "ember-driver", "process.pid": 11}')
+    e, tp = left_task(1)
+    te.submitted(e)
+    b, _ = te.encode(te.take({}), ME, {})
+    assert list(b.trace_parent) == [tp + b"\x02"] and b.span_resource == te._resource_json
+    te.submitted(task(2, trace_parent=b"\x02" * 25))
+    b, _ = te.encode(te.take({}), ME, {})
+    assert not b.span_resource  # no spans: no resource

@@ -1,7 +1,8 @@
-"""Execute spans made from task events (ember_common/tracing_derived.py): the span id both the
-worker and the GCS derive, the owner's batch listing the spans its workers left to it
-(task_events.encode), and the GCS's export of them under each worker's resource, which must be
-what the worker would have recorded (the SDK's encoding of the same span)."""
+"""Spans made from task events (ember_common/tracing_derived.py): the execute span id both the
+worker and the GCS derive, the owner's batch marking the spans left to its records
+(task_events.encode), and the GCS's export of them, execute spans under each worker's resource
+and submit spans under the owner's, which must be what the worker or the owner would have
+recorded (the SDK's encoding of the same span)."""
 from __future__ import annotations
 
 import json
@@ -37,13 +38,14 @@ def test_the_span_id_is_the_task_ids_tail_per_attempt():
     assert tracing_derived.span_id(bytes(16), 0) == (1).to_bytes(8, "big")  # never the invalid zero id
 
 
-def _flat(i: int, tp: bytes, left: bool, where: str | None = "10.0.0.1:7000", error=None,
+def _flat(i: int, tp: bytes, left: int, where: str | None = "10.0.0.1:7000", error=None,
           actor: bytes = b"", attempt: int = 0) -> list:
-    """One closed record as task_events.replied writes it."""
+    """One closed record as task_events.replied writes it (left: the spans it carries,
+    task_events.EXEC_LEFT | SUBMIT_LEFT)."""
     kind = TA.ACTOR_TASK if actor else TA.NORMAL_TASK
     t = 1_000_000 * i
     return [bytes((i,)) * 16, attempt, b"\x01\x00\x00\x00", f"f{i}", actor, kind,
-            tp + task_events._LEFT if left else tp, t + 1, t + 2, t + 3, t + 10, t + 20, 0, where, error]
+            tp + task_events._FLAGS[int(left)] if left else tp, t + 1, t + 2, t + 3, t + 10, t + 20, 0, where, error]
 
 
 def _batch(records: list) -> bytes:
@@ -56,31 +58,31 @@ def _tp(i: int) -> bytes:
     return bytes((0xA0 + i,)) * 16 + bytes((0xB0 + i,)) * 8 + b"\x01"
 
 
-def test_the_batch_lists_the_spans_left_to_it_and_the_gcs_reads_them_back():
+def test_the_batch_marks_the_spans_left_to_it_and_the_gcs_reads_them_back():
     records = [*_flat(1, _tp(1), True), *_flat(2, _tp(2), False),  # 2: the worker recorded it
                *_flat(3, _tp(3), True, where="10.0.0.2:7000", actor=b"\xaa" * 16, attempt=2),
                *_flat(4, _tp(4), True)]
     b = gcs_task_pb2.TaskEventBatch.FromString(_batch(records))
-    assert list(b.exec_span_index) == [0, 2, 3] and list(b.exec_span_parent) == [_tp(1), _tp(3), _tp(4)]
-    assert list(b.trace_id) == [_tp(i)[:16].hex() for i in (1, 2, 3, 4)]  # the store's column as before
+    assert list(b.trace_parent) == [_tp(1) + b"\x01", _tp(2), _tp(3) + b"\x01", _tp(4) + b"\x01"]
+    assert task_events.spans_in(records) == 3
     groups = dict(tracing_derived.records(_batch(records)))
-    assert set(groups) == {("node-a", 41), ("node-b", 42)}
-    first, fourth = groups[("node-a", 41)]
+    assert set(groups) == {("worker", "node-a", 41), ("worker", "node-b", 42)}
+    first, fourth = groups[("worker", "node-a", 41)]
     assert first == ("execute f1", _tp(1), (b"\x01" * 16)[-8:], 1_000_010, 1_000_020,
                      (b"\x01" * 16, b"\x01\x00\x00\x00", 0, b"", "node-a", "worker-a"), None)
     assert fourth[0] == "execute f4"
-    (third,) = groups[("node-b", 42)]
+    (third,) = groups[("worker", "node-b", 42)]
     assert third[2] == tracing_derived.span_id(b"\x03" * 16, 2)
     assert third[5] == (b"\x03" * 16, b"\x01\x00\x00\x00", 2, b"\xaa" * 16, "node-b", "worker-b")
     # nothing left to the GCS: no columns, nothing to read
     none = gcs_task_pb2.TaskEventBatch.FromString(_batch(_flat(5, _tp(5), False)))
-    assert not none.exec_span_index and tracing_derived.records(none.SerializeToString()) == []
+    assert list(none.trace_parent) == [_tp(5)] and tracing_derived.records(none.SerializeToString()) == []
 
 
 def test_a_malformed_batch_is_refused_by_name():
     b = gcs_task_pb2.TaskEventBatch.FromString(_batch(_flat(1, _tp(1), True)))
-    b.exec_span_parent.append(_tp(2))  # more parents than indexes
-    with pytest.raises(ValueError, match="execute span indexes"):
+    b.trace_parent.append(_tp(2) + b"\x01")  # more trace parents than records
+    with pytest.raises(ValueError, match="trace parents"):
         tracing_derived.records(b.SerializeToString())
 
 
@@ -166,8 +168,71 @@ def test_a_derived_span_is_the_span_the_worker_records():
     ((key, (derived,)),) = tracing_derived.records(_batch(_flat(1, _tp(1), True)))
     worker = ("execute f1", _tp(1), tracing_derived.span_id(b"\x01" * 16, 0), 1_000_010, 1_000_020,
               (b"\x01" * 16, b"\x01\x00\x00\x00", 0, b"", "node-a", "worker-a"), None)
-    assert derived == worker and key == ("node-a", 41)
+    assert derived == worker and key == ("worker", "node-a", 41)
     assert sdk_encode([to_readable(derived, res, SCOPE)]) == sdk_encode([to_readable(worker, res, SCOPE)])
+
+
+def test_the_gcs_exports_a_submit_span_under_the_owners_resource(monkeypatch):
+    """A record carrying its submit span gives the SUBMIT record the owner would have queued
+    (PRODUCER, root, at PENDING_ARGS_AVAIL), exported under the resource the owner sent, with
+    OTLP bytes equal to the SDK's encoding of that span; its execute span, when it carries it
+    too, goes under the worker's resource. With no resource sent, the batch's process stands."""
+    import json
+
+    from opentelemetry.sdk.resources import Resource
+
+    monkeypatch.setattr(task_events, "_resource_json", json.dumps(
+        {"service.name": "my-driver", "process.pid": 7, "deployment": "test", "tags": ["a", "b"]}))
+    records = [*_flat(1, _tp(1), task_events.SUBMIT_LEFT | task_events.EXEC_LEFT),
+               *_flat(2, _tp(2), task_events.SUBMIT_LEFT, where=None)]  # still pending
+    groups = dict(tracing_derived.records(_batch(records)))
+    owner = ("owner", task_events._resource_json, ("node-d", 7))
+    assert set(groups) == {owner, ("worker", "node-a", 41)}
+    assert groups[owner] == [("submit f1", _tp(1), None, 1_000_001, "ember.task_id", b"\x01" * 16),
+                             ("submit f2", _tp(2), None, 2_000_001, "ember.task_id", b"\x02" * 16)]
+    assert [r[0] for r in groups[("worker", "node-a", 41)]] == ["execute f1"]
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+    sdk, raw = InMemorySpanExporter(), Requests()
+    derived = tracing_derived.DerivedSpans([sdk, raw], SCOPE)
+    try:
+        derived.add(_batch(records), 2)
+        assert derived.force_flush(10)
+        spans = {sp.name: sp for sp in sdk.get_finished_spans()}
+        assert set(spans) == {"submit f1", "submit f2", "execute f1"}
+        sub = spans["submit f1"]
+        assert sub.kind == SpanKind.PRODUCER and sub.parent is None
+        assert sub.context.span_id == int.from_bytes(_tp(1)[16:24], "big")  # the id the task carries
+        assert spans["execute f1"].parent.span_id == sub.context.span_id
+        assert sub.start_time == sub.end_time == 1_000_001 and dict(sub.attributes) == {"ember.task_id": "01" * 16}
+        assert dict(sub.resource.attributes) == {"service.name": "my-driver", "process.pid": 7,
+                                                 "deployment": "test", "tags": ("a", "b")}
+        assert spans["execute f1"].resource.attributes["service.name"] == "ember-worker"
+        owner_res = Resource({"service.name": "my-driver", "process.pid": 7, "deployment": "test",
+                              "tags": ("a", "b")})
+        expected = sdk_encode([to_readable(r, owner_res, SCOPE) for r in groups[owner]])
+        assert ExportTraceServiceRequest.FromString(raw.requests[0]) == expected
+    finally:
+        derived.shutdown()
+    monkeypatch.setattr(task_events, "_resource_json", "")
+    ((who, _),) = tracing_derived.records(_batch(_flat(3, _tp(3), task_events.SUBMIT_LEFT)))
+    fallback = tracing_derived.DerivedSpans([], SCOPE)
+    try:
+        assert dict(fallback._resource(who).attributes) == {"service.name": "ember-driver", "process.pid": 7,
+                                                            "ember.node_id": "node-d"}
+    finally:
+        fallback.shutdown()
+
+
+def test_a_process_leaves_spans_only_to_a_gcs_that_sends_them_where_it_would(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    here = tracing_derived.announcement(["otlp"])
+    assert here.startswith(b"1:") and here == tracing_derived.announcement(["otlp"])
+    assert here != tracing_derived.announcement(["console"])
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://10.0.0.9:4317")
+    assert tracing_derived.announcement(["otlp"]) != here
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    monkeypatch.setenv("EMBER_TRACE_DIR", "/tmp/elsewhere")
+    assert tracing_derived.announcement(["otlp"]) != here
 
 
 WORKER = keep_spans("ember-worker") + textwrap.dedent("""

@@ -68,7 +68,7 @@ OID = b"o" * ids.OBJECT_ID_LEN
     (gcs_pb2.KillActorRequest(actor_id=b"abc"), "actor_id must be 16 bytes, got 3"),
     (gcs_pb2.GetActorInfoRequest(actor_id=b"a" * 16, timeout_s=math.nan), "timeout_s must be a number"),
     (gcs_pb2.InternalKVDelRequest(), "key is required"),
-    (gcs_task_pb2.AddTaskEventDataRequest(batch=b"x", exec_spans=-1), "exec_spans must be"),
+    (gcs_task_pb2.AddTaskEventDataRequest(batch=b"x", spans=-1), "spans must be"),
     (gcs_pb2.CreatePlacementGroupsRequest(specs=[common_pb2.PlacementGroupInfo(
         placement_group_id=b"p" * 18, strategy=9)]), "specs[0].strategy must be one of"),
     (raylet_pb2.RequestWorkerLeaseRequest(lease_id=b"l" * 16, serialized_runtime_env="{"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ember_common import ids, tracing
+from ember_common import ids, tracing, tracing_submit
 from ember_common.proto import common_pb2
 
 from . import scheduling, signatures, task_errors
@@ -225,9 +225,10 @@ def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, a
     if not template.streaming:
         spec.return_ids.extend(ids.object_id_for_return(task_id, i + 1)
                                for i in range(max(num_returns, 1)))
-    if tracing.enabled():
+    left = False  # its submit span is left to its task-event record (tracing_submit.left)
+    if tracing.enabled() and not (left := tracing_submit.left(spec)):
         tracing.task_submitted(spec, f"submit {template.name}")
-    return hand_over(core, TaskEntry(spec, keep, template.max_retries, key, allowlist), num_returns,
+    return hand_over(core, TaskEntry(spec, keep, template.max_retries, key, allowlist, left), num_returns,
                      core.submitter.submit)
 
 

@@ -18,7 +18,10 @@ running at a flush, so a long one shows RUNNING before it ends).
                                 executed(spec, reply)       it ended
 
 An open record is a list `[spec, attempt, t1..t6, where, error]` (t_k: the time of state k, 0
-until reached). The owner keeps it on the task's own `TaskEntry` (its `ev` slot), so a hook is
+until reached), with an 11th item, True, while it owes the task's submit span: a submit span
+left to task events (tracing_submit.left) goes with the first batch that carries the task's
+first record, closed or frozen, and is taken off the record by one `list.pop` (atomic under
+the GIL: the owner's loop closing the record and the reporter freezing it cannot both take it). The owner keeps it on the task's own `TaskEntry` (its `ev` slot), so a hook is
 a flag test, an attribute read and a clock read stored in a slot (the first time of a state
 stays): no table entry per task. The reporter finds the open ones through the submitter's
 table of tasks in flight (`core.submitter.tasks`, which exists anyway). The final hook closes
@@ -74,9 +77,9 @@ ERROR_TYPES = {"TaskCancelledError": "TASK_CANCELLED", "WorkerCrashedError": "WO
 SPEC, ATTEMPT, WHERE, ERROR = 0, 1, 8, 9
 HERE = ""  # `where` of a record the executor made: this process
 Record = list[Any]
-# A closed (or frozen) record: (task id, attempt, job id, name, actor id, type, trace id (hex,
-# or the spec's 25 trace_parent bytes, made hex by encode off the owner's loop), t1..t6, where,
-# error): plain values only, so the spec is freed with its task. Records are
+# A closed (or frozen) record: (task id, attempt, job id, name, actor id, type, trace (the spec's
+# trace_parent, with a byte of spans left to the record: _FLAGS; or a trace_context's 16-byte
+# trace id; b""), t1..t6, where, error): plain values only, so the spec is freed with its task. Records are
 # kept and passed flat, WIDTH values each, one after the other (`Flat`).
 Closed = tuple[Any, ...]
 Flat = list[Any]
@@ -96,10 +99,31 @@ _max_flat = WIDTH * _max_records  # _closed's bound, in values
 _EMPTY: tuple[Any, ...] = (None, -1, 0, 0, 0, 0, 0, 0, None, None)  # a task with no open record
 _dropped: dict[str, int] = {}
 _time_ns = time.time_ns
-# A trace column value of trace_parent + _LEFT (26 bytes): the worker left the task's execute
-# span to this record (PushTaskReply.exec_span_left); the batch lists it for the GCS to export
-# (tracing_derived).
-_LEFT = b"\x01"
+# A trace column value of trace_parent + _FLAGS[m] (26 bytes) carries spans for the GCS to export
+# (tracing_derived): m's bit 0 the task's execute span (the worker left it: PushTaskReply.
+# exec_span_left), bit 1 its submit span (tracing_submit.left).
+EXEC_LEFT, SUBMIT_LEFT = 1, 2
+_FLAGS = [b"", b"\x01", b"\x02", b"\x03"]
+SPAN_BYTES = 26  # the length of a trace column value that carries spans
+_OWES = 10  # the open record's slot of its submit span, while owed
+_resource_json = ""  # this process's resource attributes (JSON), for its submit spans
+
+
+def _claim(r: Record) -> int:
+    """SUBMIT_LEFT when the open record r owes its submit span, taken off it now (0: it owes
+    none, or another thread took it)."""
+    try:
+        return SUBMIT_LEFT if r.pop(_OWES) else 0
+    except IndexError:
+        return 0
+
+
+def _submit_here(entry: TaskEntry) -> None:
+    """The submit span left to entry's record, recorded here (the record will not reach the GCS)."""
+    entry.span_left = False
+    from ember_common import tracing_submit
+
+    tracing_submit.record_left(entry.spec, _time_ns())
 
 
 def _new(entry: TaskEntry) -> Record | None:
@@ -112,12 +136,20 @@ def _new(entry: TaskEntry) -> Record | None:
 
 
 def submitted(entry: TaskEntry) -> None:
-    """The owner took the task (PENDING_ARGS_AVAIL); entry is in its table of tasks already."""
+    """The owner took the task (PENDING_ARGS_AVAIL); entry is in its table of tasks already.
+    Its record owes the task's submit span when that was left to it (entry.span_left)."""
     if on:
         if len(_tracked) <= _max_records:
-            entry.ev = [entry.spec, -1, _time_ns(), 0, 0, 0, 0, 0, None, None]
+            if entry.span_left:
+                entry.ev = [entry.spec, -1, _time_ns(), 0, 0, 0, 0, 0, None, None, True]
+            else:
+                entry.ev = [entry.spec, -1, _time_ns(), 0, 0, 0, 0, 0, None, None]
         else:
             _drop(entry.spec)
+            if entry.span_left:
+                _submit_here(entry)
+    elif entry.span_left:  # stopped meanwhile
+        _submit_here(entry)
 
 
 def record(entry: TaskEntry, state: int) -> None:
@@ -144,25 +176,41 @@ def leased(address: str, node_id: str, worker_id: str, pid: int) -> None:
         _workers[address] = (node_id, worker_id, pid)
 
 
+def _trace(spec: common_pb2.TaskSpec, left: int = 0) -> bytes:
+    """The trace column value of spec's record, with the spans left to it (_FLAGS)."""
+    tp = spec.trace_parent
+    if len(tp) == 25:
+        return tp + _FLAGS[left] if left else tp
+    try:
+        return bytes.fromhex(tracing.trace_id_hex(spec))[-16:]  # (a trace_context's: 16 bytes)
+    except ValueError:  # not a trace id
+        return b""
+
+
 def _freeze(spec: common_pb2.TaskSpec, r: Sequence[Any], running: int, finished: int, failed: int,
-            error: tuple[str, str] | None) -> Closed:
-    """The record r of spec's attempt as plain values (the last three times given)."""
+            error: tuple[str, str] | None, left: int = 0) -> Closed:
+    """The record r of spec's attempt as plain values (the last three times given; left: the
+    spans it carries, _FLAGS)."""
     aid = spec.actor_id
     kind = (_ACTOR_CREATION if spec.HasField("actor_creation") else _ACTOR_TASK) if aid else _NORMAL
-    trace = tracing.trace_id_hex(spec) if tracing.enabled() else ""
+    trace = _trace(spec, left) if tracing.enabled() else b""
     return (spec.task_id, spec.attempt, spec.job_id, spec.name, aid, kind, trace,
             r[2], r[3], r[4], running, finished, failed, r[8], error)
 
 
-def _closing(entry: TaskEntry) -> Sequence[Any] | None:
+def _closing(entry: TaskEntry) -> tuple[Sequence[Any], int] | None:
     """Takes entry's open record out (_EMPTY if none is open: events turned on meanwhile, or a
-    full buffer); None: past the bound."""
+    full buffer), with the spans it carries (_FLAGS: its submit span, if it owed it); None:
+    past the bound (a submit span it owed is recorded here)."""
     r: Sequence[Any] = entry.ev or _EMPTY
     entry.ev = None
+    left = _claim(r) if len(r) > _OWES else 0  # type: ignore[arg-type]
     if len(_closed) >= _max_flat:
         _drop(entry.spec)
+        if left:
+            _submit_here(entry)
         return None
-    return r
+    return r, left
 
 
 def replied(entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
@@ -178,15 +226,23 @@ def replied(entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
         r = entry.ev or _EMPTY
         entry.ev = None
         spec = entry.spec
+        left = _claim(r) if len(r) > _OWES else 0  # type: ignore[arg-type]
         if len(_closed) < _max_flat:
             aid = spec.actor_id
+            if tracing.enabled():
+                tp = spec.trace_parent
+                left |= reply.exec_span_left
+                trace = (tp + _FLAGS[left] if left else tp) if len(tp) == 25 else _trace(spec)
+            else:
+                trace = b""
             _closed.extend((spec.task_id, spec.attempt, spec.job_id, spec.name, aid,
                             (_ACTOR_CREATION if spec.HasField("actor_creation") else _ACTOR_TASK) if aid else _NORMAL,
-                            ((spec.trace_parent + _LEFT if reply.exec_span_left else spec.trace_parent)
-                             or tracing.trace_id_hex(spec)) if tracing.enabled() else "",
-                            r[2], r[3], r[4], reply.start_time_ns, reply.end_time_ns or _time_ns(), 0, r[8], None))
+                            trace, r[2], r[3], r[4], reply.start_time_ns, reply.end_time_ns or _time_ns(), 0,
+                            r[8], None))
         else:
             _drop(spec)
+            if left:
+                _submit_here(entry)
     elif reply.exec_span_left:
         _record_left(entry.spec, reply)
 
@@ -205,16 +261,18 @@ def _record_left(spec: common_pb2.TaskSpec, reply: core_worker_pb2.PushTaskReply
 def _replied_error(entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
     if entry.ev is None:
         return  # recorded already (the push's reply, before a retry could be decided)
-    r = _closing(entry)
-    if r is not None:
+    closing = _closing(entry)
+    if closing is not None:
+        r, left = closing
         _closed.extend(_freeze(entry.spec, r, reply.start_time_ns, 0, reply.end_time_ns or _time_ns(),
-                               ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096])))
+                               ("TASK_EXECUTION_EXCEPTION", reply.error_message[:4096]), left))
 
 
 def _fail(entry: TaskEntry, what: tuple[str, str]) -> None:
-    r = _closing(entry)
-    if r is not None:
-        _closed.extend(_freeze(entry.spec, r, r[5], 0, _time_ns(), what))
+    closing = _closing(entry)
+    if closing is not None:
+        r, left = closing
+        _closed.extend(_freeze(entry.spec, r, r[5], 0, _time_ns(), what, left))
 
 
 def failed(entry: TaskEntry, error: BaseException) -> None:
@@ -299,12 +357,10 @@ def encode(records: Flat, me: tuple[str, str, int], workers: dict[str, tuple[str
         b.type.extend(types)
     if traced:
         traces = records[C_TRACE::W]
-        if any(traces):  # a str, or (replied) the spec's trace_parent bytes, in hex here
-            b.trace_id.extend([t if type(t) is str else _trace_hex(t) for t in traces])
-            left = [i for i, t in enumerate(traces) if type(t) is bytes and len(t) == 26]
-            if left:  # execute spans the workers left to these records
-                b.exec_span_index.extend(left)
-                b.exec_span_parent.extend([traces[i][:25] for i in left])
+        if any(traces):  # the bytes as they are (the GCS makes hex of them when a query needs it)
+            b.trace_parent.extend(traces)
+            if _resource_json and SPAN_BYTES in map(len, traces):  # spans left to records
+                b.span_resource = _resource_json
     errors = records[C_ERROR::W]
     if errors.count(None) != len(errors):
         found_errors = [(i, e) for i, e in enumerate(errors) if e is not None]
@@ -314,9 +370,9 @@ def encode(records: Flat, me: tuple[str, str, int], workers: dict[str, tuple[str
     return b, {job.hex(): n for job, n in collections.Counter(jobs).items()}
 
 
-def _trace_hex(trace_parent: bytes) -> str:
-    """The trace id (hex) of a TaskSpec.trace_parent (25 bytes: tracing_submit; 26: with _LEFT)."""
-    return trace_parent[:16].hex() if len(trace_parent) in (25, 26) else ""
+def spans_in(records: Flat) -> int:
+    """How many of the (flat) records carry spans for the GCS to export."""
+    return list(map(len, records[C_TRACE::WIDTH])).count(SPAN_BYTES)
 
 
 def take(sent_open: dict[Any, tuple[Any, ...]]) -> Flat:
@@ -343,8 +399,9 @@ def _moved(key: Any, r: Record, sent_open: dict[Any, tuple[Any, ...]], now: dict
     copy = r[:]
     times = tuple(copy[2:8])
     now[key] = times
-    if sent_open.get(key) != times:
-        out.extend(_freeze(copy[0], copy, copy[5], copy[6], copy[7], copy[9]))
+    if sent_open.get(key) != times:  # (its first time: always)
+        left = _claim(r) if len(copy) > _OWES else 0
+        out.extend(_freeze(copy[0], copy, copy[5], copy[6], copy[7], copy[9], left))
 
 
 # ---------------------------------------------------------------------- the reporter thread
@@ -384,8 +441,8 @@ class _Reporter:
             data = batch.SerializeToString()
             try:
                 # On the core's own GCS channel, from this thread (the loop only sends it).
-                spans = len(batch.exec_span_index)
-                self.core.run(lambda: core.gcs.add_task_event_data(data, by_job, dropped, exec_spans=spans,
+                spans = spans_in(records)
+                self.core.run(lambda: core.gcs.add_task_event_data(data, by_job, dropped, spans=spans,
                                                                    timeout_s=self.timeout_s),
                               timeout=self.timeout_s + 1)
                 self.sent_records += len(records) // WIDTH
@@ -408,7 +465,7 @@ _reporter: _Reporter | None = None
 def start(core: CoreWorker) -> None:
     """Turns the hooks on for this process (unless EMBER_TASK_EVENTS_ENABLED=0) and starts the
     reporter thread."""
-    global on, _reporter, _max_records, _max_flat, _tracked
+    global on, _reporter, _max_records, _max_flat, _tracked, _resource_json
     cfg = core.config
     if not cfg.task_events_enabled or _reporter is not None:
         return
@@ -420,24 +477,33 @@ def start(core: CoreWorker) -> None:
     _tracked = core.submitter.tasks
     _reporter = _Reporter(core, cfg.task_events_report_interval_s)
     on = True
-    if tracing.enabled():  # may this process's executor leave execute spans to their owners?
+    if tracing.enabled():  # may this process leave execute and submit spans to the GCS?
         # Asked before the first task runs, so that a worker's spans do not depend on a race
         # (one GCS call at start, with tracing on only).
+        import json
+
+        from ember_common import tracing_spans
+
+        res = tracing_spans._resource
+        _resource_json = json.dumps({k: list(v) if isinstance(v, tuple) else v
+                                     for k, v in (res.attributes.items() if res is not None else ())})
         core.run(lambda: _ask_gcs_for_exec_spans(core), timeout=15)
 
 
 async def _ask_gcs_for_exec_spans(core: CoreWorker) -> None:
-    """Sets tracing_derived.on when the GCS exports execute spans from task events; until
-    then, and if the GCS cannot say, this process's executor records every span itself."""
-    from ember_common import tracing_derived
+    """Sets tracing_derived.on (and tracing_submit.set_left) when the GCS exports spans from
+    task events, to where this process would send them; until then, and if the GCS cannot say,
+    this process records every span itself."""
+    from ember_common import tracing_derived, tracing_submit
 
     try:
         value = await core.gcs.internal_kv_get(tracing_derived.KV_NAMESPACE, tracing_derived.KV_KEY,
                                                timeout_s=10)
     except Exception as e:
-        log.debug("tracing: cannot ask the GCS whether it exports execute spans (%s)", e)
+        log.debug("tracing: cannot ask the GCS whether it exports spans (%s)", e)
         return
-    tracing_derived.on = on and value == b"1"
+    tracing_derived.on = on and value == tracing_derived.announcement(tracing.exporter_names())
+    tracing_submit.set_left(tracing_derived.on)
 
 
 def stop() -> None:
@@ -448,9 +514,10 @@ def stop() -> None:
         return
     _reporter = None
     on = False
-    from ember_common import tracing_derived
+    from ember_common import tracing_derived, tracing_submit
 
-    tracing_derived.on = False  # this process's executor records every span itself from now on
+    tracing_derived.on = False  # this process records every span itself from now on
+    tracing_submit.set_left(False)
     try:
         r.stop()
     except Exception as e:  # the GCS is gone (the cluster is stopping): nothing more to do

@@ -52,11 +52,12 @@ class TaskEntry:
     """One submitted task or actor call, until it finishes."""
 
     __slots__ = ("spec", "arg_refs", "retries_left", "key", "cancelled", "lease", "pending_deps",
-                 "retry_allowlist", "est", "ev")
+                 "retry_allowlist", "est", "ev", "span_left")
 
     def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[Any], retries_left: int | None,
                  key: SchedulingKey = (),
-                 retry_allowlist: tuple[type[BaseException], ...] | None = None) -> None:
+                 retry_allowlist: tuple[type[BaseException], ...] | None = None,
+                 span_left: bool = False) -> None:
         self.spec = spec
         # With spec.retry_exceptions: the exception classes an application error must be an
         # instance of to be retried (None: any error is retried).
@@ -69,6 +70,8 @@ class TaskEntry:
         self.pending_deps = 0
         self.est = UNKNOWN  # its function's duration estimate when it was pushed
         self.ev: list[Any] | None = None  # its open task-event record (task_events.py)
+        # Its submit span goes with its first task-event record (tracing_submit.left).
+        self.span_left = span_left
 
 
 class RequestLease(NamedTuple):

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0egcs_task.proto\x12\x05\x65mber\"\xe4\x04\n\x0bTaskAttempt\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\'\n\x05state\x18\x03 \x01(\x0e\x32\x18.ember.TaskAttempt.State\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x11\n\tfunc_name\x18\x05 \x01(\t\x12%\n\x04type\x18\x06 \x01(\x0e\x32\x17.ember.TaskAttempt.Type\x12\x0e\n\x06job_id\x18\x07 \x01(\x0c\x12\x10\n\x08\x61\x63tor_id\x18\x08 \x01(\x0c\x12\x0f\n\x07node_id\x18\t \x01(\t\x12\x11\n\tworker_id\x18\n \x01(\t\x12\x0b\n\x03pid\x18\x0b \x01(\x05\x12\x12\n\nerror_type\x18\x0c \x01(\t\x12\x15\n\rerror_message\x18\r \x01(\t\x12\x10\n\x08trace_id\x18\x0e \x01(\t\x12\x36\n\x0bstate_ts_ns\x18\x0f \x03(\x0b\x32!.ember.TaskAttempt.StateTsNsEntry\x1a\x30\n\x0eStateTsNsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x85\x01\n\x05State\x12\x07\n\x03NIL\x10\x00\x12\x16\n\x12PENDING_ARGS_AVAIL\x10\x01\x12\x1b\n\x17PENDING_NODE_ASSIGNMENT\x10\x02\x12\x17\n\x13SUBMITTED_TO_WORKER\x10\x03\x12\x0b\n\x07RUNNING\x10\x04\x12\x0c\n\x08\x46INISHED\x10\x05\x12\n\n\x06\x46\x41ILED\x10\x06\"@\n\x04Type\x12\x0f\n\x0bNORMAL_TASK\x10\x00\x12\x17\n\x13\x41\x43TOR_CREATION_TASK\x10\x01\x12\x0e\n\nACTOR_TASK\x10\x02\"\xa6\x03\n\x0eTaskEventBatch\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x0f\n\x07task_id\x18\x12 \x03(\x0c\x12\x0f\n\x07\x61ttempt\x18\x13 \x03(\x05\x12\r\n\x05ts_ns\x18\x14 \x03(\x03\x12\r\n\x05where\x18\x15 \x03(\x05\x12\x15\n\rwhere_node_id\x18\x16 \x03(\t\x12\x17\n\x0fwhere_worker_id\x18\x17 \x03(\t\x12\x11\n\twhere_pid\x18\x18 \x03(\x05\x12\x0e\n\x06job_id\x18\x19 \x03(\x0c\x12\x0c\n\x04name\x18\x1a \x03(\t\x12%\n\x04type\x18\x1b \x03(\x0e\x32\x17.ember.TaskAttempt.Type\x12\x10\n\x08\x61\x63tor_id\x18\x1c \x03(\x0c\x12\x10\n\x08trace_id\x18\x1d \x03(\t\x12\x13\n\x0b\x65rror_index\x18\x1e \x03(\x05\x12\x12\n\nerror_type\x18\x1f \x03(\t\x12\x15\n\rerror_message\x18  \x03(\t\x12\x17\n\x0f\x65xec_span_index\x18! \x03(\x05\x12\x18\n\x10\x65xec_span_parent\x18\" \x03(\x0cJ\x04\x08\x04\x10\x12\"\xc0\x02\n\x17\x41\x64\x64TaskEventDataRequest\x12\r\n\x05\x62\x61tch\x18\x02 \x01(\x0c\x12H\n\x0erecords_by_job\x18\x03 \x03(\x0b\x32\x30.ember.AddTaskEventDataRequest.RecordsByJobEntry\x12H\n\x0e\x64ropped_by_job\x18\x04 \x03(\x0b\x32\x30.ember.AddTaskEventDataRequest.DroppedByJobEntry\x12\x12\n\nexec_spans\x18\x05 \x01(\x05\x1a\x33\n\x11RecordsByJobEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x33\n\x11\x44roppedByJobEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01J\x04\x08\x01\x10\x02\"\x17\n\x15\x41\x64\x64TaskEventDataReply\">\n\nTaskFilter\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12\x11\n\tpredicate\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\"I\n\x14GetTaskEventsRequest\x12\"\n\x07\x66ilters\x18\x01 \x03(\x0b\x32\x11.ember.TaskFilter\x12\r\n\x05limit\x18\x02 \x01(\x05\"\xe9\x01\n\x12GetTaskEventsReply\x12!\n\x05tasks\x18\x01 \x03(\x0b\x32\x12.ember.TaskAttempt\x12\r\n\x05total\x18\x02 \x01(\x03\x12\x12\n\nnum_stored\x18\x03 \x01(\x03\x12\x43\n\x0e\x64ropped_by_job\x18\x04 \x03(\x0b\x32+.ember.GetTaskEventsReply.DroppedByJobEntry\x12\x13\n\x0bnum_dropped\x18\x05 \x01(\x03\x1a\x33\n\x11\x44roppedByJobEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\";\n\x15GetTaskSummaryRequest\x12\"\n\x07\x66ilters\x18\x01 \x03(\x0b\x32\x11.ember.TaskFilter\"\xbe\x01\n\x0fTaskFuncSummary\x12\x11\n\tfunc_name\x18\x01 \x01(\t\x12%\n\x04type\x18\x02 \x01(\x0e\x32\x17.ember.TaskAttempt.Type\x12=\n\x0cstate_counts\x18\x03 \x03(\x0b\x32\'.ember.TaskFuncSummary.StateCountsEntry\x1a\x32\n\x10StateCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"b\n\x13GetTaskSummaryReply\x12\'\n\x07summary\x18\x01 \x03(\x0b\x32\x16.ember.TaskFuncSummary\x12\r\n\x05total\x18\x02 \x01(\x03\x12\x13\n\x0bnum_dropped\x18\x03 \x01(\x03\x32\xfb\x01\n\x12TaskInfoGcsService\x12P\n\x10\x41\x64\x64TaskEventData\x12\x1e.ember.AddTaskEventDataRequest\x1a\x1c.ember.AddTaskEventDataReply\x12G\n\rGetTaskEvents\x12\x1b.ember.GetTaskEventsRequest\x1a\x19.ember.GetTaskEventsReply\x12J\n\x0eGetTaskSummary\x12\x1c.ember.GetTaskSummaryRequest\x1a\x1a.ember.GetTaskSummaryReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0egcs_task.proto\x12\x05\x65mber\"\xe4\x04\n\x0bTaskAttempt\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\'\n\x05state\x18\x03 \x01(\x0e\x32\x18.ember.TaskAttempt.State\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x11\n\tfunc_name\x18\x05 \x01(\t\x12%\n\x04type\x18\x06 \x01(\x0e\x32\x17.ember.TaskAttempt.Type\x12\x0e\n\x06job_id\x18\x07 \x01(\x0c\x12\x10\n\x08\x61\x63tor_id\x18\x08 \x01(\x0c\x12\x0f\n\x07node_id\x18\t \x01(\t\x12\x11\n\tworker_id\x18\n \x01(\t\x12\x0b\n\x03pid\x18\x0b \x01(\x05\x12\x12\n\nerror_type\x18\x0c \x01(\t\x12\x15\n\rerror_message\x18\r \x01(\t\x12\x10\n\x08trace_id\x18\x0e \x01(\t\x12\x36\n\x0bstate_ts_ns\x18\x0f \x03(\x0b\x32!.ember.TaskAttempt.StateTsNsEntry\x1a\x30\n\x0eStateTsNsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x85\x01\n\x05State\x12\x07\n\x03NIL\x10\x00\x12\x16\n\x12PENDING_ARGS_AVAIL\x10\x01\x12\x1b\n\x17PENDING_NODE_ASSIGNMENT\x10\x02\x12\x17\n\x13SUBMITTED_TO_WORKER\x10\x03\x12\x0b\n\x07RUNNING\x10\x04\x12\x0c\n\x08\x46INISHED\x10\x05\x12\n\n\x06\x46\x41ILED\x10\x06\"@\n\x04Type\x12\x0f\n\x0bNORMAL_TASK\x10\x00\x12\x17\n\x13\x41\x43TOR_CREATION_TASK\x10\x01\x12\x0e\n\nACTOR_TASK\x10\x02\"\xac\x03\n\x0eTaskEventBatch\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x0f\n\x07task_id\x18\x12 \x03(\x0c\x12\x0f\n\x07\x61ttempt\x18\x13 \x03(\x05\x12\r\n\x05ts_ns\x18\x14 \x03(\x03\x12\r\n\x05where\x18\x15 \x03(\x05\x12\x15\n\rwhere_node_id\x18\x16 \x03(\t\x12\x17\n\x0fwhere_worker_id\x18\x17 \x03(\t\x12\x11\n\twhere_pid\x18\x18 \x03(\x05\x12\x0e\n\x06job_id\x18\x19 \x03(\x0c\x12\x0c\n\x04name\x18\x1a \x03(\t\x12%\n\x04type\x18\x1b \x03(\x0e\x32\x17.ember.TaskAttempt.Type\x12\x10\n\x08\x61\x63tor_id\x18\x1c \x03(\x0c\x12\x10\n\x08trace_id\x18\x1d \x03(\t\x12\x13\n\x0b\x65rror_index\x18\x1e \x03(\x05\x12\x12\n\nerror_type\x18\x1f \x03(\t\x12\x15\n\rerror_message\x18  \x03(\t\x12\x14\n\x0ctrace_parent\x18# \x03(\x0c\x12\x15\n\rspan_resource\x18$ \x01(\tJ\x04\x08\x04\x10\x12J\x04\x08!\x10\"J\x04\x08\"\x10#\"\xbb\x02\n\x17\x41\x64\x64TaskEventDataRequest\x12\r\n\x05\x62\x61tch\x18\x02 \x01(\x0c\x12H\n\x0erecords_by_job\x18\x03 \x03(\x0b\x32\x30.ember.AddTaskEventDataRequest.RecordsByJobEntry\x12H\n\x0e\x64ropped_by_job\x18\x04 \x03(\x0b\x32\x30.ember.AddTaskEventDataRequest.DroppedByJobEntry\x12\r\n\x05spans\x18\x05 \x01(\x05\x1a\x33\n\x11RecordsByJobEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x33\n\x11\x44roppedByJobEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01J\x04\x08\x01\x10\x02\"\x17\n\x15\x41\x64\x64TaskEventDataReply\">\n\nTaskFilter\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12\x11\n\tpredicate\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\"I\n\x14GetTaskEventsRequest\x12\"\n\x07\x66ilters\x18\x01 \x03(\x0b\x32\x11.ember.TaskFilter\x12\r\n\x05limit\x18\x02 \x01(\x05\"\xe9\x01\n\x12GetTaskEventsReply\x12!\n\x05tasks\x18\x01 \x03(\x0b\x32\x12.ember.TaskAttempt\x12\r\n\x05total\x18\x02 \x01(\x03\x12\x12\n\nnum_stored\x18\x03 \x01(\x03\x12\x43\n\x0e\x64ropped_by_job\x18\x04 \x03(\x0b\x32+.ember.GetTaskEventsReply.DroppedByJobEntry\x12\x13\n\x0bnum_dropped\x18\x05 \x01(\x03\x1a\x33\n\x11\x44roppedByJobEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\";\n\x15GetTaskSummaryRequest\x12\"\n\x07\x66ilters\x18\x01 \x03(\x0b\x32\x11.ember.TaskFilter\"\xbe\x01\n\x0fTaskFuncSummary\x12\x11\n\tfunc_name\x18\x01 \x01(\t\x12%\n\x04type\x18\x02 \x01(\x0e\x32\x17.ember.TaskAttempt.Type\x12=\n\x0cstate_counts\x18\x03 \x03(\x0b\x32\'.ember.TaskFuncSummary.StateCountsEntry\x1a\x32\n\x10StateCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"b\n\x13GetTaskSummaryReply\x12\'\n\x07summary\x18\x01 \x03(\x0b\x32\x16.ember.TaskFuncSummary\x12\r\n\x05total\x18\x02 \x01(\x03\x12\x13\n\x0bnum_dropped\x18\x03 \x01(\x03\x32\xfb\x01\n\x12TaskInfoGcsService\x12P\n\x10\x41\x64\x64TaskEventData\x12\x1e.ember.AddTaskEventDataRequest\x1a\x1c.ember.AddTaskEventDataReply\x12G\n\rGetTaskEvents\x12\x1b.ember.GetTaskEventsRequest\x1a\x19.ember.GetTaskEventsReply\x12J\n\x0eGetTaskSummary\x12\x1c.ember.GetTaskSummaryRequest\x1a\x1a.ember.GetTaskSummaryReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -50,31 +50,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASKATTEMPT_TYPE']._serialized_start=574
   _globals['_TASKATTEMPT_TYPE']._serialized_end=638
   _globals['_TASKEVENTBATCH']._serialized_start=641
-  _globals['_TASKEVENTBATCH']._serialized_end=1063
-  _globals['_ADDTASKEVENTDATAREQUEST']._serialized_start=1066
-  _globals['_ADDTASKEVENTDATAREQUEST']._serialized_end=1386
-  _globals['_ADDTASKEVENTDATAREQUEST_RECORDSBYJOBENTRY']._serialized_start=1276
-  _globals['_ADDTASKEVENTDATAREQUEST_RECORDSBYJOBENTRY']._serialized_end=1327
-  _globals['_ADDTASKEVENTDATAREQUEST_DROPPEDBYJOBENTRY']._serialized_start=1329
-  _globals['_ADDTASKEVENTDATAREQUEST_DROPPEDBYJOBENTRY']._serialized_end=1380
-  _globals['_ADDTASKEVENTDATAREPLY']._serialized_start=1388
-  _globals['_ADDTASKEVENTDATAREPLY']._serialized_end=1411
-  _globals['_TASKFILTER']._serialized_start=1413
-  _globals['_TASKFILTER']._serialized_end=1475
-  _globals['_GETTASKEVENTSREQUEST']._serialized_start=1477
-  _globals['_GETTASKEVENTSREQUEST']._serialized_end=1550
-  _globals['_GETTASKEVENTSREPLY']._serialized_start=1553
-  _globals['_GETTASKEVENTSREPLY']._serialized_end=1786
-  _globals['_GETTASKEVENTSREPLY_DROPPEDBYJOBENTRY']._serialized_start=1329
-  _globals['_GETTASKEVENTSREPLY_DROPPEDBYJOBENTRY']._serialized_end=1380
-  _globals['_GETTASKSUMMARYREQUEST']._serialized_start=1788
-  _globals['_GETTASKSUMMARYREQUEST']._serialized_end=1847
-  _globals['_TASKFUNCSUMMARY']._serialized_start=1850
-  _globals['_TASKFUNCSUMMARY']._serialized_end=2040
-  _globals['_TASKFUNCSUMMARY_STATECOUNTSENTRY']._serialized_start=1990
-  _globals['_TASKFUNCSUMMARY_STATECOUNTSENTRY']._serialized_end=2040
-  _globals['_GETTASKSUMMARYREPLY']._serialized_start=2042
-  _globals['_GETTASKSUMMARYREPLY']._serialized_end=2140
-  _globals['_TASKINFOGCSSERVICE']._serialized_start=2143
-  _globals['_TASKINFOGCSSERVICE']._serialized_end=2394
+  _globals['_TASKEVENTBATCH']._serialized_end=1069
+  _globals['_ADDTASKEVENTDATAREQUEST']._serialized_start=1072
+  _globals['_ADDTASKEVENTDATAREQUEST']._serialized_end=1387
+  _globals['_ADDTASKEVENTDATAREQUEST_RECORDSBYJOBENTRY']._serialized_start=1277
+  _globals['_ADDTASKEVENTDATAREQUEST_RECORDSBYJOBENTRY']._serialized_end=1328
+  _globals['_ADDTASKEVENTDATAREQUEST_DROPPEDBYJOBENTRY']._serialized_start=1330
+  _globals['_ADDTASKEVENTDATAREQUEST_DROPPEDBYJOBENTRY']._serialized_end=1381
+  _globals['_ADDTASKEVENTDATAREPLY']._serialized_start=1389
+  _globals['_ADDTASKEVENTDATAREPLY']._serialized_end=1412
+  _globals['_TASKFILTER']._serialized_start=1414
+  _globals['_TASKFILTER']._serialized_end=1476
+  _globals['_GETTASKEVENTSREQUEST']._serialized_start=1478
+  _globals['_GETTASKEVENTSREQUEST']._serialized_end=1551
+  _globals['_GETTASKEVENTSREPLY']._serialized_start=1554
+  _globals['_GETTASKEVENTSREPLY']._serialized_end=1787
+  _globals['_GETTASKEVENTSREPLY_DROPPEDBYJOBENTRY']._serialized_start=1330
+  _globals['_GETTASKEVENTSREPLY_DROPPEDBYJOBENTRY']._serialized_end=1381
+  _globals['_GETTASKSUMMARYREQUEST']._serialized_start=1789
+  _globals['_GETTASKSUMMARYREQUEST']._serialized_end=1848
+  _globals['_TASKFUNCSUMMARY']._serialized_start=1851
+  _globals['_TASKFUNCSUMMARY']._serialized_end=2041
+  _globals['_TASKFUNCSUMMARY_STATECOUNTSENTRY']._serialized_start=1991
+  _globals['_TASKFUNCSUMMARY_STATECOUNTSENTRY']._serialized_end=2041
+  _globals['_GETTASKSUMMARYREPLY']._serialized_start=2043
+  _globals['_GETTASKSUMMARYREPLY']._serialized_end=2141
+  _globals['_TASKINFOGCSSERVICE']._serialized_start=2144
+  _globals['_TASKINFOGCSSERVICE']._serialized_end=2395
 # @@protoc_insertion_point(module_scope)

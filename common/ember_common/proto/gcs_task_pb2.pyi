@@ -73,7 +73,7 @@ class TaskAttempt(_message.Message):
     def __init__(self, task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ..., state: _Optional[_Union[TaskAttempt.State, str]] = ..., name: _Optional[str] = ..., func_name: _Optional[str] = ..., type: _Optional[_Union[TaskAttempt.Type, str]] = ..., job_id: _Optional[bytes] = ..., actor_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., pid: _Optional[int] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., trace_id: _Optional[str] = ..., state_ts_ns: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class TaskEventBatch(_message.Message):
-    __slots__ = ("worker_id", "node_id", "pid", "task_id", "attempt", "ts_ns", "where", "where_node_id", "where_worker_id", "where_pid", "job_id", "name", "type", "actor_id", "trace_id", "error_index", "error_type", "error_message", "exec_span_index", "exec_span_parent")
+    __slots__ = ("worker_id", "node_id", "pid", "task_id", "attempt", "ts_ns", "where", "where_node_id", "where_worker_id", "where_pid", "job_id", "name", "type", "actor_id", "trace_id", "error_index", "error_type", "error_message", "trace_parent", "span_resource")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -92,8 +92,8 @@ class TaskEventBatch(_message.Message):
     ERROR_INDEX_FIELD_NUMBER: _ClassVar[int]
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
-    EXEC_SPAN_INDEX_FIELD_NUMBER: _ClassVar[int]
-    EXEC_SPAN_PARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACE_PARENT_FIELD_NUMBER: _ClassVar[int]
+    SPAN_RESOURCE_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     node_id: str
     pid: int
@@ -112,12 +112,12 @@ class TaskEventBatch(_message.Message):
     error_index: _containers.RepeatedScalarFieldContainer[int]
     error_type: _containers.RepeatedScalarFieldContainer[str]
     error_message: _containers.RepeatedScalarFieldContainer[str]
-    exec_span_index: _containers.RepeatedScalarFieldContainer[int]
-    exec_span_parent: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, worker_id: _Optional[str] = ..., node_id: _Optional[str] = ..., pid: _Optional[int] = ..., task_id: _Optional[_Iterable[bytes]] = ..., attempt: _Optional[_Iterable[int]] = ..., ts_ns: _Optional[_Iterable[int]] = ..., where: _Optional[_Iterable[int]] = ..., where_node_id: _Optional[_Iterable[str]] = ..., where_worker_id: _Optional[_Iterable[str]] = ..., where_pid: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[bytes]] = ..., name: _Optional[_Iterable[str]] = ..., type: _Optional[_Iterable[_Union[TaskAttempt.Type, str]]] = ..., actor_id: _Optional[_Iterable[bytes]] = ..., trace_id: _Optional[_Iterable[str]] = ..., error_index: _Optional[_Iterable[int]] = ..., error_type: _Optional[_Iterable[str]] = ..., error_message: _Optional[_Iterable[str]] = ..., exec_span_index: _Optional[_Iterable[int]] = ..., exec_span_parent: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    trace_parent: _containers.RepeatedScalarFieldContainer[bytes]
+    span_resource: str
+    def __init__(self, worker_id: _Optional[str] = ..., node_id: _Optional[str] = ..., pid: _Optional[int] = ..., task_id: _Optional[_Iterable[bytes]] = ..., attempt: _Optional[_Iterable[int]] = ..., ts_ns: _Optional[_Iterable[int]] = ..., where: _Optional[_Iterable[int]] = ..., where_node_id: _Optional[_Iterable[str]] = ..., where_worker_id: _Optional[_Iterable[str]] = ..., where_pid: _Optional[_Iterable[int]] = ..., job_id: _Optional[_Iterable[bytes]] = ..., name: _Optional[_Iterable[str]] = ..., type: _Optional[_Iterable[_Union[TaskAttempt.Type, str]]] = ..., actor_id: _Optional[_Iterable[bytes]] = ..., trace_id: _Optional[_Iterable[str]] = ..., error_index: _Optional[_Iterable[int]] = ..., error_type: _Optional[_Iterable[str]] = ..., error_message: _Optional[_Iterable[str]] = ..., trace_parent: _Optional[_Iterable[bytes]] = ..., span_resource: _Optional[str] = ...) -> None: ...
 
 class AddTaskEventDataRequest(_message.Message):
-    __slots__ = ("batch", "records_by_job", "dropped_by_job", "exec_spans")
+    __slots__ = ("batch", "records_by_job", "dropped_by_job", "spans")
     class RecordsByJobEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -135,12 +135,12 @@ class AddTaskEventDataRequest(_message.Message):
     BATCH_FIELD_NUMBER: _ClassVar[int]
     RECORDS_BY_JOB_FIELD_NUMBER: _ClassVar[int]
     DROPPED_BY_JOB_FIELD_NUMBER: _ClassVar[int]
-    EXEC_SPANS_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
     batch: bytes
     records_by_job: _containers.ScalarMap[str, int]
     dropped_by_job: _containers.ScalarMap[str, int]
-    exec_spans: int
-    def __init__(self, batch: _Optional[bytes] = ..., records_by_job: _Optional[_Mapping[str, int]] = ..., dropped_by_job: _Optional[_Mapping[str, int]] = ..., exec_spans: _Optional[int] = ...) -> None: ...
+    spans: int
+    def __init__(self, batch: _Optional[bytes] = ..., records_by_job: _Optional[_Mapping[str, int]] = ..., dropped_by_job: _Optional[_Mapping[str, int]] = ..., spans: _Optional[int] = ...) -> None: ...
 
 class AddTaskEventDataReply(_message.Message):
     __slots__ = ()

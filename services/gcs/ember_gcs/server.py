@@ -36,7 +36,7 @@ async def serve(ns: GcsSettings, stop: asyncio.Event) -> None:
     await core.load()
     core.pgs.start()
     tasks = TaskEventStore(cfg.task_events_max_num_task_in_gcs)  # memory only, as Ray's
-    # execute spans from owners' task events, exported as this GCS exports its own spans
+    # execute and submit spans from owners' task events, exported as this GCS exports its own spans
     derived = (tracing_derived.make(tracing.exporter_names(), getattr(tracing.tracer(), "_instrumentation_scope", None))
                if tracing.enabled() else None)
     server, port, health = rpc.build_server([lambda s: servicers.add_all(core, s, tasks, derived)],
@@ -47,10 +47,12 @@ async def serve(ns: GcsSettings, stop: asyncio.Event) -> None:
     if metrics.bound_port:  # "" host: the GCS's own address (ember status fills it in)
         host = "" if ns.host in ("0.0.0.0", "::") else ns.host
         await core.kv.put(metrics.KV_NAMESPACE, b"gcs", f"{host}:{metrics.bound_port}".encode())
-    # Owners read this once at start: whether they may leave their tasks' execute spans to this
-    # GCS (cleared when it does not: the KV outlives a GCS restarted with other settings).
+    # Owners read this once at start: whether they may leave their tasks' execute and submit
+    # spans to this GCS, and where it sends them (cleared when it does not: the KV outlives a
+    # GCS restarted with other settings).
     if derived is not None:
-        await core.kv.put(tracing_derived.KV_NAMESPACE, tracing_derived.KV_KEY, b"1")
+        await core.kv.put(tracing_derived.KV_NAMESPACE, tracing_derived.KV_KEY,
+                          tracing_derived.announcement(tracing.exporter_names()))
     else:
         await core.kv.delete(tracing_derived.KV_NAMESPACE, tracing_derived.KV_KEY)
     rpc.write_port_file(ns.port_file, port)

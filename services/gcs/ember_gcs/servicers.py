@@ -220,8 +220,8 @@ class TaskInfoServicer(gcs_task_pb2_grpc.TaskInfoGcsServiceServicer):
     async def AddTaskEventData(self, request: gcs_task_pb2.AddTaskEventDataRequest,
                                context: rpc.Context) -> gcs_task_pb2.AddTaskEventDataReply:
         self.store.add_raw(request.batch, request.records_by_job, request.dropped_by_job)
-        if request.exec_spans > 0 and self.derived is not None:
-            self.derived.add(request.batch, request.exec_spans)
+        if request.spans > 0 and self.derived is not None:
+            self.derived.add(request.batch, request.spans)
         return gcs_task_pb2.AddTaskEventDataReply()
 
     @rpc_errors

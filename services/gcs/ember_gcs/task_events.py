@@ -175,7 +175,8 @@ class TaskEventStore:
         n = len(batch.task_id)
         types = batch.type or itertools.repeat(TA.NORMAL_TASK, n)  # (optional columns)
         actors = batch.actor_id or itertools.repeat(b"", n)
-        traces = batch.trace_id or itertools.repeat("", n)
+        traces = batch.trace_id or (map(_trace_hex, batch.trace_parent) if batch.trace_parent
+                                    else itertools.repeat("", n))
         for i, (tid, attempt, w, job, name, typ, actor, trace) in enumerate(zip(
                 batch.task_id, batch.attempt, batch.where, batch.job_id, batch.name, types, actors,
                 traces, strict=True)):
@@ -354,7 +355,7 @@ class TaskEventStore:
 
 def _check_columns(b: gcs_task_pb2.TaskEventBatch) -> None:
     n = len(b.task_id)
-    for name in ("type", "actor_id", "trace_id"):  # optional: empty when every record has the default
+    for name in ("type", "actor_id", "trace_id", "trace_parent"):  # optional: empty when every record has the default
         if len(getattr(b, name)) not in (0, n):
             raise rpc.InvalidArgument(f"task event batch: {len(getattr(b, name))} {name} for {n} records")
     groups = {"record": ("task_id", "attempt", "where", "job_id", "name"),
@@ -367,6 +368,11 @@ def _check_columns(b: gcs_task_pb2.TaskEventBatch) -> None:
     if len(b.ts_ns) != 6 * len(b.task_id):
         raise rpc.InvalidArgument(f"task event batch: {len(b.ts_ns)} times for {len(b.task_id)} records "
                                   f"(6 each)")
+
+
+def _trace_hex(trace_parent: bytes) -> str:
+    """The trace id (hex) of a record's trace_parent column (25 or 26 bytes, or a 16-byte trace id)."""
+    return trace_parent[:16].hex() if len(trace_parent) >= 16 else ""
 
 
 def check_filters(filters: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
