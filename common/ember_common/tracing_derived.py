@@ -27,8 +27,8 @@ owner's records anyway, writes the span from them.
             says, a few µs after the worker's own clock read)
 
 A root submit span (a task submitted with no current span: a driver's plain `f.remote()`)
-goes the same way (tracing_submit.left): the owner gives the task a new trace context and no
-span; the task's first record carries the span (bit 1 of that byte) with the first batch that
+goes the same way (tracing_submit.left): the owner gives the task a new trace context (the
+trace id is the task id, the submit span id its first 8 bytes) and no span; the task's first record carries the span (bit 1 of that byte) with the first batch that
 sends it, closed or still open, once; the GCS exports a PRODUCER span named `submit <name>` at
 the record's PENDING_ARGS_AVAIL time (when the owner took the task, a few µs to ms after
 `.remote()`), under the owner's resource (`TaskEventBatch.span_resource`). A record the owner

@@ -140,15 +140,21 @@ def set_left(on: bool) -> None:
     _left = bool(on and _on and _root_flag is not None)
 
 
-def left(spec: Any) -> bool:
-    """A task submitted with no current span, when root submit spans may be left to task
-    events: gives spec its trace context (a new trace, sampled) and returns True; its owner's
+def left(spec: Any, task_id: bytes) -> bool:
+    """A task (spec, with task_id) submitted with no current span, when root submit spans may
+    be left to task events: gives spec its trace context and returns True; its owner's
     task-event record carries the submit span (TaskEntry.span_left). False: nothing done
     (task_submitted records the span). Only Ember's own span processor may be installed: a
-    span the GCS exports never reaches another one."""
+    span the GCS exports never reaches another one.
+
+    The new trace's id is the task id (128 random bits: ids.new_task_id) and the submit span's
+    id its first 8 bytes (the execute span's are its last 8: tracing_derived.span_id), so no
+    id is drawn: `ember list tasks` shows a root task's trace id as its own id."""
     if _left and not _cv.get() and ts._processor._span_processors is ts._only_buffer:
-        spec.trace_parent = (next(_ids, None) or _draw()) + _root_flag  # type: ignore[operator]
-        return True
+        sid = task_id[:8]
+        if len(task_id) == 16 and sid != _ZERO8:
+            spec.trace_parent = task_id + sid + _root_flag  # type: ignore[operator]
+            return True
     return False
 
 

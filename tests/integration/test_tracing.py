@@ -484,6 +484,8 @@ def test_root_submit_spans_are_exported_by_the_gcs_from_task_events_once(tmp_pat
     assert sorted(s["name"] for s in submits) == ["submit dies_once"] + ["submit f"] * 5 + ["submit slow"]
     for s in submits:  # roots, each its own trace, under the driver's resource, at one instant
         assert s["service"] == "ember-driver" and s["parent_id"] == "" and s["start_ns"] == s["end_ns"] > 0
+        task_id = s["attributes"]["ember.task_id"]  # the trace's id and the span's: the task's own
+        assert (s["trace_id"], s["span_id"]) == (task_id, task_id[:16])
     assert len({s["trace_id"] for s in submits}) == 7
     assert sorted(s["attributes"]["ember.task_id"] for s in submits if s["name"] == "submit f") == sorted(out["f"])
     spans = [s for file_spans in by_file.values() for s in file_spans]

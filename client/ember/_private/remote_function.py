@@ -226,7 +226,7 @@ def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, a
         spec.return_ids.extend(ids.object_id_for_return(task_id, i + 1)
                                for i in range(max(num_returns, 1)))
     left = False  # its submit span is left to its task-event record (tracing_submit.left)
-    if tracing.enabled() and not (left := tracing_submit.left(spec)):
+    if tracing.enabled() and not (left := tracing_submit.left(spec, task_id)):
         tracing.task_submitted(spec, f"submit {template.name}")
     return hand_over(core, TaskEntry(spec, keep, template.max_retries, key, allowlist, left), num_returns,
                      core.submitter.submit)
