@@ -21,7 +21,8 @@ An open record is a list `[spec, attempt, t1..t6, where, error]` (t_k: the time 
 until reached), with an 11th item, True, while it owes the task's submit span: a submit span
 left to task events (tracing_submit.left) goes with the first batch that carries the task's
 first record, closed or frozen, and is taken off the record by one `list.pop` (atomic under
-the GIL: the owner's loop closing the record and the reporter freezing it cannot both take it). The owner keeps it on the task's own `TaskEntry` (its `ev` slot), so a hook is
+the GIL: the owner's loop closing the record and the reporter freezing it cannot both take
+it). The owner keeps the record on the task's own `TaskEntry` (its `ev` slot), so a hook is
 a flag test, an attribute read and a clock read stored in a slot (the first time of a state
 stays): no table entry per task. The reporter finds the open ones through the submitter's
 table of tasks in flight (`core.submitter.tasks`, which exists anyway). The final hook closes
@@ -79,8 +80,8 @@ HERE = ""  # `where` of a record the executor made: this process
 Record = list[Any]
 # A closed (or frozen) record: (task id, attempt, job id, name, actor id, type, trace (the spec's
 # trace_parent, with a byte of spans left to the record: _FLAGS; or a trace_context's 16-byte
-# trace id; b""), t1..t6, where, error): plain values only, so the spec is freed with its task. Records are
-# kept and passed flat, WIDTH values each, one after the other (`Flat`).
+# trace id; b""), t1..t6, where, error): plain values only, so the spec is freed with its task.
+# Records are kept and passed flat, WIDTH values each, one after the other (`Flat`).
 Closed = tuple[Any, ...]
 Flat = list[Any]
 C_TASK, C_ATTEMPT, C_JOB, C_NAME, C_ACTOR, C_TYPE, C_TRACE, C_TS, C_WHERE, C_ERROR = 0, 1, 2, 3, 4, 5, 6, 7, 13, 14
