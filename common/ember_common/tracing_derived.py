@@ -10,8 +10,9 @@ trace_parent. So when nothing asked the worker for the span, the GCS, which rece
 owner's records anyway, writes the span from them.
 
     worker  its GCS says it exports them (KV `tracing`/`exec_spans` = `announcement()`, read
-            once at the core worker's start: `on`); it makes the span current as before (tracing_exec.begin: a
-            nested submission, a child span or get_current_span() see it), with the span id
+            once at the core worker's start: `on`); it makes the span current as before
+            (tracing_exec.begin: a nested submission, a child span or get_current_span() see
+            it), with the span id
             `span_id(task_id, attempt)`; when the task ended without error and no code asked
             for the span object, it records nothing and says so (`PushTaskReply.exec_span_left`);
             otherwise (and for an actor's creation, whose owner is the GCS) it records the
@@ -28,8 +29,9 @@ owner's records anyway, writes the span from them.
 
 A root submit span (a task submitted with no current span: a driver's plain `f.remote()`)
 goes the same way (tracing_submit.left): the owner gives the task a new trace context (the
-trace id is the task id, the submit span id its first 8 bytes) and no span; the task's first record carries the span (bit 1 of that byte) with the first batch that
-sends it, closed or still open, once; the GCS exports a PRODUCER span named `submit <name>` at
+trace id is the task id, the submit span id its first 8 bytes) and no span; the task's first
+record carries the span (bit 1 of that byte) with the first batch that sends it, closed or
+still open, once; the GCS exports a PRODUCER span named `submit <name>` at
 the record's PENDING_ARGS_AVAIL time (when the owner took the task, a few µs to ms after
 `.remote()`), under the owner's resource (`TaskEventBatch.span_resource`). A record the owner
 cannot send (task events stopped, their buffer full) has the owner record the span itself.
@@ -37,8 +39,8 @@ A batch the GCS does not take loses its spans, as a full span queue would.
 
 A process leaves spans to its GCS only when both would send them to the same place: the GCS
 announces a digest of its exporter settings (`announcement`), and the process compares its own.
-The execute span id is the task id's last 8 bytes (random: ids.new_task_id), XORed with a constant per
-attempt, so the worker and the GCS name the same span without telling each other. What applies
+The execute span id is the task id's last 8 bytes (random: ids.new_task_id), XORed with a
+constant per attempt, so the worker and the GCS name the same span without telling each other. What applies
 to these spans is the GCS's tracing configuration (its OTEL_* variables: exporter, endpoint,
 OTEL_BSP_SCHEDULE_DELAY); the GCS announces only when it exports at all. A record the owner's
 task events drop (their buffer full) loses its span, as a full span queue would.
@@ -220,17 +222,17 @@ class DerivedSpans:
             from opentelemetry.sdk.resources import Resource
 
             kind, a, b = who
-            if kind == "owner":  # the attributes it sent, as they are (or what the batch says)
-                attrs = _attributes(a) or {"service.name": "ember-driver", "process.pid": b[1],
-                                           **({"ember.node_id": b[0]} if b[0] else {})}
-                res = Resource(attrs)
-            else:
-                attrs = {"service.name": self.service}
-                if b:
-                    attrs["process.pid"] = b
-                if a:
-                    attrs["ember.node_id"] = a
-                res = Resource.create(attrs)
+            owner = kind == "owner"
+            # an owner's: the attributes it sent, as they are; else (or none sent) its process's
+            attrs = _attributes(a) if owner else {}
+            if not attrs:
+                node, pid = b if owner else (a, b)
+                attrs = {"service.name": "ember-driver" if owner else self.service}
+                if pid:
+                    attrs["process.pid"] = pid
+                if node:
+                    attrs["ember.node_id"] = node
+            res = Resource(attrs) if owner else Resource.create(attrs)
             if len(self._resources) >= 4096:
                 self._resources.clear()
             self._resources[who] = res

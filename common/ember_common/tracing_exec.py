@@ -204,7 +204,7 @@ def init() -> None:
         _done: bool
         _left: bool  # the owner's task events may carry the span (tracing_derived.on at begin)
 
-        def _values(self) -> tuple[Any, ...]:
+        def _task_values(self) -> tuple[Any, ...]:
             """(task_id, job_id, attempt, actor_id, node_id, worker_id): the span's values."""
             spec = self._spec
             return (spec.task_id, spec.job_id, spec.attempt, spec.actor_id, self._node, self._worker)
@@ -218,7 +218,7 @@ def init() -> None:
                                                            int.from_bytes(self._sid, "big"), False,
                                                            TraceFlags(tp[24])))
                 else:
-                    sp = made(tp, self._sid, self._name, self._values(), self._start)
+                    sp = made(tp, self._sid, self._name, self._task_values(), self._start)
                 self._span = sp
             return sp
 
@@ -302,14 +302,14 @@ def init() -> None:
                 if tp[24] & 1:
                     if p._left:  # the owner's task events carry it (the caller says so)
                         return p
-                    rec = (p._name, tp, p._sid, p._start, time_ns(), p._values(), None)
+                    rec = (p._name, tp, p._sid, p._start, time_ns(), p._task_values(), None)
                     buf = ts._buffer
                     if buf is not None and ts._processor._span_processors is ts._only_buffer:
                         buf.add_record(rec)
                     else:
                         emit(rec)
                 return None
-            sp = p._span = made(p._tp, p._sid, p._name, p._values(), p._start)
+            sp = p._span = made(p._tp, p._sid, p._name, p._task_values(), p._start)
         if exc is not None and sp.is_recording():
             sp.record_exception(exc)
             ts.set_error(sp, f"{type(exc).__name__}: {exc}")
@@ -349,7 +349,7 @@ def finish(p: Any, error: str | None = None, exc: BaseException | None = None) -
 
 def record_left(p: Any) -> None:
     """Records the span `finish` left to the owner after all (ended now)."""
-    ts.emit((p._name, p._tp, p._sid, p._start, time.time_ns(), p._values(), None))
+    ts.emit((p._name, p._tp, p._sid, p._start, time.time_ns(), p._task_values(), None))
 
 
 def task_executing(name: str, spec: Any, node_id: str, worker_id: str, tp: bytes | None = None) -> Any:

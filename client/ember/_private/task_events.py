@@ -121,7 +121,6 @@ def _claim(r: Record) -> int:
 
 def _submit_here(entry: TaskEntry) -> None:
     """The submit span left to entry's record, recorded here (the record will not reach the GCS)."""
-    entry.span_left = False
     from ember_common import tracing_submit
 
     tracing_submit.record_left(entry.spec, _time_ns())
@@ -182,8 +181,9 @@ def _trace(spec: common_pb2.TaskSpec, left: int = 0) -> bytes:
     tp = spec.trace_parent
     if len(tp) == 25:
         return tp + _FLAGS[left] if left else tp
+    trace = tracing.trace_id_hex(spec)  # (a trace_context's: 16 bytes)
     try:
-        return bytes.fromhex(tracing.trace_id_hex(spec))[-16:]  # (a trace_context's: 16 bytes)
+        return bytes.fromhex(trace) if len(trace) == 32 else b""
     except ValueError:  # not a trace id
         return b""
 
