@@ -28,7 +28,7 @@ def run_once(filt: str, auth_on: bool, args: argparse.Namespace) -> dict[str, fl
     else:
         env["EMBER_AUTH_MODE"] = "disabled"
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        subprocess.run([sys.executable, "-m", "ember._private.cli", "microbenchmark", "--filter", filt,
+        subprocess.run([sys.executable, "-m", "ember._tools.cli", "microbenchmark", "--filter", filt,
                         "--duration-s", str(args.duration_s), "--trials", str(args.trials),
                         "--warmup-s", "0.5", "--num-cpus", str(args.num_cpus), "--json", out.name],
                        env=env, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -80,7 +80,8 @@ def cpu():
         # by the module it runs (`python -m ember_gcs`); workers are forked by the fork server
         module = cmd[cmd.index("-m") + 1] if "-m" in cmd[:-1] else ""
         name = {"ember_gcs": "gcs", "ember_raylet": "raylet", "ember_objmgr": "objmgr",
-                "ember._private.fork_server": "worker", "ember._private.worker_main": "worker"}.get(module, "other")
+                "ember._private.execution.fork_server": "worker",
+                "ember._private.execution.worker_main": "worker"}.get(module, "other")
         out[name] = out.get(name, 0.0) + t.user + t.system
     return out
 
@@ -145,7 +146,7 @@ from ember_common.proto import common_pb2, core_worker_pb2
 assert tracing.setup("ember-driver")
 lazy = hasattr(tracing, "task_span")  # this tree's lazy execute span (else: execute_span's LightSpan)
 compact = hasattr(tracing, "task_submitted")  # this tree's compact submit span (TaskSpec.trace_parent)
-executing = hasattr(tracing, "task_executing")  # this tree's cheapest execute span (tracing_exec)
+executing = hasattr(tracing, "task_executing")  # this tree's cheapest execute span
 driver_only = sys.argv[2] == "driver"  # only the owner's side: submit span, spec serialized, export
 
 def batch():
@@ -200,13 +201,13 @@ print("RESULT " + json.dumps({"tracing_cpu_us_per_task": ((t2 - t1) - (t1 - t0))
 
 
 WAY_HELP = {
-    "new": "the workers' CurrentExec (tracing_exec.begin: the default)", "on": "everything on (the default)",
+    "new": "the workers' CurrentExec (tracing.exec_begin: the default)", "on": "everything on (the default)",
     "old": "the workers' ExecSpan per task (task_executing's way)",
     "noexec": "the workers make no execute span (the driver's submit spans and export stay)",
     "wlight": "the workers' begin/finish are no-ops (their executor's tracing path stays)",
     "wdrop": "the workers make their execute spans and drop them at their buffer (no export)",
     "ddrop": "the driver makes its submit spans and drops them at its buffer (no export)",
-    "min": "noexec and ddrop together", "norelay": "the driver exports in process (no tracing_relay)",
+    "min": "noexec and ddrop together", "norelay": "the driver exports in process (no span relay)",
 }
 
 
@@ -216,7 +217,7 @@ import psutil
 import ember
 from ember_common import tracing
 from ember_common.proto import core_worker_pb2
-from ember._private import task_stream, wire
+from ember._private.transport import task_stream, wire
 
 counts = collections.Counter()
 
@@ -273,8 +274,9 @@ def name_threads():
 @ember.remote
 def worker_way(w):
     # --ways: what a worker does of tracing under setting w (WAY_HELP); bN: export batches of N
-    from ember_common import tracing, tracing_exec, tracing_spans as ts
-    import ember._private.executor as ex
+    from ember_common import tracing
+    from ember_common.tracing import _exec, _state
+    import ember._private.execution.executor as ex
 
     class NoTrace:  # the executor's view of tracing, off
         def __getattr__(self, n):
@@ -284,13 +286,13 @@ def worker_way(w):
             return False
 
     ex.tracing = NoTrace() if w in ("noexec", "min") else tracing
-    begin, finish = tracing_exec._begin, tracing_exec._finish
+    begin, finish = _exec.begin, _exec.finish
     if w == "old":
         begin = lambda *a: None
     elif w == "wlight":
         begin, finish = (lambda *a: 1), (lambda *a: None)
     tracing.exec_begin, tracing.exec_finish = begin, finish
-    buf = ts._buffer
+    buf = _state.buffer
     buf.batch = int(w[1:]) if w[:1] == "b" and w[1:].isdigit() else BATCH
     if w == "wdrop":
         buf.add_record = lambda rec: None
@@ -302,8 +304,8 @@ def worker_way(w):
 
 
 def driver_way(w):
-    from ember_common import tracing_spans as ts
-    buf = ts._buffer
+    from ember_common.tracing import _state
+    buf = _state.buffer
     relay = RELAY[0]
     if hasattr(relay, "_local"):
         buf.exporters = [relay._local()] if w == "norelay" else [relay]
@@ -314,8 +316,8 @@ def driver_way(w):
         del buf.add_record
 
 
-from ember_common import tracing_spans as _ts
-RELAY, BATCH = _ts._buffer.exporters[:1], _ts._buffer.batch
+from ember_common.tracing import _state as _st
+RELAY, BATCH = _st.buffer.exporters[:1], _st.buffer.batch
 
 for _ in range(5):
     batch()  # warm-up: workers started, leases held
@@ -422,7 +424,7 @@ for k in range(segments):
             pids = set(ember.get([worker_way.remote(way) for _ in range(20)]))
             assert len(pids) >= 2, pids
             driver_way(way)
-    tracing._enabled = on  # the driver's switch: no submit span, no context, so no execute span
+    _st.on = on  # the driver's switch: no submit span, no context, so no execute span
     batch()  # the switch settles (tasks in flight made under the other setting)
     counts.clear()
     (c0, s0), w0, n = cpu(), time.perf_counter(), 0
@@ -436,7 +438,7 @@ for k in range(segments):
                  "specs": counts["specs"], "reads": counts["reads"],
                  "cpu_ns": {key: c1[key] - c0.get(key, 0) for key in c1},
                  "slices": {key: s1[key] - s0.get(key, 0) for key in s1}})
-tracing._enabled = True
+_st.on = True
 print("RESULT " + json.dumps(rows))
 ember.shutdown()
 """

@@ -27,7 +27,7 @@ def _specs() -> dict[str, common_pb2.TaskSpec]:
     owner = common_pb2.Address(ip="10.0.0.1", port=40123, worker_id="w" * 28, node_id="n" * 28)
     base = dict(task_id=task_id, job_id=b"\0\0\0\1", name="f", return_ids=[ids.object_id_for_return(task_id, 1)],
                 function=common_pb2.FunctionDescriptor(function_id="f" * 40), resources={"CPU": 1.0},
-                max_retries=3, caller=owner, trace_context={"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"})
+                max_retries=3, caller=owner, trace_parent=bytes.fromhex("a" * 32 + "b" * 16 + "01"))
     inline = [common_pb2.TaskArg(value=common_pb2.SerializedObject(data=b"\x80\x05K\x01."))] * 2
     by_ref = [common_pb2.TaskArg(ref=common_pb2.ObjectRefProto(object_id=ids.new_put_id(), owner=owner))]
     return {

@@ -7,9 +7,11 @@ any service; services import only this (tests/unit/test_import_boundaries.py che
     gcs_client     GcsClient (asyncio) / SyncGcsClient: one method per GCS RPC
     raylet_client  RayletClient: one method per raylet RPC; leases follow spillback
     resources      the one parse/validate of resource amounts and dicts
-    service        what every service's main() shares (flags, set-up, graceful stop)
-    tracing (+ tracing_spans, tracing_light, tracing_export, tracing_files, tracing_submit,
-    tracing_exec), otlp_encoding (+ otlp_templates), metrics, config, ids
+    envvars        the settings registry: every EMBER_* variable (envvars_table); the one
+                   reader of the environment's EMBER_* names (docs/settings.md)
+    service        what every service's main() shares (set-up, graceful stop)
+    tracing        OpenTelemetry: one package, its face in tracing/__init__.py (tracing/README.md)
+    metrics, config, ids
 
 Imports inside the kit form no circle: metrics and tracing import nothing of the kit but
 their own modules; rpc imports them (server interceptors); the clients import rpc and backoff;

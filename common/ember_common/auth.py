@@ -7,8 +7,12 @@ contract with EMBER_ names).
     ~/.ember/auth_token    created 0600 by `ember start --head` / the embedded `ember.init()`
 
 Servers (`rpc.build_server`) check `authorization: Bearer <token>` on every call but the
-grpc.health.v1 ones, in constant time; a rejected call answers UNAUTHENTICATED, the server logs
-the peer (never the token) and counts it (`ember_rpc_unauthenticated_total`). Channels
+grpc.health.v1 ones, in constant time, from the call's metadata: a rejected call answers
+UNAUTHENTICATED before a byte of its request is read or parsed (the rejecting handler takes a
+request stream it never reads), the server logs the peer (never the token) and counts it
+(`ember_rpc_unauthenticated_total`). What a caller without the token can still cost a server is
+bounded by gRPC's HTTP/2 flow-control window per call; the message size limits (rpc.py) bound
+what an authenticated one can send. Channels
 (`rpc.aio_channel` / `rpc.sync_channel`) add the header to every call from one cached metadata
 tuple. Child services receive the token in their environment (`service_env()`), never argv.
 The token is read once per process (`reset()` re-reads it after the environment changed).
@@ -23,6 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+
+from . import envvars
+from .log_limit import LogBudget, held_note
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +62,7 @@ rejected_total = 0  # rejected calls in this process (the metric reads it)
 
 def mode() -> str:
     """EMBER_AUTH_MODE: `token` (the default) or `disabled`."""
-    value = os.environ.get(MODE_ENV, "token").strip().lower() or "token"
+    value = envvars.get(MODE_ENV, "token").strip().lower() or "token"
     if value not in ("token", "disabled"):
         raise AuthConfigError(f"{MODE_ENV}={value!r}: must be 'token' or 'disabled'")
     return value
@@ -68,7 +75,7 @@ def default_token_path() -> str:
 
 def token_path() -> str:
     """The file the token is read from (and written to by `ensure_token`)."""
-    return os.environ.get(PATH_ENV) or default_token_path()
+    return envvars.get(PATH_ENV) or default_token_path()
 
 
 def _read_file(path: str, variable: str | None) -> str:
@@ -88,12 +95,12 @@ def _read_file(path: str, variable: str | None) -> str:
 def _load() -> TokenSource:
     if mode() == "disabled":
         return TokenSource(None, f"auth disabled ({MODE_ENV}=disabled)", False)
-    env = os.environ.get(TOKEN_ENV)
+    env = envvars.get(TOKEN_ENV)
     if env is not None:
         if not env.strip():
             raise AuthConfigError(f"{TOKEN_ENV} is set but empty; set it to the cluster's token or unset it")
         return TokenSource(env.strip(), f"${TOKEN_ENV}", True)
-    path = os.environ.get(PATH_ENV)
+    path = envvars.get(PATH_ENV)
     if path:
         return TokenSource(_read_file(path, PATH_ENV), f"the file {path} (${PATH_ENV})", True)
     path = default_token_path()
@@ -217,43 +224,45 @@ def _deny_reason(metadata: Any, expected: str) -> str | None:
 
 
 class ServerInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls without the right `authorization: Bearer <token>` (health checks pass)."""
+    """Rejects calls without the right `authorization: Bearer <token>` (health checks pass)
+    from their metadata alone, before any of the request is read (`REJECT_HANDLER`)."""
 
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}"
 
     async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
-        """Passes an authenticated call on; answers UNAUTHENTICATED otherwise."""
+        """Passes an authenticated call on; answers UNAUTHENTICATED otherwise, the same way for
+        every method name (no method-existence oracle) and without reading the request."""
         method = handler_call_details.method
         reason = _deny_reason(handler_call_details.invocation_metadata, self._expected)
         if reason is None or method.startswith(_OPEN_PREFIX):
             return await continuation(handler_call_details)
-        return _rejecting_handler(await continuation(handler_call_details), method, reason)
+        return _rejecting_handler(method, reason)
+
+
+# A caller without the token can send rejected calls at will: their warnings are budgeted
+# (log_limit), so a flood writes a few lines a second, each naming how many it stands for.
+_REJECTED_LOG = LogBudget(per_s=1.0, burst=10)
 
 
 async def _deny(context: Any, method: str, reason: str) -> None:
     global rejected_total
     rejected_total += 1
-    log.warning("rejected %s from %s: %s", method, context.peer(), reason)
+    held = _REJECTED_LOG.take()
+    if held is not None:
+        log.warning("rejected %s from %s: %s%s", method, context.peer(), reason,
+                    held_note(held, "rejected calls"))
     await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                         f"{method}: {reason} (this cluster requires token authentication)")
 
 
-def _rejecting_handler(handler: Any, method: str, reason: str) -> Any:
-    """A handler of the same shape as `handler` (any shape for an unknown method) that answers
-    UNAUTHENTICATED without running the servicer."""
-    async def unary(request: Any, context: Any) -> Any:
+def _rejecting_handler(method: str, reason: str) -> Any:
+    """A handler that answers UNAUTHENTICATED at once, whatever the method's shape. It takes a
+    request *stream* it never reads and has no deserializer: gRPC then reads no message (a unary
+    handler would first receive the whole request, up to the size limit), so a caller without
+    the token costs the server its headers and one flow-control window, never its body. On the
+    wire a unary call answered with trailers only looks the same to its caller."""
+    async def reject(request_iterator: Any, context: Any) -> Any:
         await _deny(context, method, reason)
 
-    async def stream(request: Any, context: Any) -> Any:
-        await _deny(context, method, reason)
-        yield  # an async generator, as a handler with a streamed response must be
-
-    shape = (bool(getattr(handler, "request_streaming", False)),
-             bool(getattr(handler, "response_streaming", False)))
-    make, fn = {(False, False): (grpc.unary_unary_rpc_method_handler, unary),
-                (True, False): (grpc.stream_unary_rpc_method_handler, unary),
-                (False, True): (grpc.unary_stream_rpc_method_handler, stream),
-                (True, True): (grpc.stream_stream_rpc_method_handler, stream)}[shape]
-    return make(fn, request_deserializer=getattr(handler, "request_deserializer", None),
-                response_serializer=getattr(handler, "response_serializer", None))
+    return grpc.stream_unary_rpc_method_handler(reject)

@@ -8,20 +8,25 @@ AlreadyExists, InvalidArgument, Unavailable, ...), never a raw grpc error. RPCs 
 idempotent are retried on Unavailable / DeadlineExceeded under the client's backoff policy (the
 GCS may be restarting on etcd); a call can pass its own `retry=` policy (`backoff.NO_RETRY` for
 one try) and `timeout_s=` (per try). AddJob and PublishLogs are never retried.
+
+A replicated GCS (`ember-gcs --ha`): the address lists every replica, comma-separated. A client
+calls one replica at a time (`gcs_leader.Replicas`): a follower's UNAVAILABLE names the leader
+and the call goes there at once (even a non-idempotent one: a follower refuses before doing
+anything); when a replica does not answer, an idempotent call goes on at once to the next
+replica not tried yet in this attempt, and backs off only once none answered.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, AsyncGenerator, Callable, Sequence, TypeVar
+from typing import Any, AsyncGenerator, Callable, Sequence
 
 import grpc
 
 from . import backoff, rpc
+from .gcs_leader import Channels, Method, Replicas, Service, call_async, call_sync, go_again, parse_addresses
 from .gcs_pg_client import PlacementGroupMethods
 from .proto import common_pb2, gcs_pb2, gcs_pb2_grpc, gcs_task_pb2, gcs_task_pb2_grpc
-
-T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 30.0
 # Reconnecting a subscription: until it works again (reset after every message).
@@ -36,31 +41,33 @@ class GcsClient(PlacementGroupMethods):
         self.address = address
         self.retry = retry
         self.timeout_s = timeout_s
-        self._channel = rpc.aio_channel(address)
-        ch = self._channel
-        self._nodes = gcs_pb2_grpc.NodeInfoGcsServiceStub(ch)
-        self._jobs = gcs_pb2_grpc.JobInfoGcsServiceStub(ch)
-        self._actors = gcs_pb2_grpc.ActorInfoGcsServiceStub(ch)
-        self._workers = gcs_pb2_grpc.WorkerInfoGcsServiceStub(ch)
-        self._kv = gcs_pb2_grpc.InternalKVGcsServiceStub(ch)
-        self._pubsub = gcs_pb2_grpc.InternalPubSubGcsServiceStub(ch)
-        self._pgs = gcs_pb2_grpc.PlacementGroupInfoGcsServiceStub(ch)
-        self._tasks = gcs_task_pb2_grpc.TaskInfoGcsServiceStub(ch)
+        self.replicas = Replicas(parse_addresses(address))
+        self._channels = Channels(rpc.aio_channel, self.replicas)
+
+        def service(stub_cls: Any) -> Any:
+            return Service(self._channels, self.replicas, stub_cls)
+        self._nodes = service(gcs_pb2_grpc.NodeInfoGcsServiceStub)
+        self._jobs = service(gcs_pb2_grpc.JobInfoGcsServiceStub)
+        self._actors = service(gcs_pb2_grpc.ActorInfoGcsServiceStub)
+        self._workers = service(gcs_pb2_grpc.WorkerInfoGcsServiceStub)
+        self._kv = service(gcs_pb2_grpc.InternalKVGcsServiceStub)
+        self._pubsub = service(gcs_pb2_grpc.InternalPubSubGcsServiceStub)
+        self._pgs = service(gcs_pb2_grpc.PlacementGroupInfoGcsServiceStub)
+        self._tasks = service(gcs_task_pb2_grpc.TaskInfoGcsServiceStub)
 
     async def close(self) -> None:
-        """Closes the channel (calls in flight fail)."""
-        await self._channel.close()
+        """Closes the channels (calls in flight fail)."""
+        for channel in list(self._channels.by_address.values()):
+            await channel.close()
 
-    async def _call(self, method: Any, request: Any, *, idempotent: bool,
+    async def _call(self, method: Method, request: Any, *, idempotent: bool,
                     timeout_s: float | None, retry: backoff.Backoff | None,
                     metadata: Sequence[tuple[str, str]] | None = None) -> Any:
         timeout = self.timeout_s if timeout_s is None else timeout_s
 
         async def once() -> Any:
-            try:
-                return await method(request, timeout=timeout, metadata=metadata)
-            except grpc.aio.AioRpcError as e:
-                raise rpc.status_to_exception(e) from None
+            return await call_async(self.replicas, method, request, idempotent=idempotent,
+                                    timeout=timeout, metadata=metadata)
 
         policy = (retry or self.retry) if idempotent else backoff.NO_RETRY
         return await backoff.retry_async(once, policy, retry_on=rpc.is_transient)
@@ -103,10 +110,11 @@ class GcsClient(PlacementGroupMethods):
                                  idempotent=False, timeout_s=timeout_s, retry=None)
         return bytes(reply.job_id)
 
-    async def mark_job_finished(self, job_id: bytes, *, timeout_s: float | None = None,
-                                retry: backoff.Backoff | None = None) -> None:
-        """Ends a job. NotFound for an unknown job."""
-        await self._call(self._jobs.MarkJobFinished, gcs_pb2.MarkJobFinishedRequest(job_id=job_id),
+    async def mark_job_finished(self, job_id: bytes, end_state: str = "SUCCEEDED", end_message: str = "", *,
+                                timeout_s: float | None = None, retry: backoff.Backoff | None = None) -> None:
+        """Ends a job (SUCCEEDED, FAILED or STOPPED, and why). NotFound for an unknown job."""
+        await self._call(self._jobs.MarkJobFinished, gcs_pb2.MarkJobFinishedRequest(
+            job_id=job_id, end_state=end_state, end_message=end_message),
                          idempotent=True, timeout_s=timeout_s, retry=retry)
 
     async def get_all_job_info(self, *, timeout_s: float | None = None,
@@ -169,9 +177,9 @@ class GcsClient(PlacementGroupMethods):
                                   timeout_s: float | None = None) -> None:
         """Sends one serialized TaskEventBatch, its records per job (hex), the events the
         sender dropped and how many of its records carry spans for the GCS to export
-        (tracing_derived); never retried (a reporter counts a batch that did not go as dropped).
+        (tracing's derived spans); never retried (a reporter counts a batch that did not go as dropped).
         A core worker's reporter sends on this channel: no channel of its own (a blocking one
-        cost each worker 1.6 MB of private memory and its start a connection)."""
+        would cost each worker private memory and its start a connection)."""
         req = gcs_task_pb2.AddTaskEventDataRequest(batch=batch, records_by_job=records_by_job,
                                                    dropped_by_job=dropped_by_job, spans=spans)
         await self._call(self._tasks.AddTaskEventData, req, idempotent=False, timeout_s=timeout_s,
@@ -243,11 +251,14 @@ class GcsClient(PlacementGroupMethods):
                         job_id: bytes = b"") -> AsyncGenerator[gcs_pb2.PubMessage, None]:
         """One subscription stream (ends or raises a ServiceError when the GCS goes away; see
         `follow` for a subscription that reconnects)."""
-        call = self._pubsub.Subscribe(gcs_pb2.SubscribeRequest(channels=list(channels), job_id=job_id))
+        address = self.replicas.current
+        call = self._pubsub.Subscribe.at(address)(
+            gcs_pb2.SubscribeRequest(channels=list(channels), job_id=job_id))
         try:
             async for msg in call:
                 yield msg
         except grpc.aio.AioRpcError as e:
+            go_again(self.replicas, address, e, False, set())  # the next subscription goes to the leader
             raise rpc.status_to_exception(e) from None
         finally:
             call.cancel()
@@ -306,15 +317,20 @@ class SyncGcsClient:
         self.address = address
         self.retry = retry
         self.timeout_s = timeout_s
-        self._channel = rpc.sync_channel(address)
-        self._nodes = gcs_pb2_grpc.NodeInfoGcsServiceStub(self._channel)
-        self._jobs = gcs_pb2_grpc.JobInfoGcsServiceStub(self._channel)
-        self._actors = gcs_pb2_grpc.ActorInfoGcsServiceStub(self._channel)
-        self._kv = gcs_pb2_grpc.InternalKVGcsServiceStub(self._channel)
+        self.replicas = Replicas(parse_addresses(address))
+        self._channels = Channels(rpc.sync_channel, self.replicas)
+
+        def service(stub_cls: Any) -> Any:
+            return Service(self._channels, self.replicas, stub_cls)
+        self._nodes = service(gcs_pb2_grpc.NodeInfoGcsServiceStub)
+        self._jobs = service(gcs_pb2_grpc.JobInfoGcsServiceStub)
+        self._actors = service(gcs_pb2_grpc.ActorInfoGcsServiceStub)
+        self._kv = service(gcs_pb2_grpc.InternalKVGcsServiceStub)
 
     def close(self) -> None:
-        """Closes the channel."""
-        self._channel.close()
+        """Closes the channels."""
+        for channel in list(self._channels.by_address.values()):
+            channel.close()
 
     def __enter__(self) -> SyncGcsClient:
         return self
@@ -322,15 +338,12 @@ class SyncGcsClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: Callable[..., T], request: Any, *, idempotent: bool,
-              timeout_s: float | None, retry: backoff.Backoff | None) -> T:
+    def _call(self, method: Any, request: Any, *, idempotent: bool,
+              timeout_s: float | None, retry: backoff.Backoff | None) -> Any:
         timeout = self.timeout_s if timeout_s is None else timeout_s
 
-        def once() -> T:
-            try:
-                return method(request, timeout=timeout)
-            except grpc.RpcError as e:
-                raise rpc.status_to_exception(e) from None
+        def once() -> Any:
+            return call_sync(self.replicas, method, request, idempotent=idempotent, timeout=timeout)
 
         policy = (retry or self.retry) if idempotent else backoff.NO_RETRY
         return backoff.retry_sync(once, policy, retry_on=rpc.is_transient)
@@ -362,8 +375,10 @@ class SyncGcsClient:
     def get_actor_info(self, actor_id: bytes, *, timeout_s: float | None = None,
                        retry: backoff.Backoff | None = None) -> common_pb2.ActorInfo:
         """An actor's record. NotFound for an unknown actor."""
-        return self._call(self._actors.GetActorInfo, gcs_pb2.GetActorInfoRequest(actor_id=actor_id),
-                          idempotent=True, timeout_s=timeout_s, retry=retry).actor
+        reply: gcs_pb2.GetActorInfoReply = self._call(
+            self._actors.GetActorInfo, gcs_pb2.GetActorInfoRequest(actor_id=actor_id),
+            idempotent=True, timeout_s=timeout_s, retry=retry)
+        return reply.actor
 
     def add_job(self, job: common_pb2.JobInfo, *, timeout_s: float | None = None) -> bytes:
         """Records a job; returns its new id (never retried)."""

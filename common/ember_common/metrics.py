@@ -25,8 +25,8 @@ Metrics (names as Ray's, `ember_` instead of `ray_`):
     GCS             ember_actors_total{state}        actors by state (ALIVE, RESTARTING, DEAD, ...)
                     ember_nodes_total{state}, ember_jobs_total{state}
 
-Hook for other services (serve-proxy): `service.add_common_flags` gives `--metrics-export-port`
-and `service.setup` calls `configure(port, name)`; `service.run` then serves the endpoint on the
+Hook for other services (serve-proxy): their settings (ember_common.settings) have
+`--metrics-export-port` and `service.setup` calls `configure(port, name)`; `service.run` then serves the endpoint on the
 service's loop. A service that runs its own server instead (serve-proxy under uvicorn) calls
 `await start_server(host)` on its loop or `start_in_thread(host)`, adds its own metrics with
 `gauge(...)` / `histogram(...)` (e.g. HTTP request latencies by route), and may publish the
@@ -281,10 +281,10 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
 
 def advertise_host(host: str, peer: str = "") -> str:
     """The IP others reach this service at: host when it is a specific address, else the local
-    address used to reach peer (HOST:PORT, e.g. the GCS), else loopback."""
+    address used to reach peer (HOST:PORT, e.g. the GCS, or a GCS's comma-separated replicas), else loopback."""
     if host and host not in ("0.0.0.0", "::"):
         return host
-    peer_host = peer.rsplit(":", 1)[0] if peer else ""
+    peer_host = peer.split(",")[0].strip().rsplit(":", 1)[0] if peer else ""  # GCS replicas: the first
     if peer_host:
         try:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

@@ -21,6 +21,25 @@ subclass the core raised. Exception tree:
      +-- AuthenticationError     UNAUTHENTICATED     (the token is missing or wrong; see auth.py)
     A core's plain ValueError answers INVALID_ARGUMENT, TimeoutError DEADLINE_EXCEEDED, anything
     else INTERNAL (logged).
+
+Limits (what a caller can make a server hold; config.py has the settings):
+
+    before authentication   nothing of the request is read: auth.py rejects a call on its
+                            metadata; a worker's direct port reads at most the secret's size
+                            (32 bytes) before the secret (client wire.py)
+    EMBER_MAX_CONTROL_MESSAGE_BYTES   64 MiB: what the GCS and raylets receive in one message
+                            (pickled functions, up to 100 MB, and runtime-env packages, up to
+                            500 MiB, reach the GCS KV in 1 MiB parts: kv_parts.py)
+    EMBER_MAX_MESSAGE_BYTES 512 MiB: what core workers and object managers receive in one
+                            message (inline task args and replies; 16 MiB object chunks) and
+                            every channel's send and receive limit
+    bind                    a server listens on its host setting; "" (the default) is the node's
+                            IP (EMBER_NODE_IP, else 127.0.0.1): a loopback cluster listens on
+                            loopback only; 0.0.0.0 (containers) every interface of its host;
+                            an advertised IP this machine does not own (NAT) every interface,
+                            with a warning (`bind_host`)
+A message over its limit is RESOURCE_EXHAUSTED, refused by gRPC from its length prefix before
+it is buffered.
 """
 from __future__ import annotations
 
@@ -29,12 +48,14 @@ import contextlib
 import functools
 import inspect
 import logging
+import os
+import socket
 from typing import Any, Awaitable, Callable, TypeVar, cast
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from . import auth, channel_auth, metrics, tls, tracing, validate_rules, validate_server
+from . import auth, channel_auth, envvars, metrics, tls, tracing, validate_rules, validate_server
 from .config import get_config
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -42,12 +63,13 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 Context = grpc.aio.ServicerContext[Any, Any]
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 1024 * 1024 * 1024
+# The options of every channel and server but the message limits (`channel_options`).
 CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.enable_retries", 0),
     ("grpc.so_reuseport", 0),
+    # Cluster RPCs go straight to their peer, as Ray's do: an http_proxy/https_proxy meant for
+    # the user's web traffic would otherwise catch them (loopback included) and fail them.
+    ("grpc.enable_http_proxy", 0),
 ]
 
 
@@ -207,8 +229,9 @@ def status_to_exception(err: grpc.RpcError) -> ServiceError:
     if typ is not None and issubclass(typ, AuthenticationError):
         return typ(auth_hint(details))
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
-        details += (" (a gRPC message limit: EMBER_MAX_MESSAGE_BYTES on the receiving side; "
-                    "big values belong in the object store, e.g. ember.put)")
+        details += (" (a gRPC message limit on the receiving side: EMBER_MAX_CONTROL_MESSAGE_BYTES "
+                    "for the GCS and raylets, EMBER_MAX_MESSAGE_BYTES otherwise; big values "
+                    "belong in the object store, e.g. ember.put)")
     return typ(details) if typ is not None else ServiceError(f"{code.name}: {details}", code=code)
 
 
@@ -226,7 +249,8 @@ def auth_hint(details: str) -> str:
         source = str(e)
     return (f"authentication failed: {details}. This process used {source}; set "
             f"{auth.TOKEN_ENV} (or {auth.PATH_ENV}) to the cluster's token, which "
-            "`ember get-auth-token` prints on the head node")
+            "`ember get-auth-token` prints on the head node (a compose cluster's is EMBER_AUTH_TOKEN "
+            "in its project's .env)")
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -244,9 +268,11 @@ class _AioInterceptor(grpc.aio.ServerInterceptor):
 
 def build_server(
     add_servicers: list[Callable[[grpc.aio.Server], None]],
-    host: str = "0.0.0.0",
+    host: str = "",
     port: int = 0,
     service_names: list[str] | None = None,
+    *,
+    control: bool = True,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Creates an asyncio gRPC server with the given servicers, the standard health service, the
     token check (auth.py; on unless EMBER_AUTH_MODE=disabled), mutual TLS when EMBER_USE_TLS=1
@@ -254,8 +280,10 @@ def build_server(
     they are off). Every method of the servicers parses its request (each message of a request
     stream) leniently and checks it against `validate_rules.RULES` before the servicer sees it
     (`validate_server`; INVALID_ARGUMENT naming the field);
-    a request bigger than EMBER_MAX_MESSAGE_BYTES is RESOURCE_EXHAUSTED (gRPC's own check).
+    a request message bigger than the server's limit is RESOURCE_EXHAUSTED (gRPC's own check,
+    from the message's length prefix, before it is buffered): `receive_limit(control)`.
 
+    host: the interface to listen on, "" for `default_bind_host()` (the node's IP).
     Returns (server, bound_port, health_servicer). Binding a port in use raises OSError naming it.
     """
     # Tracing outside, metrics inside: the metrics interceptor then sees the registered handler
@@ -269,31 +297,87 @@ def build_server(
         interceptors.append(_AioInterceptor(tracing.ServerInterceptor()))
     if metrics.enabled():
         interceptors.append(_AioInterceptor(metrics.ServerInterceptor()))
-    server = grpc.aio.server(options=server_options(), interceptors=interceptors or None)
+    server = grpc.aio.server(options=server_options(control), interceptors=interceptors or None)
     registrar = cast(grpc.aio.Server, validate_server.Registrar(server, validate_rules.RULES, InvalidArgument))
     for add in add_servicers:
         add(registrar)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     creds = tls.server_credentials() if tls.enabled() else None  # TLSConfigError before binding
+    where = host_port(host or default_bind_host(), port)
     try:
-        bound = (server.add_secure_port(f"{host}:{port}", creds) if creds is not None
-                 else server.add_insecure_port(f"{host}:{port}"))
+        bound = (server.add_secure_port(where, creds) if creds is not None
+                 else server.add_insecure_port(where))
     except RuntimeError as exc:
-        raise OSError(f"cannot listen on {host}:{port}: {exc}") from None
+        raise OSError(f"cannot listen on {where}: {exc}") from None
     if bound == 0:
-        raise OSError(f"cannot listen on {host}:{port} (address in use?)")
+        raise OSError(f"cannot listen on {where} (address in use?)")
     return server, bound, health_servicer
 
 
-def server_options() -> list[tuple[str, Any]]:
-    """CHANNEL_OPTIONS with the receive limit from EMBER_MAX_MESSAGE_BYTES (config.py; 1 GiB):
-    a bigger request is refused by gRPC with RESOURCE_EXHAUSTED before any handler runs."""
-    limit = get_config().max_message_bytes
-    if limit <= 0:
-        raise ValueError(f"EMBER_MAX_MESSAGE_BYTES must be > 0, got {limit} (no unlimited messages)")
-    return [(k, limit if k == "grpc.max_receive_message_length" else v) for k, v in CHANNEL_OPTIONS] \
-        + keepalive_options()
+def default_bind_host() -> str:
+    """Where a server listens when its host setting is "": the node's IP (EMBER_NODE_IP, which a
+    raylet gives its workers and containers set to their own address; `bind_host`), else
+    loopback."""
+    return bind_host(envvars.get("EMBER_NODE_IP") or "127.0.0.1")
+
+
+def bind_host(ip: str) -> str:
+    """The interface to listen on for a process that advertises ip: ip itself when this machine
+    has it; else (an address this machine does not own: a NAT's, a test's unreachable one) every
+    interface, as before binds were narrowed, with a warning naming it."""
+    if ip in ("", "0.0.0.0", "::"):
+        return ip or "0.0.0.0"
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as s:
+            s.bind((ip.strip("[]"), 0))
+        return ip
+    except OSError as e:
+        log.warning("this machine has no address %s (%s): listening on every interface", ip, e.strerror or e)
+        return "0.0.0.0"
+
+
+def host_port(host: str, port: int) -> str:
+    """HOST:PORT for gRPC, an IPv6 literal in brackets."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def _limit(name: str, value: int) -> int:
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value} (no unlimited messages)")
+    return value
+
+
+def message_limit() -> int:
+    """EMBER_MAX_MESSAGE_BYTES (config.py): the largest message any channel sends or receives and
+    the receive limit of the servers that carry user data (core workers, object managers)."""
+    return _limit("EMBER_MAX_MESSAGE_BYTES", get_config().max_message_bytes)
+
+
+def receive_limit(control: bool) -> int:
+    """A server's receive limit: EMBER_MAX_CONTROL_MESSAGE_BYTES for a control service (the GCS,
+    a raylet), never more than `message_limit()`; `message_limit()` for the others."""
+    if not control:
+        return message_limit()
+    return min(_limit("EMBER_MAX_CONTROL_MESSAGE_BYTES", get_config().max_control_message_bytes),
+               message_limit())
+
+
+def channel_options() -> list[tuple[str, Any]]:
+    """CHANNEL_OPTIONS with both message limits at `message_limit()` (a server enforces its own
+    receive limit on what it is sent)."""
+    limit = message_limit()
+    return [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit),
+            *CHANNEL_OPTIONS]
+
+
+def server_options(control: bool = True) -> list[tuple[str, Any]]:
+    """A server's options: its receive limit (`receive_limit(control)`: a bigger request message
+    is refused by gRPC with RESOURCE_EXHAUSTED from its length prefix, before it is buffered or
+    any handler runs), the send limit and keepalive."""
+    return [("grpc.max_send_message_length", message_limit()),
+            ("grpc.max_receive_message_length", receive_limit(control)),
+            *CHANNEL_OPTIONS, *keepalive_options()]
 
 
 def keepalive_options() -> list[tuple[str, Any]]:
@@ -334,23 +418,28 @@ def _auth_metric() -> None:
 
 
 def aio_channel(address: str, extra_options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
-    """An asyncio channel with Ember's options (big messages, no gRPC-level retries) that sends
+    """An asyncio channel with Ember's options (message limits, no gRPC-level retries) that sends
     this process's auth token on every call, over mutual TLS when EMBER_USE_TLS=1."""
-    opts = CHANNEL_OPTIONS + keepalive_options() + (extra_options or [])
+    opts = _merged(channel_options() + keepalive_options() + (extra_options or []))
     channel = (grpc.aio.secure_channel(address, tls.channel_credentials(), options=opts) if tls.enabled()
                else grpc.aio.insecure_channel(address, options=opts))
     md = auth.client_metadata()
     return channel_auth.AioAuthChannel(channel, md) if md else channel
 
 
-def sync_channel(address: str) -> grpc.Channel:
+def sync_channel(address: str, extra_options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
     """A blocking channel with Ember's options that sends the auth token on every call (over
     mutual TLS when EMBER_USE_TLS=1)."""
-    opts = CHANNEL_OPTIONS + keepalive_options()
+    opts = _merged(channel_options() + keepalive_options() + (extra_options or []))
     channel = (grpc.secure_channel(address, tls.channel_credentials(), options=opts)
                if tls.enabled() else grpc.insecure_channel(address, options=opts))
     md = auth.client_metadata()
     return grpc.intercept_channel(channel, channel_auth.SyncAuthInterceptor(md)) if md else channel
+
+
+def _merged(options: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Channel options with each key once, the last value given winning (extra_options override)."""
+    return list(dict(options).items())
 
 
 class ChannelPool:
@@ -380,8 +469,6 @@ def write_port_file(path: str | None, port: int) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(str(port))
-    import os
-
     os.replace(tmp, path)
 
 

@@ -1,11 +1,9 @@
-"""What every service's main() shares: common flags, logging, tracing and metrics set-up, dying
+"""What every service's main() shares: logging, tracing and metrics set-up, dying
 with the parent, a graceful stop on SIGTERM, and recording the metrics endpoint in the GCS."""
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import os
 import socket
 import sys
 from typing import Any, Awaitable, Callable
@@ -14,16 +12,6 @@ from . import backoff, metrics, rpc, tracing
 from .gcs_client import GcsClient
 
 log = logging.getLogger(__name__)
-
-
-def add_common_flags(parser: argparse.ArgumentParser) -> None:
-    """--port-file, --die-with-parent, --log-level and --metrics-export-port."""
-    parser.add_argument("--port-file", default=None, help="write the bound port here once serving")
-    parser.add_argument("--die-with-parent", action="store_true",
-                        help="exit when the parent process exits (embedded cluster)")
-    parser.add_argument("--log-level", default=os.environ.get("EMBER_LOG_LEVEL", "INFO"))
-    parser.add_argument("--metrics-export-port", type=int, default=0,
-                        help="serve Prometheus metrics at http://HOST:PORT/metrics (0 = off)")
 
 
 def listen_http(host: str, port: int, backlog: int) -> socket.socket | None:
@@ -40,16 +28,30 @@ def listen_http(host: str, port: int, backlog: int) -> socket.socket | None:
     return sock
 
 
+def disable_core_dumps() -> None:
+    """No core files from this process or its children: a core of a process that holds the
+    cluster token (every service and worker does) would write the token to disk."""
+    import resource
+
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (OSError, ValueError):
+        pass
+
+
 def setup(ns: Any, name: str) -> None:
     """Logging, tracing and metrics for service `name` from its flags; dies with its parent
-    when asked to."""
+    when asked to; core dumps off (disable_core_dumps)."""
+    disable_core_dumps()
     logging.basicConfig(level=getattr(logging, str(ns.log_level).upper(), logging.INFO),
                         stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s {name} %(name)s: %(message)s")
     tracing.setup(f"ember-{name}", node_id=getattr(ns, "node_id", "") or "")
     metrics.configure(getattr(ns, "metrics_export_port", 0), name)
     global _metrics_host
-    _metrics_host = getattr(ns, "host", "0.0.0.0") or "0.0.0.0"  # same interface as the gRPC port
+    # the same interface as the gRPC port: its host setting, else the node's IP
+    host, node_ip = getattr(ns, "host", ""), getattr(ns, "node_ip", "")
+    _metrics_host = host or (rpc.bind_host(node_ip) if node_ip else rpc.default_bind_host())
     if ns.die_with_parent:
         try:
             import ctypes
@@ -60,7 +62,7 @@ def setup(ns: Any, name: str) -> None:
             pass
 
 
-_metrics_host = "0.0.0.0"
+_metrics_host = "127.0.0.1"
 
 
 def run(main: Callable[[asyncio.Event], Awaitable[Any]]) -> int:

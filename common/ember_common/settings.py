@@ -2,9 +2,11 @@
 the service's command line, spelled once.
 
 `from_argv` parses a command line (a missing required flag fails naming it, exit code 2 as
-argparse does), `to_argv` writes one (what `ember._private.node` and `docker/entrypoint.py`
-launch), `from_env` reads each field from its EMBER_* variable (the container's way; a
-missing required variable raises `SettingsError` naming it; unknown EMBER_* variables warn).
+argparse does; with `env_defaults` a field's variable, when set, is its default), `to_argv`
+writes one (what `ember._private.node` and `docker/entrypoint.py` launch), `from_env` reads each
+field from its EMBER_* variable (the container's way; a missing required variable raises
+`SettingsError` naming it; unknown EMBER_* variables warn). A field's variable, default and help
+come from the settings registry (ember_common.envvars) unless the field gives its own.
 Flags are `--` + the field name with dashes; booleans are switches; dicts are JSON.
 """
 from __future__ import annotations
@@ -12,28 +14,29 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from . import config
+from . import envvars
 from . import resources as kit_resources
+from .envvars import SettingsError
+
+__all__ = ["SettingsError", "setting", "ServiceSettings", "GcsSettings", "RayletSettings", "ObjmgrSettings",
+           "ServeProxySettings", "DashboardSettings", "SERVICES", "known_env_vars"]
 
 S = TypeVar("S", bound="ServiceSettings")
 
 
-class SettingsError(ValueError):
-    """A setting is missing or malformed (the message names it)."""
-
-
-def setting(default: Any = dataclasses.MISSING, *, env: str | None = None, help: str = "",
-            factory: Any = None) -> Any:
-    """A settings field: its default (none: required), its EMBER_* variable, its help."""
-    meta = {"env": env, "help": help}
-    if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata=meta)
+def setting(default: Any = dataclasses.MISSING, *, env: str | None = None, help: str = "") -> Any:
+    """A settings field: its EMBER_* variable, its default (not given: the registry's default of
+    its variable; none: required) and its help (not given: the registry's doc)."""
+    var = envvars.VARS[env] if env else None
+    if default is dataclasses.MISSING and var is not None and var.default is not envvars.REQUIRED:
+        default = var.default
+    meta = {"env": env, "help": help or (var.doc if var else "")}
+    if isinstance(default, dict):
+        return dataclasses.field(default_factory=lambda: dict(default), metadata=meta)
     if default is dataclasses.MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -59,7 +62,7 @@ def _parse(kind: str, raw: str, name: str, field_name: str = "") -> Any:
         if kind == "float":
             return float(raw)
         if kind == "bool":
-            return config.parse_flag(raw)
+            return envvars.parse_flag(raw)
         if kind == "dict[str, float]":
             return kit_resources.parse_json(raw, source=name)
     except SettingsError:
@@ -78,7 +81,7 @@ class ServiceSettings:
     PROG: ClassVar[str] = "ember-service"
     port_file: str | None = setting(None, help="write the bound port here once serving")
     die_with_parent: bool = setting(False, help="exit when the parent process exits (embedded cluster)")
-    log_level: str = setting("INFO", env="EMBER_LOG_LEVEL", help="logging level")
+    log_level: str = setting(env="EMBER_LOG_LEVEL")
     metrics_export_port: int = setting(0, help="serve Prometheus metrics on this port (0 = off)")
 
     def __post_init__(self) -> None:
@@ -96,15 +99,21 @@ class ServiceSettings:
         return "--" + name.replace("_", "-")
 
     @classmethod
-    def parser(cls) -> argparse.ArgumentParser:
-        """The argparse parser of this service's flags."""
+    def parser(cls, env_defaults: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+        """The argparse parser of this service's flags; with `env_defaults`, a field whose
+        variable is set (not empty) there takes that value as its default."""
         p = argparse.ArgumentParser(prog=cls.PROG, description=(cls.__doc__ or "").splitlines()[0])
         for f in dataclasses.fields(cls):
             kw: dict[str, Any] = {"dest": f.name, "help": f.metadata.get("help", "")}
+            name = f.metadata.get("env")
+            from_env = env_defaults.get(name, "") if env_defaults is not None and name else ""
             if f.type == "bool":
-                p.add_argument(cls.flag(f.name), action="store_true", **kw)
+                default = _parse("bool", from_env, name or "", f.name) if from_env else False
+                p.add_argument(cls.flag(f.name), action="store_true", default=default, **kw)
                 continue
-            if _required(f):
+            if from_env:
+                kw["default"] = from_env
+            elif _required(f):
                 kw["required"] = True
             else:
                 kw["default"] = _default(f)
@@ -112,10 +121,13 @@ class ServiceSettings:
         return p
 
     @classmethod
-    def from_argv(cls: type[S], argv: Sequence[str] | None = None) -> S:
+    def from_argv(cls: type[S], argv: Sequence[str] | None = None,
+                  env_defaults: Mapping[str, str] | None = None) -> S:
         """Parses a command line: argparse's --help and errors (a missing or unknown flag exits
-        with code 2 naming it); SettingsError naming the flag for a malformed value."""
-        ns = cls.parser().parse_args(argv)
+        with code 2 naming it); SettingsError naming the flag for a malformed value. With
+        `env_defaults` (the driver services pass the environment) a flag not given takes its
+        variable's value when that is set."""
+        ns = cls.parser(env_defaults).parse_args(argv)
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             raw = getattr(ns, f.name)
@@ -124,11 +136,12 @@ class ServiceSettings:
         return cls(**values)
 
     @classmethod
-    def from_argv_or_exit(cls: type[S], argv: Sequence[str] | None = None) -> S:
+    def from_argv_or_exit(cls: type[S], argv: Sequence[str] | None = None,
+                          env_defaults: Mapping[str, str] | None = None) -> S:
         """`from_argv` for a service's main(): a malformed value is one `error:` line on stderr
         and exit code 2."""
         try:
-            return cls.from_argv(argv)
+            return cls.from_argv(argv, env_defaults)
         except SettingsError as e:
             print(f"error: {e}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -138,8 +151,8 @@ class ServiceSettings:
                  extra_known: Sequence[str] = (), **overrides: Any) -> S:
         """Reads each field from its EMBER_* variable; `overrides` win. SettingsError naming the
         variable when a required one is missing or a value is malformed; unknown EMBER_*
-        variables (not in any service's settings, the tunables or `extra_known`) warn."""
-        env = os.environ if environ is None else environ
+        variables (not in the registry or `extra_known`) warn."""
+        env = envvars.environ() if environ is None else environ
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             name = f.metadata.get("env")
@@ -153,10 +166,7 @@ class ServiceSettings:
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise TypeError(f"{cls.__name__} has no settings {sorted(unknown)}")
-        known = known_env_vars() | set(extra_known)
-        for key in env:
-            if key.startswith("EMBER_") and key not in known and not key.startswith("EMBER_TEST_"):
-                warnings.warn(f"unknown environment variable {key} (ignored)", RuntimeWarning, stacklevel=2)
+        envvars.warn_unknown(env, extra_known)
         return cls(**values)
 
     def to_argv(self) -> list[str]:
@@ -180,11 +190,14 @@ class GcsSettings(ServiceSettings):
     """Ember GCS service."""
 
     PROG: ClassVar[str] = "ember-gcs"
-    host: str = setting("0.0.0.0", help="interface to bind")
-    port: int = setting(6379, env="EMBER_GCS_PORT", help="port to bind (0 = any)")
-    storage: str = setting("memory", env="EMBER_GCS_STORAGE", help="'memory' or 'etcd://host:port'")
-    cluster_name: str = setting("default", env="EMBER_CLUSTER_NAME", help="etcd key prefix of this cluster")
-    session_dir: str = setting("", env="EMBER_SESSION_DIR", help="the session's directory")
+    host: str = setting("", help="interface to bind ('': the node's IP; 0.0.0.0: every interface)")
+    port: int = setting(env="EMBER_GCS_PORT")
+    storage: str = setting(env="EMBER_GCS_STORAGE")
+    cluster_name: str = setting(env="EMBER_CLUSTER_NAME")
+    session_dir: str = setting("", env="EMBER_SESSION_DIR")
+    ha: bool = setting(env="EMBER_GCS_HA")
+    leader_lease_s: int = setting(env="EMBER_GCS_LEADER_LEASE_S")
+    advertise_address: str = setting(env="EMBER_GCS_ADVERTISE_ADDRESS")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -192,22 +205,19 @@ class RayletSettings(ServiceSettings):
     """Ember raylet (one per node)."""
 
     PROG: ClassVar[str] = "ember-raylet"
-    gcs_address: str = setting(env="EMBER_GCS_ADDRESS", help="HOST:PORT of the GCS")
-    objmgr_address: str = setting(env="EMBER_OBJMGR_ADDRESS", help="HOST:PORT of this node's object manager")
-    node_id: str = setting(env="EMBER_NODE_ID", help="this node's id")
-    store_dir: str = setting(env="EMBER_STORE_DIR", help="this node's object store directory")
-    session_dir: str = setting(env="EMBER_SESSION_DIR", help="the session's directory (logs)")
-    resources: dict[str, float] = setting(factory=dict, env="EMBER_RESOURCES",
-                                          help='JSON, e.g. {"CPU": 4, "GPU": 1, "custom": 2}')
-    object_store_memory_bytes: int = setting(0, env="EMBER_OBJECT_STORE_BYTES",
-                                             help="size of this node's object store")
-    node_ip: str = setting("127.0.0.1", env="EMBER_NODE_IP", help="the address other nodes reach")
-    host: str = setting("0.0.0.0", help="interface to bind")
-    port: int = setting(0, env="EMBER_RAYLET_PORT", help="port to bind (0 = any)")
-    head: bool = setting(False, env="EMBER_HEAD", help="this is the head node")
+    gcs_address: str = setting(env="EMBER_GCS_ADDRESS")
+    objmgr_address: str = setting(env="EMBER_OBJMGR_ADDRESS")
+    node_id: str = setting(env="EMBER_NODE_ID")
+    store_dir: str = setting(env="EMBER_STORE_DIR")
+    session_dir: str = setting(env="EMBER_SESSION_DIR")
+    resources: dict[str, float] = setting(env="EMBER_RESOURCES")
+    object_store_memory_bytes: int = setting(env="EMBER_OBJECT_STORE_BYTES")
+    node_ip: str = setting(env="EMBER_NODE_IP")
+    host: str = setting("", help="interface to bind ('': the node's IP; 0.0.0.0: every interface)")
+    port: int = setting(env="EMBER_RAYLET_PORT")
+    head: bool = setting(env="EMBER_HEAD")
     num_prestart_workers: int | None = setting(None, help="workers to keep started (default: CPUs)")
-    runtime_env_dir: str = setting("", env="EMBER_RUNTIME_ENV_DIR",
-                                   help="runtime-env cache: packages, pip venvs (default: <session_dir>/runtime_resources)")
+    runtime_env_dir: str = setting(env="EMBER_RUNTIME_ENV_DIR")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -220,23 +230,54 @@ class ObjmgrSettings(ServiceSettings):
     """Ember object manager (one per node)."""
 
     PROG: ClassVar[str] = "ember-objmgr"
-    store_dir: str = setting(env="EMBER_STORE_DIR", help="directory on a tmpfs (e.g. under /dev/shm)")
-    capacity_bytes: int = setting(0, env="EMBER_OBJECT_STORE_BYTES", help="size of the arena")
-    spill_dir: str | None = setting(None, env="EMBER_SPILL_DIR",
-                                    help="where full-store objects go: a directory or a pyarrow.fs URI")
+    store_dir: str = setting(env="EMBER_STORE_DIR")
+    capacity_bytes: int = setting(env="EMBER_OBJECT_STORE_BYTES")
+    spill_dir: str | None = setting(env="EMBER_SPILL_DIR")
+    fallback_dir: str = setting(env="EMBER_OBJECT_STORE_FALLBACK_DIR")
     gcs_address: str = setting("", env="EMBER_GCS_ADDRESS", help="GCS to follow for worker deaths")
-    node_id: str = setting("", env="EMBER_NODE_ID", help="this node's id")
+    node_id: str = setting("", env="EMBER_NODE_ID")
+    host: str = setting("", help="interface to bind ('': the node's IP; 0.0.0.0: every interface)")
+    port: int = setting(env="EMBER_OBJMGR_PORT")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServeProxySettings(ServiceSettings):
+    """Ember Serve HTTP proxy."""
+
+    PROG: ClassVar[str] = "ember-serve-proxy"
+    gcs_address: str = setting("", env="EMBER_ADDRESS", help="HOST:PORT of the GCS (default: $EMBER_ADDRESS)")
     host: str = setting("0.0.0.0", help="interface to bind")
-    port: int = setting(0, env="EMBER_OBJMGR_PORT", help="port to bind (0 = any)")
+    port: int = setting(8000, help="HTTP port to bind (0 = any)")
+    connect_timeout_s: float = setting(120.0, help="how long to keep trying to reach the cluster at start-up")
+    # The HTTP limits (ember_serve_proxy.limits). The body limit is generous on purpose (LLM prompts,
+    # image and audio uploads pass; a client cannot make the proxy hold gigabytes), the rest are
+    # nginx/uvicorn-like defaults no ordinary client comes near.
+    max_body_bytes: int = setting(env="EMBER_SERVE_MAX_BODY_BYTES")
+    max_header_bytes: int = setting(env="EMBER_SERVE_MAX_HEADER_BYTES")
+    max_header_fields: int = setting(env="EMBER_SERVE_MAX_HEADER_FIELDS")
+    header_timeout_s: float = setting(env="EMBER_SERVE_HEADER_TIMEOUT_S")
+    keep_alive_timeout_s: float = setting(env="EMBER_SERVE_KEEP_ALIVE_TIMEOUT_S")
+    max_connections: int = setting(env="EMBER_SERVE_MAX_CONNECTIONS")
 
 
-SERVICES: tuple[type[ServiceSettings], ...] = (GcsSettings, RayletSettings, ObjmgrSettings)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DashboardSettings(ServiceSettings):
+    """Ember dashboard (web UI + REST)."""
+
+    PROG: ClassVar[str] = "ember-dashboard"
+    gcs_address: str = setting("", env="EMBER_ADDRESS", help="HOST:PORT of the GCS (default: $EMBER_ADDRESS)")
+    host: str = setting("127.0.0.1", help="interface to listen on (default loopback)")
+    port: int = setting(8265, help="HTTP port to bind (0 = any)")
+    log_dir: str | None = setting(None, help="the session's log directory (names the session; the logs "
+                                            "page reads every node's files through its raylet)")
+    trace_dir: str | None = setting(env="EMBER_TRACE_DIR")
+    connect_timeout_s: float = setting(120.0, help="how long to keep trying to reach the cluster at start-up")
+
+
+SERVICES: tuple[type[ServiceSettings], ...] = (GcsSettings, RayletSettings, ObjmgrSettings, ServeProxySettings,
+                                               DashboardSettings)
 
 
 def known_env_vars() -> set[str]:
-    """Every EMBER_* variable something reads: the services' settings and the tunables."""
-    return config.known_env_vars()
-
-
-config.register_env_vars({f.metadata["env"] for cls in SERVICES for f in dataclasses.fields(cls)
-                          if f.metadata.get("env")})
+    """Every registered EMBER_* variable (ember_common.envvars)."""
+    return set(envvars.known())

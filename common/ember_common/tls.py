@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import grpc
 
+from . import envvars
+
 USE_ENV = "EMBER_USE_TLS"
 CERT_ENV = "EMBER_TLS_SERVER_CERT"
 KEY_ENV = "EMBER_TLS_SERVER_KEY"
@@ -45,11 +47,11 @@ _cached: TLSFiles | None = None
 
 def enabled() -> bool:
     """EMBER_USE_TLS is 1/true/yes."""
-    return os.environ.get(USE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return envvars.get(USE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _read(var: str) -> bytes:
-    path = os.environ.get(var)
+    path = envvars.get(var)
     if not path:
         raise TLSConfigError(f"{USE_ENV}=1 but {var} is not set; set it to a PEM file "
                              "(`ember tls generate DIR` makes them)")

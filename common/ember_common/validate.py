@@ -116,15 +116,25 @@ def enum_of(wrapper: Any) -> Check:
     return check
 
 
+# The largest amount of one resource (2**50, about 1.1e15: Ray keeps amounts as fixed-point
+# int64 in units of 1/10000, so it cannot hold more either). Memory in bytes fits with room.
+MAX_RESOURCE_AMOUNT = float(2 ** 50)
+
+
 def resource_map(v: Any) -> str | None:
-    """{name: amount}: non-empty names, finite amounts >= 0."""
+    """{name: amount}: non-empty names, amounts in [0, MAX_RESOURCE_AMOUNT]."""
     for name in v:  # (a protobuf map's items() is several times slower than this)
         amount = v[name]
         if not name:
             return "has an empty resource name"
-        if not 0 <= amount < math.inf:
-            return f"[{name!r}] must be a finite amount >= 0, got {amount}"
+        if not 0 <= amount <= MAX_RESOURCE_AMOUNT:
+            return f"[{name!r}] must be an amount in [0, {MAX_RESOURCE_AMOUNT:g}], got {amount}"
     return None
+
+
+def timestamp(v: Any) -> str | None:
+    """Seconds since the epoch: 0 (unset) up to the year 2100."""
+    return None if 0 <= v <= 4102444800 else f"must be a time in seconds since the epoch (0: unset), got {v}"
 
 
 def max_len(n: int) -> Check:
@@ -320,7 +330,7 @@ def first(msg: Any, rules: list[Rule], label: str = "") -> str | None:
 def precompile(rules: list[Rule], desc: Any) -> None:
     """Compiles rules' predicate for messages of type desc now, not at the first check: a
     worker template (the fork server) does it before it forks, so that its children share
-    the generated code instead of each making its own (~0.5 MB each)."""
+    the generated code instead of each making its own copy."""
     plan = _plan(rules)
     if plan.ok is None:
         plan.ok = _fast(plan.node, desc)

@@ -1,4 +1,4 @@
-"""The request rules of every Ember service (GCS, raylet, objmgr, core worker), by request
+"""The request rules of every Ember service (GCS, raylet and its log service, objmgr, core worker), by request
 message full name; `rpc.build_server` applies them through `validate_server.wrap_handler`.
 
 What each rule guards: ids have the length `ember_common.ids` gives them (task 16 bytes, object
@@ -28,6 +28,7 @@ from .validate import (
     port,
     remembered,
     resource_map,
+    timestamp,
     under,
 )
 from .validate import (
@@ -41,6 +42,12 @@ LEASE_ID = id_bytes(ids.LEASE_ID_LEN)
 PG_ID = id_bytes(ids.PLACEMENT_GROUP_ID_LEN)
 JOB_ID = id_bytes(ids.JOB_ID_LEN)
 TEXT_LIMIT = max_len(1 << 20)  # free text (reasons, entrypoints, log lines): 1 MiB
+# Bundles of one placement group: every raylet step over a group costs its size, and one request
+# must not hold a node's event loop for long.
+MAX_BUNDLES_PER_GROUP = 10_000
+BUNDLES_LIMIT = max_len(MAX_BUNDLES_PER_GROUP)
+# Internal KV keys and namespaces are names (function ids, Serve and Tune state paths), not data.
+KV_KEY_LIMIT = max_len(16 << 10)
 
 
 @remembered
@@ -50,6 +57,11 @@ def json_object(v: Any) -> str | None:
         return None if isinstance(json.loads(v), dict) else "must be a JSON object"
     except ValueError as e:
         return f"is not valid JSON ({e})"
+
+
+def job_end_state(v: Any) -> str | None:
+    """How a job ended: "" (SUCCEEDED), SUCCEEDED, FAILED or STOPPED."""
+    return None if v in ("", "SUCCEEDED", "FAILED", "STOPPED") else f"must be SUCCEEDED, FAILED or STOPPED, got {v[:40]!r}"
 
 
 def kwargs_fit(spec: Any) -> str | None:
@@ -83,9 +95,9 @@ NODE_INFO = [
 PLACEMENT_GROUP_IDS = [Rule("placement_group_id", REQUIRED), Rule("placement_group_id", PG_ID),
                        Rule("strategy", enum_of(common_pb2.PlacementGroupInfo.Strategy)),
                        Rule("state", enum_of(common_pb2.PlacementGroupInfo.State)), Rule("job_id", JOB_ID)]
-PLACEMENT_GROUP = [*PLACEMENT_GROUP_IDS, Rule("bundles[].index", at_least(0)),
+PLACEMENT_GROUP = [*PLACEMENT_GROUP_IDS, Rule("bundles", BUNDLES_LIMIT), Rule("bundles[].index", at_least(0)),
                    Rule("bundles[].resources", resource_map), Rule("bundles[].node_id", name_id)]
-KEYED = [Rule("key", REQUIRED)]
+KEYED = [Rule("key", REQUIRED), Rule("key", KV_KEY_LIMIT), Rule("namespace", KV_KEY_LIMIT)]
 NEEDS_PG_ID = [Rule("placement_group_id", REQUIRED), Rule("placement_group_id", PG_ID)]
 
 
@@ -99,8 +111,10 @@ GCS: dict[str, list[Rule]] = {
     "ReportHeartbeatRequest": [Rule("node_id", REQUIRED), Rule("node_id", name_id),
                                Rule("available_resources", resource_map), Rule("total_resources", resource_map)],
     "AddJobRequest": [Rule("job", REQUIRED), Rule("job.driver_ip", name_id), Rule("job.driver_pid", at_least(0)),
-                      Rule("job.driver_worker_id", name_id), Rule("job.entrypoint", TEXT_LIMIT)],
-    "MarkJobFinishedRequest": [Rule("job_id", REQUIRED), Rule("job_id", JOB_ID)],
+                      Rule("job.driver_worker_id", name_id), Rule("job.entrypoint", TEXT_LIMIT),
+                      Rule("job.start_time", timestamp), Rule("job.end_time", timestamp)],
+    "MarkJobFinishedRequest": [Rule("job_id", REQUIRED), Rule("job_id", JOB_ID), Rule("end_state", job_end_state),
+                               Rule("end_message", TEXT_LIMIT)],
     "RegisterActorRequest": [Rule("creation_spec", REQUIRED), Rule("creation_spec.actor_id", REQUIRED),
                              Rule("creation_spec.actor_creation", REQUIRED), *under("creation_spec", TASK_SPEC)],
     "GetActorInfoRequest": [Rule("actor_id", REQUIRED), Rule("actor_id", ACTOR_ID), Rule("timeout_s", not_nan)],
@@ -109,8 +123,9 @@ GCS: dict[str, list[Rule]] = {
     "ReportWorkerFailureRequest": [Rule("worker_id", REQUIRED), Rule("worker_id", name_id),
                                    Rule("node_id", name_id), Rule("reason", TEXT_LIMIT)],
     "InternalKVGetRequest": KEYED, "InternalKVPutRequest": KEYED, "InternalKVExistsRequest": KEYED,
-    "InternalKVDelRequest": [Rule("", _kv_del)],
-    "InternalKVKeysRequest": [],  # any namespace and prefix (empty: every key) is a fair question
+    "InternalKVDelRequest": [Rule("", _kv_del), Rule("key", KV_KEY_LIMIT), Rule("namespace", KV_KEY_LIMIT)],
+    # any namespace and prefix (empty: every key) is a fair question
+    "InternalKVKeysRequest": [Rule("prefix", KV_KEY_LIMIT), Rule("namespace", KV_KEY_LIMIT)],
     "SubscribeRequest": [Rule("channels", REQUIRED), Rule("channels[]", name_id), Rule("job_id", JOB_ID)],
     "PublishLogsRequest": [Rule("batches[].job_id", JOB_ID), Rule("batches[].node_id", name_id),
                            Rule("batches[].pid", at_least(0))],
@@ -133,7 +148,7 @@ GCS_TASK: dict[str, list[Rule]] = {
     # task hot path's only cost in the GCS.
     # The batch is bytes the store decodes when a query needs it (and drops, counted, if it
     # cannot); here only its presence.
-    # spans: how many records carry spans the GCS decodes the batch for (tracing_derived).
+    # spans: how many records carry spans the GCS decodes the batch for (tracing's derived spans).
     "AddTaskEventDataRequest": [Rule("batch", REQUIRED), Rule("spans", at_least(0))],
     "GetTaskEventsRequest": [*TASK_FILTERS, Rule("limit", at_least(0))],
     "GetTaskSummaryRequest": TASK_FILTERS,
@@ -153,9 +168,17 @@ RAYLET: dict[str, list[Rule]] = {
     "NotifyWorkerBlockedRequest": [Rule("worker_id", REQUIRED), Rule("worker_id", name_id)],
     "PrepareBundleResourcesRequest": [
         Rule("groups[].placement_group_id", REQUIRED), Rule("groups[].placement_group_id", PG_ID),
-        Rule("groups[].bundles[].index", at_least(0)), Rule("groups[].bundles[].resources", resource_map)],
+        Rule("groups[].bundles", BUNDLES_LIMIT), Rule("groups[].bundles[].index", at_least(0)),
+        Rule("groups[].bundles[].resources", resource_map)],
     "CommitBundleResourcesRequest": GROUP_INDEXES,
     "CancelResourceReserveRequest": GROUP_INDEXES,
+}
+# The raylet's log service (logs.proto): names are checked against the log directory by the
+# service itself (log_files.resolve); here only their size.
+LOGS: dict[str, list[Rule]] = {
+    "ListLogsRequest": [Rule("glob", max_len(255))],
+    "StreamLogRequest": [Rule("filename", max_len(255)), Rule("pid", at_least(0)), Rule("suffix", max_len(3)),
+                         Rule("interval_s", not_nan)],
 }
 NEEDS_OBJECT_ID = [Rule("object_id", REQUIRED), Rule("object_id", OBJECT_ID)]
 OBJMGR: dict[str, list[Rule]] = {
@@ -199,7 +222,8 @@ def task_spec_problem(spec: Any) -> str | None:
 
 
 # Full message name -> rules (every service's messages are in package `ember`).
-RULES: dict[str, list[Rule]] = {f"ember.{name}": rules for table in (GCS, GCS_TASK, RAYLET, OBJMGR, CORE_WORKER)
+RULES: dict[str, list[Rule]] = {f"ember.{name}": rules for table in (GCS, GCS_TASK, RAYLET, LOGS, OBJMGR,
+                                                                             CORE_WORKER)
                                 for name, rules in table.items()}
 
 

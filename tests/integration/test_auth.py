@@ -164,9 +164,9 @@ def test_unusable_token_configuration_is_one_clear_line(tmp_path, setting, expec
         env["EMBER_AUTH_TOKEN_PATH"] = str(tmp_path / "empty")
     else:
         env["EMBER_AUTH_MODE"] = "tokn"
-    r = _driver("from ember._private.cli import main; raise SystemExit(main(['get-auth-token']))", env)
+    r = _driver("from ember._tools.cli import main; raise SystemExit(main(['get-auth-token']))", env)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [r.stderr.strip()]
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("ember: error:")] == [r.stderr.strip()]
     assert expected in r.stderr, r.stderr
     # a service refuses to start the same way
     r = subprocess.run([sys.executable, "-m", "ember_gcs", "--port", "0", "--session-dir", str(tmp_path)],
@@ -177,10 +177,10 @@ def test_unusable_token_configuration_is_one_clear_line(tmp_path, setting, expec
 
 
 def test_get_auth_token_generate(tmp_path):
-    r = _driver("from ember._private.cli import main; raise SystemExit(main(['get-auth-token']))",
+    r = _driver("from ember._tools.cli import main; raise SystemExit(main(['get-auth-token']))",
                 {"HOME": str(tmp_path)})
     assert r.returncode == 1 and "--generate" in r.stderr
-    r = _driver("from ember._private.cli import main; raise SystemExit(main(['get-auth-token', '--generate']))",
+    r = _driver("from ember._tools.cli import main; raise SystemExit(main(['get-auth-token', '--generate']))",
                 {"HOME": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == (tmp_path / ".ember" / "auth_token").read_text().strip()

@@ -55,13 +55,13 @@ def test_gcs_unreachable_etcd(closed_port: int, tmp_path) -> None:
 def test_gcs_port_in_use(busy_port: int, tmp_path) -> None:
     line = error_line(run_service("-m", "ember_gcs", "--port", str(busy_port),
                                   "--session-dir", str(tmp_path)))
-    assert f"cannot listen on 0.0.0.0:{busy_port}" in line, line
+    assert f"cannot listen on 127.0.0.1:{busy_port}" in line, line  # the default bind: loopback
 
 
 def test_objmgr_port_in_use(busy_port: int, tmp_path) -> None:
     line = error_line(run_service("-m", "ember_objmgr", "--port", str(busy_port),
                                   "--store-dir", str(tmp_path / "store"), "--capacity-bytes", "4096"))
-    assert f"cannot listen on 0.0.0.0:{busy_port}" in line, line
+    assert f"cannot listen on 127.0.0.1:{busy_port}" in line, line  # the default bind: loopback
 
 
 def test_raylet_malformed_resources(closed_port: int, tmp_path) -> None:

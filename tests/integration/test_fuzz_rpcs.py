@@ -29,7 +29,7 @@ from google.protobuf import message_factory
 
 import ember
 from ember_common import rpc
-from ember_common.proto import core_worker_pb2, gcs_pb2, gcs_task_pb2, objmgr_pb2, raylet_pb2
+from ember_common.proto import core_worker_pb2, gcs_pb2, gcs_task_pb2, logs_pb2, objmgr_pb2, raylet_pb2
 
 SEED = 20261201
 PER_METHOD = 10  # random byte strings; as many random well-formed messages
@@ -43,8 +43,8 @@ HOLDS_RESOURCES = {"/ember.Raylet/RequestWorkerLease", "/ember.Raylet/PrepareBun
                    "/ember.PlacementGroupInfoGcsService/CreatePlacementGroup",
                    "/ember.PlacementGroupInfoGcsService/CreatePlacementGroups",
                    "/ember.ObjectManager/Create"}
-FILES = {"gcs": gcs_pb2, "gcs tasks": gcs_task_pb2, "raylet": raylet_pb2, "objmgr": objmgr_pb2,
-         "core worker": core_worker_pb2}
+FILES = {"gcs": gcs_pb2, "gcs tasks": gcs_task_pb2, "raylet": raylet_pb2, "raylet logs": logs_pb2,
+         "objmgr": objmgr_pb2, "core worker": core_worker_pb2}
 BAD = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 
 
@@ -70,7 +70,7 @@ def cluster():
 def _addresses(c) -> dict[str, str]:
     node = c.nodes[0].record
     return {"gcs": c.gcs_address, "gcs tasks": c.gcs_address, "raylet": node.raylet_address,
-            "objmgr": node.objmgr_address,
+            "raylet logs": node.raylet_address, "objmgr": node.objmgr_address,
             "core worker": c.worker_address}
 
 

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
+from ember.testing import LocalCluster
 from ember_common import backoff, rpc
 from ember_common.gcs_client import GcsClient, SyncGcsClient
 from ember_common.proto import common_pb2, gcs_pb2
-from ember.testing import LocalCluster
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

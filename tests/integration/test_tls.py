@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 import ember
-from ember._private.cli import main as cli_main
+from ember._tools.cli import main as cli_main
 from ember.testing import LocalCluster
 from ember_common import tls
 from ember_common.proto import gcs_pb2

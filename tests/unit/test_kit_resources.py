@@ -66,14 +66,14 @@ def test_parse_json_refuses_bad_text(raw, match):
 
 def test_every_entry_point_uses_the_one_check():
     """ember start's flags, init()'s arguments, task options, the raylet's flag and requests."""
-    from ember._private.cli import start_stop
     from ember._private import worker
-    from ember._private.options import TASK_OPTIONS, validate
+    from ember._private.api.options import TASK_OPTIONS, validate
+    from ember._tools.cli import start_stop
     from ember_raylet.resources import NodeResources, validate_request
     from ember_raylet.server import parse_resources
 
     ns = argparse.Namespace(num_cpus=1, num_gpus=None, memory=1, resources='{"accel": NaN}')
-    with pytest.raises(SystemExit, match="'accel'.*finite"):
+    with pytest.raises(start_stop.UsageError, match="'accel'.*finite"):
         start_stop._resources(ns)
     with pytest.raises(ValueError, match="'accel'.*finite"):
         worker._default_resources(1, 0, {"accel": math.nan}, 1)

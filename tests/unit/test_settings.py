@@ -12,8 +12,16 @@ import warnings
 
 import pytest
 
-from ember_common.settings import (SERVICES, GcsSettings, ObjmgrSettings, RayletSettings,
-                                   SettingsError, known_env_vars)
+from ember_common.settings import (
+    SERVICES,
+    DashboardSettings,
+    GcsSettings,
+    ObjmgrSettings,
+    RayletSettings,
+    ServeProxySettings,
+    SettingsError,
+    known_env_vars,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -25,7 +33,10 @@ EXAMPLES = [GcsSettings(port=0, storage="etcd://e:2379", cluster_name="c1", sess
                         port_file="/tmp/p"),
             RAYLET,
             ObjmgrSettings(store_dir="/dev/shm/x", capacity_bytes=4096, spill_dir="s3://b/p",
-                           gcs_address="g:1", node_id="n1", port=1)]
+                           gcs_address="g:1", node_id="n1", port=1),
+            ServeProxySettings(gcs_address="g:1", port=0, connect_timeout_s=5.0, metrics_export_port=9103,
+                               log_level="DEBUG"),
+            DashboardSettings(gcs_address="g:1", host="0.0.0.0", log_dir="/l", trace_dir="/t", port_file="/p")]
 
 
 @pytest.mark.parametrize("s", EXAMPLES, ids=lambda s: type(s).__name__)
@@ -123,4 +134,37 @@ def test_container_commands_parse_back_into_settings(monkeypatch):
     assert g.storage == "etcd://etcd:2379" and g.cluster_name == "c9" and g.metrics_export_port == 9102
     monkeypatch.setenv("EMBER_NODE_IP", "127.0.0.1")  # the serve-proxy role sets it: restored after
     proxy = ep.command("serve-proxy")
-    assert proxy[proxy.index("--metrics-export-port") + 1] == "9103"
+    assert proxy[1:3] == ["-m", "ember_serve_proxy"]
+    p = ServeProxySettings.from_argv(proxy[3:])
+    assert (p.gcs_address, p.host, p.port, p.metrics_export_port, p.port_file) == (
+        "127.0.0.1:6379", "0.0.0.0", 8000, 9103, None)
+    ep.SETTINGS.update({"EMBER_HTTP_PORT": "8100", "EMBER_DASHBOARD_PORT": "8300", "EMBER_LOG_LEVEL": "DEBUG"})
+    assert ServeProxySettings.from_argv(ep.command("serve-proxy")[3:]).port == 8100
+    dash = ep.command("dashboard")
+    assert dash[1:3] == ["-m", "ember_dashboard"]
+    d = DashboardSettings.from_argv(dash[3:])
+    assert (d.gcs_address, d.host, d.port, d.port_file, d.metrics_export_port, d.log_level) == (
+        "127.0.0.1:6379", "0.0.0.0", 8300, ep.PORT_FILE, 0, "DEBUG")
+
+
+def test_driver_services_take_unset_flags_from_the_environment():
+    env = {"EMBER_ADDRESS": "h:1", "EMBER_LOG_LEVEL": "DEBUG", "EMBER_TRACE_DIR": "/spans", "EMBER_GCS_PORT": "1"}
+    d = DashboardSettings.from_argv([], env_defaults=env)
+    assert (d.gcs_address, d.log_level, d.trace_dir, d.port) == ("h:1", "DEBUG", "/spans", 8265)
+    assert DashboardSettings.from_argv(["--gcs-address", "g:2"], env_defaults=env).gcs_address == "g:2"
+    assert ServeProxySettings.from_argv([], env_defaults={"EMBER_ADDRESS": ""}).gcs_address == ""
+    assert ServeProxySettings.from_argv([]).log_level == "INFO"
+    # gcs/raylet/objmgr parse their command line alone, as before
+    assert GcsSettings.from_argv([]).port == 6379
+
+
+@pytest.mark.parametrize("module", ["ember_serve_proxy.__main__", "ember_dashboard.__main__"])
+def test_driver_services_without_a_gcs_address_exit_2_naming_it(module, monkeypatch, capsys):
+    import importlib
+
+    monkeypatch.delenv("EMBER_ADDRESS", raising=False)
+    assert importlib.import_module(module).main([]) == 2
+    assert "--gcs-address (or EMBER_ADDRESS) is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module(module).main(["--gcs-address", "g:1", "--port", "70000"])
+    assert e.value.code == 2 and "--port must be at most 65535" in capsys.readouterr().err

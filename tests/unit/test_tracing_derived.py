@@ -1,4 +1,4 @@
-"""Spans made from task events (ember_common/tracing_derived.py): the execute span id both the
+"""Spans made from task events (ember_common/tracing/_derived.py, _derived_export.py): the execute span id both the
 worker and the GCS derive, the owner's batch marking the spans left to its records
 (task_events.encode), and the GCS's export of them, execute spans under each worker's resource
 and submit spans under the owner's, which must be what the worker or the owner would have
@@ -20,10 +20,10 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind
 from tracing_child import keep_spans
 
-from ember._private import task_events
-from ember_common import tracing_derived
+from ember._private.telemetry import task_events
 from ember_common.proto import gcs_task_pb2
-from ember_common.tracing_export import to_readable
+from ember_common.tracing import _derived, _derived_export
+from ember_common.tracing._records import ExecRecord, to_readable
 
 SCOPE = InstrumentationScope("ember", "1.0")
 TA = gcs_task_pb2.TaskAttempt
@@ -31,11 +31,11 @@ TA = gcs_task_pb2.TaskAttempt
 
 def test_the_span_id_is_the_task_ids_tail_per_attempt():
     task_id = os.urandom(16)
-    ids = [tracing_derived.span_id(task_id, a) for a in range(50)]
+    ids = [_derived.span_id(task_id, a) for a in range(50)]
     assert ids[0] == task_id[-8:]  # attempt 0: the random tail itself
     assert len(set(ids)) == 50 and all(len(i) == 8 for i in ids)  # every attempt its own
-    assert tracing_derived.span_id(task_id, 3) == tracing_derived.span_id(task_id, 3)  # both sides agree
-    assert tracing_derived.span_id(bytes(16), 0) == (1).to_bytes(8, "big")  # never the invalid zero id
+    assert _derived.span_id(task_id, 3) == _derived.span_id(task_id, 3)  # both sides agree
+    assert _derived.span_id(bytes(16), 0) == (1).to_bytes(8, "big")  # never the invalid zero id
 
 
 def _flat(i: int, tp: bytes, left: int, where: str | None = "10.0.0.1:7000", error=None,
@@ -65,25 +65,25 @@ def test_the_batch_marks_the_spans_left_to_it_and_the_gcs_reads_them_back():
     b = gcs_task_pb2.TaskEventBatch.FromString(_batch(records))
     assert list(b.trace_parent) == [_tp(1) + b"\x01", _tp(2), _tp(3) + b"\x01", _tp(4) + b"\x01"]
     assert task_events.spans_in(records) == 3
-    groups = dict(tracing_derived.records(_batch(records)))
+    groups = dict(_derived.records(_batch(records)))
     assert set(groups) == {("worker", "node-a", 41), ("worker", "node-b", 42)}
     first, fourth = groups[("worker", "node-a", 41)]
-    assert first == ("execute f1", _tp(1), (b"\x01" * 16)[-8:], 1_000_010, 1_000_020,
-                     (b"\x01" * 16, b"\x01\x00\x00\x00", 0, b"", "node-a", "worker-a"), None)
-    assert fourth[0] == "execute f4"
+    assert first == ExecRecord("execute f1", _tp(1), (b"\x01" * 16)[-8:], 1_000_010, 1_000_020,
+                               b"\x01" * 16, b"\x01\x00\x00\x00", 0, b"", "node-a", "worker-a", None)
+    assert fourth.name == "execute f4"
     (third,) = groups[("worker", "node-b", 42)]
-    assert third[2] == tracing_derived.span_id(b"\x03" * 16, 2)
-    assert third[5] == (b"\x03" * 16, b"\x01\x00\x00\x00", 2, b"\xaa" * 16, "node-b", "worker-b")
+    assert third.span_id == _derived.span_id(b"\x03" * 16, 2)
+    assert third[5:11] == (b"\x03" * 16, b"\x01\x00\x00\x00", 2, b"\xaa" * 16, "node-b", "worker-b")
     # nothing left to the GCS: no columns, nothing to read
     none = gcs_task_pb2.TaskEventBatch.FromString(_batch(_flat(5, _tp(5), False)))
-    assert list(none.trace_parent) == [_tp(5)] and tracing_derived.records(none.SerializeToString()) == []
+    assert list(none.trace_parent) == [_tp(5)] and _derived.records(none.SerializeToString()) == []
 
 
 def test_a_malformed_batch_is_refused_by_name():
     b = gcs_task_pb2.TaskEventBatch.FromString(_batch(_flat(1, _tp(1), True)))
     b.trace_parent.append(_tp(2) + b"\x01")  # more trace parents than records
     with pytest.raises(ValueError, match="trace parents"):
-        tracing_derived.records(b.SerializeToString())
+        _derived.records(b.SerializeToString())
 
 
 class Requests:
@@ -107,7 +107,7 @@ def test_the_gcs_exports_each_span_under_its_workers_resource(monkeypatch):
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")  # only a flush or a full batch exports
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "3")
     sdk, raw = InMemorySpanExporter(), Requests()
-    derived = tracing_derived.DerivedSpans([sdk, raw], SCOPE)
+    derived = _derived_export.DerivedSpans([sdk, raw], SCOPE)
     try:
         records = [*_flat(1, _tp(1), True), *_flat(2, _tp(2), True, where="10.0.0.2:7000"),
                    *_flat(3, _tp(3), False)]
@@ -145,7 +145,7 @@ def test_a_queue_past_its_bound_drops_the_oldest_batches_and_counts_them(monkeyp
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "100")
     sdk = InMemorySpanExporter()
-    derived = tracing_derived.DerivedSpans([sdk], SCOPE)
+    derived = _derived_export.DerivedSpans([sdk], SCOPE)
     try:
         for i in range(1, 4):  # 3 batches of 2 spans: the first one goes
             derived.add(_batch([*_flat(2 * i, _tp(i), True), *_flat(2 * i + 1, _tp(i), True)]), 2)
@@ -165,9 +165,9 @@ def test_a_derived_span_is_the_span_the_worker_records():
     from opentelemetry.sdk.resources import Resource
 
     res = Resource.create({"service.name": "ember-worker", "process.pid": 41, "ember.node_id": "node-a"})
-    ((key, (derived,)),) = tracing_derived.records(_batch(_flat(1, _tp(1), True)))
-    worker = ("execute f1", _tp(1), tracing_derived.span_id(b"\x01" * 16, 0), 1_000_010, 1_000_020,
-              (b"\x01" * 16, b"\x01\x00\x00\x00", 0, b"", "node-a", "worker-a"), None)
+    ((key, (derived,)),) = _derived.records(_batch(_flat(1, _tp(1), True)))
+    worker = ExecRecord("execute f1", _tp(1), _derived.span_id(b"\x01" * 16, 0), 1_000_010, 1_000_020,
+                        b"\x01" * 16, b"\x01\x00\x00\x00", 0, b"", "node-a", "worker-a", None)
     assert derived == worker and key == ("worker", "node-a", 41)
     assert sdk_encode([to_readable(derived, res, SCOPE)]) == sdk_encode([to_readable(worker, res, SCOPE)])
 
@@ -185,7 +185,7 @@ def test_the_gcs_exports_a_submit_span_under_the_owners_resource(monkeypatch):
         {"service.name": "my-driver", "process.pid": 7, "deployment": "test", "tags": ["a", "b"]}))
     records = [*_flat(1, _tp(1), task_events.SUBMIT_LEFT | task_events.EXEC_LEFT),
                *_flat(2, _tp(2), task_events.SUBMIT_LEFT, where=None)]  # still pending
-    groups = dict(tracing_derived.records(_batch(records)))
+    groups = dict(_derived.records(_batch(records)))
     owner = ("owner", task_events._resource_json, ("node-d", 7))
     assert set(groups) == {owner, ("worker", "node-a", 41)}
     assert groups[owner] == [("submit f1", _tp(1), None, 1_000_001, "ember.task_id", b"\x01" * 16),
@@ -193,7 +193,7 @@ def test_the_gcs_exports_a_submit_span_under_the_owners_resource(monkeypatch):
     assert [r[0] for r in groups[("worker", "node-a", 41)]] == ["execute f1"]
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
     sdk, raw = InMemorySpanExporter(), Requests()
-    derived = tracing_derived.DerivedSpans([sdk, raw], SCOPE)
+    derived = _derived_export.DerivedSpans([sdk, raw], SCOPE)
     try:
         derived.add(_batch(records), 2)
         assert derived.force_flush(10)
@@ -214,8 +214,8 @@ def test_the_gcs_exports_a_submit_span_under_the_owners_resource(monkeypatch):
     finally:
         derived.shutdown()
     monkeypatch.setattr(task_events, "_resource_json", "")
-    ((who, _),) = tracing_derived.records(_batch(_flat(3, _tp(3), task_events.SUBMIT_LEFT)))
-    fallback = tracing_derived.DerivedSpans([], SCOPE)
+    ((who, _),) = _derived.records(_batch(_flat(3, _tp(3), task_events.SUBMIT_LEFT)))
+    fallback = _derived_export.DerivedSpans([], SCOPE)
     try:
         assert dict(fallback._resource(who).attributes) == {"service.name": "ember-driver", "process.pid": 7,
                                                             "ember.node_id": "node-d"}
@@ -225,26 +225,26 @@ def test_the_gcs_exports_a_submit_span_under_the_owners_resource(monkeypatch):
 
 def test_a_process_leaves_spans_only_to_a_gcs_that_sends_them_where_it_would(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
-    here = tracing_derived.announcement(["otlp"])
-    assert here.startswith(b"1:") and here == tracing_derived.announcement(["otlp"])
-    assert here != tracing_derived.announcement(["console"])
+    here = _derived.announcement(["otlp"])
+    assert here.startswith(b"1:") and here == _derived.announcement(["otlp"])
+    assert here != _derived.announcement(["console"])
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://10.0.0.9:4317")
-    assert tracing_derived.announcement(["otlp"]) != here
+    assert _derived.announcement(["otlp"]) != here
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
     monkeypatch.setenv("EMBER_TRACE_DIR", "/tmp/elsewhere")
-    assert tracing_derived.announcement(["otlp"]) != here
+    assert _derived.announcement(["otlp"]) != here
 
 
 WORKER = keep_spans("ember-worker") + textwrap.dedent("""
     import json, os, time
     from opentelemetry import trace
-    from ember_common import tracing_derived, tracing_exec
+    from ember_common.tracing import _derived, _exec
     from ember_common.proto import common_pb2
-    from ember_common.tracing_export import to_readable
+    from ember_common.tracing._records import RECORD_TYPES, to_readable
 
     def run(case):
         spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(16), job_id=b"\\x02" * 4, attempt=1)
-        tracing_derived.on = case != "gcs_exports_none"
+        _derived.state.on = case != "gcs_exports_none"
         tracing.task_submitted(spec, "submit f")
         n = len(got)
         p = tracing.exec_begin("execute f", spec, "n1", "w1", spec.trace_parent, time.time_ns())
@@ -254,14 +254,14 @@ WORKER = keep_spans("ember-worker") + textwrap.dedent("""
             trace.get_current_span().set_attribute("user", "v")
         left = tracing.exec_finish(p, "ValueError: boom" if case == "failed" else None)
         if case == "cancelled_after_all":
-            tracing_exec.record_left(left)
+            _exec.record_left(left)
         tracing.flush()
-        spans = [to_readable(r, None, None) if type(r) is tuple else r for r in got[n:]]
+        spans = [to_readable(r, None, None) if type(r) in RECORD_TYPES else r for r in got[n:]]
         mine = [s for s in spans if s.name == "execute f"]
         return {"left": left is not None,
-                "derived": tracing_derived.span_id(spec.task_id, 1).hex(),
+                "derived": _derived.span_id(spec.task_id, 1).hex(),
                 "nested_parent": next(format(r[2].span_id, "016x") for r in got[n:]
-                                      if type(r) is tuple and r[0] == "submit g"),
+                                      if type(r) in RECORD_TYPES and r[0] == "submit g"),
                 "recorded": [{"sid": format(s.context.span_id, "016x"), "status": s.status.status_code.name == "ERROR",
                               "tp": s.parent.span_id == int.from_bytes(spec.trace_parent[16:24], "big")}
                              for s in mine]}
@@ -271,7 +271,7 @@ WORKER = keep_spans("ember-worker") + textwrap.dedent("""
 
 
 def test_the_worker_leaves_an_untouched_span_and_records_any_other_under_the_same_id():
-    """When its GCS exports execute spans (tracing_derived.on) the worker's span has the
+    """When its GCS exports execute spans (_derived.state.on) the worker's span has the
     derived id (a nested submission names it); ended without error and untouched, it is left
     (nothing recorded); touched, failed or taken back (record_left), the worker records it,
     under that same id; when the GCS exports none it records its own span with a random id, as

@@ -1,4 +1,4 @@
-"""A task's execute span in its cheapest form (ember_common/tracing_exec.py, the worker's
+"""A task's execute span in its cheapest form (ember_common/tracing/_exec.py, the worker's
 `tracing.task_executing`) and the span buffer exporting full batches only: the EXEC record
 encodes as the SDK encodes the span it stands for; the span is recorded as the lazy
 `tracing.task_span` records it (name, parent, kind, attributes, status), is the parent of user
@@ -23,8 +23,14 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Status, StatusCode
 from tracing_child import keep_spans
 
-from ember_common import otlp_encoding, tracing_exec
-from ember_common.tracing_export import SpanBuffer, to_readable
+from ember_common.tracing import _otlp
+from ember_common.tracing._buffer import SpanBuffer
+from ember_common.tracing._records import (
+    ExecRecord,
+    SubmitRecord,
+    expand_exec,
+    to_readable,
+)
 
 RES = Resource.create({"service.name": "ember-worker", "process.pid": 2, "ember.node_id": "n1"})
 SCOPE = InstrumentationScope("ember", "1.0", "https://schema/x")
@@ -32,8 +38,8 @@ TP = bytes(range(1, 17)) + bytes(range(17, 25)) + b"\x01"  # trace id, parent sp
 
 
 def exec_rec(i: int, actor: bytes = b"", status=None, attempt: int = 0, name: str = "execute f"):
-    return (name, TP, bytes((0, 0, 0, 0, 0, 0, 1, i)), 100 + i, 200 + i,
-            (bytes((i,)) * 24, b"\x01\x00\x00\x00", attempt, actor, "n" * 56, "w" * 56), status)
+    return ExecRecord(name, TP, bytes((0, 0, 0, 0, 0, 0, 1, i)), 100 + i, 200 + i,
+                      bytes((i,)) * 24, b"\x01\x00\x00\x00", attempt, actor, "n" * 56, "w" * 56, status)
 
 
 def test_exec_records_encode_as_the_sdk_encodes_their_spans():
@@ -41,7 +47,7 @@ def test_exec_records_encode_as_the_sdk_encodes_their_spans():
                exec_rec(5, status=Status(StatusCode.ERROR, "ValueError: boom")),
                exec_rec(6, name="execute A.m%s")]  # a % in the name: the template escapes it
     want = sdk_encode([to_readable(r, RES, SCOPE) for r in records])
-    got = ExportTraceServiceRequest.FromString(otlp_encoding.encode_request(records, RES, SCOPE))
+    got = ExportTraceServiceRequest.FromString(_otlp.encode_request(records, RES, SCOPE))
     assert got == want
     span = got.resource_spans[0].scope_spans[0].spans[2]
     assert span.parent_span_id == TP[16:24] and span.trace_id == TP[:16] and span.span_id[-1] == 3
@@ -50,8 +56,8 @@ def test_exec_records_encode_as_the_sdk_encodes_their_spans():
     assert "ember.actor_id" not in {a.key for a in got.resource_spans[0].scope_spans[0].spans[0].attributes}
     # the same bytes as the RECORD it expands to (the template and the field-by-field path agree)
     for r in records:
-        assert otlp_encoding.encode_request([r], RES, SCOPE) == otlp_encoding.encode_request(
-            [tracing_exec.expand(r)], RES, SCOPE)
+        assert _otlp.encode_request([r], RES, SCOPE) == _otlp.encode_request(
+            [expand_exec(r)], RES, SCOPE)
 
 
 def test_runs_of_one_template_encode_as_the_sdk_encodes_them():
@@ -62,15 +68,15 @@ def test_runs_of_one_template_encode_as_the_sdk_encodes_them():
     from opentelemetry.trace import SpanContext, TraceFlags
 
     parent = SpanContext(int.from_bytes(TP[:16], "big"), 9, True, TraceFlags(1))
-    sub = [("submit f", TP[:16] + bytes((0, 0, 0, 0, 0, 0, 2, i)) + b"\x01", None, 300 + i, "ember.task_id",
+    sub = [SubmitRecord("submit f", TP[:16] + bytes((0, 0, 0, 0, 0, 0, 2, i)) + b"\x01", None, 300 + i, "ember.task_id",
             bytes((i,)) * 24) for i in range(6)]
     records = [*[exec_rec(i) for i in range(1, 4)], exec_rec(4, attempt=1), exec_rec(5), sub[0], sub[1],
-               exec_rec(6, actor=b"\xaa" * 16), sub[2], ("submit g", *sub[3][1:]), sub[4],
-               ("submit f", sub[5][1], parent, *sub[5][3:]), sub[5],
-               (*exec_rec(7)[:5], (b"\x07" * 16, *exec_rec(7)[5][1:]), None),  # a shorter task id
+               exec_rec(6, actor=b"\xaa" * 16), sub[2], sub[3]._replace(name="submit g"), sub[4],
+               sub[5]._replace(name="submit f", parent=parent), sub[5],
+               exec_rec(7)._replace(task_id=b"\x07" * 16),  # a shorter task id
                exec_rec(8), exec_rec(9, name="execute g"), exec_rec(10)]
     want = sdk_encode([to_readable(r, RES, SCOPE) for r in records])
-    got = ExportTraceServiceRequest.FromString(otlp_encoding.encode_request(records, RES, SCOPE))
+    got = ExportTraceServiceRequest.FromString(_otlp.encode_request(records, RES, SCOPE))
     assert got == want
     assert len(got.resource_spans[0].scope_spans[0].spans) == len(records)
 
@@ -112,7 +118,7 @@ def test_the_default_batch_is_2048_and_sdk_spans_go_512_at_a_time(monkeypatch):
 
 
 def test_the_wake_never_blocks_and_is_taken_once():
-    from ember_common.tracing_export import _Wake
+    from ember_common.tracing._buffer import Wake as _Wake
 
     w = _Wake()
     assert w.wait(0.01) is False  # not set: the timeout
@@ -131,7 +137,8 @@ def test_the_wake_never_blocks_and_is_taken_once():
 CHILD = keep_spans("ember-worker") + textwrap.dedent("""
     import contextlib, json, os, time
     from opentelemetry import trace
-    from ember_common import tracing_exec
+    from ember_common.tracing import _exec
+    from ember_common.tracing._records import task_attributes
     from ember_common.proto import common_pb2
 
     tracer = trace.get_tracer("user")
@@ -155,8 +162,7 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
         errors = []
         cm = (begun(spec, errors) if fast == "begin" else
               tracing.task_executing("execute f", spec, "n1", "w1") if fast else
-              tracing.task_span("execute f", spec.trace_context,
-                                lambda: tracing_exec.attributes_of(values), spec.trace_parent))
+              tracing.task_span("execute f", {}, lambda: task_attributes(*values), spec.trace_parent))
         before = trace.get_current_span()
         kind = None
         inner = None
@@ -173,7 +179,7 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
                 nested = common_pb2.TaskSpec(task_id=b"n" * 24)
                 tracing.task_submitted(nested, "submit g")
                 # a child span and a nested submission ask only for the context: no span made
-                made = sp._span is not None if fast == "begin" else None
+                made = sp.span is not None if fast == "begin" else None
                 if fail:
                     if fast == "begin":
                         errors.append("ValueError: boom")
@@ -229,8 +235,8 @@ CHILD = keep_spans("ember-worker") + textwrap.dedent("""
         pass
     out["malformed_kind"] = type(sp).__name__
     tracing.flush()
-    from ember_common.tracing_export import to_readable
-    spans = [to_readable(r, tracing.tracing_spans._resource, None) if type(r) is tuple else r for r in got]
+    from ember_common.tracing._records import RECORD_TYPES, to_readable
+    spans = [to_readable(r, tracing._state.resource, None) if type(r) in RECORD_TYPES else r for r in got]
     out["spans"] = [{"name": s.name, "id": s.context.span_id, "trace": s.context.trace_id,
                      "parent": s.parent.span_id if s.parent else None,
                      "remote_parent": bool(s.parent and s.parent.is_remote),
@@ -359,7 +365,7 @@ def test_only_full_batches_go_until_the_schedule_or_a_flush(monkeypatch):
 
 SERVER = keep_spans("ember-raylet") + textwrap.dedent("""
     import json, os
-    from ember_common import tracing_spans
+    from ember_common.tracing import _spans
 
     def run(fast, raises=False, extra=()):
         tp = f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
@@ -381,8 +387,8 @@ SERVER = keep_spans("ember-raylet") + textwrap.dedent("""
                       "baggage": {"extra": (("baggage", "k=v"),)}}.items():
         out[label] = {"fast": run(True, **kw), "sdk": run(False, **kw)}
     tracing.flush()
-    from ember_common.tracing_export import to_readable
-    spans = [to_readable(r, tracing.tracing_spans._resource, None) if type(r) is tuple else r for r in got]
+    from ember_common.tracing._records import RECORD_TYPES, to_readable
+    spans = [to_readable(r, tracing._state.resource, None) if type(r) in RECORD_TYPES else r for r in got]
     out["spans"] = {f"{s.context.trace_id:032x}": {
         "name": s.name, "parent": f"{s.parent.span_id:016x}", "remote_parent": s.parent.is_remote,
         "kind": s.kind.name, "attrs": dict(s.attributes), "status": s.status.status_code.name,
@@ -423,7 +429,7 @@ def test_an_otlp_request_over_the_limit_goes_as_halves(monkeypatch):
 
     import grpc
 
-    from ember_common import tracing_exporters
+    from ember_common.tracing import _exporters, _otlp_grpc
 
     got: list[bytes] = []
 
@@ -439,8 +445,8 @@ def test_an_otlp_request_over_the_limit_goes_as_halves(monkeypatch):
     server.start()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-    monkeypatch.setattr(tracing_exporters, "MAX_REQUEST_BYTES", 20_000)
-    exporter = tracing_exporters.make_exporter("otlp", "ember-worker")
+    monkeypatch.setattr(_otlp_grpc, "MAX_REQUEST_BYTES", 20_000)
+    exporter = _exporters.make_exporter("otlp", "ember-worker")
     exporter.resource, exporter.scope = RES, SCOPE
     try:
         small = [exec_rec(i) for i in range(10)]
@@ -454,11 +460,11 @@ def test_an_otlp_request_over_the_limit_goes_as_halves(monkeypatch):
         assert sorted(s.start_time_unix_nano for s in spans) == [100 + i for i in range(40)]
         # bytes encoded elsewhere (the driver's span relay) go with the spans in one request,
         # or alone when together they would be over the limit
-        extra = otlp_encoding.encode_request(long[:1], RES, SCOPE)
+        extra = _otlp.encode_request(long[:1], RES, SCOPE)
         n = len(got)
         assert exporter.export(small, extra) == SpanExportResult.SUCCESS and len(got) == n + 1
         assert len(ExportTraceServiceRequest.FromString(got[-1]).resource_spans) == 2
-        extra = otlp_encoding.encode_request(long[:9], RES, SCOPE)  # ~22 KB
+        extra = _otlp.encode_request(long[:9], RES, SCOPE)  # ~22 KB
         assert exporter.export(small, extra) == SpanExportResult.SUCCESS and len(got) == n + 3
         assert got[-1] == extra
     finally:

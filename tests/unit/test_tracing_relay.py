@@ -1,4 +1,4 @@
-"""The driver's span export through a relay process (ember_common/tracing_relay.py): per-task
+"""The driver's span export through a relay process (ember_common/tracing/_relay.py): per-task
 records go marshal'd and everything else as request bytes to a real child process, which
 exports them over OTLP/gRPC to a real receiver on loopback with the driver's resource; a flush
 returns once the relay has exported; a relay killed mid-run leaves the driver exporting in its
@@ -21,7 +21,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from ember_common import tracing_exporters, tracing_relay
+from ember_common.tracing import _exporters, _relay
+from ember_common.tracing._records import ExecRecord, SubmitRecord
 
 TP = bytes(range(1, 17)) + bytes(range(17, 25)) + b"\x01"  # trace id, parent span id, sampled
 RES = Resource({"service.name": "ember-driver", "process.pid": os.getpid(), "host.tags": ("a", "b")})
@@ -67,8 +68,8 @@ def receiver(monkeypatch):
     rx.server.stop(0)
 
 
-def relay_exporter() -> tracing_relay.RelayExporter:
-    exp = tracing_relay.RelayExporter("ember-driver", lambda: tracing_exporters.make_exporter("otlp", "ember-driver"))
+def relay_exporter() -> _relay.RelayExporter:
+    exp = _relay.RelayExporter("ember-driver", lambda: _exporters.make_exporter("otlp", "ember-driver"))
     exp.resource, exp.scope = RES, SCOPE
     return exp
 
@@ -76,9 +77,9 @@ def relay_exporter() -> tracing_relay.RelayExporter:
 def batch(tag: str) -> list:
     sdk = TracerProvider(resource=RES).get_tracer("t").start_span(f"user {tag}")
     sdk.end()
-    exec_rec = (f"execute {tag}", TP, bytes(7) + b"\x01", 100, 200,
-                (bytes(24), b"\x01\x00\x00\x00", 0, b"", "n" * 56, "w" * 16), None)
-    return [(f"submit {tag}", TP, None, 100, "ember.task_id", bytes(24)), exec_rec, sdk]
+    exec_rec = ExecRecord(f"execute {tag}", TP, bytes(7) + b"\x01", 100, 200,
+                          bytes(24), b"\x01\x00\x00\x00", 0, b"", "n" * 56, "w" * 16, None)
+    return [SubmitRecord(f"submit {tag}", TP, None, 100, "ember.task_id", bytes(24)), exec_rec, sdk]
 
 
 def test_records_and_other_spans_go_through_the_relay_with_the_drivers_resource(receiver):
@@ -136,7 +137,7 @@ def test_a_driver_exports_through_the_relay_unless_turned_off(receiver, relay):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     children = next(line for line in out.stdout.splitlines() if line.startswith("CHILDREN"))
-    assert ("ember_common.tracing_relay" in children) == (relay == "1")
+    assert ("ember_common.tracing._relay" in children) == (relay == "1")
     assert receiver.names() == ["driver work"]
 
 
@@ -158,11 +159,12 @@ def test_a_forked_child_starts_its_own_relay(receiver):
     code = textwrap.dedent("""
         import os, sys
         from opentelemetry.sdk.resources import Resource
-        from ember_common import tracing_exporters, tracing_relay
+        from ember_common.tracing import _exporters, _relay
+        from ember_common.tracing._records import SubmitRecord
         TP = bytes(range(1, 17)) + bytes(range(17, 25)) + b"\\x01"
-        exp = tracing_relay.RelayExporter("ember-driver", lambda: tracing_exporters.make_exporter("otlp", "ember-driver"))
+        exp = _relay.RelayExporter("ember-driver", lambda: _exporters.make_exporter("otlp", "ember-driver"))
         exp.resource = Resource({"service.name": "ember-driver"})
-        rec = lambda tag: [(f"submit {tag}", TP, None, 100, "ember.task_id", bytes(24))]
+        rec = lambda tag: [SubmitRecord(f"submit {tag}", TP, None, 100, "ember.task_id", bytes(24))]
         exp.export(rec("parent-1"))
         assert exp.force_flush(10000)
         parent_relay = exp._proc.pid

@@ -10,11 +10,11 @@ from fuzzing import fill
 from google.protobuf.message_factory import GetMessageClass
 
 from ember_common import ids
-from ember_common.proto import common_pb2, core_worker_pb2, gcs_pb2, gcs_task_pb2, objmgr_pb2, raylet_pb2
+from ember_common.proto import common_pb2, core_worker_pb2, gcs_pb2, gcs_task_pb2, logs_pb2, objmgr_pb2, raylet_pb2
 from ember_common.validate import first_problem, problems
 from ember_common.validate_rules import RULES, task_spec_problem
 
-SERVICE_FILES = (gcs_pb2, gcs_task_pb2, raylet_pb2, objmgr_pb2, core_worker_pb2)
+SERVICE_FILES = (gcs_pb2, gcs_task_pb2, raylet_pb2, logs_pb2, objmgr_pb2, core_worker_pb2)
 
 
 def _unary_request_types() -> dict[str, object]:
@@ -64,7 +64,16 @@ OID = b"o" * ids.OBJECT_ID_LEN
     (gcs_pb2.RegisterNodeRequest(node=common_pb2.NodeInfo(node_id="n1", state=7)), "node.state must be one of"),
     (gcs_pb2.RegisterNodeRequest(node=common_pb2.NodeInfo(node_id="n 1")), "node.node_id must be"),
     (gcs_pb2.ReportHeartbeatRequest(node_id="n", available_resources={"CPU": math.nan}),
-     "available_resources ['CPU'] must be a finite amount"),
+     "available_resources ['CPU'] must be an amount in"),
+    (gcs_pb2.RegisterNodeRequest(node=common_pb2.NodeInfo(node_id="n1", total_resources={"CPU": 1e308})),
+     "node.total_resources ['CPU'] must be an amount in [0, 1.1259e+15], got 1e+308"),
+    (gcs_pb2.AddJobRequest(job=common_pb2.JobInfo(start_time=1e308)), "job.start_time must be a time"),
+    (gcs_pb2.InternalKVPutRequest(key=b"k" * (100 << 20)), "key must have at most 16384 items"),
+    (gcs_pb2.InternalKVKeysRequest(prefix=b"k" * (17 << 10)), "prefix must have at most 16384 items"),
+    (gcs_pb2.CreatePlacementGroupRequest(spec=common_pb2.PlacementGroupInfo(
+        placement_group_id=b"p" * 18, bundles=[common_pb2.Bundle(index=i, resources={"CPU": 0.001})
+                                               for i in range(10_001)])),
+     "spec.bundles must have at most 10000 items, got 10001"),
     (gcs_pb2.KillActorRequest(actor_id=b"abc"), "actor_id must be 16 bytes, got 3"),
     (gcs_pb2.GetActorInfoRequest(actor_id=b"a" * 16, timeout_s=math.nan), "timeout_s must be a number"),
     (gcs_pb2.InternalKVDelRequest(), "key is required"),

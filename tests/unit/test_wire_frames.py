@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from ember._private.wire import BATCH, HELLO, REPLIES, FrameDecoder, FrameError, encode
+from ember._private.transport.wire import BATCH, HELLO, REPLIES, FrameDecoder, FrameError, encode
 from ember_common.proto import common_pb2, core_worker_pb2
 
 MAX = 1 << 20
@@ -72,3 +72,17 @@ def test_a_frame_over_the_limit_is_refused_before_its_payload_arrives():
     with pytest.raises(FrameError, match="out of range"):
         FrameDecoder(100).feed(encode(BATCH, b"x" * 101)[:5])
     assert FrameDecoder(100).feed(encode(BATCH, b"x" * 100)) == [(BATCH, b"x" * 100)]
+
+
+def test_a_first_frame_longer_than_its_cap_is_refused_from_its_header():
+    dec = FrameDecoder(MAX, first_max_bytes=32)  # the worker's side: the secret's size
+    with pytest.raises(FrameError, match="out of range"):
+        dec.feed(encode(HELLO, b"s" * 33)[:5])  # the header alone: nothing of the payload buffered
+
+
+def test_the_first_frame_cap_lifts_after_the_first_frame_even_in_the_same_chunk():
+    dec = FrameDecoder(MAX, first_max_bytes=32)
+    assert dec.capping_first
+    frames = [(HELLO, b"s" * 32), (REPLIES, b"x" * 70_000)]
+    assert dec.feed(b"".join(encode(k, p) for k, p in frames)) == frames
+    assert not dec.capping_first

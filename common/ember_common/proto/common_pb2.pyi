@@ -72,7 +72,7 @@ class TaskArg(_message.Message):
     def __init__(self, value: _Optional[_Union[SerializedObject, _Mapping]] = ..., ref: _Optional[_Union[ObjectRefProto, _Mapping]] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "trace_context", "gpu_ids", "actor_id", "actor_creation", "method_name", "seq_no", "lowest_unacked", "streaming", "placement_group_id", "placement_group_bundle_index", "placement_group_capture_child_tasks", "concurrency_group", "serialized_runtime_env", "trace_parent")
+    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "gpu_ids", "actor_id", "actor_creation", "method_name", "seq_no", "lowest_unacked", "streaming", "placement_group_id", "placement_group_bundle_index", "placement_group_capture_child_tasks", "concurrency_group", "serialized_runtime_env", "trace_parent")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -80,13 +80,6 @@ class TaskSpec(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
-    class TraceContextEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -99,7 +92,6 @@ class TaskSpec(_message.Message):
     RETRY_EXCEPTIONS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     CALLER_FIELD_NUMBER: _ClassVar[int]
-    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     GPU_IDS_FIELD_NUMBER: _ClassVar[int]
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
     ACTOR_CREATION_FIELD_NUMBER: _ClassVar[int]
@@ -125,7 +117,6 @@ class TaskSpec(_message.Message):
     retry_exceptions: bool
     attempt: int
     caller: Address
-    trace_context: _containers.ScalarMap[str, str]
     gpu_ids: _containers.RepeatedScalarFieldContainer[int]
     actor_id: bytes
     actor_creation: ActorCreationSpec
@@ -139,7 +130,7 @@ class TaskSpec(_message.Message):
     concurrency_group: str
     serialized_runtime_env: str
     trace_parent: bytes
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[_Union[ActorCreationSpec, _Mapping]] = ..., method_name: _Optional[str] = ..., seq_no: _Optional[int] = ..., lowest_unacked: _Optional[int] = ..., streaming: _Optional[bool] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., placement_group_capture_child_tasks: _Optional[bool] = ..., concurrency_group: _Optional[str] = ..., serialized_runtime_env: _Optional[str] = ..., trace_parent: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[_Union[ActorCreationSpec, _Mapping]] = ..., method_name: _Optional[str] = ..., seq_no: _Optional[int] = ..., lowest_unacked: _Optional[int] = ..., streaming: _Optional[bool] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., placement_group_capture_child_tasks: _Optional[bool] = ..., concurrency_group: _Optional[str] = ..., serialized_runtime_env: _Optional[str] = ..., trace_parent: _Optional[bytes] = ...) -> None: ...
 
 class ActorMethod(_message.Message):
     __slots__ = ("name", "num_returns", "is_async", "is_generator", "concurrency_group")
@@ -281,7 +272,7 @@ class NodeInfo(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., raylet_address: _Optional[str] = ..., objmgr_address: _Optional[str] = ..., ip: _Optional[str] = ..., hostname: _Optional[str] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., state: _Optional[_Union[NodeInfo.State, str]] = ..., start_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., is_head: _Optional[bool] = ..., store_dir: _Optional[str] = ..., object_store_memory: _Optional[int] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("job_id", "driver_ip", "driver_pid", "start_time", "end_time", "is_dead", "entrypoint", "driver_worker_id")
+    __slots__ = ("job_id", "driver_ip", "driver_pid", "start_time", "end_time", "is_dead", "entrypoint", "driver_worker_id", "end_state", "end_message")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     DRIVER_IP_FIELD_NUMBER: _ClassVar[int]
     DRIVER_PID_FIELD_NUMBER: _ClassVar[int]
@@ -290,6 +281,8 @@ class JobInfo(_message.Message):
     IS_DEAD_FIELD_NUMBER: _ClassVar[int]
     ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
     DRIVER_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    END_STATE_FIELD_NUMBER: _ClassVar[int]
+    END_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     job_id: bytes
     driver_ip: str
     driver_pid: int
@@ -298,7 +291,9 @@ class JobInfo(_message.Message):
     is_dead: bool
     entrypoint: str
     driver_worker_id: str
-    def __init__(self, job_id: _Optional[bytes] = ..., driver_ip: _Optional[str] = ..., driver_pid: _Optional[int] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., is_dead: _Optional[bool] = ..., entrypoint: _Optional[str] = ..., driver_worker_id: _Optional[str] = ...) -> None: ...
+    end_state: str
+    end_message: str
+    def __init__(self, job_id: _Optional[bytes] = ..., driver_ip: _Optional[str] = ..., driver_pid: _Optional[int] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., is_dead: _Optional[bool] = ..., entrypoint: _Optional[str] = ..., driver_worker_id: _Optional[str] = ..., end_state: _Optional[str] = ..., end_message: _Optional[str] = ...) -> None: ...
 
 class Bundle(_message.Message):
     __slots__ = ("index", "resources", "node_id")

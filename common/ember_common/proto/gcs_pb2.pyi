@@ -136,10 +136,14 @@ class AddJobReply(_message.Message):
     def __init__(self, job_id: _Optional[bytes] = ...) -> None: ...
 
 class MarkJobFinishedRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "end_state", "end_message")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    END_STATE_FIELD_NUMBER: _ClassVar[int]
+    END_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     job_id: bytes
-    def __init__(self, job_id: _Optional[bytes] = ...) -> None: ...
+    end_state: str
+    end_message: str
+    def __init__(self, job_id: _Optional[bytes] = ..., end_state: _Optional[str] = ..., end_message: _Optional[str] = ...) -> None: ...
 
 class MarkJobFinishedReply(_message.Message):
     __slots__ = ()

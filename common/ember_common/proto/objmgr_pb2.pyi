@@ -37,10 +37,12 @@ class CreateRequest(_message.Message):
     def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner_worker_id: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class CreateReply(_message.Message):
-    __slots__ = ("offset",)
+    __slots__ = ("offset", "fallback_path")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_PATH_FIELD_NUMBER: _ClassVar[int]
     offset: int
-    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+    fallback_path: str
+    def __init__(self, offset: _Optional[int] = ..., fallback_path: _Optional[str] = ...) -> None: ...
 
 class SealRequest(_message.Message):
     __slots__ = ("object_id",)
@@ -61,14 +63,16 @@ class GetRequest(_message.Message):
     def __init__(self, object_ids: _Optional[_Iterable[bytes]] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class ObjectLocation(_message.Message):
-    __slots__ = ("object_id", "offset", "size")
+    __slots__ = ("object_id", "offset", "size", "fallback_path")
     OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_PATH_FIELD_NUMBER: _ClassVar[int]
     object_id: bytes
     offset: int
     size: int
-    def __init__(self, object_id: _Optional[bytes] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+    fallback_path: str
+    def __init__(self, object_id: _Optional[bytes] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., fallback_path: _Optional[str] = ...) -> None: ...
 
 class GetReply(_message.Message):
     __slots__ = ("objects",)
@@ -143,7 +147,7 @@ class GetStoreStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStoreStatsReply(_message.Message):
-    __slots__ = ("used_bytes", "capacity_bytes", "num_objects", "spilled_bytes", "num_spilled", "arena_path", "num_pinned")
+    __slots__ = ("used_bytes", "capacity_bytes", "num_objects", "spilled_bytes", "num_spilled", "arena_path", "num_pinned", "fallback_bytes", "num_fallback")
     USED_BYTES_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
     NUM_OBJECTS_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +155,8 @@ class GetStoreStatsReply(_message.Message):
     NUM_SPILLED_FIELD_NUMBER: _ClassVar[int]
     ARENA_PATH_FIELD_NUMBER: _ClassVar[int]
     NUM_PINNED_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_FALLBACK_FIELD_NUMBER: _ClassVar[int]
     used_bytes: int
     capacity_bytes: int
     num_objects: int
@@ -158,7 +164,9 @@ class GetStoreStatsReply(_message.Message):
     num_spilled: int
     arena_path: str
     num_pinned: int
-    def __init__(self, used_bytes: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., num_objects: _Optional[int] = ..., spilled_bytes: _Optional[int] = ..., num_spilled: _Optional[int] = ..., arena_path: _Optional[str] = ..., num_pinned: _Optional[int] = ...) -> None: ...
+    fallback_bytes: int
+    num_fallback: int
+    def __init__(self, used_bytes: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., num_objects: _Optional[int] = ..., spilled_bytes: _Optional[int] = ..., num_spilled: _Optional[int] = ..., arena_path: _Optional[str] = ..., num_pinned: _Optional[int] = ..., fallback_bytes: _Optional[int] = ..., num_fallback: _Optional[int] = ...) -> None: ...
 
 class ListObjectsRequest(_message.Message):
     __slots__ = ()

@@ -1,19 +1,13 @@
-"""Where finished spans go: SpanBuffer, the batching span processor `tracing.setup()` installs.
+"""Where finished spans go: SpanBuffer, the batching span processor `setup()` installs.
 
 It does what the SDK's BatchSpanProcessor does (a bounded queue, a thread that exports a batch
 when `max_export_batch_size` spans wait or every `schedule_delay`, force_flush, shutdown; the
 same OTEL_BSP_* variables), with a cheaper way in for the per-task fast paths: `add_record()`
-appends a plain tuple (see RECORD below) instead of an SDK ReadableSpan, so a task's span costs
-one tuple and a deque append in the task's thread. The export thread turns records into
-ReadableSpans only for exporters that need them; the OTLP exporters encode records directly
-(otlp_encoding.record_bytes). Spans made by the SDK itself (`tracing.span()`, users' own spans)
-come through `on_end()` as ReadableSpans, as with any span processor.
-
-RECORD = (name, trace_id, span_id, trace_flags, trace_state, parent, kind, start_ns, end_ns,
-attributes, status, events); parent is None, a SpanContext, or the span id (int) of a remote
-parent in the same trace (a task's execute span: tracing_light.TaskSpan). A task's submit span
-may also come as a 6-tuple SUBMIT record (tracing_submit) and its execute span as a 7-tuple
-EXEC record (tracing_exec), which to_readable expands.
+appends a record (_records: SubmitRecord, ExecRecord, SpanRecord) instead of an SDK
+ReadableSpan, so a task's span costs one tuple and a deque append in the task's thread. The
+export thread turns records into ReadableSpans only for exporters that need them; the OTLP
+exporters encode records directly (_otlp). Spans made by the SDK itself (`span()`, users' own
+spans) come through `on_end()` as ReadableSpans, as with any span processor.
 """
 from __future__ import annotations
 
@@ -26,13 +20,14 @@ from typing import Any, Sequence
 
 from opentelemetry.sdk.trace import SpanProcessor
 
+from ._records import RECORD_TYPES, ExecRecord, SubmitRecord, to_readable
+
 log = logging.getLogger(__name__)
-Record = tuple[Any, ...]  # a RECORD (see the module docstring)
 DEFAULT_BATCH = 2048  # spans per export (the spec's default: 512; see SpanBuffer.__init__)
 SDK_BATCH = 512  # at most this many SDK spans per export, unless the batch size is set
 
 
-def _env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None:
         return default
@@ -51,23 +46,21 @@ class SpanBuffer(SpanProcessor):
                  max_queue_size: int | None = None) -> None:
         self.exporters = list(exporters)
         self.resource, self.scope = resource, scope  # what records are turned into spans with
-        self.max_queue = max_queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 16384)
+        self.max_queue = max_queue_size or env_int("OTEL_BSP_MAX_QUEUE_SIZE", 16384)
         # The spec's default batch is 512; Ember's is 2048 (OTEL_BSP_MAX_EXPORT_BATCH_SIZE
-        # wins): an export costs a fixed ~250 µs of CPU in the exporting process and
-        # 300-650 µs in an OTLP receiver whatever its size up to ~600 KB, so per span the
-        # export chain (exporter + receiver) cost 1.1-1.4 µs at 1024 and 0.6-1.1 at 2048
-        # (a submit span is ~150 bytes, an execute span ~290: requests of 300-600 KB);
-        # larger requests cost more per span again (docs/perf.md). The per-task spans are
-        # small; a request holds at most 512 other spans under the default (SDK spans, users'
-        # own, and RECORDs, whose attributes and events users' code may set), and the OTLP
-        # exporter halves any request over 3 MiB (tracing_exporters.MAX_REQUEST_BYTES: long task
-        # names), so that it stays within a receiver's 4 MiB as with the SDK's processor.
+        # wins): an export has a fixed cost in the exporting process and in the receiver
+        # whatever its size, and the per-task spans are small, so larger batches cost less per
+        # span (docs/perf.md has the figures). A request holds at most 512 other spans under
+        # the default (SDK spans, users' own, SpanRecords, whose attributes and events users'
+        # code may set), and the OTLP exporter halves any request over
+        # _otlp_grpc.MAX_REQUEST_BYTES (long task names), so that it stays within a
+        # receiver's 4 MiB as with the SDK's processor.
         explicit = os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") is not None
-        self.batch = max(1, min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_BATCH), self.max_queue))
+        self.batch = max(1, min(env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_BATCH), self.max_queue))
         self.sdk_batch = self.batch if explicit else min(self.batch, SDK_BATCH)
-        self.delay_s = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
+        self.delay_s = env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
         self._queue: collections.deque[Any] = collections.deque()
-        self._wake = _Wake()
+        self._wake = Wake()
         self._idle = threading.Condition()
         self._exporting = False
         self._flushes = 0  # force_flush calls waiting: export everything, not only full batches
@@ -79,8 +72,8 @@ class SpanBuffer(SpanProcessor):
             os.register_at_fork(after_in_child=self._after_fork)
 
     # ----------------------------------------------------------------- producers (any thread)
-    def add_record(self, rec: Record) -> None:
-        """Queues one finished span as a RECORD tuple."""
+    def add_record(self, rec: Any) -> None:
+        """Queues one finished span as a record (_records)."""
         q = self._queue
         q.append(rec)
         n = len(q)
@@ -103,8 +96,8 @@ class SpanBuffer(SpanProcessor):
         while not self._shutdown:
             # Woken by a full batch: full batches only (as the SDK's BatchSpanProcessor), the
             # rest waits for more spans, the timer or a flush; every export has a fixed cost
-            # (a gRPC call: ~250 µs of CPU), so draining the queue in the small batches that
-            # arrive meanwhile would cost several times the spans' encoding.
+            # (a gRPC call), so draining the queue in the small batches that arrive meanwhile
+            # would cost several times the spans' encoding.
             full_only = self._wake.wait(self.delay_s)
             self._export_all(full_only)
         self._export_all()
@@ -140,13 +133,13 @@ class SpanBuffer(SpanProcessor):
 
     def _export(self, batch: list[Any]) -> None:
         n = self.sdk_batch
-        if len(batch) > n and sum(type(s) is not tuple or len(s) > 7 for s in batch) > n:
-            # more than n spans that are not per-task records (SUBMIT, EXEC): n at a time
+        if len(batch) > n and sum(type(s) is not SubmitRecord and type(s) is not ExecRecord for s in batch) > n:
+            # more than n spans that are not a task's own records: n at a time
             for i in range(0, len(batch), n):
                 self._export(batch[i:i + n])
             return
         export_to(self.exporters, len(batch), lambda exp: exp.export(batch),
-                  lambda: [to_readable(r, self.resource, self.scope) if type(r) is tuple else r for r in batch])
+                  lambda: [to_readable(r, self.resource, self.scope) if type(r) in RECORD_TYPES else r for r in batch])
 
     # ----------------------------------------------------------------- control
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -162,7 +155,7 @@ class SpanBuffer(SpanProcessor):
             with self._idle:
                 if not self._idle.wait_for(lambda: not self._queue and not self._exporting, deadline):
                     return False
-            # an exporter that hands spans on (tracing_relay) has them exported before this returns
+            # an exporter that hands spans on (_relay) has them exported before this returns
             left_ms = max(1, int((deadline - (time.monotonic() - start)) * 1000))
             return all(exp.force_flush(left_ms) is not False for exp in self.exporters
                        if hasattr(exp, "force_flush"))
@@ -180,7 +173,7 @@ class SpanBuffer(SpanProcessor):
 
     def _after_fork(self) -> None:
         self._queue.clear()
-        self._wake = _Wake()
+        self._wake = Wake()
         self._idle = threading.Condition()
         self._exporting = False
         self._flushes = 0
@@ -188,7 +181,7 @@ class SpanBuffer(SpanProcessor):
         self._thread.start()
 
 
-class _Wake:
+class Wake:
     """What wakes the export thread: an event for one waiter made of one lock (held while
     unset). set() never blocks: threading.Event.set takes the lock of a Condition the export
     thread takes too, and a set() that finds it taken gives the GIL away and waits (on the
@@ -243,49 +236,3 @@ def shutdown_exporters(exporters: Sequence[Any]) -> None:
         except Exception:
             log.exception("shutting down a span exporter failed")
 
-
-def to_readable(rec: Record, resource: Any, scope: Any) -> Any:
-    """The SDK ReadableSpan of a RECORD (for exporters that take SDK spans)."""
-    from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.trace import SpanContext, TraceFlags
-
-    if len(rec) == 6:  # a SUBMIT record (tracing_submit)
-        rec = expand(rec)
-    elif len(rec) == 7:  # an EXEC record (tracing_exec)
-        rec = expand_exec(rec)
-    name, trace_id, span_id, flags, state, parent, kind, start, end, attrs, status, events = rec
-    if type(parent) is int:
-        parent = SpanContext(trace_id, parent, True, TraceFlags(flags), state)
-    extra = {} if status is None else {"status": status}
-    return ReadableSpan(name=name, context=SpanContext(trace_id, span_id, False, TraceFlags(flags), state),
-                        parent=parent, resource=resource, attributes=attrs, events=events or (),
-                        kind=kind, start_time=start, end_time=end, instrumentation_scope=scope, **extra)
-
-
-def expand(rec: Record) -> Record:
-    """The RECORD of a tracing_submit SUBMIT record, (name, trace_parent, parent, time_ns, key,
-    value): a zero-length PRODUCER span with the attribute key = value.hex()."""
-    from opentelemetry.trace import SpanKind
-
-    name, tp, parent, t, key, value = rec
-    return (name, int.from_bytes(tp[:16], "big"), int.from_bytes(tp[16:24], "big"), tp[24], None,
-            parent, SpanKind.PRODUCER, t, t, {key: value.hex()}, None, ())
-
-
-def exec_attributes(values: tuple[Any, ...]) -> dict[str, Any]:
-    """A task's execute span attributes from an EXEC record's values (task_id, job_id,
-    attempt, actor_id, node_id, worker_id): ids in hex, no actor id for a normal task."""
-    task_id, job_id, attempt, actor_id, node_id, worker_id = values
-    attrs = {"ember.task_id": task_id.hex(), "ember.job_id": job_id.hex(), "ember.node_id": node_id,
-             "ember.worker_id": worker_id, "ember.attempt": attempt, "ember.actor_id": actor_id.hex() or None}
-    return {k: v for k, v in attrs.items() if v is not None}
-
-
-def expand_exec(rec: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The RECORD of a tracing_exec EXEC record, (name, trace_parent, span_id, start_ns,
-    end_ns, values, status): the task's CONSUMER execute span."""
-    from opentelemetry.trace import SpanKind
-
-    name, tp, sid, start, end, values, status = rec
-    return (name, int.from_bytes(tp[:16], "big"), int.from_bytes(sid, "big"), tp[24], None,
-            int.from_bytes(tp[16:24], "big"), SpanKind.CONSUMER, start, end, exec_attributes(values), status, ())

@@ -1,5 +1,5 @@
-"""A task's lazy execute span (tracing.task_span, tracing_light.TaskSpan) and the OTLP request
-bytes (otlp_encoding.encode_request): the lazy span is recorded as the span execute_span makes
+"""A task's lazy execute span (tracing.task_span: _spans, _light.TaskSpan) and the OTLP request
+bytes (_otlp.encode_request): the lazy span is recorded as the span execute_span makes
 (name, parent, kind, attributes, status), gives user spans and nested submissions itself as
 parent, keeps what user code sets on it, records nothing when not sampled; the bytes decode,
 with the OTLP protobuf classes, to the message the SDK's encoder makes."""
@@ -19,8 +19,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 from tracing_child import keep_spans
 
-from ember_common import otlp_encoding
-from ember_common.tracing_export import to_readable
+from ember_common.tracing import _otlp
+from ember_common.tracing._records import SpanRecord, to_readable
 
 DRIVER_RES = Resource.create({"service.name": "ember-driver", "process.pid": 1})
 WORKER_RES = Resource.create({"service.name": "ember-worker", "process.pid": 2, "ember.node_id": "n1"})
@@ -30,34 +30,34 @@ SCOPE = InstrumentationScope("ember", "1.0", "https://schema/x")
 def test_request_bytes_decode_to_the_sdk_encoders_message():
     remote = SpanContext(7 << 64, 99, True, TraceFlags(1), TraceState([("vendor", "x")]))
     records = [
-        ("submit f", (7 << 64) | 1, 11, 1, None, None, SpanKind.PRODUCER, 10, 10,
-         {"ember.task_id": "ab" * 24}, None, ()),
+        SpanRecord("submit f", (7 << 64) | 1, 11, 1, None, None, SpanKind.PRODUCER, 10, 10,
+                   {"ember.task_id": "ab" * 24}, None, ()),
         # a task's execute span: an int parent (remote)
-        ("execute f", (7 << 64) | 1, 12, 1, None, 11, SpanKind.CONSUMER, 11, 19,
-         {"ember.task_id": "ab" * 24, "ember.job_id": "01000000", "ember.node_id": "n1",
-          "ember.worker_id": "w" * 56, "ember.attempt": 0},
-         Status(StatusCode.ERROR, "ValueError: boom"), ()),
-        ("execute g", 5 << 64, 77, 1, TraceState([("a", "b")]), remote, SpanKind.CONSUMER, 1, 2,
-         {"l": (1, 2), "f": 1.5, "b": True, "big": 1 << 62, "neg": -3, "k" * 130: "v" * 300},
-         Status(StatusCode.OK), ()),
-        ("with event", 9, 8, 1, None, None, SpanKind.INTERNAL, 3, 4, {},
-         None, (Event("exception", {"exception.type": "KeyError"}, 15),)),
+        SpanRecord("execute f", (7 << 64) | 1, 12, 1, None, 11, SpanKind.CONSUMER, 11, 19,
+                   {"ember.task_id": "ab" * 24, "ember.job_id": "01000000", "ember.node_id": "n1",
+                    "ember.worker_id": "w" * 56, "ember.attempt": 0},
+                   Status(StatusCode.ERROR, "ValueError: boom"), ()),
+        SpanRecord("execute g", 5 << 64, 77, 1, TraceState([("a", "b")]), remote, SpanKind.CONSUMER, 1, 2,
+                   {"l": (1, 2), "f": 1.5, "b": True, "big": 1 << 62, "neg": -3, "k" * 130: "v" * 300},
+                   Status(StatusCode.OK), ()),
+        SpanRecord("with event", 9, 8, 1, None, None, SpanKind.INTERNAL, 3, 4, {},
+                   None, (Event("exception", {"exception.type": "KeyError"}, 15),)),
     ]
     spans = [to_readable(r, DRIVER_RES, SCOPE) for r in records]
     want = sdk_encode(spans)
-    got = ExportTraceServiceRequest.FromString(otlp_encoding.encode_request(records, DRIVER_RES, SCOPE))
+    got = ExportTraceServiceRequest.FromString(_otlp.encode_request(records, DRIVER_RES, SCOPE))
     assert got == want
     # SDK spans of another resource (another process's) are a group of their own
     other = to_readable(records[1], WORKER_RES, SCOPE)
-    got = ExportTraceServiceRequest.FromString(otlp_encoding.encode_request(
+    got = ExportTraceServiceRequest.FromString(_otlp.encode_request(
         [records[0], other, records[2]], DRIVER_RES, SCOPE))
     assert got == sdk_encode([spans[0], other, spans[2]]) and len(got.resource_spans) == 2
     # SDK spans (users' own) and records in one batch; equal resources are one group
     mixed = [spans[0], records[1], records[0], spans[2]]
     assert ExportTraceServiceRequest.FromString(
-        otlp_encoding.encode_request(mixed, DRIVER_RES, SCOPE)) == sdk_encode(
+        _otlp.encode_request(mixed, DRIVER_RES, SCOPE)) == sdk_encode(
             [spans[0], spans[1], spans[0], spans[2]])
-    assert otlp_encoding.encode_request([], DRIVER_RES, SCOPE) == b""
+    assert _otlp.encode_request([], DRIVER_RES, SCOPE) == b""
 
 
 TASK = keep_spans("ember-worker") + textwrap.dedent("""
@@ -70,15 +70,16 @@ TASK = keep_spans("ember-worker") + textwrap.dedent("""
 
     def run(lazy, fail=False, touch=False, raises=False):
         spec = common_pb2.TaskSpec(name="f", task_id=os.urandom(24), job_id=b"\\x02" * 4)
-        tracing.submit_span("submit f", spec.trace_context, **{"ember.task_id": spec.task_id.hex()})
+        headers = {}
+        tracing.submit_span("submit f", headers, **{"ember.task_id": spec.task_id.hex()})
 
         def attributes():
             calls.append(1)
             return {"ember.task_id": spec.task_id.hex(), "ember.job_id": spec.job_id.hex(),
                     "ember.attempt": 0, "ember.actor_id": None}
 
-        cm = tracing.task_span("execute f", spec.trace_context, attributes) if lazy else \\
-            tracing.execute_span("execute f", spec.trace_context, **attributes())
+        cm = tracing.task_span("execute f", headers, attributes) if lazy else \\
+            tracing.execute_span("execute f", headers, **attributes())
         kind = None
         try:
             with cm as sp:
@@ -88,27 +89,26 @@ TASK = keep_spans("ember-worker") + textwrap.dedent("""
                     trace.get_current_span().set_attribute("user", "v")
                 with tracer.start_as_current_span("user child"):
                     pass
-                nested = common_pb2.TaskSpec()
-                tracing.submit_span("submit g", nested.trace_context)
+                tracing.submit_span("submit g", {})
                 if fail:
                     tracing.set_error(sp, "ValueError: boom")
                 if raises:
                     raise KeyError("x")
         except KeyError:
             pass
-        return {"tp": spec.trace_context["traceparent"], "kind": kind, "built_before": built}
+        return {"tp": headers["traceparent"], "kind": kind, "built_before": built}
 
     out = {"lazy": run(True, fail=True), "sdk": run(False, fail=True), "touched": run(True, touch=True),
            "raised": run(True, raises=True)}
-    spec = common_pb2.TaskSpec(name="f")
-    tracing.submit_span("submit f", spec.trace_context)
+    headers = {}
+    tracing.submit_span("submit f", headers)
     n = len(calls)
-    with tracing.task_span("execute f", spec.trace_context, lambda: calls.append(1) or {}) as sp:
+    with tracing.task_span("execute f", headers, lambda: calls.append(1) or {}) as sp:
         pass
     out["no_child_builds_nothing"] = sp._built is None and len(calls) == n + 1
     tracing.flush()
-    from ember_common.tracing_export import to_readable
-    spans = [to_readable(r, tracing.tracing_spans._resource, None) if type(r) is tuple else r for r in got]
+    from ember_common.tracing._records import RECORD_TYPES, to_readable
+    spans = [to_readable(r, tracing._state.resource, None) if type(r) in RECORD_TYPES else r for r in got]
     out["spans"] = [{"name": s.name, "id": s.context.span_id, "trace": s.context.trace_id,
                      "parent": s.parent.span_id if s.parent else None,
                      "remote_parent": bool(s.parent and s.parent.is_remote),
@@ -165,14 +165,14 @@ NOT_SAMPLED = textwrap.dedent("""
     from ember_common.proto import common_pb2
 
     assert tracing.setup("ember-worker")
-    spec = common_pb2.TaskSpec(name="f")
-    tracing.submit_span("submit f", spec.trace_context)
+    headers = {}
+    tracing.submit_span("submit f", headers)
     calls = []
-    with tracing.task_span("execute f", spec.trace_context, lambda: calls.append(1) or {}) as sp:
+    with tracing.task_span("execute f", headers, lambda: calls.append(1) or {}) as sp:
         sp.set_attribute("user", "v")
         flags = int(sp.get_span_context().trace_flags)
         recording = sp.is_recording()
-    print(json.dumps({"queued": len(tracing.tracing_spans._buffer._queue), "flags": flags,
+    print(json.dumps({"queued": len(tracing._state.buffer._queue), "flags": flags,
                       "calls": len(calls), "recording": recording}))
 """)
 

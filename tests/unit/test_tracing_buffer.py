@@ -1,4 +1,4 @@
-"""The span buffer (ember_common/tracing_export.py) and the record path of the per-task fast
+"""The span buffer (ember_common/tracing/_buffer.py) and the record path of the per-task fast
 paths: batching, flushing, dropping when full, records encoded like the SDK encodes their
 spans, and sampling decided before anything is recorded."""
 from __future__ import annotations
@@ -16,8 +16,9 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode, TraceState
 from tracing_child import keep_spans
 
-from ember_common import otlp_encoding
-from ember_common.tracing_export import SpanBuffer, to_readable
+from ember_common.tracing import _otlp
+from ember_common.tracing._buffer import SpanBuffer
+from ember_common.tracing._records import RECORD_TYPES, SpanRecord, to_readable
 
 RES = Resource.create({"service.name": "unit"})
 
@@ -41,8 +42,8 @@ class Keep:
 
 
 def rec(i: int, parent=None, status=None, events=()):
-    return (f"span {i}", (7 << 64) | i, 1000 + i, 1, None, parent, SpanKind.PRODUCER, 10, 20,
-            {"ember.task_id": f"t{i}", "n": i}, status, events)
+    return SpanRecord(f"span {i}", (7 << 64) | i, 1000 + i, 1, None, parent, SpanKind.PRODUCER, 10, 20,
+                      {"ember.task_id": f"t{i}", "n": i}, status, events)
 
 
 def test_batches_flush_and_records_become_sdk_spans_for_other_exporters(monkeypatch):
@@ -56,7 +57,7 @@ def test_batches_flush_and_records_become_sdk_spans_for_other_exporters(monkeypa
         deadline = time.monotonic() + 10
         while sum(map(len, raw.batches)) < 8 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert [len(b) for b in raw.batches] == [4, 4] and all(type(r) is tuple for b in raw.batches for r in b)
+        assert [len(b) for b in raw.batches] == [4, 4] and all(type(r) in RECORD_TYPES for b in raw.batches for r in b)
         spans = [s for b in plain.batches for s in b]
         assert [s.name for s in spans] == [f"span {i}" for i in range(8)]
         assert spans[3].context.span_id == 1003 and spans[3].attributes["n"] == 3 and spans[3].resource is RES
@@ -97,11 +98,11 @@ def test_records_encode_as_the_sdk_encodes_their_spans():
     remote = SpanContext(7 << 64, 99, True, TraceFlags(1), TraceState([("vendor", "x")]))
     records = [rec(1), rec(2, parent=remote, status=Status(StatusCode.ERROR, "KeyError: 'x'")),
                rec(3, events=(Event("exception", {"exception.type": "KeyError"}, 15),)),
-               ("execute g", 5 << 64, 77, 1, TraceState([("a", "b")]), remote, SpanKind.CONSUMER, 1, 2,
-                {"l": (1, 2), "f": 1.5, "b": True}, None, ())]
+               SpanRecord("execute g", 5 << 64, 77, 1, TraceState([("a", "b")]), remote, SpanKind.CONSUMER, 1, 2,
+                          {"l": (1, 2), "f": 1.5, "b": True}, None, ())]
     spans = [to_readable(r, RES, None) for r in records]
-    assert otlp_encoding.encode_spans(records, RES, None) == sdk_encode(spans)
-    assert otlp_encoding.encode_spans(spans) == sdk_encode(spans)
+    assert _otlp.encode_spans(records, RES, None) == sdk_encode(spans)
+    assert _otlp.encode_spans(spans) == sdk_encode(spans)
 
 
 SAMPLING = keep_spans("ember-test") + textwrap.dedent("""
@@ -122,7 +123,7 @@ SAMPLING = keep_spans("ember-test") + textwrap.dedent("""
     limit, bound = (1 << 64) - 1, round(0.25 * (1 << 64))
     want = [int(c["traceparent"][3:35], 16) & limit < bound for c in carriers]
     print(json.dumps({
-        "fast": tracing.tracing_spans._root_bound == bound,
+        "fast": tracing._state.root_bound == bound,
         "flags_follow_ratio": [int(c["traceparent"][-2:], 16) & 1 == w for c, w in zip(carriers, want)],
         "nested_follow_parent": [n["traceparent"][-2:] == c["traceparent"][-2:] and n["traceparent"][3:35] == c["traceparent"][3:35]
                                  for n, c in zip(nested, carriers)],

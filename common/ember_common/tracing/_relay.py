@@ -2,18 +2,20 @@
 call leave the driver, the usual throughput bottleneck, whose one GIL carries the submitting
 thread, the core loop and the export thread alike.
 
-The driver's export thread hands each batch to a relay process over a pipe: the per-task
-records (tracing_submit's SUBMIT, tracing_exec's EXEC: tuples of bytes, str, int and None) as
-one `marshal.dumps` (~0.1 µs a record, against ~1 µs to encode one and ~0.5 µs of gRPC call),
-anything else (users' spans, ReadableSpans, records whose parent is a SpanContext) encoded here
-as request bytes the relay sends with them, in the same request. The relay, `python -m
-ember_common.tracing_relay SERVICE`, makes the same OTLP exporter from the same environment,
-with the driver's resource and scope (sent first, as JSON), and exports each batch as it comes.
+The driver's export thread hands each batch to a relay process over a pipe: a task's own
+records (a root SubmitRecord, an ExecRecord without status: fields of bytes, str, int and
+None) as one `marshal.dumps` of their fields, far cheaper than encoding them and making the
+gRPC call; anything else (users' spans, ReadableSpans, records whose parent is a SpanContext)
+encoded here as request bytes the relay sends with them, in the same request. The relay,
+`python -m ember_common.tracing._relay SERVICE`, makes the same OTLP exporter from the same
+environment, with the driver's resource and scope (sent first, as JSON), and exports each
+batch as it comes.
 
     frame = kind (1 byte) + length (4 bytes, big-endian) + payload
     I  the resource and scope (JSON)
-    R  a batch: the length of its marshal'd records (4 bytes), those records, then the request
-       bytes of its other spans; the relay sends both in one request
+    R  a batch: the length of its marshal'd records (4 bytes), those records (two lists of
+       field tuples: SubmitRecords, ExecRecords), then the request bytes of its other spans;
+       the relay sends both in one request
     F  a flush: the relay exports what came before it, then writes the payload (a sequence
        number) back on its stdout
 
@@ -39,14 +41,18 @@ import threading
 import time
 from typing import Any, Callable
 
+from .. import envvars
+from ._otlp import encode_request
+from ._records import ExecRecord, SubmitRecord
+
 log = logging.getLogger(__name__)
 _HEADER = 5
-_F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux); a batch of 2048 records is ~180 KB marshal'd
+_F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux): a full batch marshal'd outgrows the default pipe
 _START_TIMEOUT_S = 30  # for the relay's first answer (an interpreter and the OTLP exporter's imports)
 
 
 def enabled() -> bool:
-    return os.environ.get("EMBER_TRACE_RELAY", "1") != "0"
+    return envvars.get("EMBER_TRACE_RELAY", "1") != "0"
 
 
 def _head(kind: bytes, length: int) -> bytes:
@@ -97,7 +103,7 @@ class RelayExporter:
         """Starts the relay and waits for it to answer a first flush (its interpreter and the
         exporter up), so that no batch goes to a relay that cannot run; None if it does not."""
         env = dict(os.environ, EMBER_TRACE_RELAY="0")
-        p = subprocess.Popen([sys.executable, "-m", "ember_common.tracing_relay", self.service],
+        p = subprocess.Popen([sys.executable, "-m", "ember_common.tracing._relay", self.service],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
                              start_new_session=True, bufsize=0)
         assert p.stdin is not None
@@ -166,22 +172,27 @@ class RelayExporter:
     def export(self, spans: Any) -> Any:
         from opentelemetry.sdk.trace.export import SpanExportResult
 
-        from . import otlp_encoding
-
         if self._closed:
             return SpanExportResult.FAILURE
-        # One pass: the per-task records (a root SUBMIT, an EXEC without status) go marshal'd;
-        # anything else (users' spans, a nested task's SUBMIT) is encoded here.
-        records: list[Any] = []
+        # One pass: a task's own records (a root SubmitRecord, an ExecRecord without status) go
+        # marshal'd as plain tuples (marshal takes no tuple subclass); anything else (users'
+        # spans, a nested task's SubmitRecord) is encoded here.
+        submits: list[Any] = []
+        execs: list[Any] = []
         others: list[Any] = []
-        keep, other = records.append, others.append
+        keep_submit, keep_exec, other = submits.append, execs.append, others.append
         for s in spans:
-            if type(s) is tuple and ((n := len(s)) == 6 and s[2] is None or n == 7 and s[6] is None):
-                keep(s)
-            else:
-                other(s)
-        m = marshal.dumps(records)
-        rest = otlp_encoding.encode_request(others, self.resource, self.scope) if others else b""
+            t = type(s)
+            if t is ExecRecord:
+                if s.status is None:
+                    keep_exec(s)
+                    continue
+            elif t is SubmitRecord and s.parent is None:
+                keep_submit(s)
+                continue
+            other(s)
+        m = marshal.dumps(([*map(tuple, submits)], [*map(tuple, execs)]))
+        rest = encode_request(others, self.resource, self.scope) if others else b""
         parts = [_head(b"R", 4 + len(m) + len(rest)) + len(m).to_bytes(4, "big"), m, rest]
         with self._lock:
             if self._send(parts):
@@ -255,11 +266,11 @@ def main(argv: list[str]) -> int:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    from . import tracing_exporters
+    from ._exporters import make_exporter
 
     logging.basicConfig(level=logging.WARNING, format="ember span relay: %(message)s")
     service = argv[0] if argv else "ember-driver"
-    exporter = tracing_exporters.make_exporter("otlp", service)
+    exporter = make_exporter("otlp", service)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     try:
         while True:
@@ -275,7 +286,9 @@ def main(argv: list[str]) -> int:
                     # The records encoded here and the request bytes the driver encoded, as one
                     # request (serialized requests concatenate: their resource_spans add up).
                     m = int.from_bytes(payload[:4], "big")
-                    records, rest = marshal.loads(payload[4:4 + m]), payload[4 + m:]
+                    submits, execs = marshal.loads(payload[4:4 + m])
+                    records = [*map(SubmitRecord._make, submits), *map(ExecRecord._make, execs)]
+                    rest = payload[4 + m:]
                     if records or rest:
                         exporter.export(records, rest)
                 elif kind == b"F":

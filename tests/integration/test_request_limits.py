@@ -1,0 +1,63 @@
+"""Requests the rules refuse before any work, on a real cluster: a placement group past the
+bundle cap, absurd resource amounts, oversized KV keys and out-of-range times. Each is refused
+naming the field, and the cluster keeps working (its node stays alive, tasks still run)."""
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+import ember
+from ember.util.placement_group import placement_group, remove_placement_group
+from ember_common import rpc
+from ember_common.proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+from ember_common.validate_rules import MAX_BUNDLES_PER_GROUP
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ember.init(num_cpus=2)
+    yield ember.get_runtime_context().gcs_address
+    ember.shutdown()
+
+
+@ember.remote
+def one():
+    return 1
+
+
+def _still_works():
+    assert ember.get(one.remote(), timeout=30) == 1
+    assert [n["Alive"] for n in ember.nodes()] == [True]
+
+
+def test_a_group_at_the_bundle_cap_is_placed_and_removed_and_one_past_it_is_refused(cluster):
+    t0 = time.monotonic()
+    pg = placement_group([{"CPU": 0.0001}] * MAX_BUNDLES_PER_GROUP)
+    ember.get(pg.ready(), timeout=120)
+    remove_placement_group(pg)
+    _still_works()
+    assert time.monotonic() - t0 < 90
+    with pytest.raises(ValueError, match=f"at most {MAX_BUNDLES_PER_GROUP} bundles, got {MAX_BUNDLES_PER_GROUP + 1}"):
+        placement_group([{"CPU": 0.0001}] * (MAX_BUNDLES_PER_GROUP + 1))
+
+
+def _call(address, stub, method, request):
+    with rpc.sync_channel(address) as ch:
+        return getattr(getattr(gcs_pb2_grpc, stub)(ch), method)(request, timeout=30)
+
+
+@pytest.mark.parametrize("stub, method, request_, field", [
+    ("NodeInfoGcsServiceStub", "RegisterNode", gcs_pb2.RegisterNodeRequest(node=common_pb2.NodeInfo(
+        node_id="ghost", raylet_address="127.0.0.1:1", total_resources={"CPU": 1e308},
+        available_resources={"CPU": 1e308}, state=common_pb2.NodeInfo.ALIVE)), "node.total_resources"),
+    ("InternalKVGcsServiceStub", "InternalKVPut", gcs_pb2.InternalKVPutRequest(key=b"k" * (1 << 20), value=b"v"), "key"),
+    ("JobInfoGcsServiceStub", "AddJob", gcs_pb2.AddJobRequest(job=common_pb2.JobInfo(start_time=1e308)), "job.start_time"),
+])
+def test_absurd_values_are_refused_naming_the_field(cluster, stub, method, request_, field):
+    with pytest.raises(grpc.RpcError) as err:
+        _call(cluster, stub, method, request_)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in err.value.details()
+    _still_works()  # no ghost node joined; the GCS keeps serving
