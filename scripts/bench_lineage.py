@@ -1,4 +1,4 @@
-"""CPU cost of the owner's lineage bookkeeping (ember._private.lineage, pure): record and
+"""CPU cost of the owner's lineage bookkeeping (ember._private.owner.lineage, pure): record and
 release per task, in process time (robust under load). Only tasks with a return in shared
 memory are recorded, so tasks with inline returns pay none of this.
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ember._private.lineage import Lineage
+from ember._private.owner.lineage import Lineage
 from ember_common import ids
 from ember_common.proto import common_pb2
 

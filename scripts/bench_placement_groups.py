@@ -7,7 +7,7 @@ under the Ray venv's interpreter. Both create the same groups one after another.
 
 Usage (from the repository root):
 
-    .venv/bin/python scripts/bench_placement_groups.py --groups 50 --ray-python /work/rayvenv/bin/python
+    .venv/bin/python scripts/bench_placement_groups.py --groups 50 --ray-python .rayvenv/bin/python
 """
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def main() -> int:
     p.add_argument("--groups", type=int, default=50)
     p.add_argument("--bundles", type=int, default=2)
     p.add_argument("--cpus", type=int, default=4)
-    p.add_argument("--ray-python", default="/work/rayvenv/bin/python")
+    p.add_argument("--ray-python", default=".rayvenv/bin/python")
     p.add_argument("--only", choices=("ember", "ray"), default=None, help=argparse.SUPPRESS)
     ns = p.parse_args()
     if ns.only:

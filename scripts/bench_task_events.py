@@ -92,8 +92,8 @@ def paired(segments: int, seg_s: float) -> None:
     import psutil
 
     import ember
-    from ember._private import task_events as te
-    from ember._private import task_stream
+    from ember._private.telemetry import task_events as te
+    from ember._private.transport import task_stream
     from ember_common.proto import core_worker_pb2
 
     counts = collections.Counter()
@@ -155,8 +155,8 @@ def paired(segments: int, seg_s: float) -> None:
 def hooks(n: int = 100_000) -> None:
     """CPU time per task of the hooks, of the reporter's batch and of the GCS's ingest and
     merge, in this process."""
-    from ember._private import task_events as te
-    from ember._private.task_queue_types import TaskEntry
+    from ember._private.owner.task_queue_types import TaskEntry
+    from ember._private.telemetry import task_events as te
     from ember_common.proto import common_pb2, core_worker_pb2
     from ember_gcs.task_events import TaskEventStore
 
@@ -220,8 +220,8 @@ def lifetimes(n: int = 200_000, per_flush: int = 10_000, window: int = 1000) -> 
     import resource
     from typing import Any
 
-    from ember._private import task_events as te
-    from ember._private.task_queue_types import TaskEntry
+    from ember._private.owner.task_queue_types import TaskEntry
+    from ember._private.telemetry import task_events as te
     from ember_common.proto import common_pb2, core_worker_pb2
 
     reply = core_worker_pb2.PushTaskReply(start_time_ns=time.time_ns(), end_time_ns=time.time_ns())
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             if ns.probe_only:
                 continue
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-                _run(mode, ["-m", "ember._private.perf", "--filter", "single client tasks", "--duration-s",
+                _run(mode, ["-m", "ember._tools.perf", "--filter", "single client tasks", "--duration-s",
                             str(ns.duration_s), "--trials", "2", "--warmup-s", "0.5", "--num-cpus", "2",
                             "--json", tmp.name])
                 with open(tmp.name) as fh:

@@ -22,7 +22,7 @@ from ember.job_submission import JobStatus, JobSubmissionClient, JobType
 from ember_common import auth
 
 # Ray 2.60 is not a dependency: its interpreter (a venv with `ray[default]==2.60.0`) is optional.
-RAY_PYTHON = os.environ.get("EMBER_TEST_RAY_PYTHON", "/work/rayvenv/bin/python")
+RAY_PYTHON = os.environ.get("EMBER_TEST_RAY_PYTHON", ".rayvenv/bin/python")
 
 
 def ember_cli(env, *args, check=True):
@@ -85,9 +85,7 @@ def test_submit_with_working_dir_env_and_metadata(dashboard, tmp_path):
     assert info.type == JobType.SUBMISSION and info.metadata == {"owner": "test"} and info.driver_exit_code == 0
     assert info.runtime_env["working_dir"].startswith("gcs://_ray_pkg_") and info.end_time >= info.start_time
     assert sid in [j.submission_id for j in client.list_jobs()]
-    from ember.util.state import list_actors
-
-    from ember.util.state import list_nodes
+    from ember.util.state import list_actors, list_nodes
 
     supervisor = list_actors(address=dashboard[2], filters=[("name", "=", sid)], detail=True)[0]
     assert supervisor.class_name == "JobSupervisor" and supervisor.required_resources == {"CPU": 1.0}

@@ -11,8 +11,8 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 from ember.testing._etcd import EtcdProcess
-from ember_gcs.etcd_storage import EtcdStorage
 from ember_gcs.backend import open_storage
+from ember_gcs.etcd_storage import EtcdStorage
 from ember_gcs.storage import StorageUnavailable
 
 pytestmark = pytest.mark.etcd

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import ember
-from ember.exceptions import RayActorError, TaskUnschedulableError
+from ember.exceptions import ActorUnschedulableError, RayActorError, TaskUnschedulableError
 from ember.testing import LocalCluster, process_gone, wait_for
 from ember.util.placement_group import (
     PlacementGroup,
@@ -205,6 +205,22 @@ def test_child_tasks_are_captured_only_when_asked(three_nodes):
     remove_placement_group(pg)
 
 
+@ember.remote(num_cpus=1)
+def fills_its_bundle(pg: PlacementGroup) -> int:
+    """Blocks in get on a child that needs the very CPU this task holds in the bundle."""
+    return ember.get(where.options(scheduling_strategy=in_bundle(pg, 0)).remote(), timeout=30)[0] != ""
+
+
+def test_a_task_blocked_in_get_lends_its_bundles_cpu_to_a_child_in_the_same_bundle(three_nodes):
+    """Ray lends a blocked task's bundle CPUs: a child scheduled into the same one-CPU bundle runs
+    while its parent waits for it (instead of both waiting for ever)."""
+    pg = placement_group([{"CPU": 1}])
+    assert pg.wait(60)
+    assert ember.get(fills_its_bundle.options(scheduling_strategy=in_bundle(pg, 0)).remote(pg), timeout=60)
+    assert ember.get(fills_its_bundle.options(scheduling_strategy=in_bundle(pg, 0)).remote(pg), timeout=60)
+    remove_placement_group(pg)
+
+
 def test_node_affinity_hard_and_soft_and_spread(three_nodes):
     for n in three_nodes.nodes:
         hard = NodeAffinitySchedulingStrategy(n.node_id, soft=False)
@@ -216,7 +232,7 @@ def test_node_affinity_hard_and_soft_and_spread(three_nodes):
     with pytest.raises(TaskUnschedulableError, match=f"names node {unknown}, which is unknown"):
         ember.get(where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(unknown, soft=False))
                   .remote(), timeout=60)
-    with pytest.raises(ValueError, match="which is unknown"):
+    with pytest.raises(ActorUnschedulableError, match="which is unknown"):
         Where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(unknown, soft=False)).remote()
     soft = NodeAffinitySchedulingStrategy(unknown, soft=True)
     assert ember.get(where.options(scheduling_strategy=soft).remote(), timeout=60)[0] in {

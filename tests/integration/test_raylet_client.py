@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from ember.testing import LocalCluster
 from ember_common import backoff, rpc
 from ember_common.proto import raylet_pb2
 from ember_common.raylet_client import RayletClient
-from ember.testing import LocalCluster
 
 
 def _request(resources: dict[str, float]) -> raylet_pb2.RequestWorkerLeaseRequest:

@@ -103,7 +103,7 @@ def test_pins_of_workers_that_died_with_their_raylet_are_dropped(cluster, tmp_pa
 
 def test_the_new_raylet_reports_each_worker_of_the_old_one_once(cluster):
     """Its predecessor's ids (read from the GCS KV) are reported, then dropped from the ledger."""
-    from ember._private.internal_kv import _internal_kv_get
+    from ember._private.doors.internal_kv import _internal_kv_get
 
     c, node = cluster
     key = f"workers/{node.node_id}"
@@ -134,7 +134,7 @@ def test_a_dead_nodes_ledger_leaves_the_kv_and_a_later_raylet_still_frees_the_pi
     import os
     import signal
 
-    from ember._private.internal_kv import _internal_kv_get
+    from ember._private.doors.internal_kv import _internal_kv_get
 
     c, node = quick_death_cluster
     key = f"workers/{node.node_id}"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from ember_common import rpc
-from ember_common.rpc import NotFound
 from ember_common.proto import objmgr_pb2
+from ember_common.rpc import NotFound
 from ember_objmgr.server import ObjectManagerServicer
 from ember_objmgr.store import ObjectStore
 from ember_objmgr.transfer import CHUNK_BYTES, FIRST_RANGE_BYTES, TransferServicer, _ranges
@@ -25,7 +25,7 @@ def _run(tmp_path, body):
     async def main():
         src = ObjectStore(str(tmp_path / "src"), 96 * MiB, str(tmp_path / "src-spill"))
         dst = ObjectStore(str(tmp_path / "dst"), 96 * MiB, str(tmp_path / "dst-spill"))
-        server = grpc.aio.server(options=rpc.CHANNEL_OPTIONS)
+        server = grpc.aio.server(options=rpc.channel_options())
         server.add_generic_rpc_handlers([TransferServicer(src).handler()])
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
@@ -132,7 +132,8 @@ def test_a_pulled_copy_is_recorded_and_serves_readers_when_the_primary_node_dies
             ref = produce.remote()
             assert ember.get(where.remote(ref), timeout=120) == (reader.node_id, 8 * MiB - 1)
             core = ember._private.worker.global_worker().core
-            wait_for(lambda: reader.node_id in core.object_copies(ref.binary()), timeout_s=20,
+            oid = ref.binary()
+            wait_for(lambda: reader.node_id in core.object_copies(oid), timeout_s=20,
                      what="the reader's copy to be reported to the owner")
 
             c.kill_raylet(c.nodes[1])  # the primary copy is gone with its node

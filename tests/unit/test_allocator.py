@@ -5,6 +5,7 @@ import itertools
 import random
 
 import pytest
+
 from ember_objmgr.allocator import ALIGN, ArenaAllocator, aligned
 
 CAP = 16 * ALIGN
@@ -18,7 +19,7 @@ def check_invariants(a: ArenaAllocator) -> None:
     """Free ranges sorted, disjoint, never adjacent (fully coalesced); free + used = capacity."""
     ranges = free_ranges(a)
     assert sorted(a._sizes) == a._starts
-    for (s1, n1), (s2, _) in zip(ranges, ranges[1:]):
+    for (s1, n1), (s2, _) in zip(ranges, ranges[1:], strict=False):
         assert s1 + n1 < s2, f"free ranges {ranges} overlap or were not coalesced"
     assert all(n > 0 and s % ALIGN == 0 and n % ALIGN == 0 for s, n in ranges)
     assert all(0 <= s and s + n <= a.capacity for s, n in ranges)
@@ -190,7 +191,7 @@ def test_randomized_against_a_reference_model(seed):
                 live[got] = size
         # No overlap between live allocations, all inside the arena.
         spans = sorted((o, o + a.size_of(o)) for o in live)
-        assert all(e1 <= s2 for (_, e1), (s2, _) in zip(spans, spans[1:]))
+        assert all(e1 <= s2 for (_, e1), (s2, _) in zip(spans, spans[1:], strict=False))
         assert all(0 <= s and e <= a.capacity for s, e in spans)
         assert a.used == sum(aligned(max(n, 1)) for n in live.values())
         free_run = max((len(list(g)) for k, g in itertools.groupby(owner) if k is None), default=0)

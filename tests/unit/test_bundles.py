@@ -36,7 +36,7 @@ def test_prepare_is_all_or_nothing():
     node = NodeResources({"CPU": 2})
     t = BundleTable(node)
     assert not t.prepare(PG, [(0, {"CPU": 1}), (1, {"CPU": 2})])
-    assert node.available["CPU"] == 2 and t.bundles == {}
+    assert node.available["CPU"] == 2 and list(t.reservations()) == []
 
 
 def test_commit_of_an_unprepared_bundle_and_conflicting_prepare_fail():

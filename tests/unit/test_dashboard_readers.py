@@ -1,50 +1,13 @@
-"""The dashboard's pure readers on real files in a tmp dir: log listing and tails that never
-leave the log directory, Prometheus text parsed for the charts, ember_file spans listed as
-traces and laid out as a waterfall."""
+"""The dashboard's pure readers on real files in a tmp dir: Prometheus text parsed for the
+charts, ember_file spans listed as traces and laid out as a waterfall (log files are read through
+each raylet: tests/unit/test_log_files.py, tests/integration/test_logs_service.py)."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from ember_dashboard import readers
-
-
-def test_logs_listed_and_tailed(tmp_path):
-    (tmp_path / "raylet.out").write_text("".join(f"line {i}\n" for i in range(50)))
-    (tmp_path / "gcs.err").write_text("boom\n")
-    os.utime(tmp_path / "gcs.err", (1, 1))
-    (tmp_path / "sub").mkdir()
-    files = readers.list_logs(str(tmp_path))
-    assert [f["name"] for f in files] == ["raylet.out", "gcs.err"]  # newest first, no directories
-    assert readers.tail_log(str(tmp_path), "raylet.out", 3) == "line 47\nline 48\nline 49"
-    assert readers.list_logs(str(tmp_path / "missing")) == []
-
-
-@pytest.mark.parametrize("name, match", [
-    ("../etc/passwd", "bad log file name"), ("sub/x", "bad log file name"), ("..", "bad log file name"),
-    ("", "bad log file name"), ("nope.log", "no log file"), ("sub", "no log file"),
-])
-def test_tail_refuses_names_outside_or_missing(tmp_path, name, match):
-    (tmp_path / "sub").mkdir()
-    with pytest.raises(ValueError, match=match):
-        readers.tail_log(str(tmp_path), name)
-
-
-def test_tail_refuses_a_symlink_out_of_the_directory(tmp_path):
-    secret = tmp_path / "secret.txt"
-    secret.write_text("secret")
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "link.log").symlink_to(secret)
-    with pytest.raises(ValueError, match="no log file 'link.log'"):
-        readers.tail_log(str(logs), "link.log")
-    (logs / "real.log").write_text("ok\n")
-    (logs / "inside.log").symlink_to(logs / "real.log")
-    assert readers.tail_log(str(logs), "inside.log") == "ok"
-    with pytest.raises(ValueError, match="lines must be a positive integer"):
-        readers.tail_log(str(logs), "real.log", 0)
 
 
 def test_prometheus_text_parsed_without_buckets():
@@ -80,3 +43,36 @@ def test_traces_listed_and_laid_out(tmp_path):
     assert [(s["name"], s["depth"]) for s in wf] == [("proxy GET /hello", 0), ("submit f", 1), ("execute f", 2)]
     assert wf[2]["offset_ms"] == pytest.approx(1.5) and wf[2]["duration_ms"] == pytest.approx(1.0)
     assert readers.waterfall(str(tmp_path), "nope") == []
+
+
+
+def test_the_trace_sinks_file_reads_as_traces(tmp_path):
+    """What the compose trace sink (ember.testing.otlp_receiver) writes for an OTLP export is
+    what the Traces page reads: listed as a trace, laid out as a waterfall."""
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
+    from opentelemetry.proto.common.v1 import common_pb2
+    from opentelemetry.proto.trace.v1 import trace_pb2
+
+    from ember.testing import otlp_receiver
+
+    tid = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
+    root = trace_pb2.Span(trace_id=tid, span_id=b"\x01" * 8, name="submit f",
+                          start_time_unix_nano=1_000_000_000, end_time_unix_nano=1_004_000_000)
+    child = trace_pb2.Span(trace_id=tid, span_id=b"\x02" * 8, parent_span_id=b"\x01" * 8, name="execute f",
+                           start_time_unix_nano=1_001_000_000, end_time_unix_nano=1_003_000_000,
+                           status=trace_pb2.Status(code=2, message="boom"),
+                           attributes=[common_pb2.KeyValue(key="ember.task_id",
+                                                           value=common_pb2.AnyValue(string_value="ab"))])
+    service = common_pb2.KeyValue(key="service.name", value=common_pb2.AnyValue(string_value="ember-worker"))
+    req = pb.ExportTraceServiceRequest(resource_spans=[trace_pb2.ResourceSpans(
+        resource={"attributes": [service]}, scope_spans=[trace_pb2.ScopeSpans(spans=[root, child])])])
+    with open(tmp_path / "spans.jsonl", "w") as f:
+        for span in otlp_receiver._spans(req):
+            f.write(json.dumps(span) + "\n")
+    [t] = readers.list_traces(str(tmp_path))
+    assert t["trace_id"] == tid.hex() and t["root"] == "submit f" and t["spans"] == 2 and t["error"]
+    assert t["duration_ms"] == pytest.approx(4.0)
+    wf = readers.waterfall(str(tmp_path), tid.hex())
+    assert [(s["name"], s["depth"]) for s in wf] == [("submit f", 0), ("execute f", 1)]
+    assert wf[1]["status"] == "ERROR" and wf[1]["error"] == "boom"
+    assert wf[1]["attributes"] == {"ember.task_id": "ab"} and wf[1]["offset_ms"] == pytest.approx(1.0)

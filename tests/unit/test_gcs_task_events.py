@@ -206,3 +206,24 @@ def test_summary_counts_follow_state_changes():
     assert s.summary() == {("f", TA.NORMAL_TASK): {TA.RUNNING: 1, TA.FINISHED: 1, TA.SUBMITTED_TO_WORKER: 2},
                            ("g", TA.NORMAL_TASK): {TA.FAILED: 1, TA.SUBMITTED_TO_WORKER: 1}}
     assert s.summary([("name", "=", "g")]) == {("g", TA.NORMAL_TASK): {TA.FAILED: 1, TA.SUBMITTED_TO_WORKER: 1}}
+
+
+def test_a_jobs_end_fails_its_open_attempts_now_and_as_late_records_come():
+    """As Ray's GCS on a driver's exit: the ended job's attempts not final yet are FAILED
+    (WORKER_DIED, with why), finished ones stay, other jobs are untouched, and a record of the
+    ended job arriving later is closed the same way."""
+    store = TaskEventStore()
+    owner_submits(store, 1, job=JOB_A)
+    owner_submits(store, 2, job=JOB_A)
+    add(store, batch([(2, 0, {TA.RUNNING: 110, TA.FINISHED: 120}, 0)]))
+    owner_submits(store, 3, job=JOB_B)
+    store.end_job(JOB_A, 500, "driver gone")
+    by_task = {a.task_id: a for a in store.query()[0]}
+    assert by_task[tid(1)].state == TA.FAILED and by_task[tid(1)].times[TA.FAILED - 1] == 500
+    assert (by_task[tid(1)].error_type, by_task[tid(1)].error_message) == ("WORKER_DIED", "driver gone")
+    assert by_task[tid(2)].state == TA.FINISHED and not by_task[tid(2)].error_type
+    assert by_task[tid(3)].state == TA.SUBMITTED_TO_WORKER
+    owner_submits(store, 4, job=JOB_A, t=600)  # a late record of the ended job
+    late = next(a for a in store.query()[0] if a.task_id == tid(4))
+    assert late.state == TA.FAILED and late.error_message == "driver gone"
+    assert store.summary()[("f", TA.NORMAL_TASK)] == {TA.FAILED: 2, TA.FINISHED: 1, TA.SUBMITTED_TO_WORKER: 1}

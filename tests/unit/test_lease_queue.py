@@ -168,3 +168,14 @@ def test_a_lease_that_ends_while_waiting_to_resume_leaves_the_queue():
     q.resources.release(other.alloc)
     s = q.schedule(5)  # requests needing CPUs are no longer held back
     assert s.resumed == [] and [g.request.lease_id for g in s.grants] == [bytes([2])]
+
+
+def test_a_request_takes_an_idle_worker_of_its_kind_or_a_fresh_one():
+    q, _ = make({"CPU": 4, "GPU": 1})
+    q.submit(LeaseRequest(b"\x01", {"CPU": 1, "GPU": 1}))
+    q.submit(req(2))
+    s = q.schedule({"|cpu": 1})  # one idle worker, that ran CPU-only work
+    assert [g.request.lease_id for g in s.grants] == [b"\x02"]
+    assert s.wanted_by_env == {"": 1}  # the GPU request waits for a worker of its own
+    s = q.schedule({"": 1})  # a fresh worker: it may take GPU work
+    assert [g.request.lease_id for g in s.grants] == [b"\x01"]

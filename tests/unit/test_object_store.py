@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from ember_common.rpc import NotFound, ResourceExhausted
 from ember_objmgr.allocator import ALIGN
 from ember_objmgr.store import DataLoss, ObjectStore
@@ -54,9 +55,9 @@ def put(store: ObjectStore, i: int, size: int = OBJ, owner: str = "w1", primary:
 def read(store: ObjectStore, i: int, client: str = "reader") -> bytes:
     """get (pins) -> the object's bytes at the returned offset -> release."""
     e = store.get(oid(i), client)
-    assert e.state == "SEALED" and e.offset >= 0
+    assert e.state == "SEALED" and (e.offset >= 0) != bool(e.fallback_path)
     try:
-        return bytes(store.view[e.offset:e.offset + e.size])
+        return bytes(store.buffer(e))
     finally:
         store.release(oid(i), client)
 
@@ -72,7 +73,7 @@ def spill_file(store: ObjectStore, i: int) -> str:
 
 def assert_no_overlap(store: ObjectStore) -> None:
     spans = sorted((e.offset, e.offset + e.size) for e in store.objects.values() if e.offset >= 0)
-    assert all(e1 <= s2 for (_, e1), (s2, _) in zip(spans, spans[1:])), spans
+    assert all(e1 <= s2 for (_, e1), (s2, _) in zip(spans, spans[1:], strict=False)), spans
     assert all(0 <= s and e <= store.capacity for s, e in spans)
 
 
@@ -190,45 +191,71 @@ def test_pinned_objects_are_never_spilled(store):
     assert state(store, 1) == "SPILLED"
 
 
-def test_everything_pinned_raises_resource_exhausted_naming_sizes(store):
+def fallback(store: ObjectStore, i: int) -> str:
+    """The fallback file of object i (asserting it has one)."""
+    path = store.objects[oid(i)].fallback_path
+    assert path and os.path.dirname(path) == store.fallback_dir, path
+    return path
+
+
+def test_everything_pinned_falls_back_to_a_file_of_its_own(store, caplog):
+    """As Ray's fallback allocation: with nothing left to spill, the object gets a file outside
+    the arena (with a warning naming why), is read and written like any other, and the file goes
+    with the object."""
     for i in range(1, 5):
         put(store, i)
         store.get(oid(i), "holder")
-    with pytest.raises(ResourceExhausted) as ei:
-        store.create(oid(5), 100, "w1")
-    msg = str(ei.value)
-    assert "100 bytes requested" in msg
-    assert f"{CAP} of {CAP} bytes used" in msg
-    assert f"{CAP} bytes in objects being written or read" in msg
-    assert oid(5) not in store.objects
+    assert store.create(oid(5), 100, "w1") == -1
+    path = fallback(store, 5)
+    assert os.path.getsize(path) == 100 and os.stat(path).st_mode & 0o777 == 0o600
+    msg = " ".join(r.getMessage() for r in caplog.records)
+    assert "100 bytes requested" in msg and f"{CAP} of {CAP} bytes used" in msg, msg
+    store.buffer(store.objects[oid(5)])[:] = pattern(5, 100)
+    store.seal(oid(5))
+    assert read(store, 5) == pattern(5, 100)
+    assert store.fallback_bytes == 100 and store.spilled_bytes == 0
     assert all(state(store, i) == "SEALED" for i in range(1, 5))
-    assert store.spilled_bytes == 0
-    # Releasing one pin is enough to make room again.
-    store.release(oid(3), "holder")
-    put(store, 5, size=100)
-    assert state(store, 3) == "SPILLED"
+    assert_no_overlap(store)
+    store.free(oid(5))
+    assert not os.path.exists(path) and store.fallback_bytes == 0
+    store.release(oid(3), "holder")  # releasing one pin is enough to make room in the arena again
+    assert put(store, 6, size=100) and state(store, 3) == "SPILLED"
+    assert not store.objects[oid(6)].fallback_path
 
 
 def test_objects_being_written_are_never_spilled(store):
     for i in range(1, 5):
         store.create(oid(i), OBJ, "w1")  # never sealed
-    with pytest.raises(ResourceExhausted, match="nothing more can be spilled"):
-        store.create(oid(5), OBJ, "w1")
+    assert store.create(oid(5), OBJ, "w1") == -1 and fallback(store, 5)
     assert all(state(store, i) == "CREATED" for i in range(1, 5))
 
 
-def test_restore_when_nothing_can_be_spilled_raises_and_can_be_retried(store):
+def test_restore_when_nothing_can_be_spilled_falls_back(store):
     data = {i: put(store, i) for i in range(1, 6)}  # 1 spilled
     assert state(store, 1) == "SPILLED"
     for i in range(2, 6):
         store.get(oid(i), "holder")
-    with pytest.raises(ResourceExhausted):
-        store.get(oid(1), "c")
-    assert state(store, 1) == "SPILLED"
-    assert store.objects[oid(1)].pins == {}
-    store.release(oid(5), "holder")
-    assert read(store, 1) == data[1]
-    assert state(store, 5) == "SPILLED"
+    assert read(store, 1) == data[1]  # restored into a file of its own
+    path = fallback(store, 1)
+    assert all(state(store, i) == "SEALED" for i in range(1, 6))
+    store.free(oid(1))
+    assert not os.path.exists(path) and not os.path.exists(spill_file(store, 1))
+
+
+def test_fallback_that_fails_too_raises_resource_exhausted_naming_both(make_store, tmp_path):
+    s = make_store()
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    s.fallback_dir = str(blocker / "fallback")
+    for i in range(1, 5):
+        put(s, i)
+        s.get(oid(i), "holder")
+    with pytest.raises(ResourceExhausted) as ei:
+        s.create(oid(5), 100, "w1")
+    msg = str(ei.value)
+    assert "100 bytes requested" in msg and "nothing more can be spilled" in msg, msg
+    assert f"allocating it in {s.fallback_dir} instead failed too" in msg, msg
+    assert oid(5) not in s.objects and s.fallback_bytes == 0
 
 
 def test_secondary_copies_are_dropped_rather_than_spilled(store):
@@ -247,34 +274,18 @@ def test_secondary_copies_are_dropped_rather_than_spilled(store):
         assert read(store, i) == d
 
 
-def test_object_larger_than_the_store_is_rejected_without_spilling(store):
+def test_object_larger_than_the_store_falls_back_without_spilling(store):
     for i in range(1, 5):
         put(store, i)
-    with pytest.raises(ResourceExhausted, match=f"larger than the whole store \\({CAP} bytes\\)") as ei:
-        store.create(oid(9), CAP + 1, "w1")
-    assert str(CAP + 1) in str(ei.value)
-    assert oid(9) not in store.objects
+    assert store.create(oid(9), CAP + 1, "w1") == -1
+    path = fallback(store, 9)
+    assert os.path.getsize(path) == CAP + 1
     assert all(state(store, i) == "SEALED" for i in range(1, 5))
     assert store.spilled_bytes == 0
+    store.abort(oid(9))  # never sealed: its file goes at once
+    assert not os.path.exists(path) and store.fallback_bytes == 0
     put(store, 10, size=CAP)  # exactly the capacity fits, by spilling everything else
     assert all(state(store, i) == "SPILLED" for i in range(1, 5))
-
-
-# ------------------------------------------------------------------ freeing
-
-def test_free_while_pinned_defers_deletion_until_release(store):
-    put(store, 1)
-    store.get(oid(1), "a")
-    store.get(oid(1), "b")
-    store.free(oid(1))
-    assert store.contains(oid(1))
-    assert store.alloc.used == OBJ
-    store.release(oid(1), "a")
-    assert store.contains(oid(1)) and store.alloc.used == OBJ
-    store.release(oid(1), "b")
-    assert not store.contains(oid(1))
-    assert oid(1) not in store.objects
-    assert store.alloc.used == 0
 
 
 def test_free_removes_the_spill_file(store):
@@ -429,35 +440,35 @@ def test_unreadable_spill_file_raises_data_loss_and_the_store_keeps_working(stor
     assert_no_overlap(store)
 
 
-def test_spill_to_an_unwritable_uri_raises_resource_exhausted(make_store, tmp_path):
+def test_spill_to_an_unwritable_uri_falls_back(make_store, tmp_path, caplog):
     """A spill location that cannot be written (a path below a regular file; root ignores
-    permissions) behaves like a full disk: a clear error, not a retry loop."""
+    permissions) behaves like a full disk: no retry loop; the new object gets a file of its own
+    with a warning naming the spill error, and every object stays readable."""
     (tmp_path / "afile").write_bytes(b"x")
     store = make_store(spill_uri=f"file://{tmp_path}/afile/spill")
     data = {i: put(store, i) for i in range(1, 5)}
-    with pytest.raises(ResourceExhausted, match="spilling failed") as ei:
-        store.create(oid(5), OBJ, "w1")
-    assert "object store full" in str(ei.value)
-    assert oid(5) not in store.objects
+    assert store.create(oid(5), OBJ, "w1") == -1 and fallback(store, 5)
+    msg = " ".join(r.getMessage() for r in caplog.records)
+    assert "object store full and spilling failed" in msg, msg
     assert all(state(store, i) == "SEALED" for i in range(1, 5))
     assert store.spilled_bytes == 0 and store.alloc.used == CAP
     for i, d in data.items():
         assert read(store, i) == d
+    store.abort(oid(5))
     # Freeing space still works.
     store.free(oid(1))
     put(store, 5)
     assert read(store, 5) == pattern(5)
 
 
-def test_local_spill_dir_that_became_unwritable_raises_resource_exhausted(store):
+def test_local_spill_dir_that_became_unwritable_falls_back(store):
     data = {i: put(store, i) for i in range(1, 6)}  # 1 spilled fine
     root = store.spiller.root
     os.remove(spill_file(store, 1))
     os.rmdir(root)
     with open(root, "wb") as f:  # "disk full": the directory is now a regular file
         f.write(b"x")
-    with pytest.raises(ResourceExhausted, match="spilling failed"):
-        store.create(oid(6), OBJ, "w1")
+    assert store.create(oid(6), OBJ, "w1") == -1 and fallback(store, 6)
     assert all(state(store, i) == "SEALED" for i in range(2, 6))
     for i in range(2, 6):
         assert read(store, i) == data[i]

@@ -49,31 +49,31 @@ def test_register_unknown_worker_is_not_found():
 def test_reuse_prefers_the_same_shape_then_the_most_recent():
     pool, clock = make()
     start(pool, "a", "b", "c")
-    gpu, cpu = shape_of({"GPU": 1, "CPU": 1}), shape_of({"CPU": 1})
-    wa = pool.take_idle(gpu)
+    two, one = shape_of({"CPU": 2}), shape_of({"CPU": 1})
+    wa = pool.take_idle(two)
     assert wa is not None and wa.worker_id == "c"  # most recently idle
     clock.t = 1
     pool.returned("c")
-    wb = pool.take_idle(cpu)
-    assert wb is not None and wb.worker_id == "c"  # no worker ran cpu: the most recent
+    wb = pool.take_idle(one)
+    assert wb is not None and wb.worker_id == "c"  # no worker ran one CPU: the most recent
     pool.returned("c")
-    w = pool.take_idle(cpu)
-    assert w is not None and w.worker_id == "c"  # c last ran cpu
+    w = pool.take_idle(one)
+    assert w is not None and w.worker_id == "c"  # c last ran one CPU
 
 
 def test_same_shape_wins_over_recency():
     pool, _ = make()
     start(pool, "a", "b")
-    gpu = shape_of({"GPU": 1})
-    assert pool.take_idle(gpu).worker_id == "b"
-    pool.returned("b")  # b ran gpu, now the most recent
+    two = shape_of({"CPU": 2})
+    assert pool.take_idle(two).worker_id == "b"
+    pool.returned("b")  # b ran two CPUs, now the most recent
     w = pool.take_idle(shape_of({"CPU": 1}))
     assert w.worker_id == "b"
-    pool.returned("b")  # b now ran cpu; a never ran anything
-    pool.take_idle(gpu)  # takes b (most recent, no match)
+    pool.returned("b")  # b now ran one CPU; a never ran anything
+    pool.take_idle(two)  # takes b (most recent, no match)
     w = pool.take_idle(shape_of({"CPU": 1}))
     assert w.worker_id == "a"
-    assert pool.take_idle(gpu) is None
+    assert pool.take_idle(two) is None
 
 
 def test_exit_forgets_the_worker():
@@ -122,3 +122,22 @@ def test_startup_timeout_kills_once():
     assert pool.tick() == []
     assert pool.count(WorkerState.STARTING) == 0
     assert pool.to_start(1) == 1  # it no longer counts as starting
+
+
+def test_gpu_and_cpu_work_never_share_a_worker():
+    # Ray's pool keys workers by "is GPU": a worker that ran GPU work only takes GPU work again,
+    # one that ran CPU-only work only CPU-only work; a fresh one takes either.
+    pool, _ = make()
+    start(pool, "a", "b")
+    gpu, cpu = shape_of({"CPU": 1, "GPU": 1}), shape_of({"CPU": 1})
+    first = pool.take_idle(gpu)
+    assert first is not None and first.gpu is True
+    pool.returned(first.worker_id)
+    other = pool.take_idle(cpu)
+    assert other is not None and other.worker_id != first.worker_id and other.gpu is False
+    assert pool.take_idle(cpu) is None  # only the GPU worker is idle
+    assert pool.idle_by_env() == {"|gpu": 1}
+    pool.returned(other.worker_id)
+    assert pool.idle_by_env() == {"|gpu": 1, "|cpu": 1}
+    again = pool.take_idle(gpu)
+    assert again is not None and again.worker_id == first.worker_id

@@ -5,11 +5,12 @@
 
 It binds its socket first (port 0 = any; the bound port goes to --port-file), connects to the
 cluster as a driver (namespace `_ember_dashboard`, retrying for --connect-timeout-s: under
-compose it may start before the GCS), then serves until SIGTERM (exit code 0).
+compose it may start before the GCS), then serves until SIGTERM (exit code 0). Its flags are
+`ember_common.settings.DashboardSettings` (a flag not given takes its EMBER_* variable when one
+is set: EMBER_ADDRESS, EMBER_TRACE_DIR, EMBER_LOG_LEVEL).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
@@ -21,20 +22,10 @@ from typing import Any
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the dashboard; 1 with a one-line reason when it cannot listen or reach the cluster."""
-    from ember_common import service
+    from ember_common import envvars, service
+    from ember_common.settings import DashboardSettings
 
-    p = argparse.ArgumentParser(prog="ember-dashboard", description="Ember dashboard (web UI + REST)")
-    p.add_argument("--gcs-address", default=os.environ.get("EMBER_ADDRESS"),
-                   help="host:port of the GCS (default: $EMBER_ADDRESS)")
-    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default loopback)")
-    p.add_argument("--port", type=int, default=8265)
-    p.add_argument("--log-dir", default=None, help="log files the logs page shows (default: the head "
-                                                   "node's session logs, when on this machine)")
-    p.add_argument("--trace-dir", default=os.environ.get("EMBER_TRACE_DIR"),
-                   help="span directory of the ember_file exporter (default $EMBER_TRACE_DIR)")
-    p.add_argument("--connect-timeout-s", type=float, default=120.0)
-    service.add_common_flags(p)
-    ns = p.parse_args(argv)
+    ns = DashboardSettings.from_argv_or_exit(argv, env_defaults=envvars.environ())
     if not ns.gcs_address:
         print("error: --gcs-address (or EMBER_ADDRESS) is required", file=sys.stderr)
         return 2
@@ -59,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from .app import build_app
 
     app = build_app(session_name=os.path.basename(os.path.dirname(ns.log_dir or "")) or "ember",
-                    log_dir=ns.log_dir, trace_dir=ns.trace_dir)
+                    trace_dir=ns.trace_dir)
     port = sock.getsockname()[1]
     if ns.port_file:
         tmp = ns.port_file + ".tmp"

@@ -7,11 +7,12 @@ nothing fetched from elsewhere) and the JSON it reads.
     GET /api/v0/{actors|objects}/summarize  Ray's summaries
     GET /api/v0/tasks, /api/v0/tasks/summarize   the same for tasks (tasks_api.py)
     GET /api/cluster                        nodes with resources and object store use
-    GET /api/serve/applications/            Serve applications, deployments, replicas, proxies
-    GET /api/logs, /api/logs/file?name=&lines=   the head session's log files
+    GET /api/serve/overview                 Serve applications, deployments, replicas, proxies (the UI's)
+    GET /api/logs, /api/logs/file?node_id=&name=&lines=, /api/v0/logs[/file|/stream]
+                                            every node's log files, through its raylet (logs_api.py)
     GET /api/metrics/targets, /api/metrics/scrape?target=   Prometheus endpoints (from the KV)
     GET /api/traces?contains=&since_ms=&until_ms=, /api/traces/{trace_id}   ember_file spans
-    + the job REST API (jobs_api.py)
+    + the job REST API (jobs_api.py), Ray Serve's REST API (serve_api.py), the logs (logs_api.py)
     Every endpoint but GET /api/healthz and the login needs the cluster's token (auth.py).
 
 Handlers read the cluster through `ember.util.state`, `ember.serve` and the internal KV, in
@@ -31,7 +32,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from . import auth, jobs_api, readers, tasks_api
+from . import auth, jobs_api, logs_api, readers, serve_api, tasks_api
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 RESOURCES = {"actors": "actors", "nodes": "nodes", "jobs": "jobs", "placement_groups": "placement_groups",
@@ -49,7 +50,7 @@ async def index(request: Request) -> Response:
 
 async def state_list(request: Request) -> Response:
     """Ray's /api/v0/{resource} reply."""
-    from ember._private import state
+    from ember._private.doors import state
     from ember.util.state import common
 
     resource = RESOURCES.get(request.path_params["resource"])
@@ -86,7 +87,7 @@ async def state_summary(request: Request) -> Response:
 
 
 def _cluster() -> dict[str, Any]:
-    from ember._private import state
+    from ember._private.doors import state
 
     address = state.resolve_address(None)
     nodes, _ = state.fetch("nodes", address, 10.0)
@@ -134,37 +135,8 @@ async def serve_apps(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(_serve))
 
 
-def _log_root(request: Request) -> str | None:
-    root: str | None = request.app.state.log_dir
-    if root:
-        return root
-    from ember._private import state
-
-    found = state.session_logs_dir(state.resolve_address(None))
-    request.app.state.log_dir = found
-    return found
-
-
-async def logs(request: Request) -> Response:
-    """The log files of the head node's session."""
-    root = await run_in_threadpool(_log_root, request)
-    return JSONResponse({"dir": root, "files": readers.list_logs(root) if root else []})
-
-
-async def log_file(request: Request) -> Response:
-    """The tail of one log file."""
-    root = await run_in_threadpool(_log_root, request)
-    if not root:
-        return _bad("the head node's log directory is not on this machine", 404)
-    try:
-        lines = int(request.query_params.get("lines", "1000"))
-        return PlainTextResponse(readers.tail_log(root, request.query_params.get("name", ""), lines))
-    except ValueError as e:
-        return _bad(str(e), 404 if str(e).startswith("no log file") else 400)
-
-
 def _targets() -> dict[str, str]:
-    from ember._private import state
+    from ember._private.doors import state
     from ember.experimental import internal_kv as kv
 
     gcs_host = state.resolve_address(None).rsplit(":", 1)[0]
@@ -186,7 +158,8 @@ def _scrape(target: str) -> list[dict[str, Any]]:
     url = _targets().get(target)
     if url is None:
         raise KeyError(target)
-    with urllib.request.urlopen(url, timeout=5) as r:
+    # The cluster's own endpoints: straight there, whatever http_proxy says.
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=5) as r:
         return readers.parse_prometheus(r.read().decode())
 
 
@@ -226,21 +199,19 @@ async def trace(request: Request) -> Response:
     return JSONResponse({"trace_id": tid, "spans": spans})
 
 
-def build_app(*, session_name: str, log_dir: str | None, trace_dir: str | None) -> Starlette:
-    """The app; log_dir None = the head session's (found through the GCS), trace_dir None = no traces."""
+def build_app(*, session_name: str, trace_dir: str | None) -> Starlette:
+    """The app; trace_dir None = no traces. Logs come from every node's raylet (logs_api.py)."""
     routes = [
-        Route("/", index), *jobs_api.ROUTES, *tasks_api.ROUTES,
+        Route("/", index), *jobs_api.ROUTES, *tasks_api.ROUTES, *serve_api.ROUTES, *logs_api.ROUTES,
         Route("/api/v0/{resource}", state_list),
         Route("/api/v0/{resource}/summarize", state_summary),
         Route("/api/cluster", cluster),
-        Route("/api/serve/applications/", serve_apps),
-        Route("/api/logs", logs), Route("/api/logs/file", log_file),
+        Route("/api/serve/overview", serve_apps),
         Route("/api/metrics/targets", metric_targets), Route("/api/metrics/scrape", metric_scrape),
         Route("/api/traces", traces), Route("/api/traces/{trace_id}", trace),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(auth.TokenAuthMiddleware)])  # auth.py: the token
     app.state.session_name = session_name
-    app.state.log_dir = log_dir
     app.state.trace_dir = trace_dir
     return app

@@ -46,7 +46,8 @@ _MAX_FORM_BYTES = 8192
 LOGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Ember dashboard - sign in</title>
 <style>body{{font-family:sans-serif;max-width:32em;margin:4em auto}}input{{width:100%;padding:.4em}}
 .err{{color:#b00}}</style></head><body><h1>Ember dashboard</h1>
-<p>This cluster requires its token. Print it on the head node with <code>ember get-auth-token</code>.</p>
+<p>This cluster requires its token. Print it on the head node with <code>ember get-auth-token</code>
+(a compose cluster's is <code>EMBER_AUTH_TOKEN</code> in its project's <code>.env</code>).</p>
 {error}<form method="post" action="/api/authenticate"><input type="password" name="token"
 autocomplete="current-password" placeholder="token" autofocus><p><button type="submit">Sign in</button></p>
 </form></body></html>"""
@@ -163,7 +164,8 @@ class TokenAuthMiddleware:
         message = ("Unauthorized: Missing authentication token" if status == 401 else
                    "Forbidden: Invalid authentication token")
         await _reply(send, status, f"{message} ({html.escape(reason)}). Send `Authorization: Bearer "
-                     "<token>`; `ember get-auth-token` prints it on the head node.",
+                     "<token>`; `ember get-auth-token` prints it on the head node (a compose "
+                     "cluster's is EMBER_AUTH_TOKEN in its project's .env).",
                      extra=[(b"www-authenticate", b"Bearer")])
 
 

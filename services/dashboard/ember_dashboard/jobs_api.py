@@ -1,5 +1,5 @@
 """Ray's job REST API (what `ray.job_submission.JobSubmissionClient` and `ray job submit
---address http://HOST:8265` speak), over `ember._private.job_manager`:
+--address http://HOST:8265` speak), over `ember._tools.job_manager`:
 
     GET    /api/version                        {"version", "ray_version", ...}
     GET    /api/packages/{protocol}/{name}     200 when uploaded, else 404
@@ -35,7 +35,7 @@ SUBMIT_FIELDS = ("entrypoint", "submission_id", "job_id", "runtime_env", "metada
 
 
 def _jm() -> Any:
-    from ember._private import job_manager
+    from ember._tools import job_manager
 
     return job_manager
 
@@ -98,7 +98,7 @@ async def submit(request: Request) -> Response:
 
 def _find(job_id: str) -> dict[str, Any] | None:
     """A submitted job by submission id, else a driver job by job id."""
-    from ember._private import state
+    from ember._private.doors import state
 
     rec = _jm().info(job_id)
     if rec is not None:
@@ -112,7 +112,7 @@ def _find(job_id: str) -> dict[str, Any] | None:
 
 async def list_jobs(request: Request) -> JSONResponse:
     """Every job: submitted ones and connected drivers (Ray lists both)."""
-    from ember._private import state
+    from ember._private.doors import state
 
     def read() -> list[dict[str, Any]]:
         drivers = [r for r in state.fetch("jobs", state.resolve_address(None), 10)[0] if r["type"] == "DRIVER"]

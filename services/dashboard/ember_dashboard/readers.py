@@ -1,47 +1,12 @@
 """What the dashboard reads besides the cluster's tables, as pure functions over files and text:
-the session's log files (listed, tailed, never outside the log directory), Prometheus text
-(parsed into samples for the metric charts) and the ember_file exporter's spans (traces listed,
-one trace laid out as a waterfall)."""
+Prometheus text (parsed into samples for the metric charts) and the ember_file exporter's spans
+(traces listed, one trace laid out as a waterfall). Log files come from each node's raylet
+(logs_api.py)."""
 from __future__ import annotations
 
 import json
 import os
 from typing import Any
-
-MAX_TAIL_BYTES = 4 * 2**20
-
-
-def list_logs(root: str) -> list[dict[str, Any]]:
-    """The files directly in the log directory: name, size, modification time; newest first."""
-    out = []
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return []
-    for name in names:
-        path = os.path.join(root, name)
-        if os.path.isfile(path):
-            st = os.stat(path)
-            out.append({"name": name, "size": st.st_size, "mtime": st.st_mtime})
-    return sorted(out, key=lambda f: (-f["mtime"], f["name"]))
-
-
-def tail_log(root: str, name: str, lines: int = 1000) -> str:
-    """The last `lines` lines of one log file. ValueError for a name that leaves the directory
-    or a file that is not there."""
-    if not name or "/" in name or "\\" in name or name in (".", "..") or "\x00" in name:
-        raise ValueError(f"bad log file name {name!r}")
-    if not isinstance(lines, int) or lines <= 0:
-        raise ValueError(f"lines must be a positive integer, got {lines!r}")
-    path = os.path.join(root, name)
-    if os.path.dirname(os.path.realpath(path)) != os.path.realpath(root) or not os.path.isfile(path):
-        raise ValueError(f"no log file {name!r}")
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(0, size - MAX_TAIL_BYTES))
-        data = f.read().decode("utf-8", errors="replace")
-    return "\n".join(data.splitlines()[-lines:])
 
 
 def parse_prometheus(text: str) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@
                                    filtered and limited in the GCS's task-event store, newest first
     GET /api/v0/tasks/summarize    tasks per function and state (Ray's TaskSummaries)
 
-Both read through `ember.util.state`'s door (`ember._private.state.fetch_tasks / task_summary`)
+Both read through `ember.util.state`'s door (`ember._private.doors.state.fetch_tasks / task_summary`)
 in the thread pool. The UI's tasks page (static/tasks.js) reads them.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 
 def _list(filters: list[tuple[str, str, str]], limit: int, detail: bool) -> dict[str, Any]:
-    from ember._private import state
+    from ember._private.doors import state
     from ember.util.state import common
 
     checked = common.validate_filters("tasks", filters)
@@ -49,7 +49,7 @@ async def tasks_list(request: Request) -> Response:
 
 
 def _summary() -> dict[str, Any]:
-    from ember._private import state
+    from ember._private.doors import state
     from ember.util.state import common
 
     counts, total, lost = state.task_summary(state.resolve_address(None), None, 10.0)

@@ -217,7 +217,7 @@ class ActorManager:
         attrs: dict[str, Any] = {"ember.actor_id": a.actor_id.hex(), "ember.actor.class": a.class_name,
                                  "ember.actor.restarts": a.num_restarts}
         with tracing.span(f"actor {what} {a.class_name}",
-                          context=tracing.extract(a.creation_spec.trace_context), **attrs) as sp:
+                          context=tracing.extract_task(a.creation_spec), **attrs) as sp:
             await self._create_untraced(a)
             sp.set_attribute("ember.actor.state", A.State.Name(a.state))
             if a.state == A.ALIVE:
@@ -252,8 +252,7 @@ class ActorManager:
             if tracing.enabled():  # __init__ runs as a child of this creation span
                 push = common_pb2.TaskSpec()
                 push.CopyFrom(spec)
-                push.trace_context.clear()
-                tracing.inject(push.trace_context)
+                tracing.inject_task(push)
             try:
                 reply = await stub.PushTask(core_worker_pb2.PushTaskRequest(spec=push),
                                             metadata=tracing.metadata())

@@ -13,7 +13,7 @@ import collections
 import logging
 import struct
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from ember_common import resources
 from ember_common.proto import common_pb2, gcs_pb2
@@ -63,6 +63,8 @@ class GcsCore:
         # Open "driver" streams per job: a job whose driver is gone for DRIVER_GRACE_S ends.
         self._drivers: dict[bytes, int] = {}
         self.driver_grace_s = 3.0
+        # Called with (job id, end time in ns, why) when a job ends (the task-event store).
+        self.on_job_end: list[Callable[[bytes, int, str], None]] = []
 
     # After a restart, raylets need a while to notice and reconnect (their own backoff, a loaded
     # machine, a restarted container). Declaring them dead meanwhile would kill every actor they
@@ -206,15 +208,21 @@ class GcsCore:
         await self.storage.put(JOBS, job.job_id, job.SerializeToString())
         return job.job_id
 
-    async def mark_job_finished(self, job_id: bytes) -> None:
-        """Ends a job: its non-detached actors die, its driver's objects are freed."""
+    async def mark_job_finished(self, job_id: bytes, end_state: str = "SUCCEEDED", end_message: str = "") -> None:
+        """Ends a job (end_state SUCCEEDED, FAILED or STOPPED; a job's first end is kept): its
+        non-detached actors die, its driver's objects are freed, its open tasks fail."""
         blob = await self.storage.get(JOBS, job_id)
         if blob is None:
             raise NotFound(f"job {job_id.hex()} is unknown")
         job = common_pb2.JobInfo.FromString(blob)
-        job.is_dead = True
-        job.end_time = time.time()
-        await self.storage.put(JOBS, job_id, job.SerializeToString())
+        if not job.is_dead:
+            job.is_dead = True
+            job.end_time = time.time()
+            job.end_state, job.end_message = end_state or "SUCCEEDED", end_message
+            await self.storage.put(JOBS, job_id, job.SerializeToString())
+        why = f"Job {job_id.hex()} ended ({job.end_state}{': ' + job.end_message if job.end_message else ''})"
+        for hook in self.on_job_end:
+            hook(job_id, int(job.end_time * 1e9), why)
         await self.actors.on_job_finished(job_id)
         await self.pgs.on_job_finished(job_id)
         if job.driver_worker_id:  # object managers free what the driver owned
@@ -263,9 +271,12 @@ class GcsCore:
             return
         try:
             blob = await self.storage.get(JOBS, job_id)
-            if blob is not None and not common_pb2.JobInfo.FromString(blob).is_dead:
+            job = common_pb2.JobInfo.FromString(blob) if blob is not None else None
+            if job is not None and not job.is_dead:
                 log.info("job %s: its driver disconnected; finishing the job", job_id.hex())
-                await self.mark_job_finished(job_id)
+                await self.mark_job_finished(
+                    job_id, "FAILED", f"the driver (pid {job.driver_pid} on {job.driver_ip or '?'}) "
+                                      "exited without ember.shutdown()")
         except Exception as e:  # storage down: the job stays open until its next check
             log.warning("cannot check the driver of job %s: %s", job_id.hex(), e)
 

@@ -17,6 +17,7 @@ from typing import Callable
 from ember_common import resources as kit_resources
 from ember_common.proto import common_pb2
 from ember_common.rpc import AlreadyExists, InvalidArgument, NotFound
+from ember_common.validate_rules import MAX_BUNDLES_PER_GROUP
 
 from .placement_policy import NoPlacement, place
 
@@ -66,6 +67,8 @@ def validate(spec: common_pb2.PlacementGroupInfo) -> None:
         raise InvalidArgument("placement_group_id is required")
     if not spec.bundles:
         raise InvalidArgument("a placement group needs at least one bundle")
+    if len(spec.bundles) > MAX_BUNDLES_PER_GROUP:
+        raise InvalidArgument(f"a placement group has at most {MAX_BUNDLES_PER_GROUP} bundles, got {len(spec.bundles)}")
     for i, b in enumerate(spec.bundles):
         res = dict(b.resources)
         try:

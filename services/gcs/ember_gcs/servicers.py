@@ -15,6 +15,7 @@ from ember_common import rpc
 from ember_common.proto import gcs_pb2, gcs_pb2_grpc, gcs_task_pb2, gcs_task_pb2_grpc
 from ember_common.rpc import rpc_errors
 
+from . import autoscaler_state
 from .core import GcsCore
 from .task_events import TaskEventStore, to_proto
 
@@ -58,7 +59,7 @@ class JobInfoServicer(gcs_pb2_grpc.JobInfoGcsServiceServicer):
 
     @rpc_errors
     async def MarkJobFinished(self, request: gcs_pb2.MarkJobFinishedRequest, context: rpc.Context) -> gcs_pb2.MarkJobFinishedReply:
-        await self.core.mark_job_finished(request.job_id)
+        await self.core.mark_job_finished(request.job_id, request.end_state, request.end_message)
         return gcs_pb2.MarkJobFinishedReply()
 
     @rpc_errors
@@ -214,7 +215,7 @@ class TaskInfoServicer(gcs_task_pb2_grpc.TaskInfoGcsServiceServicer):
 
     def __init__(self, store: TaskEventStore, derived: Any = None) -> None:
         self.store = store
-        self.derived = derived  # tracing_derived.DerivedSpans when this GCS exports execute spans
+        self.derived = derived  # tracing.derived_spans() when this GCS exports execute spans
 
     @rpc_errors
     async def AddTaskEventData(self, request: gcs_task_pb2.AddTaskEventDataRequest,
@@ -247,17 +248,18 @@ class TaskInfoServicer(gcs_task_pb2_grpc.TaskInfoGcsServiceServicer):
 
 
 # Health name of the GCS as a whole (docker/healthcheck.py asks for it), then each service's.
-HEALTH_NAME = "ember.Gcs"
+HEALTH_NAME = "ember.Gcs"  # SERVING on the GCS that serves (the leader of replicas)
+REPLICA_HEALTH_NAME = "ember.GcsReplica"  # SERVING on every GCS process that is up, leader or not
 SERVICE_NAMES = [gcs_pb2.DESCRIPTOR.services_by_name[name].full_name for name in (
     "NodeInfoGcsService", "JobInfoGcsService", "ActorInfoGcsService", "WorkerInfoGcsService",
-    "InternalKVGcsService", "InternalPubSubGcsService", "PlacementGroupInfoGcsService")]
+    "InternalKVGcsService", "InternalPubSubGcsService", "PlacementGroupInfoGcsService")] + [autoscaler_state.SERVICE_NAME]
 SERVICE_NAMES.append(gcs_task_pb2.DESCRIPTOR.services_by_name["TaskInfoGcsService"].full_name)
 
 
 def add_all(core: GcsCore, server: grpc.aio.Server, tasks: TaskEventStore | None = None,
             derived: Any = None) -> None:
     """Registers every GCS service over core (and the task-event store, and the export of
-    execute spans from task events when tracing is on: tracing_derived) on server."""
+    execute spans from task events when tracing is on: tracing.derived_spans) on server."""
     gcs_pb2_grpc.add_NodeInfoGcsServiceServicer_to_server(NodeInfoServicer(core), server)
     gcs_pb2_grpc.add_JobInfoGcsServiceServicer_to_server(JobInfoServicer(core), server)
     gcs_pb2_grpc.add_ActorInfoGcsServiceServicer_to_server(ActorInfoServicer(core), server)
@@ -265,4 +267,5 @@ def add_all(core: GcsCore, server: grpc.aio.Server, tasks: TaskEventStore | None
     gcs_pb2_grpc.add_InternalKVGcsServiceServicer_to_server(InternalKVServicer(core), server)
     gcs_pb2_grpc.add_InternalPubSubGcsServiceServicer_to_server(InternalPubSubServicer(core), server)
     gcs_pb2_grpc.add_PlacementGroupInfoGcsServiceServicer_to_server(PlacementGroupServicer(core), server)
+    autoscaler_state.add(core, server, stale_s=core.death_timeout_s)
     gcs_task_pb2_grpc.add_TaskInfoGcsServiceServicer_to_server(TaskInfoServicer(TaskEventStore() if tasks is None else tasks, derived), server)

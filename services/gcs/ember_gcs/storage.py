@@ -12,9 +12,18 @@ import abc
 
 from ember_common.rpc import Unavailable
 
+# The GCS's etcd password (etcd's user/password authentication): read from the environment by
+# server.py, never taken from the storage URL or the command line.
+ETCD_PASSWORD_ENV = "EMBER_ETCD_PASSWORD"
+
 
 class StorageUnavailable(Unavailable):
     """The backend cannot be reached right now (mapped to gRPC UNAVAILABLE)."""
+
+
+class NotLeader(StorageUnavailable):
+    """A fenced write refused: this GCS replica is no longer the leader (ember_gcs.leader). The
+    caller's RPC fails UNAVAILABLE, and the replica steps down."""
 
 
 class Storage(abc.ABC):

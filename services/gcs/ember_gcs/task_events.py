@@ -43,6 +43,7 @@ FILTER_COLUMNS = ("task_id", "attempt_number", "name", "state", "job_id", "actor
 PREDICATES = ("=", "!=")
 Key = tuple[bytes, int]
 EVICTED_MEMORY = 100_000  # evicted attempts remembered, at least (~100 bytes each)
+ENDED_JOBS_MEMORY = 10_000  # ended jobs remembered, so that their late records close at once
 _NONE: Mapping[str, int] = MappingProxyType({})
 
 
@@ -108,6 +109,27 @@ class TaskEventStore:
         self.pending_records = 0
         self.bad_batches = 0
         self.last_bad = ""
+        # Jobs that ended, oldest first: job id -> (end time in ns, why). Their attempts still
+        # open are FAILED then, and as late records bring more of them (Ray's GCS does the same
+        # when a job's driver exits).
+        self.ended_jobs: OrderedDict[bytes, tuple[int, str]] = OrderedDict()
+
+    def end_job(self, job_id: bytes, time_ns: int, message: str) -> None:
+        """The job ended: each of its attempts not final yet is FAILED (WORKER_DIED, `message`)."""
+        self.merge_pending()  # (the records that came before the end, merged as they are)
+        self.ended_jobs[job_id] = (time_ns, message)
+        if len(self.ended_jobs) > ENDED_JOBS_MEMORY:
+            self.ended_jobs.popitem(last=False)
+        for key in list(self.by_job.get(job_id, ())):
+            self._close_ended(self.attempts[key], time_ns, message)
+
+    def _close_ended(self, a: Attempt, time_ns: int, message: str) -> None:
+        if a.state in FINAL:
+            return
+        a.times[TA.FAILED - 1] = a.times[TA.FAILED - 1] or time_ns
+        if not a.error_type:
+            a.error_type, a.error_message = "WORKER_DIED", message
+        self._move(a, TA.FAILED)
 
     def __len__(self) -> int:
         """Attempts merged (merge_pending first for all)."""
@@ -211,6 +233,10 @@ class TaskEventStore:
                     a.error_type, a.error_message = err
             if top > a.state:
                 self._move(a, top)
+            if self.ended_jobs and a.state not in FINAL:
+                ended = self.ended_jobs.get(a.info.job_id)
+                if ended is not None:
+                    self._close_ended(a, *ended)
 
     def _new(self, tid: bytes, attempt: int, described: TaskInfo, state: int,
              times: list[int]) -> Attempt:

@@ -10,6 +10,7 @@ import sys
 from typing import Any, AsyncIterator
 
 from ember_common import backoff, ids, metrics, rpc, service, tracing
+from ember_common.config import get_config
 from ember_common.gcs_client import GcsClient
 from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 from ember_common.rpc import rpc_errors
@@ -36,7 +37,8 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
     async def Create(self, request: objmgr_pb2.CreateRequest, context: rpc.Context) -> Any:
         offset = self.store.create(request.object_id, request.size, request.owner_worker_id,
                                    creator=request.client_id)
-        return objmgr_pb2.CreateReply(offset=offset)
+        return objmgr_pb2.CreateReply(offset=offset,
+                                      fallback_path=self.store.objects[request.object_id].fallback_path)
 
     @rpc_errors
     async def Seal(self, request: objmgr_pb2.SealRequest, context: rpc.Context) -> Any:
@@ -58,7 +60,8 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
             for oid in request.object_ids:
                 e = self.store.get(oid, request.client_id)
                 taken.append(oid)
-                reply.objects.append(objmgr_pb2.ObjectLocation(object_id=oid, offset=e.offset, size=e.size))
+                reply.objects.append(objmgr_pb2.ObjectLocation(object_id=oid, offset=e.offset, size=e.size,
+                                                                fallback_path=e.fallback_path))
         except BaseException:  # all or nothing: drop the pins taken so far
             for oid in taken:
                 self.store.release(oid, request.client_id)
@@ -102,7 +105,7 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
             while True:
                 n = min(CHUNK_BYTES, total - pos)
                 yield objmgr_pb2.ObjectChunk(total_size=total, offset=pos,
-                                             data=bytes(self.store.view[e.offset + pos:e.offset + pos + n]))
+                                             data=bytes(self.store.buffer(e)[pos:pos + n]))
                 pos += n
                 if pos >= total:
                     break
@@ -115,7 +118,8 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
         the object, or the call fails INVALID_ARGUMENT and the unsealed object is dropped (a
         chunk out of bounds would overwrite other objects in the arena)."""
         oid = b""
-        offset = size = 0
+        size = 0
+        buf = memoryview(b"")
         fresh = False
         try:
             async for chunk in request_iterator:
@@ -128,7 +132,8 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
                     if self.store.contains(oid):
                         return objmgr_pb2.WriteObjectReply()
                     fresh = oid not in self.store.objects
-                    offset = self.store.create(oid, size, chunk.owner_worker_id)
+                    self.store.create(oid, size, chunk.owner_worker_id)
+                    buf = self.store.buffer(self.store.objects[oid])
                 elif chunk.object_id and chunk.object_id != oid:
                     raise rpc.InvalidArgument(f"WriteObject: a chunk of object {chunk.object_id.hex()} "
                                               f"in the stream of {oid.hex()}")
@@ -136,7 +141,7 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
                 if chunk.offset < 0 or chunk.offset + n > size:
                     raise rpc.InvalidArgument(f"WriteObject: a chunk of {n} bytes at offset {chunk.offset} "
                                               f"does not fit object {oid.hex()} of {size} bytes")
-                self.store.view[offset + chunk.offset:offset + chunk.offset + n] = chunk.data
+                buf[chunk.offset:chunk.offset + n] = chunk.data
         except BaseException:
             if fresh:
                 self.store.abort(oid)  # never sealed: its space is free again
@@ -158,7 +163,8 @@ class ObjectManagerServicer(objmgr_pb2_grpc.ObjectManagerServicer):
         return objmgr_pb2.GetStoreStatsReply(
             used_bytes=s.alloc.used, capacity_bytes=s.capacity, num_objects=len(s.objects),
             spilled_bytes=sum(e.size for e in spilled), num_spilled=len(spilled),
-            arena_path=s.arena_path, num_pinned=sum(1 for e in s.objects.values() if e.pinned))
+            arena_path=s.arena_path, num_pinned=sum(1 for e in s.objects.values() if e.pinned),
+            fallback_bytes=s.fallback_bytes, num_fallback=sum(1 for e in s.objects.values() if e.fallback_path))
 
     @rpc_errors
     async def ListObjects(self, request: objmgr_pb2.ListObjectsRequest, context: rpc.Context) -> Any:
@@ -196,13 +202,14 @@ def parse_args(argv: list[str] | None = None) -> ObjmgrSettings:
 
 
 async def serve(ns: ObjmgrSettings, stop: asyncio.Event) -> None:
-    store = ObjectStore(ns.store_dir, ns.capacity_bytes, ns.spill_dir)
+    store = ObjectStore(ns.store_dir, ns.capacity_bytes, ns.spill_dir,
+                        prefault_bytes=get_config().object_store_prefault_bytes, fallback_dir=ns.fallback_dir)
     servicer = ObjectManagerServicer(store, ns.node_id)
     register_metrics(store, ns.node_id)
     server, port, health = rpc.build_server(
         [lambda s: objmgr_pb2_grpc.add_ObjectManagerServicer_to_server(servicer, s),
          lambda s: s.add_generic_rpc_handlers([TransferServicer(store).handler()])],
-        host=ns.host, port=ns.port)
+        host=ns.host, port=ns.port, control=False)  # WriteObject's chunks: the data-plane limit
     await server.start()
     await rpc.mark_serving(health, [HEALTH_NAME])
     follow = asyncio.ensure_future(servicer.follow_worker_deaths(ns.gcs_address, stop))

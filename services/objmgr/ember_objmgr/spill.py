@@ -43,7 +43,7 @@ class Spiller:
 
     def _attrs(self, object_id: bytes, size: int) -> dict[str, Any]:
         return {"ember.object_id": object_id.hex(), "ember.object.size": size,
-                "ember.node_id": tracing.node_id or None, "ember.spill.uri": self.uri}
+                "ember.node_id": tracing.node_id() or None, "ember.spill.uri": self.uri}
 
     def _write(self, object_id: bytes, data: memoryview) -> str:
         path = self.path(object_id)

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ember_common.rpc import DataLoss, NotFound, ResourceExhausted
+from ember_common.shm_prefault import Prefaulter, populate
 
 from .allocator import ArenaAllocator
 from .spill import Spiller, SpillError, SpillReadError
@@ -29,7 +30,6 @@ from .spill import Spiller, SpillError, SpillReadError
 DEAD_OWNERS_KEPT = 4096
 
 log = logging.getLogger(__name__)
-_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
 __all__ = ["DataLoss", "Entry", "ObjectStore"]  # DataLoss (the kit's): a spill file cannot be read back
@@ -48,6 +48,9 @@ class Entry:
     spill_path: str = ""
     last_access: float = field(default_factory=time.monotonic)
     creator: str = ""  # the process writing it (until sealed): its death aborts the write
+    # Allocated outside the full arena (Ray's fallback allocation): a file of its own, mapped.
+    fallback_path: str = ""
+    fallback: mmap.mmap | None = field(default=None, repr=False)
 
     @property
     def pinned(self) -> bool:
@@ -55,18 +58,26 @@ class Entry:
 
 
 class ObjectStore:
-    def __init__(self, store_dir: str, capacity_bytes: int, spill_uri: str | None = None) -> None:
+    """The arena's pages stay resident: its first `prefault_bytes` are populated on a
+    background thread from start-up, the rest when first allocated, and freed space is reused
+    as it is (never punched out of the file), so a put into it takes no page fault here."""
+
+    def __init__(self, store_dir: str, capacity_bytes: int, spill_uri: str | None = None,
+                 prefault_bytes: int = 0, fallback_dir: str = "") -> None:
         self.store_dir = store_dir
+        self.fallback_dir = fallback_dir or os.path.join(store_dir, "fallback")
+        self.fallback_bytes = 0
         os.makedirs(store_dir, exist_ok=True)
         self.alloc = ArenaAllocator(capacity_bytes)
         self.capacity = self.alloc.capacity
         self.arena_path = os.path.join(store_dir, "arena")
-        with open(self.arena_path, "wb") as f:
+        fd = os.open(self.arena_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with open(fd, "wb") as f:  # 0600: it holds every put() payload of this node
             f.truncate(max(self.capacity, 1))
         with open(self.arena_path, "r+b") as f:
             self._map = mmap.mmap(f.fileno(), max(self.capacity, 1))
         self.view = memoryview(self._map)
-        self._populated = 0  # arena bytes below this are backed by pages in our mapping
+        self.prefaulter = Prefaulter(self._map, prefault_bytes, self.arena_path).start()
         self.spiller = Spiller(spill_uri or os.path.join(store_dir + "-spill"))
         self.spill_uri = self.spiller.uri
         self.objects: dict[bytes, Entry] = {}
@@ -77,22 +88,56 @@ class ObjectStore:
     def create(self, object_id: bytes, size: int, owner: str, primary: bool = True,
                creator: str = "") -> int:
         """Reserves space for an object that `creator` (a client id, or "" for a write this
-        process does itself) writes and then seals; returns its offset in the arena."""
+        process does itself) writes and then seals; returns its offset in the arena (-1 when the
+        full arena had no room and it got a file of its own: `buffer` reaches either)."""
         e = self.objects.get(object_id)
         if e is not None:
             if e.state == "CREATED":  # a retried Create, or a retried task writing the same return
                 e.creator = creator
                 return e.offset
             raise ValueError(f"object {object_id.hex()} already exists")
-        if size > self.capacity:
-            raise ResourceExhausted(f"object store full: an object of {size} bytes is larger than "
-                                    f"the whole store ({self.capacity} bytes); raise "
-                                    "object_store_memory")
-        offset = self._allocate(size, object_id)
-        e = self.objects[object_id] = Entry(object_id, size, owner, offset, primary=primary, creator=creator)
+        e = Entry(object_id, size, owner, primary=primary, creator=creator)
+        self._place(e)
+        self.objects[object_id] = e
         if owner and owner in self.dead_owners:  # arrived after its owner died: nobody frees it
             e.freed = True  # deleted at seal, or when its last reader lets go
-        return offset
+        return e.offset
+
+    def buffer(self, e: Entry) -> memoryview:
+        """The object's bytes, writable: its range of the arena or its fallback file's mapping."""
+        if e.fallback is not None:
+            return memoryview(e.fallback)
+        return self.view[e.offset:e.offset + e.size]
+
+    def _place(self, e: Entry) -> None:
+        """Gives the object room: a range of the arena (evicting or spilling others if needed),
+        else, as Ray's fallback allocation, a file of its own with a warning."""
+        if e.size <= self.capacity:
+            try:
+                e.offset = self._allocate(e.size, e.object_id)
+                return
+            except ResourceExhausted as full:
+                why = str(full)
+        else:
+            why = f"an object of {e.size} bytes is larger than the whole store ({self.capacity} bytes)"
+        path = os.path.join(self.fallback_dir, e.object_id.hex())
+        try:
+            os.makedirs(self.fallback_dir, mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, e.size)  # reserved now: a full disk is an error, not a SIGBUS
+                e.fallback = mmap.mmap(fd, e.size)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            if os.path.isfile(path):
+                os.unlink(path)
+            raise ResourceExhausted(f"{why}; allocating it in {self.fallback_dir} instead failed "
+                                    f"too: {err.strerror or err}") from None
+        e.offset, e.fallback_path = -1, path  # not in the arena
+        self.fallback_bytes += e.size
+        log.warning("object store full (%s): object %s (%d bytes) allocated in %s instead; it stays "
+                    "there, outside object_store_memory, until freed", why, e.object_id.hex(), e.size, path)
 
     def seal(self, object_id: bytes) -> None:
         e = self._entry(object_id)
@@ -110,16 +155,12 @@ class ObjectStore:
     def _allocate(self, size: int, for_id: bytes) -> int:
         offset = self._alloc_space(size, for_id)
         end = offset + size
-        if end > self._populated:
-            # Back never-used arena pages in one go: much cheaper than a fault per page when
-            # the object's bytes arrive (pulls, remote writes), and other processes' mappings
-            # then only map existing pages.
-            start = self._populated - self._populated % mmap.PAGESIZE
-            try:
-                self._map.madvise(_MADV_POPULATE_WRITE, start, min(end, self.capacity) - start)
-            except (OSError, ValueError):
-                pass  # older kernels: pages are faulted in on first write instead
-            self._populated = end
+        if end > self.prefaulter.populated:
+            # Back the object's pages in one go (a no-op where they already are): much cheaper
+            # than a fault per page when its bytes arrive (pulls, remote writes), and other
+            # processes' mappings then only map existing pages. Older kernels fault them in on
+            # first write instead.
+            populate(self._map, offset, end)
         return offset
 
     def _alloc_space(self, size: int, for_id: bytes) -> int:
@@ -127,7 +168,8 @@ class ObjectStore:
         if offset is not None:
             return offset
         victims = sorted((e for e in self.objects.values()
-                          if e.state == "SEALED" and not e.pinned and e.object_id != for_id),
+                          if e.state == "SEALED" and not e.pinned and e.object_id != for_id
+                          and e.fallback is None),
                          key=lambda e: (e.primary, e.last_access))
         for v in victims:
             self._evict(v)
@@ -144,7 +186,7 @@ class ObjectStore:
         if e.primary:
             if not e.spill_path:
                 try:
-                    e.spill_path = self.spiller.write(e.object_id, self.view[e.offset:e.offset + e.size])
+                    e.spill_path = self.spiller.write(e.object_id, self.buffer(e))
                 except SpillError as err:
                     raise ResourceExhausted(f"object store full and spilling failed: {err}") from None
             e.state = "SPILLED"
@@ -168,13 +210,12 @@ class ObjectStore:
         return e
 
     def _restore(self, e: Entry) -> None:
-        offset = self._allocate(e.size, e.object_id)
+        self._place(e)
         try:
-            self.spiller.read_into(e.spill_path, self.view[offset:offset + e.size], e.object_id)
+            self.spiller.read_into(e.spill_path, self.buffer(e), e.object_id)
         except SpillReadError as err:
-            self.alloc.free(offset)
+            self._unplace(e)
             raise DataLoss(str(err)) from None
-        e.offset = offset
         e.state = "SEALED"
         self.spilled_bytes -= e.size
 
@@ -199,13 +240,25 @@ class ObjectStore:
 
     def _delete(self, e: Entry) -> None:
         self.objects.pop(e.object_id, None)
-        if e.offset >= 0:
-            self.alloc.free(e.offset)
-            e.offset = -1
+        self._unplace(e)
         if e.state == "SPILLED":
             self.spilled_bytes -= e.size
         if e.spill_path:
             self.spiller.delete(e.spill_path)
+
+    def _unplace(self, e: Entry) -> None:
+        """Gives back the object's room (its arena range, or its fallback file)."""
+        if e.fallback_path:
+            e.fallback = None  # unmapped once the last view of it (a transfer's) is gone
+            try:
+                os.unlink(e.fallback_path)
+            except FileNotFoundError:
+                pass
+            self.fallback_bytes -= e.size
+            e.fallback_path = ""
+        elif e.offset >= 0:
+            self.alloc.free(e.offset)
+        e.offset = -1
 
     def client_died(self, client: str) -> int:
         """Drops a dead process's pins, aborts what it was still writing and frees the objects it
@@ -242,6 +295,10 @@ class ObjectStore:
         return e is not None and e.state != "CREATED"
 
     def destroy(self) -> None:
+        self.prefaulter.stop()
+        for e in list(self.objects.values()):
+            if e.fallback_path:
+                self._unplace(e)
         try:
             self.view.release()
             self._map.close()

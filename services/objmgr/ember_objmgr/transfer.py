@@ -135,7 +135,7 @@ class TransferServicer:
             first = True
             while True:
                 n = min(CHUNK_BYTES, end - pos)
-                yield encode_chunk(store.view[e.offset + pos:e.offset + pos + n], total if first else None)
+                yield encode_chunk(store.buffer(e)[pos:pos + n], total if first else None)
                 first = False
                 pos += n
                 if pos >= end:
@@ -171,18 +171,20 @@ class Puller:
                          metadata=md)
         rest: list[asyncio.Future[Any]] = []
         created = False
-        base = pos = 0
+        pos = 0
+        buf = memoryview(b"")
         what = f"pulling {oid.hex()} from {source}"
         try:
             async for msg in _messages(first, self.stall_s, what):
                 data, total = parse_chunk(msg)
                 if not created:
-                    base = store.create(oid, total, owner, primary=False)
+                    store.create(oid, total, owner, primary=False)
+                    buf = store.buffer(store.objects[oid])
                     created = True
-                    rest = [asyncio.ensure_future(self._range(c, oid, lo, hi, base, md, what))
+                    rest = [asyncio.ensure_future(self._range(c, oid, lo, hi, buf, md, what))
                             for c, (lo, hi) in zip(calls, _ranges(FIRST_RANGE_BYTES, total, self.streams), strict=False)]
                 n = len(data)
-                store.view[base + pos:base + pos + n] = data
+                buf[pos:pos + n] = data
                 pos += n
             if not created:
                 raise NotFound(f"object {oid.hex()} is empty at {source}")
@@ -208,14 +210,14 @@ class Puller:
         for ch in chans or []:
             asyncio.ensure_future(ch.close())
 
-    async def _range(self, call: Any, oid: bytes, lo: int, hi: int, base: int, md: Any, what: str) -> None:
-        view = self.store.view
+    async def _range(self, call: Any, oid: bytes, lo: int, hi: int, buf: memoryview, md: Any,
+                     what: str) -> None:
         pos = lo
         stream = call(objmgr_pb2.ReadRangeRequest(object_id=oid, offset=lo, length=hi - lo), metadata=md)
         async for msg in _messages(stream, self.stall_s, f"{what} (range [{lo}, {hi}))"):
             data, _ = parse_chunk(msg)
             n = len(data)
-            view[base + pos:base + pos + n] = data
+            buf[pos:pos + n] = data
             pos += n
         if pos != hi:
             raise Unavailable(f"range [{lo}, {hi}) of {oid.hex()} ended at {pos}")

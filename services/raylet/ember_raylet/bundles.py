@@ -12,6 +12,7 @@ workers leased from the bundle). Every step is idempotent.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from ember_common.rpc import Infeasible, InvalidArgument
 
@@ -62,20 +63,27 @@ class Reservation:
 
 
 class BundleTable:
-    """The bundles reserved on this node, keyed by (group id, index)."""
+    """The bundles reserved on this node, by group id then index: every step costs what the
+    group it names holds, never what the node holds (a node may hold many large groups)."""
 
     def __init__(self, resources: NodeResources) -> None:
         self.resources = resources
-        self.bundles: dict[tuple[bytes, int], Reservation] = {}
+        self.groups: dict[bytes, dict[int, Reservation]] = {}
+
+    def reservations(self) -> Iterator[Reservation]:
+        """Every bundle reserved here."""
+        for group in self.groups.values():
+            yield from group.values()
 
     def prepare(self, pg_id: bytes, bundles: list[tuple[int, dict[str, float]]]) -> bool:
         """Reserves every bundle not reserved yet, or none of them (False: they do not fit now).
         InvalidArgument for a bundle whose resources are already reserved differently."""
         if not pg_id:
             raise InvalidArgument("placement_group_id is required")
+        group = self.groups.get(pg_id, {})
         new: list[tuple[int, dict[str, float]]] = []
         for index, res in bundles:
-            have = self.bundles.get((pg_id, index))
+            have = group.get(index)
             if have is None:
                 new.append((index, res))
             elif have.resources != res:
@@ -87,18 +95,20 @@ class BundleTable:
             if alloc is None:
                 for r in taken:
                     self.resources.release(r.alloc)
-                    del self.bundles[(pg_id, r.index)]
                 return False
-            r = Reservation(pg_id, index, dict(res), alloc)
-            self.bundles[(pg_id, index)] = r
-            taken.append(r)
+            taken.append(Reservation(pg_id, index, dict(res), alloc))
+        if taken:
+            group = self.groups.setdefault(pg_id, {})
+            for r in taken:
+                group[r.index] = r
         return True
 
     def commit(self, pg_id: bytes, indexes: list[int]) -> None:
         """Makes prepared bundles usable (named resources). Infeasible when one is not prepared
         here (its reservation was cancelled or this raylet restarted)."""
+        group = self.groups.get(pg_id, {})
         for index in indexes:
-            r = self.bundles.get((pg_id, index))
+            r = group.get(index)
             if r is None:
                 raise Infeasible(f"bundle {index} of group {pg_id.hex()} is not prepared on this node")
             if not r.committed:
@@ -106,31 +116,37 @@ class BundleTable:
                 self.resources.add_named(r.named)
                 r.committed = True
 
+    def _selected(self, pg_id: bytes, indexes: list[int]) -> list[Reservation]:
+        """The group's bundles here among `indexes` (all of them when empty)."""
+        group = self.groups.get(pg_id, {})
+        if not indexes:
+            return list(group.values())
+        return [group[i] for i in set(indexes) if i in group]
+
     def cancel(self, pg_id: bytes, indexes: list[int]) -> list[Reservation]:
         """Releases bundles (every bundle of the group here when indexes is empty); returns those
         released. The caller has already ended the leases that used them."""
-        keys = [k for k in self.bundles if k[0] == pg_id and (not indexes or k[1] in indexes)]
-        out = []
-        for key in keys:
-            r = self.bundles.pop(key)
+        out = self._selected(pg_id, indexes)
+        group = self.groups.get(pg_id, {})
+        for r in out:
+            del group[r.index]
             if r.committed:
                 self.resources.remove_named(r.named)
             self.resources.release(r.alloc)
-            out.append(r)
+        if not group:
+            self.groups.pop(pg_id, None)
         return out
 
     def group_resource_names(self, pg_id: bytes, indexes: list[int]) -> set[str]:
         """Names a lease uses when it runs in these bundles (all of the group's when empty)."""
         names: set[str] = set()
-        for (g, i), r in self.bundles.items():
-            if g == pg_id and (not indexes or i in indexes):
-                names |= set(named(r.resources, g, i))
+        for r in self._selected(pg_id, indexes):
+            names.update(named(r.resources, pg_id, r.index))
         return names
 
     def gpu_ids(self, pg_id: bytes, index: int) -> list[int]:
         """The GPU instances a bundle holds (index -1: every bundle of the group here)."""
         out: list[int] = []
-        for (g, i), r in sorted(self.bundles.items()):
-            if g == pg_id and (index < 0 or i == index):
-                out += r.alloc.gpu_ids
+        for r in sorted(self._selected(pg_id, [] if index < 0 else [index]), key=lambda r: r.index):
+            out += r.alloc.gpu_ids
         return out

@@ -1,4 +1,4 @@
-"""The raylet's side of the worker template (`ember._private.fork_server`): start it, ask it
+"""The raylet's side of the worker template (`ember._private.execution.fork_server`): start it, ask it
 to fork workers, follow their exits.
 
 A forked worker is the template's child, not the raylet's, so the raylet cannot wait for it;
@@ -77,7 +77,7 @@ class ForkServer:
         full.update(env)
         full["PYTHONUNBUFFERED"] = "1"
         self.logs_dir = logs_dir
-        self.popen = subprocess.Popen([python, "-m", "ember._private.fork_server"], env=full,
+        self.popen = subprocess.Popen([python, "-m", "ember._private.execution.fork_server"], env=full,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                       close_fds=True)
         err.close()

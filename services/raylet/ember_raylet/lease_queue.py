@@ -27,8 +27,10 @@ from typing import Callable
 
 from .resources import Allocation, NodeResources
 from .scheduler import DEFAULT_SPREAD_THRESHOLD, Decision, Pick, RemoteNode, capacity, decide
+from .worker_pool import kind_key, needs_gpu
 
 Clock = Callable[[], float]
+Shape = tuple[tuple[str, float], ...]  # a request's resources, sorted by name
 
 
 @dataclass
@@ -123,6 +125,16 @@ class LeaseQueue:
         """How many leases of this shape the alive nodes' totals hold (scheduler.capacity)."""
         return capacity(self.resources, self.cluster, self.node_id, resources)
 
+    def demand(self) -> tuple[dict[Shape, int], dict[Shape, int]]:
+        """The waiting requests counted by resource shape: (queued here, infeasible), for the
+        autoscaler's demand (load_report.py)."""
+        out: tuple[dict[Shape, int], dict[Shape, int]] = ({}, {})
+        for counts, reqs in zip(out, (self.waiting, self.infeasible), strict=True):
+            for req in reqs:
+                shape = tuple(sorted((k, v) for k, v in req.resources.items() if v > 0))
+                counts[shape] = counts.get(shape, 0) + 1
+        return out
+
     def why_infeasible(self, req: LeaseRequest) -> str:
         """The reason no node can run the request now."""
         return self._decide(req).reason
@@ -145,7 +157,7 @@ class LeaseQueue:
     def schedule(self, idle_workers: int | dict[str, int]) -> Schedule:
         """Hands lent resources back to resuming workers first (in order); then grants waiting
         requests that fit now, in order, up to the idle workers (a count, or counts per runtime
-        env: a request only takes a worker of its env; those that need CPUs only when no worker
+        env and kind, worker_pool.idle_by_env: a request only takes a worker of its env; those that need CPUs only when no worker
         still waits to resume); spills those that do not fit here but fit elsewhere now (never
         redirected before)."""
         out = Schedule()
@@ -166,13 +178,16 @@ class LeaseQueue:
                         self.waiting.remove(req)
                         out.spills.append(self._spill(req, d.node))
                 continue
-            if idle.get(req.env, 0) <= 0:
+            # A worker of its env that ran work of its kind (GPU or CPU-only), else a fresh one.
+            key = kind_key(req.env, needs_gpu(req.resources))
+            key = key if idle.get(key, 0) > 0 else req.env
+            if idle.get(key, 0) <= 0:
                 out.workers_wanted += 1
                 out.wanted_by_env[req.env] = out.wanted_by_env.get(req.env, 0) + 1
                 continue
             alloc = self.resources.allocate(req.resources)
             assert alloc is not None  # fits_now held
-            idle[req.env] -= 1
+            idle[key] -= 1
             self.waiting.remove(req)
             out.grants.append(Grant(req, alloc))
         return out

@@ -379,8 +379,11 @@ class Raylet:
 
     @staticmethod
     def _lendable(lease: Lease) -> dict[str, float]:
-        cpu = lease.alloc.resources.get("CPU", 0.0)
-        return {"CPU": cpu} if cpu else {}
+        """What a blocked worker lends: its CPUs, or inside a placement group its bundle's CPUs
+        (`CPU_group_<i>_<pg>` and `CPU_group_<pg>`, as Ray lends them), so a child scheduled into
+        the same bundle can run while its parent waits for it."""
+        return {k: v for k, v in lease.alloc.resources.items()
+                if v > 0 and (k == "CPU" or k.startswith("CPU_group_"))}
 
     async def notify_blocked(self, worker_id: str, blocked: bool) -> None:
         """A leased worker blocks in get/wait (its CPUs are lent to other leases) or resumes:
@@ -517,7 +520,7 @@ class Raylet:
         reply = raylet_pb2.GetNodeStatsReply(
             node_id=self.node_id, total_resources=self.resources.total,
             available_resources=self.resources.snapshot_available(), queued_leases=len(self.queue))
-        for r in self.bundles.bundles.values():
+        for r in self.bundles.reservations():
             reply.bundles.append(raylet_pb2.BundleStats(
                 placement_group_id=r.pg_id, committed=r.committed,
                 bundle=common_pb2.Bundle(index=r.index, resources=r.resources, node_id=self.node_id)))

@@ -24,15 +24,17 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import hashlib
+import io
 import json
 import logging
 import os
 import shutil
 import site
 import sys
-import zipfile
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Generic, TypeVar
+
+from . import unpack
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -206,6 +208,10 @@ class RuntimeEnvManager:
         return await self.venvs.get(key, lambda: self._build_venv(key, pip))
 
     async def _build_venv(self, key: str, pip: dict[str, Any]) -> str:
+        for p in pip.get("packages") or []:  # the client checks too; a raw client may not have
+            if not isinstance(p, str) or p.strip().startswith("-"):
+                raise SetupFailed(f"pip: {p!r} is not a requirement specifier (pip options "
+                                  f"go in 'pip_install_options' only)")
         root = os.path.join(self.cache_dir, "pip", key)
         python = os.path.join(root, "bin", "python")
         ready = os.path.join(root, ".ember-ready")
@@ -239,24 +245,16 @@ def _install_package(data: bytes, dest: str) -> None:
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     try:
         if dest.endswith(".whl"):
-            with open(tmp, "wb") as f:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as f:
                 f.write(data)
+            os.chmod(tmp, 0o644)
         else:
-            import io
-
-            os.makedirs(tmp)  # an empty package (everything excluded) is still a directory
+            os.makedirs(tmp, 0o755)  # an empty package (everything excluded) is still a directory
+            os.chmod(tmp, 0o755)
             try:
-                with zipfile.ZipFile(io.BytesIO(data)) as zf:
-                    for info in zf.infolist():
-                        target = os.path.realpath(os.path.join(tmp, info.filename))
-                        if not target.startswith(os.path.realpath(tmp) + os.sep):
-                            raise SetupFailed(f"package entry {info.filename!r} escapes the package")
-                        zf.extract(info, tmp)
-                        mode = info.external_attr >> 16 & 0o777
-                        if mode and not info.is_dir():
-                            os.chmod(target, mode)
-            except zipfile.BadZipFile as e:
-                raise SetupFailed(f"package {os.path.basename(dest)} is not a valid zip: {e}") from None
+                unpack.unpack_zip(io.BytesIO(data), tmp, os.path.basename(dest))
+            except unpack.UnpackError as e:
+                raise SetupFailed(str(e)) from None
         try:
             os.rename(tmp, dest)
         except OSError:

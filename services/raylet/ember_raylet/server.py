@@ -1,5 +1,6 @@
-"""The raylet gRPC service and process: serves leases, registers the node with the GCS,
-heartbeats, follows the cluster view, and forwards worker output (log monitor)."""
+"""The raylet gRPC service and process: serves leases and the node's log files (log_service),
+registers the node with the GCS, heartbeats, follows the cluster view, and forwards worker
+output (log monitor)."""
 from __future__ import annotations
 
 import asyncio
@@ -9,14 +10,16 @@ import socket
 import time
 from typing import Any, Callable
 
-from ember_common import backoff, metrics, resources, rpc, service
+from ember_common import backoff, kv_parts, metrics, resources, rpc, service
 from ember_common.config import get_config
 from ember_common.gcs_client import GcsClient
-from ember_common.proto import common_pb2, gcs_pb2, raylet_pb2, raylet_pb2_grpc
+from ember_common.proto import common_pb2, gcs_pb2, logs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 from ember_common.rpc import rpc_errors
 from ember_common.settings import RayletSettings
 
+from . import load_report
 from .log_monitor import LogMonitor
+from .log_service import LogServiceServicer, StartedWorkers, WorkerPids
 from .raylet import Raylet
 from .worker_ledger import KV_NAMESPACE, LedgerWriter, WorkerLedger, ledger_key
 from .worker_pool import WorkerState
@@ -26,14 +29,16 @@ HEALTH_NAME = raylet_pb2.DESCRIPTOR.services_by_name["Raylet"].full_name  # "emb
 
 
 class RayletServicer(raylet_pb2_grpc.RayletServicer):
-    def __init__(self, raylet: Raylet, stop: asyncio.Event) -> None:
+    def __init__(self, raylet: Raylet, stop: asyncio.Event, pids: WorkerPids | None = None) -> None:
         self.raylet = raylet
         self.stop = stop
+        self.pids = pids or WorkerPids()  # for the log service: a worker's output by its pid
 
     @rpc_errors
     async def RegisterWorker(self, request: raylet_pb2.RegisterWorkerRequest, context: rpc.Context) -> Any:
         r = self.raylet
         r.register_worker(request.worker_id, request.pid, request.port)
+        self.pids.add(request.pid, request.worker_id)
         return raylet_pb2.RegisterWorkerReply(node_id=r.node_id, gcs_address=r.gcs_address,
                                               objmgr_address=r.objmgr_address, store_dir=r.store_dir,
                                               session_dir=r.session_dir)
@@ -209,9 +214,12 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
                     store_dir=ns.store_dir, session_dir=ns.session_dir, node_ip=ns.node_ip,
                     num_prestart_workers=ns.num_prestart_workers, runtime_env_dir=ns.runtime_env_dir)
     register_metrics(raylet)
+    pids = WorkerPids()
     server, port, health = rpc.build_server(
-        [lambda s: raylet_pb2_grpc.add_RayletServicer_to_server(RayletServicer(raylet, stop), s)],
-        host=ns.host, port=ns.port)
+        [lambda s: raylet_pb2_grpc.add_RayletServicer_to_server(RayletServicer(raylet, stop, pids), s),
+         lambda s: logs_pb2_grpc.add_LogServiceServicer_to_server(
+             LogServiceServicer(raylet.logs_dir, raylet.node_id, pids, stop), s)],
+        host=ns.host or rpc.bind_host(ns.node_ip), port=ns.port)
     await server.start()
     raylet.address = f"{ns.node_ip}:{port}"
     node = common_pb2.NodeInfo(
@@ -220,15 +228,23 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
         available_resources=raylet.resources.snapshot_available(), start_time=time.time(),
         is_head=ns.head, store_dir=ns.store_dir, object_store_memory=ns.object_store_memory_bytes)
     link = GcsLink(raylet, node)
-    raylet.runtime_envs.kv_get = lambda uri: link.gcs.internal_kv_get("runtime_env", uri.encode(),
-                                                                      timeout_s=60)
+    async def kv_get(uri: str) -> bytes | None:  # a package, stored whole or in parts (kv_parts)
+        stored = await link.gcs.internal_kv_get("runtime_env", uri.encode(), timeout_s=60)
+        keys = None if stored is None else kv_parts.parts_of(uri.encode(), stored)
+        if stored is None or keys is None:
+            return stored
+        parts = [await link.gcs.internal_kv_get("runtime_env", k, timeout_s=60) for k in keys]
+        return kv_parts.join(stored, parts)
+
+    raylet.runtime_envs.kv_get = kv_get
     raylet.runtime_envs.on_failure = lambda: rpc.best_effort(link.gcs.internal_kv_put(
         "runtime_env", f"failures/{ns.node_id}".encode(),
         json.dumps(raylet.runtime_envs.failures[-5:]).encode(), timeout_s=10))
     ledger = WorkerLedger()
     writer = LedgerWriter(ledger, lambda blob: link.gcs.internal_kv_put(
         KV_NAMESPACE, ledger_key(ns.node_id), blob, timeout_s=10))
-    raylet.new_worker_id = ledger.take_id
+    started = StartedWorkers()
+    raylet.new_worker_id = lambda: started.add(ledger.take_id())
 
     def on_worker_death(worker_id: str, reason: str) -> None:
         link.report_worker_death(worker_id, reason)
@@ -242,9 +258,17 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
     raylet._prestart()
     loops = [asyncio.ensure_future(c) for c in (
         raylet.reap_workers(stop), raylet.check_infeasible(stop), link.heartbeat_loop(stop),
-        link.follow_nodes(stop), writer.run(stop))]
+        link.follow_nodes(stop), writer.run(stop),
+        load_report.report_loop(raylet, ns.gcs_address, 2 * cfg.heartbeat_period_s,
+                                max(2 * cfg.heartbeat_period_s, cfg.node_death_timeout_s / 3), raylet.clock, stop))]
+    own = [f"{svc}-{ns.node_id[:8]}.{ext}" for svc in ("raylet", "objmgr") for ext in ("out", "err")]
+    if ns.head:  # the head's raylet rotates the output of the cluster's services started there
+        own += [f"{svc}.{ext}" for svc in ("gcs", "dashboard") for ext in ("out", "err")]
     monitor = LogMonitor(raylet.logs_dir, raylet.node_id, link.publish_logs,
-                         lambda wid: raylet.workers[wid].pid if wid in raylet.workers else None)
+                         lambda wid: raylet.workers[wid].pid if wid in raylet.workers else None,
+                         max_lines_per_s=cfg.log_to_driver_max_lines_per_s, max_bytes=cfg.log_max_bytes,
+                         backup_count=cfg.log_backup_count, own_files=tuple(own),
+                         mine=started.__contains__)
     loops.append(asyncio.ensure_future(monitor.run(stop)))
     await rpc.mark_serving(health, [HEALTH_NAME])
     await service.advertise_metrics(ns.gcs_address, f"raylet/{ns.node_id}", ns.node_ip)

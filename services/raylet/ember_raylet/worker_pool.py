@@ -9,6 +9,10 @@ processes, no sockets): events in, decisions out, an injected clock.
 - Pooled per runtime env: every worker belongs to one env (its hash; "" for none), chosen when
   it starts (`add_starting(id, env)`); `take_idle(shape, env)` only hands out a worker of that
   env, and `to_start(waiting, env)` counts start-ups per env (prestarted workers have none).
+- GPU and CPU workers apart (as Ray's pool keys workers by "is GPU"): a worker that ran a
+  task needing GPUs is only leased again for GPU work, one that ran CPU-only work only for
+  CPU-only work; a fresh worker goes to either. `idle_by_env()` counts idle workers under
+  `kind_key(env, gpu)` once their kind is known, under `env` while fresh.
 - Idle reaping: workers idle longer than `idle_timeout_s` beyond the `num_prestart` kept
   alive are killed (`tick`).
 """
@@ -22,6 +26,16 @@ from ember_common.rpc import NotFound
 
 Clock = Callable[[], float]
 Shape = tuple[tuple[str, float], ...]
+
+
+def kind_key(env: str, gpu: bool) -> str:
+    """The idle-count key of workers of runtime env `env` that ran GPU (or CPU-only) work."""
+    return f"{env}|{'gpu' if gpu else 'cpu'}"
+
+
+def needs_gpu(resources: dict[str, float] | Shape) -> bool:
+    """Whether a request (resources or shape) asks for GPUs."""
+    return dict(resources).get("GPU", 0.0) > 0
 
 
 def shape_of(resources: dict[str, float]) -> Shape:
@@ -44,6 +58,7 @@ class PoolWorker:
     port: int = 0
     shape: Shape = ()
     env: str = ""  # runtime env hash ("": none)
+    gpu: bool | None = None  # ran GPU work (True) or CPU-only work (False); None: fresh
 
 
 @dataclass(frozen=True)
@@ -75,11 +90,12 @@ class WorkerPool:
                    if w.state is state and (env is None or w.env == env))
 
     def idle_by_env(self) -> dict[str, int]:
-        """Idle workers per runtime env hash."""
+        """Idle workers per runtime env hash (fresh ones) and per `kind_key` (used ones)."""
         out: dict[str, int] = {}
         for wid in self._idle:
-            env = self.workers[wid].env
-            out[env] = out.get(env, 0) + 1
+            w = self.workers[wid]
+            key = w.env if w.gpu is None else kind_key(w.env, w.gpu)
+            out[key] = out.get(key, 0) + 1
         return out
 
     def alive(self) -> int:
@@ -108,15 +124,20 @@ class WorkerPool:
         self._set_idle(w)
 
     def take_idle(self, shape: Shape, env: str = "") -> PoolWorker | None:
-        """Leases an idle worker of runtime env `env`, preferring one that last ran `shape`;
-        None if none of that env is idle (a worker of another env is never handed out)."""
-        mine = [wid for wid in self._idle if self.workers[wid].env == env]
+        """Leases an idle worker of runtime env `env` of the shape's kind (GPU or not), else a
+        fresh one, preferring one that last ran `shape`; None if there is none (a worker of
+        another env or kind is never handed out)."""
+        gpu = needs_gpu(shape)
+        mine = [wid for wid in self._idle if self.workers[wid].env == env
+                and self.workers[wid].gpu == gpu]
+        mine = mine or [wid for wid in self._idle if self.workers[wid].env == env
+                        and self.workers[wid].gpu is None]
         if not mine:
             return None
         pick = next((wid for wid in reversed(mine) if self.workers[wid].shape == shape), mine[-1])
         self._idle.remove(pick)
         w = self.workers[pick]
-        w.state, w.since_s, w.shape = WorkerState.LEASED, self.clock(), shape
+        w.state, w.since_s, w.shape, w.gpu = WorkerState.LEASED, self.clock(), shape, gpu
         return w
 
     def returned(self, worker_id: str) -> None:

@@ -64,7 +64,7 @@ class Lease:
 def spawn_worker(worker_id: str, logs_dir: str, env_vars: dict[str, str], *,
                  python: str = sys.executable, cwd: str | None = None,
                  runtime_env_vars: dict[str, str] | None = None) -> WorkerProc:
-    """Starts `python -m ember._private.worker_main` with the node's addresses in its
+    """Starts `python -m ember._private.execution.worker_main` with the node's addresses in its
     environment, its output in logs_dir/worker-<id>.out/.err. A worker of a runtime env runs
     on that env's python (a pip virtualenv), in its working_dir, with its variables (which
     never override the node's addresses)."""
@@ -75,7 +75,7 @@ def spawn_worker(worker_id: str, logs_dir: str, env_vars: dict[str, str], *,
     os.makedirs(logs_dir, exist_ok=True)
     out = open(os.path.join(logs_dir, f"worker-{worker_id}.out"), "ab")
     err = open(os.path.join(logs_dir, f"worker-{worker_id}.err"), "ab")
-    popen = subprocess.Popen([python, "-m", "ember._private.worker_main"], env=env, cwd=cwd,
+    popen = subprocess.Popen([python, "-m", "ember._private.execution.worker_main"], env=env, cwd=cwd,
                              stdout=out, stderr=err, stdin=subprocess.DEVNULL, close_fds=True)
     out.close()
     err.close()

@@ -134,7 +134,7 @@ async function placementGroups() {
 
 // ------------------------------------------------------------------ serve
 async function serve() {
-  const s = await getJSON("/api/serve/applications/");
+  const s = await getJSON("/api/serve/overview");
   const apps = Object.entries(s.applications).map(([name, a]) => {
     const deps = Object.values(a.deployments).map(d => `${esc(d.name)}: ${st(d.status)} ` +
       Object.entries(d.replica_states).map(([k, v]) => `${esc(k)}×${v}`).join(", ")).join("<br>");
@@ -149,19 +149,26 @@ async function serve() {
 }
 
 // ------------------------------------------------------------------ logs
-let currentLog = null;
+let currentLog = null;  // {node, name}
 async function logs() {
   const d = await getJSON("/api/logs");
-  const rows = d.files.map(f => `<tr data-id="${esc(f.name)}"><td><a href="#/logs" class="log-link" data-name="${esc(f.name)}">${esc(f.name)}</a></td>` +
-    `<td>${f.size}</td><td>${new Date(f.mtime * 1000).toLocaleTimeString()}</td></tr>`);
+  const rows = [];
+  for (const n of d.nodes) {
+    const node = `<td class="mono">${esc(n.node_id.slice(0, 12))}${n.is_head ? " (head)" : ""}</td><td>${esc(n.node_ip)}</td>`;
+    if (n.error) rows.push(`<tr data-id="${esc(n.node_id)}">${node}<td colspan="3" class="error">${esc(n.error)}</td></tr>`);
+    for (const f of n.files) {
+      rows.push(`<tr data-id="${esc(n.node_id)}/${esc(f.name)}">${node}<td><a href="#/logs" class="log-link" data-node="${esc(n.node_id)}" data-name="${esc(f.name)}">${esc(f.name)}</a></td>` +
+        `<td>${f.size}</td><td>${new Date(f.mtime * 1000).toLocaleTimeString()}</td></tr>`);
+    }
+  }
   let body = "";
   if (currentLog) {
-    const r = await fetch(`/api/logs/file?name=${encodeURIComponent(currentLog)}&lines=500`);
-    body = `<h3 id="log-name">${esc(currentLog)}</h3><pre class="log" id="log-text">${esc(await r.text())}</pre>`;
+    const r = await fetch(`/api/logs/file?node_id=${encodeURIComponent(currentLog.node)}&name=${encodeURIComponent(currentLog.name)}&lines=500`);
+    body = `<h3 id="log-name">${esc(currentLog.name)} <span class="muted mono">node ${esc(currentLog.node.slice(0, 12))}</span></h3><pre class="log" id="log-text">${esc(await r.text())}</pre>`;
   }
-  setPage(`<h2>Logs</h2><p class="muted">${esc(d.dir || "the head node's logs are not on this machine")}</p>` + body +
-    table("logs-table", ["File", "Bytes", "Modified"], rows));
-  for (const a of document.querySelectorAll("a.log-link")) a.onclick = (e) => { e.preventDefault(); currentLog = a.dataset.name; route(); };
+  setPage(`<h2>Logs</h2><p class="muted">every node's log directory, read through its raylet</p>` + body +
+    table("logs-table", ["Node", "IP", "File", "Bytes", "Modified"], rows));
+  for (const a of document.querySelectorAll("a.log-link")) a.onclick = (e) => { e.preventDefault(); currentLog = {node: a.dataset.node, name: a.dataset.name}; route(); };
 }
 
 // ------------------------------------------------------------------ metrics
