@@ -17,8 +17,19 @@ import pytest
 def _store_dirs() -> set[str]:
     """Object store arenas and spill directories of sessions this test process started."""
     mine = f"session_*_{os.getpid()}_*"
-    return (set(glob.glob(f"/dev/shm/ember-store/{mine}/*"))
-            | set(glob.glob(f"/tmp/ember-sessions/{mine}/spill/*")))
+    return (set(glob.glob(f"/dev/shm/ember-store-{os.geteuid()}/{mine}/*"))
+            | set(glob.glob(f"/tmp/ember-{os.geteuid()}/{mine}/spill/*")))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def small_prefault():
+    """The suite starts about a hundred clusters, most with a default-sized store; each would
+    populate 2 GiB of arena (seconds of CPU) that no test of theirs uses. The prefault itself is
+    tested with the default in test_store_resident.py and test_store_prefault.py."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EMBER_OBJECT_STORE_PREFAULT_BYTES", str(256 * 2**20))
+    yield
+    mp.undo()
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -37,6 +48,20 @@ def auth_home(tmp_path_factory):
     auth.reset()
 
 
+def _cmd(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline()[:4])
+    except psutil.Error:  # gone, or a zombie, meanwhile
+        return "?"
+
+
+def _live(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:  # exited between the listing and the look
+        return False
+
+
 @pytest.fixture(autouse=True, scope="module")
 def no_leaks(auth_home):
     before_dirs = _store_dirs()
@@ -44,15 +69,15 @@ def no_leaks(auth_home):
     me = psutil.Process()
     deadline = time.monotonic() + 10
     while True:
-        alive = [p for p in me.children(recursive=True)
-                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in me.children(recursive=True) if _live(p)]
         leaked_dirs = _store_dirs() - before_dirs
         if (not alive and not leaked_dirs) or time.monotonic() > deadline:
             break
         time.sleep(0.1)
+    leaked = [(p.pid, _cmd(p)) for p in alive]
     for p in alive:
         p.kill()
-    assert not alive, f"processes leaked: {[(p.pid, ' '.join(p.cmdline()[:4])) for p in alive]}"
+    assert not alive, f"processes leaked: {leaked}"
     assert not leaked_dirs, f"object store dirs leaked: {sorted(leaked_dirs)}"
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ember import actor, exceptions, util  # util after actor: ember.util imports ember.actor
-from ember._private.generator import ObjectRefGenerator
-from ember._private.object_ref import ObjectRef
-from ember._private.remote_function import RemoteFunction
-from ember._private.runtime_context import get_runtime_context
+from ember._private.api.remote_function import RemoteFunction
+from ember._private.api.runtime_context import get_runtime_context
+from ember._private.objects.object_ref import ObjectRef
+from ember._private.owner.generator import ObjectRefGenerator
 from ember._private.worker import (
     available_resources,
     cancel,
@@ -43,7 +43,7 @@ __all__ = [
 
 # Libraries load on first use (`ember.data`, `ray.train.report`, ...), so a worker or a service
 # never pays for libraries it does not use.
-_LAZY_SUBMODULES = ("data", "experimental", "runtime_env", "serve", "train", "tune")
+_LAZY_SUBMODULES = ("dag", "data", "experimental", "runtime_env", "serve", "train", "tune")
 
 
 def __getattr__(name: str) -> Any:

@@ -15,22 +15,26 @@ import asyncio
 import functools
 import logging
 import os
+import threading
+import types
 from typing import Any
 
-from ember._private import placement_groups as pg_door
-from ember._private import scheduling, signatures
-from ember._private.actor_options import STREAMING, check_name, concurrency_groups, method, method_table
-from ember._private.executor import ActorExit
-from ember._private.object_ref import ObjectRef, OwnerAddress
-from ember._private.options import ACTOR_OPTIONS, resource_request, validate
+from ember._private.doors import placement_groups as pg_door
+from ember._private.api import scheduling, signatures
+from ember._private.api.actor_options import (STREAMING, call_retries, check_name, concurrency_groups, method,
+                                              method_retries, method_table)
+from ember._private.execution.executor import ActorExit
+from ember._private.objects.object_ref import ObjectRef, OwnerAddress
+from ember._private.api.options import ACTOR_OPTIONS, resource_request, validate
 from ember._private.runtime_env import context as runtime_env
-from ember._private.remote_function import (
+from ember._private.api.remote_function import (
     build_args,
     by_reference,
     hand_over,
     import_object,
 )
-from ember._private.task_queue import TaskEntry
+from ember._private.owner.task_errors import split as split_retry_exceptions
+from ember._private.owner.task_queue import TaskEntry
 from ember_common import ids, rpc, tracing
 from ember_common.proto import common_pb2
 
@@ -47,12 +51,21 @@ class ActorClass:
         if lifetime not in (None, "detached", "non_detached"):
             raise ValueError(f"lifetime must be 'detached' or 'non_detached', got {lifetime!r}")
         check_name(options.get("name"))
+        mpc = options.get("max_pending_calls")
+        if mpc is None:
+            mpc = -1
+        if isinstance(mpc, bool) or not isinstance(mpc, int) or not (mpc == -1 or mpc > 0):
+            raise ValueError(f"max_pending_calls must be -1 (no limit) or an int > 0, got {mpc!r}")
+        if options.get("get_if_exists") and not options.get("name"):
+            raise ValueError(f"get_if_exists=True for actor class {cls.__name__} needs a name "
+                             "(the actor name must be specified to use get_if_exists)")
         mc = options.get("max_concurrency")
         if mc is not None and (not isinstance(mc, int) or mc < 1):
             raise ValueError(f"max_concurrency must be an int >= 1, got {mc!r}")
         self._cls = cls
         self._options = options
         self._methods = method_table(cls)
+        self._retries = method_retries(cls)  # per-method max_task_retries / retry_exceptions
         self._groups = concurrency_groups(options.get("concurrency_groups"), cls.__name__)
         for m in self._methods:
             if m.concurrency_group and m.concurrency_group not in self._groups:
@@ -70,6 +83,21 @@ class ActorClass:
             return (import_object, target)
         return (ActorClass, (self._cls, self._options))
 
+    def __getattr__(self, name: str) -> Any:
+        """The user class's own attributes (constants, classmethods, staticmethods) read through
+        the actor class, as Ray's ActorClass inherits them; dunder names are not forwarded."""
+        if name.startswith("__") or name == "_cls":
+            raise AttributeError(name)
+        try:
+            value = getattr(self._cls, name)
+        except AttributeError:
+            raise AttributeError(f"actor class {self.__name__!r} has no attribute {name!r}") from None
+        # A plain function (a method, a staticmethod) comes back wrapped: cloudpickle, pickling
+        # the class by value, looks its methods up by qualified name through this attribute, and
+        # finding the very function there would pickle it by reference (its worker would then
+        # import the whole defining module).
+        return functools.partial(value) if isinstance(value, types.FunctionType) else value
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"Actors cannot be instantiated directly. Instead of '{self.__name__}()', "
                         f"use '{self.__name__}.remote()'.")
@@ -82,11 +110,18 @@ class ActorClass:
 
         return _create(_w.global_worker(), self, args, kwargs)
 
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A ClassNode of a lazy graph (ember.dag): the actor is created on dag.execute()."""
+        from ember.dag.class_node import ClassNode
+
+        return ClassNode(self, args, kwargs, dict(self._options))
+
 
 def _place(core: Any, ac: ActorClass, spec: common_pb2.TaskSpec, opts: dict[str, Any]) -> None:
     """Writes the actor's placement into its creation spec: a placement group bundle (the GCS
     leases inside it, also on restarts), or the node the GCS asks first (node affinity, SPREAD
-    in turn over the alive nodes). Hard affinity to a dead or unknown node is a ValueError."""
+    in turn over the alive nodes). Hard affinity to a dead or unknown node raises
+    ActorUnschedulableError (at creation: Ray raises it at the first call's get)."""
     parent_pg, parent_capture = b"", False
     if core.executor is not None and scheduling.needs_context(opts):
         parent_pg, parent_capture = pg_door.current()
@@ -108,8 +143,11 @@ def _place(core: Any, ac: ActorClass, spec: common_pb2.TaskSpec, opts: dict[str,
             spec.actor_creation.owner_node_id = p.node_id
         elif not p.soft:
             state = "unknown to the cluster" if p.node_id not in nodes else "dead"
-            raise ValueError(f"{what} cannot be scheduled: NodeAffinitySchedulingStrategy("
-                             f"soft=False) names node {p.node_id}, which is {state}")
+            from ember.exceptions import ActorUnschedulableError
+
+            raise ActorUnschedulableError(f"{what} cannot be scheduled: NodeAffinity"
+                                          f"SchedulingStrategy(soft=False) names node "
+                                          f"{p.node_id}, which is {state}")
 
 
 _spread_next = 0
@@ -154,7 +192,7 @@ def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any
             methods=ac._methods, owner_node_id=core.node_id, concurrency_groups=ac._groups))
     _place(core, ac, spec, opts)
     if tracing.enabled():
-        tracing.inject(spec.trace_context)
+        tracing.inject_task(spec)
     md = tracing.metadata()
     try:
         core.gcs_call(lambda: core.gcs.register_actor(spec, timeout_s=30, metadata=md))
@@ -164,7 +202,7 @@ def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any
         raise ValueError(str(e)) from None
     return ActorHandle(spec.actor_id, ac.__name__, list(ac._methods), max_task_retries,
                        None if spec.actor_creation.detached else _own_handles(core, spec),
-                       tuple(ac._groups), sigs)
+                       tuple(ac._groups), sigs, opts.get("max_pending_calls") or -1, ac._retries)
 
 
 def _own_handles(core: Any, spec: common_pb2.TaskSpec) -> ObjectRef:
@@ -213,8 +251,14 @@ class ActorHandle:
     def __init__(self, actor_id: bytes, class_name: str, methods: list[common_pb2.ActorMethod],
                  max_task_retries: int, ref: ObjectRef | None = None,
                  groups: tuple[str, ...] = (),
-                 method_signatures: dict[str, signatures.Signature] | None = None) -> None:
+                 method_signatures: dict[str, signatures.Signature] | None = None,
+                 max_pending_calls: int = -1,
+                 method_retries: dict[str, dict[str, Any]] | None = None) -> None:
+        self._ember_retries = method_retries or {}  # @ember.method(max_task_retries=...) per name
         self._ember_signatures = method_signatures or {}  # checked at submission when known
+        # Calls of this actor this process may have unfinished at once (-1: no limit); one
+        # more raises PendingCallsLimitExceeded (Ray's max_pending_calls).
+        self._ember_max_pending_calls = max_pending_calls
         self._ember_actor_id = actor_id
         self._ember_class_name = class_name
         self._ember_methods = {m.name: m for m in methods}
@@ -233,7 +277,7 @@ class ActorHandle:
         m = self._ember_methods.get(name)
         if m is None:
             raise AttributeError(f"'{self._ember_class_name}' object has no attribute '{name}'")
-        return ActorMethod(self, m, m.num_returns, m.concurrency_group)
+        return ActorMethod(self, m, m.num_returns, m.concurrency_group, self._ember_retries.get(name))
 
     def __repr__(self) -> str:
         return f"Actor({self._ember_class_name}, {self._ember_actor_id.hex()})"
@@ -248,19 +292,24 @@ class ActorHandle:
         return (_rebuild_handle, (self._ember_actor_id, self._ember_class_name,
                                   [m.SerializeToString() for m in self._ember_methods.values()],
                                   self._ember_max_task_retries, self._ember_ref,
-                                  self._ember_groups, self._ember_signatures))
+                                  self._ember_groups, self._ember_signatures,
+                                  self._ember_max_pending_calls, self._ember_retries))
 
 
 def _rebuild_handle(actor_id: bytes, class_name: str, methods: list[bytes], retries: int,
                     ref: ObjectRef | None = None, groups: tuple[str, ...] = (),
-                    sigs: dict[str, signatures.Signature] | None = None) -> ActorHandle:
+                    sigs: dict[str, signatures.Signature] | None = None,
+                    max_pending_calls: int = -1,
+                    method_retries: dict[str, dict[str, Any]] | None = None) -> ActorHandle:
     return ActorHandle(actor_id, class_name, [common_pb2.ActorMethod.FromString(m) for m in methods],
-                       retries, ref, groups, sigs)
+                       retries, ref, groups, sigs, max_pending_calls, method_retries)
 
 
 class ActorMethod:
     def __init__(self, handle: ActorHandle, meta: common_pb2.ActorMethod | bytes,
-                 num_returns: int, concurrency_group: str = "") -> None:
+                 num_returns: int, concurrency_group: str = "",
+                 retries: dict[str, Any] | None = None) -> None:
+        self._retries = retries or {}  # max_task_retries / retry_exceptions of its calls
         self._handle = handle
         self._meta = common_pb2.ActorMethod.FromString(meta) if isinstance(meta, bytes) else meta
         self._num_returns = num_returns
@@ -268,7 +317,7 @@ class ActorMethod:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ActorMethod, (self._handle, self._meta.SerializeToString(), self._num_returns,
-                              self._group))
+                              self._group, self._retries))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"Actor methods cannot be called directly. Instead of "
@@ -276,7 +325,8 @@ class ActorMethod:
 
     def options(self, **options: Any) -> ActorMethod:
         for k in options:
-            if k not in ("num_returns", "name", "concurrency_group"):
+            if k not in ("num_returns", "name", "concurrency_group", "max_task_retries",
+                         "retry_exceptions"):
                 raise ValueError(f"Invalid option keyword {k!r} for actor method {self._meta.name}")
         nr = options.get("num_returns", self._num_returns)
         group = options.get("concurrency_group") or self._group
@@ -285,7 +335,22 @@ class ActorMethod:
                 f"concurrency_group={group!r} for {self._handle._ember_class_name}."
                 f"{self._meta.name}: the actor has no such group (its concurrency_groups: "
                 f"{sorted(self._handle._ember_groups) or 'none'})")
-        return ActorMethod(self._handle, self._meta, STREAMING if nr == "streaming" else nr, group)
+        retries = {**self._retries, **call_retries(options, f"actor method {self._meta.name}")}
+        return ActorMethod(self._handle, self._meta, STREAMING if nr == "streaming" else nr, group,
+                           retries)
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A ClassMethodNode of a lazy graph (ember.dag): this call, on this actor, made on
+        dag.execute()."""
+        from ember.dag.class_node import PARENT_CLASS_NODE_KEY, ClassMethodNode
+
+        options: dict[str, Any] = {}
+        if self._num_returns != self._meta.num_returns:
+            options["num_returns"] = "streaming" if self._num_returns == STREAMING else self._num_returns
+        if self._group != self._meta.concurrency_group:
+            options["concurrency_group"] = self._group
+        return ClassMethodNode(self._meta.name, args, kwargs, options,
+                               {PARENT_CLASS_NODE_KEY: self._handle})
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         from ember._private import worker as _w
@@ -305,12 +370,59 @@ class ActorMethod:
             task_id=task_id, job_id=core.job_id, name=name, args=task_args, kwarg_names=kwarg_names,
             return_ids=return_ids, actor_id=h._ember_actor_id, method_name=self._meta.name,
             caller=core.address_proto, streaming=streaming, concurrency_group=self._group)
+        retry_flag, allowlist = split_retry_exceptions(self._retries.get("retry_exceptions", False))
+        spec.retry_exceptions = retry_flag
         if tracing.enabled():
             tracing.task_submitted(spec, f"submit {name}", "ember.actor_id", h._ember_actor_id)
         if h._ember_ref is not None:  # the call keeps the actor alive until it is done
             keep.append(h._ember_ref)
-        return hand_over(core, TaskEntry(spec, keep, None), n, core.actor_submitter.submit,
-                         h._ember_max_task_retries)
+        if h._ember_max_pending_calls > 0:
+            _pending_calls.take(h._ember_actor_id, h._ember_max_pending_calls, name)
+        entry = TaskEntry(spec, keep, self._retries.get("max_task_retries"), retry_allowlist=allowlist)
+        out = hand_over(core, entry, n, core.actor_submitter.submit, h._ember_max_task_retries)
+        if h._ember_max_pending_calls > 0:
+            _pending_calls.release_when_done(h._ember_actor_id, out)
+        return out
+
+
+class _PendingCalls:
+    """Unfinished calls per actor in this process, for handles with max_pending_calls."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count: dict[bytes, int] = {}
+
+    def take(self, actor_id: bytes, limit: int, name: str) -> None:
+        """Counts one more call, or raises PendingCallsLimitExceeded at the limit."""
+        with self.lock:
+            n = self.count.get(actor_id, 0)
+            if n >= limit:
+                from ember.exceptions import PendingCallsLimitExceeded
+
+                raise PendingCallsLimitExceeded(
+                    f"{name}(): the actor has {n} calls pending from this process, its "
+                    f"max_pending_calls={limit}; wait for some to finish")
+            self.count[actor_id] = n + 1
+
+    def release(self, actor_id: bytes, *_: Any) -> None:
+        """One call finished."""
+        with self.lock:
+            n = self.count.get(actor_id, 1) - 1
+            if n > 0:
+                self.count[actor_id] = n
+            else:
+                self.count.pop(actor_id, None)
+
+    def release_when_done(self, actor_id: bytes, out: Any) -> None:
+        """Releases the call's count when its (first) result is ready or failed."""
+        ref = out[0] if isinstance(out, list) and out else out
+        if isinstance(ref, ObjectRef):
+            ref.future().add_done_callback(functools.partial(self.release, actor_id))
+        else:  # num_returns=0 or a stream: nothing to wait on, so it does not count
+            self.release(actor_id)
+
+
+_pending_calls = _PendingCalls()
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:

@@ -1,25 +1,45 @@
-"""Ember's exception tree; the names and meanings follow `ray.exceptions`.
+"""Ember's exception tree; the names, bases and meanings follow `ray.exceptions` (Ray 2.60).
 
     Exception
      └── RayError
           ├── RayTaskError            user code raised; also an instance of the user's type
           ├── RayActorError
-          │    └── ActorDiedError
+          │    ├── ActorDiedError
+          │    └── ActorUnavailableError   the actor is restarting or unreachable for now
+          ├── ActorUnschedulableError      no node can ever host the actor (hard node affinity
+          │                                to an unknown or dead node)
+          ├── TaskUnschedulableError  no node can ever satisfy the task (infeasible)
           ├── WorkerCrashedError      the worker died and retries are exhausted
+          ├── LocalRayletDiedError
           ├── NodeDiedError
           ├── TaskCancelledError
-          ├── TaskUnschedulableError  no node can ever satisfy the resources (infeasible)
           ├── RuntimeEnvSetupError    the task's or actor's runtime_env could not be set up
           ├── ObjectLostError
           │    ├── OwnerDiedError
+          │    ├── ObjectFetchTimedOutError     pulling the object from its node timed out
+          │    ├── ObjectFreedError
+          │    ├── ReferenceCountingAssertionError  (also an AssertionError)
           │    └── ObjectReconstructionFailedError      lineage could not rebuild it
           │         ├── ObjectReconstructionFailedMaxAttemptsExceededError
           │         └── ObjectReconstructionFailedLineageEvictedError
           ├── ObjectStoreFullError
+          ├── OutOfDiskError, OutOfMemoryError
           ├── GetTimeoutError         (also a TimeoutError)
+          ├── PendingCallsLimitExceeded    an actor handle's max_pending_calls is reached
+          ├── TaskPlacementGroupRemoved, ActorPlacementGroupRemoved
+          ├── PlasmaObjectNotAvailable, AsyncioActorExit, ObjectRefStreamEndOfStreamError
+          ├── UserCodeException, UnserializableException, CrossLanguageError, RpcError
+          ├── OufOfBandObjectRefSerializationException
           ├── RaySystemError          Ember itself failed (a bug or a lost service)
+          │    ├── RayChannelError
+          │    │    └── RayChannelTimeoutError  (also a TimeoutError)
+          │    └── RayCgraphCapacityExceeded
           └── AuthenticationError     the cluster rejected this process's auth token
                                       (also ember_common.rpc.AuthenticationError, a ServiceError)
+
+Each class's docstring says when Ember raises it. Classes for situations Ember has no
+counterpart of (another language's worker, compiled-graph channels, a memory monitor) say so:
+they exist so that `except ray.exceptions.X:` in a Ray program imports and means the same.
 """
 from __future__ import annotations
 
@@ -35,6 +55,13 @@ __all__ = [
     "ObjectReconstructionFailedMaxAttemptsExceededError",
     "ObjectReconstructionFailedLineageEvictedError", "ObjectStoreFullError", "GetTimeoutError", "RaySystemError",
     "EmberError", "AuthenticationError",
+    "ActorPlacementGroupRemoved", "ActorUnavailableError", "ActorUnschedulableError",
+    "AsyncioActorExit", "CrossLanguageError", "LocalRayletDiedError", "ObjectFetchTimedOutError",
+    "ObjectFreedError", "ObjectRefStreamEndOfStreamError",
+    "OufOfBandObjectRefSerializationException", "OutOfDiskError", "OutOfMemoryError",
+    "PendingCallsLimitExceeded", "PlasmaObjectNotAvailable", "RayCgraphCapacityExceeded",
+    "RayChannelError", "RayChannelTimeoutError", "ReferenceCountingAssertionError", "RpcError",
+    "TaskPlacementGroupRemoved", "UnserializableException", "UserCodeException",
 ]
 
 
@@ -244,3 +271,126 @@ class AuthenticationError(RayError, _rpc.AuthenticationError):
 
 
 _rpc.use_client_error(AuthenticationError)  # failed calls of the kit's clients raise this class
+
+
+# -- The rest of Ray's tree ------------------------------------------------------------------
+
+
+class _MessageError(RayError):
+    """A RayError built from one message (Ray's `error_message`/`message` argument)."""
+
+    def __init__(self, error_message: str = "") -> None:
+        self.error_message = error_message
+        self.message = error_message
+        super().__init__(error_message)
+
+
+class ActorUnavailableError(RayActorError):
+    """The actor cannot be reached for now (restarting, or its worker unreachable) and may be
+    again later; the call may or may not have run. Ember does not raise it: calls to a
+    restarting actor wait for its next incarnation (or fail with ActorDiedError)."""
+
+    def __init__(self, error_message: str = "", actor_id: bytes | str | None = None) -> None:
+        aid = actor_id.hex() if isinstance(actor_id, bytes) else (actor_id or "")
+        super().__init__(f"The actor {aid} is unavailable: {error_message}. The task may or may "
+                         "not have run on the actor.", actor_id=aid)
+        self.error_message = error_message
+
+
+class ActorUnschedulableError(_MessageError):
+    """No node can ever host the actor. Ember raises it from `Actor.remote()` when a hard
+    NodeAffinitySchedulingStrategy names a dead or unknown node (Ray: at the first call's get)."""
+
+    def __str__(self) -> str:
+        return f"The actor is not schedulable: {self.error_message}"
+
+
+class LocalRayletDiedError(RayError):
+    """The raylet of the task's node died. Ember reports a lost local raylet as
+    RaySystemError naming the raylet; this class is for Ray programs that catch it."""
+
+
+class OutOfDiskError(RayError):
+    """The object store is full and so is the disk it spills to (Ember reports a store it
+    cannot spill from as ObjectStoreFullError)."""
+
+
+class OutOfMemoryError(_MessageError):
+    """The node ran low on memory and killed the task's or actor's worker to free it. Ember
+    has no memory monitor that kills workers, so it does not raise it."""
+
+
+class ObjectFetchTimedOutError(ObjectLostError):
+    """Pulling the object from the node that holds it timed out. Ember raises it from `get`
+    when the last pull it tried hit its deadline."""
+
+
+class ObjectFreedError(ObjectLostError):
+    """The object was freed explicitly (internal free) while a reference was still used."""
+
+
+class ReferenceCountingAssertionError(ObjectLostError, AssertionError):
+    """The object was deleted while a reference to it still existed (a reference-counting bug)."""
+
+
+class PendingCallsLimitExceeded(RayError):
+    """The caller has max_pending_calls calls of this actor unfinished already. Ember raises
+    it from `handle.method.remote()` (the limit counts this process's calls of the actor)."""
+
+
+class TaskPlacementGroupRemoved(RayError):
+    """The placement group the task was to run in was removed."""
+
+
+class ActorPlacementGroupRemoved(RayError):
+    """The placement group the actor was to run in was removed."""
+
+
+class PlasmaObjectNotAvailable(RayError):
+    """The object was not available in the object store within the timeout."""
+
+
+class AsyncioActorExit(RayError):
+    """An async actor left through exit_actor()."""
+
+
+class ObjectRefStreamEndOfStreamError(RayError):
+    """A streaming generator has no more ObjectRefs to give."""
+
+
+class UserCodeException(RayError):
+    """Wraps an exception raised by user code (retry_exceptions still looks at its cause)."""
+
+
+class UnserializableException(RayError):
+    """The exception a task raised could not be pickled; the message carries its text."""
+
+
+class OufOfBandObjectRefSerializationException(RayError):
+    """An ObjectRef was serialized out of band (outside Ember's serializer), which Ray refuses
+    when configured to."""
+
+
+class CrossLanguageError(RayError):
+    """Raised by a worker of another language (Ember runs Python workers only)."""
+
+
+class RpcError(RayError):
+    """An error of the RPC layer; `rpc_code` is the status code when known."""
+
+    def __init__(self, message: str = "", rpc_code: int | None = None) -> None:
+        self.message = message
+        self.rpc_code = rpc_code
+        super().__init__(message)
+
+
+class RayChannelError(RaySystemError):
+    """A compiled graph's channel failed (Ember has no compiled graphs: never raised)."""
+
+
+class RayChannelTimeoutError(RayChannelError, TimeoutError):
+    """A compiled graph's channel operation timed out."""
+
+
+class RayCgraphCapacityExceeded(RaySystemError):
+    """A compiled graph has more executions in flight than its buffers hold."""

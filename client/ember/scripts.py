@@ -1,11 +1,11 @@
 """`python -m ember.scripts ...` still runs the `ember` command, whose code now lives in
-`ember._private.cli` (one module per command group); the console script is
-`ember._private.cli:main`."""
+`ember._tools.cli` (one module per command group); the console script is
+`ember._tools.cli:main`."""
 from __future__ import annotations
 
 import sys
 
-from ember._private.cli import build_parser, main
+from ember._tools.cli import build_parser, main
 
 __all__ = ["build_parser", "main"]
 

@@ -18,3 +18,14 @@ def serve_url():
     yield f"http://{host}:{port}"
     serve.shutdown()
     ember.shutdown()
+
+
+@pytest.fixture(scope="module")
+def data_cluster():
+    """An embedded cluster (4 CPUs, a 256 MiB store) for Data modules, progress bars off."""
+    import ember
+
+    ember.init(num_cpus=4, object_store_memory=256 * 2**20)
+    ember.data.DataContext.get_current().enable_progress_bars = False
+    yield ember
+    ember.shutdown()

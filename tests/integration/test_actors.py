@@ -81,7 +81,7 @@ class Counter:
         return os.getpid()
 
     def reconstructed(self):
-        return ember.get_runtime_context().was_current_actor_reconstructed()
+        return ember.get_runtime_context().was_current_actor_reconstructed
 
 
 # ---------------------------------------------------------------------------------- seed article
@@ -516,7 +516,7 @@ def test_call_in_flight_is_retried_on_restarted_actor(ray_start, tmp_path):
             with open(marker, "a") as f:
                 f.write(f"{os.getpid()}\n")
             time.sleep(2)
-            return os.getpid(), ember.get_runtime_context().was_current_actor_reconstructed()
+            return os.getpid(), ember.get_runtime_context().was_current_actor_reconstructed
 
     s = Slow.remote()
     try:
@@ -644,6 +644,43 @@ def test_actor_pool_map_map_unordered_submit(ray_start):
         assert not pool.has_next()
         with pytest.raises(StopIteration):
             pool.get_next()
+    finally:
+        _kill_all(*actors)
+
+
+@ember.remote
+class Recorder:
+    def __init__(self):
+        self.seen = []
+
+    def work(self, v):
+        self.seen.append(v)
+        return v
+
+    @ember.method(num_returns=2)
+    def pair(self, v):
+        return v, -v
+
+    def seen_values(self):
+        return list(self.seen)
+
+
+def test_actor_pool_map_starts_work_at_once_and_takes_multi_return_methods(ray_start):
+    """As Ray's: map() gives each idle actor a value before the caller reads a result (the rest
+    wait for a free actor), and a method with num_returns=2 yields one [a, b] list per value,
+    in order or unordered."""
+    from ember.util import ActorPool
+
+    actors = [Recorder.remote() for _ in range(2)]
+    try:
+        pool = ActorPool(actors)
+        results = pool.map(lambda a, v: a.work.remote(v), range(6))  # nothing read yet
+        wait_for(lambda: sorted(sum(ember.get([a.seen_values.remote() for a in actors], timeout=T), []))
+                 == [0, 1], timeout_s=20, what="each idle actor given a value before the first read")
+        assert list(results) == list(range(6))
+        assert list(pool.map(lambda a, v: a.pair.remote(v), [1, 2, 3])) == [[1, -1], [2, -2], [3, -3]]
+        got = list(pool.map_unordered(lambda a, v: a.pair.remote(v), [4, 5, 6]))
+        assert sorted(got) == [[4, -4], [5, -5], [6, -6]]
     finally:
         _kill_all(*actors)
 

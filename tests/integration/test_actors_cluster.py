@@ -10,9 +10,9 @@ import textwrap
 import pytest
 
 import ember
+from ember.testing import EtcdProcess, LocalCluster, wait_for
 from ember_common.gcs_client import SyncGcsClient
 from ember_common.proto import common_pb2
-from ember.testing import EtcdProcess, LocalCluster, wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.etcd]
 

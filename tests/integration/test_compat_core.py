@@ -118,3 +118,31 @@ def test_runtime_context_inside_tasks_and_actors(cluster):
     a_job, a_id, a_ns = ray.get(w.ctx.remote())
     assert a_job == driver.get_job_id() and a_id == w._actor_id.hex() and a_ns == "compat-ns"
     assert ember.get(ember.remote(lambda: 7).remote()) == 7
+
+
+@ray.remote
+class Limits:
+    LIMIT = 3
+
+    @classmethod
+    def describe(cls):
+        return f"{cls.__name__} up to {cls.LIMIT}"
+
+    @staticmethod
+    def clamp(v):
+        return min(v, Limits.LIMIT)
+
+    def read_through_the_actor_class(self, v):
+        # Inside the actor the module-level name is the actor class, as in Ray.
+        return [Limits.LIMIT, Limits.describe(), Limits.clamp(v)]
+
+
+def test_the_actor_class_carries_the_user_class_attributes(cluster):
+    """Ray's ActorClass inherits the user's class: constants, classmethods and staticmethods
+    read through it, in the driver and inside the actor."""
+    assert Limits.LIMIT == 3 and Limits.describe() == "Limits up to 3" and Limits.clamp(9) == 3
+    a = Limits.remote()
+    assert ray.get(a.read_through_the_actor_class.remote(7), timeout=30) == [3, "Limits up to 3", 3]
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        Limits.missing  # noqa: B018
+    ray.kill(a)

@@ -55,7 +55,7 @@ def _harmless_spec() -> common_pb2.TaskSpec:
 
 
 def _frame(kind: int, payload: bytes) -> bytes:
-    from ember._private.wire import encode
+    from ember._private.transport.wire import encode
 
     return encode(kind, payload)
 
@@ -63,7 +63,7 @@ def _frame(kind: int, payload: bytes) -> bytes:
 def _read_until_closed_or_frame(sock: socket.socket) -> list[tuple[int, bytes]] | None:
     """The frames read before the first complete one arrives (a list), or None when the worker
     closes the connection first."""
-    from ember._private.wire import FrameDecoder
+    from ember._private.transport.wire import FrameDecoder
 
     dec = FrameDecoder(1 << 30)
     sock.settimeout(READ_TIMEOUT_S)
@@ -95,7 +95,7 @@ def test_only_workers_offer_an_endpoint_over_their_authenticated_service(cluster
 
 @pytest.mark.parametrize("first", ["wrong", "missing", "short"])
 def test_a_connection_without_the_secret_is_closed_and_the_worker_keeps_serving(cluster, first):
-    from ember._private.wire import BATCH, HELLO, REFUSED
+    from ember._private.transport.wire import BATCH, HELLO, REFUSED
 
     sock, secret = _connect(cluster)
     with sock:
@@ -109,7 +109,7 @@ def test_a_connection_without_the_secret_is_closed_and_the_worker_keeps_serving(
 
 
 def test_the_secret_opens_a_connection_that_runs_tasks_and_refuses_malformed_specs(cluster):
-    from ember._private.wire import BATCH, HELLO, REPLIES
+    from ember._private.transport.wire import BATCH, HELLO, REPLIES
 
     good = _harmless_spec()
     bad = _harmless_spec()
@@ -135,7 +135,7 @@ def test_the_secret_opens_a_connection_that_runs_tasks_and_refuses_malformed_spe
 
 @pytest.mark.parametrize("garbage", ["type", "length", "payload", "hello-again"])
 def test_a_malformed_frame_closes_that_connection_only(cluster, garbage):
-    from ember._private.wire import HELLO
+    from ember._private.transport.wire import HELLO
 
     sock, secret = _connect(cluster)
     with sock:
@@ -153,7 +153,7 @@ def _on_loop(core, coro_fn):
 def test_a_worker_that_dies_with_a_task_written_fails_it_delivered_and_later_ones_undelivered(cluster):
     """A stand-in worker on the driver's loop takes the secret and one batch, then drops the
     connection without a reply (a crash mid-batch)."""
-    from ember._private.wire import BATCH, HELLO, FrameDecoder
+    from ember._private.transport.wire import BATCH, HELLO, FrameDecoder
 
     core = _core()
     secret = b"k" * 32
@@ -194,7 +194,7 @@ def test_a_worker_that_dies_with_a_task_written_fails_it_delivered_and_later_one
     assert errors[1] == (grpc.StatusCode.UNAVAILABLE, f"task stream to {address} ended")
 
     async def after_break():  # a push to a connection already broken never left this process
-        from ember._private.wire import DirectConn
+        from ember._private.transport.wire import DirectConn
 
         conn = DirectConn(core.task_streams, "127.0.0.1:1")
         conn.close()
@@ -209,8 +209,8 @@ def test_a_worker_that_dies_with_a_task_written_fails_it_delivered_and_later_one
 
 
 def test_an_unreachable_direct_port_falls_back_to_the_grpc_stream(cluster):
-    from ember._private.task_stream import _Conn
-    from ember._private.wire import DirectConn
+    from ember._private.transport.task_stream import _Conn
+    from ember._private.transport.wire import DirectConn
 
     core = _core()
     probe = Probe.remote()
@@ -284,7 +284,7 @@ def test_items_are_acknowledged_and_a_bad_item_closes_the_connection(cluster):
     """A stand-in worker sends the caller a well-formed item of a generator the caller does not
     hold (taken and dropped, then acknowledged), then an item whose task id is malformed: the
     caller closes that connection (its task fails as delivered) and keeps working."""
-    from ember._private.wire import BATCH, ITEM, ITEM_ACK, FrameDecoder, encode
+    from ember._private.transport.wire import BATCH, ITEM, ITEM_ACK, FrameDecoder, encode
 
     core = _core()
     secret = b"k" * 32
@@ -330,8 +330,8 @@ def test_keepalive_drops_a_silent_worker_and_keeps_an_answering_one(cluster, ans
     caller pings after 0.5 s of silence and, with no answer within 0.5 s more, drops the
     connection (the task fails as delivered). One that answers the pings keeps its connection
     until it replies (a long task)."""
-    from ember._private import wire
-    from ember._private.wire import BATCH, PING, PONG, REPLIES, FrameDecoder, encode
+    from ember._private.transport import wire
+    from ember._private.transport.wire import BATCH, PING, PONG, REPLIES, FrameDecoder, encode
 
     core = _core()
     pings: list[float] = []

@@ -4,7 +4,7 @@ A raylet that was only silent (a network cut, a long pause) is declared dead by 
 registers again, with its object store intact. While it was dead its owners' Frees skipped it
 (they go to live nodes only, or failed on the silent node): the copies freed meanwhile stayed
 in its store until their owners died. The owner now keeps the Frees a node missed and sends them
-once the node is alive again (client/ember/_private/missed_frees.py). The same holds for a Free
+once the node is alive again (client/ember/_private/owner/missed_frees.py). The same holds for a Free
 that a live node's silent object manager did not answer. Each test fails on the code before
 (the first with a 7 s sleep in place of its wait on the owner's table, which that code lacks).
 """

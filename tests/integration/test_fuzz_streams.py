@@ -145,7 +145,7 @@ def test_fuzz_task_stream_a_bad_spec_fails_its_task_only(cluster):
     """Batches that mix random malformed specs with well-formed ones: each task gets one reply;
     a malformed spec's reply is an error naming its field (the same text PushTask's rules give),
     its returns raise it; the well-formed ones ran. The stream itself ends OK."""
-    from ember._private.serialization import deserialize_proto
+    from ember._private.objects.serialization import deserialize_proto
     from ember.exceptions import RaySystemError
     from ember_common.proto import common_pb2
 

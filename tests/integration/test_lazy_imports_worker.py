@@ -37,6 +37,6 @@ def test_a_worker_running_a_plain_task_loads_no_library():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert "ember._private.executor" in out["worker"], "not a worker's module list"
+    assert "ember._private.execution.executor" in out["worker"], "not a worker's module list"
     assert not _loaded(out["worker"], LIBRARIES + HEAVY), _loaded(out["worker"], LIBRARIES + HEAVY)
     assert not _loaded(out["driver"], LIBRARIES + HEAVY), _loaded(out["driver"], LIBRARIES + HEAVY)

@@ -1,4 +1,4 @@
-"""An async actor's event loop is the precise one (ember/_private/precise_loop.py, made by
+"""An async actor's event loop is the precise one (ember/_private/execution/precise_loop.py, made by
 executor._become_actor): its sleeps wake when due, not rounded up to epoll's milliseconds. The
 earliest of 40 wake-ups is the statistic (load only ever delays a wake-up)."""
 from __future__ import annotations

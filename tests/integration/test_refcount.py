@@ -1,4 +1,4 @@
-"""Borrower reference counting end to end (client/ember/_private/references.py).
+"""Borrower reference counting end to end (client/ember/_private/owner/references.py).
 
 Refs travel nested in lists and dicts to tasks and actors, come back nested in results, live
 inside put() objects and inside actors; each test checks that the store's used bytes return to
@@ -14,11 +14,11 @@ import pytest
 
 import ember
 from ember import exceptions as ex
-from ember_common import rpc
 from ember._private import worker as ember_worker
-from ember._private.references import REMOVE_DELAY_S
-from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
+from ember._private.owner.references import REMOVE_DELAY_S
 from ember.testing import wait_for
+from ember_common import rpc
+from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 
 MiB = 2**20
 N = MiB // 8  # int64 elements of a 1 MiB array: big enough for shared memory
@@ -210,7 +210,7 @@ def test_objects_owned_by_a_dead_process_are_freed(objmgr):
 def test_mixed_workload_returns_to_baseline(objmgr):
     base = _baseline(objmgr)
     h = Holder.remote()
-    for round_ in range(3):
+    for _round in range(3):
         arrays = [ember.put(np.full(N, i, dtype=np.int64)) for i in range(4)]
         made = [make_nested.remote(10 + i) for i in range(3)]
         boxed = ember.put({"refs": arrays[:2], "made": made})

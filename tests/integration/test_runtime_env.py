@@ -236,3 +236,49 @@ def test_env_whose_workers_cannot_start_fails_instead_of_respawning(cluster):
     with pytest.raises(exc.RuntimeEnvSetupError, match="exited before registering"):
         ember.get(probe.options(runtime_env=broken).remote(), timeout=120)
     assert ember.get(probe.remote(), timeout=60)["pid"] > 0
+
+
+def test_crafted_working_dir_zips_are_refused_and_the_cluster_carries_on(cluster, tmp_path):
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("zeros.bin", bytes(64 * 2**20))  # a few tens of KiB zipped
+    with pytest.raises(exc.RuntimeEnvSetupError, match=r"expands more than 200x .*compression ratio"):
+        ember.get(probe.options(runtime_env={"working_dir": str(bomb)}).remote(), timeout=120)
+    link = tmp_path / "link.zip"
+    with zipfile.ZipFile(link, "w") as zf:
+        info = zipfile.ZipInfo("passwd")
+        info.external_attr = (0o120777) << 16  # a symlink entry, as `zip -y` writes one
+        zf.writestr(info, "/etc/passwd")
+    with pytest.raises(exc.RuntimeEnvSetupError, match=r"entry 'passwd' is a symlink"):
+        ember.get(probe.options(runtime_env={"working_dir": str(link)}).remote(), timeout=120)
+    with pytest.raises(ValueError, match=r"'--report=.*' is a pip option"):
+        probe.options(runtime_env={"pip": [f"--report={tmp_path / 'r.json'}"]}).remote()
+    assert ember.get(probe.remote(), timeout=60)["var"] is None  # the cluster carries on
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "ok" / "note.txt").write_text("fine")
+    ref = probe.options(runtime_env={"working_dir": str(tmp_path / "ok")}).remote()
+    assert os.path.exists(os.path.join(ember.get(ref, timeout=120)["cwd"], "note.txt"))
+
+
+def test_workers_run_without_core_dumps(cluster):
+    import resource
+
+    @ember.remote
+    def core_limit() -> tuple:
+        return resource.getrlimit(resource.RLIMIT_CORE)
+
+    assert ember.get(core_limit.remote(), timeout=60) == (0, 0)
+    import psutil
+
+    services = []  # (argv, core limit) of each live service the embedded cluster started
+    for p in psutil.Process().children(recursive=True):
+        try:  # a worker that exits (or turns zombie) while we look is not a service
+            argv = p.cmdline()[:3]
+            if any("ember_" in a for a in argv):
+                services.append((argv, p.rlimit(psutil.RLIMIT_CORE)))
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+    names = {a.split(".")[0] for argv, _ in services for a in argv if a.startswith("ember_")}
+    assert {"ember_gcs", "ember_raylet"} <= names, names
+    for argv, limit in services:  # gcs, raylet, objmgr, ...
+        assert limit == (0, 0), argv

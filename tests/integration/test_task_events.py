@@ -13,7 +13,7 @@ import time
 import pytest
 
 import ember
-from ember._private import task_events
+from ember._private.telemetry import task_events
 from ember.util import state
 
 
@@ -133,7 +133,7 @@ def test_a_worker_reports_on_its_core_channel(cluster):
     own (1.6 MB of private memory per worker and a connection at its start), and the actor
     creation it alone can report still arrives."""
     m = Modules.remote()
-    assert ember.get(m.loaded.remote("ember._private.task_events")) is True
+    assert ember.get(m.loaded.remote("ember._private.telemetry.task_events")) is True
     assert ember.get(m.loaded.remote("ember_common.gcs_task_client")) is False
     task_events.flush()
     deadline = time.monotonic() + 30
@@ -212,7 +212,7 @@ def test_the_gcs_store_keeps_its_bound_and_counts_drops(monkeypatch):
 OFF_DRIVER = """
 import time
 import ember
-from ember._private import task_events
+from ember._private.telemetry import task_events
 from ember.util import state
 
 ember.init(num_cpus=1)

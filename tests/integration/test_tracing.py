@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 
+import psutil
 import pytest
 
 from ember_common import tracing
@@ -93,6 +94,18 @@ DRIVER = textwrap.dedent("""
     print(json.dumps({"trace_id": trace_id, "error": message}))
     ember.shutdown()
 """)
+
+
+def _gcs_pids() -> list:
+    """This process's GCS children; a worker that exits or turns zombie while we look is skipped."""
+    pids = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "ember_gcs" in " ".join(p.cmdline()):
+                pids.append(p.pid)
+        except psutil.Error:
+            continue
+    return pids
 
 
 def _traced_run(source, span_dir, delay_ms=None, timeout=180):
@@ -342,12 +355,12 @@ def test_otlp_export_to_a_real_receiver(tmp_path, protocol):
 LEFT_DRIVER = textwrap.dedent("""
     import json, os, psutil
     import ember
-    from ember_common import tracing_derived
+    from ember_common import tracing
     from opentelemetry import trace
 
     ember.init(num_cpus=2)
-    assert tracing_derived.on  # asked at init
-    gcs = [p.pid for p in psutil.Process().children(recursive=True) if "ember_gcs" in " ".join(p.cmdline())]
+    assert tracing.leaves_spans()  # asked at init
+    gcs = _gcs_pids()
 
     @ember.remote
     def leaf(x):
@@ -388,7 +401,7 @@ LEFT_DRIVER = textwrap.dedent("""
 
 def test_untouched_execute_spans_are_exported_by_the_gcs_from_task_events(tmp_path):
     """Tasks that end without error and whose span no code asked for leave their execute span
-    to the owner's task events, and the GCS exports it (tracing_derived): under the worker's
+    to the owner's task events, and the GCS exports it (tracing.derived_spans): under the worker's
     service, the submission's child, the parent of nested submissions, once per task. A span
     user code touched, and a failed task's, the worker records itself."""
     out = _traced_run(LEFT_DRIVER, tmp_path, delay_ms=100)
@@ -426,12 +439,12 @@ def test_untouched_execute_spans_are_exported_by_the_gcs_from_task_events(tmp_pa
 ROOT_DRIVER = textwrap.dedent("""
     import json, os, sys, time, psutil
     import ember
-    from ember_common import tracing_submit
+    from ember_common.tracing import _submit
     from opentelemetry import trace
 
     ember.init(num_cpus=2)
-    assert tracing_submit._left  # asked at init: the GCS exports root submit spans
-    gcs = [p.pid for p in psutil.Process().children(recursive=True) if "ember_gcs" in " ".join(p.cmdline())]
+    assert _submit._left  # asked at init: the GCS exports root submit spans
+    gcs = _gcs_pids()
 
     @ember.remote
     def f(x):
@@ -462,7 +475,7 @@ ROOT_DRIVER = textwrap.dedent("""
 
 def test_root_submit_spans_are_exported_by_the_gcs_from_task_events_once(tmp_path):
     """A task submitted with no current span leaves its submit span to its task-event record
-    (tracing_submit.left): the GCS exports it under the driver's resource, the parent of the
+    (tracing.submit_left): the GCS exports it under the driver's resource, the parent of the
     task's execute spans, once per task, also for a task retried after its worker died and for
     one still running when the driver exits; a submission under a user's span is recorded by
     the driver as before."""
@@ -502,7 +515,7 @@ def test_root_submit_spans_are_exported_by_the_gcs_from_task_events_once(tmp_pat
 NO_EVENTS_DRIVER = textwrap.dedent("""
     import json
     import ember
-    from ember._private import task_events
+    from ember._private.telemetry import task_events
     from opentelemetry import trace
 
     # This driver reports no task events; its workers do, and so leave their spans.
@@ -511,8 +524,8 @@ NO_EVENTS_DRIVER = textwrap.dedent("""
 
     @ember.remote
     def f():
-        from ember_common import tracing_derived
-        return tracing_derived.on
+        from ember_common import tracing
+        return tracing.leaves_spans()
 
     with trace.get_tracer("test").start_as_current_span("no events") as root:
         trace_id = format(root.get_span_context().trace_id, "032x")
@@ -540,7 +553,8 @@ FAST_PATHS = textwrap.dedent("""
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-    from ember_common import otlp_encoding, tracing
+    from ember_common import tracing
+    from ember_common.tracing import _otlp
 
     assert tracing.setup("ember-test", node_id="n1")
     got = []
@@ -550,7 +564,7 @@ FAST_PATHS = textwrap.dedent("""
             got.extend(spans)
             return SpanExportResult.SUCCESS
 
-    tracing._provider.add_span_processor(SimpleSpanProcessor(Keep()))
+    tracing.add_span_processor(SimpleSpanProcessor(Keep()))
     tracer = trace.get_tracer("test")
     with tracer.start_as_current_span("root", attributes={"b": True, "i": -5, "f": 1.5,
                                                           "s": "é", "l": [1, 2]}) as root:
@@ -572,7 +586,7 @@ FAST_PATHS = textwrap.dedent("""
         pass
     by = {s.name: s for s in got}
     print(json.dumps({
-        "same_encoding": sdk_encode(got) == otlp_encoding.encode_spans(got),
+        "same_encoding": sdk_encode(got) == _otlp.encode_spans(got),
         "light": type(sp).__name__,
         "parents": {s.name: (by_id.name if (by_id := next((p for p in got if s.parent and p.context.span_id == s.parent.span_id), None)) else None) for s in got},
         "one_trace": len({s.context.trace_id for s in got}) == 1,

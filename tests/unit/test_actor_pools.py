@@ -6,7 +6,7 @@ import asyncio
 import concurrent.futures
 import threading
 
-from ember._private.actor_pools import CallCancels, ThreadPool, async_limits, thread_pools
+from ember._private.execution.actor_pools import CallCancels, ThreadPool, async_limits, thread_pools
 from ember_common.proto import common_pb2
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ember._private.blocking import BlockedWaits
+from ember._private.execution.blocking import BlockedWaits
 
 
 @pytest.fixture()

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from ember import exceptions as exc
-from ember._private.actor_queue import ActorCallQueue, PushCall, WaitForActor
-from ember._private.task_queue import Complete, Fail, TaskEntry
+from ember._private.owner.actor_queue import ActorCallQueue, PushCall, WaitForActor
+from ember._private.owner.task_queue import Complete, Fail, TaskEntry
 from ember_common.proto import common_pb2, core_worker_pb2
 
 ACTOR = b"\x01" * 16
@@ -159,3 +159,17 @@ def test_a_cancelled_call_in_flight_is_the_workers_to_drop_and_is_never_resent()
     out, address = q.cancel(e[1])
     assert isinstance(out[0].error, exc.TaskCancelledError) and address is None
     assert not q.needs_actor()
+
+
+def test_an_application_error_with_retry_exceptions_is_sent_again_as_a_new_call():
+    q = ActorCallQueue(ACTOR, max_task_retries=0)
+    q.actor_alive(1, "a:1")
+    e = submit(q, 2, retries=1)
+    e[0].spec.retry_exceptions = True
+    failed = core_worker_pb2.PushTaskReply(is_application_error=True)
+    assert pushes(q.ready(e[0]) + q.ready(e[1])) == [0, 1]
+    out = q.replied(e[0], failed)
+    assert pushes(out) == [2] and e[0].spec.attempt == 1 and e[0].retries_left == 0
+    assert q.replied(e[1], failed) == [Complete(e[1], failed)]  # no retry_exceptions
+    assert q.replied(e[0], failed) == [Complete(e[0], failed)]  # no retry left
+    assert q.low == 3

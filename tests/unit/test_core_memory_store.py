@@ -5,7 +5,7 @@ import concurrent.futures
 import threading
 import time
 
-from ember._private.memory_store import MemoryStore
+from ember._private.owner.memory_store import MemoryStore
 from ember_common.proto import common_pb2
 
 

@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 from ember import exceptions as exc
-from ember._private.task_queue import (
+from ember._private.owner.task_queue import (
     CancelLeaseRequest,
     Complete,
     Fail,
@@ -166,7 +166,7 @@ def test_application_errors_are_retried_only_with_retry_exceptions():
 def test_a_refused_spec_is_not_retried_even_with_retry_exceptions():
     """A worker refuses a malformed spec without running it: retrying the same spec would be
     refused again, so the error is the result at once, with every retry left."""
-    from ember._private.task_stream import refused_reply
+    from ember._private.transport.task_stream import refused_reply
 
     q, _ = make()
     t = task(1, retries=3, retry_exceptions=True)

@@ -179,3 +179,52 @@ def test_pickle_round_trip_keeps_os_error_fields():
     out = pickle.loads(cloudpickle.dumps(err))
     assert isinstance(out.cause, FileNotFoundError)
     assert (out.cause.errno, out.cause.strerror, out.cause.filename) == (2, "No such file", "/x")
+
+
+# Ray 2.60's ray.exceptions: each class and the bases Ray gives it (read from Ray's module).
+RAY_BASES = {
+    "RayError": (Exception,), "CrossLanguageError": ("RayError",),
+    "TaskCancelledError": ("RayError",), "RayTaskError": ("RayError",),
+    "LocalRayletDiedError": ("RayError",), "WorkerCrashedError": ("RayError",),
+    "RayActorError": ("RayError",), "ActorDiedError": ("RayActorError",),
+    "ActorUnavailableError": ("RayActorError",), "RaySystemError": ("RayError",),
+    "UserCodeException": ("RayError",), "ObjectStoreFullError": ("RayError",),
+    "OutOfDiskError": ("RayError",), "OutOfMemoryError": ("RayError",),
+    "NodeDiedError": ("RayError",), "ObjectLostError": ("RayError",),
+    "ObjectFetchTimedOutError": ("ObjectLostError",), "RpcError": ("RayError",),
+    "ReferenceCountingAssertionError": ("ObjectLostError", AssertionError),
+    "ObjectFreedError": ("ObjectLostError",), "OwnerDiedError": ("ObjectLostError",),
+    "ObjectReconstructionFailedError": ("ObjectLostError",),
+    "ObjectReconstructionFailedMaxAttemptsExceededError": ("ObjectLostError",),
+    "ObjectReconstructionFailedLineageEvictedError": ("ObjectLostError",),
+    "GetTimeoutError": ("RayError", TimeoutError), "PlasmaObjectNotAvailable": ("RayError",),
+    "AsyncioActorExit": ("RayError",), "RuntimeEnvSetupError": ("RayError",),
+    "TaskPlacementGroupRemoved": ("RayError",), "ActorPlacementGroupRemoved": ("RayError",),
+    "PendingCallsLimitExceeded": ("RayError",), "TaskUnschedulableError": ("RayError",),
+    "ActorUnschedulableError": ("RayError",), "ObjectRefStreamEndOfStreamError": ("RayError",),
+    "RayChannelError": ("RaySystemError",), "RayChannelTimeoutError": ("RayChannelError", TimeoutError),
+    "RayCgraphCapacityExceeded": ("RaySystemError",), "UnserializableException": ("RayError",),
+    "OufOfBandObjectRefSerializationException": ("RayError",), "AuthenticationError": ("RayError",),
+}
+
+
+def test_every_ray_exception_class_with_rays_bases():
+    for name, bases in RAY_BASES.items():
+        cls = getattr(exc, name)
+        assert name in exc.__all__, name
+        for base in bases:
+            base_cls = getattr(exc, base) if isinstance(base, str) else base
+            assert issubclass(cls, base_cls), (name, base)
+
+
+def test_ray_constructor_arguments_of_the_new_classes():
+    assert str(exc.ActorUnschedulableError("node gone")) == "The actor is not schedulable: node gone"
+    assert exc.OutOfMemoryError("low").message == "low"
+    e = exc.ActorUnavailableError("restarting", b"\x01\x02")
+    assert e.actor_id == "0102" and "restarting" in str(e)
+    assert isinstance(e, exc.RayActorError)
+    assert exc.RpcError("x", rpc_code=14).rpc_code == 14
+    f = exc.ObjectFetchTimedOutError("ab", "Object ab is lost: timed out")
+    assert f.object_id == "ab" and pickle.loads(pickle.dumps(f)).object_id == "ab"
+    with pytest.raises(TimeoutError):
+        raise exc.RayChannelTimeoutError("slow")

@@ -9,9 +9,12 @@ Every import statement of every file (lazy imports in functions included), read 
 - `ember_common` imports no `ember` and no service;
 - services import only `ember_common` and themselves (serve-proxy and the dashboard, drivers,
   may import `ember`);
-- libraries (`ember.data`, `ember.serve`, `ember.train`, `ember.tune`, `ember.util`) reach the core
-  only through its public doors: `ember` itself and its public modules, `ember._private` modules
-  on the allow-list below, never `ember_common.proto`;
+- libraries (`ember.air`, `ember.data`, `ember.serve`, `ember.train`, `ember.tune`, `ember.util`)
+  reach the core only through its public doors: `ember` itself and its public modules,
+  `ember._private` modules on the allow-list below, never `ember_common.proto`;
+- a library imports only another library's public modules (none whose dotted path has a part
+  starting with `_`, such as `ember.train._internal.x` or `ember.serve._private`); code two
+  libraries share lives in `ember.air`, which imports no other library;
 - nothing imports a service but the service itself;
 - no import circles inside the kit or inside a service package.
 """
@@ -154,20 +157,25 @@ SERVICE_PACKAGES = ("ember_gcs", "ember_raylet", "ember_objmgr", "ember_serve_pr
 # Services that are also drivers and may use `ember`: serve-proxy (routes requests to replica
 # actors) and the dashboard (reads the state API, runs jobs as actors, reads Serve's status).
 DRIVER_SERVICES = ("ember_serve_proxy", "ember_dashboard")
-LIBRARIES = ("ember.data", "ember.serve", "ember.train", "ember.tune", "ember.util")
+LIBRARIES = ("ember.air", "ember.data", "ember.serve", "ember.train", "ember.tune", "ember.util")
+# The layer Train and Tune share (Ray's `ray.air`): it sits below them and imports no library.
+SHARED_LAYER = "ember.air"
 # The core's modules a library may import. Each is a door, not an implementation detail:
 DOORS = {
     # the internal KV: where libraries keep their state (issue 11, item 4)
-    "ember._private.internal_kv",
+    "ember._private.doors.internal_kv",
     # placement groups: create/remove/look up/wait through the core's GcsClient, in plain
     # Python (ids as bytes, Ray's table dicts), and the current task's group (issue 12)
-    "ember._private.placement_groups",
+    "ember._private.doors.placement_groups",
     # the scheduling strategy classes, which the core interprets (re-exported by
     # ember.util.scheduling_strategies, as Ray's)
-    "ember._private.scheduling",
+    "ember._private.api.scheduling",
     # the state door: the cluster's tables (GCS, raylets' workers, object managers' objects) as
     # plain dicts in Ray's state-API shapes, for ember.util.state and the dashboard (issue 18)
-    "ember._private.state",
+    "ember._private.doors.state",
+    # the logs door: each node's log files through its raylet's LogService, as plain values,
+    # for ember.util.state.list_logs / get_log and the dashboard (issue 42 item 5)
+    "ember._private.doors.logs",
 }
 # Offenders in other engineers' areas when this test was written: (module, import). Each must
 # still be there (so the list only shrinks); fixing one means deleting its entry.
@@ -239,7 +247,23 @@ def violations(name: str, path: pathlib.Path, source: str | None = None) -> list
                 bad.append(f"{where}: libraries reach the core only through its public doors")
             if _within(target, "ember_common.proto"):
                 bad.append(f"{where}: libraries never use the GCS's protos")
+        own, other = _library(name), _library(target)
+        if own and other and other != own:
+            if _within(own, SHARED_LAYER):
+                bad.append(f"{where}: {SHARED_LAYER} imports no other library")
+            elif _private_part(target, other):
+                bad.append(f"{where}: a library imports only another library's public modules")
     return bad
+
+
+def _library(module: str) -> str | None:
+    """The library a module belongs to (None for the core, the kit and the services)."""
+    return next((lib for lib in LIBRARIES if _within(module, lib)), None)
+
+
+def _private_part(module: str, library: str) -> bool:
+    """Whether the module, below its library, has a private part (`_internal`, `_checkpoint`)."""
+    return any(part.startswith("_") for part in module[len(library):].split(".") if part)
 
 
 def _offender(name: str, message: str) -> tuple[str, str]:
@@ -269,6 +293,11 @@ def test_the_rules_catch_each_kind_of_offender():
         "ember_gcs.fake": ("from ember import exceptions\nimport ember_raylet.server\n",
                            ["services import only", "nothing imports a service"]),
         "ember._private.fake": ("import ember_objmgr\n", ["nothing imports a service"]),
+        "ember.tune.fake": ("from ember.train._internal import worker\nimport ember.serve._private.router\n"
+                            "from ember.data import _internal\n",
+                            ["another library's public", "another library's public",
+                             "another library's public"]),
+        "ember.air.fake": ("from ember.train import Checkpoint\n", ["imports no other library"]),
     }
     fake = ROOT / "fake.py"  # never read: the source is given
     for name, (source, expected) in cases.items():
@@ -276,10 +305,13 @@ def test_the_rules_catch_each_kind_of_offender():
         assert len(found) == len(expected), (name, found)
         for message, part in zip(found, expected, strict=True):
             assert part in message, (name, message)
-    ok = {"ember.serve.fake": "import ember\nfrom ember._private import internal_kv\n"
+    ok = {"ember.serve.fake": "import ember\nfrom ember._private.doors import internal_kv\n"
                               "from ember.serve._private import router\nimport ember_common.rpc\n",
           "ember_serve_proxy.fake": "import ember\nfrom ember.serve._private import proxies\n",
-          "ember_gcs.fake": "from . import kv\nfrom ember_common import rpc\n"}
+          "ember_gcs.fake": "from . import kv\nfrom ember_common import rpc\n",
+          "ember.tune.fake": "from ember.train import Checkpoint\nfrom ember.air import storage\n"
+                             "from ember.tune._internal import controller\nimport ember.data\n",
+          "ember.train.torch.fake": "from ember.train._internal import session\nfrom ember.air import session\n"}
     for name, source in ok.items():
         assert violations(name, fake, source) == [], name
 
@@ -288,7 +320,7 @@ def test_relative_imports_resolve():
     name = "ember.serve._private.controller"
     targets = {t for _, t in import_targets(name, MODULES[name].read_text())}
     assert "ember.serve._private.deployment_state" in targets
-    assert "ember._private.internal_kv" in targets
+    assert "ember._private.doors.internal_kv" in targets
     init = {t for _, t in import_targets("ember.serve", "from ._private import router\n"
                                                        "from .. import util\n", is_package=True)}
     assert init == {"ember.serve._private.router", "ember.util"}

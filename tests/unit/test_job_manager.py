@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from ember._private import job_manager
+from ember._tools import job_manager
 from ember.job_submission import JobDetails, JobStatus, JobType
 
 

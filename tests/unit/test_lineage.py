@@ -8,9 +8,9 @@ import pickle
 import pytest
 
 from ember import exceptions as exc
-from ember._private.lineage import InFlight, Lineage, Resubmit, is_put, task_of
-from ember._private.object_ref import OwnerAddress
-from ember._private.reference_table import ReferenceTable
+from ember._private.objects.object_ref import OwnerAddress
+from ember._private.owner.lineage import InFlight, Lineage, Resubmit, is_put, task_of
+from ember._private.owner.reference_table import ReferenceTable
 from ember_common import ids
 from ember_common.proto import common_pb2
 

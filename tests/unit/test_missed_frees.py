@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ember._private.missed_frees import MissedFrees
+from ember._private.owner.missed_frees import MissedFrees
 
 
 class Clock:

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from ember._private.options import ACTOR_OPTIONS, TASK_OPTIONS, resource_request, validate
+from ember._private.api.options import ACTOR_OPTIONS, TASK_OPTIONS, resource_request, validate
 
 
 def test_valid_task_options_pass():
@@ -95,9 +95,10 @@ def test_max_retries_valid(ok):
     validate({"max_retries": ok}, TASK_OPTIONS, "task")
 
 
-@pytest.mark.parametrize("bad", [-2, 1.5, "3"])
-def test_max_retries_invalid(bad):
-    with pytest.raises(ValueError, match="max_retries"):
+@pytest.mark.parametrize("bad,error", [(-2, ValueError), (1.5, TypeError), ("3", TypeError)])
+def test_max_retries_invalid(bad, error):
+    # As Ray: a wrong type is a TypeError, a count below -1 a ValueError.
+    with pytest.raises(error, match="max_retries"):
         validate({"max_retries": bad}, TASK_OPTIONS, "task")
 
 

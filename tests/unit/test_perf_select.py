@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ember._private import perf
+from ember._tools import perf
 
 
 def test_name_picks_exactly_one_row_where_filter_picks_several() -> None:

@@ -1,4 +1,4 @@
-"""The async actors' event loop (ember/_private/precise_loop.py): a timer wakes when it is due
+"""The async actors' event loop (ember/_private/execution/precise_loop.py): a timer wakes when it is due
 instead of being rounded up to epoll's whole milliseconds, and I/O still wakes the loop at once.
 
 Timing on a loaded machine only ever makes a wake-up later, so the check uses the earliest of
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ember._private import precise_loop
+from ember._private.execution import precise_loop
 
 pytestmark = pytest.mark.skipif(not hasattr(selectors, "EpollSelector"), reason="epoll is Linux's")
 

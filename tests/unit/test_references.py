@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from ember._private.object_ref import OwnerAddress
-from ember._private.reference_table import ReferenceTable
+from ember._private.objects.object_ref import OwnerAddress
+from ember._private.owner.reference_table import ReferenceTable
 
 ME = "me"
 OWNER = OwnerAddress("127.0.0.1", 5000, "owner-worker", "node-1")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ember._private.scheduling import DEFAULT, Placement, check_fits, resolve
+from ember._private.api.scheduling import DEFAULT, Placement, check_fits, resolve
 from ember.util.placement_group import PlacementGroup, PlacementGroupID
 from ember.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,

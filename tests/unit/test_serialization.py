@@ -10,9 +10,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ember._private import plasma
-from ember._private.serialization import (ERROR_METADATA, SerializedValue, deserialize,
-                                          deserialize_proto, serialize, serialize_error)
+from ember._private.objects import plasma
+from ember._private.objects.serialization import (
+    ERROR_METADATA,
+    SerializedValue,
+    deserialize,
+    deserialize_proto,
+    serialize,
+    serialize_error,
+)
 
 
 def roundtrip(value):
@@ -184,10 +190,28 @@ def test_plasma_layout_is_aligned_and_large_enough():
         assert total >= data_offset + len(v.data)
         assert len(spans) == len(v.buffers)
         prev_end = data_offset + len(v.data)
-        for (o, ln), b in zip(spans, v.buffers):
+        for (o, ln), b in zip(spans, v.buffers, strict=True):
             assert o % plasma.ALIGN == 0 and o >= prev_end and ln == b.nbytes
             prev_end = o + ln
         assert total >= prev_end
+
+
+def test_large_buffers_are_placed_half_a_page_from_their_source():
+    """A large buffer's copy must not start just past its source modulo 4 KiB (the copy's loads
+    would alias its stores): wherever the store places the object, each large buffer lands half
+    a page (rounded to the alignment) away from its source, inside the same reserved total."""
+    src = np.ones(3 * 2**20 + 17, dtype=np.uint8)
+    v = serialize([src, np.arange(10, dtype=np.uint8)])
+    addr = src.__array_interface__["data"][0]
+    totals = set()
+    for base in range(0, 2 * plasma.PAGE, plasma.ALIGN):
+        total, _, data_offset, spans = plasma.layout(v, base)
+        totals.add(total)
+        (o, ln), (o_small, _) = spans
+        assert ln == src.nbytes and o % plasma.ALIGN == 0 and o >= data_offset + len(v.data)
+        assert plasma.PAGE // 2 - plasma.ALIGN < (base + o - addr) % plasma.PAGE <= plasma.PAGE // 2
+        assert o_small >= o + ln and o_small + 10 <= total
+    assert len(totals) == 1  # known before the store picks the offset
 
 
 @pytest.mark.parametrize("meta", ["", "ERROR", "ünï ✓", "m" * 1000])
@@ -241,7 +265,7 @@ def test_plasma_buffers_are_aligned_and_match_the_source(arena):
         assert o + length <= total
         assert raw[o:o + length] == arrays[i].tobytes()
     out = deserialize(data, buffers)
-    for got, want in zip(out, arrays):
+    for got, want in zip(out, arrays, strict=True):
         np.testing.assert_array_equal(got, want)
 
 

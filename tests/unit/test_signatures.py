@@ -9,7 +9,7 @@ import pickle
 
 import pytest
 
-from ember._private import signatures
+from ember._private.api import signatures
 
 
 class Unpicklable:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ember import exceptions as exc
-from ember._private import task_errors
-from ember._private.serialization import serialize, serialize_error
+from ember._private.objects.serialization import serialize, serialize_error
+from ember._private.owner import task_errors
 from ember_common.proto import common_pb2, core_worker_pb2
 
 

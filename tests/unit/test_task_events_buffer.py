@@ -1,4 +1,4 @@
-"""The reporter side of task events (ember._private.task_events): the owner's hooks coalesce a
+"""The reporter side of task events (ember._private.telemetry.task_events): the owner's hooks coalesce a
 task's transitions into one record (the reply's times included), the executor keeps only what
 its owner cannot see, a batch is columnar, open records are sent once per change, drops are
 counted per job, and the flag turns it all off. No cluster: the module's tables are used
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ember._private import task_events as te
-from ember._private.task_queue_types import TaskEntry
+from ember._private.owner.task_queue_types import TaskEntry
+from ember._private.telemetry import task_events as te
 from ember_common.config import Config
 from ember_common.proto import common_pb2, core_worker_pb2, gcs_task_pb2
 
@@ -57,9 +57,11 @@ def times(b: gcs_task_pb2.TaskEventBatch, i: int) -> dict[int, int]:
 
 def test_a_task_is_one_record_with_every_state_the_reply_included(buffer, monkeypatch):
     from ember_common import tracing
+    from ember_common.tracing import _context
 
-    monkeypatch.setattr(tracing, "_enabled", True)  # trace ids are read only in a tracing process
-    s = task(1, trace_context={"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"})
+    monkeypatch.setattr(tracing._state, "on", True)  # trace ids are read only in a tracing process
+    headers = {"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01", "tracestate": "k=v"}
+    s = task(1, trace_parent=_context.encode(headers))  # the header form (a tracestate)
     te.submitted(s)
     te.record(s, te.PENDING_NODE_ASSIGNMENT)
     te.leased("10.0.0.2:7000", "n2", "w2", 22)
@@ -75,7 +77,7 @@ def test_a_task_is_one_record_with_every_state_the_reply_included(buffer, monkey
                          TA.RUNNING, TA.FINISHED]
     assert got[TA.PENDING_ARGS_AVAIL] <= got[TA.SUBMITTED_TO_WORKER] and (got[TA.RUNNING], got[TA.FINISHED]) == (5, 9)
     assert list(b.where) == [1] and (b.where_node_id[0], b.where_worker_id[0], b.where_pid[0]) == ("n2", "w2", 22)
-    assert list(b.name) == ["f1"] and list(b.trace_parent) == [b"\xab" * 16]  # a trace_context's trace id
+    assert list(b.name) == ["f1"] and list(b.trace_parent) == [b"\xab" * 16]  # the header form's trace id
     assert not b.type and not b.actor_id  # optional columns: empty when every record has the default
     assert (b.node_id, b.worker_id, b.pid) == ME and not b.error_index
 
@@ -87,7 +89,7 @@ def test_the_compact_trace_context_is_reported_as_its_trace_id(buffer, monkeypat
     from ember_common import tracing
     from ember_gcs.task_events import TaskEventStore, to_proto
 
-    monkeypatch.setattr(tracing, "_enabled", True)
+    monkeypatch.setattr(tracing._state, "on", True)
     tp = bytes(range(1, 17)) + bytes(range(17, 25)) + b"\x01"
     traced, plain, bad = task(1, trace_parent=tp), task(2), task(3, trace_parent=b"\x01" * 7)
     for s in (traced, plain, bad):
@@ -253,7 +255,7 @@ def test_encode_refuses_a_flat_list_that_is_not_whole_records(buffer):
 
 # ------------------------------------------------------------ submit spans left to task events
 def left_task(i: int) -> tuple[TaskEntry, bytes]:
-    """A task whose root submit span was left to its record (tracing_submit.left)."""
+    """A task whose root submit span was left to its record (_submit.left)."""
     tp = i.to_bytes(16, "big") + bytes((0x40 + i % 64,)) * 8 + b"\x01"
     entry = task(i, trace_parent=tp)
     entry.span_left = True
@@ -268,11 +270,11 @@ def traces(flat: list) -> dict[tuple[str, int], bytes]:
 @pytest.fixture()
 def traced(buffer, monkeypatch):
     """The buffer, in a tracing process; submit spans recorded here are kept in the list returned."""
-    from ember_common import tracing, tracing_submit
+    from ember_common import tracing
 
-    monkeypatch.setattr(tracing, "_enabled", True)
+    monkeypatch.setattr(tracing._state, "on", True)
     here: list = []
-    monkeypatch.setattr(tracing_submit, "record_left", lambda spec, t: here.append((spec.name, t)))
+    monkeypatch.setattr(tracing, "record_submit_left", lambda spec, t: here.append((spec.name, t)))
     return here
 
 
@@ -309,7 +311,7 @@ def test_a_submit_span_goes_once_with_the_first_record_sent_closed_or_open(trace
 
 def test_a_submit_span_whose_record_cannot_go_is_recorded_by_the_owner(traced, monkeypatch):
     """Past the bound of open records or of closed ones, or with task events stopped, the
-    owner records the submit span itself (tracing_submit.record_left), once."""
+    owner records the submit span itself (_submit.record_left), once."""
     entries = []
     for i in range(1, 8):  # one after the other, as the owner submits them
         entries.append(left_task(i)[0])

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from ember._private.task_durations import TaskDurations
-from ember._private.task_queue import (
+from ember._private.owner.task_durations import TaskDurations
+from ember._private.owner.task_queue import (
     GiveBack,
     Push,
     RequestLease,

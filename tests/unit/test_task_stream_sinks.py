@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from ember._private.task_stream import _Callback, _StreamReply
+from ember._private.transport.task_stream import _Callback, _StreamReply
 from ember_common.proto import core_worker_pb2
 
 REPLY = core_worker_pb2.PushTaskReply(is_application_error=False)
@@ -47,7 +47,7 @@ def test_a_failing_callback_is_logged_not_raised(caplog: pytest.LogCaptureFixtur
         raise ValueError("bug in the callback")
 
     cb = _Callback(boom)
-    with caplog.at_level(logging.ERROR, logger="ember._private.task_stream"):
+    with caplog.at_level(logging.ERROR, logger="ember._private.transport.task_stream"):
         cb.set_result(REPLY)  # the stream's reader must keep reading
     assert cb.done()
     assert "task reply callback failed" in caplog.text

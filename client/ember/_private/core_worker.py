@@ -15,7 +15,6 @@ import asyncio
 import collections
 import enum
 import logging
-import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar
@@ -23,29 +22,30 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar
 import grpc
 
 from ember import exceptions as exc
-from ember_common import backoff, ids, rpc, tls
+from ember_common import backoff, envvars, ids, rpc, tls
 from ember_common.config import Config
 from ember_common.gcs_client import GcsClient
 from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 from ember_common.raylet_client import RayletClient
 
-from . import task_events, wire, wire_server
-from .actor_submitter import ActorSubmitter
-from .blocking import BlockedWaits
-from .core_worker_server import CoreWorkerServicer
-from .memory_store import MemoryStore
-from .object_api import ObjectAPI
-from .object_ref import ObjectRef, OwnerAddress
-from .plasma import PlasmaClient
-from .reference_table import ReferenceTable
-from .references import References
-from .serialization import ERROR_METADATA, serialize
-from .task_stream import TaskStreams
-from .task_submitter import TaskSubmitter
+from .execution.blocking import BlockedWaits
+from .objects.object_api import ObjectAPI
+from .objects.object_ref import ObjectRef, OwnerAddress
+from .objects.plasma import PlasmaClient
+from .objects.serialization import ERROR_METADATA, serialize
+from .owner.actor_submitter import ActorSubmitter
+from .owner.memory_store import MemoryStore
+from .owner.reference_table import ReferenceTable
+from .owner.references import References
+from .owner.task_submitter import TaskSubmitter
+from .telemetry import task_events
+from .transport import wire, wire_server
+from .transport.core_worker_server import CoreWorkerServicer, GetStatus
+from .transport.task_stream import TaskStreams
 
 if TYPE_CHECKING:
-    from .executor import TaskExecutor
-    from .generator import GeneratorState
+    from .execution.executor import TaskExecutor
+    from .owner.generator import GeneratorState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,7 +53,7 @@ T = TypeVar("T")
 
 def node_ip() -> str:
     """The address this node's processes advertise."""
-    return os.environ.get("EMBER_NODE_IP", "127.0.0.1")
+    return str(envvars.value("EMBER_NODE_IP"))
 
 
 class WorkerMode(enum.StrEnum):
@@ -61,14 +61,6 @@ class WorkerMode(enum.StrEnum):
 
     DRIVER = "driver"
     WORKER = "worker"
-
-
-class GetStatus(enum.IntEnum):
-    """How an owner answers a borrower's GetObject (core_worker.proto's GetObjectReply.Status)."""
-
-    READY = core_worker_pb2.GetObjectReply.READY
-    NOT_FOUND = core_worker_pb2.GetObjectReply.NOT_FOUND
-    TIMEOUT = core_worker_pb2.GetObjectReply.TIMEOUT
 
 
 class CoreWorker(ObjectAPI):
@@ -177,13 +169,13 @@ class CoreWorker(ObjectAPI):
         self.task_streams = TaskStreams(self, wire.DirectConn if direct else None)
         self.direct_server = wire_server.DirectServer(self)
         if direct and self.mode is WorkerMode.WORKER:  # drivers run no tasks: no listener
-            await self.direct_server.start("0.0.0.0")
+            await self.direct_server.start(rpc.bind_host(self.ip))  # the address it advertises
         self.submitter = TaskSubmitter(self)
         self.plasma = PlasmaClient(self)
         self.actor_submitter = ActorSubmitter(self)
-        self._server, port, health = rpc.build_server(
+        self._server, port, health = rpc.build_server(  # task specs with inline args: data plane
             [lambda s: core_worker_pb2_grpc.add_CoreWorkerServicer_to_server(CoreWorkerServicer(self), s)],
-            host="0.0.0.0", port=0)
+            host=rpc.bind_host(self.ip), port=0, control=False)
         await self._server.start()
         await rpc.mark_serving(health, ["ember.CoreWorker"])
         return port

@@ -7,6 +7,11 @@ there is no race over free ports. Logs go to <session_dir>/logs/<name>.{out,err}
 Auth (ember_common.auth): `start_gcs` (a head node, the embedded cluster) creates
 ~/.ember/auth_token (0600) when auth is on and no token is configured; `start_node` requires
 one. Every service gets the token in its environment, never on its command line.
+
+Multi-user hosts (private_fs): the temp root defaults to <tmp>/ember-<uid>; it and every
+directory under it are 0700 and must belong to the current user, the files written there are
+0600, and node files and the current-cluster pointer are trusted only when the current user
+owns them. Services start with umask 077, so what they create there is private too.
 """
 from __future__ import annotations
 
@@ -15,25 +20,35 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-EMBER_TMP = os.environ.get("EMBER_TEMP_DIR", os.path.join(tempfile.gettempdir(), "ember-sessions"))
+from ember_common import envvars
+
+from .private_fs import default_temp_root, ensure_private_dir, open_private, read_private, write_private_json
+
+EMBER_TMP = envvars.get("EMBER_TEMP_DIR", default_temp_root())
 CURRENT_CLUSTER_FILE = os.path.join(EMBER_TMP, "ember_current_cluster")
 NODES_DIR = os.path.join(EMBER_TMP, "nodes")
 
 
 def new_session_dir() -> str:
     name = time.strftime("session_%Y-%m-%d_%H-%M-%S_") + f"{os.getpid()}_{os.urandom(2).hex()}"
-    path = os.path.join(EMBER_TMP, name)
-    os.makedirs(os.path.join(path, "logs"), exist_ok=True)
+    path = os.path.join(ensure_private_dir(EMBER_TMP), name)
+    os.mkdir(path, 0o700)
+    os.mkdir(os.path.join(path, "logs"), 0o700)
     return path
 
 
 def default_store_root() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else EMBER_TMP
+
+
+def store_parent() -> str:
+    """This user's object-store root, `<store root>/ember-store-<uid>`: its arenas hold every
+    put() payload, so it is private like the temp root (0700, refused when another user owns it)."""
+    return os.path.join(default_store_root(), f"ember-store-{os.geteuid()}")
 
 
 @dataclass
@@ -61,29 +76,29 @@ def start_service(module: str, args: list[str], session_dir: str, name: str,
                   env: dict[str, str] | None = None) -> ServiceProcess:
     """Starts `python -m module args...` and waits for it to report its bound port."""
     logs = os.path.join(session_dir, "logs")
-    os.makedirs(logs, exist_ok=True)
+    ensure_private_dir(session_dir)
+    ensure_private_dir(logs)
     port_file = os.path.join(session_dir, f"{name}.port")
     if os.path.exists(port_file):
         os.unlink(port_file)
     cmd = [sys.executable, "-m", module, *args, "--port-file", port_file]
     if die_with_parent:
         cmd.append("--die-with-parent")
-    out = open(os.path.join(logs, f"{name}.out"), "ab")
-    err = open(os.path.join(logs, f"{name}.err"), "ab")
+    out = open_private(os.path.join(logs, f"{name}.out"))
+    err = open_private(os.path.join(logs, f"{name}.err"))
     from ember_common import auth
 
     full_env = dict(os.environ)
     full_env.update(auth.service_env())
     full_env.update(env or {})
     popen = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=full_env,
-                             start_new_session=not die_with_parent, close_fds=True)
+                             start_new_session=not die_with_parent, close_fds=True, umask=0o077)
     out.close()
     err.close()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if os.path.exists(port_file):
-            with open(port_file) as f:
-                return ServiceProcess(name, popen.pid, int(f.read()), popen, module, list(args))
+            return ServiceProcess(name, popen.pid, int(read_private(port_file)), popen, module, list(args))
         if popen.poll() is not None:
             raise RuntimeError(f"{name} exited with code {popen.returncode} during start-up: "
                                f"{_tail(os.path.join(logs, name + '.err'))}")
@@ -146,9 +161,9 @@ class NodeRecord:
     is_head: bool
 
     def save(self) -> None:
-        os.makedirs(NODES_DIR, exist_ok=True)
-        with open(os.path.join(NODES_DIR, f"{self.node_id}.json"), "w") as f:
-            json.dump(asdict(self), f)
+        ensure_private_dir(EMBER_TMP)
+        ensure_private_dir(NODES_DIR)
+        write_private_json(os.path.join(NODES_DIR, f"{self.node_id}.json"), asdict(self))
 
 
 def metrics_ports(base: int) -> dict[str, int]:
@@ -161,16 +176,16 @@ def metrics_ports(base: int) -> dict[str, int]:
     return {"raylet": base, "objmgr": base + 1, "gcs": base + 2}
 
 
-def start_gcs(session_dir: str, *, port: int = 0, storage: str = "memory", host: str = "0.0.0.0",
+def start_gcs(session_dir: str, *, port: int = 0, storage: str = "memory", host: str = "127.0.0.1",
               die_with_parent: bool = False, cluster_name: str = "default",
               metrics_export_port: int = 0) -> ServiceProcess:
     """Starts a GCS (its command line from ember_common.settings.GcsSettings), creating the
     auth token file first when auth is on and no token is configured."""
-    from ember_common import auth
+    from ember_common import auth, rpc
     from ember_common.settings import GcsSettings
 
     auth.ensure_token()
-    args = GcsSettings(port=port, host=host, storage=storage, cluster_name=cluster_name,
+    args = GcsSettings(port=port, host=rpc.bind_host(host), storage=storage, cluster_name=cluster_name,
                        session_dir=session_dir, metrics_export_port=metrics_export_port).to_argv()
     return start_service("ember_gcs", args, session_dir, "gcs", die_with_parent=die_with_parent)
 
@@ -183,7 +198,7 @@ def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float
     """Starts an object manager and a raylet for one node (metrics on ports
     `metrics_ports(metrics_export_port)` when it is not 0). Bad resources raise ValueError
     naming the resource before anything starts."""
-    from ember_common import auth
+    from ember_common import auth, rpc
     from ember_common import resources as kit_resources
     from ember_common.ids import new_node_id
 
@@ -192,18 +207,19 @@ def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float
 
     resources = kit_resources.validate(resources, source="node resources")
     node_id = new_node_id()
-    store_dir = os.path.join(default_store_root(), "ember-store", os.path.basename(session_dir), node_id)
+    store_dir = os.path.join(ensure_private_dir(store_parent()), os.path.basename(session_dir), node_id)
     spill = spill_dir or os.path.join(session_dir, "spill", node_id)
     ports = metrics_ports(metrics_export_port)
     objmgr = start_service("ember_objmgr", ObjmgrSettings(
-        store_dir=store_dir, capacity_bytes=object_store_memory, node_id=node_id, host="0.0.0.0",
+        store_dir=store_dir, capacity_bytes=object_store_memory, node_id=node_id, host=rpc.bind_host(node_ip),
         gcs_address=gcs_address, spill_dir=spill, metrics_export_port=ports["objmgr"]).to_argv(),
         session_dir, f"objmgr-{node_id[:8]}", die_with_parent=die_with_parent)
     objmgr_address = f"{node_ip}:{objmgr.port}"
     args = RayletSettings(
         gcs_address=gcs_address, objmgr_address=objmgr_address, node_id=node_id, store_dir=store_dir,
         session_dir=session_dir, resources=resources, object_store_memory_bytes=object_store_memory,
-        node_ip=node_ip, port=raylet_port, head=is_head, num_prestart_workers=num_prestart_workers,
+        node_ip=node_ip, host=rpc.bind_host(node_ip), port=raylet_port, head=is_head,
+        num_prestart_workers=num_prestart_workers,
         metrics_export_port=ports["raylet"]).to_argv()
     try:
         raylet = start_service("ember_raylet", args, session_dir, f"raylet-{node_id[:8]}",
@@ -220,23 +236,29 @@ def remove_session_store(session_dir: str) -> None:
     """Deletes a session's shared-memory objects (needed when an object manager was killed)."""
     import shutil
 
-    shutil.rmtree(os.path.join(default_store_root(), "ember-store", os.path.basename(session_dir)),
-                  ignore_errors=True)
+    shutil.rmtree(os.path.join(store_parent(), os.path.basename(session_dir)), ignore_errors=True)
     shutil.rmtree(os.path.join(session_dir, "spill"), ignore_errors=True)
 
 
 def write_current_cluster(info: dict) -> None:
-    os.makedirs(EMBER_TMP, exist_ok=True)
-    with open(CURRENT_CLUSTER_FILE, "w") as f:
-        json.dump(info, f)
+    """Records the head node `ember start` started (0600, in the user's private temp root)."""
+    ensure_private_dir(EMBER_TMP)
+    write_private_json(CURRENT_CLUSTER_FILE, info)
 
 
 def read_current_cluster() -> dict | None:
-    try:
-        with open(CURRENT_CLUSTER_FILE) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+    """The cluster `ember start --head` recorded, None when there is none; UnsafePathError when
+    the temp root or the pointer belongs to another user or is a symlink (a planted pointer
+    could send the auth token to someone else's GCS)."""
+    from .private_fs import check_private_dir
+
+    if not check_private_dir(EMBER_TMP):
         return None
+    try:
+        info = json.loads(read_private(CURRENT_CLUSTER_FILE))
+    except (FileNotFoundError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
 
 
 DEFAULT_DASHBOARD_PORT = 8265
@@ -251,8 +273,8 @@ def start_dashboard(session_dir: str, gcs_address: str, *, host: str = "127.0.0.
         raise ValueError(f"dashboard port must be in 0..65535, got {port}")
     args = ["--gcs-address", gcs_address, "--host", host, "--port", str(port),
             "--log-dir", os.path.join(session_dir, "logs"), "--connect-timeout-s", str(timeout_s)]
-    if os.environ.get("EMBER_TRACE_DIR"):
-        args += ["--trace-dir", os.environ["EMBER_TRACE_DIR"]]
+    if trace_dir := envvars.get("EMBER_TRACE_DIR"):
+        args += ["--trace-dir", trace_dir]
     return start_service("ember_dashboard", args, session_dir, "dashboard", timeout_s=timeout_s,
                          die_with_parent=die_with_parent)
 

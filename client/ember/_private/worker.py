@@ -9,18 +9,18 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ember_common import backoff, rpc, tracing
+from ember_common import backoff, envvars, rpc, tracing
 from ember_common import resources as kit_resources
 from ember_common.config import Config, get_config
 from ember_common.gcs_client import SyncGcsClient
 from ember_common.proto import common_pb2
 
 from . import node as node_mod
-from . import object_ref
 from .core_worker import CoreWorker, WorkerMode
-from .function_manager import FunctionManager
-from .object_ref import ObjectRef
-from .serialization import serialize
+from .execution.function_manager import FunctionManager
+from .objects import object_ref
+from .objects.object_ref import ObjectRef
+from .objects.serialization import serialize
 
 if TYPE_CHECKING:
     from .log_printer import LogPrinter
@@ -144,7 +144,7 @@ def _detect_gpus() -> int:
 
 def _resolve_address(address: str | None) -> str | None:
     if address is None:
-        address = os.environ.get("EMBER_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+        address = envvars.get("EMBER_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
     if address in ("local", ""):
         return None
     if address == "auto":
@@ -186,8 +186,8 @@ def _advertised_ip(node_address: str, gcs_address: str, same_machine: bool) -> s
     the node it joined when that node is on this machine (as Ray's drivers take their local
     raylet's); else the local address on the route to the GCS. Never loopback on a cluster
     reached over the network."""
-    if os.environ.get("EMBER_NODE_IP"):
-        return os.environ["EMBER_NODE_IP"]
+    if ip := envvars.get("EMBER_NODE_IP"):
+        return ip
     host = node_address.rsplit(":", 1)[0].strip("[]")
     if same_machine and not _is_loopback(host):
         return host
@@ -204,9 +204,11 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
          configure_logging: bool = True, **kwargs: Any) -> RuntimeContextInfo:
     """Connects to a cluster, or starts an embedded one (GCS, raylet, objmgr as child processes)."""
     global _global_worker
-    for k in kwargs:
-        if k not in _IGNORED_INIT_ARGS:
-            raise TypeError(f"init() got an unexpected keyword argument {k!r}")
+    unknown = [k for k in kwargs if k not in _IGNORED_INIT_ARGS]
+    if unknown:  # Ray's error for them (a RuntimeError)
+        raise RuntimeError(f"Unknown keyword argument(s): {', '.join(unknown)}")
+    if namespace is not None and not isinstance(namespace, str):
+        raise TypeError(f"namespace must be None or a string, got {type(namespace).__name__}")
     from .runtime_env import context as runtime_env_context
     from .runtime_env import validation as runtime_env_validation
 
@@ -272,7 +274,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
         from .log_printer import LogPrinter
 
         w.log_printer = LogPrinter(core, print_logs=log_to_driver)
-        atexit.register(shutdown)
+        atexit.register(_shutdown_at_exit)
         return RuntimeContextInfo(w)
 
 
@@ -304,7 +306,19 @@ class RuntimeContextInfo(dict[str, Any]):
         shutdown()
 
 
-def shutdown() -> None:
+def _shutdown_at_exit() -> None:
+    """At interpreter exit the job ends as the program did: an uncaught KeyboardInterrupt is
+    STOPPED, another uncaught exception FAILED (Python sets sys.last_value before atexit runs)."""
+    exc = getattr(sys, "last_value", None)
+    if isinstance(exc, KeyboardInterrupt):
+        shutdown(_end=("STOPPED", "the driver was interrupted (KeyboardInterrupt)"))
+    elif exc is not None:
+        shutdown(_end=("FAILED", f"the driver exited on {type(exc).__name__}: {exc}"[:2000]))
+    else:
+        shutdown()
+
+
+def shutdown(*, _end: tuple[str, str] = ("SUCCEEDED", "")) -> None:
     """Disconnects; stops the embedded cluster if this driver started it."""
     global _global_worker
     with _init_lock:
@@ -313,18 +327,20 @@ def shutdown() -> None:
             return
         _global_worker = None
         try:
-            if w.log_printer is not None:
-                w.log_printer.stop()
             for hook in list(w.before_shutdown):  # e.g. pipelined placement group RPCs
                 try:
                     hook()
                 except Exception as e:
                     log.debug("shutdown hook %r failed: %s", hook, e)
+            # The job's end is reported while the driver stream is still open: once the stream
+            # closes, the GCS ends the job FAILED by itself if no end came within its grace.
             try:
                 w.core.run(lambda: w.core.gcs.mark_job_finished(
-                    w.core.job_id, timeout_s=5, retry=backoff.NO_RETRY), timeout=6)
+                    w.core.job_id, *_end, timeout_s=5, retry=backoff.NO_RETRY), timeout=6)
             except Exception as e:  # the GCS may be gone already
                 log.debug("MarkJobFinished failed: %s", e)
+            if w.log_printer is not None:
+                w.log_printer.stop()
             w.core.shutdown()
             from ember_common import tracing
 

@@ -1,11 +1,11 @@
 """`ember.experimental.internal_kv`, as `ray.experimental.internal_kv`: the GCS's internal KV.
 
-The functions live in `ember._private.internal_kv` (the one door libraries use); see its
+The functions live in `ember._private.doors.internal_kv` (the one door libraries use); see its
 docstring for where calls go and how they fail.
 """
 from __future__ import annotations
 
-from ember._private.internal_kv import (
+from ember._private.doors.internal_kv import (
     _initialize_internal_kv,
     _internal_kv_del,
     _internal_kv_exists,

@@ -25,6 +25,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ember_common import envvars
+
 __all__ = ["JobDetails", "JobInfo", "JobStatus", "JobSubmissionClient", "JobType"]
 
 DEFAULT_DASHBOARD_ADDRESS = "http://127.0.0.1:8265"
@@ -87,7 +89,7 @@ JobInfo = JobDetails  # Ray's older name for the same record
 
 def _resolve(address: str | None) -> str:
     if address is None:
-        address = os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("EMBER_DASHBOARD_ADDRESS")
+        address = os.environ.get("RAY_API_SERVER_ADDRESS") or envvars.get("EMBER_DASHBOARD_ADDRESS")
     if address is None:
         from ember._private import node
 

@@ -21,6 +21,8 @@ import time
 import urllib.error
 import urllib.request
 
+from ember_common import envvars
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -34,7 +36,7 @@ def find_etcd(binary: str | None = None) -> str | None:
     extra installs it, so `make test` needs no system package)."""
     if binary is not None:
         return shutil.which(binary)
-    env = os.environ.get("EMBER_ETCD_BIN")
+    env = envvars.get("EMBER_ETCD_BIN")
     if env:
         return shutil.which(env)
     found = shutil.which("etcd")

@@ -6,7 +6,8 @@
         ember.init(address=c.gcs_address)
 
 It keeps every process it starts, can kill raylets and restart the GCS on the same port (for
-failure tests), and stops everything at exit.
+failure tests), and stops everything at exit. With `gcs_replicas=N` (etcd storage) the GCS is N
+replicas that elect a leader (`c.gcs_replicas`, a GcsReplicas) and `gcs_address` lists them all.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember._private import node as node_mod
+
+from .gcs_replicas import GcsReplicas
 
 
 @dataclass
@@ -35,15 +38,23 @@ class Node:
 
 class LocalCluster:
     def __init__(self, gcs_storage: str = "memory", cluster_name: str | None = None,
-                 object_store_memory: int = 256 * 1024 * 1024) -> None:
+                 object_store_memory: int = 256 * 1024 * 1024, gcs_replicas: int = 1,
+                 gcs_lease_s: int = 2) -> None:
         self.session_dir = node_mod.new_session_dir()
         self.gcs_storage = gcs_storage
         self.cluster_name = cluster_name or f"test-{os.urandom(4).hex()}"
         self.object_store_memory = object_store_memory
         self.nodes: list[Node] = []
+        self.node_sessions: list[str] = []  # the session dirs of nodes started with own_session
         self.gcs: node_mod.ServiceProcess | None = None
         self.gcs_port = 0
-        self._start_gcs()
+        self.gcs_replicas: GcsReplicas | None = None
+        if gcs_replicas > 1:
+            self.gcs_replicas = GcsReplicas(gcs_storage, gcs_replicas, cluster_name=self.cluster_name,
+                                            lease_s=gcs_lease_s, session_dir=self.session_dir)
+            self.gcs_replicas.wait_leader()
+        else:
+            self._start_gcs()
 
     def _start_gcs(self) -> None:
         self.gcs = node_mod.start_gcs(self.session_dir, port=self.gcs_port, storage=self.gcs_storage,
@@ -52,12 +63,20 @@ class LocalCluster:
 
     @property
     def gcs_address(self) -> str:
+        if self.gcs_replicas is not None:
+            return self.gcs_replicas.address
         return f"127.0.0.1:{self.gcs_port}"
 
     def add_node(self, resources: dict[str, float], is_head: bool = False,
-                 num_prestart_workers: int | None = None) -> Node:
+                 num_prestart_workers: int | None = None, own_session: bool = False) -> Node:
+        """Starts a node (raylet + object manager). own_session: in a session directory of its
+        own (its own log directory), as a node on another machine has."""
+        session_dir = self.session_dir
+        if own_session:
+            session_dir = node_mod.new_session_dir()
+            self.node_sessions.append(session_dir)
         record, procs = node_mod.start_node(
-            self.session_dir, self.gcs_address, resources=resources,
+            session_dir, self.gcs_address, resources=resources,
             object_store_memory=self.object_store_memory, is_head=is_head,
             num_prestart_workers=num_prestart_workers)
         node = Node(record, procs)
@@ -109,7 +128,11 @@ class LocalCluster:
         if self.gcs is not None:
             node_mod.stop_process(self.gcs.pid, popen=self.gcs.popen)
             self.gcs = None
-        node_mod.remove_session_store(self.session_dir)
+        if self.gcs_replicas is not None:
+            self.gcs_replicas.shutdown()
+            self.gcs_replicas = None
+        for session_dir in [self.session_dir, *self.node_sessions]:
+            node_mod.remove_session_store(session_dir)
 
     def __enter__(self) -> LocalCluster:
         return self

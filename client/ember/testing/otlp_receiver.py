@@ -1,6 +1,8 @@
 """A minimal OTLP trace receiver for tests: a separate process that accepts OTLP/gRPC and
 OTLP/HTTP (protobuf) exports on loopback and appends every span it receives as one JSON line
-(trace_id, span_id, parent_id, name, service) to an output file.
+to an output file, in the ember_file exporter's shape (trace_id, span_id, parent_id, name,
+service, start_ns, end_ns, status, error, attributes): the dashboard's traces page reads the
+directory of that file as it reads an ember_file directory (the compose trace sink uses it).
 
     python -m ember.testing.otlp_receiver --out spans.jsonl --port-file ports.json
 
@@ -19,8 +21,24 @@ from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+_STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}  # OTLP's Status.StatusCode
 
-def _spans(request: Any) -> list[dict[str, str]]:
+
+def _value(v: Any) -> Any:
+    """An OTLP AnyValue as a plain JSON value."""
+    kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(x) for x in v.array_value.values]
+    if kind in ("kvlist_value", None):
+        return None if kind is None else {kv.key: _value(kv.value) for kv in v.kvlist_value.values}
+    if kind == "bytes_value":
+        return v.bytes_value.hex()
+    return getattr(v, kind)
+
+
+def _spans(request: Any) -> list[dict[str, Any]]:
+    """Each span as the ember_file exporter writes it (tracing._files.span_to_dict), so the
+    dashboard's traces page reads the sink's file as it reads an ember_file directory."""
     out = []
     for rs in request.resource_spans:
         service = next((a.value.string_value for a in rs.resource.attributes
@@ -28,7 +46,10 @@ def _spans(request: Any) -> list[dict[str, str]]:
         for ss in rs.scope_spans:
             for s in ss.spans:
                 out.append({"trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(),
-                            "parent_id": s.parent_span_id.hex(), "name": s.name, "service": service})
+                            "parent_id": s.parent_span_id.hex(), "name": s.name, "service": service,
+                            "start_ns": s.start_time_unix_nano, "end_ns": s.end_time_unix_nano,
+                            "status": _STATUS.get(s.status.code, "UNSET"), "error": s.status.message,
+                            "attributes": {a.key: _value(a.value) for a in s.attributes}})
     return out
 
 
@@ -109,7 +130,7 @@ class OtlpReceiver:
         self.grpc_endpoint = f"http://127.0.0.1:{ports['grpc']}"
         self.http_endpoint = f"http://127.0.0.1:{ports['http']}"
 
-    def spans(self) -> list[dict[str, str]]:
+    def spans(self) -> list[dict[str, Any]]:
         if not os.path.exists(self.out):
             return []
         with open(self.out) as f:

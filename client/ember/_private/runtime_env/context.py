@@ -9,9 +9,10 @@ TaskSpec.serialized_runtime_env and the lease request ("" when there is none).
 """
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any, Mapping
+
+from ember_common import envvars
 
 from . import packaging, validation
 
@@ -26,14 +27,16 @@ def _get_uploader() -> packaging.Uploader:
     global _uploader
     with _lock:
         if _uploader is None:
-            from ember._private import internal_kv as kv
+            from ember._private.doors import internal_kv as kv
+            from ember_common import kv_parts
             from ember_common.config import get_config
 
             def exists(uri: str) -> bool:
                 return kv._internal_kv_exists(uri, namespace=packaging.NAMESPACE)
 
-            def put(uri: str, data: bytes) -> None:
-                kv._internal_kv_put(uri, data, overwrite=False, namespace=packaging.NAMESPACE)
+            def put(uri: str, data: bytes) -> None:  # in parts: the GCS's message limit
+                for key, part in kv_parts.split(uri.encode(), data):
+                    kv._internal_kv_put(key, part, overwrite=False, namespace=packaging.NAMESPACE)
 
             _uploader = packaging.Uploader(
                 exists, put, lambda: get_config().runtime_env_max_package_bytes)
@@ -44,7 +47,7 @@ def parent_env() -> str:
     """The serialized env new tasks and actors inherit here ("" for none)."""
     if _job_env is not None:
         return _job_env
-    return os.environ.get(WORKER_ENV_VAR, "")
+    return envvars.get(WORKER_ENV_VAR, "")
 
 
 def resolve_own(env: Mapping[str, Any] | None, what: str = "runtime_env") -> dict[str, Any]:

@@ -109,6 +109,11 @@ def _pip(v: Any, what: str) -> dict[str, Any]:
                         f"dict with 'packages', got {type(v).__name__}")
     if not all(isinstance(p, str) and p.strip() for p in packages):
         raise TypeError(f"{what}: every requirement must be a non-empty str, got {packages!r}")
+    for p in packages:
+        if p.strip().startswith("-"):
+            raise ValueError(f"{what}: {p.strip()!r} is a pip option, not a requirement; 'packages' "
+                             f"takes requirement specifiers only (options go in "
+                             f"'pip_install_options')")
     opts = spec.get("pip_install_options", DEFAULT_PIP_OPTIONS)
     if not isinstance(opts, (list, tuple)) or not all(isinstance(o, str) for o in opts):
         raise TypeError(f"{what}['pip_install_options'] must be a list of str")

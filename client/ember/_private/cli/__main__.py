@@ -1,8 +1,0 @@
-"""`python -m ember._private.cli ...` is the `ember` command."""
-from __future__ import annotations
-
-import sys
-
-from . import main
-
-sys.exit(main())

@@ -1,0 +1,8 @@
+"""The core's doors for libraries and tools (the only `ember._private` modules they may import):
+
+- internal_kv: the GCS's internal KV (Ray's `ray.experimental.internal_kv`);
+- placement_groups: placement groups in plain Python (ids as bytes, Ray's table dicts);
+- state: the cluster's tables in the shapes of Ray's state API.
+
+Each is used as a module (`from ember._private.doors import state`).
+"""

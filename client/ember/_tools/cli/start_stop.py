@@ -1,0 +1,212 @@
+"""`ember start` (a head node, or a node joining a cluster) and `ember stop`."""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import sys
+from typing import Any
+
+from .common import UsageError, check_gcs, resolve_address
+
+
+def add_parser(sub: Any) -> None:
+    """`start` and `stop`."""
+    s = sub.add_parser("start", help="start a head node or add a node to a cluster")
+    s.add_argument("--head", action="store_true")
+    s.add_argument("--address", default=None,
+                   help="the cluster to join: its GCS's HOST:PORT or its dashboard's http://HOST:PORT")
+    s.add_argument("--port", type=int, default=6379, help="GCS port (head only)")
+    s.add_argument("--num-cpus", type=float, default=None)
+    s.add_argument("--num-gpus", type=float, default=None)
+    s.add_argument("--memory", type=int, default=None)
+    s.add_argument("--resources", default=None, help='custom resources as JSON, e.g. {"accel": 2}')
+    s.add_argument("--object-store-memory", type=int, default=None)
+    s.add_argument("--gcs-storage", default="memory", help="memory (default) or etcd://host:port")
+    s.add_argument("--cluster-name", default="default", help="etcd key prefix of this cluster")
+    s.add_argument("--node-ip-address", default="127.0.0.1")
+    s.add_argument("--metrics-export-port", type=int, default=0,
+                   help="serve Prometheus metrics: raylet on N, object manager on N+1, GCS on "
+                        "N+2 (head); 0 = off")
+    s.add_argument("--include-dashboard", action="store_true",
+                   help="start the dashboard (web UI + job REST API) on the head, port 8265")
+    s.add_argument("--dashboard-port", type=int, default=None,
+                   help="start the dashboard on the head on this port (0 = any free one)")
+    s.add_argument("--dashboard-host", default="127.0.0.1",
+                   help="interface the dashboard listens on (default loopback; 0.0.0.0 = all)")
+    s.add_argument("--autoscaling-config", default=None,
+                   help="run the autoscaler on the head with this cluster config (YAML or JSON)")
+    s.set_defaults(func=cmd_start)
+    st = sub.add_parser("stop", help="stop every Ember node started on this machine")
+    st.add_argument("--force", action="store_true")
+    st.set_defaults(func=cmd_stop)
+
+
+def _resources(ns: argparse.Namespace) -> dict[str, float]:
+    """The node's resources from --num-cpus/--num-gpus/--memory/--resources (SystemExit naming
+    the bad flag)."""
+    import psutil
+
+    from ember_common import resources
+
+    res: dict[str, float] = {"CPU": ns.num_cpus if ns.num_cpus is not None else os.cpu_count() or 1}
+    if ns.num_gpus:
+        res["GPU"] = ns.num_gpus
+    res["memory"] = ns.memory if ns.memory is not None else int(psutil.virtual_memory().total * 0.7)
+    try:
+        res = resources.validate(res, source="--num-cpus/--num-gpus/--memory")
+        if ns.resources:
+            res.update(resources.parse_json(ns.resources, source="--resources",
+                                            reserved=("CPU", "GPU"), reserved_hint="--num-cpus/--num-gpus"))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return res
+
+
+def cmd_start(ns: argparse.Namespace) -> int:
+    """Starts the GCS (head) and the node's raylet and object manager, detached."""
+    import psutil
+
+    from ember._private import node as node_mod
+    from ember_common.config import get_config
+
+    if ns.head == bool(ns.address):
+        raise UsageError("give exactly one of --head or --address HOST:PORT")
+    if ns.autoscaling_config and not ns.head:
+        raise UsageError("--autoscaling-config runs the autoscaler on the head: give --head")
+    if ns.autoscaling_config:  # a bad config fails before anything starts
+        from ember.autoscaler._private import config as autoscaling
+
+        try:
+            autoscaling.load(ns.autoscaling_config)
+        except (autoscaling.ConfigError, OSError) as e:
+            raise UsageError(f"--autoscaling-config {ns.autoscaling_config}: {e}") from None
+    res = _resources(ns)
+    store = ns.object_store_memory or int(psutil.virtual_memory().total *
+                                          get_config().object_store_memory_fraction)
+    try:
+        mports = node_mod.metrics_ports(ns.metrics_export_port)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    # (a temp root another user controls raises UnsafePathError: one line, exit 1, from main)
+    session_dir = node_mod.new_session_dir()
+    procs = []
+    try:
+        if ns.head:
+            gcs = node_mod.start_gcs(session_dir, port=ns.port, storage=ns.gcs_storage, host=ns.node_ip_address,
+                                     cluster_name=ns.cluster_name, metrics_export_port=mports["gcs"])
+            procs.append(gcs)
+            gcs_address = f"{ns.node_ip_address}:{gcs.port}"
+        else:
+            gcs_address = resolve_address(ns.address)  # HOST:PORT, or the dashboard's URL
+            check_gcs(gcs_address)
+        record, node_procs = node_mod.start_node(
+            session_dir, gcs_address, resources=res, object_store_memory=store, is_head=ns.head,
+            node_ip=ns.node_ip_address, metrics_export_port=ns.metrics_export_port)
+        procs.extend(node_procs)
+        dashboard = None
+        if ns.head and (ns.include_dashboard or ns.dashboard_port is not None):
+            port = node_mod.DEFAULT_DASHBOARD_PORT if ns.dashboard_port is None else ns.dashboard_port
+            dashboard = node_mod.start_dashboard(session_dir, gcs_address, host=ns.dashboard_host, port=port)
+            procs.append(dashboard)
+    except (RuntimeError, ValueError) as e:  # ValueError: the auth token configuration
+        for p in procs:
+            node_mod.stop_process(p.pid, popen=p.popen)
+        print(f"ember: error: {e}", file=sys.stderr)
+        return 1
+    scaler = _start_autoscaler(ns.autoscaling_config, gcs_address, session_dir) if ns.autoscaling_config else None
+    # Stop order: the autoscaler (it stops the nodes it started), the dashboard (a driver),
+    # raylet, objmgr, then the GCS.
+    record.pids = ([scaler] if scaler else []) + ([dashboard.pid] if dashboard else []) + [
+        p.pid for p in node_procs] + [p.pid for p in procs if p not in node_procs and p is not dashboard]
+    record.save()
+    if ns.head:
+        info = {"gcs_address": gcs_address, "session_dir": session_dir}
+        if dashboard is not None:
+            info["dashboard_url"] = f"http://{ns.dashboard_host}:{dashboard.port}"
+        node_mod.write_current_cluster(info)
+        print(f"Ember head node started: GCS at {gcs_address} (storage: {ns.gcs_storage}).")
+        print(f"  Add nodes:        ember start --address={gcs_address}")
+        print("  Connect drivers:  ember.init(address='auto')   or   "
+              f"ember.init(address='{gcs_address}')")
+    else:
+        print(f"Ember node {record.node_id[:8]} joined the cluster at {gcs_address}.")
+    if dashboard is not None:
+        host = ns.node_ip_address if ns.dashboard_host in ("0.0.0.0", "::") else ns.dashboard_host
+        print(f"  Dashboard: http://{host}:{dashboard.port}   (jobs: ember job submit / Ray's "
+              f"JobSubmissionClient('http://{host}:{dashboard.port}'))")
+    print(f"  Resources: {res}")
+    if ns.metrics_export_port:
+        print("  Metrics:   " + ", ".join(f"{k} http://{ns.node_ip_address}:{v}/metrics"
+                                          for k, v in mports.items() if v and (ns.head or k != "gcs")))
+    if scaler:
+        print(f"  Autoscaler: {ns.autoscaling_config} (log: {session_dir}/logs/autoscaler.log)")
+    print(f"  Logs: {session_dir}/logs    Stop: ember stop")
+    return 0
+
+
+def _start_autoscaler(config: str, gcs_address: str, session_dir: str) -> int:
+    """Starts the autoscaler process for the head, detached; its pid."""
+    import subprocess
+
+    logs = os.path.join(session_dir, "logs")
+    os.makedirs(logs, exist_ok=True)
+    with open(os.path.join(logs, "autoscaler.log"), "ab") as log:
+        p = subprocess.Popen([sys.executable, "-m", "ember.autoscaler._private.main", "--config",
+                              os.path.abspath(config), "--address", gcs_address],
+                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+    return p.pid
+
+
+def cmd_stop(ns: argparse.Namespace) -> int:
+    """Stops every node `ember start` recorded on this machine (worker nodes first). It trusts
+    only node files the current user owns (not symlinks) in its private temp root, and signals
+    only processes the current user owns."""
+    from ember._private import node as node_mod
+    from ember._private.private_fs import UnsafePathError, check_private_dir, owned_by_me, read_private
+
+    try:
+        has_nodes = check_private_dir(node_mod.EMBER_TMP) and check_private_dir(node_mod.NODES_DIR)
+    except UnsafePathError as e:
+        print(f"ember: error: {e}", file=sys.stderr)
+        return 1
+    records = []
+    refused = 0
+    for path in sorted(glob.glob(os.path.join(node_mod.NODES_DIR, "*.json"))) if has_nodes else []:
+        try:
+            records.append((path, json.loads(read_private(path))))
+        except UnsafePathError as e:
+            print(f"ember: error: {e}", file=sys.stderr)
+            refused += 1
+        except (OSError, ValueError):
+            os.unlink(path)
+    records.sort(key=lambda r: r[1].get("is_head", False))  # worker nodes first, head last
+    stopped = 0
+    for path, rec in records:
+        for pid in rec["pids"]:
+            if not owned_by_me(pid):
+                print(f"skipping pid {pid} from {path}: not a process of the current user "
+                      "(or no longer running)", file=sys.stderr)
+                continue
+            if ns.force:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            else:
+                node_mod.stop_process(pid, timeout_s=10)
+            stopped += 1
+        store_dir = rec.get("store_dir", "")
+        try:
+            if store_dir and check_private_dir(store_dir):
+                shutil.rmtree(store_dir, ignore_errors=True)
+        except UnsafePathError as e:
+            print(f"not removing {store_dir}: {e}", file=sys.stderr)
+        os.unlink(path)
+    if has_nodes and os.path.lexists(node_mod.CURRENT_CLUSTER_FILE):
+        os.unlink(node_mod.CURRENT_CLUSTER_FILE)
+    print(f"Stopped {len(records)} node(s) ({stopped} processes).")
+    return 1 if refused else 0

@@ -1,0 +1,91 @@
+"""Options and arguments Ray 2.60 rejects are rejected, with Ray's exception type and a message
+naming the option (compatibility issue 46, item 10); the cluster keeps working after each."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import ember as ray
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=1)
+    yield
+    ray.shutdown()
+
+
+@ray.remote
+def f():
+    return 1
+
+
+@ray.remote
+class A:
+    def m(self):
+        return 1
+
+
+# (what, options, Ray's exception type, a word the message must hold), each checked against
+# Ray 2.60's own `.options()`.
+CASES = [
+    ("task", {"num_cpus": -1}, ValueError, "num_cpus"),
+    ("task", {"num_gpus": -1}, ValueError, "num_gpus"),
+    ("task", {"memory": -1}, ValueError, "memory"),
+    ("task", {"num_cpus": "1"}, TypeError, "num_cpus"),
+    ("task", {"num_returns": -1}, ValueError, "num_returns"),
+    ("task", {"max_retries": -2}, ValueError, "max_retries"),
+    ("task", {"max_retries": 1.5}, TypeError, "max_retries"),
+    ("task", {"scheduling_strategy": 5}, TypeError, "scheduling_strategy"),
+    ("task", {"bogus_option": 1}, ValueError, "bogus_option"),
+    ("task", {"max_restarts": 1}, ValueError, "max_restarts"),
+    ("task", {"resources": {"CPU": 1}}, ValueError, "num_cpus"),
+    ("task", {"resources": {"x": -1}}, ValueError, "x"),
+    ("task", {"retry_exceptions": "x"}, TypeError, "retry_exceptions"),
+    ("task", {"name": 5}, TypeError, "name"),
+    ("task", {"runtime_env": 5}, TypeError, "runtime_env"),
+    ("actor", {"name": 5}, TypeError, "name"),
+    ("actor", {"num_cpus": -1}, ValueError, "num_cpus"),
+    ("actor", {"max_restarts": -2}, ValueError, "max_restarts"),
+    ("actor", {"max_restarts": 1.5}, TypeError, "max_restarts"),
+    ("actor", {"max_task_retries": -2}, ValueError, "max_task_retries"),
+    ("actor", {"max_task_retries": 1.5}, TypeError, "max_task_retries"),
+    ("actor", {"lifetime": "forever"}, ValueError, "lifetime"),
+    ("actor", {"bogus_option": 1}, ValueError, "bogus_option"),
+    ("actor", {"max_retries": 1}, ValueError, "max_retries"),
+    ("actor", {"num_returns": 1}, ValueError, "num_returns"),
+    ("actor", {"get_if_exists": True}, ValueError, "get_if_exists"),
+]
+
+
+@pytest.mark.parametrize("what,options,error,word", CASES,
+                         ids=[f"{w}-{next(iter(o))}={next(iter(o.values()))!r}" for w, o, _, _ in CASES])
+def test_bad_options_are_rejected_as_ray_rejects_them(cluster, what, options, error, word):
+    target = f if what == "task" else A
+    with pytest.raises(error, match=word):
+        target.options(**options)
+    assert ray.get(f.remote(), timeout=60) == 1  # the cluster keeps working
+
+
+INIT_CASES = [
+    ("num_cpus=-1", "ValueError", "CPU"),
+    ("num_gpus=-1", "ValueError", "GPU"),
+    ("namespace=5", "TypeError", "namespace"),
+    ("resources={'CPU': 1}", "ValueError", "num_cpus"),
+    ("bogus=1", "RuntimeError", "bogus"),
+]
+
+
+def test_bad_init_arguments_are_rejected_as_ray_rejects_them():
+    code = "import ember\n" + "".join(
+        f"try:\n    ember.init({args})\n    print('ACCEPTED', {args!r})\n"
+        f"except Exception as e:\n    print(type(e).__mro__[0].__name__, [c.__name__ for c in type(e).__mro__], e)\n"
+        for args, _, _ in INIT_CASES)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
+    assert len(lines) == len(INIT_CASES), out.stdout + out.stderr
+    for (args, error, word), line in zip(INIT_CASES, lines, strict=True):
+        assert "ACCEPTED" not in line, line
+        assert f"'{error}'" in line and word in line, (args, line)
