@@ -9,7 +9,7 @@ fan-out); 100,000 tasks pending behind busy CPUs (driver memory per pending task
 runs the short form (100 actors, 100k tasks, 20k refs, 20k pending, 5 -> 10 nodes).
 
     .venv/bin/python scripts/scale_envelope.py --quick
-    .venv/bin/python scripts/scale_envelope.py --only nodes,actors --ray-python /work/rayvenv/bin/python
+    .venv/bin/python scripts/scale_envelope.py --only nodes,actors --ray-python .rayvenv/bin/python
 
 Ray's side of "actors" is capped by memory (about 60 MB per idle Ray actor): the cap is shown.
 """
@@ -64,7 +64,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="the short form")
     p.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated scenarios")
     p.add_argument("--ray-python", default=os.environ.get("EMBER_TEST_RAY_PYTHON",
-                                                          "/work/rayvenv/bin/python"),
+                                                          os.path.abspath(".rayvenv/bin/python")),
                    help="Ray 2.60's interpreter ('' to skip Ray)")
     p.add_argument("--ember-python", default=sys.executable)
     p.add_argument("--timeout-s", type=float, default=0,
@@ -103,7 +103,7 @@ def run_one(python: str, runtime: str, scenario: str, quick: bool, timeout_s: fl
         return {"error": f"timed out after {timeout_s:g}s"}
     finally:
         if os.path.isdir(os.path.join(tmp, "nodes")) and os.listdir(os.path.join(tmp, "nodes")):
-            subprocess.run([sys.executable, "-m", "ember._private.cli", "stop", "--force"],
+            subprocess.run([sys.executable, "-m", "ember._tools.cli", "stop", "--force"],
                            env=dict(os.environ, EMBER_TEMP_DIR=tmp), stdout=subprocess.DEVNULL,
                            timeout=120)
         shutil.rmtree(tmp, ignore_errors=True)
