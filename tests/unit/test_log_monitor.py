@@ -222,3 +222,101 @@ def test_missing_logs_dir_is_tolerated(tmp_path):
     write(d, "worker-w.out", "x\n")
     poll(mon)
     assert rec.lines() == ["x"]
+
+
+def test_a_big_round_is_published_in_calls_under_the_publish_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(lm, "PUBLISH_BYTES", 10_000)
+    rec = Recorder()
+    mon = make(tmp_path, rec)
+    lines = [f"{i:04d}" + "x" * 996 for i in range(35)]  # 35 lines of 1000 characters
+    write(tmp_path, "worker-w1.out", marker(J1, "f") + "".join(ln + "\n" for ln in lines))
+    poll(mon)
+    assert rec.lines() == lines  # all of them, in order
+    assert len(rec.calls) == 4
+    assert all(sum(len(ln) for b in call for ln in b[4]) <= 10_000 for call in rec.calls)
+
+
+def test_a_print_loop_is_rate_limited_with_a_dropped_notice(tmp_path):
+    rec = Recorder()
+    mon = make(tmp_path, rec, {"w1": 9}, max_lines_per_s=100)
+    # A bounded tight loop: 5,000 lines at once, far over 100 lines/s.
+    write(tmp_path, "worker-w1.out", marker(J1, "spam") + "".join(f"line {i}\n" for i in range(5000)))
+    poll(mon)
+    lines = rec.lines()
+    assert lines[:100] == [f"line {i}" for i in range(100)]  # the bucket: one second's worth
+    notices = [ln for ln in lines if ln.startswith("[ember]")]
+    assert len(lines) == 101 and len(notices) == 1
+    assert "4900 lines of output dropped" in notices[0] and "worker-w1.out" in notices[0]
+    assert "EMBER_LOG_TO_DRIVER_MAX_LINES_PER_S" in notices[0]
+    # The notice goes to the job whose task printed, under the task's name.
+    assert rec.calls[-1][-1][:3] == (J1, 9, "spam")
+    # The file keeps every line.
+    assert (tmp_path / "worker-w1.out").read_text().count("\n") == 5001
+
+
+def test_the_rate_budget_refills(tmp_path):
+    rec = Recorder()
+    mon = make(tmp_path, rec, max_lines_per_s=1000)
+    write(tmp_path, "worker-w.out", "".join(f"a{i}\n" for i in range(1000)))
+    poll(mon)
+    assert len(rec.lines()) == 1000  # exactly the budget: nothing dropped, no notice
+    asyncio.run(asyncio.sleep(0.2))  # 200 more lines' worth
+    write(tmp_path, "worker-w.out", "".join(f"b{i}\n" for i in range(150)))
+    poll(mon)
+    assert not any(ln.startswith("[ember]") for ln in rec.lines())
+    assert rec.lines()[-1] == "b149"
+
+
+def test_no_limit_by_default(tmp_path):
+    rec = Recorder()
+    mon = make(tmp_path, rec)
+    write(tmp_path, "worker-w.out", "".join(f"{i}\n" for i in range(8000)))
+    poll(mon)
+    assert len(rec.lines()) == 8000
+
+
+def test_a_worker_file_rotates_at_the_cap_with_bounded_backups(tmp_path):
+    rec = Recorder()
+    mon = make(tmp_path, rec, {"w1": 5}, max_bytes=10_000, backup_count=2)
+    line = "y" * 99 + "\n"
+    for rnd in range(6):  # a bounded print loop: 6 rounds of 12 kB, each over the cap
+        write(tmp_path, "worker-w1.out", f"round {rnd}\n" + line * 120)
+        poll(mon)
+    names = sorted(os.listdir(tmp_path))
+    assert names == ["worker-w1.out", "worker-w1.out.1", "worker-w1.out.2"]
+    assert all(os.path.getsize(tmp_path / n) <= 13_000 for n in names)
+    assert (tmp_path / "worker-w1.out.1").read_text().startswith("round 5\n")
+    # Every line was read before its file rotated: none lost on the way to the driver.
+    assert rec.lines().count("y" * 99) == 6 * 120 and not any("[ember]" in ln for ln in rec.lines())
+
+
+def test_only_this_raylets_workers_and_own_files_rotate(tmp_path):
+    rec = Recorder()
+    mon = make(tmp_path, rec, {"mine": 1}, max_bytes=100, backup_count=1,
+               own_files=("raylet-abcd.err",))
+    for name in ("worker-mine.out", "worker-other.out", "raylet-abcd.err", "gcs.err"):
+        write(tmp_path, name, "z" * 200 + "\n")
+    poll(mon)
+    assert sorted(os.listdir(tmp_path)) == ["gcs.err", "raylet-abcd.err", "raylet-abcd.err.1",
+                                            "worker-mine.out", "worker-mine.out.1", "worker-other.out"]
+
+
+def test_bytes_rotated_before_they_were_read_are_counted(tmp_path, monkeypatch):
+    monkeypatch.setattr(lm, "READ_CHUNK", 1000)  # the monitor reads 1000 bytes a round
+    rec = Recorder()
+    mon = make(tmp_path, rec, {"w": 3}, max_bytes=2000, backup_count=1)
+    write(tmp_path, "worker-w.out", ("q" * 9 + "\n") * 500)  # 5000 bytes at once
+    poll(mon)
+    notices = [ln for ln in rec.lines() if ln.startswith("[ember]")]
+    assert len(notices) == 1 and "4000 bytes of output not forwarded" in notices[0], notices
+    assert rec.lines().count("q" * 9) == 100
+
+
+def test_only_this_raylets_workers_are_forwarded(tmp_path):
+    """Nodes of one machine may share a log directory: each raylet forwards its own workers'."""
+    rec = Recorder()
+    mon = make(tmp_path, rec, mine={"mine"}.__contains__)
+    write(tmp_path, "worker-mine.out", "from my worker\n")
+    write(tmp_path, "worker-theirs.out", "from another raylet's worker\n")
+    poll(mon)
+    assert rec.lines() == ["from my worker"]
