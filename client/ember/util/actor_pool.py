@@ -18,30 +18,40 @@ class ActorPool:
         self._pending: list[tuple[Callable, Any]] = []
 
     def map(self, fn: Callable[[Any, Any], Any], values: Iterable[Any]) -> Iterator[Any]:
-        """Results in the order of `values`."""
+        """Submits every value at once (as Ray's), and returns an iterator over the results in the
+        order of `values`. Results left from an earlier map are dropped. A `fn` returning a list
+        of refs (an actor method with num_returns > 1) yields a list of values per item."""
         while self.has_next():  # drop leftovers of an earlier map
-            self.get_next_unordered()
+            try:
+                self.get_next(timeout=0, ignore_if_timedout=True)
+            except TimeoutError:
+                pass
         for v in values:
             self.submit(fn, v)
-        while self.has_next():
-            yield self.get_next()
+        return self._drain(self.get_next)
 
     def map_unordered(self, fn: Callable[[Any, Any], Any], values: Iterable[Any]) -> Iterator[Any]:
-        """Results as they finish."""
+        """As map, but results come as they finish."""
         while self.has_next():
-            self.get_next_unordered()
+            try:
+                self.get_next_unordered(timeout=0)
+            except TimeoutError:
+                pass
         for v in values:
             self.submit(fn, v)
+        return self._drain(self.get_next_unordered)
+
+    def _drain(self, get: Callable[[], Any]) -> Iterator[Any]:
         while self.has_next():
-            yield self.get_next_unordered()
+            yield get()
 
     def submit(self, fn: Callable[[Any, Any], Any], value: Any) -> None:
         """Runs fn(actor, value) on an idle actor, or queues it until one is free."""
         if self._idle:
             actor = self._idle.pop()
-            ref = fn(actor, value)
-            self._future_to_actor[ref] = (self._next_task_index, actor)
-            self._index_to_future[self._next_task_index] = ref
+            future = fn(actor, value)
+            self._future_to_actor[_key(future)] = (self._next_task_index, actor)
+            self._index_to_future[self._next_task_index] = future
             self._next_task_index += 1
         else:
             self._pending.append((fn, value))
@@ -53,42 +63,48 @@ class ActorPool:
         return bool(self._idle) and not self._pending
 
     def get_next(self, timeout: float | None = None, ignore_if_timedout: bool = False) -> Any:
-        """The next result in submission order."""
+        """The next result in submission order. On timeout, TimeoutError; with
+        ignore_if_timedout the late result is dropped and its actor returned to the pool."""
         import ember
 
         if not self.has_next():
             raise StopIteration("No more results to get")
         if self._next_return_index >= self._next_task_index:
             raise ValueError("It is not allowed to call get_next() after get_next_unordered().")
-        ref = self._index_to_future[self._next_return_index]
+        future = self._index_to_future[self._next_return_index]
+        timed_out = False
         if timeout is not None:
-            ready, _ = ember.wait([ref], timeout=timeout)
-            if not ready:
-                if ignore_if_timedout:
-                    self._next_return_index += 1
-                    del self._index_to_future[self._next_return_index - 1]
-                raise TimeoutError("Timed out waiting for result")
+            refs = _refs(future)
+            ready, _ = ember.wait(refs, num_returns=len(refs), timeout=timeout)
+            if len(ready) < len(refs):
+                if not ignore_if_timedout:
+                    raise TimeoutError("Timed out waiting for result")
+                timed_out = True
         del self._index_to_future[self._next_return_index]
         self._next_return_index += 1
-        _, actor = self._future_to_actor.pop(ref)
+        _, actor = self._future_to_actor.pop(_key(future))
         self._return_actor(actor)
-        return ember.get(ref)
+        if timed_out:
+            raise TimeoutError(f"Timed out waiting for result. The task {future} has been ignored.")
+        return ember.get(future)
 
     def get_next_unordered(self, timeout: float | None = None, ignore_if_timedout: bool = False) -> Any:
-        """Whichever result finishes first."""
+        """Whichever result finishes first (a multi-return task's refs finish together: its
+        first ref stands for it)."""
         import ember
 
         if not self.has_next():
             raise StopIteration("No more results to get")
-        ready, _ = ember.wait(list(self._future_to_actor), num_returns=1, timeout=timeout)
+        first = {_refs(k)[0]: k for k in self._future_to_actor}
+        ready, _ = ember.wait(list(first), num_returns=1, timeout=timeout)
         if not ready:
             raise TimeoutError("Timed out waiting for result")
-        ref = ready[0]
-        index, actor = self._future_to_actor.pop(ref)
-        self._index_to_future.pop(index, None)
+        key = first[ready[0]]
+        index, actor = self._future_to_actor.pop(key)
+        future = self._index_to_future.pop(index)
         self._next_return_index = max(self._next_return_index, index + 1)
         self._return_actor(actor)
-        return ember.get(ref)
+        return ember.get(future)
 
     def _return_actor(self, actor: Any) -> None:
         self._idle.append(actor)
@@ -105,3 +121,12 @@ class ActorPool:
         if actor in self._idle or actor in busy:
             raise ValueError("Actor already belongs to current ActorPool")
         self._return_actor(actor)
+
+
+def _key(future: Any) -> Any:
+    """A submission's key: its ref, or the tuple of its refs (lists are not hashable)."""
+    return tuple(future) if isinstance(future, list) else future
+
+
+def _refs(future: Any) -> list[Any]:
+    return list(future) if isinstance(future, (list, tuple)) else [future]

@@ -7,14 +7,15 @@ together on nodes chosen by a strategy, then schedule tasks and actors into them
     remove_placement_group(pg)
 
 The GCS places the group (two-phase commit over the raylets); this module validates the
-arguments as Ray does and talks to the core through `ember._private.placement_groups`.
+arguments as Ray does and talks to the core through `ember._private.doors.placement_groups`.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from ember._private import placement_groups as _door
+from ember._private.doors import placement_groups as _door
+from ember_common.validate_rules import MAX_BUNDLES_PER_GROUP
 
 VALID_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -106,6 +107,8 @@ def _validate_bundles(bundles: Any) -> list[dict[str, float]]:
     if not isinstance(bundles, (list, tuple)) or not bundles:
         raise ValueError("The placement group `bundles` argument cannot contain an empty list; "
                          f"got {bundles!r}")
+    if len(bundles) > MAX_BUNDLES_PER_GROUP:
+        raise ValueError(f"A placement group has at most {MAX_BUNDLES_PER_GROUP} bundles, got {len(bundles)}")
     out = []
     for i, b in enumerate(bundles):
         if not isinstance(b, dict):

@@ -3,6 +3,6 @@
 "DEFAULT" and "SPREAD" are accepted."""
 from __future__ import annotations
 
-from ember._private.scheduling import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+from ember._private.api.scheduling import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 __all__ = ["NodeAffinitySchedulingStrategy", "PlacementGroupSchedulingStrategy"]

@@ -9,15 +9,16 @@ Sources: actors, nodes, jobs and placement groups from the GCS; workers from eac
 objects from each object manager (what `ember memory` shows); submitted jobs from the job
 records the job REST API keeps in the internal KV; tasks from the GCS's task-event store (owners
 and executors report state transitions there in batches, about once a second, so a task shows
-up to a second late), filtered and limited in the GCS. Each call goes through
-`ember._private.state` (the state door).
+up to a second late), filtered and limited in the GCS; log files from each node's raylet
+(logs.py: `list_logs`, `get_log`). Each call goes through `ember._private.doors.state` (the
+state door) or `ember._private.doors.logs`.
 """
 from __future__ import annotations
 
 import warnings
 from typing import Any
 
-from ember._private import state as _door
+from ember._private.doors import state as _door
 
 from .common import (
     DEFAULT_LIMIT,
@@ -37,10 +38,11 @@ from .common import (
 from .common import summarize_actors as _summarize_actors
 from .common import summarize_objects as _summarize_objects
 from .common import summarize_tasks as _summarize_tasks
+from .logs import get_log, list_logs
 
 __all__ = ["ActorState", "JobState", "NodeState", "ObjectState", "PlacementGroupState",
-           "StateSchema", "TaskState", "WorkerState", "get_actor", "get_job", "get_node", "get_objects",
-           "get_placement_group", "get_task", "get_worker", "list_actors", "list_jobs", "list_nodes",
+           "StateSchema", "TaskState", "WorkerState", "get_actor", "get_job", "get_log", "get_node", "get_objects",
+           "get_placement_group", "get_task", "get_worker", "list_actors", "list_jobs", "list_logs", "list_nodes",
            "list_objects", "list_placement_groups", "list_tasks", "list_workers", "summarize_actors",
            "summarize_objects", "summarize_tasks"]
 

@@ -1,0 +1,104 @@
+"""DAG execution microbenchmark: Ember's ember.dag beside Ray's ray.dag, same code.
+
+Workloads (each a 3-node graph: two tasks on the input and one that adds their results):
+  sequential  execute + get, one graph run at a time (latency of a whole graph)
+  pipelined   N executes, then one get of all results (graph runs in flight together)
+  actor       the same shape with methods bound on two live actor handles, sequential
+
+Each system runs in its own process (Ray from its own venv, never a dependency of the project);
+the runs alternate Ember/Ray per trial so both see the same minute of a shared machine.
+
+    .venv/bin/python scripts/bench_dag.py --ray-python /path/to/ray-venv/bin/python -n 1000
+    .venv/bin/python scripts/bench_dag.py --module ember -n 200     # one side only, JSON out
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+
+def run_side(module: str, n: int) -> dict[str, float]:
+    """Runs the workloads with `module` (ember or ray) in this process; executions per second."""
+    rt = importlib.import_module(module)
+    dag_mod = importlib.import_module(f"{module}.dag")
+    rt.init(num_cpus=2, include_dashboard=False) if module == "ray" else rt.init(num_cpus=2)
+
+    @rt.remote
+    def inc(x):
+        return x + 1
+
+    @rt.remote
+    def double(x):
+        return x * 2
+
+    @rt.remote
+    def add(a, b):
+        return a + b
+
+    @rt.remote
+    class Worker:
+        def inc(self, x):
+            return x + 1
+
+        def add(self, a, b):
+            return a + b
+
+    with dag_mod.InputNode() as inp:
+        dag = add.bind(inc.bind(inp), double.bind(inp))
+    w1, w2 = Worker.remote(), Worker.remote()
+    with dag_mod.InputNode() as inp:
+        actor_dag = w2.add.bind(w1.inc.bind(inp), w1.inc.bind(inp))
+    assert rt.get(dag.execute(3)) == 10 and rt.get(actor_dag.execute(1)) == 4
+    for _ in range(50):  # warm up: workers leased, functions exported
+        rt.get(dag.execute(1))
+        rt.get(actor_dag.execute(1))
+    out = {}
+    t = time.perf_counter()
+    for i in range(n):
+        assert rt.get(dag.execute(i)) == 3 * i + 1
+    out["sequential"] = n / (time.perf_counter() - t)
+    t = time.perf_counter()
+    refs = [dag.execute(i) for i in range(n)]
+    assert rt.get(refs) == [3 * i + 1 for i in range(n)]
+    out["pipelined"] = n / (time.perf_counter() - t)
+    t = time.perf_counter()
+    for i in range(n):
+        assert rt.get(actor_dag.execute(i)) == 2 * i + 2
+    out["actor"] = n / (time.perf_counter() - t)
+    rt.shutdown()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--module", choices=("ember", "ray"), help="run one side, print JSON")
+    p.add_argument("--ray-python", help="python of a venv with ray installed")
+    p.add_argument("-n", type=int, default=1000, help="graph executions per workload")
+    p.add_argument("--trials", type=int, default=3)
+    a = p.parse_args()
+    if a.module:
+        print(json.dumps(run_side(a.module, a.n)))
+        return
+    sides = {"ember": sys.executable, **({"ray": a.ray_python} if a.ray_python else {})}
+    results: dict[str, list[dict[str, float]]] = {s: [] for s in sides}
+    for trial in range(a.trials):
+        order = list(sides) if trial % 2 == 0 else list(reversed(sides))
+        for side in order:
+            cmd = [sides[side], __file__, "--module", side, "-n", str(a.n)]
+            line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            results[side].append(json.loads(line.strip().splitlines()[-1]))
+    print(f"{'workload':<12} " + " ".join(f"{s + ' exec/s':>14}" for s in sides)
+          + ("   ember/ray" if "ray" in sides else ""))
+    for w in ("sequential", "pipelined", "actor"):
+        med = {s: statistics.median(r[w] for r in results[s]) for s in sides}
+        ratio = f"   {med['ember'] / med['ray']:.2f}" if "ray" in sides else ""
+        print(f"{w:<12} " + " ".join(f"{med[s]:>14.0f}" for s in sides) + ratio)
+
+
+if __name__ == "__main__":
+    main()
