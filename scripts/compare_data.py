@@ -12,7 +12,7 @@ Both clusters: embedded, num_cpus=2 (this machine has 2 cores), progress bars of
 workload runs in a fresh process per system (its own cluster, its own timeout), Ember then Ray,
 so one that fails or hangs costs only its own row.
 
-    .venv/bin/python scripts/compare_data.py [--ray-python /work/rayvenv/bin/python] [--only map,iter]
+    .venv/bin/python scripts/compare_data.py [--ray-python .rayvenv/bin/python] [--only map,iter]
 """
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def _run_one(py: str, system: str, base: str, workload: str, timeout: float) -> 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ray-python", default="/work/rayvenv/bin/python")
+    ap.add_argument("--ray-python", default=".rayvenv/bin/python")
     ap.add_argument("--only", default="map,shuffle,iter,stream4x")
     ap.add_argument("--timeout", type=float, default=1200, help="seconds per workload and system")
     ap.add_argument("--system", help=argparse.SUPPRESS)

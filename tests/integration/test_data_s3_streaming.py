@@ -6,7 +6,6 @@ import io
 import json
 import socket
 import threading
-import time
 import urllib.request
 
 import numpy as np

@@ -6,8 +6,7 @@ import pyarrow as pa
 import pytest
 
 from ember.data._internal.autoscaling import AutoscalingPolicy, PoolView
-from ember.data._internal.backpressure import (BudgetPolicy, OpView, RecentlyFreed, budget_from,
-                                               max_in_flight)
+from ember.data._internal.backpressure import BudgetPolicy, OpView, RecentlyFreed, budget_from, max_in_flight
 from ember.data._internal.sizing import group_pieces, slices_at, split_even
 from ember.data._internal.split_coordinator import DONE, WAIT, Give, SplitCoordinatorCore
 from ember.data._internal.stats import OpStats

@@ -10,7 +10,7 @@ tasks (or actor-pool calls) per block under a memory budget derived from the obj
 """
 from __future__ import annotations
 
-from . import block
+from . import aggregate, block, datatype, expressions
 from ._consume import Schema
 from ._internal.compute import ActorPoolStrategy, TaskPoolStrategy
 from .context import DataContext, ExecutionOptions, ExecutionResources
@@ -18,25 +18,36 @@ from .dataset import Dataset, MaterializedDataset
 from .grouped import AggregateFn, Count, GroupedData, Max, Mean, Min, Std, Sum
 from .iterator import DataIterator
 from .read_api import (
-                       from_arrow,
-                       from_items,
-                       from_numpy,
-                       from_pandas,
-                       from_torch,
-                       range,
-                       range_tensor,
-                       read_binary_files,
-                       read_csv,
-                       read_json,
-                       read_numpy,
-                       read_parquet,
-                       read_text,
+    from_arrow,
+    from_items,
+    from_numpy,
+    from_pandas,
+    from_torch,
+    range,
+    range_tensor,
+    read_binary_files,
+    read_csv,
+    read_json,
+    read_numpy,
+    read_parquet,
+    read_text,
 )
+
+
+def __getattr__(name: str) -> object:
+    """`ember.data.preprocessors` imported on first use (it loads pandas-heavy modules)."""
+    if name == "preprocessors":
+        import importlib
+
+        return importlib.import_module(".preprocessors", __name__)
+    raise AttributeError(f"module 'ember.data' has no attribute {name!r}")
+
 
 __all__ = [
     "ActorPoolStrategy", "AggregateFn", "Count", "DataContext", "DataIterator", "Dataset",
     "ExecutionOptions", "ExecutionResources", "GroupedData", "MaterializedDataset", "Max", "Mean",
     "Min", "Schema", "Std", "Sum", "TaskPoolStrategy", "block", "from_arrow", "from_items",
     "from_numpy", "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files",
-    "read_csv", "read_json", "read_numpy", "read_parquet", "read_text",
+    "read_csv", "read_json", "read_numpy", "read_parquet", "read_text", "aggregate", "datatype",
+    "expressions", "preprocessors",
 ]

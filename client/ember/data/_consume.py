@@ -153,6 +153,26 @@ class ConsumeMixin:
         return B.concat([ember.get(b.ref) for b in self._bundles()])
 
     # --- global aggregates --------------------------------------------------------------------
+    def aggregate(self, *aggs: Any) -> dict[str, Any]:
+        """Applies ember.data.aggregate aggregations to all rows: {name: value}, e.g.
+        `ds.aggregate(Sum("x"), Mean("y"))` -> {"sum(x)": ..., "mean(y)": ...}. One partial per
+        block in map tasks, merged and finalized here; None for a dataset without rows."""
+        import pickle
+
+        from ._internal import aggregation as A
+
+        A.validate(aggs, None)
+        agg_list = list(aggs)
+
+        def partial(t: pa.Table) -> pa.Table:
+            return A.partial_table(t, agg_list)
+
+        partial.__name__ = "Aggregate"
+        ds = self.map_batches(partial, batch_format="pyarrow", batch_size=None)  # type: ignore[attr-defined]
+        parts = [pickle.loads(r[A.PARTIAL_COLUMN]) for r in ds.iter_rows()]
+        self._last_stats = ds._last_stats
+        return A.merge_partials(agg_list, parts)
+
     def _partials(self, cols: list[str]) -> list[dict[str, Any]]:
         def part(t: pa.Table) -> pa.Table:
             import pyarrow.compute as pc
@@ -280,6 +300,28 @@ class ConsumeMixin:
                     new.append(RefBundle(ref, ember.get(meta_ref)))
             out.append(MaterializedDataset(P.InputData(name="InputData", inputs=[], bundles=new)))
         return out
+
+    def split_proportionately(self, proportions: list[float]) -> list[Any]:
+        """len(proportions) + 1 materialized datasets: the first ones hold those shares of the
+        rows (rounded down, each at least one row), the last the rest."""
+        if len(proportions) < 1:
+            raise ValueError("proportions must be at least of length 1")
+        if sum(proportions) >= 1:
+            raise ValueError("proportions must sum to less than 1")
+        if any(p <= 0 for p in proportions):
+            raise ValueError("proportions must be bigger than 0")
+        md = self.materialize()
+        total = md.count()
+        cuts = [int(total * c) for c in np.cumsum(proportions)]
+        shift = 0  # walking back from the last cut, pull equal cuts apart so no split is empty
+        for i in range(len(cuts) - 2, -1, -1):
+            cuts[i] -= shift
+            if cuts[i] == cuts[i + 1]:
+                shift += 1
+                cuts[i] -= 1
+        if any(c <= 0 for c in cuts):
+            raise ValueError("Couldn't create non-empty splits with the given proportions.")
+        return md.split_at_indices(cuts)
 
     def split(self, n: int, *, equal: bool = False, locality_hints: Any = None) -> list[Any]:
         """n materialized datasets (equal=True: the same number of rows each, remainder dropped)."""

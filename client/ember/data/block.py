@@ -90,10 +90,21 @@ def to_block(batch: Any) -> Block:
 
 
 def pandas_to_block(df: Any) -> Block:
-    """A DataFrame as a table (tensor columns of ndarrays become fixed-shape tensors)."""
+    """A DataFrame as a table (tensor columns of ndarrays become fixed-shape tensors; NaN in a
+    float or string column becomes null, as pandas means it and as Arrow's from_pandas does;
+    categoricals become dictionary columns)."""
+    import pandas as pd
+
     cols = {}
     for name in df.columns:
-        cols[str(name)] = column_to_arrow(df[name].to_numpy())
+        if str(df[name].dtype) == "category" or isinstance(df[name].dtype, pd.StringDtype):
+            cols[str(name)] = pa.array(df[name], from_pandas=True)  # dictionaries; NaN = null
+            continue
+        values = df[name].to_numpy()
+        if values.ndim == 1 and values.dtype.kind == "f":  # pandas' NaN means missing: a null
+            cols[str(name)] = pa.array(values, from_pandas=True)
+            continue
+        cols[str(name)] = column_to_arrow(values)
     if not cols:
         return pa.table({})
     return pa.table(cols)

@@ -5,6 +5,9 @@
     ctx.execution_options.resource_limits.object_store_memory = 256 * 2**20
     ctx.enable_progress_bars = False
     ctx.max_errored_blocks = 2
+
+Setting a name the context does not have raises AttributeError naming it (Ray knobs Ember does
+not implement are refused rather than silently ignored); `set_config` holds free-form keys.
 """
 from __future__ import annotations
 
@@ -17,6 +20,16 @@ DEFAULT_TARGET_MAX_BLOCK_SIZE = 128 * 1024 * 1024
 DEFAULT_TARGET_MIN_BLOCK_SIZE = 1 * 1024 * 1024
 
 
+def _checked_setattr(obj: Any, name: str, value: Any) -> None:
+    """Refuses a setting the class does not have, naming it (a typo or a Ray knob Ember does
+    not implement would otherwise be accepted and have no effect)."""
+    fields = {f.name for f in dataclasses.fields(obj)}
+    if not name.startswith("_") and name not in fields:
+        raise AttributeError(f"{type(obj).__name__} has no setting {name!r} in Ember; the "
+                             f"settings are {sorted(f for f in fields if not f.startswith('_'))}")
+    object.__setattr__(obj, name, value)
+
+
 @dataclasses.dataclass
 class ExecutionResources:
     """Resource amounts (Ray's ExecutionResources): None means "no limit given"."""
@@ -25,6 +38,13 @@ class ExecutionResources:
     gpu: float | None = None
     object_store_memory: float | None = None
     memory: float | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("cpu", "gpu", "object_store_memory", "memory") and value is not None and \
+                (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"ExecutionResources.{name} must be a number >= 0 or None, got "
+                             f"{value!r}")
+        _checked_setattr(self, name, value)
 
 
 @dataclasses.dataclass
@@ -38,12 +58,22 @@ class ExecutionOptions:
     verbose_progress: bool | None = None
     label_selector: dict[str, str] | None = None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("resource_limits", "exclude_resources") and \
+                not isinstance(value, ExecutionResources):
+            raise TypeError(f"ExecutionOptions.{name} must be an ExecutionResources, got "
+                            f"{type(value).__name__}")
+        if name == "label_selector" and value:
+            raise ValueError("ember.data does not support ExecutionOptions.label_selector")
+        _checked_setattr(self, name, value)
+
 
 @dataclasses.dataclass
 class DataContext:
     """Global settings read when a dataset executes (Ray's DataContext)."""
 
-    target_max_block_size: int = DEFAULT_TARGET_MAX_BLOCK_SIZE
+    # None: blocks are not cut by size (each task's output stays one block), as in Ray.
+    target_max_block_size: int | None = DEFAULT_TARGET_MAX_BLOCK_SIZE
     target_min_block_size: int = DEFAULT_TARGET_MIN_BLOCK_SIZE
     execution_options: ExecutionOptions = dataclasses.field(default_factory=ExecutionOptions)
     enable_progress_bars: bool = True
@@ -65,6 +95,22 @@ class DataContext:
 
     _lock = threading.Lock()
     _current: DataContext | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "target_max_block_size" and value is not None and \
+                (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"target_max_block_size must be an int >= 1 (bytes) or None, got "
+                             f"{value!r}")
+        if name == "target_min_block_size" and \
+                (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"target_min_block_size must be an int >= 1 (bytes), got {value!r}")
+        if name in ("enable_progress_bars", "enable_operator_progress_bars") and \
+                not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+        if name == "execution_options" and not isinstance(value, ExecutionOptions):
+            raise TypeError(f"execution_options must be an ExecutionOptions, got "
+                            f"{type(value).__name__}")
+        _checked_setattr(self, name, value)
 
     @staticmethod
     def get_current() -> DataContext:

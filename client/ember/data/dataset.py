@@ -7,6 +7,7 @@ consumed (iterate, take, count, write, materialize...). Consumption methods are 
 from __future__ import annotations
 
 import itertools
+import warnings
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
@@ -118,7 +119,7 @@ class Dataset(ConsumeMixin):
             from .expressions import to_arrow_expression
 
             e = to_arrow_expression(expr)
-            name = f"Filter({expr if isinstance(expr, str) else 'expr'})"
+            name = f"Filter({expr if isinstance(expr, str) else repr(expr)})"
             return self._with(P.MapOp(name=name, inputs=[self._plan], step=T.FilterExpr(e, name),
                                       compute=TaskPoolStrategy(), remote_args={}))
         _check_fn(fn, "filter")
@@ -126,6 +127,50 @@ class Dataset(ConsumeMixin):
         udf = T._UDF(fn, fn_args, fn_kwargs, fn_constructor_args, fn_constructor_kwargs)
         return self._map_op(name, T.Filter(udf, name), fn, compute, concurrency, fn_constructor_args,
                             num_cpus, num_gpus, memory, resources, ray_remote_args)
+
+    def with_column(self, column_name: str, expr: Any, **ray_remote_args: Any) -> Dataset:
+        """Adds (or replaces) column `column_name` with the values of an expression
+        (ember.data.expressions: `col("a") * 2 + lit(1)`), computed per block with Arrow."""
+        return self.with_columns({column_name: expr}, **ray_remote_args)
+
+    def with_columns(self, exprs: Any = None, *more_exprs: Any,
+                     **ray_remote_args: Any) -> Dataset:
+        """Adds or replaces several columns in one pass: {name: expression} mappings (in
+        order), and `unnest(struct_expr)` arguments, which add one column per struct field."""
+        from ._internal.expr_extra import UnnestExpr
+        from .expressions import Expr
+
+        parts: list[Any] = []
+        for m in (exprs, *more_exprs):
+            if m is None:
+                continue
+            if isinstance(m, UnnestExpr):
+                parts.append(m)
+                continue
+            if not isinstance(m, dict):
+                raise TypeError(f"with_columns() takes {{name: expression}} mappings or unnest() "
+                                f"expressions, got {type(m).__name__}")
+            for n, e in m.items():
+                if not isinstance(n, str) or not n:
+                    raise ValueError(f"a column name must be a non-empty string, got {n!r}")
+                if not isinstance(e, Expr) or isinstance(e, UnnestExpr):
+                    raise TypeError(f"the value for column {n!r} must be an "
+                                    f"ember.data.expressions expression (col, lit, ...), got "
+                                    f"{type(e).__name__}")
+            parts.append(dict(m))
+        if not parts:
+            raise ValueError("with_columns() needs at least one expression")
+        for k in ("compute", "num_cpus", "num_gpus", "memory", "resources", "label_selector",
+                  "fallback_strategy", "max_calls", "accelerator_type", "runtime_env"):
+            if ray_remote_args.get(k) is not None:
+                raise ValueError(f"with_column(s): ember.data does not support {k!r} (expressions "
+                                 "run in the default tasks)")
+        if ray_remote_args:
+            raise TypeError(f"with_column(s) got unexpected arguments {sorted(ray_remote_args)}")
+        names = [n for p in parts for n in (p if isinstance(p, dict) else [repr(p)])]
+        name = f"WithColumns({', '.join(names)})"
+        return self._with(P.MapOp(name=name, inputs=[self._plan], step=T.WithColumns(parts, name),
+                                  compute=TaskPoolStrategy(), remote_args={}))
 
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str | None = "pandas",
                    compute: Any = None, concurrency: Any = None, num_cpus: float | None = None,
@@ -196,15 +241,46 @@ class Dataset(ConsumeMixin):
                                      kind="randomize_block_order", params={"seed": seed}))
 
     def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None,
-                    *, shuffle: bool = False, **_: Any) -> Dataset:
-        """Reblocks into num_blocks blocks (or blocks of target_num_rows_per_block rows)."""
+                    *, strict: bool = False, shuffle: bool = False, keys: list[str] | None = None,
+                    sort: bool = False) -> Dataset:
+        """Reblocks into num_blocks blocks (adjacent rows together; `shuffle=True` spreads every
+        input block over all outputs; `keys=[...]` hash-partitions rows by those columns, and
+        `sort=True` then sorts each block by them), or into blocks of target_num_rows_per_block
+        rows (`strict=True`: exactly that many in every block but the last)."""
         if (num_blocks is None) == (target_num_rows_per_block is None):
             raise ValueError("repartition() takes exactly one of num_blocks and target_num_rows_per_block")
-        if num_blocks is not None and num_blocks < 1:
-            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        if num_blocks is not None and (not isinstance(num_blocks, int) or num_blocks < 1):
+            raise ValueError(f"num_blocks must be an int >= 1, got {num_blocks!r}")
+        if target_num_rows_per_block is not None:
+            if shuffle:
+                raise ValueError("`shuffle` must be False when `target_num_rows_per_block` is set.")
+            if keys is not None or sort:  # as Ray: said, then ignored
+                warnings.warn("`keys` and `sort` are ignored when `target_num_rows_per_block` is "
+                              "set.", UserWarning, stacklevel=2)
+                keys, sort = None, False
+            if target_num_rows_per_block < 1:
+                raise ValueError(f"target_num_rows_per_block must be >= 1, got "
+                                 f"{target_num_rows_per_block}")
+        elif strict:
+            warnings.warn("`strict` is ignored when `target_num_rows_per_block` is not set.",
+                          UserWarning, stacklevel=2)
+        if sort and not keys:
+            raise ValueError("repartition(sort=True) needs `keys` to sort the blocks by")
+        if keys is not None:
+            keys = [keys] if isinstance(keys, str) else list(keys)
+            if not keys:
+                raise ValueError("repartition(keys=...) needs at least one column")
+            if shuffle:
+                raise ValueError("repartition() takes `keys` (hash partitioning) or `shuffle`, "
+                                 "not both")
+            return self._with(P.AllToAll(name="Repartition", inputs=[self._plan],
+                                         kind="hash_repartition",
+                                         params={"num_blocks": num_blocks, "keys": keys,
+                                                 "sort": sort}))
         return self._with(P.AllToAll(name="Repartition", inputs=[self._plan], kind="repartition",
                                      params={"num_blocks": num_blocks, "shuffle": shuffle,
-                                             "target_num_rows_per_block": target_num_rows_per_block}))
+                                             "target_num_rows_per_block": target_num_rows_per_block,
+                                             "strict": strict}))
 
     def sort(self, key: str | list[str], descending: bool | list[bool] = False,
              boundaries: list[Any] | None = None) -> Dataset:
@@ -224,6 +300,41 @@ class Dataset(ConsumeMixin):
         from .grouped import GroupedData
 
         return GroupedData(self, key, num_partitions)
+
+    def join(self, ds: Dataset, join_type: str, num_partitions: int, on: tuple[str, ...] = ("id",),
+             right_on: tuple[str, ...] | None = None, left_suffix: str | None = None,
+             right_suffix: str | None = None, *, partition_size_hint: int | None = None,
+             aggregator_ray_remote_args: dict[str, Any] | None = None,
+             validate_schemas: bool = False) -> Dataset:
+        """Joins with `ds` on key columns (`on` here, `right_on` there): join_type is one of
+        inner, left_outer, right_outer, full_outer, left_semi, right_semi, left_anti,
+        right_anti. Both sides are hash-partitioned into num_partitions by key and each
+        partition is joined in its own task (num_partitions output blocks)."""
+        from ._internal.join import JOIN_TYPES
+
+        if not isinstance(ds, Dataset):
+            raise TypeError(f"join() expects a Dataset to join with, got {type(ds).__name__}")
+        if join_type not in JOIN_TYPES:
+            raise ValueError(f"join_type must be one of {sorted(JOIN_TYPES)}, got {join_type!r}")
+        if not isinstance(num_partitions, int) or num_partitions < 1:
+            raise ValueError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
+        left_on = [on] if isinstance(on, str) else list(on)
+        r_on = left_on if right_on is None else [right_on] if isinstance(right_on, str) \
+            else list(right_on)
+        if not left_on or len(left_on) != len(r_on):
+            raise ValueError(f"join: on {left_on} and right_on {r_on} must name the same number "
+                             "(>= 1) of key columns")
+        if validate_schemas:
+            from ._internal.join import check_columns
+
+            ls, rs = self.schema(), ds.schema()
+            check_columns(ls.names if ls else [], rs.names if rs else [], join_type, left_on,
+                          r_on, left_suffix, right_suffix)
+        params = {"join_type": join_type, "num_partitions": num_partitions, "on": left_on,
+                  "right_on": r_on, "left_suffix": left_suffix, "right_suffix": right_suffix}
+        return self._with(P.AllToAll(name=f"Join({join_type})", inputs=[self._plan, ds._plan],
+                                     kind="join", params=params,
+                                     remote_args=dict(aggregator_ray_remote_args or {})))
 
     def union(self, *other: Dataset) -> Dataset:
         """The rows of this dataset and then of the others."""

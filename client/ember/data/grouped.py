@@ -1,5 +1,7 @@
 """GroupedData: `ds.groupby(key)` then count/sum/min/max/mean/std/aggregate/map_groups.
 
+The aggregation classes live in `aggregate.py` (re-exported here for older imports).
+
 Rows are range-partitioned by key (sampled boundaries, as `sort`), so every group is whole in
 one reduce task; results come out sorted by key, as in Ray.
 """
@@ -8,48 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from ._internal import plan as P
+from .aggregate import AggregateFn, Count, Max, Mean, Min, Std, Sum
 
-
-class AggregateFn:
-    """An aggregation: kind in count/sum/min/max/mean/std, on a column."""
-
-    def __init__(self, kind: str, on: str | None = None, **opts: Any) -> None:
-        self.kind = kind
-        self.on = on
-        self.opts = opts
-
-    def spec(self) -> tuple[str, str | None, dict]:
-        return (self.kind, self.on, self.opts)
-
-
-def Count() -> AggregateFn:  # noqa: N802 - Ray's names
-    """count() per group."""
-    return AggregateFn("count")
-
-
-def Sum(on: str, ignore_nulls: bool = True, alias_name: str | None = None) -> AggregateFn:  # noqa: N802
-    """sum(on) per group."""
-    return AggregateFn("sum", on, ignore_nulls=ignore_nulls, alias_name=alias_name)
-
-
-def Min(on: str, ignore_nulls: bool = True, alias_name: str | None = None) -> AggregateFn:  # noqa: N802
-    """min(on) per group."""
-    return AggregateFn("min", on, ignore_nulls=ignore_nulls, alias_name=alias_name)
-
-
-def Max(on: str, ignore_nulls: bool = True, alias_name: str | None = None) -> AggregateFn:  # noqa: N802
-    """max(on) per group."""
-    return AggregateFn("max", on, ignore_nulls=ignore_nulls, alias_name=alias_name)
-
-
-def Mean(on: str, ignore_nulls: bool = True, alias_name: str | None = None) -> AggregateFn:  # noqa: N802
-    """mean(on) per group."""
-    return AggregateFn("mean", on, ignore_nulls=ignore_nulls, alias_name=alias_name)
-
-
-def Std(on: str, ddof: int = 1, ignore_nulls: bool = True, alias_name: str | None = None) -> AggregateFn:  # noqa: N802
-    """std(on) per group."""
-    return AggregateFn("std", on, ddof=ddof, ignore_nulls=ignore_nulls, alias_name=alias_name)
+__all__ = ["AggregateFn", "Count", "GroupedData", "Max", "Mean", "Min", "Std", "Sum"]
 
 
 class GroupedData:
@@ -68,13 +31,15 @@ class GroupedData:
         return Dataset(P.AllToAll(name=name, inputs=[self._ds._plan], kind="sort", params=p))
 
     def aggregate(self, *aggs: AggregateFn) -> Any:
-        """Applies the aggregations per group; one row per group."""
-        if not aggs:
-            raise ValueError("aggregate() needs at least one AggregateFn")
+        """Applies the aggregations (ember.data.aggregate) per group: one row per group, sorted
+        by key, with the key columns and one column per aggregation."""
+        from ._internal.aggregation import validate
+
+        validate(aggs, None)
+        p: dict[str, Any] = {"reduce": "agg", "aggs": list(aggs)}
         if not self._keys:  # one group: everything in one reduce task
-            return self._sorted({"reduce": "agg", "aggs": [a.spec() for a in aggs],
-                                 "boundaries": []}, "Aggregate")
-        return self._sorted({"reduce": "agg", "aggs": [a.spec() for a in aggs]}, "Aggregate")
+            p["boundaries"] = []
+        return self._sorted(p, "Aggregate")
 
     def count(self) -> Any:
         """Rows per group (column "count()")."""

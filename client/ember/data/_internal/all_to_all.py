@@ -4,6 +4,7 @@ A plan is a generator: it yields a Stage (calls to launch), receives each call's
 value of its last return, and finally yields a Final stage whose calls each return one output
 block (emitted in order as they finish). random_shuffle = shuffle_map per block → shuffle_reduce
 per output block; sort and groupby = sample → sort_map (range cuts) → sort/agg/map-groups reduce;
+join = hash_partition per block of both sides → join_partition per partition (see join.py);
 repartition without shuffle = slice tasks along row counts; zip = per left block, the right rows
 that line up.
 """
@@ -112,7 +113,12 @@ def repartition_plan(inputs: list[list[RefBundle]], p: dict[str, Any], ra: dict[
     if p.get("shuffle"):
         yield from shuffle_plan(inputs, {"num_blocks": n, "seed": p.get("seed")}, ra)
         return
-    counts = split_even(total, n)
+    if p.get("strict") and p.get("target_num_rows_per_block"):
+        t = p["target_num_rows_per_block"]
+        counts = [t] * (total // t) + ([total % t] if total % t else [])
+        n = len(counts)
+    else:
+        counts = split_even(total, n)
     cuts = list(np.cumsum(counts)[:-1]) if n > 1 else []
     parts = slices_at([b.num_rows for b in bundles], [int(c) for c in cuts])
     calls = []
@@ -149,8 +155,32 @@ def zip_plan(inputs: list[list[RefBundle]], p: dict[str, Any], ra: dict[str, Any
     yield Stage(calls, final=True)
 
 
+def join_plan(inputs: list[list[RefBundle]], p: dict[str, Any], ra: dict[str, Any]) -> Plan:
+    from .join import join_plan as plan
+
+    yield from plan(inputs, p, ra, _remote, Stage)
+
+
+def hash_repartition_plan(inputs: list[list[RefBundle]], p: dict[str, Any],
+                          ra: dict[str, Any]) -> Plan:
+    """hash_partition per block, then one task per partition concatenates (and sorts) it."""
+    from .join import concat_partition, hash_partition
+
+    bundles = inputs[0]
+    n = p["num_blocks"]
+    if not bundles:
+        return
+    part = _remote(hash_partition, n + 1, ra)
+    res = yield Stage([(part, (b.ref, p["keys"], n), n + 1) for b in bundles])
+    del bundles, inputs[0][:]
+    red = _remote(concat_partition, 2, ra)
+    keys = p["keys"] if p.get("sort") else []
+    yield Stage([(red, (keys, *[r[0][j] for r in res]), 2) for j in range(n)], final=True)
+
+
 PLANS = {"random_shuffle": shuffle_plan, "sort": sort_plan, "repartition": repartition_plan,
-         "randomize_block_order": randomize_plan, "zip": zip_plan}
+         "randomize_block_order": randomize_plan, "zip": zip_plan, "join": join_plan,
+         "hash_repartition": hash_repartition_plan}
 
 
 class AllToAllOp(RuntimeOp):

@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ember.data import block as B
 
@@ -86,44 +85,13 @@ def sort_reduce(keys: list[str], descending: list[bool], *pieces: pa.Table) -> t
     return tbl, _meta(tbl, t0, c0)
 
 
-_PA_AGG = {"count": "count_all", "sum": "sum", "min": "min", "max": "max", "mean": "mean",
-           "std": "stddev", "var": "variance", "unique": "distinct"}
-
-
-def aggregate_table(tbl: pa.Table, keys: list[str], aggs: list[tuple[str, str | None, dict]]) -> pa.Table:
-    """Applies aggregations [(kind, column, options)] grouped by keys (all rows if no keys).
-    Output columns are named as Ray names them: count(), sum(x), mean(x), std(x), ..."""
-    specs, names = [], []
-    for kind, col, opts in aggs:
-        if kind == "count":
-            specs.append(([], "count_all", None))
-            names.append("count()")
-            continue
-        fn = _PA_AGG[kind]
-        o = None
-        if kind in ("std", "var"):
-            o = pc.VarianceOptions(ddof=opts.get("ddof", 1))
-        elif kind in ("sum", "min", "max", "mean"):
-            o = pc.ScalarAggregateOptions(skip_nulls=opts.get("ignore_nulls", True))
-        specs.append((col, fn, o))
-        names.append(opts.get("alias_name") or f"{kind}({col})")
-    if tbl.num_rows == 0 and keys:
-        return pa.table({})
-    out = tbl.group_by(keys, use_threads=False).aggregate(specs)
-    # keys first (pyarrow >= 18) or last (older), aggregates in spec order
-    nk = len(keys)
-    first = out.column_names[:nk] == keys
-    key_cols = [out.column(j if first else len(specs) + j) for j in range(nk)]
-    cols = [out.column((nk if first else 0) + i) for i in range(len(specs))]
-    res = pa.table(dict(zip(keys, key_cols, strict=False)) | dict(zip(names, cols, strict=False)))
-    return res.sort_by([(k, "ascending") for k in keys]) if keys and res.num_rows else res
-
-
-def agg_reduce(keys: list[str], aggs: list[tuple[str, str | None, dict]], *pieces: pa.Table) -> tuple:
+def agg_reduce(keys: list[str], aggs: list[Any], *pieces: pa.Table) -> tuple:
     """Aggregates one key range (pieces come from sort_map, so every group is whole here)."""
+    from .aggregation import aggregate_groups
+
     t0, c0 = time.perf_counter(), time.process_time()
     tbl = B.concat(pieces)
-    out = aggregate_table(tbl, keys, aggs) if tbl.num_rows else pa.table({})
+    out = aggregate_groups(tbl, keys, aggs) if tbl.num_rows or not keys else pa.table({})
     return out, _meta(out, t0, c0)
 
 

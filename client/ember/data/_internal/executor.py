@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import sys
 import threading
 import time
 from typing import Any, Iterator
@@ -48,9 +49,11 @@ def _fallback_store_bytes() -> float:
     return psutil.virtual_memory().total * 0.3  # the default store size (30% of RAM)
 
 
-def target_block_bytes(budget: float, target_max: int, target_min: int) -> int:
+def target_block_bytes(budget: float, target_max: int | None, target_min: int) -> int:
     """Blocks of at most target_max bytes and at most 1/BLOCKS_PER_BUDGET of the budget (not
-    below target_min)."""
+    below target_min); target_max None: no size cut (a task's output stays one block)."""
+    if target_max is None:
+        return sys.maxsize
     return int(max(1, min(target_max, max(target_min, budget / BLOCKS_PER_BUDGET))))
 
 
@@ -88,6 +91,10 @@ class StreamingExecutor:
                                   limits.object_store_memory, _fallback_store_bytes())
         if limits.memory is not None:
             self.budget = min(self.budget, float(limits.memory))
+        excl = ctx.execution_options.exclude_resources  # kept for other work on the cluster
+        self.cpus = max(1.0, self.cpus - (excl.cpu or 0))
+        self.gpus = max(0.0, self.gpus - (excl.gpu or 0))
+        self.budget = max(1.0, self.budget - float(excl.object_store_memory or 0))
         self.policy = BudgetPolicy(self.budget)
         self.freed = RecentlyFreed(time.monotonic)
         self.target_block_bytes = target_block_bytes(self.budget, ctx.target_max_block_size,

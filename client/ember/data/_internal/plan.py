@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pyarrow.compute as pc
+
 from .compute import ActorPoolStrategy, TaskPoolStrategy
 from .transforms import FilterExpr, Project, Step
 
@@ -159,7 +161,7 @@ def optimize(op: LogicalOp) -> LogicalOp:
                     return op
             return dataclasses.replace(read, columns=cols, name=read.name)
         if isinstance(step, FilterExpr) and getattr(ds, "supports_filter_pushdown", False) \
-                and _default_compute(op):
+                and isinstance(step.expr, pc.Expression) and _default_compute(op):
             new_filter = step.expr if read.filter is None else (read.filter & step.expr)
             return dataclasses.replace(read, filter=new_filter)
     return op

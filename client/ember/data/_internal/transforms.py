@@ -116,8 +116,44 @@ class FilterExpr(Step):
         self.name = name
 
     def apply(self, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        import pyarrow.compute as pc
+
+        from ember.data.expressions import evaluate_column
+
         for blk in blocks:
-            yield blk.filter(self.expr) if blk.num_rows else blk
+            if not blk.num_rows:
+                yield blk
+            elif isinstance(self.expr, pc.Expression):
+                yield blk.filter(self.expr)
+            else:  # an Ember expression with no pyarrow equivalent (string/list functions)
+                yield blk.filter(evaluate_column(self.expr, blk))
+
+
+class WithColumns(Step):
+    """`Dataset.with_column(s)`: adds or replaces columns computed from expressions (each
+    part a {name: expr} mapping or an unnest() of a struct expression), all evaluated on the
+    input block."""
+
+    def __init__(self, parts: list[Any], name: str) -> None:
+        self.parts = parts
+        self.name = name
+
+    def apply(self, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        from ember.data.expressions import evaluate_column
+
+        for blk in blocks:
+            new: dict[str, Any] = {}
+            for part in self.parts:
+                if isinstance(part, dict):
+                    new.update({n: evaluate_column(e, blk) for n, e in part.items()})
+                else:
+                    new.update(part.columns(blk))
+            for n, values in new.items():
+                if n in blk.column_names:
+                    blk = blk.set_column(blk.column_names.index(n), n, values)
+                else:
+                    blk = blk.append_column(n, values)
+            yield blk
 
 
 class MapBatches(Step):

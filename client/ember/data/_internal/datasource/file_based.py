@@ -295,6 +295,10 @@ class ParquetDatasource:
         from ember.data.context import DataContext
 
         target = DataContext.get_current().target_max_block_size
+        if target is None:  # no size cut: group by the wanted parallelism only
+            import sys
+
+            target = sys.maxsize
         groups = group_pieces([max(1, p[4]) for p in pieces], target, parallelism)
         tasks = []
         for g in groups:
