@@ -67,6 +67,7 @@ def train_step(model, batch):
 def train_func():
     """每个 Worker 执行的训练逻辑"""
     import torch
+
     from ember.train import get_context
     model = build_model()
     # Ray 自动做 DDP 包装

@@ -43,7 +43,7 @@ def train_func(config):
     width, layers = 32, int(config["num_layers"])
     sizes = [xtr.shape[1]] + [width] * layers + [1]
     params = []
-    for a, b in zip(sizes[:-1], sizes[1:]):
+    for a, b in zip(sizes[:-1], sizes[1:], strict=False):
         params += [rng.normal(scale=np.sqrt(2 / a), size=(a, b)), np.zeros(b)]
     m = [np.zeros_like(p) for p in params]
     v = [np.zeros_like(p) for p in params]

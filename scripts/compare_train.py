@@ -16,7 +16,7 @@ more than one process per node; Ember sets it itself, Ray is given it through th
 inherits). The direct launch also sets GLOO_SOCKET_IFNAME=lo, as Ember does; Ray runs as users
 run it (no GLOO_SOCKET_IFNAME) unless --ray-gloo-ifname is given.
 
-    .venv/bin/python scripts/compare_train.py [--rounds 3] [--ray-python /work/rayvenv/bin/python]
+    .venv/bin/python scripts/compare_train.py [--rounds 3] [--ray-python .rayvenv/bin/python]
 """
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def main() -> None:
     ap.add_argument("--mark")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--systems", default="direct,ember,ray")
-    ap.add_argument("--ray-python", default="/work/rayvenv/bin/python")
+    ap.add_argument("--ray-python", default=".rayvenv/bin/python")
     ap.add_argument("--ray-gloo-ifname", action="store_true")
     ns = ap.parse_args()
     if ns.system:

@@ -7,7 +7,7 @@ trial's placement group), verbose=0; `--no-reuse` makes every trial a new actor 
 placement group (reuse_actors=False) on both; `--systems` picks which run.
 
     .venv/bin/python scripts/compare_tune.py [--trials 100] [--concurrency 4] [--repeat 1]
-        [--no-reuse] [--systems ray,ember] [--ray-python /work/rayvenv/bin/python]
+        [--no-reuse] [--systems ray,ember] [--ray-python .rayvenv/bin/python]
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--ray-python", default="/work/rayvenv/bin/python")
+    ap.add_argument("--ray-python", default=".rayvenv/bin/python")
     ap.add_argument("--no-reuse", action="store_true", help="reuse_actors=False on both")
     ap.add_argument("--systems", default="ray,ember")
     args = ap.parse_args()

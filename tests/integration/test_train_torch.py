@@ -202,7 +202,7 @@ def fsdp_loop(config):
     local = model[0].weight.to_local().shape[0]  # this rank's shard of the 8x4 weight
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(train.get_context().get_world_rank())
-    for step in range(3):
+    for _step in range(3):
         loss = model(torch.randn(16, 4, generator=g)).pow(2).mean()
         opt.zero_grad()
         loss.backward()

@@ -64,4 +64,4 @@ def test_pbt_copies_a_better_trials_weights(cluster, tmp_path):
     assert slow.config["lr"] >= 0.01
     # its history jumps: a step where the score rose by more than its own lr could ever add
     scores = slow.metrics_dataframe["score"].tolist()
-    assert max(b - a for a, b in zip(scores, scores[1:])) > 0.05
+    assert max(b - a for a, b in zip(scores, scores[1:], strict=False)) > 0.05

@@ -88,7 +88,7 @@ def _kill_tree(proc):
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(children, timeout=10)
-    for d in glob.glob(f"/dev/shm/ember-store/session_*_{proc.pid}_*"):
+    for d in glob.glob(f"/dev/shm/ember-store-{os.geteuid()}/session_*_{proc.pid}_*"):
         shutil.rmtree(d, ignore_errors=True)
 
 

@@ -10,8 +10,8 @@ pytest.importorskip("torch", reason="the train extra (torch==2.13.0) is not inst
 
 import ember  # noqa: E402
 from ember import train, tune  # noqa: E402
-from ember.train import ScalingConfig  # noqa: E402
 from ember.testing import wait_for  # noqa: E402
+from ember.train import ScalingConfig  # noqa: E402
 from ember.train.torch import TorchTrainer  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import pyarrow.fs
 import pytest
 
 from ember import train
-from ember.train._internal import session, storage
+from ember.air import session, storage
 
 
 def test_checkpoint_from_directory_round_trip(tmp_path):

@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from ember.train import CheckpointConfig
-from ember.train._internal.policy import (CheckpointManager, FailurePolicy, RankReport, ReportBarrier,
-                                          ReportMismatchError)
+from ember.train._internal.policy import (
+    CheckpointManager,
+    FailurePolicy,
+    RankReport,
+    ReportBarrier,
+    ReportMismatchError,
+)
 from ember.train._internal.run_state import RunStorage
 
 

@@ -96,7 +96,15 @@ def test_result_grid_best_result_scopes_and_dataframe():
     with pytest.raises(RuntimeError, match="No best trial"):
         grid.get_best_result(metric="acc", mode="max")
     with pytest.raises(ValueError, match="needs a metric"):
-        ResultGrid([a], metric=None, mode=None, experiment_path="/x", filesystem=None).get_best_result()
+        ResultGrid([a, b], metric=None, mode=None, experiment_path="/x", filesystem=None).get_best_result()
+
+
+def test_result_grid_of_one_trial_is_its_best_without_a_metric():
+    """Ray's ResultGrid returns the only trial's result when there is one, metric or not."""
+    only = _trial("a", [5.0, 1.0], lr=0.1)
+    grid = ResultGrid([only], metric=None, mode=None, experiment_path="/x", filesystem=None)
+    assert grid.get_best_result().config == {"lr": 0.1}
+    assert grid.get_best_result(metric="never_reported", mode="max").metrics["loss"] == 1.0
 
 
 def test_checkpoint_retention_keeps_the_best_and_the_latest():

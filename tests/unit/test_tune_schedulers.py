@@ -8,8 +8,16 @@ import pytest
 
 from ember.train import Checkpoint
 from ember.tune.experiment.trial import Trial
-from ember.tune.schedulers import (ASHAScheduler, FIFOScheduler, HyperBandScheduler, MedianStoppingRule,
-                                   PopulationBasedTraining, TrialList, TrialScheduler, create_scheduler)
+from ember.tune.schedulers import (
+    ASHAScheduler,
+    FIFOScheduler,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+    TrialList,
+    TrialScheduler,
+    create_scheduler,
+)
 from ember.tune.schedulers.pbt import explore
 
 C, P, S = TrialScheduler.CONTINUE, TrialScheduler.PAUSE, TrialScheduler.STOP
@@ -146,7 +154,7 @@ def test_pbt_bottom_trial_exploits_a_top_trial_checkpoint_and_explores_its_confi
         t.checkpoint = Checkpoint(f"/tmp/pbt-ckpt-{i}")
     ctl = _add(sched, trials)
     assert _res(sched, ctl, trials[0], 1, 0.0, metric="score") == C  # before the interval
-    for t, score in zip(trials[1:], [5.0, 7.0, 9.0]):
+    for t, score in zip(trials[1:], [5.0, 7.0, 9.0], strict=False):
         assert _res(sched, ctl, t, 2, score, metric="score") == C
     decision = _res(sched, ctl, trials[0], 2, 1.0, metric="score")
     assert decision == P
@@ -162,7 +170,7 @@ def test_pbt_does_not_exploit_without_a_source_checkpoint():
     sched = _pbt(hyperparam_mutations={"lr": [0.1, 0.2]})
     trials = _trials(4, lr=0.1)
     ctl = _add(sched, trials)
-    for t, score in zip(trials, [1.0, 2.0, 3.0, 4.0]):
+    for t, score in zip(trials, [1.0, 2.0, 3.0, 4.0], strict=False):
         _res(sched, ctl, t, 2, score, metric="score")
     assert all(t.restore_checkpoint is None for t in trials)
 

@@ -6,7 +6,7 @@ import optuna
 import pytest
 
 from ember import tune
-from ember.tune.search import ConcurrencyLimiter, Repeater, SearchGenerator, Searcher
+from ember.tune.search import ConcurrencyLimiter, Repeater, Searcher, SearchGenerator
 from ember.tune.search.optuna import OptunaSearch, convert_search_space
 
 
@@ -123,3 +123,44 @@ def test_optuna_needs_a_metric_and_mode():
         search.suggest("a")
     with pytest.raises(ValueError, match="mode"):
         OptunaSearch(mode="best")
+
+
+def test_bayesopt_search_climbs_toward_the_optimum_and_refuses_what_it_cannot_search():
+    from ember.tune.search.bayesopt import BayesOptSearch
+
+    s = BayesOptSearch(metric="y", mode="min", random_search_steps=3, random_state=0,
+                       points_to_evaluate=[{"x": -2.0, "n": {"z": 0.0}}])
+    s.set_search_properties(None, None, {"x": tune.uniform(-2, 2), "n": {"z": tune.uniform(0, 1)}})
+    seen = []
+    for i in range(12):
+        c = s.suggest(f"t{i}")
+        assert -2 <= c["x"] <= 2 and 0 <= c["n"]["z"] <= 1
+        seen.append((c["x"] - 1) ** 2 + (c["n"]["z"] - 0.5) ** 2)
+        s.on_trial_complete(f"t{i}", {"y": seen[-1]})
+    assert seen[0] == 9.25  # the point to evaluate comes first
+    assert min(seen[4:]) < min(seen[:4])  # the GP's suggestions beat the random start
+    assert s.optimizer.max["target"] == -min(seen)  # mode "min": registered negated
+    with pytest.raises(ValueError, match="only search uniform floats"):
+        BayesOptSearch(metric="y", mode="max").set_search_properties(None, None, {"x": tune.choice([1, 2])})
+    with pytest.raises(NotImplementedError, match="utility_kwargs"):
+        BayesOptSearch(utility_kwargs={"kind": "ucb"})
+
+
+def test_hyperopt_search_converts_the_space_and_learns_from_results():
+    from ember.tune.search.hyperopt import HyperOptSearch
+
+    s = HyperOptSearch(metric="y", mode="max", n_initial_points=4, random_state_seed=0)
+    s.set_search_properties(None, None, {"x": tune.uniform(-2, 2), "c": tune.choice(["a", "b"]),
+                                         "n": {"k": tune.randint(1, 4), "lr": tune.loguniform(1e-3, 1)}})
+    seen = []
+    for i in range(20):
+        c = s.suggest(f"t{i}")
+        assert -2 <= c["x"] <= 2 and c["c"] in ("a", "b") and c["n"]["k"] in (1, 2, 3)
+        assert 1e-3 <= c["n"]["lr"] <= 1
+        seen.append(-(c["x"] - 1) ** 2)
+        s.on_trial_complete(f"t{i}", {"y": seen[-1]}, error=i == 5)
+    assert max(seen[10:]) > max(seen[:4])  # TPE beats its random start
+    with pytest.raises(ValueError, match="grid_search"):
+        HyperOptSearch(metric="y", mode="max").set_search_properties(None, None, {"x": tune.grid_search([1, 2])})
+    with pytest.raises(NotImplementedError, match="points_to_evaluate"):
+        HyperOptSearch(points_to_evaluate=[{"x": 1}])

@@ -6,20 +6,21 @@
 `ember.train.torch` (TorchTrainer, prepare_model, ...) is a subpackage, imported on first use.
 
 Inside a training function: `report(metrics, checkpoint=)`, `get_checkpoint()`,
-`get_context()`, `get_dataset_shard(name)`. The same `report`/`get_checkpoint` work inside Tune
+`get_context()`, `get_dataset_shard(dataset_name)`. The same `report`/`get_checkpoint` work inside Tune
 function trainables.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ._checkpoint import Checkpoint
-from ._internal.session import TrainContext, require_session
+from ember.air.checkpoint import Checkpoint
+from ember.air.config import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+from ember.air.result import Result
+from ember.air.session import TrainContext, require_session
+
 from .backend import BackendConfig
-from .config import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
 from .data_parallel_trainer import DataParallelTrainer
 from .exceptions import TrainingFailedError, WorkerGroupError
-from .result import Result
 
 __all__ = [
     "BackendConfig", "Checkpoint", "CheckpointConfig", "DataConfig", "DataParallelTrainer",
@@ -49,9 +50,10 @@ def get_context() -> TrainContext:
     return require_session("ember.train.get_context()").get_context()
 
 
-def get_dataset_shard(name: str | None = None) -> Any:
-    """This worker's shard of the trainer's dataset `name` (a streaming iterator of the Dataset)."""
-    return require_session("ember.train.get_dataset_shard()").get_dataset_shard(name or "train")
+def get_dataset_shard(dataset_name: str | None = None) -> Any:
+    """This worker's shard of the trainer's dataset `dataset_name` (default "train"; a streaming
+    iterator of the Dataset)."""
+    return require_session("ember.train.get_dataset_shard()").get_dataset_shard(dataset_name or "train")
 
 
 def __getattr__(name: str) -> Any:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ember.air.config import ScalingConfig
+
     from ._internal.worker_group import WorkerGroup
-    from .config import ScalingConfig
 
 
 class BackendConfig:

@@ -16,13 +16,14 @@ from typing import Any, Callable
 
 import pyarrow.fs
 
-from ._checkpoint import Checkpoint
+from ember.air.checkpoint import Checkpoint
+from ember.air.config import DataConfig, RunConfig, ScalingConfig
+from ember.air.result import Result
+
 from ._internal import data_shards
 from ._internal.run_state import RunStorage
 from .backend import BackendConfig
-from .config import DataConfig, RunConfig, ScalingConfig
 from .exceptions import TrainingFailedError
-from .result import Result
 
 
 def _check_loop(fn: Any) -> None:
@@ -60,6 +61,9 @@ class DataParallelTrainer:
                                  ("resume_from_checkpoint", resume_from_checkpoint, Checkpoint)):
             if value is not None and not isinstance(value, cls):
                 raise TypeError(f"{what} must be a {cls.__name__}, got {type(value).__name__}")
+        if run_config is not None and run_config.callbacks:
+            raise NotImplementedError("RunConfig(callbacks=...) is not supported by an Ember Trainer (Tune's "
+                                      "Tuner and tune.run call tune.Callbacks; pass them there)")
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.backend_config = backend_config or self._default_backend()

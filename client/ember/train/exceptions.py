@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .result import Result
+    from ember.air.result import Result
 
 
 class TrainingFailedError(RuntimeError):

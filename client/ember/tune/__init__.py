@@ -10,19 +10,28 @@
 
 Inside a function trainable: `tune.report(metrics, checkpoint=)` (or `ember.train.report`),
 `tune.get_checkpoint()`, `tune.get_context()`.
+
+The older entry point `tune.run(...)` returns an `ExperimentAnalysis`; `tune.Callback`s (and the
+logger callbacks of `ember.tune.logger`) hear every trial event; `tune.CLIReporter` prints the
+status as Ray's does; `tune.register_trainable` names a trainable for `tune.run("name")`.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from ember.air.session import TrainContext
 from ember.train import Checkpoint
 from ember.train import get_checkpoint as _train_get_checkpoint
 from ember.train import get_context as _train_get_context
 from ember.train import report as _train_report
-from ember.train._internal.session import TrainContext
 
-from . import schedulers, search, stopper
+from . import logger, schedulers, search, stopper
+from .analysis import ExperimentAnalysis
+from .callback import Callback
+from .error import TuneError
 from .experiment.trial import Trial
+from .progress_reporter import CLIReporter, ProgressReporter
+from .registry import register_trainable
 from .result_grid import ResultGrid
 from .search.sample import (
     choice,
@@ -41,17 +50,19 @@ from .search.sample import (
 )
 from .stopper import Stopper
 from .trainable import PlacementGroupFactory, Trainable, with_parameters, with_resources
-from .tune_config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from .tune import run
+from .tune_config import CheckpointConfig, FailureConfig, ResumeConfig, RunConfig, TuneConfig
 from .tuner import Tuner
 
 TuneContext = TrainContext
 
 __all__ = [
-    "Checkpoint", "CheckpointConfig", "FailureConfig", "PlacementGroupFactory", "ResultGrid", "RunConfig",
-    "Stopper", "Trainable", "Trial", "TuneConfig", "TuneContext", "Tuner", "choice", "get_checkpoint",
-    "get_context", "grid_search", "lograndint", "loguniform", "qlograndint", "qloguniform", "qrandint",
-    "qrandn", "quniform", "randint", "randn", "report", "sample_from", "schedulers", "search", "stopper",
-    "uniform", "with_parameters", "with_resources",
+    "CLIReporter", "Callback", "Checkpoint", "CheckpointConfig", "ExperimentAnalysis", "FailureConfig",
+    "PlacementGroupFactory", "ProgressReporter", "ResultGrid", "ResumeConfig", "RunConfig", "Stopper",
+    "Trainable", "Trial", "TuneConfig", "TuneContext", "TuneError", "Tuner", "choice", "get_checkpoint",
+    "get_context", "grid_search", "logger", "lograndint", "loguniform", "qlograndint", "qloguniform",
+    "qrandint", "qrandn", "quniform", "randint", "randn", "register_trainable", "report", "run",
+    "sample_from", "schedulers", "search", "stopper", "uniform", "with_parameters", "with_resources",
 ]
 
 

@@ -18,7 +18,8 @@ from .search.variant_generator import flatten_dict
 __all__ = ["ResultGrid"]
 
 
-def _dataframe(rows: list[dict[str, Any]]) -> Any:
+def results_frame(rows: list[dict[str, Any]]) -> Any:
+    """Rows of results as a pandas DataFrame (nested keys flattened); None without pandas."""
     try:
         import pandas as pd
     except ImportError:  # pragma: no cover - depends on the install
@@ -41,7 +42,7 @@ class TrialResult(Result):
     def metrics_dataframe(self) -> Any:
         """Every reported result of the trial, one row each (a pandas DataFrame)."""
         if self._frame is None and self._history:
-            self._frame = _dataframe(self._history)
+            self._frame = results_frame(self._history)
         return self._frame
 
     @metrics_dataframe.setter
@@ -78,7 +79,10 @@ class ResultGrid:
     def get_best_result(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
                         filter_nan_and_inf: bool = True) -> Result:
         """The result of the best trial by `metric` (TuneConfig's by default). `scope`: "last"
-        (each trial's last result), "avg", "all" (best over every report), "last-5-avg", "last-10-avg"."""
+        (each trial's last result), "avg", "all" (best over every report), "last-5-avg", "last-10-avg".
+        A grid of one trial returns that trial's result whatever the metric, as Ray's does."""
+        if len(self._trials) == 1:
+            return self._results[0]
         metric = metric or self._metric
         mode = mode or self._mode
         if not metric or not mode:
@@ -148,6 +152,10 @@ class ResultGrid:
 
     def __iter__(self) -> Iterator[Result]:
         return iter(self._results)
+
+    def trials(self) -> list[Trial]:
+        """The experiment's trials, in creation order (what tune.run's ExperimentAnalysis reads)."""
+        return list(self._trials)
 
     def __repr__(self) -> str:
         return f"ResultGrid<{len(self)} results, {self.num_terminated} terminated, {self.num_errors} errors>"

@@ -4,11 +4,13 @@
 """
 from __future__ import annotations
 
+import collections
+import statistics
 import time
 from typing import Any, Callable
 
 __all__ = ["CombinedStopper", "FunctionStopper", "MaximumIterationStopper", "Stopper",
-           "TimeoutStopper", "as_stopper"]
+           "TimeoutStopper", "TrialPlateauStopper", "as_stopper"]
 
 
 class Stopper:
@@ -65,6 +67,39 @@ class CombinedStopper(Stopper):
     def stop_all(self) -> bool:
         """Whether the whole experiment should stop now."""
         return any(s.stop_all() for s in self._stoppers)
+
+
+class TrialPlateauStopper(Stopper):
+    """Stops a trial once its `metric` plateaus: the (population) standard deviation of its last
+    `num_results` values is below `std`, after at least `grace_period` results and, when
+    `metric_threshold` is given, once the metric is at least that good for `mode`."""
+
+    def __init__(self, metric: str, std: float = 0.01, num_results: int = 4, grace_period: int = 4,
+                 metric_threshold: float | None = None, mode: str | None = None) -> None:
+        if metric_threshold is not None and mode not in ("min", "max"):
+            raise ValueError("TrialPlateauStopper with a metric_threshold needs mode 'min' or 'max', "
+                             f"got {mode!r}")
+        if num_results < 1:
+            raise ValueError(f"TrialPlateauStopper.num_results must be >= 1, got {num_results!r}")
+        self._metric, self._std, self._num_results = metric, float(std), int(num_results)
+        self._grace_period, self._threshold, self._mode = int(grace_period), metric_threshold, mode
+        self._values: dict[str, collections.deque[float]] = {}
+        self._seen: dict[str, int] = {}
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        value = result.get(self._metric)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ValueError(f"TrialPlateauStopper: metric {self._metric!r} is not a number in the "
+                             f"trial's result (got {value!r})")
+        values = self._values.setdefault(trial_id, collections.deque(maxlen=self._num_results))
+        values.append(float(value))
+        self._seen[trial_id] = self._seen.get(trial_id, 0) + 1
+        if self._seen[trial_id] < self._grace_period or len(values) < self._num_results:
+            return False
+        if self._threshold is not None and (value > self._threshold if self._mode == "min"
+                                            else value < self._threshold):
+            return False
+        return statistics.pstdev(values) < self._std
 
 
 class _DictStopper(Stopper):

@@ -10,9 +10,9 @@ import datetime
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ember.train import config as train_config
+from ember.air import config as train_config
 
-__all__ = ["CheckpointConfig", "FailureConfig", "RunConfig", "TuneConfig", "TuneRunConfig"]
+__all__ = ["CheckpointConfig", "FailureConfig", "ResumeConfig", "RunConfig", "TuneConfig", "TuneRunConfig"]
 
 
 @dataclass
@@ -71,3 +71,33 @@ class TuneConfig:
         if self.time_budget_s is not None and (
                 not isinstance(self.time_budget_s, (int, float)) or self.time_budget_s <= 0):
             raise ValueError(f"TuneConfig.time_budget_s must be > 0 seconds, got {self.time_budget_s!r}")
+
+
+@dataclass
+class ResumeConfig:
+    """What `Tuner.restore` does with each kind of trial, as Ray's: `ResumeConfig.ResumeType.RESUME`
+    (continue from its latest checkpoint), `RESTART` (start afresh) or `SKIP` (leave as it ended)."""
+
+    class ResumeType:
+        """The three ways to treat a trial on restore."""
+
+        RESUME = "RESUME"
+        RESTART = "RESTART"
+        SKIP = "SKIP"
+
+    finished: str = "SKIP"
+    unfinished: str = "RESUME"
+    errored: str = "SKIP"
+
+    def __post_init__(self) -> None:
+        allowed = {"finished": ("SKIP",), "unfinished": ("RESUME", "SKIP"),
+                   "errored": ("RESUME", "RESTART", "SKIP")}
+        for name, ok in allowed.items():
+            v = getattr(self, name)
+            if v not in ok:
+                raise ValueError(f"ResumeConfig.{name}={v!r} is not supported: use one of {', '.join(ok)}")
+
+    def restore_flags(self) -> dict[str, bool]:
+        """The Tuner.restore flags this config stands for."""
+        return {"resume_unfinished": self.unfinished == "RESUME", "resume_errored": self.errored == "RESUME",
+                "restart_errored": self.errored == "RESTART"}

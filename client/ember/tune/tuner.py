@@ -16,11 +16,12 @@ import datetime
 import sys
 from typing import Any
 
+from ember.air import storage
 from ember.train import RunConfig as TrainRunConfig
-from ember.train._internal import storage
 
 from ._internal import experiment_state as es
 from ._internal.controller import TuneController
+from ._internal.default_callbacks import callbacks_of
 from .experiment.trial import Trial
 from .result_grid import ResultGrid
 from .schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
@@ -31,7 +32,7 @@ from .stopper import as_stopper
 from .trainable import as_trainable_class
 from .trainable.function_trainable import FunctionTrainable
 from .trainable.trainable import Trainable
-from .tune_config import RunConfig, TuneConfig
+from .tune_config import ResumeConfig, RunConfig, TuneConfig
 
 __all__ = ["Tuner"]
 
@@ -50,6 +51,14 @@ class Tuner:
                  _tuner_kwargs: dict[str, Any] | None = None) -> None:
         if trainable is None:
             raise TypeError("Tuner needs a trainable: a function, a tune.Trainable subclass or a Train trainer")
+        extra = dict(_tuner_kwargs or {})
+        registered = trainable if isinstance(trainable, str) else extra.pop("trainable_name", None)
+        if extra:
+            raise TypeError(f"Tuner(_tuner_kwargs=) does not take {sorted(extra)}")
+        if isinstance(trainable, str):
+            from .registry import get_trainable_cls
+
+            trainable = get_trainable_cls(registered)
         validate_space(param_space)
         tune_config = tune_config if tune_config is not None else TuneConfig()
         run_config = run_config if run_config is not None else RunConfig()
@@ -63,6 +72,7 @@ class Tuner:
             raise TypeError(f"TuneConfig.search_alg must be a Searcher, got {type(tune_config.search_alg).__name__}")
         as_stopper(run_config.stop)  # fail now on a bad stop criterion
         self._trainable = trainable
+        self._name = registered or _trainable_name(trainable)
         self._trainable_cls = as_trainable_class(trainable)
         self._param_space = dict(param_space or {})
         self._tc = tune_config
@@ -78,6 +88,12 @@ class Tuner:
         """A Tuner that continues the experiment saved at `path` (storage_path/name): finished
         trials are kept, unfinished ones resume from their latest checkpoint, errored ones are
         resumed (`resume_errored`) or started afresh (`restart_errored`)."""
+        if _resume_config is not None:
+            if not isinstance(_resume_config, ResumeConfig):
+                raise TypeError(f"_resume_config must be a tune.ResumeConfig, got {type(_resume_config).__name__}")
+            flags = _resume_config.restore_flags()
+            resume_unfinished, resume_errored = flags["resume_unfinished"], flags["resume_errored"]
+            restart_errored = flags["restart_errored"]
         fs, exp_path = storage.resolve(str(path), storage_filesystem)
         if not es.can_restore(fs, exp_path):
             raise ValueError(f"cannot restore from {path}: no {es.TUNER_FILE} and {es.STATE_FILE} there")
@@ -100,7 +116,7 @@ class Tuner:
         if self._restore is not None:
             exp_path = self._restore["exp_path"]
             return self._restore["fs"], exp_path, exp_path.rstrip("/").rsplit("/", 1)[-1]
-        name = self._rc.name or f"{_trainable_name(self._trainable)}_" \
+        name = self._rc.name or f"{self._name}_" \
                                 f"{datetime.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')}"
         fs, root = storage.resolve(self._rc.storage_path or storage.DEFAULT_STORAGE_PATH,
                                    self._rc.storage_filesystem)
@@ -133,6 +149,7 @@ class Tuner:
         trials: list[Trial] = state["trials"]
         for t in trials:
             t.path = storage.join(exp_path, t.local_dir_name) if t.local_dir_name else t.path
+            t.filesystem = self._restore["fs"] if self._restore else t.filesystem
             if t.status == Trial.ERROR:
                 if r.get("restart_errored"):
                     t.checkpoint, t.checkpoints, t.metric_history, t.last_result = None, [], [], {}
@@ -166,14 +183,17 @@ class Tuner:
         storage.makedirs(fs, exp_path)
         if self._restore is None:
             es.save_tuner(fs, exp_path, {"param_space": self._param_space, "tune_config": self._tc,
-                                         "run_config": self._rc, "trainable_name": _trainable_name(self._trainable)})
+                                         "run_config": self._rc, "trainable_name": self._name})
         trials = self._restored_trials(state, exp_path) if self._restore is not None else []
+        callbacks = callbacks_of(self._rc, state.get("callbacks"))
+        callbacks.setup(stop=stopper, num_samples=self._tc.num_samples,
+                        total_num_samples=search.total_samples)
         controller = TuneController(
-            trainable_cls=self._trainable_cls, trainable_name=_trainable_name(self._trainable),
+            trainable_cls=self._trainable_cls, trainable_name=self._name,
             param_space=self._param_space, tune_config=self._tc, run_config=self._rc, search_alg=search,
             scheduler=scheduler, stopper=stopper, fs=fs, exp_path=exp_path, experiment_name=name,
             reuse_actors=self._reuse_actors(), trials=trials, elapsed_s=float(state.get("elapsed_s", 0.0)),
-            trial_index=int(state.get("trial_index", 0)))
+            trial_index=int(state.get("trial_index", 0)), callbacks=callbacks)
         trials = controller.run()
         self._results = ResultGrid(trials, metric=self._tc.metric, mode=self._tc.mode,
                                    experiment_path=exp_path, filesystem=fs)

@@ -18,10 +18,11 @@ import time
 from typing import Any, Callable
 
 import ember
+from ember.air.checkpoint import Checkpoint
+from ember.air.config import DataConfig, RunConfig, ScalingConfig
+from ember.air.session import TrainContext, get_session
 
-from .._checkpoint import Checkpoint
 from ..backend import BackendConfig
-from ..config import DataConfig, RunConfig, ScalingConfig
 from ..exceptions import WorkerGroupError
 from . import data_shards
 from .policy import (
@@ -33,7 +34,6 @@ from .policy import (
     TrackedCheckpoint,
 )
 from .run_state import RunStorage
-from .session import TrainContext, get_session
 from .worker import WorkerRun
 from .worker_group import WorkerGroup, WorkerStartError
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import DataConfig
+from ember.air.config import DataConfig
 
 
 def validate(datasets: dict[str, Any] | None) -> dict[str, Any]:

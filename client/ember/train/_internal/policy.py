@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import CheckpointConfig
+from ember.air.config import CheckpointConfig
 
 
 @dataclass(frozen=True)

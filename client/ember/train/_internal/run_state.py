@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow.fs
 
-from . import storage
+from ember.air import storage
 
 TRAINER_FILE = "trainer.pkl"
 STATE_FILE = "trainer_state.json"

@@ -27,12 +27,13 @@ from typing import Any, Callable
 
 import pyarrow.fs
 
-from .. import _checkpoint
-from .._checkpoint import Checkpoint
-from . import session as session_mod
-from . import storage
+from ember.air import checkpoint as checkpoint_mod
+from ember.air import session as session_mod
+from ember.air import storage
+from ember.air.checkpoint import Checkpoint
+from ember.air.session import TrainContext
+
 from .policy import RankReport
-from .session import TrainContext
 
 
 @dataclass
@@ -77,7 +78,7 @@ class WorkerSession:
                        {"ember.train.rank": rank, "ember.train.checkpoint": path}):
                 storage.merge_tree(checkpoint.filesystem, checkpoint.path, self.run.run_fs, path)
             if isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem) and \
-                    os.path.basename(checkpoint.path).startswith(_checkpoint._TEMP_PREFIX):
+                    os.path.basename(checkpoint.path).startswith(checkpoint_mod.TEMP_PREFIX):
                 import shutil
 
                 shutil.rmtree(checkpoint.path, ignore_errors=True)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import ember
+from ember.air.config import ScalingConfig
+from ember.air.placement import infeasible_reason, missing_now, worker_bundle_offset
 from ember.util.placement_group import (
     PlacementGroup,
     get_current_placement_group,
@@ -38,8 +40,6 @@ from ember.util.placement_group import (
 )
 from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ..config import ScalingConfig
-from .placement import infeasible_reason, missing_now, worker_bundle_offset
 from .worker import TrainWorker
 
 PG_TIMEOUT_ENV = "TRAIN_PLACEMENT_GROUP_TIMEOUT_S"

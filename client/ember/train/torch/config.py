@@ -24,8 +24,9 @@ from .._internal.worker_group import interface_of
 from ..backend import BackendConfig
 
 if TYPE_CHECKING:
+    from ember.air.config import ScalingConfig
+
     from .._internal.worker_group import WorkerGroup
-    from ..config import ScalingConfig
 
 
 @dataclass

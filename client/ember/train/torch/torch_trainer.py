@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .._checkpoint import Checkpoint
-from ..config import DataConfig, RunConfig, ScalingConfig
+from ember.air.checkpoint import Checkpoint
+from ember.air.config import DataConfig, RunConfig, ScalingConfig
+
 from ..data_parallel_trainer import DataParallelTrainer
 from .config import TorchConfig
 

@@ -9,7 +9,7 @@ import os
 import random
 from typing import Any, Iterator
 
-from .._internal import session as session_mod
+from ember.air import session as session_mod
 
 
 def _worker_session() -> Any:

@@ -4,7 +4,8 @@ Each turn it (1) starts trials while resources and `max_concurrent_trials` allow
 trial the scheduler picks, or asking the search algorithm for a new config; (2) waits on the
 in-flight `train()` calls of the running trials (`ember.wait`); (3) hands each result to the
 stopper, the scheduler and the searcher and carries out the decision (continue, pause, stop);
-(4) prints the status table and saves the experiment state. A trial's failure is retried from
+(4) prints the status table and saves the experiment state. The `tune.Callback`s of
+RunConfig(callbacks=) hear every step and trial event (`_hook`), after the searcher and scheduler. A trial's failure is retried from
 its latest checkpoint per FailureConfig and recorded, not fatal. Each trial runs in a placement
 group of its PlacementGroupFactory (`trial_placement.py`), removed when the trial ends; trials
 start while the sum of the running groups fits the cluster, and a started trial's actor waits
@@ -21,8 +22,9 @@ from typing import Any
 import cloudpickle
 
 import ember
-from ember.train._internal import storage
+from ember.air import storage
 
+from ..callback import CallbackList
 from ..experiment.trial import Trial
 from ..schedulers.trial_scheduler import TrialScheduler
 from ..trainable.util import request_of
@@ -50,7 +52,8 @@ class TuneController:
     def __init__(self, *, trainable_cls: type, trainable_name: str, param_space: dict[str, Any],
                  tune_config: Any, run_config: Any, search_alg: Any, scheduler: TrialScheduler,
                  stopper: Any, fs: Any, exp_path: str, experiment_name: str, reuse_actors: bool,
-                 trials: list[Trial] | None = None, elapsed_s: float = 0.0, trial_index: int = 0) -> None:
+                 trials: list[Trial] | None = None, elapsed_s: float = 0.0, trial_index: int = 0,
+                 callbacks: CallbackList | None = None) -> None:
         self._cls = trainable_cls
         self._name = trainable_name
         self._space = param_space
@@ -80,8 +83,14 @@ class TuneController:
         self._actor_cls = ember.remote(TrialActor)
         self._blob_ref: Any = None
         self._total: dict[str, float] = {}
+        self._cb = callbacks if callbacks is not None else CallbackList(None)
+        self._iteration = 0
         self.progress = ProgressPrinter(1 if run_config.verbose is None else run_config.verbose,
-                                        tune_config.metric, tune_config.mode, param_space)
+                                        tune_config.metric, tune_config.mode, param_space,
+                                        reporter=getattr(run_config, "progress_reporter", None))
+        if self.progress.reporter is not None:
+            self.progress.reporter.setup(total_samples=search_alg.total_samples, metric=tune_config.metric,
+                                         mode=tune_config.mode, experiment_path=exp_path)
 
     # ---- what schedulers see --------------------------------------------------------------
     def get_trials(self) -> list[Trial]:
@@ -97,6 +106,11 @@ class TuneController:
             self._search.on_trial_complete(trial.trial_id, trial.last_result)
             self._spans.end(trial)
             self.progress.on_trial_end(trial)
+            self._hook("on_trial_complete", trial=trial)
+
+    def _hook(self, name: str, **info: Any) -> None:
+        if self._cb:
+            self._cb.call(name, iteration=self._iteration, trials=self._trials, **info)
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self) -> list[Trial]:
@@ -109,6 +123,7 @@ class TuneController:
         deadline = None if budget is None else self._start_time + max(budget - self._elapsed_before, 0.0)
         try:
             while True:
+                self._hook("on_step_begin")
                 if deadline is not None and time.monotonic() >= deadline:
                     self._stop_everything("time budget")
                     break
@@ -124,10 +139,14 @@ class TuneController:
                     self._on_ready(ref)
                 self.progress.maybe_print(self._trials)
                 self._save()
+                self._iteration += 1
+                self._hook("on_step_end")
         finally:
             self._shutdown_actors()
             self._save(final=True)
         self.progress.final(self._trials)
+        if self._cb:
+            self._cb.call("on_experiment_end", trials=self._trials)
         return self._trials
 
     def _stop_everything(self, why: str) -> None:
@@ -183,6 +202,7 @@ class TuneController:
         dirname = creator(trial) if creator else f"{self._name}_{trial_id}"
         trial.local_dir_name = dirname
         trial.path = storage.join(self._exp_path, dirname)
+        trial.filesystem = self._fs
         self._trials.append(trial)
         self._by_id[trial_id] = trial
         self._scheduler.on_trial_add(self, trial)
@@ -241,6 +261,9 @@ class TuneController:
         self._live[trial.trial_id] = {"actor": actor, "ref": ref, "req": req, "pg": pg, "need": need,
                                       "restoring": restore}
         self._ref_trial[ref] = trial.trial_id
+        self._hook("on_trial_start", trial=trial)
+        if restore is not None:
+            self._hook("on_trial_restore", trial=trial)
 
     # ---- results ------------------------------------------------------------------------
     def _on_ready(self, ref: Any) -> None:
@@ -265,6 +288,7 @@ class TuneController:
         self.progress.on_result(trial, result)
         self._search.on_trial_result(tid, result)
         decision = self._scheduler.on_trial_result(self, trial, result)
+        self._hook("on_trial_result", trial=trial, result=result)
         if trial.is_finished or tid not in self._live:
             return
         if result.get("done") or (self._stopper is not None and self._stopper(tid, result)):
@@ -308,6 +332,8 @@ class TuneController:
                 continue
             storage.delete_dir(c.filesystem, c.path)
             del trial.checkpoints[i]
+        self._hook("on_trial_save", trial=trial)
+        self._hook("on_checkpoint", trial=trial, checkpoint=ckpt)
 
     def _complete(self, trial: Trial) -> None:
         self._scheduler.on_trial_complete(self, trial, trial.last_result)
@@ -325,6 +351,8 @@ class TuneController:
         self._spans.end(trial)
         self.progress.on_trial_end(trial)
         es.write_trial_files(self._fs, trial)
+        if status == Trial.TERMINATED:
+            self._hook("on_trial_complete", trial=trial)
         self._save(force=True)
 
     def _save_trial(self, trial: Trial, actor: Any) -> None:
@@ -367,6 +395,7 @@ class TuneController:
         if retry and (fc.max_failures == -1 or trial.num_failures <= fc.max_failures):
             trial.set_status(Trial.PENDING)
             self._spans.event(trial, "retrying", error=trial.error_msg)
+            self._hook("on_trial_recover", trial=trial)
             return
         self._scheduler.on_trial_error(self, trial)
         self._search.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
@@ -374,6 +403,7 @@ class TuneController:
         self._spans.end(trial, error=error)
         self.progress.on_trial_end(trial)
         es.write_trial_files(self._fs, trial)
+        self._hook("on_trial_error", trial=trial)
         self._save(force=True)
         if fc.fail_fast == "raise":
             raise error
@@ -391,7 +421,8 @@ class TuneController:
             return
         t0 = time.monotonic()
         es.save_experiment_state(self._fs, self._exp_path, self._trials, self._search, self._scheduler,
-                                 {"elapsed_s": self.elapsed_s, "trial_index": self._index})
+                                 {"elapsed_s": self.elapsed_s, "trial_index": self._index,
+                                  "callbacks": self._cb.get_state()})
         self._save_cost = time.monotonic() - t0
         self._last_save = time.monotonic()
         self._dirty = False

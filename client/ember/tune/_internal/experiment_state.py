@@ -16,8 +16,8 @@ from typing import Any
 import cloudpickle
 import pyarrow.fs
 
+from ember.air import storage
 from ember.train import Checkpoint
-from ember.train._internal import storage
 
 from ..experiment.trial import Trial
 from ..trainable.trainable import json_safe
@@ -102,13 +102,15 @@ def can_restore(fs: pyarrow.fs.FileSystem, exp_path: str) -> bool:
 
 
 def write_trial_files(fs: pyarrow.fs.FileSystem, trial: Trial, params_only: bool = False) -> None:
-    """params.json (the config) and result.json (one JSON line per reported result)."""
+    """params.json (the config) and result.json (one JSON line per reported result, with the
+    config under "config", as Ray's JsonLoggerCallback writes it)."""
     if not trial.path:
         return
     storage.write_bytes(fs, storage.join(trial.path, "params.json"),
                         json.dumps(json_safe(trial.config), indent=2).encode())
     if params_only:
         return
-    lines = "".join(json.dumps(json_safe({k: v for k, v in r.items() if not k.startswith("__")})) + "\n"
+    lines = "".join(json.dumps(json_safe({**{k: v for k, v in r.items() if not k.startswith("__")},
+                                          "config": r.get("config", trial.config)})) + "\n"
                     for r in trial.metric_history)
     storage.write_bytes(fs, storage.join(trial.path, "result.json"), lines.encode())

@@ -84,7 +84,13 @@ class ProgressPrinter:
 
     def __init__(self, verbose: int, metric: str | None, mode: str | None,
                  param_space: dict[str, Any] | None, interval_s: float = 10.0,
-                 out: TextIO | None = None) -> None:
+                 out: TextIO | None = None, reporter: Any = None) -> None:
+        from ..progress_reporter import ProgressReporter
+
+        if reporter is not None and not isinstance(reporter, ProgressReporter):
+            raise TypeError(f"progress_reporter must be a tune.ProgressReporter (e.g. tune.CLIReporter()), "
+                            f"got {type(reporter).__name__}")
+        self.reporter = reporter
         self.verbose = verbose
         self.metric, self.mode, self.param_space = metric, mode, param_space
         self.interval_s = interval_s
@@ -99,6 +105,10 @@ class ProgressPrinter:
     def maybe_print(self, trials: list[Trial], force: bool = False) -> None:
         """Prints the table if `interval_s` passed since the last one (or `force`)."""
         if self.verbose < 1:
+            return
+        if self.reporter is not None:
+            if self.reporter.should_report(trials, done=False):
+                self.reporter.report(trials, False)
             return
         now = time.monotonic()
         if force or now - self._last >= self.interval_s:
@@ -120,7 +130,10 @@ class ProgressPrinter:
 
     def final(self, trials: list[Trial]) -> None:
         """The table once more when the run ends."""
-        if self.verbose >= 1:
+        if self.verbose >= 1 and self.reporter is not None:
+            self.reporter.should_report(trials, done=True)
+            self.reporter.report(trials, True)
+        elif self.verbose >= 1:
             self._print(format_status(trials, metric=self.metric, mode=self.mode,
                                       elapsed_s=time.monotonic() - self._start,
                                       param_space=self.param_space, title="Final trial status"))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ember
-from ember.train._internal.placement import infeasible_reason
+from ember.air.placement import infeasible_reason
 from ember.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 

@@ -48,6 +48,7 @@ class Trial:
     iteration: int = 0
     metric_analysis: dict[str, dict[str, float]] = field(default_factory=dict)
     custom_name: str = ""
+    filesystem: Any = None  # the pyarrow filesystem `path` is on (None: the local disk)
 
     def __hash__(self) -> int:
         return hash(self.trial_id)

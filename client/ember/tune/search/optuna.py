@@ -60,7 +60,8 @@ class OptunaSearch(Searcher):
     def __init__(self, space: dict[str, Any] | Callable[[Any], dict[str, Any] | None] | None = None,
                  metric: str | None = None, mode: str | None = None,
                  points_to_evaluate: list[dict[str, Any]] | None = None, sampler: Any = None,
-                 seed: int | None = None, evaluated_rewards: list[float] | None = None) -> None:
+                 seed: int | None = None, evaluated_rewards: list[float] | None = None,
+                 study_name: str | None = None, storage: Any = None) -> None:
         if isinstance(metric, (list, tuple)):
             raise ValueError("OptunaSearch: multi-objective metrics are not supported; give one metric")
         super().__init__(metric=metric, mode=mode)
@@ -76,6 +77,9 @@ class OptunaSearch(Searcher):
             self._define_by_run = space
         elif isinstance(space, dict) and space:
             self._space = self._to_distributions(space)
+        # study_name/storage: an Optuna RDB storage (a URL such as "sqlite:///study.db" or an
+        # optuna.storages.BaseStorage) keeps the study's trials where other processes can read it.
+        self._study_name, self._storage = study_name, storage
         self._study: Any = None
         self._ot_trials: dict[str, Any] = {}
         if self._space is not None or self._define_by_run is not None:
@@ -94,7 +98,8 @@ class OptunaSearch(Searcher):
         if self._mode is None:
             return
         direction = "minimize" if self._mode == "min" else "maximize"
-        self._study = optuna.create_study(sampler=self._sampler, direction=direction)
+        self._study = optuna.create_study(sampler=self._sampler, direction=direction,
+                                          study_name=self._study_name, storage=self._storage)
         for i, point in enumerate(self._points):
             flat = flatten_dict(point)
             if self._rewards:

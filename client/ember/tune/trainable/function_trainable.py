@@ -1,7 +1,7 @@
 """Function trainables: `def train_func(config): ... tune.report({...}, checkpoint=...)`.
 
 The function runs in a thread of the trial actor, with a Tune session installed in the process
-(`ember.train._internal.session.set_session`), so `tune.report`, `ember.train.report`,
+(`ember.air.session.set_session`), so `tune.report`, `ember.train.report`,
 `tune.get_checkpoint` and `tune.get_context` reach it. As in Ray, `report` hands its result to
 the controller and blocks until the controller asks for the next one (`train()`), so a trial the
 scheduler stops never runs ahead; a stop makes the pending `report` raise `_StopTrial` (a
@@ -18,8 +18,8 @@ import threading
 import traceback
 from typing import Any, Callable
 
+from ember.air.session import TrainContext, set_session
 from ember.train import Checkpoint
-from ember.train._internal.session import TrainContext, set_session
 
 from .trainable import Trainable, persist_checkpoint, read_tune_state
 
@@ -165,9 +165,9 @@ class FunctionTrainable(Trainable):
 
 def _drop_temp(checkpoint: Checkpoint) -> None:
     """Removes a local temporary directory made by Checkpoint.from_dict once it is uploaded."""
-    from ember.train import _checkpoint
+    from ember.air import checkpoint as checkpoint_mod
 
-    prefix = os.path.join(tempfile.gettempdir(), _checkpoint._TEMP_PREFIX)
+    prefix = os.path.join(tempfile.gettempdir(), checkpoint_mod.TEMP_PREFIX)
     if checkpoint.path.startswith(prefix) and os.path.isdir(checkpoint.path):
         shutil.rmtree(checkpoint.path, ignore_errors=True)
 

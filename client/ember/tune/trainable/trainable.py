@@ -25,8 +25,8 @@ import tempfile
 import time
 from typing import Any
 
+from ember.air import storage
 from ember.train import Checkpoint
-from ember.train._internal import storage
 
 __all__ = ["Trainable", "TrialInfo"]
 

@@ -10,7 +10,7 @@ the workers the trainer starts run in those bundles of the trial's group (the wo
 it with `get_current_placement_group()`), as Ray Train's do under Tune.
 
 How results reach Tune: the trainer runs with the trial's Tune session installed in the trial
-process. A Train controller that finds a session in its process (`ember.train._internal.session.
+process. A Train controller that finds a session in its process (`ember.air.session.
 get_session()`) while it runs forwards rank 0's reports through `session.report(...)`, and each
 one is a Tune result (schedulers can stop the trial early). If the trainer forwarded nothing,
 the trial reports the rows of `Result.metrics_dataframe` (or the final metrics) and the final
@@ -46,8 +46,8 @@ def wrap_trainer(trainer: Any) -> type[FunctionTrainable]:
     """A function trainable that runs `trainer.fit()` per trial with the trial's config."""
 
     def train_with_trainer(config: dict[str, Any]) -> None:
+        from ember.air.session import get_session
         from ember.train import Result, RunConfig
-        from ember.train._internal.session import get_session
 
         from .. import report
         from ..tune_config import TuneRunConfig

@@ -111,6 +111,11 @@ class RunConfig:
             self.checkpoint_config = CheckpointConfig()
         if self.name is not None and ("/" in self.name or not self.name.strip()):
             raise ValueError(f"RunConfig.name must be a non-empty name without '/', got {self.name!r}")
+        for what, value, default in (("log_to_file", self.log_to_file, False),
+                                     ("sync_config", self.sync_config, None),
+                                     ("worker_runtime_env", self.worker_runtime_env, None)):
+            if value != default:
+                raise NotImplementedError(f"RunConfig({what}=...) is not supported by Ember")
 
 
 @dataclass

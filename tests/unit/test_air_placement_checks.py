@@ -2,7 +2,7 @@
 strategy), what is missing now, and where a trainer's workers go inside a trial's group."""
 from __future__ import annotations
 
-from ember.train._internal.placement import infeasible_reason, missing_now, worker_bundle_offset
+from ember.air.placement import infeasible_reason, missing_now, worker_bundle_offset
 
 
 def nodes(*cpus: float, **extra: float) -> list[dict]:

@@ -17,11 +17,11 @@ from typing import Any, Iterator
 
 import pyarrow.fs
 
-from ._internal import storage
+from . import storage
 
 METADATA_FILE = ".metadata.json"
 DICT_FILE = "dict_checkpoint.pkl"
-_TEMP_PREFIX = "checkpoint_tmp_"
+TEMP_PREFIX = "checkpoint_tmp_"
 
 
 class Checkpoint:
@@ -45,7 +45,7 @@ class Checkpoint:
             raise TypeError(f"Checkpoint.from_dict expects a dict, got {type(data).__name__}")
         import cloudpickle
 
-        path = tempfile.mkdtemp(prefix=_TEMP_PREFIX)
+        path = tempfile.mkdtemp(prefix=TEMP_PREFIX)
         with open(os.path.join(path, DICT_FILE), "wb") as f:
             cloudpickle.dump(data, f)
         return cls(path, pyarrow.fs.LocalFileSystem())
@@ -65,7 +65,7 @@ class Checkpoint:
     def to_directory(self, path: str | os.PathLike | None = None) -> str:
         """Copies the checkpoint into local `path` (default: a new temporary directory)."""
         dest = os.path.abspath(os.fspath(path)) if path is not None else os.path.join(
-            tempfile.gettempdir(), _TEMP_PREFIX + uuid.uuid4().hex)
+            tempfile.gettempdir(), TEMP_PREFIX + uuid.uuid4().hex)
         os.makedirs(dest, exist_ok=True)
         storage.download_dir(self.filesystem, self.path, dest)
         return dest

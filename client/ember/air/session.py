@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .._checkpoint import Checkpoint
+    from .checkpoint import Checkpoint
 
 
 @dataclass(frozen=True)

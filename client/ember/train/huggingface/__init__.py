@@ -1,0 +1,2 @@
+"""ember.train.huggingface: Hugging Face integrations (Ray's `ray.train.huggingface`)."""
+from __future__ import annotations

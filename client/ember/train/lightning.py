@@ -1,0 +1,103 @@
+"""PyTorch Lightning inside a TorchTrainer (Ray's `ray.train.lightning`).
+
+    def train_func(config):
+        trainer = pl.Trainer(accelerator="auto", devices="auto", strategy=RayDDPStrategy(),
+                             plugins=[RayLightningEnvironment()], callbacks=[RayTrainReportCallback()],
+                             enable_checkpointing=False)
+        trainer = prepare_trainer(trainer)
+        trainer.fit(model, datamodule=dm)
+
+The TorchTrainer has set torchrun's environment and joined the process group on each rank;
+`RayLightningEnvironment` tells Lightning the ranks and world size Ember Train gave the worker
+(Lightning launches no processes), `RayDDPStrategy` is Lightning's DDP on that group, and
+`RayTrainReportCallback` reports `trainer.callback_metrics` with a checkpoint
+(`checkpoint.ckpt`, Lightning's format) at the end of every training epoch. Needs `lightning`
+(`pip install 'ember[train]'`).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.plugins.environments import LightningEnvironment
+from lightning.pytorch.strategies import DDPStrategy
+
+from ember.air.checkpoint import Checkpoint
+
+__all__ = ["RayDDPStrategy", "RayLightningEnvironment", "RayTrainReportCallback", "prepare_trainer"]
+
+
+def _context() -> Any:
+    from ember import train
+
+    return train.get_context()
+
+
+class RayLightningEnvironment(LightningEnvironment):  # type: ignore[misc]
+    """Lightning's cluster environment read from the Ember Train worker's context."""
+
+    def world_size(self) -> int:
+        return int(_context().get_world_size())
+
+    def global_rank(self) -> int:
+        return int(_context().get_world_rank())
+
+    def local_rank(self) -> int:
+        return int(_context().get_local_rank())
+
+    def node_rank(self) -> int:
+        return int(_context().get_node_rank())
+
+    def set_world_size(self, size: int) -> None:
+        """Ember Train fixed the world size; Lightning's value is ignored."""
+
+    def set_global_rank(self, rank: int) -> None:
+        """Ember Train fixed the rank; Lightning's value is ignored."""
+
+    def teardown(self) -> None:
+        """The process group belongs to the TorchTrainer, which tears it down."""
+
+
+class RayDDPStrategy(DDPStrategy):  # type: ignore[misc]
+    """Lightning's DDPStrategy on the process group the TorchTrainer set up."""
+
+    @property
+    def root_device(self) -> torch.device:
+        from ember.train.torch import get_device
+
+        return get_device()
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+
+class RayTrainReportCallback(pl.Callback):  # type: ignore[misc]
+    """Reports the epoch's metrics and a Lightning checkpoint to Ember Train after each epoch."""
+
+    CHECKPOINT_NAME = "checkpoint.ckpt"
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from ember import train
+
+        metrics = {k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in trainer.callback_metrics.items()}
+        metrics.update(epoch=trainer.current_epoch, step=trainer.global_step)
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer.save_checkpoint(os.path.join(tmp, self.CHECKPOINT_NAME), weights_only=False)
+            train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
+
+
+def prepare_trainer(trainer: pl.Trainer) -> pl.Trainer:
+    """Checks that the Trainer runs on Ember's strategy and environment (as Ray's does)."""
+    if not isinstance(trainer, pl.Trainer):
+        raise TypeError(f"prepare_trainer expects a lightning Trainer, got {type(trainer).__name__}")
+    if not isinstance(trainer.strategy, RayDDPStrategy):
+        raise ValueError(f"the Trainer's strategy must be RayDDPStrategy, got {type(trainer.strategy).__name__}")
+    env = getattr(trainer.strategy, "cluster_environment", None)
+    if not isinstance(env, RayLightningEnvironment):
+        raise ValueError("the Trainer needs plugins=[RayLightningEnvironment()], got "
+                         f"{type(env).__name__}")
+    return trainer
