@@ -22,10 +22,11 @@ import sys
 import tempfile
 import urllib.request
 
+from starlette.responses import StreamingResponse
+
 import ember as ray
 from ember import serve
 from ember.serve.llm.testing import build_tiny_model
-from starlette.responses import StreamingResponse
 
 MODEL_DIR = os.path.join(tempfile.gettempdir(), "ember-examples", "tiny-llama")
 
@@ -37,7 +38,7 @@ MODEL_DIR = os.path.join(tempfile.gettempdir(), "ember-examples", "tiny-llama")
 )
 class LLMService:
     def __init__(self, model_dir: str = MODEL_DIR):
-        from ember.serve.llm import LLM   # on GPUs with vLLM: from vllm import LLM
+        from ember.serve.llm import LLM  # on GPUs with vLLM: from vllm import LLM
 
         self.model = LLM(model=model_dir, tensor_parallel_size=1)
         self.gpu_ids = ray.get_gpu_ids()
@@ -70,13 +71,15 @@ def main(port: int = 8000) -> None:
     serve.run(app, host="127.0.0.1", port=port)
     status, raw = _post(port, {"prompt": "Hello world", "max_tokens": 12})
     body = json.loads(raw)
-    print(status, {"tokens": body["tokens"], "gpu": body["gpu"], "text": body["text"][:40]})
+    print(f"4.2 serve: POST / -> HTTP {status}, {body['tokens']} tokens from the replica on logical GPU "
+          f"{body['gpu']}; text (random weights, so noise): {ascii(body['text'][:40])}")
     status2, raw2 = _post(port, {"prompt": "Hello world", "max_tokens": 12, "stream": True})
     events = [e for e in raw2.decode().split("\n\n") if e]
     streamed = "".join(json.loads(e[6:])["text"] for e in events[:-1])
-    print(status2, f"{len(events) - 1} SSE events, same text as the whole answer: {streamed == body['text']}")
+    print(f"4.2 serve: POST / with stream=true -> HTTP {status2}, {len(events) - 1} server-sent events, "
+          f"the same text as the whole answer: {streamed == body['text']}")
     app_status = serve.status().applications["default"].status
-    print(app_status)
+    print(f"4.2 serve: application 'default' is {app_status}")
     if (status != 200 or body["tokens"] != 12 or len(body["gpu"]) != 1 or status2 != 200
             or events[-1] != "data: [DONE]" or streamed != body["text"] or str(app_status) != "RUNNING"):
         raise SystemExit(f"unexpected answer: {status} {body} {events[-2:]} {app_status}")

@@ -37,7 +37,8 @@ def note(name: str) -> None:
 def install(out: str) -> None:
     """Wraps the proxy's path (call before the proxy starts)."""
     import ember.actor as actor_mod
-    from ember._private import actor_submitter, object_ref
+    from ember._private.objects import object_ref
+    from ember._private.owner import actor_submitter
     from ember.serve._private import stream_poller
     from ember_serve_proxy import app as app_mod
 
@@ -102,7 +103,7 @@ def install(out: str) -> None:
 
     object_ref.ObjectRef.future = future  # type: ignore[method-assign]
 
-    wait_name = "_unless_left" if hasattr(app_mod, "_unless_left") else "_first"  # (this branch / before)
+    wait_name = "_unless_left" if hasattr(app_mod, "_unless_left") else "_first"  # (the current proxy / an older tree)
     orig_wait = getattr(app_mod, wait_name)
 
     async def waited(work: Any, disconnect: Any) -> Any:

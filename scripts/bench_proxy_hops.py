@@ -17,11 +17,11 @@ the thread each step ran on:
 
 With `--llm MODEL_DIR` the app is compare_llm.py's `ember` system instead (build_openai_app with
 one tiny model; 8-token streamed completions; the client's chunks are the first two SSE events
-that carry text; no replica stamps). A proxy that serves on the core worker's loop (this
-branch) has no `cf_done` step and runs every step on `ember-core`. Also printed: the client's
+that carry text; no replica stamps). A proxy that serves on the core worker's loop (as
+today's does) has no `cf_done` step and runs every step on `ember-core`. Also printed: the client's
 time to the first chunk, and the proxy's CPU (user + system) and context switches (all its
 threads) per request. Another tree's proxy: run this file with that tree's interpreter from
-its root (`cd /work/main && .venv/bin/python /path/to/scripts/bench_proxy_hops.py`).
+its root (`cd OTHER_TREE && .venv/bin/python /path/to/scripts/bench_proxy_hops.py`).
 
     .venv/bin/python scripts/bench_proxy_hops.py [--requests 300] [--pause-ms 20] [--llm DIR]
 

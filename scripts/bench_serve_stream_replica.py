@@ -11,7 +11,7 @@ the generator's sleeps woke, and the stream duration p50 (wall time: noise on a 
     .venv/bin/python scripts/bench_serve_stream_replica.py [--loop precise|stock] [--requests 160]
         [--streams 16] [--chunks 64] [--gap-ms 5]
 
---loop: the event loop Ember's async actors run on (ember/_private/precise_loop.py: timers wake
+--loop: the event loop Ember's async actors run on (ember/_private/execution/precise_loop.py: timers wake
 when due), or asyncio's stock one (epoll: timers wake up to 1 ms late).
 """
 from __future__ import annotations
@@ -103,7 +103,7 @@ def main() -> None:
     ap.add_argument("--gap-ms", type=float, default=5.0)
     args = ap.parse_args()
     if args.loop == "precise":
-        from ember._private import precise_loop
+        from ember._private.execution import precise_loop
 
         loop = precise_loop.new_event_loop()
     else:

@@ -40,9 +40,9 @@ regex tqdm typer hf-xet httpx2 httpcore2 click shellingham rich truststore annot
 Ray's pip), prepended to PYTHONPATH; the engine's module files are loaded from this tree.
 
     .venv/bin/python scripts/compare_llm.py [--concurrency 16] [--max-tokens 64] [--requests 160]
-        [--duration 30] [--hidden 128 --layers 4] [--ray-python /work/rayvenv/bin/python]
-        [--ray-pythonpath /tmp/rayllm] [--only direct,direct_core,ember,ember_plain,ray_plain]
-        [--rounds 1] [--before /work/main] [--json PATH]
+        [--duration 30] [--hidden 128 --layers 4] [--ray-python .rayvenv/bin/python]
+        [--ray-pythonpath .rayllm] [--only direct,direct_core,ember,ember_plain,ray_plain]
+        [--rounds 1] [--before DIR] [--json PATH]
 """
 from __future__ import annotations
 
@@ -214,8 +214,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--engine-kwargs", default='{"max_num_seqs": 16}')
     ap.add_argument("--model-dir", default=os.path.join(tempfile.gettempdir(), "ember-compare-llm"))
-    ap.add_argument("--ray-python", default="/work/rayvenv/bin/python")
-    ap.add_argument("--ray-pythonpath", default="/tmp/rayllm")
+    ap.add_argument("--ray-python", default=".rayvenv/bin/python")
+    ap.add_argument("--ray-pythonpath", default=".rayllm")
     ap.add_argument("--only", default="direct,ember,ember_plain,ray_plain")
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds of every system (ABBA order)")
     ap.add_argument("--before", default="", help="another tree, for the NAME@before systems")

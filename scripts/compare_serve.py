@@ -6,7 +6,7 @@ from CONCURRENCY clients until REQUESTS responses or DURATION seconds, whichever
 after a short warm-up. Reports req/s, p50 and p99 latency and errors for each system.
 
     .venv/bin/python scripts/compare_serve.py [--requests 20000] [--duration 20] [--concurrency 64]
-        [--ray-python /tmp/rayvenv/bin/python]
+        [--ray-python .rayvenv/bin/python]
 """
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--concurrency", type=int, default=64)
-    ap.add_argument("--ray-python", default="/tmp/rayvenv/bin/python")
+    ap.add_argument("--ray-python", default=".rayvenv/bin/python")
     ap.add_argument("--only", choices=["ember", "ray"], default=None)
     args = ap.parse_args()
     results = {}

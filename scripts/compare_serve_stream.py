@@ -17,7 +17,7 @@ generator consumed by CONCURRENCY tasks in this process (no HTTP, no Serve): the
 machine can deliver it under its current load, measured in the same run, on asyncio's stock loop
 (which wakes a timer up to 1 ms late: epoll's timeout is whole milliseconds, rounded up), and
 `in_process_precise` the same on the loop Ember's async actors (so its replicas) run on, whose
-timers wake when due (ember/_private/precise_loop.py): what Serve itself adds is Ember minus
+timers wake when due (ember/_private/execution/precise_loop.py): what Serve itself adds is Ember minus
 that one.
 
 Wall-clock figures on a machine shared with other work are noise; run it quietly, or (as root)
@@ -25,7 +25,7 @@ under `chrt -f 10` so that this run and every process it starts preempt the rest
 then come out the same run after run).
 
     .venv/bin/python scripts/compare_serve_stream.py [--requests 400] [--duration 20]
-        [--concurrency 16] [--chunks 64] [--gap-ms 5] [--ray-python /work/rayvenv/bin/python]
+        [--concurrency 16] [--chunks 64] [--gap-ms 5] [--ray-python .rayvenv/bin/python]
         [--only ember|ray|floor]
 """
 from __future__ import annotations
@@ -240,14 +240,14 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--chunks", type=int, default=64)
     ap.add_argument("--gap-ms", type=float, default=5.0)
-    ap.add_argument("--ray-python", default="/work/rayvenv/bin/python")
+    ap.add_argument("--ray-python", default=".rayvenv/bin/python")
     ap.add_argument("--only", choices=["ember", "ray", "floor"], default=None)
     args = ap.parse_args()
     results = {}
     if args.only in (None, "floor"):
         results["in_process"] = asyncio.run(floor(args))
         print("floor", json.dumps(results["in_process"]), flush=True)
-        from ember._private import precise_loop
+        from ember._private.execution import precise_loop
 
         loop = precise_loop.new_event_loop()
         try:

@@ -161,6 +161,41 @@ def test_errors_have_openai_shape_and_the_replica_keeps_serving(app, client):
     assert client.completions.create(model="tiny", prompt="still here", max_tokens=2).usage.completion_tokens == 2
 
 
+@pytest.mark.parametrize("route,extra,param,inert", [
+    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, "logprobs", {"logprobs": False, "top_logprobs": 0}),
+    ("/v1/completions", {"logprobs": 1}, "logprobs", {"logprobs": None}),
+    ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
+     "tools", {"tools": []}),
+    ("/v1/chat/completions", {"response_format": {"type": "json_object"}}, "response_format",
+     {"response_format": {"type": "text"}}),
+    ("/v1/completions", {"presence_penalty": 0.5}, "presence_penalty", {"presence_penalty": 0}),
+    ("/v1/completions", {"temperature": 9}, "temperature", None),
+    ("/v1/completions", {"max_tokens": 0}, "max_tokens", None),
+    ("/v1/completions", {"stop": 5}, "stop", None),
+])
+def test_what_the_server_does_not_do_is_refused_naming_the_parameter(app, route, extra, param, inert):
+    """As vLLM's server: a parameter the engine cannot honour is a 400 whose `param` names it,
+    never a 200 that ignored it; the values that ask for nothing (clients' defaults) pass."""
+    chat = route.endswith("chat/completions")
+    body = {"model": "tiny", "max_tokens": 2,
+            **({"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "hi"})}
+    with httpx.Client(timeout=30) as c:
+        r = c.post(app + route, json={**body, **extra})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == param and param in r.json()["error"]["message"]
+        if inert is not None:
+            ok = c.post(app + route, json={**body, **inert})
+            assert ok.status_code == 200, ok.text
+
+
+def test_a_chat_message_with_an_unknown_role_is_refused(app):
+    with httpx.Client(timeout=30) as c:
+        r = c.post(app + "/v1/chat/completions",
+                   json={"model": "tiny", "messages": [{"role": "wizard", "content": "hi"}], "max_tokens": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    assert "wizard" in r.json()["error"]["message"]
+
+
 def test_replica_metrics(app, client):
     client.completions.create(model="tiny", prompt="metrics", max_tokens=4, stream=True).close()
     client.completions.create(model="tiny", prompt="metrics", max_tokens=4)

@@ -183,7 +183,8 @@ def test_seed_example_script_runs():
     out = subprocess.run([sys.executable, os.path.join(root, "examples", "serve_llm.py"), str(port)],
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "200 {'tokens': 12, 'gpu': [" in out.stdout and "RUNNING" in out.stdout  # a real model answered
+    assert "POST / -> HTTP 200, 12 tokens from the replica on logical GPU [" in out.stdout, out.stdout
+    assert "application 'default' is RUNNING" in out.stdout  # a real model answered
     assert "same text as the whole answer: True" in out.stdout  # and streamed it over SSE
 
 

@@ -10,7 +10,6 @@ import pytest
 from fastapi import FastAPI
 from starlette.responses import StreamingResponse
 
-import ember
 from ember import serve
 from ember.testing import wait_for as _wait_for
 

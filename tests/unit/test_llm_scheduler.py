@@ -4,8 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ember.serve.llm._internal.params import SamplingParams
-from ember.serve.llm._internal.scheduler import (BatchScheduler, BlockManager, Sequence, SeqState,
-                                                 StopChecker)
+from ember.serve.llm._internal.scheduler import BatchScheduler, BlockManager, SeqState, Sequence, StopChecker
 
 EOS = 2
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from ember.serve.config import AutoscalingConfig
 from ember.serve._private.autoscaling import AutoscalingPolicy
+from ember.serve.config import AutoscalingConfig
 
 
 def policy(**kw) -> AutoscalingPolicy:

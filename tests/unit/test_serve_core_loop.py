@@ -2,7 +2,7 @@
 methods the executor moves there (executor.core_loop_methods): pure checks, no process."""
 from __future__ import annotations
 
-from ember._private.executor import core_loop_methods
+from ember._private.execution.executor import core_loop_methods
 from ember.serve._private.core_loop import never_blocks, replica_methods, runs_on_core_loop
 from ember.serve._private.replica import ServeReplica
 

@@ -17,13 +17,13 @@ from ._private.replica import get_replica_context
 from .api import (ApplicationStatus, DeploymentStatus, ServeStatus, delete, get_app_handle,
                   get_deployment_handle, run, shutdown, start, status)
 from .batching import batch
-from .config import AutoscalingConfig, DeploymentConfig
+from .config import AutoscalingConfig, DeploymentConfig, HTTPOptions
 from .deployment import Application, Deployment, deployment, ingress
 from .handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 
 __all__ = [
     "Application", "ApplicationStatus", "AutoscalingConfig", "Deployment", "DeploymentConfig",
-    "DeploymentHandle", "DeploymentResponse", "DeploymentResponseGenerator", "DeploymentStatus",
+    "DeploymentHandle", "DeploymentResponse", "DeploymentResponseGenerator", "DeploymentStatus", "HTTPOptions",
     "ServeStatus", "batch", "delete", "deployment", "get_app_handle", "get_deployment_handle",
     "get_replica_context", "ingress", "run", "shutdown", "start", "status",
 ]

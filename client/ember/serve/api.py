@@ -12,8 +12,9 @@ import ember
 
 from ._private.controller import CONTROLLER_NAME, ServeController
 from ._private.deployment_state import NAMESPACE, DeploymentSpec
+from .config import HTTPOptions
 from .deployment import Application, Deployment
-from .handle import DeploymentHandle, _reset_runtime
+from .handle import DeploymentHandle, _reset_runtime, cached_handle
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 _proxy_address: tuple[str, int] | None = None
@@ -53,15 +54,16 @@ def _controller(create: bool = True) -> Any:
     return c
 
 
-def start(http_options: dict[str, Any] | None = None, *, detached: bool = True,
+def start(http_options: HTTPOptions | dict[str, Any] | None = None, *, detached: bool = True,
           proxy_location: str | None = None, **_ignored: Any) -> None:
-    """Starts Serve (the controller, and the HTTP proxy unless proxy_location is "Disabled")."""
-    opts = dict(http_options or {})
+    """Starts Serve (the controller, and the HTTP proxy unless proxy_location is "Disabled").
+    http_options: an HTTPOptions or a dict of its fields (where to listen, the proxy's limits)."""
+    opts = HTTPOptions.from_any(http_options)
     c = _controller()
     if proxy_location in ("Disabled", "NoServer"):
         return
-    host, port = opts.get("host", DEFAULT_HOST), int(opts.get("port", DEFAULT_PORT))
-    bound = ember.get(c.start_proxy.remote(host, port), timeout=90)
+    host, port = opts.host or DEFAULT_HOST, int(opts.port)
+    bound = ember.get(c.start_proxy.remote(host, port, opts.proxy_limits()), timeout=90)
     _set_proxy((host, bound))
 
 
@@ -92,10 +94,10 @@ def _flatten(root: Application, app_name: str) -> list[DeploymentSpec]:
         if id(node) in seen:
             return DeploymentHandle(seen[id(node)], app_name)
         d = node.deployment
-        if d.name in specs:
-            raise ValueError(f"application {app_name!r} has two deployments named {d.name!r}; "
-                             f"give one another name with .options(name=...)")
-        seen[id(node)] = d.name
+        name, n = d.name, 1
+        while name in seen.values():  # one deployment bound twice: Name, Name_1, Name_2... as Ray's
+            name, n = f"{d.name}_{n}", n + 1
+        seen[id(node)] = name
         args = tuple(_convert(a) for a in node.args)
         kwargs = {k: _convert(v) for k, v in node.kwargs.items()}
         try:
@@ -105,9 +107,9 @@ def _flatten(root: Application, app_name: str) -> list[DeploymentSpec]:
             raise TypeError(f"deployment {d.name!r} or its bound arguments cannot be pickled: {e}") from e
         h = hashlib.sha1(ser + arg_bytes + repr(sorted(d.config.ray_actor_options.items())).encode())
         version = d.version or h.hexdigest()[:16]
-        specs[d.name] = DeploymentSpec(app_name, d.name, ser, args, kwargs, d.config, version,
-                                       import_paths=_driver_import_paths())
-        return DeploymentHandle(d.name, app_name)
+        specs[name] = DeploymentSpec(app_name, name, ser, args, kwargs, d.config, version,
+                                     import_paths=_driver_import_paths())
+        return DeploymentHandle(name, app_name)
 
     def _convert(v: Any) -> Any:
         if isinstance(v, Application):
@@ -160,7 +162,7 @@ def run(target: Application, *, blocking: bool = False, name: str = "default",
     _wait_running(c, name, _timeout_s)
     if route_prefix is not None:
         _wait_routed(route_prefix, deadline)
-    handle = DeploymentHandle(target.deployment.name, name)
+    handle = cached_handle(target.deployment.name, name)
     if blocking:
         while True:
             time.sleep(3600)
@@ -195,10 +197,11 @@ def _wait_routed(route_prefix: str, deadline: float) -> None:
     host = "127.0.0.1" if addr[0] in ("0.0.0.0", "") else addr[0]
     url = f"http://{host}:{addr[1]}/-/routes"
     unreachable_until = time.monotonic() + 5.0
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the cluster's own proxy, no http_proxy
     while True:
         try:
             req = urllib.request.Request(url, headers=auth.http_headers())  # an admin view: token
-            with urllib.request.urlopen(req, timeout=5) as r:
+            with direct.open(req, timeout=5) as r:
                 if route_prefix in json.loads(r.read()):
                     return
             unreachable_until = float("inf")  # it answers: wait for the route until the deadline
@@ -277,7 +280,7 @@ def get_app_handle(name: str) -> DeploymentHandle:
     st = ember.get(c.status.remote(), timeout=30).get(name) if c is not None else None
     if st is None:
         raise ValueError(f"Application {name!r} does not exist")
-    return DeploymentHandle(st["ingress"], name)
+    return cached_handle(st["ingress"], name)
 
 
 def get_deployment_handle(deployment_name: str, app_name: str | None = None) -> DeploymentHandle:
@@ -290,4 +293,4 @@ def get_deployment_handle(deployment_name: str, app_name: str | None = None) -> 
                                                                    next(iter(apps), "default"))
     if app_name not in apps or deployment_name not in apps[app_name]["deployments"]:
         raise ValueError(f"Deployment {deployment_name!r} does not exist in application {app_name!r}")
-    return DeploymentHandle(deployment_name, app_name)
+    return cached_handle(deployment_name, app_name)

@@ -153,3 +153,75 @@ def build_config(options: dict[str, Any], base: DeploymentConfig | None = None) 
     if kw.get("num_replicas") is not None:
         kw.setdefault("autoscaling_config", None)
     return dataclasses.replace(base, **kw)
+
+
+# Ray's HTTPOptions fields Ember does not implement: given, they raise (never accepted and dropped).
+_UNSUPPORTED_HTTP = ("root_path", "request_timeout_s", "ssl_keyfile", "ssl_certfile", "ssl_keyfile_password",
+                     "ssl_ca_certs", "middlewares", "location", "num_cpus")
+_PROXY_LIMITS = ("keep_alive_timeout_s", "max_body_bytes", "max_header_bytes", "max_header_fields",
+                 "header_timeout_s", "max_connections")
+
+
+@dataclass(frozen=True)
+class HTTPOptions:
+    """Ray Serve's HTTPOptions (`serve.start(http_options=...)`): where the HTTP proxy listens
+    and the limits it enforces. A limit left None is the proxy's setting (its EMBER_SERVE_*
+    variable, else the default below; docs/security.md):
+
+    - keep_alive_timeout_s (Ray's; default 5 s, Ray's and uvicorn's): an idle keep-alive
+      connection is closed after this long;
+    - max_body_bytes (default 100 MiB): a bigger request body, declared or counted as a chunked
+      body arrives, gets 413. Large enough for LLM prompts, images and audio clips; the proxy
+      holds a body in memory while it forwards it, so gigabyte uploads belong in object storage;
+    - max_header_bytes (default 64 KiB) and max_header_fields (default 100): a bigger request
+      line plus headers, or more fields, get 431 (nginx/h11-like: no browser or SDK comes near);
+    - header_timeout_s (default 30 s): a client that has not sent a request's complete headers
+      this long after starting it is disconnected (slowloris);
+    - max_connections (default 4096): a connection accepted while this many are open is closed
+      at once; the open ones are served as before.
+
+    Ray's root_path, request_timeout_s, ssl_* and the deprecated location/num_cpus/middlewares
+    are not implemented: setting one raises ValueError naming it.
+    """
+
+    host: str | None = "127.0.0.1"
+    port: int = 8000
+    keep_alive_timeout_s: float | None = None
+    max_body_bytes: int | None = None
+    max_header_bytes: int | None = None
+    max_header_fields: int | None = None
+    header_timeout_s: float | None = None
+    max_connections: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in _PROXY_LIMITS:
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
+                raise ValueError(f"HTTPOptions.{name} must be a positive number, got {v!r}")
+        for name in ("max_body_bytes", "max_header_bytes", "max_header_fields", "max_connections"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), int):
+                raise ValueError(f"HTTPOptions.{name} must be an integer, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_any(cls, value: HTTPOptions | dict[str, Any] | None) -> HTTPOptions:
+        """From serve.start's http_options (an HTTPOptions, a dict of its fields, or None); an
+        unknown or unimplemented field raises naming it."""
+        if value is None:
+            return cls()
+        if isinstance(value, HTTPOptions):
+            return value
+        if not isinstance(value, dict):
+            raise TypeError(f"http_options must be an HTTPOptions or a dict, got {type(value).__name__}")
+        given = {k: v for k, v in value.items() if not (k in _UNSUPPORTED_HTTP and v in (None, "", []))}
+        unsupported = sorted(set(given) & set(_UNSUPPORTED_HTTP))
+        if unsupported:
+            raise ValueError(f"http_options {unsupported} are not supported by Ember Serve")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise ValueError(f"unknown http_options {unknown}; known: {sorted(known)}")
+        return cls(**given)
+
+    def proxy_limits(self) -> dict[str, Any]:
+        """The limits set here (not None), by ServeProxySettings field name."""
+        return {n: getattr(self, n) for n in _PROXY_LIMITS if getattr(self, n) is not None}

@@ -101,6 +101,20 @@ def _reset_runtime() -> None:
         if _runtime is not None:
             _runtime.stop()
         _runtime = None
+        _handles.clear()
+
+
+_handles: dict[tuple[str, str], DeploymentHandle] = {}
+
+
+def cached_handle(deployment_name: str, app_name: str) -> DeploymentHandle:
+    """This process's handle to a deployment: the same object for every call until
+    serve.shutdown(), as Ray's client caches its handles (so two lookups compare equal)."""
+    with _runtime_lock:
+        h = _handles.get((deployment_name, app_name))
+        if h is None:
+            h = _handles[(deployment_name, app_name)] = DeploymentHandle(deployment_name, app_name)
+        return h
 
 
 async def _resolve(v: Any) -> Any:

@@ -2,6 +2,10 @@
 
     ember-serve-proxy --gcs-address 127.0.0.1:6379 --host 0.0.0.0 --port 8000 [--port-file F]
 
+Its flags are `ember_common.settings.ServeProxySettings` (a flag not given takes its EMBER_*
+variable when one is set: EMBER_ADDRESS, EMBER_LOG_LEVEL, the EMBER_SERVE_* limits). The HTTP
+limits (body, head, header-read timeout, keep-alive, connections) are docs/security.md's.
+
 It connects to the cluster as a client (a driver in namespace "serve"), binds its socket (port 0
 means any; the bound port goes to --port-file), then serves until SIGTERM. uvicorn serves on the
 core worker's own loop (a uvloop loop, in the core's thread), so a request, the actor call it
@@ -10,7 +14,6 @@ the signals.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -21,17 +24,10 @@ from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ember_common import service
+    from ember_common import envvars, service
+    from ember_common.settings import ServeProxySettings
 
-    p = argparse.ArgumentParser(prog="ember-serve-proxy", description="Ember Serve HTTP proxy")
-    p.add_argument("--gcs-address", default=os.environ.get("EMBER_ADDRESS"),
-                   help="host:port of the GCS (default: $EMBER_ADDRESS)")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--connect-timeout-s", type=float, default=120.0,
-                   help="how long to keep trying to reach the cluster at start-up")
-    service.add_common_flags(p)
-    ns = p.parse_args(argv)
+    ns = ServeProxySettings.from_argv_or_exit(argv, env_defaults=envvars.environ())
     if not ns.gcs_address:
         print("error: --gcs-address (or EMBER_ADDRESS) is required", file=sys.stderr)
         return 2
@@ -68,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from .app import ProxyApp
 
     core = global_worker().core
-    app = ProxyApp(max_inline_bytes=core.config.max_inline_bytes)
+    app = ProxyApp(max_inline_bytes=core.config.max_inline_bytes, max_body_bytes=ns.max_body_bytes)
     if metrics.enabled():
         app.register_metrics()
         metrics.start_in_thread(ns.host)
@@ -79,9 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         with open(tmp, "w") as f:
             f.write(str(port))
         os.replace(tmp, ns.port_file)
-    config = uvicorn.Config(app, loop="none", http="httptools", lifespan="on", log_level="warning",
+    from .limits import limited_protocol
+
+    protocol = limited_protocol(max_header_bytes=ns.max_header_bytes, max_header_fields=ns.max_header_fields,
+                                header_timeout_s=ns.header_timeout_s, max_connections=ns.max_connections)
+    config = uvicorn.Config(app, loop="none", http=protocol, lifespan="on", log_level="warning",
                             access_log=False, timeout_graceful_shutdown=5, proxy_headers=False,
-                            server_header=False, date_header=False)
+                            server_header=False, date_header=False,
+                            timeout_keep_alive=ns.keep_alive_timeout_s)  # type: ignore[arg-type]  # a float works
     from ember.serve._private import proxies
 
     key = proxies.register(ns.host, port)
@@ -103,7 +104,7 @@ def _serve_on(loop: asyncio.AbstractEventLoop, server: Any, sock: socket.socket)
     """Runs uvicorn's server on `loop` (the core worker's, in its thread) until it stops. The
     HTTP requests, the actor calls they make and the replies then share one thread: a request's
     call is submitted and its reply resumes the request with no thread hop and no hand-off of
-    the interpreter lock (docs/perf.md, "The proxy's crossings"). SIGTERM/SIGINT, which only
+    the interpreter lock. SIGTERM/SIGINT, which only
     this (main) thread can catch, ask the server to stop gracefully."""
     import concurrent.futures
     import signal

@@ -9,8 +9,10 @@ controller, never per request), buffer the body, take a replica from the deploym
 (power of two choices; queue while every replica is at max_ongoing_requests; 503 past
 max_queued_requests), call `handle_http` on it, and answer. A streamed reply is relayed chunk by
 chunk; the chunks of every stream open on one replica are pushed by the replica on one socket
-(a ChannelPoller, ember.serve._private.stream_poller / stream_channel). If the client disconnects first, the replica is told to cancel the
-request. An incoming `traceparent` header becomes the parent of the proxy's span (when tracing
+(a ChannelPoller, ember.serve._private.stream_poller / stream_channel). If the client
+disconnects first, the replica is told to cancel the request. A body over `max_body_bytes`
+(declared, or counted as it arrives) gets 413 before any replica is involved; the
+connection-level limits are ember_serve_proxy.limits. An incoming `traceparent` header becomes the parent of the proxy's span (when tracing
 is on), which is the parent of the replica call.
 """
 from __future__ import annotations
@@ -27,6 +29,8 @@ from ember.serve._private.router import BackPressureError, RouteTable
 from ember.serve._private.stream_poller import ChannelPoller, Inbox, StreamPoller
 from ember_common import auth, tracing
 
+from .limits import TOO_LARGE, declared_length, read_body
+
 log = logging.getLogger(__name__)
 _ATTEMPTS = 3
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
@@ -41,26 +45,23 @@ async def _simple(send: Any, status: int, text: str, headers: list[tuple[bytes, 
     await send({"type": "http.response.body", "body": body})
 
 
-async def _read_body(receive: Any) -> bytes | None:
-    chunks = []
-    while True:
-        m = await receive()
-        if m["type"] == "http.disconnect":
-            return None
-        chunks.append(m.get("body", b""))
-        if not m.get("more_body", False):
-            return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+async def _too_large(send: Any, limit: int) -> None:
+    """413, and the connection closes (the rest of the body is never read)."""
+    await _simple(send, 413, f"request body over the proxy's limit of {limit} bytes (max_body_bytes)",
+                  [*_TEXT, (b"connection", b"close")])
 
 
 class ProxyApp:
     """ASGI application; one per proxy process."""
 
-    def __init__(self, max_inline_bytes: int | None = None) -> None:
+    def __init__(self, max_inline_bytes: int | None = None, max_body_bytes: int | None = None) -> None:
         """max_inline_bytes: the core worker's largest inline argument, given when the app runs
         on the core worker's own loop (as `python -m ember_serve_proxy` runs it): a call whose
         body and headers might not fit inline is then submitted from a thread, since putting a
-        big argument into the object store must wait for the core loop."""
+        big argument into the object store must wait for the core loop. max_body_bytes: a
+        bigger request body (declared, or counted as it arrives) gets 413 (None: no limit)."""
         self._big = max_inline_bytes // 2 if max_inline_bytes is not None else None
+        self._max_body = max_body_bytes
         self.table: RouteTable | None = None
         self._latency: Any = None
         self._pollers: dict[str, StreamPoller] = {}  # by replica (router key)
@@ -140,9 +141,14 @@ class ProxyApp:
             return await _simple(send, 404, f"Path '{path}' not found. Ping http://.../-/routes for routing table.")
         prefix, app = m
         router = table.router(table.apps[app]["ingress"])
-        body = await _read_body(receive)
+        if self._max_body is not None and (declared_length(scope["headers"]) or 0) > self._max_body:
+            return await _too_large(send, self._max_body)
+        body = await read_body(receive, self._max_body)
         if body is None:
             return
+        if body is TOO_LARGE:
+            return await _too_large(send, self._max_body or 0)
+        assert isinstance(body, bytes)
         child = {"type": "http", "http_version": scope.get("http_version", "1.1"), "method": scope["method"],
                  "scheme": scope.get("scheme", "http"), "path": path, "raw_path": scope.get("raw_path"),
                  "root_path": "" if prefix == "/" else prefix, "query_string": scope.get("query_string", b""),

@@ -23,7 +23,7 @@ from typing import Any
 import cloudpickle
 
 import ember
-from ember._private import internal_kv as kv
+from ember._private.doors import internal_kv as kv
 
 from .deployment_state import NAMESPACE, DeploymentSpec, DeploymentState, Replica
 from .reconcile import RUNNING
@@ -79,14 +79,16 @@ class ServeController:
                         continue  # gone while the controller was down: the reconciler replaces it
                     st.replicas[rid] = Replica(rid, actor_name, version, RUNNING, time.monotonic(), h)
                 deps[dname] = st
-            self.apps[name] = {"route_prefix": app["route_prefix"], "ingress": app["ingress"], "deployments": deps}
+            self.apps[name] = {"route_prefix": app["route_prefix"], "ingress": app["ingress"], "deployments": deps,
+                               "config": app.get("config"), "deployed_at": app.get("deployed_at", 0.0)}
         self.proxy_opts = saved.get("proxy")
         log.info("controller restored %d application(s) from the GCS KV", len(self.apps))
         threading.Thread(target=_kick, name="serve-controller-kick", daemon=True).start()
 
     def _persist(self) -> None:
         state = {"apps": {
-            name: {"route_prefix": a["route_prefix"], "ingress": a["ingress"], "deployments": {
+            name: {"route_prefix": a["route_prefix"], "ingress": a["ingress"], "config": a.get("config"),
+                   "deployed_at": a.get("deployed_at", 0.0), "deployments": {
                 dn: {"spec": st.spec, "target": st.target,
                      "replicas": {r.replica_id: (r.actor_name, r.version) for r in st.replicas.values()}}
                 for dn, st in a["deployments"].items()}}
@@ -154,7 +156,9 @@ class ServeController:
         return os.getpid()
 
     async def deploy_app(self, name: str, route_prefix: str | None, ingress: str,
-                         specs: list[DeploymentSpec]) -> None:
+                         specs: list[DeploymentSpec], app_config: dict[str, Any] | None = None) -> None:
+        """Deploys or updates an application; app_config is the config it came from (a declarative
+        deploy: `serve config` shows it), None for `serve.run`."""
         self._ensure_started()
         for other, a in self.apps.items():
             if other != name and route_prefix is not None and a["route_prefix"] == route_prefix \
@@ -166,6 +170,7 @@ class ServeController:
             self.apps[name] = app
         app["deleting"] = False  # a redeploy while it was being deleted takes its replicas back
         app["route_prefix"], app["ingress"] = route_prefix, ingress
+        app["config"], app["deployed_at"] = app_config, time.time()
         deps: dict[str, DeploymentState] = app["deployments"]
         wanted = {s.name for s in specs}
         for s in specs:
@@ -198,17 +203,14 @@ class ServeController:
         for name, app in self.apps.items():
             deps = {}
             for dname, st in app["deployments"].items():
-                counts: dict[str, int] = {}
-                for r in st.replicas.values():
-                    counts[r.state] = counts.get(r.state, 0) + 1
-                deps[dname] = {"status": st.status(), "message": st.message, "replica_states": counts,
-                               "target": st.target}
+                deps[dname] = st.describe()
             statuses = {d["status"] for d in deps.values()}
             status = ("DELETING" if app.get("deleting") else "DEPLOY_FAILED" if "DEPLOY_FAILED" in statuses
                       else "RUNNING" if statuses <= {"HEALTHY"} else "DEPLOYING")
             msg = "; ".join(d["message"] for d in deps.values() if d["message"])
             out[name] = {"status": status, "message": msg, "route_prefix": app["route_prefix"],
-                         "deployments": deps, "ingress": app["ingress"]}
+                         "deployments": deps, "ingress": app["ingress"], "config": app.get("config"),
+                         "last_deployed_time_s": app.get("deployed_at", 0.0)}
         return out
 
     def _snapshot(self) -> dict[str, Any]:
@@ -246,21 +248,24 @@ class ServeController:
                 st.demand.pop(router_id, None)
 
     # ------------------------------------------------------------------ HTTP proxy
-    async def start_proxy(self, host: str, port: int) -> int:
-        """Starts the embedded proxy (once); returns its port."""
+    async def start_proxy(self, host: str, port: int, limits: dict[str, Any] | None = None) -> int:
+        """Starts the embedded proxy (once); returns its port. limits: HTTPOptions' limits, by
+        ServeProxySettings field name (passed to the proxy as flags)."""
         self._ensure_started()
         async with self._proxy_lock:
             if self.proxy is not None and self.proxy.poll() is None:
                 return self.proxy_port
-            return await self._start_proxy(host, port)
+            return await self._start_proxy(host, port, limits)
 
-    async def _start_proxy(self, host: str, port: int) -> int:
+    async def _start_proxy(self, host: str, port: int, limits: dict[str, Any] | None = None) -> int:
         gcs_address = ember.get_runtime_context().gcs_address
         fd, port_file = tempfile.mkstemp(prefix="ember-serve-proxy-", suffix=".port")
         os.close(fd)
         os.unlink(port_file)
         cmd = [sys.executable, "-m", "ember_serve_proxy", "--gcs-address", gcs_address, "--host", host,
                "--port", str(port), "--port-file", port_file, "--die-with-parent"]
+        for name, value in (limits or {}).items():
+            cmd += ["--" + name.replace("_", "-"), str(value)]
         self.proxy = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -270,7 +275,7 @@ class ServeController:
                 if text:
                     os.unlink(port_file)
                     self.proxy_port = int(text)
-                    self.proxy_opts = {"host": host, "port": self.proxy_port}
+                    self.proxy_opts = {"host": host, "port": self.proxy_port, "limits": dict(limits or {})}
                     self._persist()
                     return self.proxy_port
             if self.proxy.poll() is not None:

@@ -3,6 +3,7 @@ autoscaling and the rolling-update steps decided by `reconcile.reconcile`."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -101,6 +102,23 @@ class DeploymentState:
                                               for r in self.replicas.values()):
             return "HEALTHY"
         return "UPDATING"
+
+    def describe(self) -> dict[str, Any]:
+        """Status, replica counts by state, the replicas and the config in effect (for status())."""
+        counts: dict[str, int] = {}
+        for r in self.replicas.values():
+            counts[r.state] = counts.get(r.state, 0) + 1
+        c = self.spec.config
+        cfg = {"name": self.spec.name, "num_replicas": c.num_replicas, "max_ongoing_requests": c.max_ongoing_requests,
+               "max_queued_requests": c.max_queued_requests, "user_config": c.user_config,
+               "autoscaling_config": dataclasses.asdict(c.autoscaling_config) if c.autoscaling_config else None,
+               "graceful_shutdown_wait_loop_s": c.graceful_shutdown_wait_loop_s,
+               "graceful_shutdown_timeout_s": c.graceful_shutdown_timeout_s,
+               "health_check_period_s": c.health_check_period_s, "health_check_timeout_s": c.health_check_timeout_s,
+               "ray_actor_options": dict(c.ray_actor_options)}
+        return {"status": self.status(), "message": self.message, "replica_states": counts, "target": self.target,
+                "replicas": [(r.replica_id, r.state, r.actor_name) for r in self.replicas.values()],
+                "deployment_config": {k: v for k, v in cfg.items() if v is not None or k == "user_config"}}
 
     def total_ongoing(self, now: float) -> int:
         queued = sum(n for t, n in self.demand.values() if now - t < 1.0)

@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from ember._private import internal_kv as kv
+from ember._private.doors import internal_kv as kv
 
 NAMESPACE = "serve"
 PREFIX = b"proxies/"

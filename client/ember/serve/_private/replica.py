@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from ember_common import tls
+from ember_common import envvars, tls
 
 from . import http_util
 from .core_loop import replica_methods, runs_on_core_loop
@@ -54,6 +54,16 @@ def get_replica_context() -> ReplicaContext:
     return _context
 
 
+def _takes_arguments(user: Any) -> bool:
+    """Whether the deployment's callable (a function, or an instance's __call__) takes any
+    parameter; one whose signature cannot be read is given the request."""
+    try:
+        params = inspect.signature(user).parameters
+    except (TypeError, ValueError):
+        return True
+    return len(params) > 0
+
+
 class ServeReplica:
     """One replica. Created by the controller with the deployment's pickled class and args.
     A replica of a class Ember registered as never blocking (core_loop.py) runs all its methods
@@ -72,7 +82,14 @@ class ServeReplica:
         target = cloudpickle.loads(serialized_def)
         self._is_function = not inspect.isclass(target)
         _context = ReplicaContext(app_name, deployment, replica_id)
-        self.user: Any = target if self._is_function else target(*init_args, **init_kwargs)
+        # An `async def __init__` (Ray accepts one) is awaited in ready(), before any request.
+        self._pending_init: tuple[tuple, dict] | None = None
+        if not self._is_function and inspect.iscoroutinefunction(getattr(target, "__init__", None)):
+            self.user: Any = target.__new__(target)
+            self._pending_init = (init_args, init_kwargs)
+        else:
+            self.user = target if self._is_function else target(*init_args, **init_kwargs)
+        self._http_passes_request = _takes_arguments(self.user)
         _context.servable_object = self.user
         if runs_on_core_loop(target, self.user):
             self.__ember_core_loop_methods__ = replica_methods(ServeReplica)
@@ -93,7 +110,12 @@ class ServeReplica:
         self._channel: ChannelServer | None = None
 
     async def ready(self) -> dict[str, Any]:
-        """Runs reconfigure(user_config) once; the replica is RUNNING after this returns."""
+        """Awaits an async constructor, then runs reconfigure(user_config) once; the replica is
+        RUNNING after this returns."""
+        if self._pending_init is not None:
+            args, kwargs = self._pending_init
+            self._pending_init = None
+            await self.user.__init__(*args, **kwargs)
         if self._pending_user_config is not None:
             await self.reconfigure(self._pending_user_config)
             self._pending_user_config = None
@@ -156,7 +178,7 @@ class ServeReplica:
             return None
         if self._channel is None:
             self._channel = ChannelServer(self._take_ready, self._watch, self._close_group,
-                                          os.environ.get("EMBER_NODE_IP", "127.0.0.1"))
+                                          envvars.value("EMBER_NODE_IP"))
         return await self._channel.address()
 
     def _close_group(self, group: str) -> None:
@@ -268,7 +290,9 @@ class ServeReplica:
                 head, rest = await http_util.run_asgi(self._asgi, scope, body, disc)
             else:
                 try:
-                    result = self.user(http_util.make_request(scope, body, disc))
+                    # As Ray's: a callable that takes no parameters is called without the request.
+                    result = (self.user(http_util.make_request(scope, body, disc)) if self._http_passes_request
+                              else self.user())
                     if inspect.isawaitable(result):
                         result = await result
                     head, rest = http_util.to_reply(result)

@@ -10,7 +10,7 @@ token), so the text is gibberish, but generation is deterministic under greedy s
 the model emits EOS rarely, which suits length and streaming tests.
 
     from ember.serve.llm.testing import build_tiny_model
-    path = build_tiny_model("/tmp/tiny-llama")        # returns the directory
+    path = build_tiny_model(tmp_path / "tiny-llama")        # returns the directory
 """
 from __future__ import annotations
 

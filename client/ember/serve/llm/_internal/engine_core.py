@@ -113,7 +113,7 @@ class EngineCore(TorchEngine):
 
     def _stats_tuple(self) -> tuple[Any, ...]:
         # EngineStats's fields in order (a dataclass instance's __dict__ keeps them in field
-        # order); dataclasses.astuple deep-copies every value, ~10x the cost, twice per step
+        # order); dataclasses.astuple would deep-copy every value, twice per step, for nothing
         return tuple(vars(self._stats).values())
 
     def _send(self, batch: list[tuple[str, Any]]) -> None:

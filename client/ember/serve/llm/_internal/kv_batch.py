@@ -9,7 +9,7 @@ dropped, then columns that are padding in every remaining row trimmed) only betw
 continuous batching. A mixed step (`mixed`) runs the newcomers' prefill in the same forward
 as the running rows' decode. Uses transformers' DynamicCache, whose layers hold `keys` and `values`.
 A padded decode pass gets its 4D boolean mask from here (one op) rather than from transformers'
-mask creation, which costs a small model's decode step ~8%; the mask, and so the logits, are
+mask creation, a visible share of a small model's decode step; the mask, and so the logits, are
 the same.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ class KVBatch:
     def __init__(self, model: Any, device: torch.device, like: KVBatch | None = None) -> None:
         self.model = model
         self.device = device
-        # the forward's keywords: from `like` when given (inspect costs ~0.2 ms per prefill)
+        # the forward's keywords: from `like` when given, so a prefill does not inspect the model again
         self._kw: str = like._kw if like is not None else cache_arg(model)
         self._last: dict[str, int] = like._last if like is not None else last_logits_arg(model)
         self._mask4d: bool = like._mask4d if like is not None else takes_4d_mask()
@@ -117,7 +117,7 @@ class KVBatch:
         """The decode pass's attention mask. With padding in the batch, the 4D boolean mask
         [rows, 1, 1, width] the model would build from the 2D one (one query per row: the
         padding mask is the whole of it), built here in one op: transformers' mask creation
-        (a dozen Python calls per forward, ~8% of a decode step of a small model) is skipped, and
+        (a dozen Python calls per forward, a visible share of a small model's step) is skipped, and
         the attention gets the same mask, so the logits are the same. Without padding the 2D mask,
         which the model turns into no mask at all."""
         if not self._mask4d or bool(self.mask.all()):

@@ -30,11 +30,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
-import os
 import time
 from typing import Any
 
-from ember_common import metrics, tracing
+from ember_common import envvars, metrics, tracing
 
 _TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 _ITL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5)
@@ -101,8 +100,8 @@ class LLMMetrics:
         global _address
         if not metrics.enabled():
             metrics.configure(1, "serve-llm")  # this replica's registry; the port is chosen below
-            host = os.environ.get("EMBER_SERVE_LLM_METRICS_HOST", "127.0.0.1")
-            port = metrics.start_in_thread(host, int(os.environ.get("EMBER_SERVE_LLM_METRICS_PORT", "0")))
+            host = envvars.value("EMBER_SERVE_LLM_METRICS_HOST")
+            port = metrics.start_in_thread(host, envvars.value("EMBER_SERVE_LLM_METRICS_PORT"))
             _address = f"{host}:{port}"
         self.address = _address
         fam = _families()

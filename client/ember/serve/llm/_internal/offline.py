@@ -35,6 +35,7 @@ class RequestOutput:
     request_id: str
     prompt: str
     outputs: list[CompletionOutput] = field(default_factory=list)
+    prompt_token_ids: list[int] = field(default_factory=list)
 
 
 class LLM:
@@ -54,16 +55,21 @@ class LLM:
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         return list(await asyncio.gather(*[self._one(p, sp) for p in prompts]))
 
+    def get_tokenizer(self) -> Any:
+        """The model's Hugging Face tokenizer (vLLM's `LLM.get_tokenizer`)."""
+        return self.engine.tokenizer
+
     async def _one(self, prompt: str, sp: SamplingParams) -> RequestOutput:
         rid = f"llm-{next(_ids)}"
         outs = {i: CompletionOutput(i, "", None, 0) for i in range(sp.n)}
-        async for deltas in self.engine.generate(GenerationRequest(rid, self.engine.encode(prompt), sp)):
+        ids = self.engine.encode(prompt)
+        async for deltas in self.engine.generate(GenerationRequest(rid, ids, sp)):
             for d in deltas:
                 o = outs[d.index]
                 o.text += d.text
                 o.num_tokens = d.num_output_tokens
                 o.finish_reason = d.finish_reason or o.finish_reason
-        return RequestOutput(rid, prompt, [outs[i] for i in range(sp.n)])
+        return RequestOutput(rid, prompt, [outs[i] for i in range(sp.n)], prompt_token_ids=ids)
 
     async def stream(self, prompt: str, sampling_params: SamplingParams | None = None,
                      **params: Any) -> AsyncIterator[str]:

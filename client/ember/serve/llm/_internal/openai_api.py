@@ -74,6 +74,8 @@ def check_chat(body: dict[str, Any]) -> list[dict[str, Any]]:
     for i, m in enumerate(msgs):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise OpenAIError(400, f"messages[{i}] must be an object with a role", "messages")
+        if m["role"] not in ROLES:
+            raise OpenAIError(400, f"messages[{i}].role {m['role']!r} is not one of {sorted(ROLES)}", "messages")
         content = m.get("content")
         if isinstance(content, list):  # content parts: text only
             texts = []
@@ -91,7 +93,33 @@ def check_chat(body: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+# Roles a chat message may have (OpenAI's; "tool" for a tool's answer in a conversation).
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+# Parameters the engines do not implement, each with the values that ask for nothing (the
+# defaults clients send); any other value is refused with 400 naming the parameter, as vLLM's
+# server refuses what it cannot do, rather than answered as if it had been honoured.
+_INERT: dict[str, tuple[Any, ...]] = {
+    "logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
+    "best_of": (None, 1), "logit_bias": (None, {}), "tools": (None, []), "functions": (None, []),
+    "tool_choice": (None, "none"), "function_call": (None, "none"),
+    "response_format": (None, {"type": "text"}), "guided_json": (None,), "guided_regex": (None,),
+    "guided_choice": (None,), "guided_grammar": (None,), "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0), "prompt_logprobs": (None,),
+}
+
+
+def _check_unsupported(body: dict[str, Any]) -> None:
+    for name, inert in _INERT.items():
+        v = body.get(name)
+        # (typed equality: `false` is no 0, `0` no `false`)
+        if not any(type(v) is type(x) and v == x for x in inert):
+            raise OpenAIError(400, f"{name}={json.dumps(v)[:200]} is not supported by this server "
+                                   f"(supported values: {', '.join(json.dumps(x) for x in inert)})", name)
+
+
 def _check_common(body: dict[str, Any]) -> None:
+    _check_unsupported(body)
     if not isinstance(body.get("model"), str):
         raise OpenAIError(400, "model must be a string naming a served model", "model")
     if "stream" in body and not isinstance(body["stream"], bool):

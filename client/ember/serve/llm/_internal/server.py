@@ -118,9 +118,10 @@ class LLMServer:
         body = request.model_dump(exclude_none=True) if hasattr(request, "model_dump") else request
         try:
             rid, prompt_ids, params, stream, with_usage = self._prepare(body, chat)
-        except (oa.OpenAIError, ValueError) as e:
-            status = e.status if isinstance(e, oa.OpenAIError) else 400
-            return _one(oa.error_body(status, e.message if isinstance(e, oa.OpenAIError) else str(e)))
+        except oa.OpenAIError as e:
+            return _one(e.body())
+        except ValueError as e:  # a sampling parameter's InvalidParameter names it
+            return _one(oa.error_body(400, str(e), getattr(e, "param", None)))
         if stream and hasattr(self.engine, "submit"):
             return SSEStream(self.engine, GenerationRequest(rid, prompt_ids, params),
                              oa.ChunkWriter(rid, self._config.model_id, chat), self.metrics, with_usage)

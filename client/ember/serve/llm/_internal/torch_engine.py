@@ -120,8 +120,8 @@ class TorchEngine(EngineFrontend, LLMEngine):
         from transformers import AutoModelForCausalLM
         device = self.kw.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
         # On CPU one intra-op thread by default: with more, torch's threads spin against the
-        # replica's event loop and the other processes of a small machine (measured here: a
-        # decode step of the tiny test model took 23 ms with 2 threads, 5 ms with 1).
+        # replica's event loop and the other processes of a small machine, and a decode step
+        # gets slower, not faster.
         threads = self.kw.get("num_threads") or (1 if device == "cpu" else None)
         if threads:
             torch.set_num_threads(int(threads))

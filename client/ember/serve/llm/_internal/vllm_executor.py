@@ -10,7 +10,7 @@ it, taking the output rank's reply). This executor:
    core is a subprocess of the replica; the replica exports EMBER_ADDRESS for it),
 2. starts `world_size` EmberWorker actors, one GPU each (`_worker_options(rank)`: today plain
    `num_gpus=1` actors; with a placement group — `parallel_config.placement_group`, or the
-   `placement_group` engine argument once Ember has placement groups — each rank is pinned to
+   `placement_group` engine argument — each rank is pinned to
    its bundle, the same shape as Ray's executor, so the whole group is reserved atomically),
 3. orders ranks so that workers on one node are contiguous, gives every worker all the node's
    GPUs in CUDA_VISIBLE_DEVICES with its local rank as the index (NCCL and custom all-reduce
@@ -24,7 +24,6 @@ test_llm_vllm.py); skipped elsewhere.
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import Future
 from typing import Any, Callable
 
@@ -32,6 +31,7 @@ import cloudpickle
 from vllm.v1.executor.abstract import Executor
 
 import ember
+from ember_common import envvars
 
 
 class EmberWorker:
@@ -67,7 +67,7 @@ class EmberDistributedExecutor(Executor):
 
     def _init_executor(self) -> None:
         if not ember.is_initialized():  # the engine core's own process
-            ember.init(address=os.environ.get("EMBER_ADDRESS") or "auto", log_to_driver=False)
+            ember.init(address=envvars.get("EMBER_ADDRESS") or "auto", log_to_driver=False)
         pc = self.parallel_config
         n = pc.world_size
         cls = ember.remote(EmberWorker)
@@ -98,7 +98,7 @@ class EmberDistributedExecutor(Executor):
 
     def _worker_options(self, rank: int) -> dict[str, Any]:
         """Actor options of one rank: a GPU; pinned to its bundle when a placement group is given
-        (placement groups are landing in Ember separately: this is the one place to use them)."""
+        (the one place that places a rank)."""
         opts: dict[str, Any] = {"num_cpus": 0, "num_gpus": 1}  # one call at a time: in order
         pg = getattr(self.parallel_config, "placement_group", None)
         if pg is not None:
