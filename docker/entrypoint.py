@@ -27,24 +27,25 @@ program, with EMBER_NODE_IP set to this container's address). Variables (default
                   a node, which share one network namespace, never collide
     otlp          EMBER_TRACE_OUT (/var/lib/ember/traces/spans.jsonl)
 
-The object store lives in /dev/shm/ember-store/<cluster>/<node id>, which the raylet and the
+The variables, their defaults and container defaults are the settings registry's
+(ember_common.envvars, docs/settings.md). The object store lives in /dev/shm/ember-store/<cluster>/<node id>, which the raylet and the
 objmgr of a node share through their shared IPC namespace. A bad value ends the container with
 exit code 2 and one line on stderr naming the variable.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import socket
 import sys
 
+from ember_common import envvars
+
 PORT_FILE = "/tmp/ember-service.port"  # read by ember-healthcheck
-_CONTAINER_VARS = ("EMBER_CLUSTER_NAME", "EMBER_GCS_PORT", "EMBER_GCS_STORAGE", "EMBER_OBJMGR_PORT",
-                   "EMBER_OBJECT_STORE_BYTES", "EMBER_SPILL_DIR", "EMBER_RAYLET_PORT", "EMBER_NUM_CPUS",
-                   "EMBER_NUM_GPUS", "EMBER_RESOURCES", "EMBER_HEAD", "EMBER_HTTP_PORT", "EMBER_TRACE_OUT",
-                   "EMBER_METRICS_EXPORT_PORT", "EMBER_DASHBOARD_PORT")
+# Settings only this entry point reads: it turns them into flags and takes them out of the
+# service's environment.
+_CONTAINER_VARS = envvars.container_only()
 METRICS_OFFSET = {"raylet": 0, "objmgr": 1, "gcs": 2, "serve-proxy": 3}
 
 
@@ -55,12 +56,15 @@ class ConfigError(Exception):
 SETTINGS: dict[str, str] = {}  # NAME=value arguments (compose passes them so), then the environment
 
 
-def env(name: str, default: str) -> str:
-    return (SETTINGS.get(name) or os.environ.get(name, "")).strip() or default
+def env(name: str, default: str | None = None) -> str:
+    """NAME's value: its NAME=value argument, else the environment, else `default` (not given:
+    the registry's container default)."""
+    fallback = envvars.container_default(name) if default is None else default
+    return (SETTINGS.get(name) or envvars.get(name, "")).strip() or fallback
 
 
-def env_int(name: str, default: int) -> int:
-    raw = env(name, str(default))
+def env_int(name: str) -> int:
+    raw = env(name)
     try:
         value = int(raw)
     except ValueError:
@@ -70,8 +74,8 @@ def env_int(name: str, default: int) -> int:
     return value
 
 
-def env_float(name: str, default: float) -> float:
-    raw = env(name, str(default))
+def env_float(name: str, default: float | None = None) -> float:
+    raw = env(name, None if default is None else str(default))
     try:
         value = float(raw)
     except ValueError:
@@ -82,10 +86,12 @@ def env_float(name: str, default: float) -> float:
 
 
 def gcs_address() -> str:
-    addr = env("EMBER_GCS_ADDRESS", "gcs:6379")
-    host, _, port = addr.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(f"EMBER_GCS_ADDRESS={addr!r} is not HOST:PORT")
+    """EMBER_GCS_ADDRESS: HOST:PORT, or every GCS replica's, comma-separated."""
+    addr = env("EMBER_GCS_ADDRESS")
+    for part in addr.split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"EMBER_GCS_ADDRESS={addr!r} is not HOST:PORT[,HOST:PORT...]")
     return addr
 
 
@@ -93,7 +99,7 @@ def node_ip(gcs: str) -> str:
     """The local address the GCS is reached from (what this node advertises)."""
     if env("EMBER_NODE_IP", ""):
         return env("EMBER_NODE_IP", "")
-    host, _, port = gcs.rpartition(":")
+    host, _, port = gcs.split(",")[0].strip().rpartition(":")  # the first replica's route
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect((socket.gethostbyname(host), int(port)))  # UDP: no packet is sent
@@ -107,15 +113,11 @@ def node_id(ip: str) -> str:
 
 
 def store_dir(nid: str) -> str:
-    return f"/dev/shm/ember-store/{env('EMBER_CLUSTER_NAME', 'default')}/{nid}"
+    return f"/dev/shm/ember-store/{env('EMBER_CLUSTER_NAME')}/{nid}"
 
 
-# Container defaults of the services' settings (ember_common.settings), where they differ.
-CONTAINER_DEFAULTS = {
-    "EMBER_GCS_ADDRESS": "gcs:6379", "EMBER_GCS_STORAGE": "etcd://etcd:2379",
-    "EMBER_OBJMGR_PORT": "8076", "EMBER_RAYLET_PORT": "8077",
-    "EMBER_OBJECT_STORE_BYTES": str(256 * 2**20), "EMBER_SPILL_DIR": "/var/lib/ember/spill",
-}
+# Container defaults of the services' settings, where they differ (the registry's).
+CONTAINER_DEFAULTS = {v.name: v.container for v in envvars.VARS.values() if v.container is not None}
 
 
 def settings_env() -> dict[str, str]:
@@ -128,7 +130,7 @@ def settings_env() -> dict[str, str]:
 
 
 def metrics_port(role: str) -> int:
-    base = env_int("EMBER_METRICS_EXPORT_PORT", 0)
+    base = env_int("EMBER_METRICS_EXPORT_PORT")
     if not base or role not in METRICS_OFFSET:
         return 0
     if base + METRICS_OFFSET[role] > 65535:
@@ -148,7 +150,7 @@ def command(role: str) -> list[str]:
 
 def _command(role: str) -> list[str]:
     from ember_common import resources as kit_resources  # the one resource check
-    from ember_common.settings import GcsSettings, ObjmgrSettings, RayletSettings
+    from ember_common.settings import DashboardSettings, GcsSettings, ObjmgrSettings, RayletSettings, ServeProxySettings
 
     common = {"port_file": PORT_FILE, "host": "0.0.0.0", "metrics_export_port": metrics_port(role)}
     known = _CONTAINER_VARS
@@ -165,9 +167,9 @@ def _command(role: str) -> list[str]:
         ip = node_ip(gcs)
         nid = node_id(ip)
         env_map = settings_env()
-        objmgr_port = env_int("EMBER_OBJMGR_PORT", 8076)
+        objmgr_port = env_int("EMBER_OBJMGR_PORT")
         resources = {"CPU": env_float("EMBER_NUM_CPUS", float(os.cpu_count() or 1))}
-        gpus = env_float("EMBER_NUM_GPUS", 0)
+        gpus = env_float("EMBER_NUM_GPUS")
         if gpus:
             resources["GPU"] = gpus
         try:
@@ -183,20 +185,19 @@ def _command(role: str) -> list[str]:
             **common).to_argv()]
     if role == "serve-proxy":  # a cluster client: workers must reach it at this container's IP
         os.environ["EMBER_NODE_IP"] = node_ip(gcs_address())
-        args = [sys.executable, "-m", "ember_serve_proxy", "--gcs-address", gcs_address(),
-                "--host", "0.0.0.0", "--port", str(env_int("EMBER_HTTP_PORT", 8000))]
-        if common["metrics_export_port"]:  # a driver, not a service: no settings dataclass
-            args += ["--metrics-export-port", str(common["metrics_export_port"])]
-        return args
+        return [sys.executable, "-m", "ember_serve_proxy", *ServeProxySettings.from_env(
+            settings_env(), known, gcs_address=gcs_address(), port=env_int("EMBER_HTTP_PORT"),
+            **{**common, "port_file": None}).to_argv()]
     if role == "dashboard":  # a driver of the cluster too (the web UI and the job REST API)
         os.environ["EMBER_NODE_IP"] = node_ip(gcs_address())
-        return [sys.executable, "-m", "ember_dashboard", "--gcs-address", gcs_address(), "--host", "0.0.0.0",
-                "--port", str(env_int("EMBER_DASHBOARD_PORT", 8265)), "--port-file", PORT_FILE]
+        return [sys.executable, "-m", "ember_dashboard", *DashboardSettings.from_env(
+            settings_env(), known, gcs_address=gcs_address(), port=env_int("EMBER_DASHBOARD_PORT"),
+            **common).to_argv()]
     if role == "driver":  # a user program in its own container: advertise the container's IP
-        os.environ["EMBER_NODE_IP"] = node_ip(env("EMBER_ADDRESS", "gcs:6379"))
+        os.environ["EMBER_NODE_IP"] = node_ip(env("EMBER_ADDRESS"))
         return []
     if role == "otlp":
-        return ["ember-otlp-sink", "--out", env("EMBER_TRACE_OUT", "/var/lib/ember/traces/spans.jsonl"),
+        return ["ember-otlp-sink", "--out", env("EMBER_TRACE_OUT"),
                 "--port-file", PORT_FILE]
     raise ConfigError(f"unknown role {role!r} (gcs | raylet | objmgr | serve-proxy | dashboard | otlp | driver)")
 

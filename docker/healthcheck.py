@@ -6,7 +6,8 @@ port comes from the service's port file, which the service writes once it is ser
 services are asked through grpc.health.v1 (SERVING for their own service name); HTTP ones
 (serve-proxy, dashboard, otlp) must answer an HTTP request. Exit 0 = healthy, 1 = not, with one line why.
 Health checks need no auth token; with EMBER_USE_TLS=1 they use the node's TLS files.
-Imports only grpc, so it costs little every few seconds.
+Imports only grpc and the settings registry (ember_common.envvars), so it costs little every few
+seconds.
 """
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ SERVICES = {"gcs": "ember.Gcs", "raylet": "ember.Raylet", "objmgr": "ember.Objec
 
 
 def check_grpc(address: str, service: str) -> str | None:
-    import os
-
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    if os.environ.get("EMBER_USE_TLS", "").strip().lower() in ("1", "true", "yes", "on"):
+    from ember_common import envvars
+
+    if envvars.get("EMBER_USE_TLS", "").strip().lower() in ("1", "true", "yes", "on"):
         def pem(var: str) -> bytes:
-            with open(os.environ[var], "rb") as f:
+            with open(envvars.require(var), "rb") as f:
                 return f.read()
         creds = grpc.ssl_channel_credentials(pem("EMBER_TLS_CA_CERT"), pem("EMBER_TLS_SERVER_KEY"),
                                              pem("EMBER_TLS_SERVER_CERT"))
@@ -57,7 +58,7 @@ def check_http(address: str, path: str = "/-/healthz") -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    import os
+    from ember_common import envvars
 
     if argv:
         problem = check_grpc(argv[0], argv[1] if len(argv) > 1 else "")
@@ -69,7 +70,7 @@ def main(argv: list[str]) -> int:
             print("unhealthy: the service has not started", file=sys.stderr)
             return 1
         if role == "serve-proxy":
-            problem = check_http(f"127.0.0.1:{os.environ.get('EMBER_HTTP_PORT') or 8000}")
+            problem = check_http(f"127.0.0.1:{envvars.get('EMBER_HTTP_PORT') or 8000}")
         else:
             try:
                 with open("/tmp/ember-service.port") as f:

@@ -115,6 +115,7 @@ def chaos_cluster(artifacts: Path, tmp_path_factory: pytest.TempPathFactory,
     # every published port a free one: a fixed one (the dashboard's 8265) may be taken
     env_file.write_text(
         f"EMBER_AUTH_TOKEN={token}\nEMBER_IMAGE_TAG={tag}\n"
+        f"EMBER_ETCD_PASSWORD={secrets.token_hex(32)}\n"  # etcd and the GCS only
         f"EMBER_GCS_HOST_PORT={gcs_port}\nEMBER_HTTP_HOST_PORT={http_port}\n"
         f"EMBER_DASHBOARD_HOST_PORT={_free_port()}\n"
         "EMBER_OBJECT_STORE_BYTES=268435456\nEMBER_SHM_SIZE=512m\n"

@@ -4,9 +4,10 @@ docker/build-offline.sh), and always torn down (`down -v`) at the end, even when
 
 Compose: v2 (`docker compose`) when the docker CLI has it, else v1 (`docker-compose`, Debian 12's
 package). v1 has no `up --wait`, so the fixture waits for every container's healthcheck itself.
-The cluster gets its own project name, free host ports, a small object store and a fresh auth
-token (an env file passed with --env-file); host drivers of the session get that token through
-EMBER_AUTH_TOKEN.
+The cluster gets its own project name, free host ports, a small object store, a fresh auth
+token and a fresh etcd password (an env file passed with --env-file); host drivers of the session
+get that token through EMBER_AUTH_TOKEN (the etcd password stays in the env file: only etcd and
+the GCS hold it).
 
 Without a Docker engine every e2e test is skipped, saying so; CI (.ci/run) starts one and sets
 EMBER_TEST_REQUIRE_DOCKER=1, which turns the skip into an error.
@@ -195,7 +196,9 @@ def cluster(compose_env_file: str, docker_services, docker_compose_command: str,
     env_file = Path(compose_env_file)
     gcs_port, http_port, dashboard_port = _free_port(), _free_port(), _free_port()
     token = secrets.token_hex(32)  # the cluster's token, as `make compose-env` writes it
+    etcd_password = secrets.token_hex(32)  # etcd's (etcd and the GCS only), as `make compose-env`
     env_file.write_text(f"EMBER_AUTH_TOKEN={token}\nEMBER_IMAGE_TAG={tag}\n"
+                        f"EMBER_ETCD_PASSWORD={etcd_password}\n"
                         f"EMBER_GCS_HOST_PORT={gcs_port}\nEMBER_HTTP_HOST_PORT={http_port}\n"
                         f"EMBER_DASHBOARD_HOST_PORT={dashboard_port}\n"
                         "EMBER_OBJECT_STORE_BYTES=134217728\nEMBER_SHM_SIZE=256m\n"

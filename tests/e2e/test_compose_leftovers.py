@@ -11,7 +11,7 @@ import sys
 import pytest
 from compose_leftovers import PROJECT_LABEL, remove_stale_projects, stale_projects
 
-IMAGE = "ember-os:bookworm"  # the offline base image `make images` builds first
+IMAGE = "ember-etcd:latest"  # the smallest image `make images` builds (run with --entrypoint sleep)
 
 
 def _dead_pid() -> int:
@@ -51,7 +51,7 @@ def test_a_stale_projects_containers_network_and_volume_are_removed_and_a_live_o
             made["network"].append(_run("network", "create", "--label", label, f"{project}_default"))
             made["volume"].append(_run("volume", "create", "--label", label, f"{project}_data"))
             made["container"].append(_run("run", "-d", "--label", label, "--network", f"{project}_default",
-                                          "--restart", "unless-stopped", IMAGE, "sleep", "600"))
+                                          "--restart", "unless-stopped", "--entrypoint", "sleep", IMAGE, "600"))
         assert remove_stale_projects("emberleftovers") == [stale]
         for kind, ids in made.items():
             present = [subprocess.run(["docker", kind, "inspect", i], capture_output=True).returncode == 0

@@ -1,9 +1,12 @@
 """The tracing backend of the compose file (profile "tracing"): spans exported over OTLP by a
-driver in the cluster land, as JSON lines, in the `otlp` service's traces volume."""
+driver in the cluster land, as JSON lines, in the `otlp` service's traces volume, which the
+dashboard's Traces page reads."""
 from __future__ import annotations
 
 import json
 import time
+import urllib.request
+from typing import Any
 
 from .conftest import Cluster
 
@@ -25,3 +28,33 @@ def test_otlp_sink_receives_driver_spans(cluster: Cluster) -> None:
         assert time.monotonic() < deadline, f"no driver span reached the sink: {spans[:5]}"
         time.sleep(0.5)
     assert any(s["name"].startswith("submit") for s in mine), mine
+
+
+def _dashboard_get(cluster: Cluster, path: str) -> Any:
+    req = urllib.request.Request(f"http://127.0.0.1:{cluster.dashboard_port}{path}",
+                                 headers={"Authorization": f"Bearer {cluster.token}"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_the_dashboard_traces_page_reads_the_sink(cluster: Cluster) -> None:
+    """The dashboard mounts the traces volume read-only: a driver's trace sent to the sink is
+    listed by /api/traces and laid out by /api/traces/{id} (what the Traces page shows)."""
+    cluster.run("--profile tracing up -d --no-deps --no-build otlp")
+    cluster.wait_healthy(["otlp", "dashboard"], timeout_s=60)
+    cluster.run("exec -T -e OTEL_TRACES_EXPORTER=otlp -e OTEL_EXPORTER_OTLP_ENDPOINT=http://otlp:4317 "
+                "-e OTEL_SERVICE_NAME=e2e-dash-driver raylet-head python -c \"import ember; ember.init(); "
+                "f = ember.remote(lambda x: x + 1); print(ember.get(f.remote(1))); ember.shutdown()\"")
+    deadline = time.monotonic() + 30
+    while True:
+        found = _dashboard_get(cluster, "/api/traces?contains=e2e-dash-driver")
+        if found["traces"]:
+            break
+        assert time.monotonic() < deadline, f"no trace of the driver on the dashboard: {found}"
+        time.sleep(0.5)
+    assert found["dir"] == "/var/lib/ember/traces"
+    trace = found["traces"][0]
+    assert "e2e-dash-driver" in trace["services"] and trace["duration_ms"] >= 0
+    spans = _dashboard_get(cluster, f"/api/traces/{trace['trace_id']}")["spans"]
+    assert any(s["name"].startswith("submit") for s in spans), spans

@@ -26,6 +26,9 @@ GRPC_HEALTH = {"gcs": "ember.Gcs", "raylet": "ember.Raylet", "objmgr": "ember.Ob
 # Settings that differ by design. k8s: the node's address is the pod's IP and the raylet's CPU
 # count its CPU request (compose derives both inside the container).
 K8S_ONLY = {"EMBER_NODE_IP", "EMBER_NUM_CPUS"}
+# Compose runs a trace sink (profile "tracing") whose volume the dashboard reads; the Kubernetes
+# manifests have no sink (spans go to the cluster's own collector there).
+COMPOSE_ONLY = {("dashboard", "EMBER_TRACE_DIR")}
 
 
 def _kubectl() -> str:
@@ -66,7 +69,7 @@ def test_every_object_validates_against_the_kubernetes_schemas(where: str) -> No
 
     objs = render(K8S / where)
     kinds = sorted({o["kind"] for o in objs})
-    assert kinds == ["ConfigMap", "Deployment", "Namespace", "Service", "StatefulSet"]
+    assert kinds == ["ConfigMap", "Deployment", "Namespace", "NetworkPolicy", "Service", "StatefulSet"]
     for obj in objs:
         try:
             kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)
@@ -138,7 +141,7 @@ def test_pods_run_the_compose_services_with_the_same_images_roles_and_settings(b
         assert c["args"][0] == svc["role"], name
         ours = _k8s_settings(base, c)
         for key, value in svc["settings"].items():
-            if key in K8S_ONLY:
+            if key in K8S_ONLY or (name, key) in COMPOSE_ONLY:
                 continue
             assert ours.get(key, "") == value, f"{name}: {key}={ours.get(key)!r} here, {value!r} in compose"
         # The shared config map may give a service a cluster-wide setting compose gives only
@@ -160,6 +163,8 @@ def test_probes_ask_the_services_own_health_endpoints(base) -> None:
                 assert p["httpGet"] == {"path": "/-/healthz", "port": 8000}
             elif role == "dashboard":  # the one open endpoint of the dashboard (its auth.py)
                 assert p["httpGet"] == {"path": "/api/healthz", "port": 8265}
+            elif probe == "readinessProbe":  # etcd: ready once authentication is on
+                assert p["exec"]["command"] == ["ember-etcd", "health"]
             else:
                 assert p["httpGet"]["path"] == "/health"
 
@@ -192,8 +197,24 @@ def test_gpu_overlay_asks_for_and_declares_the_same_gpus() -> None:
     gpus = raylet["resources"]["limits"]["nvidia.com/gpu"]
     declared = [e["value"] for e in raylet["env"] if e["name"] == "EMBER_NUM_GPUS"]
     assert declared == [str(gpus)]
+    assert raylet["resources"]["limits"]["memory"] == "8Gi"  # the base's limits stay
     head = _by(objs, "StatefulSet", "ember-head")["spec"]["template"]["spec"]["containers"][1]
-    assert "limits" not in head["resources"]
+    assert "nvidia.com/gpu" not in head["resources"]["limits"]
+
+
+def test_every_container_has_memory_and_cpu_limits(base) -> None:
+    """A runaway service (or user code in a raylet) cannot take the node's memory or CPUs; the
+    compose containers have memory and process limits too."""
+    pods = [o for o in base if o["kind"] in ("Deployment", "StatefulSet")]
+    containers = [(o["metadata"]["name"], c) for o in pods for c in o["spec"]["template"]["spec"]["containers"]]
+    assert len(containers) >= 6
+    for name, c in containers:
+        limits = c.get("resources", {}).get("limits", {})
+        assert {"cpu", "memory"} <= set(limits), (name, c["name"], limits)
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for name, svc in compose["services"].items():
+        assert "mem_limit" in svc and "pids_limit" in svc, name
+    assert compose["services"]["raylet-head"]["mem_limit"] == "${EMBER_NODE_MEM_LIMIT:-8g}"
 
 
 def test_containers_run_unprivileged(base) -> None:
@@ -244,3 +265,53 @@ def test_the_auth_token_comes_from_a_secret_in_every_ember_pod(base) -> None:
         token = [e for e in c.get("env", []) if e["name"] == "EMBER_AUTH_TOKEN"]
         assert token and token[0]["valueFrom"]["secretKeyRef"] == {"name": "ember-auth", "key": "token"}, \
             (obj["metadata"]["name"], c["name"])
+
+
+def _pod_labels(obj: dict[str, Any]) -> dict[str, str]:
+    return obj["spec"]["template"]["metadata"]["labels"]
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return selector["matchLabels"].items() <= labels.items()
+
+
+def test_only_gcs_pods_may_reach_etcd(base) -> None:
+    """The NetworkPolicy on etcd's pods admits GCS pods of the namespace alone, on the client port."""
+    policies = [o for o in base if o["kind"] == "NetworkPolicy"]
+    etcd = _by(base, "StatefulSet", "etcd")
+    on_etcd = [p for p in policies if _selects(p["spec"]["podSelector"], _pod_labels(etcd))]
+    assert len(on_etcd) == 1, "etcd's pods need exactly one NetworkPolicy"
+    spec = on_etcd[0]["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 2379}]
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"}, "no namespaceSelector or ipBlock: this namespace's GCS only"
+    workloads = [o for o in base if o["kind"] in ("Deployment", "StatefulSet")]
+    admitted = [o["metadata"]["name"] for o in workloads if _selects(peer["podSelector"], _pod_labels(o))]
+    assert admitted == ["gcs"]
+
+
+def test_the_etcd_password_is_given_to_etcd_and_the_gcs_only(base) -> None:
+    holders = []
+    for obj, c in _containers(base):
+        for e in c.get("env", []):
+            ref = e.get("valueFrom", {}).get("secretKeyRef", {})
+            if e["name"] == "EMBER_ETCD_PASSWORD" or ref.get("name") == "ember-etcd-auth":
+                assert ref == {"name": "ember-etcd-auth", "key": "password"}, obj["metadata"]["name"]
+                holders.append(obj["metadata"]["name"])
+        assert not any(f.get("secretRef") for f in c.get("envFrom", [])), obj["metadata"]["name"]
+    assert sorted(holders) == ["etcd", "gcs"]
+
+
+def test_compose_puts_etcd_on_an_internal_network_with_the_gcs_alone() -> None:
+    doc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert doc["networks"]["etcd"]["internal"] is True
+    services = doc["services"]
+    assert services["etcd"]["networks"] == ["etcd"] and not services["etcd"].get("ports")
+    on_etcd = sorted(n for n, svc in services.items() if "etcd" in (svc.get("networks") or []))
+    assert on_etcd == ["etcd", "gcs"]
+    assert "default" in services["gcs"]["networks"]
+    holders = sorted(n for n, svc in services.items() if "EMBER_ETCD_PASSWORD" in (svc.get("environment") or {}))
+    assert holders == ["etcd", "gcs"]
+    assert _compose_value(services["gcs"]["environment"]["EMBER_ETCD_PASSWORD"]) == "<secret EMBER_ETCD_PASSWORD>"
