@@ -80,7 +80,7 @@ def train_on_gpu(data):
 def section_2_3():
     result = ray.get(train_on_gpu.remote([1, 2, 3, 4]))
     check(result == {"samples": 4, "mean": 2.5}, f"train_on_gpu returned {result}")
-    print(f"2.3 scheduling: train_on_gpu(num_gpus=1) ran on the GPU node -> {result}")
+    print(f"2.3 scheduling: train_on_gpu(num_gpus=1) ran on the node with the GPU -> {result}")
 
 
 # --- 3.1 Task ------------------------------------------------------------------------------
@@ -281,7 +281,7 @@ def section_4_2_serve():
     # Run as a program of its own, as a user would (it starts its own cluster with 2 GPUs).
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_llm.py")
     subprocess.run([sys.executable, script, str(port)], check=True, timeout=300)
-    print("4.2 serve: LLMService answered POST / through the proxy (2 replicas, 1 GPU each)")
+    print("4.2 serve: LLMService answered POST / through the proxy (2 replicas, 1 logical GPU each)")
 
 
 LIBRARY_EXAMPLES = [  # (section, script, what its success means)
@@ -292,12 +292,30 @@ LIBRARY_EXAMPLES = [  # (section, script, what its success means)
 ]
 
 
+SECTIONS = [  # (what the section shows, its function), in the article's order of ideas
+    ("2.3 scheduling: a task that asks for a whole GPU", section_2_3),
+    ("3.1 tasks: 100 parallel tasks, fractional GPUs, retries", section_3_1),
+    ("3.2 actors: a stateful ModelServer", section_3_2),
+    ("3.3 objects: one large array in the object store, read by 10 tasks", section_3_3),
+    ("3.3 actors: a round-robin pool of 4 Worker actors", section_3_3_pool),
+    ("6.2 pass by reference: put once, 100 tasks read it", section_6_2),
+    ("6.2 async actors awaiting each other", section_6_2_async),
+    ("6.4 ray.wait: results one by one as they finish", section_6_4),
+]
+
+
+def announce(title: str) -> None:
+    """The line that says what runs next (some sections take seconds)."""
+    print(f"\n== {title}", flush=True)
+
+
 def library_sections() -> None:
     import os
     import subprocess
 
     here = os.path.dirname(os.path.abspath(__file__))
     for name, script, what in LIBRARY_EXAMPLES:
+        announce(f"{name}: examples/{script}, a program with a cluster of its own")
         t = time.perf_counter()
         subprocess.run([sys.executable, os.path.join(here, script)], check=True, timeout=600)
         print(f"{name}: {what} ({time.perf_counter() - t:.0f} s)")
@@ -305,17 +323,19 @@ def library_sections() -> None:
 
 def main() -> int:
     t0 = time.perf_counter()
+    announce("starting an embedded cluster: 2 CPUs and 1 GPU. The GPUs in this demo are logical "
+             "(declared with num_gpus=..., counted by the scheduler): no GPU is needed or used")
     ray.init(num_cpus=2, num_gpus=1)
     try:
-        sections = [section_2_3, section_3_1, section_3_2, section_3_3, section_3_3_pool, section_6_2,
-                    section_6_2_async, section_6_4]
-        for section in sections:
+        for title, section in SECTIONS:
+            announce(title)
             section()
     finally:
         ray.shutdown()
+    announce("4.2 serve: examples/serve_llm.py, a tiny causal LM behind the HTTP proxy")
     section_4_2_serve()
     library_sections()
-    print(f"all {len(sections) + 1 + len(LIBRARY_EXAMPLES)} sections checked in {time.perf_counter() - t0:.1f} s")
+    print(f"all {len(SECTIONS) + 1 + len(LIBRARY_EXAMPLES)} sections checked in {time.perf_counter() - t0:.1f} s")
     return 0
 
 

@@ -5,7 +5,7 @@ it starts a one-node cluster, then times `rounds` calls each of `_internal_kv_pu
 `_exists` and `_list` (64-byte values, distinct keys in one namespace) after a short warm-up,
 and prints one JSON line. This script prints both side by side (calls per second, p50 µs).
 
-    .venv/bin/python scripts/compare_internal_kv.py [--rounds 2000] [--ray-python /work/rayvenv/bin/python]
+    .venv/bin/python scripts/compare_internal_kv.py [--rounds 2000] [--ray-python .rayvenv/bin/python]
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def main() -> int:
     """Runs both systems and prints the table."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2000)
-    p.add_argument("--ray-python", default="/work/rayvenv/bin/python")
+    p.add_argument("--ray-python", default=".rayvenv/bin/python")
     ns = p.parse_args()
     ember = run(sys.executable, "ember", ns.rounds)
     ray = run(ns.ray_python, "ray", ns.rounds)

@@ -1,7 +1,7 @@
 """Runs Ray's microbenchmark workloads on Ember and on Ray, and prints them side by side.
 
-Both runs use the same code, client/ember/_private/perf.py: first with Ember
-(`<ember-python> -m ember._private.perf`), then with Ray, by running perf.py as a plain script
+Both runs use the same code, client/ember/_tools/perf.py: first with Ember
+(`<ember-python> -m ember._tools.perf`), then with Ray, by running perf.py as a plain script
 under the Ray venv's interpreter (`<ray-python> .../perf.py --module ray`). Each writes its
 results as JSON; this script then prints one table: name, ember/s, ray/s, ember/ray. The rows
 are Ray's `ray microbenchmark` workloads plus "actor creation" (10 `num_cpus=0` actors, each
@@ -9,11 +9,11 @@ answering one call, then killed; per second = actors), which Ray's list lacks.
 
 Ray lives in its own virtual environment so it never mixes with Ember's packages:
 
-    python -m venv /tmp/rayvenv && /tmp/rayvenv/bin/pip install ray==2.60.0 numpy
+    python -m venv .rayvenv && .rayvenv/bin/pip install ray==2.60.0 numpy
 
 By default each system runs every workload in one process, Ember first. On a shared or
-virtual machine whose speed drifts over minutes (this project's: a sync round trip swings
-300-900/s with the host's idle state), `--alternate` is fairer: each workload runs in a fresh
+virtual machine whose speed drifts over minutes (this project's: a sync round trip's rate
+swings by several times with the host's idle state), `--alternate` is fairer: each workload runs in a fresh
 process per system, Ember and Ray back to back, the one that goes first swapping from row to
 row, so both sides of a ratio see the same minute. It costs a cluster start per row and side.
 
@@ -35,15 +35,15 @@ import tempfile
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PERF = os.path.join(ROOT, "client", "ember", "_private", "perf.py")
+PERF = os.path.join(ROOT, "client", "ember", "_tools", "perf.py")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ray-python", default=os.environ.get("EMBER_TEST_RAY_PYTHON",
-                                                          "/tmp/rayvenv/bin/python"),
+                                                          os.path.join(ROOT, ".rayvenv", "bin", "python")),
                    help="python of a venv with ray installed (default $EMBER_TEST_RAY_PYTHON, "
-                        "else /tmp/rayvenv/bin/python)")
+                        "else .rayvenv/bin/python in the repository root)")
     p.add_argument("--ember-python", default=sys.executable,
                    help="python of a venv with ember installed (default: this one)")
     p.add_argument("--filter", default="", metavar="SUBSTRING",
@@ -126,12 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not os.path.exists(args.ray_python):
         print(f"no Ray interpreter at {args.ray_python}; make one with:\n"
-              "  python -m venv /tmp/rayvenv && /tmp/rayvenv/bin/pip install ray==2.60.0 numpy",
+              "  python -m venv .rayvenv && .rayvenv/bin/pip install ray==2.60.0 numpy",
               file=sys.stderr)
         return 2
     common = ["--duration-s", str(args.duration_s), "--trials", str(args.trials),
               "--warmup-s", str(args.warmup_s)]
-    ember_cmd = [args.ember_python, "-m", "ember._private.perf"]
+    ember_cmd = [args.ember_python, "-m", "ember._tools.perf"]
     ray_cmd = [args.ray_python, PERF, "--module", "ray"]
     start_load = load()
     print(f"load average at the start: {start_load}", flush=True)

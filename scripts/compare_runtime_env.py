@@ -10,7 +10,7 @@ included) and then `rounds` sequential tasks in the same env (a worker of the en
   virtualenv); then `pip_again`: the same requirements under other env_vars (the venv reused).
 Plus `plain`: `rounds` sequential tasks without an env, as the reference.
 
-    .venv/bin/python scripts/compare_runtime_env.py [--rounds 200] [--ray-python /work/rayvenv/bin/python]
+    .venv/bin/python scripts/compare_runtime_env.py [--rounds 200] [--ray-python .rayvenv/bin/python]
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def run(python: str, module: str, rounds: int) -> dict | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=200)
-    ap.add_argument("--ray-python", default="/work/rayvenv/bin/python")
+    ap.add_argument("--ray-python", default=".rayvenv/bin/python")
     ns = ap.parse_args()
     ember = run(sys.executable, "ember", ns.rounds)
     ray = run(ns.ray_python, "ray", ns.rounds)

@@ -204,7 +204,7 @@ class EmberNodes:
         # scale_envelope.py gives the directory, to stop the nodes even if this process is killed.
         self.tmp = os.environ.get("SCALE_ENVELOPE_TMP") or tempfile.mkdtemp(prefix="ember-scale-")
         self.env = dict(os.environ, EMBER_TEMP_DIR=self.tmp)
-        self.cli = [sys.executable, "-m", "ember._private.cli"]
+        self.cli = [sys.executable, "-m", "ember._tools.cli"]
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.count = 0
