@@ -99,3 +99,18 @@ def test_docs_are_maps_of_bounded_length() -> None:
         if lines > limit:
             too_long.append(f"{rel}: {lines} lines (at most {limit})")
     assert not too_long, "docs over their length:\n" + "\n".join(too_long)
+
+
+def test_test_modules_outside_packages_have_unique_basenames():
+    """pytest imports a test folder without `__init__.py` under the module's basename alone
+    (rootdir import mode), so two such files of one name stop the whole run at collection."""
+    seen: dict[str, str] = {}
+    clashes = []
+    for path in sorted(ROOT.joinpath("tests").rglob("test_*.py")):
+        if path.parent.joinpath("__init__.py").exists():
+            continue
+        rel = path.relative_to(ROOT).as_posix()
+        if path.name in seen:
+            clashes.append(f"{seen[path.name]} and {rel}")
+        seen.setdefault(path.name, rel)
+    assert not clashes, "test files that share a basename: " + "; ".join(clashes)
