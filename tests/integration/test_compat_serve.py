@@ -89,3 +89,31 @@ def test_handles_are_cached_per_process(url):
     assert serve.get_deployment_handle("NoRequest", "cached") is first
     assert first.remote().result(timeout_s=30) == "no request needed"
     serve.delete("cached")
+
+
+@serve.deployment(max_ongoing_requests=16)
+class ConcurrentBatches:
+    def __init__(self):
+        self.running = self.peak = 0
+
+    @serve.batch(max_batch_size=2, batch_wait_timeout_s=0.05, max_concurrent_batches=2)
+    async def __call__(self, xs):
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        await asyncio.sleep(0.5)
+        self.running -= 1
+        return [x + 1 for x in xs]
+
+    def peak_batches(self):
+        return self.peak
+
+
+def test_run_takes_rays_positional_parameters_and_batches_run_concurrently(url):
+    """serve.run(target, blocking, name, route_prefix) as Ray's signature allows, and
+    max_concurrent_batches=2 lets a replica run two batches at once."""
+    handle = serve.run(ConcurrentBatches.bind(), False, "batches", "/batches")
+    assert serve.status().applications["batches"].route_prefix == "/batches"
+    responses = [handle.remote(i) for i in range(4)]
+    assert [r.result(timeout_s=30) for r in responses] == [1, 2, 3, 4]
+    assert handle.peak_batches.remote().result(timeout_s=30) == 2
+    serve.delete("batches")

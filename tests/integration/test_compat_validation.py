@@ -75,6 +75,16 @@ INIT_CASES = [
     ("namespace=5", "TypeError", "namespace"),
     ("resources={'CPU': 1}", "ValueError", "num_cpus"),
     ("bogus=1", "RuntimeError", "bogus"),
+    # Ray's private/extra arguments Ember cannot honour: refused naming them, never dropped.
+    ("local_mode=True", "ValueError", "local_mode"),
+    ("_system_config={'object_spilling_threshold': 0.5}", "ValueError", "_system_config"),
+    ("_temp_dir='/nonexistent/ember-elsewhere'", "ValueError", "_temp_dir"),
+    ("job_config={'metadata': {'team': 'a'}}", "ValueError", "metadata"),
+    ("job_config={'bogus': 1}", "ValueError", "bogus"),
+    ("runtime_env={'env_vars': {'A': '1'}}, job_config={'runtime_env': {'env_vars': {'B': '1'}}}",
+     "ValueError", "runtime_env"),
+    ("include_dashboard=False, dashboard_port=0", "ValueError", "dashboard_port"),
+    ("_node_ip_address='10.1.2.3'", "ValueError", "_node_ip_address"),
 ]
 
 
@@ -89,3 +99,49 @@ def test_bad_init_arguments_are_rejected_as_ray_rejects_them():
     for (args, error, word), line in zip(INIT_CASES, lines, strict=True):
         assert "ACCEPTED" not in line, line
         assert f"'{error}'" in line and word in line, (args, line)
+
+
+def test_init_honours_job_config_and_the_extras_it_implements():
+    """job_config's runtime_env and ray_namespace (a dict, or an object with JobConfig's
+    attributes) apply to the job; local_mode=False, _temp_dir naming the current temp root and
+    dashboard_port without include_dashboard (which starts the dashboard, as in Ray) are taken."""
+    code = """
+import types, urllib.request
+import ember
+from ember._private import node
+jc = types.SimpleNamespace(runtime_env={'env_vars': {'EMBER_JC_TEST': 'from-job-config'}},
+                           ray_namespace='jc-ns', metadata={})
+ctx = ember.init(num_cpus=1, job_config=jc, local_mode=False, _temp_dir=node.EMBER_TMP, dashboard_port=0)
+@ember.remote
+def env():
+    import os
+    return os.environ.get('EMBER_JC_TEST')
+print('ENV', ember.get(env.remote(), timeout=60))
+print('NS', ember.get_runtime_context().namespace)
+from ember_common import auth
+req = urllib.request.Request(ctx['dashboard_url'], headers=auth.http_headers())
+print('DASH', urllib.request.urlopen(req, timeout=30).status)
+ember.shutdown()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ENV from-job-config" in out.stdout and "NS jc-ns" in out.stdout, out.stdout
+    assert "DASH 200" in out.stdout, out.stdout + out.stderr
+
+
+def test_init_connecting_refuses_arguments_that_describe_a_new_cluster(cluster):
+    """A driver joining a running cluster cannot start its dashboard or metrics ports: given,
+    they raise ValueError naming them (not dropped)."""
+    from ember._private.worker import global_worker
+
+    address = global_worker().core.gcs_address
+    code = "import ember\n" + "".join(
+        f"try:\n    ember.init(address={address!r}, {args})\n    print('ACCEPTED', {args!r})\n    ember.shutdown()\n"
+        f"except ValueError as e:\n    print('ValueError', e)\n"
+        for args in ("include_dashboard=True", "dashboard_port=0", "_metrics_export_port=9100"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 3, out.stdout + out.stderr
+    for word, line in zip(("include_dashboard", "dashboard_port", "_metrics_export_port"), lines, strict=True):
+        assert line.startswith("ValueError") and word in line, line
+    assert ray.get(f.remote(), timeout=60) == 1

@@ -61,3 +61,131 @@ def test_batch_validates():
 def test_run_rejects_non_applications():
     with pytest.raises(TypeError, match="bind"):
         serve.run(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("opts,err", [
+    ({"max_replicas_per_node": 2}, "max_replicas_per_node"),
+    ({"logging_config": {"log_level": "DEBUG"}}, "logging_config"),
+])
+def test_unimplemented_deployment_options_are_refused_not_dropped(opts, err):
+    with pytest.raises(ValueError, match=err):
+        serve.deployment(**opts)(type("X", (), {}))
+    with pytest.raises(ValueError, match=err):
+        serve.deployment(type("Y", (), {})).options(**opts)
+
+
+def test_deployment_init_args_are_the_bound_arguments():
+    @serve.deployment
+    class M:
+        def __init__(self, a, k=None):
+            pass
+
+    assert M.init_args == () and M.init_kwargs == {}
+    app = M.bind(1, k=2)
+    assert app.deployment.init_args == (1,) and app.deployment.init_kwargs == {"k": 2}
+    assert app.deployment.options(num_replicas=2).init_args == (1,)
+    assert M.init_args == ()  # binding does not change the unbound deployment
+
+
+@pytest.mark.parametrize("call,word", [
+    (lambda app: serve.run(app, logging_config={"log_level": "DEBUG"}), "logging_config"),
+    (lambda app: serve.run(app, _local_testing_mode=True), "_local_testing_mode"),
+    (lambda app: serve.run(app, external_scaler_enabled=True), "external_scaler_enabled"),
+    (lambda app: serve.start(grpc_options={"port": 9000}), "grpc_options"),
+    (lambda app: serve.start(logging_config={"log_level": "DEBUG"}), "logging_config"),
+    (lambda app: serve.start(detached=False), "detached"),
+    (lambda app: serve.start(proxy_location="Somewhere"), "proxy_location"),
+])
+def test_run_and_start_refuse_rays_unimplemented_parameters(call, word):
+    """Checked before anything starts: no cluster is needed (none is started)."""
+    import ember
+
+    @serve.deployment
+    def f():
+        return 1
+
+    with pytest.raises(ValueError, match=word):
+        call(f.bind())
+    assert not ember.is_initialized()
+
+
+def test_run_start_and_handle_options_reject_unknown_keywords():
+    @serve.deployment
+    def f():
+        return 1
+
+    with pytest.raises(TypeError, match="bogus"):
+        serve.run(f.bind(), bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="bogus"):
+        serve.start(bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="bogus"):
+        serve.DeploymentHandle("f").options(bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="bogus"):
+        serve.batch(bogus=1)  # type: ignore[call-arg]
+    h = serve.DeploymentHandle("f", "app").options(method_name="g", stream=True, use_new_handle_api=True)
+    assert (h.deployment_name, h.app_name, h._method, h._stream) == ("f", "app", "g", True)
+
+
+@pytest.mark.parametrize("opts,word", [
+    ({"multiplexed_model_id": "m1"}, "multiplexed_model_id"),
+    ({"use_new_handle_api": False}, "use_new_handle_api"),
+    ({"_prefer_local_routing": True}, "_prefer_local_routing"),
+    ({"_by_reference": False}, "_by_reference"),
+    ({"request_serialization": "pickle"}, "request_serialization"),
+    ({"response_serialization": "pickle"}, "response_serialization"),
+])
+def test_handle_options_refuse_rays_unimplemented_parameters(opts, word):
+    with pytest.raises(ValueError, match=word):
+        serve.DeploymentHandle("f").options(**opts)
+
+
+def test_batch_validates_its_new_parameters():
+    with pytest.raises(ValueError, match="max_concurrent_batches"):
+        serve.batch(max_concurrent_batches=0)
+    with pytest.raises(TypeError, match="batch_size_fn"):
+        serve.batch(batch_size_fn=3)  # type: ignore[arg-type]
+
+
+def test_batch_runs_up_to_max_concurrent_batches_at_once():
+    import asyncio
+
+    def make(**opts):
+        stats = {"running": 0, "peak": 0, "sizes": []}
+
+        @serve.batch(max_batch_size=2, batch_wait_timeout_s=0.05, **opts)
+        async def handle(xs):
+            stats["running"] += 1
+            stats["peak"] = max(stats["peak"], stats["running"])
+            stats["sizes"].append(len(xs))
+            await asyncio.sleep(0.3)
+            stats["running"] -= 1
+            return [x * 10 for x in xs]
+
+        async def main():
+            return await asyncio.gather(*(handle(i) for i in range(6)))
+
+        assert asyncio.run(main()) == [0, 10, 20, 30, 40, 50]
+        return stats
+
+    assert make() == {"running": 0, "peak": 1, "sizes": [2, 2, 2]}  # one batch at a time by default
+    assert make(max_concurrent_batches=3) == {"running": 0, "peak": 3, "sizes": [2, 2, 2]}
+
+
+def test_batch_size_fn_measures_batches():
+    import asyncio
+
+    batches = []
+
+    class M:
+        @serve.batch(max_batch_size=5, batch_wait_timeout_s=0.2, batch_size_fn=lambda xs: sum(map(len, xs)))
+        async def handle(self, xs):
+            batches.append(list(xs))
+            return [len(x) for x in xs]
+
+    async def main():
+        m = M()
+        return await asyncio.gather(*(m.handle(s) for s in ["aa", "bbb", "c", "dddd", "eeeeee", "f"]))
+
+    assert asyncio.run(main()) == [2, 3, 1, 4, 6, 1]
+    # Filled to 5 "characters" at most; the 6-long one runs alone; order is kept.
+    assert batches == [["aa", "bbb"], ["c", "dddd"], ["eeeeee"], ["f"]]

@@ -54,13 +54,35 @@ def _controller(create: bool = True) -> Any:
     return c
 
 
-def start(http_options: HTTPOptions | dict[str, Any] | None = None, *, detached: bool = True,
-          proxy_location: str | None = None, **_ignored: Any) -> None:
+_PROXY_LOCATIONS = ("Disabled", "HeadOnly", "EveryNode", "NoServer")
+
+
+def _not_implemented(where: str, **given: Any) -> None:
+    """Raises ValueError naming the Ray parameters given a value Ember does not implement."""
+    named = sorted(k for k, v in given.items() if v)
+    if named:
+        raise ValueError(f"{where}: {', '.join(named)} not implemented by Ember Serve "
+                         "(leave them at their defaults)")
+
+
+def start(proxy_location: str | None = None, http_options: HTTPOptions | dict[str, Any] | None = None,
+          grpc_options: Any = None, logging_config: Any = None, *, detached: bool = True) -> None:
     """Starts Serve (the controller, and the HTTP proxy unless proxy_location is "Disabled").
-    http_options: an HTTPOptions or a dict of its fields (where to listen, the proxy's limits)."""
+    http_options: an HTTPOptions or a dict of its fields (where to listen, the proxy's limits).
+    proxy_location: Ray's ProxyLocation ("EveryNode", the default, "HeadOnly" or "Disabled");
+    Ember runs one proxy for the cluster, so EveryNode and HeadOnly both start that one.
+    grpc_options and logging_config are not implemented (given, they raise ValueError), nor is
+    detached=False (Serve always outlives the driver that started it, as in Ray 2)."""
+    if isinstance(proxy_location, (dict, HTTPOptions)) and http_options is None:
+        raise TypeError("serve.start's first parameter is proxy_location; pass http_options=... by keyword")
+    loc = getattr(proxy_location, "value", proxy_location)  # Ray's ProxyLocation enum or its name
+    if loc is not None and loc not in _PROXY_LOCATIONS:
+        raise ValueError(f"proxy_location must be one of {list(_PROXY_LOCATIONS[:3])}, got {proxy_location!r}")
+    _not_implemented("serve.start", grpc_options=grpc_options is not None,
+                     logging_config=logging_config is not None, detached=detached is not True)
     opts = HTTPOptions.from_any(http_options)
     c = _controller()
-    if proxy_location in ("Disabled", "NoServer"):
+    if loc in ("Disabled", "NoServer"):
         return
     host, port = opts.host or DEFAULT_HOST, int(opts.port)
     bound = ember.get(c.start_proxy.remote(host, port, opts.proxy_limits()), timeout=90)
@@ -76,7 +98,7 @@ def _use_or_start_proxy() -> None:
     if found:
         _set_proxy((found[0]["host"], int(found[0]["port"])))
     else:
-        start({"host": DEFAULT_HOST, "port": DEFAULT_PORT})
+        start(http_options={"host": DEFAULT_HOST, "port": DEFAULT_PORT})
 
 
 def proxy_address() -> tuple[str, int] | None:
@@ -135,12 +157,17 @@ def _driver_import_paths() -> tuple[str, ...]:
     return tuple(dict.fromkeys(paths + [os.getcwd()]))
 
 
-def run(target: Application, *, blocking: bool = False, name: str = "default",
-        route_prefix: str | None = "/", host: str | None = None, port: int | None = None,
-        _timeout_s: float = 120.0, **_ignored: Any) -> DeploymentHandle:
+def run(target: Application, blocking: bool = False, name: str = "default", route_prefix: str | None = "/",
+        logging_config: Any = None, _local_testing_mode: bool = False, external_scaler_enabled: bool = False,
+        *, host: str | None = None, port: int | None = None, _timeout_s: float = 120.0) -> DeploymentHandle:
     """Deploys (or updates) an application and waits until it is RUNNING and this driver's HTTP
     proxy routes its prefix (so a request sent right after never gets a 404); returns its handle.
-    host/port (as in the seed article) start the HTTP proxy there; default 127.0.0.1:8000."""
+    host/port (Ember's, as in the seed article) start the HTTP proxy there; default 127.0.0.1:8000.
+    Ray's logging_config, _local_testing_mode and external_scaler_enabled are not implemented:
+    given a value, they raise ValueError naming them."""
+    _not_implemented("serve.run", logging_config=logging_config is not None,
+                     _local_testing_mode=bool(_local_testing_mode),
+                     external_scaler_enabled=bool(external_scaler_enabled))
     if isinstance(target, Deployment):
         target = target.bind()
     if not isinstance(target, Application):
@@ -154,7 +181,7 @@ def run(target: Application, *, blocking: bool = False, name: str = "default",
     specs = _flatten(target, name)
     c = _controller()
     if route_prefix is not None and (host is not None or port is not None):
-        start({"host": host or DEFAULT_HOST, "port": DEFAULT_PORT if port is None else port})
+        start(http_options={"host": host or DEFAULT_HOST, "port": DEFAULT_PORT if port is None else port})
     elif route_prefix is not None and _current_proxy() is None:
         _use_or_start_proxy()
     ember.get(c.deploy_app.remote(name, route_prefix, target.deployment.name, specs), timeout=60)

@@ -10,12 +10,17 @@ from typing import Any, Callable
 
 
 class _Batcher:
-    def __init__(self, fn: Callable, max_batch_size: int, timeout_s: float) -> None:
+    def __init__(self, fn: Callable, max_batch_size: int, timeout_s: float, max_concurrent: int = 1,
+                 size_fn: Callable[[list], int] | None = None) -> None:
         self.fn = fn
         self.max = max_batch_size
         self.timeout_s = timeout_s
+        self.max_concurrent = max_concurrent
+        self.size_fn = size_fn
         self.queue: asyncio.Queue | None = None
         self.task: asyncio.Task | None = None
+        self.carry: tuple[Any, asyncio.Future] | None = None  # taken, but it did not fit the last batch
+        self.running: set[asyncio.Task] = set()
 
     async def submit(self, self_arg: Any, item: Any) -> Any:
         if self.queue is None:
@@ -25,44 +30,84 @@ class _Batcher:
         await self.queue.put((item, fut))
         return await fut
 
-    async def _loop(self, self_arg: Any) -> None:
+    def _size(self, batch: list[tuple[Any, asyncio.Future]]) -> int:
+        items = [b[0] for b in batch]
+        return len(items) if self.size_fn is None else int(self.size_fn(items))
+
+    async def _next_batch(self) -> list[tuple[Any, asyncio.Future]]:
+        """Up to max_batch_size requests (by batch_size_fn when given), or what came within the
+        wait timeout after the first. A request that would overflow a batch starts the next one
+        (one alone that is bigger than max_batch_size runs alone)."""
         assert self.queue is not None
         loop = asyncio.get_running_loop()
-        while True:
+        if self.carry is not None:
+            batch, self.carry = [self.carry], None
+        else:
             batch = [await self.queue.get()]
-            deadline = loop.time() + self.timeout_s
-            while len(batch) < self.max:
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self.queue.get(), left))
-                except asyncio.TimeoutError:
-                    break
-            items = [b[0] for b in batch]
+        deadline = loop.time() + self.timeout_s
+        while self._size(batch) < self.max:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
             try:
-                args = (self_arg, items) if self_arg is not None else (items,)
-                results = await self.fn(*args)
-                if not isinstance(results, (list, tuple)) or len(results) != len(items):
-                    raise TypeError(f"@serve.batch function {self.fn.__name__} must return a list of "
-                                    f"{len(items)} results (one per input), got {type(results).__name__}")
-                for (_, f), r in zip(batch, results):
-                    if not f.done():
-                        f.set_result(r)
-            except Exception as e:
-                for _, f in batch:
-                    if not f.done():
-                        f.set_exception(e)
+                nxt = await asyncio.wait_for(self.queue.get(), left)
+            except asyncio.TimeoutError:
+                break
+            if self.size_fn is not None and self._size(batch + [nxt]) > self.max:
+                self.carry = nxt
+                break
+            batch.append(nxt)
+        return batch
+
+    async def _loop(self, self_arg: Any) -> None:
+        """Forms batches and runs up to max_concurrent_batches of them at once; the next batch
+        is formed when a slot is free, so requests arriving meanwhile join it."""
+        slots = asyncio.Semaphore(self.max_concurrent)
+        while True:
+            await slots.acquire()
+            try:
+                batch = await self._next_batch()
+            except BaseException:
+                slots.release()
+                raise
+            t = asyncio.ensure_future(self._run(self_arg, batch))
+            self.running.add(t)
+            t.add_done_callback(lambda t: (self.running.discard(t), slots.release()))
+
+    async def _run(self, self_arg: Any, batch: list[tuple[Any, asyncio.Future]]) -> None:
+        items = [b[0] for b in batch]
+        try:
+            args = (self_arg, items) if self_arg is not None else (items,)
+            results = await self.fn(*args)
+            if not isinstance(results, (list, tuple)) or len(results) != len(items):
+                raise TypeError(f"@serve.batch function {self.fn.__name__} must return a list of "
+                                f"{len(items)} results (one per input), got {type(results).__name__}")
+            for (_, f), r in zip(batch, results):
+                if not f.done():
+                    f.set_result(r)
+        except Exception as e:
+            for _, f in batch:
+                if not f.done():
+                    f.set_exception(e)
 
 
-def batch(_func: Callable | None = None, *, max_batch_size: int = 10,
-          batch_wait_timeout_s: float = 0.01, **_ignored: Any) -> Any:
+def batch(_func: Callable | None = None, /, max_batch_size: int = 10, batch_wait_timeout_s: float = 0.01,
+          max_concurrent_batches: int = 1, batch_size_fn: Callable[[list], int] | None = None) -> Any:
     """`@serve.batch` or `@serve.batch(max_batch_size=8, batch_wait_timeout_s=0.05)` on an async
-    method (or function) that takes a list and returns a list of the same length."""
-    if not isinstance(max_batch_size, int) or max_batch_size < 1:
+    method (or function) that takes a list and returns a list of the same length.
+    max_concurrent_batches: how many batches may run at once (the method awaits, so a second
+    batch can start while the first waits). batch_size_fn: a batch's size for max_batch_size
+    (e.g. its total tokens) instead of its length."""
+    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
         raise ValueError(f"max_batch_size must be an int >= 1, got {max_batch_size!r}")
-    if batch_wait_timeout_s < 0:
-        raise ValueError(f"batch_wait_timeout_s must be >= 0, got {batch_wait_timeout_s!r}")
+    if isinstance(batch_wait_timeout_s, bool) or not isinstance(batch_wait_timeout_s, (int, float)) \
+            or batch_wait_timeout_s < 0:
+        raise ValueError(f"batch_wait_timeout_s must be a number >= 0, got {batch_wait_timeout_s!r}")
+    if isinstance(max_concurrent_batches, bool) or not isinstance(max_concurrent_batches, int) \
+            or max_concurrent_batches < 1:
+        raise ValueError(f"max_concurrent_batches must be an int >= 1, got {max_concurrent_batches!r}")
+    if batch_size_fn is not None and not callable(batch_size_fn):
+        raise TypeError(f"batch_size_fn must be a callable, got {type(batch_size_fn).__name__}")
 
     def decorate(fn: Callable) -> Callable:
         if not inspect.iscoroutinefunction(fn):
@@ -71,17 +116,20 @@ def batch(_func: Callable | None = None, *, max_batch_size: int = 10,
         is_method = bool(params) and params[0] == "self"
         attr = f"__serve_batcher_{fn.__name__}"
 
+        def make() -> _Batcher:
+            return _Batcher(fn, max_batch_size, batch_wait_timeout_s, max_concurrent_batches, batch_size_fn)
+
         @functools.wraps(fn)
         async def wrapper(*args: Any) -> Any:
             if is_method:
                 self_arg, item = args
-                b = self_arg.__dict__.get(attr)
-                if b is None:
-                    b = _Batcher(fn, max_batch_size, batch_wait_timeout_s)
-                    self_arg.__dict__[attr] = b
+                home, key = self_arg.__dict__, attr  # one batcher per instance
             else:
                 self_arg, (item,) = None, args
-                b = wrapper.__dict__.setdefault("_batcher", _Batcher(fn, max_batch_size, batch_wait_timeout_s))
+                home, key = wrapper.__dict__, "_batcher"
+            b = home.get(key)
+            if b is None:
+                b = home[key] = make()
             return await b.submit(self_arg, item)
 
         return wrapper

@@ -124,7 +124,8 @@ def build_config(options: dict[str, Any], base: DeploymentConfig | None = None) 
     unknown = sorted(set(options) - DEPLOYMENT_OPTIONS)
     if unknown:
         raise TypeError(f"unknown deployment option(s) {unknown}; known: {sorted(DEPLOYMENT_OPTIONS)}")
-    for unsupported in ("placement_group_bundles", "placement_group_strategy", "request_router_config"):
+    for unsupported in ("placement_group_bundles", "placement_group_strategy", "request_router_config",
+                        "max_replicas_per_node", "logging_config"):
         if options.get(unsupported) is not None:
             raise ValueError(f"deployment option {unsupported!r} is not supported by Ember Serve yet")
     kw: dict[str, Any] = {}

@@ -25,22 +25,41 @@ class Deployment:
     """What @serve.deployment makes of a class or function."""
 
     def __init__(self, func_or_class: Any, name: str, config: DeploymentConfig,
-                 version: str | None = None, route_prefix: str | None = None) -> None:
+                 version: str | None = None, route_prefix: str | None = None,
+                 init_args: tuple | None = None, init_kwargs: dict[str, Any] | None = None) -> None:
         self.func_or_class = func_or_class
         self.name = name
         self.config = config
         self.version = version
         self.route_prefix = route_prefix
+        self._init_args = tuple(init_args or ())
+        self._init_kwargs = dict(init_kwargs or {})
+
+    @property
+    def init_args(self) -> tuple[Any, ...]:
+        """The positional arguments the replicas' constructor gets: those of .bind(...) on the
+        deployment of a bound Application (app.deployment), () on an unbound one (as Ray)."""
+        return self._init_args
+
+    @property
+    def init_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments the replicas' constructor gets (as init_args)."""
+        return dict(self._init_kwargs)
 
     def bind(self, *args: Any, **kwargs: Any) -> Application:
-        return Application(self, args, kwargs)
+        """An Application of this deployment built with these arguments (its deployment's
+        init_args/init_kwargs are them, as in Ray)."""
+        bound = Deployment(self.func_or_class, self.name, self.config, self.version, self.route_prefix,
+                           args, kwargs)
+        return Application(bound, args, kwargs)
 
     def options(self, **options: Any) -> Deployment:
         name = options.pop("name", self.name)
         version = options.pop("version", self.version)
         route_prefix = options.pop("route_prefix", self.route_prefix)
         cfg = build_config(options, self.config)
-        return Deployment(self.func_or_class, name, cfg, version, route_prefix)
+        return Deployment(self.func_or_class, name, cfg, version, route_prefix, self._init_args,
+                          self._init_kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"Deployment {self.name!r} cannot be called directly; use "
@@ -116,4 +135,5 @@ def ingress(app: Any) -> Callable[[type], type]:
 
 
 def replace_config(d: Deployment, **changes: Any) -> Deployment:
-    return Deployment(d.func_or_class, d.name, dataclasses.replace(d.config, **changes), d.version, d.route_prefix)
+    return Deployment(d.func_or_class, d.name, dataclasses.replace(d.config, **changes), d.version, d.route_prefix,
+                      d.init_args, d.init_kwargs)

@@ -225,8 +225,27 @@ class DeploymentHandle:
     def deployment_id(self) -> str:
         return f"{self.app_name}#{self.deployment_name}"
 
-    def options(self, *, method_name: str | None = None, stream: bool | None = None,
-                **_ignored: Any) -> DeploymentHandle:
+    def options(self, *, method_name: str | None = None, multiplexed_model_id: str | None = None,
+                stream: bool | None = None, use_new_handle_api: bool | None = None,
+                _prefer_local_routing: bool | None = None, _by_reference: bool | None = None,
+                request_serialization: str | None = None,
+                response_serialization: str | None = None) -> DeploymentHandle:
+        """A handle like this one calling method_name, streamed or not (Ray's parameters).
+        use_new_handle_api=True is what every handle is (False raises). Ray's
+        multiplexed_model_id, _prefer_local_routing, _by_reference and the request/response
+        serializations are not implemented: given, they raise ValueError naming them."""
+        bad = {"multiplexed_model_id": multiplexed_model_id is not None,
+               "use_new_handle_api": use_new_handle_api is False,
+               "_prefer_local_routing": _prefer_local_routing is not None,
+               "_by_reference": _by_reference is not None,
+               "request_serialization": request_serialization not in (None, "cloudpickle"),
+               "response_serialization": response_serialization not in (None, "cloudpickle")}
+        named = sorted(k for k, v in bad.items() if v)
+        if named:
+            raise ValueError(f"DeploymentHandle.options: {', '.join(named)} not implemented by Ember Serve "
+                             "(leave them at their defaults)")
+        if method_name is not None and not isinstance(method_name, str):
+            raise TypeError(f"method_name must be a string, got {type(method_name).__name__}")
         return DeploymentHandle(self.deployment_name, self.app_name,
                                 method_name=method_name or self._method,
                                 stream=self._stream if stream is None else stream)
