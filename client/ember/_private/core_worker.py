@@ -28,7 +28,7 @@ from ember_common.gcs_client import GcsClient
 from ember_common.proto import common_pb2, core_worker_pb2, core_worker_pb2_grpc, objmgr_pb2, objmgr_pb2_grpc
 from ember_common.raylet_client import RayletClient
 
-from .execution.blocking import BlockedWaits
+from .execution.blocking import BlockedWaits, OnWait
 from .objects.object_api import ObjectAPI
 from .objects.object_ref import ObjectRef, OwnerAddress
 from .objects.plasma import PlasmaClient
@@ -395,16 +395,29 @@ class CoreWorker(ObjectAPI):
                 raise exc.ObjectLostError(message=f"node {node_id} is unknown to the GCS")
         return info
 
+    # ---------------------------------------------------------------- cancel
+    async def cancel_children(self, parent_id: bytes, force: bool) -> None:
+        """Loop thread: a recursive cancel of parent_id (a task or call running in this worker)
+        cancels every task and actor call it submitted that has not finished, and theirs in
+        turn (as Ray; force does not apply to actor calls)."""
+        children = [e.spec for e in self.submitter.tasks.values() if e.parent == parent_id]
+        if children:
+            await asyncio.gather(*(
+                self.actor_submitter.cancel(c.task_id, True) if c.actor_id
+                else self.submitter.cancel(c.task_id, force, True) for c in children))
+
     # ---------------------------------------------------------------- blocking waits
     def _lends(self) -> bool:
         """Whether a wait here lends CPUs: a worker running a task (not a driver)."""
         ex = self.executor
         return self.mode is WorkerMode.WORKER and ex is not None and ex.running is not None
 
-    def _blocking(self, coro: Awaitable[T] | None, fn: Callable[[], T] | None = None) -> T:
-        """Runs a wait for objects that are not ready (a coroutine on the loop, or fn here). A
-        worker lends its CPUs to other tasks meanwhile and takes them back before it returns
-        (blocking.py); a driver just waits."""
+    def _blocking(self, coro: Awaitable[T] | None, fn: Callable[[OnWait | None], T] | None = None) -> T:
+        """Runs a wait for objects that are not ready (a coroutine on the loop, or fn here; fn
+        gets an `on_wait` to hand the callable that ends its wait early, or None). A worker
+        lends its CPUs to other tasks meanwhile and takes them back before it returns
+        (blocking.py); a driver just waits. A normal task's wait is ended by its cancel, which
+        raises KeyboardInterrupt here (executor.cancel)."""
         if self._lends():
             ex = self.executor
             assert ex is not None
@@ -412,13 +425,35 @@ class CoreWorker(ObjectAPI):
             # waits for: it would never run here), then the CPUs are lent.
             self.post(ex.set_blocked, True)
             try:
-                return self.blocked_waits.run(coro, fn)
+                if ex.interruptible_wait():
+                    return self._interruptible(ex, coro, fn)
+                return self.blocked_waits.run(coro, None if fn is None else lambda: fn(None))
             finally:
                 self.post(ex.set_blocked, False)
         if fn is not None:
-            return fn()
+            return fn(None)
         assert coro is not None
         return self.run(coro)
+
+    def _interruptible(self, ex: TaskExecutor, coro: Awaitable[T] | None,
+                       fn: Callable[[OnWait | None], T] | None) -> T:
+        """The running task's wait, which its cancel wakes (KeyboardInterrupt here)."""
+        if fn is None:
+            assert coro is not None
+            cf = asyncio.run_coroutine_threadsafe(_as_coro(coro), self.loop)
+            try:
+                ex.begin_wait(cf.cancel)
+            except KeyboardInterrupt:
+                cf.cancel()
+                raise
+            run: Callable[[], T] = cf.result
+        else:
+            def run() -> T:
+                return fn(ex.begin_wait)
+        try:
+            return self.blocked_waits.run(None, run)
+        finally:
+            ex.end_wait()
 
 
 async def _as_coro(obj: Awaitable[T] | Callable[[], Awaitable[T]]) -> T:

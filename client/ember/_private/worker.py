@@ -491,24 +491,27 @@ def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: flo
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
-    """Cancels the task behind object_ref (see Ray's ray.cancel). An actor call that has not
-    started never runs; a running async actor call is cancelled; force=True is a ValueError
-    for actor calls. `get` then raises TaskCancelledError."""
+    """Cancels the task behind object_ref (see Ray's ray.cancel). A running task is
+    interrupted (KeyboardInterrupt in it, even while it waits in get/wait; force=True: its
+    worker exits). An actor call that has not started never runs; a running async actor call
+    is cancelled; force=True is a ValueError for actor calls. recursive=True also cancels the
+    tasks and actor calls the cancelled one submitted, and theirs. `get` then raises
+    TaskCancelledError."""
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
     core = global_worker().core
-    core.run(_cancel(core, object_ref.task_id(), force))
+    core.run(_cancel(core, object_ref.task_id(), bool(force), bool(recursive)))
 
 
-async def _cancel(core: CoreWorker, task_id: bytes, force: bool) -> None:
+async def _cancel(core: CoreWorker, task_id: bytes, force: bool, recursive: bool) -> None:
     # On the loop: the call's submission (posted there) has been handled by now.
     entry = core.submitter.tasks.get(task_id)
     if entry is not None and entry.spec.actor_id:
         if force:
             raise ValueError("force=True is not supported for actor tasks.")
-        await core.actor_submitter.cancel(task_id)
+        await core.actor_submitter.cancel(task_id, recursive)
     else:
-        await core.submitter.cancel(task_id, force)
+        await core.submitter.cancel(task_id, force, recursive)
 
 
 def _gcs_nodes() -> list[common_pb2.NodeInfo]:

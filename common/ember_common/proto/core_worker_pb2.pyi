@@ -155,12 +155,14 @@ class GetObjectReply(_message.Message):
     def __init__(self, status: _Optional[_Union[GetObjectReply.Status, str]] = ..., object: _Optional[_Union[_common_pb2.ReturnObject, _Mapping]] = ..., copy_node_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CancelTaskRequest(_message.Message):
-    __slots__ = ("task_id", "force")
+    __slots__ = ("task_id", "force", "recursive")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
+    RECURSIVE_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     force: bool
-    def __init__(self, task_id: _Optional[bytes] = ..., force: _Optional[bool] = ...) -> None: ...
+    recursive: bool
+    def __init__(self, task_id: _Optional[bytes] = ..., force: _Optional[bool] = ..., recursive: _Optional[bool] = ...) -> None: ...
 
 class CancelTaskReply(_message.Message):
     __slots__ = ("attempted",)

@@ -240,6 +240,8 @@ def hand_over(core: Any, entry: TaskEntry, num_returns: Any, submit: Any, *submi
     """Registers the caller's ownership of the results, hands the task to the core loop, and
     returns what .remote() returns: None, one ObjectRef, a list, or an ObjectRefGenerator."""
     spec = entry.spec
+    if core.executor is not None and (running := core.executor.current_task()) is not None:
+        entry.parent = running.task_id  # a child: a recursive cancel of its parent reaches it
     if spec.streaming:
         from ..owner.generator import GeneratorState, ObjectRefGenerator
 

@@ -22,6 +22,8 @@ from typing import Awaitable, Callable, TypeVar
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# A wait's hook: it is handed the callable that ends that wait early (a cancel calls it).
+OnWait = Callable[[Callable[[], None]], None]
 
 
 class BlockedWaits:

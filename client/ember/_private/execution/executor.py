@@ -17,13 +17,14 @@ from __future__ import annotations
 import _thread
 import asyncio
 import inspect
+import logging
 import os
 import queue
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Protocol, cast
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Coroutine, Protocol, cast
 
 from ember import exceptions as exc
 from ember_common import backoff, tracing
@@ -41,6 +42,8 @@ from .result_pipeline import drive_async, drive_sync
 if TYPE_CHECKING:
     from .function_manager import FunctionManager
     from .ports import ExecutorCore
+
+log = logging.getLogger(__name__)
 
 # A line "\x1e<job hex>\x1f<task name>" announces whose output follows (see the log monitor).
 LOG_MARKER = "\x1e"
@@ -109,6 +112,10 @@ class TaskExecutor(PipelineEffects):
         # pushed here go back to their owner unstarted), and cancels of tasks not started yet.
         self._blocked = 0
         self._cancel_queued: set[bytes] = set()
+        # The running task's wait in get/wait (main thread): how a cancel ends it early.
+        self._wait_lock = threading.Lock()
+        self._wake: Callable[[], object] | None = None
+        self._tasks: set[asyncio.Future[None]] = set()  # recursive cancels under way
         self._queued: dict[bytes, QueueItem] = {}  # normal tasks waiting for the main thread
 
     # ------------------------------------------------------------------ entry (core loop)
@@ -207,13 +214,17 @@ class TaskExecutor(PipelineEffects):
         """Ends run_forever() after the tasks queued before this."""
         self._queue.put(None)
 
-    def cancel(self, task_id: bytes, force: bool) -> bool:
-        """Cancels the running task if it is task_id (force: the process exits); False if not.
-        On an actor: the call does not run if it has not started, a running async call is
-        cancelled, a running sync call is answered as cancelled once it ends (its caller
-        rejects force=True)."""
+    def cancel(self, task_id: bytes, force: bool, recursive: bool = False) -> bool:
+        """Core loop: cancels the running task if it is task_id (force: the process exits);
+        False if not. A task waiting in get/wait wakes up to be interrupted. On an actor: the
+        call does not run if it has not started, a running async call is cancelled, a running
+        sync call is answered as cancelled once it ends (its caller rejects force=True).
+        recursive: what the task or call submitted (this worker owns it) is cancelled too."""
         if self.actor is not None:
-            return self._cancels.cancel(task_id)
+            ok = self._cancels.cancel(task_id)
+            if recursive:
+                self._background(self.core.cancel_children(task_id, False))
+            return ok
         spec = self.running
         if spec is None or spec.task_id != task_id:
             # Pushed here but not started (pipelined behind the running task, or still on its
@@ -226,11 +237,61 @@ class TaskExecutor(PipelineEffects):
                 _resolve(item[1], self._error_reply(item[0], exc.TaskCancelledError(task_id.hex())))
             return True
         if force:
-            self.core.loop.call_later(0.05, os._exit, 1)
+            self._background(self._exit_after_children(task_id if recursive else None))
+            return True
+        self._cancel_requested = task_id
+        with self._wait_lock:
+            wake, self._wake = self._wake, None
+        if wake is not None:
+            wake()  # blocked in get/wait: it wakes up and raises KeyboardInterrupt itself
         else:
-            self._cancel_requested = task_id
             _thread.interrupt_main()
+        if recursive:
+            self._background(self.core.cancel_children(task_id, False))
         return True
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Core loop: runs coro as a task, held until it ends."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _exit_after_children(self, parent: bytes | None) -> None:
+        """force=True: the process exits, once what the task submitted was told to stop
+        (parent, when recursive) and the cancel's reply had time to leave."""
+        if parent is not None:
+            try:
+                await asyncio.wait_for(self.core.cancel_children(parent, True), 5)
+            except Exception as e:  # noqa: BLE001 - exiting regardless
+                log.debug("recursive cancel of %s: %s", parent.hex()[:8], e)
+        await asyncio.sleep(0.05)
+        os._exit(1)
+
+    # ------------------------------------------------------------------ cancellable waits
+    def interruptible_wait(self) -> bool:
+        """A wait of the calling thread is one a cancel wakes: the main thread running a
+        normal task (actor calls are not interrupted, as in Ray)."""
+        spec = self.running
+        return (spec is not None and not spec.actor_id
+                and threading.current_thread() is threading.main_thread())
+
+    def begin_wait(self, wake: Callable[[], object]) -> None:
+        """Main thread: the running task blocks in get/wait; a cancel calls wake() (which ends
+        the wait early) instead of interrupting. Raises KeyboardInterrupt when the task was
+        cancelled already."""
+        spec = self.running
+        with self._wait_lock:
+            if spec is not None and self._cancel_requested == spec.task_id:
+                raise KeyboardInterrupt
+            self._wake = wake
+
+    def end_wait(self) -> None:
+        """Main thread: the wait is over; KeyboardInterrupt when a cancel woke it."""
+        spec = self.running
+        with self._wait_lock:
+            self._wake = None
+            if spec is not None and self._cancel_requested == spec.task_id:
+                raise KeyboardInterrupt
 
     # ------------------------------------------------------------------ main thread
     def run_forever(self) -> None:

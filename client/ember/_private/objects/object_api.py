@@ -29,6 +29,7 @@ from .plasma import PlasmaClient
 from .serialization import ERROR_METADATA, SerializedValue, deserialize, deserialize_proto
 
 if TYPE_CHECKING:
+    from ..execution.blocking import OnWait
     from ..owner.task_queue import TaskEntry
 
 T = TypeVar("T")
@@ -48,7 +49,8 @@ class ObjectAPI(ObjectTransfer):
         def run(self, coro: Awaitable[T] | Callable[[], Awaitable[T]],
                 timeout: float | None = None) -> T: ...
         def in_loop(self) -> bool: ...
-        def _blocking(self, coro: Awaitable[T] | None, fn: Callable[[], T] | None = None) -> T: ...
+        def _blocking(self, coro: Awaitable[T] | None,
+                      fn: Callable[[OnWait | None], T] | None = None) -> T: ...
         def _lends(self) -> bool: ...
 
     async def wait_object(self, ref: ObjectRef, timeout: float | None) -> common_pb2.ReturnObject:
@@ -137,7 +139,7 @@ class ObjectAPI(ObjectTransfer):
         if missing:
             owns = self.ref_table.owns
             if all(owns(r.binary()) for r in missing):
-                self._blocking(None, lambda: self._wait_owned(missing, timeout))
+                self._blocking(None, lambda on_wait: self._wait_owned(missing, timeout, on_wait))
                 entries = [sget(r.binary()) for r in refs]
             else:
                 got = self._ready_now(missing, errors_ready=False)  # those lend no CPUs
@@ -226,9 +228,9 @@ class ObjectAPI(ObjectTransfer):
         results = await asyncio.gather(*(self.wait_object(r, timeout) for r in refs))
         return {r.binary(): e for r, e in zip(refs, results, strict=False)}
 
-    def _wait_owned(self, refs: list[ObjectRef], timeout: float | None) -> None:
+    def _wait_owned(self, refs: list[ObjectRef], timeout: float | None, on_wait: OnWait | None) -> None:
         """User thread: waits until owned objects are stored, without a trip through the loop."""
-        pending = self.store.wait_sync([r.binary() for r in refs], timeout)
+        pending = self.store.wait_sync([r.binary() for r in refs], timeout, on_wait)
         if pending:
             raise exc.GetTimeoutError(f"Get timed out: {len(pending)} object(s) not ready "
                                       f"after {timeout}s (first: {pending[0].hex()})")

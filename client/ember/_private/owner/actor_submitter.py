@@ -67,11 +67,12 @@ class ActorSubmitter:
         task_events.submitted(entry)
         self.submitter.resolve_then(entry, lambda e: self._run(q, q.ready(e)))
 
-    async def cancel(self, task_id: bytes) -> bool:
+    async def cancel(self, task_id: bytes, recursive: bool = True) -> bool:
         """ember.cancel on an actor call (loop thread): dropped here if not sent yet, else the
         actor's worker is asked to drop it if it has not started (a running call of an async
         actor is cancelled there; one of a sync actor runs to its end, as in Ray). False when
-        the call is not (or no longer) known here."""
+        the call is not (or no longer) known here. recursive: the actor's worker also cancels
+        what the call submitted."""
         entry = self.submitter.tasks.get(task_id)
         q = self.queues.get(entry.spec.actor_id) if entry is not None else None
         if entry is None or q is None:
@@ -79,7 +80,7 @@ class ActorSubmitter:
         out, address = q.cancel(entry)
         self._run(q, out)
         if address is not None:
-            req = core_worker_pb2.CancelTaskRequest(task_id=task_id, force=False)
+            req = core_worker_pb2.CancelTaskRequest(task_id=task_id, force=False, recursive=recursive)
             try:
                 await self.core.worker_stub(address).CancelTask(req, timeout=10)
             except grpc.aio.AioRpcError as e:  # the worker is gone: the push fails and says so

@@ -134,19 +134,29 @@ class MemoryStore:
         """Future-like waiters registered for oid."""
         return len(self._waiters.get(oid, ())) + len(self._sync_waiters.get(oid, ()))
 
-    def wait_sync(self, oids: list[bytes], timeout: float | None) -> list[bytes]:
+    def wait_sync(self, oids: list[bytes], timeout: float | None,
+                  on_wait: Callable[[Callable[[], None]], None] | None = None) -> list[bytes]:
         """Blocks this (user) thread until every oid has an entry or timeout passes; returns the
-        ids still missing (empty when all arrived)."""
+        ids still missing (empty when all arrived). Before it blocks, on_wait gets the callable
+        that ends the wait early (as a timeout does; an exception of on_wait ends it too)."""
         w = _SyncWait(oids)
         with self._sync_lock:
             self._advance(w)
         if w.i < len(oids):
-            deadline = None if timeout is None else self._clock() + timeout
-            while not w.event.is_set():
-                left = None if deadline is None else deadline - self._clock()
-                if left is not None and left <= 0:
-                    break
-                w.event.wait(left)
+            try:
+                if on_wait is not None:
+                    on_wait(w.event.set)
+                deadline = None if timeout is None else self._clock() + timeout
+                while not w.event.is_set():
+                    left = None if deadline is None else deadline - self._clock()
+                    if left is not None and left <= 0:
+                        break
+                    w.event.wait(left)
+            except BaseException:
+                with self._sync_lock:
+                    if w.i < len(oids):
+                        self._withdraw(oids[w.i], w)
+                raise
         with self._sync_lock:
             if w.i == len(oids):
                 return []

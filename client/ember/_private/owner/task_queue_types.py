@@ -52,7 +52,7 @@ class TaskEntry:
     """One submitted task or actor call, until it finishes."""
 
     __slots__ = ("spec", "arg_refs", "retries_left", "key", "cancelled", "lease", "pending_deps",
-                 "retry_allowlist", "est", "ev", "span_left")
+                 "retry_allowlist", "est", "ev", "span_left", "parent")
 
     def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[Any], retries_left: int | None,
                  key: SchedulingKey = (),
@@ -72,6 +72,9 @@ class TaskEntry:
         self.ev: list[Any] | None = None  # its open task-event record (task_events.py)
         # Its submit span goes with its first task-event record (tracing.submit_left).
         self.span_left = span_left
+        # The id of the task (or actor call) running in this worker that submitted it: a
+        # recursive ember.cancel of that task cancels this one too (None: the driver's).
+        self.parent: bytes | None = None
 
 
 class RequestLease(NamedTuple):

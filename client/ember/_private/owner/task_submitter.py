@@ -318,8 +318,9 @@ class TaskSubmitter:
             self.core.set_error(oid, error)
 
     # -------------------------------------------------------------- cancel / shutdown
-    async def cancel(self, task_id: bytes, force: bool) -> bool:
-        """Cancels a task: dropped if still queued, else the worker is asked to stop it."""
+    async def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> bool:
+        """Cancels a task: dropped if still queued, else the worker is asked to stop it (and,
+        recursive, to cancel what it submitted)."""
         entry = self.tasks.get(task_id)
         if entry is None:
             return False
@@ -335,7 +336,8 @@ class TaskSubmitter:
                 break
             try:
                 reply = await self.core.worker_stub(lease.worker_address).CancelTask(
-                    core_worker_pb2.CancelTaskRequest(task_id=task_id, force=force), timeout=10)
+                    core_worker_pb2.CancelTaskRequest(task_id=task_id, force=force, recursive=recursive),
+                    timeout=10)
             except grpc.aio.AioRpcError:
                 break  # the worker is gone; the push fails and reports the cancellation
             if reply.attempted:

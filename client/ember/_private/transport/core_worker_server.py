@@ -98,7 +98,8 @@ class CoreWorkerServicer(core_worker_pb2_grpc.CoreWorkerServicer):
 
     async def CancelTask(self, request: core_worker_pb2.CancelTaskRequest,
                              context: rpc.Context) -> core_worker_pb2.CancelTaskReply:
-        ok = self.core.executor.cancel(request.task_id, request.force) if self.core.executor else False
+        ex = self.core.executor
+        ok = ex.cancel(request.task_id, request.force, request.recursive) if ex else False
         return core_worker_pb2.CancelTaskReply(attempted=ok)
 
     async def Exit(self, request: core_worker_pb2.ExitRequest,
