@@ -44,7 +44,35 @@ class Dataset(ConsumeMixin):
         self._last_stats: Any = None
 
     def __repr__(self) -> str:
-        return f"Dataset(plan={P.describe(self._plan)})"
+        """As Ray prints it: the operators newest first, then `Dataset(num_rows=..., schema=...)`
+        with the count and schema of the source when the plan is one chain (`?` and `Unknown
+        schema` when they are not known without running it)."""
+        from ._internal.plan_repr import format_dataset, plan_lines
+
+        lines, depth = plan_lines(self._plan)
+        src = self._plan
+        while len(src.inputs) == 1:
+            src = src.inputs[0]
+        count = schema = None
+        if not src.inputs:  # one chain down to the source
+            base = Dataset(src)
+            count = base._meta_count()
+            s = base.schema()
+            schema = list(zip(s.names, s.types, strict=True)) if s is not None else None
+        num_blocks = None
+        if isinstance(self, MaterializedDataset) and isinstance(self._plan, P.InputData):
+            num_blocks = len(self._plan.bundles)
+        return format_dataset(type(self).__name__, lines, depth, num_blocks, count, schema)
+
+    def _meta_count(self) -> int | None:
+        """The row count if metadata knows it without reading rows, else None."""
+        p = self._plan
+        if isinstance(p, P.InputData):
+            return sum(b.num_rows for b in p.bundles)
+        if isinstance(p, P.Read) and p.filter is None and hasattr(p.datasource, "num_rows"):
+            n = p.datasource.num_rows()
+            return int(n) if n is not None else None
+        return None
 
     def _with(self, op: P.LogicalOp) -> Dataset:
         return Dataset(op)

@@ -210,7 +210,12 @@ class ParquetDatasource:
             self.meta = [self.meta[i] for i in order]
 
     def schema(self) -> pa.Schema:
-        return self.meta[0].schema.to_arrow_schema() if self.meta else pa.schema([])
+        if not self.meta:
+            return pa.schema([])
+        full = self.meta[0].schema.to_arrow_schema()
+        if self.columns is None:
+            return full
+        return pa.schema([full.field(c) for c in self.columns if c in full.names])
 
     def num_rows(self) -> int:
         return sum(m.num_rows for m in self.meta)
