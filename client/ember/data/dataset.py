@@ -385,45 +385,89 @@ class Dataset(ConsumeMixin):
 
     # --- writes -------------------------------------------------------------------------------
     def _write(self, fmt: str, path: str, filesystem: Any, try_create_dir: bool,
-               options: dict[str, Any], column: str | None = None,
-               partition_cols: list[str] | None = None, ray_remote_args: dict | None = None) -> None:
+               options: dict[str, Any], *, column: str | None = None,
+               partition_cols: list[str] | None = None, ray_remote_args: dict | None = None,
+               arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
+               options_fn: Any = None, min_rows_per_file: int | None = None,
+               num_rows_per_file: int | None = None, concurrency: int | None = None,
+               mode: Any = "append") -> None:
         from ._internal.datasource.sinks import FileDatasink
+        from ._internal.write import run_write
 
-        sink = FileDatasink(path, fmt, filesystem, options, try_create_dir, column, partition_cols)
-        name = f"Write{ {'parquet': 'Parquet', 'json': 'JSON', 'csv': 'CSV', 'numpy': 'Numpy'}[fmt] }"
-        name = name.replace(" ", "")
-        ds = self._with(P.MapOp(name=name, inputs=[self._plan], step=T.Write(sink, name),
-                                compute=TaskPoolStrategy(), remote_args=dict(ray_remote_args or {})))
-        for _ in ds._iter_bundles():
-            pass
-        self._last_stats = ds._last_stats
+        if num_rows_per_file is not None:  # Ray's older name for min_rows_per_file
+            if min_rows_per_file is not None:
+                raise ValueError("give min_rows_per_file or num_rows_per_file (its older "
+                                 "name), not both")
+            min_rows_per_file = num_rows_per_file
+        if options_fn is not None and not callable(options_fn):
+            raise TypeError(f"the *_args_fn argument must be callable, got "
+                            f"{type(options_fn).__name__}")
+        sink = FileDatasink(path, fmt, filesystem, options, try_create_dir, column, partition_cols,
+                            mode=mode, filename_provider=filename_provider,
+                            open_stream_args=arrow_open_stream_args, options_fn=options_fn)
+        stats = run_write(self._plan, sink, f"Write{sink.get_name()}", ray_remote_args,
+                          concurrency, min_rows_per_file)
+        if stats is not None:
+            self._last_stats = stats
 
     def write_parquet(self, path: str, *, partition_cols: list[str] | None = None,
                       filesystem: Any = None, try_create_dir: bool = True,
-                      ray_remote_args: dict | None = None, **arrow_parquet_args: Any) -> None:
-        """Writes the rows as parquet files under path (a directory or a URI such as s3://...)."""
-        for k in ("arrow_open_stream_args", "filename_provider", "arrow_parquet_args_fn",
-                  "min_rows_per_file", "max_rows_per_file", "num_rows_per_file", "concurrency",
-                  "mode", "catalog", "min_bytes_per_file"):
-            arrow_parquet_args.pop(k, None)
+                      arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
+                      arrow_parquet_args_fn: Any = None, min_rows_per_file: int | None = None,
+                      max_rows_per_file: int | None = None, ray_remote_args: dict | None = None,
+                      concurrency: int | None = None, num_rows_per_file: int | None = None,
+                      mode: Any = "append", **arrow_parquet_args: Any) -> None:
+        """Writes the rows as parquet files under path (a directory or a URI such as s3://...).
+        `mode`: append / overwrite / error / ignore (Ray's SaveMode); `min_rows_per_file`: at
+        least that many rows per file; `filename_provider`: names the files;
+        `arrow_parquet_args` (and what `arrow_parquet_args_fn()` returns) go to ParquetWriter."""
+        if max_rows_per_file is not None:
+            raise ValueError("write_parquet: ember.data does not support max_rows_per_file")
         self._write("parquet", path, filesystem, try_create_dir, arrow_parquet_args,
-                    partition_cols=partition_cols, ray_remote_args=ray_remote_args)
+                    partition_cols=partition_cols, ray_remote_args=ray_remote_args,
+                    arrow_open_stream_args=arrow_open_stream_args,
+                    filename_provider=filename_provider, options_fn=arrow_parquet_args_fn,
+                    min_rows_per_file=min_rows_per_file, num_rows_per_file=num_rows_per_file,
+                    concurrency=concurrency, mode=mode)
 
     def write_json(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
-                   ray_remote_args: dict | None = None, **_: Any) -> None:
-        """Writes the rows as JSON lines files under path."""
-        self._write("json", path, filesystem, try_create_dir, {}, ray_remote_args=ray_remote_args)
+                   arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
+                   pandas_json_args_fn: Any = None, min_rows_per_file: int | None = None,
+                   ray_remote_args: dict | None = None, concurrency: int | None = None,
+                   num_rows_per_file: int | None = None, mode: Any = "append",
+                   **pandas_json_args: Any) -> None:
+        """Writes the rows as JSON lines files under path (`pandas_json_args` go to
+        DataFrame.to_json; other options as write_parquet)."""
+        self._write("json", path, filesystem, try_create_dir, pandas_json_args,
+                    ray_remote_args=ray_remote_args, arrow_open_stream_args=arrow_open_stream_args,
+                    filename_provider=filename_provider, options_fn=pandas_json_args_fn,
+                    min_rows_per_file=min_rows_per_file, num_rows_per_file=num_rows_per_file,
+                    concurrency=concurrency, mode=mode)
 
     def write_csv(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
-                  ray_remote_args: dict | None = None, **_: Any) -> None:
-        """Writes the rows as CSV files under path."""
-        self._write("csv", path, filesystem, try_create_dir, {}, ray_remote_args=ray_remote_args)
+                  arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
+                  arrow_csv_args_fn: Any = None, min_rows_per_file: int | None = None,
+                  ray_remote_args: dict | None = None, concurrency: int | None = None,
+                  num_rows_per_file: int | None = None, mode: Any = "append",
+                  **arrow_csv_args: Any) -> None:
+        """Writes the rows as CSV files under path (`arrow_csv_args`, e.g. write_options, go to
+        pyarrow.csv.CSVWriter; other options as write_parquet)."""
+        self._write("csv", path, filesystem, try_create_dir, arrow_csv_args,
+                    ray_remote_args=ray_remote_args, arrow_open_stream_args=arrow_open_stream_args,
+                    filename_provider=filename_provider, options_fn=arrow_csv_args_fn,
+                    min_rows_per_file=min_rows_per_file, num_rows_per_file=num_rows_per_file,
+                    concurrency=concurrency, mode=mode)
 
     def write_numpy(self, path: str, *, column: str, filesystem: Any = None,
-                    try_create_dir: bool = True, ray_remote_args: dict | None = None, **_: Any) -> None:
-        """Writes one column as .npy files under path."""
+                    try_create_dir: bool = True, arrow_open_stream_args: dict | None = None,
+                    filename_provider: Any = None, min_rows_per_file: int | None = None,
+                    ray_remote_args: dict | None = None, concurrency: int | None = None,
+                    num_rows_per_file: int | None = None, mode: Any = "append") -> None:
+        """Writes one column as .npy files under path (options as write_parquet)."""
         self._write("numpy", path, filesystem, try_create_dir, {}, column=column,
-                    ray_remote_args=ray_remote_args)
+                    ray_remote_args=ray_remote_args, arrow_open_stream_args=arrow_open_stream_args,
+                    filename_provider=filename_provider, min_rows_per_file=min_rows_per_file,
+                    num_rows_per_file=num_rows_per_file, concurrency=concurrency, mode=mode)
 
     # --- execution ----------------------------------------------------------------------------
     def _iter_bundles(self) -> Iterator[Any]:

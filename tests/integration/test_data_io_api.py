@@ -1,0 +1,125 @@
+"""Ray Data's write and read options on a real embedded cluster with real files: save modes,
+min_rows_per_file, filename providers, writer arguments, and parameters Ember does not
+implement raising instead of being dropped."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+import ember
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def cluster(data_cluster):
+    return data_cluster
+
+
+def _files(d):
+    return sorted(f for f in os.listdir(d) if not f.startswith("."))
+
+
+def test_save_modes_as_ray(cluster, tmp_path):
+    out = str(tmp_path / "out")
+    ember.data.range(10, override_num_blocks=2).write_parquet(out)
+    first = _files(out)
+    assert len(first) == 2
+    ember.data.range(5, override_num_blocks=1).write_parquet(out, mode="append")
+    assert len(_files(out)) == 3 and pq.read_table(out).num_rows == 15
+    with pytest.raises(ValueError, match="already exists.*mode='ignore'"):
+        ember.data.range(5).write_parquet(out, mode="error")
+    ember.data.range(7).write_parquet(out, mode="ignore")
+    assert pq.read_table(out).num_rows == 15
+    ember.data.range(4, override_num_blocks=1).write_csv(out, mode="overwrite")
+    assert len(_files(out)) == 1 and _files(out)[0].endswith(".csv")
+    new = str(tmp_path / "fresh")
+    ember.data.range(3).write_json(new, mode="error")  # a missing path is written
+    assert sum(len((tmp_path / "fresh" / f).read_text().splitlines()) for f in _files(new)) == 3
+    with pytest.raises(ValueError, match="mode must be one of"):
+        ember.data.range(3).write_json(new, mode="replace")
+
+
+def test_min_rows_per_file_and_filename_provider(cluster, tmp_path):
+    out = tmp_path / "m"
+    ember.data.range(1000, override_num_blocks=20).write_parquet(str(out), min_rows_per_file=300)
+    sizes = sorted(pq.read_metadata(out / f).num_rows for f in _files(out))
+    assert sum(sizes) == 1000 and len(sizes) == 3 and min(sizes) >= 300
+
+    class Names:
+        def get_filename_for_block(self, block, write_uuid, task_index, block_index):
+            return f"part-{task_index:03}-{block.num_rows}.csv"
+
+    ember.data.range(40, override_num_blocks=4).write_csv(str(tmp_path / "n"),
+                                                          filename_provider=Names())
+    assert _files(tmp_path / "n") == [f"part-{i:03}-10.csv" for i in range(4)]
+    with pytest.raises(TypeError, match="get_filename_for_block"):
+        ember.data.range(4).write_csv(str(tmp_path / "bad"), filename_provider=object())
+
+
+def test_writer_arguments_are_passed_not_dropped(cluster, tmp_path):
+    ds = ember.data.from_items([{"a": i, "b": f"s{i}"} for i in range(6)], override_num_blocks=1)
+    ds.write_parquet(str(tmp_path / "p"), compression="gzip",
+                     arrow_parquet_args_fn=lambda: {"use_dictionary": False})
+    (f,) = _files(tmp_path / "p")
+    assert pq.read_metadata(tmp_path / "p" / f).row_group(0).column(0).compression == "GZIP"
+    ds.write_csv(str(tmp_path / "c"), write_options=pcsv.WriteOptions(delimiter="|"))
+    (f,) = _files(tmp_path / "c")
+    assert (tmp_path / "c" / f).read_text().splitlines()[0] == '"a"|"b"'
+    ds.write_json(str(tmp_path / "j"), orient="records", lines=True, double_precision=3)
+    (f,) = _files(tmp_path / "j")
+    assert json.loads((tmp_path / "j" / f).read_text().splitlines()[0]) == {"a": 0, "b": "s0"}
+
+
+def test_unknown_and_unimplemented_parameters_raise(cluster, tmp_path):
+    ds = ember.data.range(3)
+    with pytest.raises(TypeError, match="bogus"):
+        ds.write_parquet(str(tmp_path / "a"), bogus=1)
+    with pytest.raises(TypeError, match="bogus"):
+        ds.write_csv(str(tmp_path / "b"), bogus=1)
+    with pytest.raises(TypeError, match="bogus"):
+        ds.write_json(str(tmp_path / "c"), bogus=1)
+    with pytest.raises(TypeError, match="bogus"):
+        ds.write_numpy(str(tmp_path / "d"), column="id", bogus=1)
+    with pytest.raises(ValueError, match="max_rows_per_file"):
+        ds.write_parquet(str(tmp_path / "e"), max_rows_per_file=10)
+    (tmp_path / "t.txt").write_text("x\n")
+    np.save(tmp_path / "n.npy", np.arange(3))
+    (tmp_path / "c.csv").write_text("a\n1\n")
+    for call, name in [
+        (lambda: ember.data.read_text(str(tmp_path / "t.txt"), bogus=1), "bogus"),
+        (lambda: ember.data.read_binary_files(str(tmp_path / "t.txt"), bogus=1), "bogus"),
+        (lambda: ember.data.read_numpy(str(tmp_path / "n.npy"), bogus=1), "bogus"),
+        (lambda: ember.data.read_csv(str(tmp_path / "c.csv"), bogus=1), "bogus"),
+        (lambda: ember.data.read_parquet(str(tmp_path / "a"), tensor_column_schema={}),
+         "tensor_column_schema"),
+        (lambda: ember.data.read_csv(str(tmp_path / "c.csv"), partition_filter=lambda p: True),
+         "partition_filter"),
+        (lambda: ember.data.read_text(str(tmp_path / "t.txt"), meta_provider=object()),
+         "meta_provider"),
+    ]:
+        with pytest.raises((TypeError, ValueError), match=name):
+            call()
+
+
+def test_read_options_are_honoured(cluster, tmp_path):
+    (tmp_path / "c.csv").write_text("a;b\n1;x\n2;y\n")
+    ds = ember.data.read_csv(str(tmp_path / "c.csv"),
+                             parse_options=pcsv.ParseOptions(delimiter=";"))
+    assert ds.take_all() == [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]
+    np.save(tmp_path / "o.npy", np.array([{"k": 1}, {"k": 2}], dtype=object), allow_pickle=True)
+    assert [r["data"] for r in ember.data.read_numpy(str(tmp_path / "o.npy"),
+                                                     allow_pickle=True).take_all()] == \
+        [{"k": 1}, {"k": 2}]
+    (tmp_path / "t.txt.gz").write_bytes(__import__("gzip").compress(b"a\nb\n"))
+    assert ember.data.read_text(str(tmp_path / "t.txt.gz"),
+                                arrow_open_stream_args={"buffer_size": 4096}).take_all() == \
+        [{"text": "a"}, {"text": "b"}]
+    with pytest.raises(TypeError, match="buffer_sz"):
+        ember.data.read_text(str(tmp_path / "t.txt.gz"),
+                             arrow_open_stream_args={"buffer_sz": 1}).take_all()
