@@ -7,6 +7,7 @@ import json
 import os
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
@@ -123,3 +124,118 @@ def test_read_options_are_honoured(cluster, tmp_path):
     with pytest.raises(TypeError, match="buffer_sz"):
         ember.data.read_text(str(tmp_path / "t.txt.gz"),
                              arrow_open_stream_args={"buffer_sz": 1}).take_all()
+
+
+class RangeSquaresDatasource(ember.data.Datasource):
+    """A user-defined source: rows (i, i*i) for i < n, cut into `parallelism` read tasks."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def estimate_inmemory_data_size(self):
+        return self.n * 16
+
+    def get_read_tasks(self, parallelism):
+        import pandas as pd
+
+        from ember.data.block import BlockMetadata
+
+        bounds = np.linspace(0, self.n, parallelism + 1).astype(int)
+        tasks = []
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            def read(a=a, b=b):  # one Arrow block and one pandas block per task
+                mid = (a + b) // 2
+                ids = np.arange(a, mid)
+                yield pa.table({"i": ids, "sq": ids * ids})
+                rest = np.arange(mid, b)
+                yield pd.DataFrame({"i": rest, "sq": rest * rest})
+            tasks.append(ember.data.ReadTask(read, BlockMetadata(
+                num_rows=int(b - a), size_bytes=int(b - a) * 16, input_files=None,
+                exec_stats=None)))
+        return tasks
+
+
+class CollectingDatasink(ember.data.Datasink):
+    """A user-defined sink: each task writes one JSON file of its rows and returns its row
+    count and task index; the driver hooks record what they were given."""
+
+    def __init__(self, directory, fail_on=None):
+        self.dir = directory
+        self.fail_on = fail_on
+        self.events = []
+
+    def on_write_start(self):
+        os.makedirs(self.dir, exist_ok=True)
+        with open(os.path.join(self.dir, "_started"), "w") as f:
+            f.write("1")
+
+    def write(self, blocks, ctx):
+        rows = [r for b in blocks for r in b.to_pylist()]
+        if self.fail_on is not None and any(r.get("id") == self.fail_on for r in rows):
+            raise RuntimeError(f"row {self.fail_on} refused")
+        with open(os.path.join(self.dir, f"task-{ctx.task_idx}.json"), "w") as f:
+            json.dump(rows, f)
+        return {"rows": len(rows), "task": ctx.task_idx}
+
+    def on_write_complete(self, write_result):
+        self.events.append(("complete", write_result.num_rows, write_result.size_bytes > 0,
+                            sorted(r["task"] for r in write_result.write_returns),
+                            sum(r["rows"] for r in write_result.write_returns)))
+
+    def on_write_failed(self, error):
+        self.events.append(("failed", isinstance(error, RuntimeError)))
+
+
+def test_user_datasource_reads_through_the_executor(cluster):
+    ds = ember.data.read_datasource(RangeSquaresDatasource(100), override_num_blocks=4)
+    assert repr(ds) == "Dataset(num_rows=?, schema={i: int64, sq: int64})"
+    assert ds.count() == 100
+    rows = ds.map(lambda r: {"i": r["i"], "ok": r["sq"] == r["i"] ** 2}).take_all()
+    assert sorted(r["i"] for r in rows) == list(range(100)) and all(r["ok"] for r in rows)
+    assert repr(ds.map_batches(lambda b: b)) .startswith("MapBatches(<lambda>)\n+- Dataset(")
+    with pytest.raises(TypeError, match="expects an ember.data.Datasource"):
+        ember.data.read_datasource(object())
+    with pytest.raises(TypeError, match="create_reader"):
+        ember.data.read_datasource(RangeSquaresDatasource(3), path="x")
+
+    class Bad(ember.data.Datasource):
+        def estimate_inmemory_data_size(self):
+            return None
+
+        def get_read_tasks(self, parallelism):
+            return [lambda: []]
+
+    with pytest.raises(TypeError, match="must return ReadTasks"):
+        ember.data.read_datasource(Bad()).take_all()
+
+
+def test_user_datasink_hooks_and_task_context(cluster, tmp_path):
+    sink = CollectingDatasink(str(tmp_path / "s"))
+    ds = ember.data.read_datasource(RangeSquaresDatasource(60), override_num_blocks=3)
+    ds.write_datasink(sink)
+    # the sink was pickled to the tasks; the driver's copy got on_write_complete
+    assert sink.events == [("complete", 60, True, [0, 1, 2], 60)]
+    written = sorted(f for f in os.listdir(tmp_path / "s"))
+    assert written == ["_started", "task-0.json", "task-1.json", "task-2.json"]
+    got = sorted(r["i"] for f in written[1:]
+                 for r in json.loads((tmp_path / "s" / f).read_text()))
+    assert got == list(range(60))
+
+    failing = CollectingDatasink(str(tmp_path / "f"), fail_on=7)
+    with pytest.raises(RuntimeError, match="row 7 refused"):
+        ember.data.range(20, override_num_blocks=2).write_datasink(failing)
+    assert failing.events == [("failed", True)]  # the task's error, as raised after
+    with pytest.raises(TypeError, match="expects an ember.data.Datasink"):
+        ember.data.range(2).write_datasink(object())
+
+
+def test_datasink_min_rows_per_write(cluster, tmp_path):
+    class Batched(CollectingDatasink):
+        @property
+        def min_rows_per_write(self):
+            return 25
+
+    sink = Batched(str(tmp_path / "b"))
+    ember.data.range(100, override_num_blocks=10).write_datasink(sink)
+    (_, n, _, tasks, total) = sink.events[0]
+    assert n == total == 100 and len(tasks) == 4

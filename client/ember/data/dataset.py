@@ -410,6 +410,21 @@ class Dataset(ConsumeMixin):
         if stats is not None:
             self._last_stats = stats
 
+    def write_datasink(self, datasink: Any, *, ray_remote_args: dict | None = None,
+                       concurrency: int | None = None) -> None:
+        """Writes the rows into a user-defined `ember.data.Datasink` (on_write_start, then
+        write(blocks, ctx) per task, then on_write_complete or on_write_failed)."""
+        from ._internal.write import run_write
+        from .datasource import Datasink
+
+        if not isinstance(datasink, Datasink):
+            raise TypeError("write_datasink() expects an ember.data.Datasink, got "
+                            f"{type(datasink).__name__}")
+        stats = run_write(self._plan, datasink, f"Write{datasink.get_name()}", ray_remote_args,
+                          concurrency, datasink.min_rows_per_write)
+        if stats is not None:
+            self._last_stats = stats
+
     def write_parquet(self, path: str, *, partition_cols: list[str] | None = None,
                       filesystem: Any = None, try_create_dir: bool = True,
                       arrow_open_stream_args: dict | None = None, filename_provider: Any = None,

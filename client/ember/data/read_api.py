@@ -176,6 +176,24 @@ def read_numpy(paths: str | list[str], *, filesystem: Any = None, parallelism: i
                       arrow_open_stream_args, meta_provider, partition_filter)
 
 
+def read_datasource(datasource: Any, *, parallelism: int = -1, num_cpus: float | None = None,
+                    num_gpus: float | None = None, memory: float | None = None,
+                    ray_remote_args: dict | None = None, concurrency: int | None = None,
+                    override_num_blocks: int | None = None, **read_args: Any) -> Dataset:
+    """A dataset read from a user-defined `ember.data.Datasource` (its get_read_tasks)."""
+    from .datasource import Datasource, _SourceAdapter
+
+    if not isinstance(datasource, Datasource):
+        raise TypeError("read_datasource() expects an ember.data.Datasource, got "
+                        f"{type(datasource).__name__}")
+    if read_args:
+        raise TypeError(f"read_datasource() got unexpected arguments {sorted(read_args)} (Ray "
+                        "passes these to the deprecated Datasource.create_reader, which ember.data "
+                        "does not support)")
+    return _read(_SourceAdapter(datasource), f"Read{datasource.get_name()}", parallelism,
+                 override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+
+
 # --- generated data ------------------------------------------------------------------------
 
 def _range_block(start: int, stop: int, shape: tuple | None) -> Iterator[pa.Table]:
