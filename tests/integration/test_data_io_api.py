@@ -239,3 +239,40 @@ def test_datasink_min_rows_per_write(cluster, tmp_path):
     ember.data.range(100, override_num_blocks=10).write_datasink(sink)
     (_, n, _, tasks, total) = sink.events[0]
     assert n == total == 100 and len(tasks) == 4
+
+
+def _sqlite_db(path, n):
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE movies (id INTEGER, title TEXT, score REAL)")
+    conn.executemany("INSERT INTO movies VALUES (?, ?, ?)",
+                     [(i, f"m{i}", i / 10) for i in range(n)])
+    conn.commit()
+    conn.close()
+
+
+def test_read_sql_sqlite(cluster, tmp_path):
+    import functools
+    import sqlite3
+
+    db = str(tmp_path / "movies.db")
+    _sqlite_db(db, 500)
+    factory = functools.partial(sqlite3.connect, db)
+    ds = ember.data.read_sql("SELECT * FROM movies WHERE score >= 10", factory,
+                             override_num_blocks=4)
+    assert ds.count() == 400
+    rows = ds.take_all()
+    assert sorted(r["id"] for r in rows) == list(range(100, 500))
+    assert rows[0].keys() == {"id", "title", "score"}
+    assert {r["title"] for r in rows} == {f"m{i}" for i in range(100, 500)}
+    assert ds.num_blocks() == 4  # paged into 4 read tasks
+    assert repr(ds) == "Dataset(num_rows=400, schema={id: int64, title: string, score: double})"
+    agg = ember.data.read_sql("SELECT COUNT(*) AS n, SUM(id) AS s FROM movies", factory)
+    assert agg.take_all() == [{"n": 500, "s": sum(range(500))}]
+    with pytest.raises(ValueError, match="shard_keys"):
+        ember.data.read_sql("SELECT * FROM movies", factory, shard_keys=["id"])
+    with pytest.raises(TypeError, match="connection_factory"):
+        ember.data.read_sql("SELECT 1", "sqlite:///x.db")
+    with pytest.raises(Exception, match="no such table"):
+        ember.data.read_sql("SELECT * FROM nope", factory).take_all()

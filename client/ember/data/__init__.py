@@ -32,6 +32,7 @@ from .read_api import (
     read_json,
     read_numpy,
     read_parquet,
+    read_sql,
     read_text,
 )
 
@@ -47,7 +48,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "ActorPoolStrategy", "AggregateFn", "Count", "DataContext", "DataIterator", "Dataset",
-    "Datasink", "Datasource", "FilenameProvider", "ReadTask", "SaveMode", "read_datasource",
+    "Datasink", "Datasource", "FilenameProvider", "ReadTask", "SaveMode", "read_datasource", "read_sql",
     "ExecutionOptions", "ExecutionResources", "GroupedData", "MaterializedDataset", "Max", "Mean",
     "Min", "Schema", "Std", "Sum", "TaskPoolStrategy", "block", "from_arrow", "from_items",
     "from_numpy", "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files",

@@ -194,6 +194,24 @@ def read_datasource(datasource: Any, *, parallelism: int = -1, num_cpus: float |
                  override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
 
 
+def read_sql(sql: str, connection_factory: Any, *, shard_keys: list[str] | None = None,
+             shard_hash_fn: str = "MD5", parallelism: int = -1, num_cpus: float | None = None,
+             num_gpus: float | None = None, memory: float | None = None,
+             ray_remote_args: dict | None = None, concurrency: int | None = None,
+             override_num_blocks: int | None = None) -> Dataset:
+    """The rows of a SQL query; `connection_factory()` returns a DB-API 2 connection (called
+    in the driver and in every read task). Paged into parallel tasks with LIMIT/OFFSET where
+    the database supports it, else read by one task."""
+    from ._internal.datasource.sql import SQLDatasource
+
+    _refuse("read_sql", shard_keys=shard_keys)
+    if shard_hash_fn != "MD5":
+        raise ValueError("read_sql: shard_hash_fn applies to shard_keys, which ember.data does "
+                         "not support")
+    return _read(SQLDatasource(sql, connection_factory), "ReadSQL", parallelism,
+                 override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+
+
 # --- generated data ------------------------------------------------------------------------
 
 def _range_block(start: int, stop: int, shape: tuple | None) -> Iterator[pa.Table]:
