@@ -237,3 +237,46 @@ def test_data_context_fields_honoured_or_refused(cluster):
         ctx.target_min_block_size = 0
     with pytest.raises(TypeError, match="enable_progress_bars"):
         ctx.enable_progress_bars = "no"
+
+
+def test_dataset_repr_as_ray_prints_it(cluster, files):
+    """Ray's Dataset.__repr__: operators newest first with `+- ` under each, the source's count
+    and schema on the dataset line; materialized datasets print num_blocks; long lines wrap."""
+    def f(r):
+        return r
+
+    def g(r):
+        return True
+
+    assert repr(ember.data.range(10)) == "Dataset(num_rows=10, schema={id: int64})"
+    assert repr(ember.data.range(10).map(f).filter(g)) == (
+        "Filter(g)\n"
+        "+- Map(f)\n"
+        "   +- Dataset(num_rows=10, schema={id: int64})")
+    items = ember.data.from_items([{"a": 1, "b": "x"}, {"a": 2, "b": "y"}])
+    assert repr(items) == "MaterializedDataset(num_blocks=2, num_rows=2, schema={a: int64, b: string})"
+    assert repr(items.map_batches(f)) == (
+        "MapBatches(f)\n+- Dataset(num_rows=2, schema={a: int64, b: string})")
+    mat = ember.data.range(10, override_num_blocks=2).map(f).materialize()
+    assert repr(mat) == "MaterializedDataset(num_blocks=2, num_rows=10, schema={id: int64})"
+    d, df, _ = files
+    pq_ds = ember.data.read_parquet(str(d / "pq"))
+    s_type = pq.read_schema(d / "pq" / "0.parquet").field("s").type  # string or large_string
+    assert repr(pq_ds) == ("Dataset(num_rows=3000, schema={id: int64, k: int64, x: double, "
+                           f"s: {s_type}}})")
+    assert repr(ember.data.read_parquet(str(d / "pq"), columns=["x"])) == (
+        "Dataset(num_rows=3000, schema={x: double})")
+    # a CSV read knows its schema (from the first block) but not its count
+    assert repr(ember.data.read_csv(str(d / "right.csv"))) == (
+        "Dataset(num_rows=?, schema={rid: int64, w: double})")
+    wide = ember.data.from_items([{f"column_{i}": i for i in range(8)}])
+    assert repr(wide.limit(1)) == (
+        "limit=1\n"
+        "+- Dataset(\n"
+        "      num_rows=1,\n"
+        "      schema={\n"
+        + ",\n".join(f"         column_{i}: int64" for i in range(8)) + "\n"
+        "      }\n"
+        "   )")
+    assert repr(ember.data.range(3).union(ember.data.range(4))) == (
+        "Union\n+- Dataset(num_rows=?, schema=Unknown schema)")

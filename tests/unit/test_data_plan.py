@@ -128,3 +128,17 @@ def test_compute_strategy_follows_ray():
 def test_describe():
     root = P.Union(name="Union", inputs=[_read(), _map(_read(), "Map(f)")])
     assert P.describe(root) == "[ReadParquet, ReadParquet -> Map(f)] -> Union"
+
+
+def test_repr_tree_of_branches_and_long_column_names():
+    from ember.data._internal.plan_repr import format_dataset, plan_lines
+
+    root = P.Union(name="Union", inputs=[_map(_read(), "Map(f)"), _map(_read(), "Map(g)")])
+    lines, depth = plan_lines(root)
+    assert (lines, depth) == (["Union", "+- Map(f)", "+- Map(g)"], 2)
+    assert format_dataset("Dataset", lines, depth, None, None, None) == (
+        "Union\n+- Map(f)\n+- Map(g)\n   +- Dataset(num_rows=?, schema=Unknown schema)")
+    # a column line over 80 characters is cut to 80 with "...: <type>" at its end
+    out = format_dataset("MaterializedDataset", [], 0, 3, 5, [("n" * 90, pa.int64())])
+    assert out == ("MaterializedDataset(\n   num_blocks=3,\n   num_rows=5,\n   schema={\n"
+                   f"      {'n' * 64}...: int64\n   }}\n)")

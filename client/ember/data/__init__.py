@@ -15,6 +15,7 @@ from ._consume import Schema
 from ._internal.compute import ActorPoolStrategy, TaskPoolStrategy
 from .context import DataContext, ExecutionOptions, ExecutionResources
 from .dataset import Dataset, MaterializedDataset
+from .datasource import Datasink, Datasource, FilenameProvider, ReadTask, SaveMode
 from .grouped import AggregateFn, Count, GroupedData, Max, Mean, Min, Std, Sum
 from .iterator import DataIterator
 from .read_api import (
@@ -27,9 +28,11 @@ from .read_api import (
     range_tensor,
     read_binary_files,
     read_csv,
+    read_datasource,
     read_json,
     read_numpy,
     read_parquet,
+    read_sql,
     read_text,
 )
 
@@ -45,6 +48,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "ActorPoolStrategy", "AggregateFn", "Count", "DataContext", "DataIterator", "Dataset",
+    "Datasink", "Datasource", "FilenameProvider", "ReadTask", "SaveMode", "read_datasource", "read_sql",
     "ExecutionOptions", "ExecutionResources", "GroupedData", "MaterializedDataset", "Max", "Mean",
     "Min", "Schema", "Std", "Sum", "TaskPoolStrategy", "block", "from_arrow", "from_items",
     "from_numpy", "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files",

@@ -44,7 +44,35 @@ class Dataset(ConsumeMixin):
         self._last_stats: Any = None
 
     def __repr__(self) -> str:
-        return f"Dataset(plan={P.describe(self._plan)})"
+        """As Ray prints it: the operators newest first, then `Dataset(num_rows=..., schema=...)`
+        with the count and schema of the source when the plan is one chain (`?` and `Unknown
+        schema` when they are not known without running it)."""
+        from ._internal.plan_repr import format_dataset, plan_lines
+
+        lines, depth = plan_lines(self._plan)
+        src = self._plan
+        while len(src.inputs) == 1:
+            src = src.inputs[0]
+        count = schema = None
+        if not src.inputs:  # one chain down to the source
+            base = Dataset(src)
+            count = base._meta_count()
+            s = base.schema()
+            schema = list(zip(s.names, s.types, strict=True)) if s is not None else None
+        num_blocks = None
+        if isinstance(self, MaterializedDataset) and isinstance(self._plan, P.InputData):
+            num_blocks = len(self._plan.bundles)
+        return format_dataset(type(self).__name__, lines, depth, num_blocks, count, schema)
+
+    def _meta_count(self) -> int | None:
+        """The row count if metadata knows it without reading rows, else None."""
+        p = self._plan
+        if isinstance(p, P.InputData):
+            return sum(b.num_rows for b in p.bundles)
+        if isinstance(p, P.Read) and p.filter is None and hasattr(p.datasource, "num_rows"):
+            n = p.datasource.num_rows()
+            return int(n) if n is not None else None
+        return None
 
     def _with(self, op: P.LogicalOp) -> Dataset:
         return Dataset(op)
@@ -357,45 +385,104 @@ class Dataset(ConsumeMixin):
 
     # --- writes -------------------------------------------------------------------------------
     def _write(self, fmt: str, path: str, filesystem: Any, try_create_dir: bool,
-               options: dict[str, Any], column: str | None = None,
-               partition_cols: list[str] | None = None, ray_remote_args: dict | None = None) -> None:
+               options: dict[str, Any], *, column: str | None = None,
+               partition_cols: list[str] | None = None, ray_remote_args: dict | None = None,
+               arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
+               options_fn: Any = None, min_rows_per_file: int | None = None,
+               num_rows_per_file: int | None = None, concurrency: int | None = None,
+               mode: Any = "append") -> None:
         from ._internal.datasource.sinks import FileDatasink
+        from ._internal.write import run_write
 
-        sink = FileDatasink(path, fmt, filesystem, options, try_create_dir, column, partition_cols)
-        name = f"Write{ {'parquet': 'Parquet', 'json': 'JSON', 'csv': 'CSV', 'numpy': 'Numpy'}[fmt] }"
-        name = name.replace(" ", "")
-        ds = self._with(P.MapOp(name=name, inputs=[self._plan], step=T.Write(sink, name),
-                                compute=TaskPoolStrategy(), remote_args=dict(ray_remote_args or {})))
-        for _ in ds._iter_bundles():
-            pass
-        self._last_stats = ds._last_stats
+        if num_rows_per_file is not None:  # Ray's older name for min_rows_per_file
+            if min_rows_per_file is not None:
+                raise ValueError("give min_rows_per_file or num_rows_per_file (its older "
+                                 "name), not both")
+            min_rows_per_file = num_rows_per_file
+        if options_fn is not None and not callable(options_fn):
+            raise TypeError(f"the *_args_fn argument must be callable, got "
+                            f"{type(options_fn).__name__}")
+        sink = FileDatasink(path, fmt, filesystem, options, try_create_dir, column, partition_cols,
+                            mode=mode, filename_provider=filename_provider,
+                            open_stream_args=arrow_open_stream_args, options_fn=options_fn)
+        stats = run_write(self._plan, sink, f"Write{sink.get_name()}", ray_remote_args,
+                          concurrency, min_rows_per_file)
+        if stats is not None:
+            self._last_stats = stats
+
+    def write_datasink(self, datasink: Any, *, ray_remote_args: dict | None = None,
+                       concurrency: int | None = None) -> None:
+        """Writes the rows into a user-defined `ember.data.Datasink` (on_write_start, then
+        write(blocks, ctx) per task, then on_write_complete or on_write_failed)."""
+        from ._internal.write import run_write
+        from .datasource import Datasink
+
+        if not isinstance(datasink, Datasink):
+            raise TypeError("write_datasink() expects an ember.data.Datasink, got "
+                            f"{type(datasink).__name__}")
+        stats = run_write(self._plan, datasink, f"Write{datasink.get_name()}", ray_remote_args,
+                          concurrency, datasink.min_rows_per_write)
+        if stats is not None:
+            self._last_stats = stats
 
     def write_parquet(self, path: str, *, partition_cols: list[str] | None = None,
                       filesystem: Any = None, try_create_dir: bool = True,
-                      ray_remote_args: dict | None = None, **arrow_parquet_args: Any) -> None:
-        """Writes the rows as parquet files under path (a directory or a URI such as s3://...)."""
-        for k in ("arrow_open_stream_args", "filename_provider", "arrow_parquet_args_fn",
-                  "min_rows_per_file", "max_rows_per_file", "num_rows_per_file", "concurrency",
-                  "mode", "catalog", "min_bytes_per_file"):
-            arrow_parquet_args.pop(k, None)
+                      arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
+                      arrow_parquet_args_fn: Any = None, min_rows_per_file: int | None = None,
+                      max_rows_per_file: int | None = None, ray_remote_args: dict | None = None,
+                      concurrency: int | None = None, num_rows_per_file: int | None = None,
+                      mode: Any = "append", **arrow_parquet_args: Any) -> None:
+        """Writes the rows as parquet files under path (a directory or a URI such as s3://...).
+        `mode`: append / overwrite / error / ignore (Ray's SaveMode); `min_rows_per_file`: at
+        least that many rows per file; `filename_provider`: names the files;
+        `arrow_parquet_args` (and what `arrow_parquet_args_fn()` returns) go to ParquetWriter."""
+        if max_rows_per_file is not None:
+            raise ValueError("write_parquet: ember.data does not support max_rows_per_file")
         self._write("parquet", path, filesystem, try_create_dir, arrow_parquet_args,
-                    partition_cols=partition_cols, ray_remote_args=ray_remote_args)
+                    partition_cols=partition_cols, ray_remote_args=ray_remote_args,
+                    arrow_open_stream_args=arrow_open_stream_args,
+                    filename_provider=filename_provider, options_fn=arrow_parquet_args_fn,
+                    min_rows_per_file=min_rows_per_file, num_rows_per_file=num_rows_per_file,
+                    concurrency=concurrency, mode=mode)
 
     def write_json(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
-                   ray_remote_args: dict | None = None, **_: Any) -> None:
-        """Writes the rows as JSON lines files under path."""
-        self._write("json", path, filesystem, try_create_dir, {}, ray_remote_args=ray_remote_args)
+                   arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
+                   pandas_json_args_fn: Any = None, min_rows_per_file: int | None = None,
+                   ray_remote_args: dict | None = None, concurrency: int | None = None,
+                   num_rows_per_file: int | None = None, mode: Any = "append",
+                   **pandas_json_args: Any) -> None:
+        """Writes the rows as JSON lines files under path (`pandas_json_args` go to
+        DataFrame.to_json; other options as write_parquet)."""
+        self._write("json", path, filesystem, try_create_dir, pandas_json_args,
+                    ray_remote_args=ray_remote_args, arrow_open_stream_args=arrow_open_stream_args,
+                    filename_provider=filename_provider, options_fn=pandas_json_args_fn,
+                    min_rows_per_file=min_rows_per_file, num_rows_per_file=num_rows_per_file,
+                    concurrency=concurrency, mode=mode)
 
     def write_csv(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
-                  ray_remote_args: dict | None = None, **_: Any) -> None:
-        """Writes the rows as CSV files under path."""
-        self._write("csv", path, filesystem, try_create_dir, {}, ray_remote_args=ray_remote_args)
+                  arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
+                  arrow_csv_args_fn: Any = None, min_rows_per_file: int | None = None,
+                  ray_remote_args: dict | None = None, concurrency: int | None = None,
+                  num_rows_per_file: int | None = None, mode: Any = "append",
+                  **arrow_csv_args: Any) -> None:
+        """Writes the rows as CSV files under path (`arrow_csv_args`, e.g. write_options, go to
+        pyarrow.csv.CSVWriter; other options as write_parquet)."""
+        self._write("csv", path, filesystem, try_create_dir, arrow_csv_args,
+                    ray_remote_args=ray_remote_args, arrow_open_stream_args=arrow_open_stream_args,
+                    filename_provider=filename_provider, options_fn=arrow_csv_args_fn,
+                    min_rows_per_file=min_rows_per_file, num_rows_per_file=num_rows_per_file,
+                    concurrency=concurrency, mode=mode)
 
     def write_numpy(self, path: str, *, column: str, filesystem: Any = None,
-                    try_create_dir: bool = True, ray_remote_args: dict | None = None, **_: Any) -> None:
-        """Writes one column as .npy files under path."""
+                    try_create_dir: bool = True, arrow_open_stream_args: dict | None = None,
+                    filename_provider: Any = None, min_rows_per_file: int | None = None,
+                    ray_remote_args: dict | None = None, concurrency: int | None = None,
+                    num_rows_per_file: int | None = None, mode: Any = "append") -> None:
+        """Writes one column as .npy files under path (options as write_parquet)."""
         self._write("numpy", path, filesystem, try_create_dir, {}, column=column,
-                    ray_remote_args=ray_remote_args)
+                    ray_remote_args=ray_remote_args, arrow_open_stream_args=arrow_open_stream_args,
+                    filename_provider=filename_provider, min_rows_per_file=min_rows_per_file,
+                    num_rows_per_file=num_rows_per_file, concurrency=concurrency, mode=mode)
 
     # --- execution ----------------------------------------------------------------------------
     def _iter_bundles(self) -> Iterator[Any]:

@@ -15,10 +15,6 @@ from ._internal.datasource.file_based import FileDatasource, ParquetDatasource, 
 from ._internal.operators import RefBundle
 from .dataset import Dataset, MaterializedDataset
 
-_RAY_ONLY = ("catalog", "tensor_column_schema", "partition_filter", "include_row_hash",
-             "skip_paths", "label_selector", "fallback_strategy", "max_calls", "accelerator_type",
-             "runtime_env", "arrow_open_stream_args", "meta_provider", "compute")
-
 
 def _read(ds: Any, name: str, parallelism: int, override_num_blocks: int | None,
           concurrency: int | None, num_cpus: Any, num_gpus: Any, memory: Any,
@@ -32,9 +28,17 @@ def _read(ds: Any, name: str, parallelism: int, override_num_blocks: int | None,
                           concurrency=concurrency))
 
 
-def _drop(kwargs: dict[str, Any]) -> dict[str, Any]:
-    for k in _RAY_ONLY:
-        kwargs.pop(k, None)
+def _refuse(fn: str, **given: Any) -> None:
+    """Ray parameters Ember does not implement: an error naming the first one that is set."""
+    for k, v in given.items():
+        if v is not None:
+            raise ValueError(f"{fn}: ember.data does not support {k!r}")
+
+
+def _only(fn: str, kwargs: dict[str, Any], allowed: tuple[str, ...], what: str) -> dict[str, Any]:
+    bad = sorted(set(kwargs) - set(allowed))
+    if bad:
+        raise TypeError(f"{fn}() got unexpected arguments {bad} ({what} takes {list(allowed)})")
     return kwargs
 
 
@@ -47,14 +51,16 @@ def _partitioning(p: Any) -> bool:
 
 def read_parquet(paths: str | list[str], *, filesystem: Any = None, columns: list[str] | None = None,
                  parallelism: int = -1, num_cpus: float | None = None, num_gpus: float | None = None,
-                 memory: float | None = None, partitioning: Any = "hive", shuffle: Any = None,
+                 memory: float | None = None, ray_remote_args: dict | None = None,
+                 tensor_column_schema: dict | None = None, meta_provider: Any = None,
+                 partition_filter: Any = None, partitioning: Any = "hive", shuffle: Any = None,
                  include_paths: bool = False, file_extensions: list[str] | None = ["parquet"],  # noqa: B006
                  ignore_missing_paths: bool = False, concurrency: int | None = None,
-                 override_num_blocks: int | None = None, ray_remote_args: dict | None = None,
-                 **arrow_parquet_args: Any) -> Dataset:
+                 override_num_blocks: int | None = None, **arrow_parquet_args: Any) -> Dataset:
     """Parquet files (local, s3://, any pyarrow.fs URI); `columns` and `filter=` (a pyarrow
     expression) are pushed down into the reader, row groups pruned by their statistics."""
-    _drop(arrow_parquet_args)
+    _refuse("read_parquet", tensor_column_schema=tensor_column_schema,
+            meta_provider=meta_provider, partition_filter=partition_filter)
     flt = arrow_parquet_args.pop("filter", None)
     if arrow_parquet_args:
         raise TypeError(f"read_parquet() got unsupported arguments {sorted(arrow_parquet_args)}")
@@ -67,7 +73,17 @@ def read_parquet(paths: str | list[str], *, filesystem: Any = None, columns: lis
 def _file_read(fmt: str, name: str, paths: Any, filesystem: Any, options: dict, include_paths: bool,
                file_extensions: Any, ignore_missing_paths: bool, partitioning: Any, shuffle: Any,
                parallelism: int, override_num_blocks: int | None, concurrency: int | None,
-               num_cpus: Any, num_gpus: Any, memory: Any, ray_remote_args: dict | None) -> Dataset:
+               num_cpus: Any, num_gpus: Any, memory: Any, ray_remote_args: dict | None,
+               arrow_open_stream_args: dict | None = None, meta_provider: Any = None,
+               partition_filter: Any = None) -> Dataset:
+    fn = {"ReadJSON": "read_json", "ReadCSV": "read_csv", "ReadText": "read_text",
+          "ReadBinary": "read_binary_files", "ReadNumpy": "read_numpy"}[name]
+    _refuse(fn, meta_provider=meta_provider, partition_filter=partition_filter)
+    if arrow_open_stream_args is not None:
+        if not isinstance(arrow_open_stream_args, dict):
+            raise TypeError(f"{fn}: arrow_open_stream_args must be a dict, got "
+                            f"{type(arrow_open_stream_args).__name__}")
+        options = {**options, "open_stream_args": dict(arrow_open_stream_args)}
     ds = FileDatasource(paths, fmt, filesystem, options, include_paths, file_extensions,
                         ignore_missing_paths, _partitioning(partitioning), shuffle)
     return _read(ds, name, parallelism, override_num_blocks, concurrency, num_cpus, num_gpus,
@@ -80,67 +96,120 @@ _JSON_EXT = ["json", "jsonl", "json.gz", "jsonl.gz", "json.br", "jsonl.br", "jso
 
 def read_json(paths: str | list[str], *, lines: bool = False, filesystem: Any = None,
               parallelism: int = -1, num_cpus: float | None = None, num_gpus: float | None = None,
-              memory: float | None = None, partitioning: Any = "hive", include_paths: bool = False,
+              memory: float | None = None, ray_remote_args: dict | None = None,
+              arrow_open_stream_args: dict | None = None, meta_provider: Any = None,
+              partition_filter: Any = None, partitioning: Any = "hive", include_paths: bool = False,
               ignore_missing_paths: bool = False, shuffle: Any = None,
               file_extensions: list[str] | None = _JSON_EXT, concurrency: int | None = None,
-              override_num_blocks: int | None = None, ray_remote_args: dict | None = None,
-              **arrow_json_args: Any) -> Dataset:
-    """JSON lines files and files holding one JSON array of objects."""
-    _drop(arrow_json_args)
+              override_num_blocks: int | None = None, **arrow_json_args: Any) -> Dataset:
+    """JSON lines files and files holding one JSON array of objects (`read_options`,
+    `parse_options`: pyarrow.json's)."""
+    _only("read_json", arrow_json_args, ("read_options", "parse_options"), "pyarrow.json")
     return _file_read("json", "ReadJSON", paths, filesystem, arrow_json_args, include_paths,
                       file_extensions, ignore_missing_paths, partitioning, shuffle, parallelism,
-                      override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+                      override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args,
+                      arrow_open_stream_args, meta_provider, partition_filter)
 
 
 def read_csv(paths: str | list[str], *, filesystem: Any = None, parallelism: int = -1,
              num_cpus: float | None = None, num_gpus: float | None = None, memory: float | None = None,
+             ray_remote_args: dict | None = None, arrow_open_stream_args: dict | None = None,
+             meta_provider: Any = None, partition_filter: Any = None,
              partitioning: Any = "hive", include_paths: bool = False, ignore_missing_paths: bool = False,
              shuffle: Any = None, file_extensions: list[str] | None = None,
              concurrency: int | None = None, override_num_blocks: int | None = None,
-             ray_remote_args: dict | None = None, **arrow_csv_args: Any) -> Dataset:
+             **arrow_csv_args: Any) -> Dataset:
     """CSV files (pyarrow.csv options: read_options, parse_options, convert_options)."""
-    _drop(arrow_csv_args)
+    _only("read_csv", arrow_csv_args, ("read_options", "parse_options", "convert_options"),
+          "pyarrow.csv")
     return _file_read("csv", "ReadCSV", paths, filesystem, arrow_csv_args, include_paths,
                       file_extensions, ignore_missing_paths, partitioning, shuffle, parallelism,
-                      override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+                      override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args,
+                      arrow_open_stream_args, meta_provider, partition_filter)
 
 
 def read_text(paths: str | list[str], *, encoding: str = "utf-8", drop_empty_lines: bool = True,
               filesystem: Any = None, parallelism: int = -1, num_cpus: float | None = None,
-              num_gpus: float | None = None, memory: float | None = None, partitioning: Any = None,
+              num_gpus: float | None = None, memory: float | None = None,
+              ray_remote_args: dict | None = None, arrow_open_stream_args: dict | None = None,
+              meta_provider: Any = None, partition_filter: Any = None, partitioning: Any = None,
               include_paths: bool = False, ignore_missing_paths: bool = False, shuffle: Any = None,
               file_extensions: list[str] | None = None, concurrency: int | None = None,
-              override_num_blocks: int | None = None, ray_remote_args: dict | None = None,
-              **_: Any) -> Dataset:
+              override_num_blocks: int | None = None) -> Dataset:
     """One row per line of text files (column "text")."""
     return _file_read("text", "ReadText", paths, filesystem,
                       {"encoding": encoding, "drop_empty_lines": drop_empty_lines}, include_paths,
                       file_extensions, ignore_missing_paths, partitioning, shuffle, parallelism,
-                      override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+                      override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args,
+                      arrow_open_stream_args, meta_provider, partition_filter)
 
 
 def read_binary_files(paths: str | list[str], *, include_paths: bool = False, filesystem: Any = None,
                       parallelism: int = -1, num_cpus: float | None = None,
                       num_gpus: float | None = None, memory: float | None = None,
-                      partitioning: Any = None, ignore_missing_paths: bool = False,
-                      shuffle: Any = None, file_extensions: list[str] | None = None,
-                      concurrency: int | None = None, override_num_blocks: int | None = None,
-                      ray_remote_args: dict | None = None, **_: Any) -> Dataset:
+                      ray_remote_args: dict | None = None,
+                      arrow_open_stream_args: dict | None = None, meta_provider: Any = None,
+                      partition_filter: Any = None, partitioning: Any = None,
+                      ignore_missing_paths: bool = False, shuffle: Any = None,
+                      file_extensions: list[str] | None = None, concurrency: int | None = None,
+                      override_num_blocks: int | None = None) -> Dataset:
     """One row per file (column "bytes", and "path" with include_paths)."""
     return _file_read("binary", "ReadBinary", paths, filesystem, {}, include_paths, file_extensions,
                       ignore_missing_paths, partitioning, shuffle, parallelism, override_num_blocks,
-                      concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+                      concurrency, num_cpus, num_gpus, memory, ray_remote_args,
+                      arrow_open_stream_args, meta_provider, partition_filter)
 
 
 def read_numpy(paths: str | list[str], *, filesystem: Any = None, parallelism: int = -1,
-               partitioning: Any = None, include_paths: bool = False,
+               arrow_open_stream_args: dict | None = None, meta_provider: Any = None,
+               partition_filter: Any = None, partitioning: Any = None, include_paths: bool = False,
                ignore_missing_paths: bool = False, shuffle: Any = None,
                file_extensions: list[str] | None = ["npy"], concurrency: int | None = None,  # noqa: B006
-               override_num_blocks: int | None = None, allow_pickle: bool = False, **_: Any) -> Dataset:
-    """.npy files; one row per first-axis entry (column "data")."""
-    return _file_read("numpy", "ReadNumpy", paths, filesystem, {"allow_pickle": allow_pickle},
+               override_num_blocks: int | None = None, **numpy_load_args: Any) -> Dataset:
+    """.npy files; one row per first-axis entry (column "data"); `numpy_load_args`
+    (allow_pickle, ...) go to numpy.load."""
+    _only("read_numpy", numpy_load_args, ("allow_pickle", "fix_imports", "encoding",
+                                          "max_header_size"), "numpy.load")
+    return _file_read("numpy", "ReadNumpy", paths, filesystem, {"numpy_load_args": numpy_load_args},
                       include_paths, file_extensions, ignore_missing_paths, partitioning, shuffle,
-                      parallelism, override_num_blocks, concurrency, None, None, None, None)
+                      parallelism, override_num_blocks, concurrency, None, None, None, None,
+                      arrow_open_stream_args, meta_provider, partition_filter)
+
+
+def read_datasource(datasource: Any, *, parallelism: int = -1, num_cpus: float | None = None,
+                    num_gpus: float | None = None, memory: float | None = None,
+                    ray_remote_args: dict | None = None, concurrency: int | None = None,
+                    override_num_blocks: int | None = None, **read_args: Any) -> Dataset:
+    """A dataset read from a user-defined `ember.data.Datasource` (its get_read_tasks)."""
+    from .datasource import Datasource, _SourceAdapter
+
+    if not isinstance(datasource, Datasource):
+        raise TypeError("read_datasource() expects an ember.data.Datasource, got "
+                        f"{type(datasource).__name__}")
+    if read_args:
+        raise TypeError(f"read_datasource() got unexpected arguments {sorted(read_args)} (Ray "
+                        "passes these to the deprecated Datasource.create_reader, which ember.data "
+                        "does not support)")
+    return _read(_SourceAdapter(datasource), f"Read{datasource.get_name()}", parallelism,
+                 override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+
+
+def read_sql(sql: str, connection_factory: Any, *, shard_keys: list[str] | None = None,
+             shard_hash_fn: str = "MD5", parallelism: int = -1, num_cpus: float | None = None,
+             num_gpus: float | None = None, memory: float | None = None,
+             ray_remote_args: dict | None = None, concurrency: int | None = None,
+             override_num_blocks: int | None = None) -> Dataset:
+    """The rows of a SQL query; `connection_factory()` returns a DB-API 2 connection (called
+    in the driver and in every read task). Paged into parallel tasks with LIMIT/OFFSET where
+    the database supports it, else read by one task."""
+    from ._internal.datasource.sql import SQLDatasource
+
+    _refuse("read_sql", shard_keys=shard_keys)
+    if shard_hash_fn != "MD5":
+        raise ValueError("read_sql: shard_hash_fn applies to shard_keys, which ember.data does "
+                         "not support")
+    return _read(SQLDatasource(sql, connection_factory), "ReadSQL", parallelism,
+                 override_num_blocks, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
 
 
 # --- generated data ------------------------------------------------------------------------

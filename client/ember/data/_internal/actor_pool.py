@@ -138,7 +138,7 @@ class ActorPoolMapOp(RuntimeOp):
             if a.busy == 0:
                 a.idle_since = time.monotonic()
 
-        c = Call(a.handle.run, (None, ref), done, size, seq, on_finally=fin, index=idx)
+        c = Call(a.handle.run, (idx, None, ref), done, size, seq, on_finally=fin, index=idx)
         c.on_block = streamed_block_fn(self, self.preserve_order)
         return c
 

@@ -108,6 +108,8 @@ def repartition_plan(inputs: list[list[RefBundle]], p: dict[str, Any], ra: dict[
     total = sum(b.num_rows for b in bundles)
     if p.get("target_num_rows_per_block"):
         n = max(1, -(-total // p["target_num_rows_per_block"]))
+    elif p.get("min_rows_per_block"):  # blocks of at least that many rows (a write's files)
+        n = max(1, total // p["min_rows_per_block"])
     else:
         n = p["num_blocks"]
     if p.get("shuffle"):

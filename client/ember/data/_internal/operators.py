@@ -304,11 +304,11 @@ class TaskMapOp(RuntimeOp):
         self._dispatched += 1
         if self.read_tasks is not None:
             i, rt = self.read_tasks.popleft()
-            c = Call(self.task_fn, (rt,), self._done_fn(idx), 0, (i,),
+            c = Call(self.task_fn, (idx, rt), self._done_fn(idx), 0, (i,),
                      ratio_input_bytes=int(getattr(rt, "est_size_bytes", 0) or 0))
         else:
             b = self.inqueues[0].popleft()
-            c = Call(self.task_fn, (None, b.ref), self._done_fn(idx), b.size_bytes, b.seq)
+            c = Call(self.task_fn, (idx, None, b.ref), self._done_fn(idx), b.size_bytes, b.seq)
         c.index = idx
         c.on_block = streamed_block_fn(self, self.preserve_order)
         return c

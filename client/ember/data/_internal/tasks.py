@@ -9,7 +9,9 @@ a note names the operator. Other tasks (slices, all-to-all) return (block, metad
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import threading
 import time
 from typing import Any, Iterator
 
@@ -22,6 +24,24 @@ from .output_buffer import BlockOutputBuffer
 from .transforms import Step, run_steps
 
 _proc: Any = None
+
+
+@dataclasses.dataclass
+class TaskContext:
+    """What a running map task knows of itself (Ray's TaskContext): its index among its
+    operator's tasks (unique per operator run) and the operator's name. Datasinks get it."""
+
+    task_idx: int
+    op_name: str
+
+
+_local = threading.local()
+
+
+def current_task_context() -> TaskContext:
+    """The context of the map task running in this thread (task_idx -1 outside one)."""
+    ctx = getattr(_local, "ctx", None)
+    return ctx if ctx is not None else TaskContext(-1, "")
 
 
 def _heap_bytes() -> int:
@@ -46,7 +66,7 @@ def annotate(exc: BaseException, op_name: str) -> None:
 
 
 def run_map_task(steps: list[Step], op_name: str, read_task: Any, blocks: tuple[pa.Table, ...],
-                 target_max_block_size: int) -> Iterator[Any]:
+                 target_max_block_size: int, task_idx: int = -1) -> Iterator[Any]:
     """Runs the fused steps over a read task's output or over the input blocks; yields
     (metadata, block) for every output block, as items of a streaming generator."""
     t0 = time.perf_counter()
@@ -63,6 +83,7 @@ def run_map_task(steps: list[Step], op_name: str, read_task: Any, blocks: tuple[
                                  cpu_time_s=time.process_time() - c0, max_heap_bytes=max(0, peak))
         return B.metadata_of(blk, files, stats)
 
+    _local.ctx = TaskContext(task_idx, op_name)
     try:
         for s in steps:
             s.setup()
@@ -85,14 +106,16 @@ def run_map_task(steps: list[Step], op_name: str, read_task: Any, blocks: tuple[
     except Exception as e:
         annotate(e, op_name)
         raise
+    finally:
+        _local.ctx = None
 
 
 def make_map_task(steps: list[Step], op_name: str, remote_args: dict[str, Any],
                   target_max_block_size: int) -> Any:
     """A remote streaming generator (pickled once per operator) running one operator's steps."""
 
-    def data_map_task(read_task: Any, *blocks: pa.Table) -> Iterator[Any]:
-        return run_map_task(steps, op_name, read_task, blocks, target_max_block_size)
+    def data_map_task(task_idx: int, read_task: Any, *blocks: pa.Table) -> Iterator[Any]:
+        return run_map_task(steps, op_name, read_task, blocks, target_max_block_size, task_idx)
 
     data_map_task.__name__ = data_map_task.__qualname__ = _task_name(op_name)
     return ember.remote(num_returns="streaming", max_retries=3, **remote_args)(data_map_task)
@@ -121,10 +144,10 @@ class MapWorker:
         return True
 
     @ember.method(num_returns="streaming")
-    def run(self, read_task: Any, *blocks: pa.Table) -> Iterator[Any]:
+    def run(self, task_idx: int, read_task: Any, *blocks: pa.Table) -> Iterator[Any]:
         """Maps one block (or one read task); yields (metadata, block) items."""
         yield from run_map_task(self.steps, self.op_name, read_task, blocks,
-                                self.target_max_block_size)
+                                self.target_max_block_size, task_idx)
 
 
 def slice_blocks(parts: list[tuple[int, int]], *blocks: pa.Table) -> tuple[pa.Table, B.BlockMetadata]:

@@ -225,15 +225,31 @@ class RandomSample(Step):
 
 
 class Write(Step):
-    """Writes every block of the task into one file of a datasink; yields one stats row."""
+    """Hands every block of the task to a datasink's `write(blocks, ctx)`; yields one row: the
+    rows and bytes written and the sink's return value (pickled), for `on_write_complete`."""
 
     def __init__(self, sink: Any, name: str) -> None:
         self.sink = sink
         self.name = name
 
     def apply(self, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
-        path, rows, nbytes = self.sink.write(blocks)
-        yield pa.table({"path": [path], "num_rows": [rows], "size_bytes": [nbytes]})
+        import cloudpickle
+
+        from .tasks import current_task_context
+
+        ctx = current_task_context()
+        seen = [0, 0]
+
+        def counted() -> Iterator[pa.Table]:
+            for b in blocks:
+                seen[0] += b.num_rows
+                seen[1] += b.nbytes
+                yield b
+
+        ret = self.sink.write(counted(), ctx)
+        yield pa.table({"num_rows": pa.array([seen[0]], pa.int64()),
+                        "size_bytes": pa.array([seen[1]], pa.int64()),
+                        "write_return": pa.array([cloudpickle.dumps(ret)], pa.binary())})
 
 
 def rebatch(blocks: Iterator[pa.Table], batch_size: int | None) -> Iterator[pa.Table]:

@@ -60,7 +60,8 @@ def _read_files(reader: Callable[[Any, str, dict], pa.Table], fs: Any,
 
 
 def _open(fs: Any, path: str, opts: dict) -> Any:
-    return fs.open_input_stream(path, compression="detect")
+    kwargs = {"compression": "detect", **opts.get("open_stream_args", {})}
+    return fs.open_input_stream(path, **kwargs)
 
 
 def read_json_file(fs: Any, path: str, opts: dict) -> pa.Table:
@@ -106,7 +107,7 @@ def read_binary_file(fs: Any, path: str, opts: dict) -> pa.Table:
 
 def read_numpy_file(fs: Any, path: str, opts: dict) -> pa.Table:
     with _open(fs, path, opts) as f:
-        arr = np.load(io.BytesIO(f.read()), allow_pickle=opts.get("allow_pickle", False))
+        arr = np.load(io.BytesIO(f.read()), **opts.get("numpy_load_args", {}))
     return pa.table({"data": B.column_to_arrow(arr)})
 
 
@@ -210,7 +211,12 @@ class ParquetDatasource:
             self.meta = [self.meta[i] for i in order]
 
     def schema(self) -> pa.Schema:
-        return self.meta[0].schema.to_arrow_schema() if self.meta else pa.schema([])
+        if not self.meta:
+            return pa.schema([])
+        full = self.meta[0].schema.to_arrow_schema()
+        if self.columns is None:
+            return full
+        return pa.schema([full.field(c) for c in self.columns if c in full.names])
 
     def num_rows(self) -> int:
         return sum(m.num_rows for m in self.meta)
