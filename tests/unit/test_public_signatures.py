@@ -42,6 +42,10 @@ ALLOWED = {
     "ember.data.read_parquet": "arrow_parquet_args, forwarded to pyarrow",
     "ember.data.read_csv": "arrow_csv_args, forwarded to pyarrow",
     "ember.data.read_json": "arrow_json_args, forwarded to pyarrow",
+    "ember.data.Dataset.write_csv": "arrow_csv_args, forwarded to pyarrow's CSV writer",
+    "ember.data.Dataset.write_json": "pandas_json_args, forwarded to pandas' to_json",
+    "ember.data.read_numpy": "numpy_load_args, checked against numpy.load's names and forwarded",
+    "ember.data.read_datasource": "Ray's read_args for the deprecated create_reader, refused naming them",
 }
 
 # Base-class hooks meant to be overridden: Ray's own signatures end in **info/**kwargs and the
@@ -57,13 +61,7 @@ KNOWN_GAPS = {
     "ember.data.Dataset.drop_columns": "Ray's compute/concurrency/ray_remote_args dropped",
     "ember.data.Dataset.rename_columns": "Ray's concurrency/ray_remote_args dropped",
     "ember.data.Dataset.select_columns": "Ray's compute/concurrency/ray_remote_args dropped",
-    "ember.data.Dataset.write_csv": "Ray's writer options dropped",
-    "ember.data.Dataset.write_json": "Ray's writer options dropped",
-    "ember.data.Dataset.write_numpy": "Ray's writer options dropped",
     "ember.data.GroupedData.map_groups": "Ray's compute/fn args/ray_remote_args dropped",
-    "ember.data.read_binary_files": "Ray's reader options dropped",
-    "ember.data.read_numpy": "Ray's reader options dropped",
-    "ember.data.read_text": "Ray's reader options dropped",
     "ember.tune.PlacementGroupFactory.__init__": "Ray's placement_group() arguments dropped",
 }
 
