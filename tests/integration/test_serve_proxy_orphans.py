@@ -153,6 +153,7 @@ IN_USE = "cannot listen on"  # what a proxy started on a busy port says before i
 WAITING = "is still in use"  # what the controller says once when it waits for its port
 
 
+@pytest.mark.chaos
 def test_after_a_node_restart_the_proxy_comes_back_once_its_port_is_free(cluster):
     """The node's raylet restarts (its workers die with it: the controller's, so its proxy);
     the controller restarts with it and brings the proxy back on the same port. While something
