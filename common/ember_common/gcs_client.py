@@ -360,6 +360,21 @@ class SyncGcsClient:
         self._call(self._nodes.UnregisterNode, gcs_pb2.UnregisterNodeRequest(
             node_id=node_id, reason=reason), idempotent=True, timeout_s=timeout_s, retry=retry)
 
+    def register_node(self, node: common_pb2.NodeInfo, *, timeout_s: float | None = None,
+                      retry: backoff.Backoff | None = None) -> str:
+        """Registers (or re-registers) a node; returns the cluster id."""
+        return str(self._call(self._nodes.RegisterNode, gcs_pb2.RegisterNodeRequest(node=node),
+                              idempotent=True, timeout_s=timeout_s, retry=retry).cluster_id)
+
+    def report_heartbeat(self, node_id: str, available: dict[str, float], total: dict[str, float], *,
+                         timeout_s: float | None = None,
+                         retry: backoff.Backoff | None = backoff.NO_RETRY) -> None:
+        """One heartbeat (a raylet's heartbeat thread; not retried by default). NotFound when the
+        GCS does not know the node as alive: register again."""
+        self._call(self._nodes.ReportHeartbeat, gcs_pb2.ReportHeartbeatRequest(
+            node_id=node_id, available_resources=available, total_resources=total),
+            idempotent=True, timeout_s=timeout_s, retry=retry)
+
     def get_all_job_info(self, *, timeout_s: float | None = None,
                          retry: backoff.Backoff | None = None) -> list[common_pb2.JobInfo]:
         """Every job, in id order."""

@@ -111,6 +111,7 @@ def test_pubsub_delivers_node_snapshot_and_logs(cluster):
     async def body(gcs: GcsClient) -> None:
         node = common_pb2.NodeInfo(node_id="p-" + os.urandom(4).hex(), total_resources={"CPU": 1})
         await gcs.register_node(node)
+        job = await gcs.add_job(common_pb2.JobInfo(driver_pid=1))
         got: list[gcs_pb2.PubMessage] = []
         stop = asyncio.Event()
 
@@ -119,14 +120,49 @@ def test_pubsub_delivers_node_snapshot_and_logs(cluster):
             if msg.HasField("logs"):
                 stop.set()
 
-        follow = asyncio.ensure_future(gcs.follow(["nodes", "logs"], handle, stop, job_id=b"JJJJ"))
+        follow = asyncio.ensure_future(gcs.follow(["nodes", "logs"], handle, stop, job_id=job))
         for _ in range(100):  # the snapshot comes first
             if any(m.HasField("node") and m.node.node_id == node.node_id for m in got):
                 break
             await asyncio.sleep(0.05)
-        await gcs.publish_logs([gcs_pb2.LogBatch(job_id=b"JJJJ", lines=["hello"])])
+        await gcs.publish_logs([gcs_pb2.LogBatch(job_id=job, lines=["hello"])])
         await asyncio.wait_for(follow, 10)
         assert [list(m.logs.lines) for m in got if m.HasField("logs")] == [["hello"]]
+
+    _run(body, cluster.gcs_address)
+
+
+def test_logs_for_unknown_or_long_ended_jobs_are_dropped(cluster):
+    """PublishLogs delivers only into jobs the GCS recorded that still run (or ended less than
+    LOG_GRACE_S ago): lines forged for a job id that was never issued, or for a job long over,
+    reach no console. (Any token holder may still publish into a running job: docs/security.md.)"""
+    async def body(gcs: GcsClient) -> None:
+        live = await gcs.add_job(common_pb2.JobInfo(driver_pid=1))
+        just_ended = await gcs.add_job(common_pb2.JobInfo(driver_pid=1))
+        await gcs.mark_job_finished(just_ended, "SUCCEEDED")
+        long_over = await gcs.add_job(common_pb2.JobInfo(driver_pid=1, start_time=1.0, end_time=2.0,
+                                                         is_dead=True, end_state="SUCCEEDED"))
+        never = b"\xff\xff\xff\xf0"
+        got: dict[bytes, list[str]] = {job: [] for job in (live, just_ended, long_over, never)}
+        stop = asyncio.Event()
+        follows = []
+        for job in got:
+            def handle(msg: gcs_pb2.PubMessage, job: bytes = job) -> None:
+                if msg.HasField("logs"):
+                    got[job] += list(msg.logs.lines)
+            follows.append(asyncio.ensure_future(gcs.follow(["logs"], handle, stop, job_id=job)))
+        await asyncio.sleep(1.0)  # subscribed
+        await gcs.publish_logs([gcs_pb2.LogBatch(job_id=job, lines=[f"to {job.hex()}"])
+                                for job in (never, long_over, just_ended, live)])
+        for _ in range(100):
+            if got[live]:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+        stop.set()
+        await asyncio.gather(*follows)
+        assert got == {live: [f"to {live.hex()}"], just_ended: [f"to {just_ended.hex()}"],
+                       long_over: [], never: []}
 
     _run(body, cluster.gcs_address)
 

@@ -3,6 +3,7 @@ bundle cap, absurd resource amounts, oversized KV keys and out-of-range times. E
 naming the field, and the cluster keeps working (its node stays alive, tasks still run)."""
 from __future__ import annotations
 
+import os
 import time
 
 import grpc
@@ -61,3 +62,31 @@ def test_absurd_values_are_refused_naming_the_field(cluster, stub, method, reque
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field in err.value.details()
     _still_works()  # no ghost node joined; the GCS keeps serving
+
+
+def _group(bundles: int, resources: dict[str, float]) -> common_pb2.PlacementGroupInfo:
+    return common_pb2.PlacementGroupInfo(placement_group_id=os.urandom(18), bundles=[
+        common_pb2.Bundle(index=i, resources=resources) for i in range(bundles)])
+
+
+def test_raw_create_placement_group_past_the_cap_is_refused_naming_it(cluster):
+    """The GCS refuses what the client-side check would have: 100,000 tiny bundles sent straight
+    over gRPC, and a bundle of CPU=1e308; the node stays alive."""
+    t0 = time.monotonic()
+    with pytest.raises(grpc.RpcError) as err:
+        _call(cluster, "PlacementGroupInfoGcsServiceStub", "CreatePlacementGroup",
+              gcs_pb2.CreatePlacementGroupRequest(spec=_group(100_000, {"CPU": 0.0001})))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"spec.bundles must have at most {MAX_BUNDLES_PER_GROUP} items, got 100000" in err.value.details()
+    assert time.monotonic() - t0 < 20  # refused before any placement work
+    with pytest.raises(grpc.RpcError) as err:
+        _call(cluster, "PlacementGroupInfoGcsServiceStub", "CreatePlacementGroup",
+              gcs_pb2.CreatePlacementGroupRequest(spec=_group(1, {"CPU": 1e308})))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "spec.bundles[0].resources" in err.value.details() and "CPU" in err.value.details()
+    reply = _call(cluster, "PlacementGroupInfoGcsServiceStub", "CreatePlacementGroups",
+                  gcs_pb2.CreatePlacementGroupsRequest(specs=[_group(100_000, {"CPU": 0.0001}),
+                                                              _group(1, {"CPU": 1e308})]))
+    assert f"at most {MAX_BUNDLES_PER_GROUP} bundles, got 100000" in reply.errors[0]
+    assert "CPU" in reply.errors[1]
+    _still_works()

@@ -27,6 +27,7 @@ MAX_HEAD = 8 * 1024
 MAX_FIELDS = 20
 HEAD_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 6
+KEEP_ALIVE_S = 3.0  # not uvicorn's default (5 s): the test sees the option, not the default
 
 
 def wait_for(cond, timeout=30.0, what="condition"):
@@ -60,7 +61,7 @@ def proxy(serve_url):
                               "--host", "127.0.0.1", "--port", "0", "--port-file", pf,
                               "--max-body-bytes", str(MAX_BODY), "--max-header-bytes", str(MAX_HEAD),
                               "--max-header-fields", str(MAX_FIELDS), "--header-timeout-s", str(HEAD_TIMEOUT_S),
-                              "--keep-alive-timeout-s", "3", "--max-connections", str(MAX_CONNECTIONS)])
+                              "--keep-alive-timeout-s", str(KEEP_ALIVE_S), "--max-connections", str(MAX_CONNECTIONS)])
         try:
             wait_for(lambda: os.path.exists(pf) and _read(pf), 60, "the proxy's port file")
             port = int(_read(pf))
@@ -251,14 +252,39 @@ def test_ordinary_requests_and_streams_still_work(proxy):
         with c.stream("GET", f"http://127.0.0.1:{port}/sink", params={"kind": "stream"}) as r:
             assert r.status_code == 200
             assert "".join(r.iter_text()) == "part0 part1 part2 "
-    # the keep-alive idle timeout closes an idle connection
+
+
+def _one_reply(s):
+    """One chunked reply (the proxy streams replies), read up to its last chunk and no further:
+    the connection stays open."""
+    data = b""
+    while not data.endswith(b"\r\n0\r\n\r\n"):
+        chunk = s.recv(65536)
+        assert chunk, data
+        data += chunk
+    return data
+
+
+def test_idle_keep_alive_connection_is_closed_after_the_timeout(proxy):
+    """keep_alive_timeout_s: a connection idle between requests stays usable before it and is
+    closed by the proxy once it passes (the head timeout does not run between requests)."""
+    port, _ = proxy
     with _connect(port) as s:
         s.sendall(b"GET /sink HTTP/1.1\r\nhost: x\r\n\r\n")
-        assert _response(s)[0] == 200
-        s.settimeout(10)
-        t0 = time.monotonic()
-        assert s.recv(1024) == b""
-        assert time.monotonic() - t0 < 8
+        assert _one_reply(s).startswith(b"HTTP/1.1 200 ")
+        time.sleep(KEEP_ALIVE_S / 2)  # idle, but not for long enough: still served
+        assert _poll(s) is None
+        s.sendall(b"GET /sink HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert _one_reply(s).startswith(b"HTTP/1.1 200 ")
+        t0 = time.monotonic()  # the idle time counts from the last response
+        s.settimeout(KEEP_ALIVE_S + 10)
+        try:
+            closed = s.recv(1024)
+        except ConnectionResetError:
+            closed = b""
+        idle = time.monotonic() - t0
+        assert closed == b""
+        assert KEEP_ALIVE_S * 0.8 <= idle < KEEP_ALIVE_S + 1.5, idle
 
 
 def test_http_options_reach_the_embedded_proxy(proxy):

@@ -63,6 +63,8 @@ class GcsCore:
         # Open "driver" streams per job: a job whose driver is gone for DRIVER_GRACE_S ends.
         self._drivers: dict[bytes, int] = {}
         self.driver_grace_s = 3.0
+        # Jobs' end times (0.0: running) as PublishLogs last read them (see _takes_logs).
+        self._job_ends: dict[bytes, float] = {}
         # Called with (job id, end time in ns, why) when a job ends (the task-event store).
         self.on_job_end: list[Callable[[bytes, int, str], None]] = []
 
@@ -70,6 +72,8 @@ class GcsCore:
     # machine, a restarted container). Declaring them dead meanwhile would kill every actor they
     # host, detached ones included, so reloaded nodes get at least this long for a first heartbeat.
     RESTART_GRACE_S = 30.0
+    # A job's worker output still in flight when it ends reaches its driver for this long.
+    LOG_GRACE_S = 30.0
 
     async def load(self) -> None:
         """Reads the node table back (after a restart) and gives every alive node a grace period
@@ -206,6 +210,7 @@ class GcsCore:
         job.job_id = struct.pack(">I", n)
         job.start_time = job.start_time or time.time()
         await self.storage.put(JOBS, job.job_id, job.SerializeToString())
+        self._job_ends[job.job_id] = job.end_time if job.is_dead else 0.0
         return job.job_id
 
     async def mark_job_finished(self, job_id: bytes, end_state: str = "SUCCEEDED", end_message: str = "") -> None:
@@ -220,6 +225,7 @@ class GcsCore:
             job.end_time = time.time()
             job.end_state, job.end_message = end_state or "SUCCEEDED", end_message
             await self.storage.put(JOBS, job_id, job.SerializeToString())
+        self._job_ends[job_id] = job.end_time
         why = f"Job {job_id.hex()} ended ({job.end_state}{': ' + job.end_message if job.end_message else ''})"
         for hook in self.on_job_end:
             hook(job_id, int(job.end_time * 1e9), why)
@@ -250,8 +256,35 @@ class GcsCore:
             self._recent_deaths.popleft()
         return [m for _, m in self._recent_deaths]
 
-    def publish_logs(self, batch: gcs_pb2.LogBatch) -> None:
-        self._deliver(gcs_pb2.PubMessage(logs=batch), "logs", batch.job_id)
+    async def publish_logs(self, batches: list[gcs_pb2.LogBatch]) -> int:
+        """Delivers worker output to its job's subscribers. A batch naming a job this GCS never
+        recorded, or one that ended more than LOG_GRACE_S ago, is dropped (its driver is gone;
+        lines still in flight when a job ends are delivered); returns how many were dropped.
+        A batch with no job goes to the subscribers that follow every job."""
+        dropped = 0
+        known: dict[bytes, bool] = {}
+        for batch in batches:
+            if batch.job_id:
+                ok = known.get(batch.job_id)
+                if ok is None:
+                    ok = known[batch.job_id] = await self._takes_logs(batch.job_id)
+                if not ok:
+                    dropped += 1
+                    continue
+            self._deliver(gcs_pb2.PubMessage(logs=batch), "logs", batch.job_id)
+        return dropped
+
+    async def _takes_logs(self, job_id: bytes) -> bool:
+        """Whether the job exists and is running or ended less than LOG_GRACE_S ago (its end
+        time is remembered once read: the job table lives in storage)."""
+        end = self._job_ends.get(job_id)
+        if end is None:
+            blob = await self.storage.get(JOBS, job_id)
+            if blob is None:
+                return False
+            job = common_pb2.JobInfo.FromString(blob)
+            end = self._job_ends[job_id] = job.end_time if job.is_dead else 0.0
+        return end == 0.0 or time.time() - end < self.LOG_GRACE_S
 
     def _deliver(self, msg: gcs_pb2.PubMessage, channel: str, job_id: bytes | None) -> None:
         for sub in list(self._subs):

@@ -17,6 +17,7 @@ from typing import Callable
 from ember_common import resources as kit_resources
 from ember_common.proto import common_pb2
 from ember_common.rpc import AlreadyExists, InvalidArgument, NotFound
+from ember_common.validate import resource_map
 from ember_common.validate_rules import MAX_BUNDLES_PER_GROUP
 
 from .placement_policy import NoPlacement, place
@@ -75,6 +76,9 @@ def validate(spec: common_pb2.PlacementGroupInfo) -> None:
             kit_resources.validate(res, source=f"bundle {i}")
         except ValueError as e:
             raise InvalidArgument(str(e)) from None
+        absurd = resource_map(b.resources)  # the rules' bound (CPU=1e308 is finite, not sane)
+        if absurd:
+            raise InvalidArgument(f"bundle {i} resources{absurd}")
         if not any(v > 0 for v in res.values()):
             raise InvalidArgument(f"bundle {i} is empty: {res} (every bundle needs a positive resource)")
 

@@ -7,17 +7,23 @@ are their full names (marked SERVING in grpc.health.v1 together with "ember.Gcs"
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, AsyncIterator
 
 import grpc
 
-from ember_common import rpc
+from ember_common import log_limit, rpc
 from ember_common.proto import gcs_pb2, gcs_pb2_grpc, gcs_task_pb2, gcs_task_pb2_grpc
 from ember_common.rpc import rpc_errors
 
 from . import autoscaler_state
 from .core import GcsCore
 from .task_events import TaskEventStore, to_proto
+
+log = logging.getLogger(__name__)
+# PublishLogs batches dropped for naming unknown or ended jobs: a warning now and then, never a
+# line per call (a caller can send them at will).
+_LOG_DROPS = log_limit.LogBudget(per_s=0.1, burst=3)
 
 
 class NodeInfoServicer(gcs_pb2_grpc.NodeInfoGcsServiceServicer):
@@ -152,8 +158,11 @@ class InternalPubSubServicer(gcs_pb2_grpc.InternalPubSubGcsServiceServicer):
 
     @rpc_errors
     async def PublishLogs(self, request: gcs_pb2.PublishLogsRequest, context: rpc.Context) -> gcs_pb2.PublishLogsReply:
-        for batch in request.batches:
-            self.core.publish_logs(batch)
+        dropped = await self.core.publish_logs(list(request.batches))
+        held = _LOG_DROPS.take() if dropped else None
+        if held is not None:
+            log.warning("PublishLogs from %s: dropped %d batches naming unknown or ended jobs%s",
+                        context.peer(), dropped, log_limit.held_note(held, "such calls"))
         return gcs_pb2.PublishLogsReply()
 
 

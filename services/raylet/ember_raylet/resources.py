@@ -110,3 +110,10 @@ class NodeResources:
 
     def snapshot_available(self) -> dict[str, float]:
         return {k: round(max(v, 0.0), 6) for k, v in self.available.items()}
+
+    def snapshot(self) -> tuple[dict[str, float], dict[str, float]]:
+        """(available, total) for a reader on another thread (the heartbeat thread): each dict
+        is copied in one `dict()` call, which no other thread interleaves with (the GIL, or
+        the dict's own lock on a free-threaded build), then read from the copies."""
+        available, total = dict(self.available), dict(self.total)
+        return {k: round(max(v, 0.0), 6) for k, v in available.items()}, total

@@ -7,12 +7,13 @@ import asyncio
 import json
 import logging
 import socket
+import threading
 import time
 from typing import Any, Callable
 
 from ember_common import backoff, kv_parts, metrics, resources, rpc, service
 from ember_common.config import get_config
-from ember_common.gcs_client import GcsClient
+from ember_common.gcs_client import GcsClient, SyncGcsClient
 from ember_common.proto import common_pb2, gcs_pb2, logs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 from ember_common.rpc import rpc_errors
 from ember_common.settings import RayletSettings
@@ -90,8 +91,58 @@ class RayletServicer(raylet_pb2_grpc.RayletServicer):
         return raylet_pb2.ShutdownReply()
 
 
+class Heartbeats(threading.Thread):
+    """Reports liveness and resources every heartbeat period, from its own thread over its own
+    channel, so a busy event loop (a long request, a slow callback) never silences the node:
+    the GCS declares a node dead after node_death_timeout_s without a heartbeat, killing its
+    actors. Registers again when the GCS does not know the node (it restarted, or declared the
+    node dead) and then calls `registered_again` (which must be thread-safe). What it reads of
+    the raylet: the node id, and the resources through `NodeResources.snapshot` (thread-safe)."""
+
+    def __init__(self, raylet: Raylet, node: common_pb2.NodeInfo,
+                 registered_again: Callable[[], object]) -> None:
+        super().__init__(name="raylet-heartbeats", daemon=True)
+        self.node_id = raylet.node_id
+        self.resources = raylet.resources
+        self.period_s = raylet.cfg.heartbeat_period_s
+        self.node = common_pb2.NodeInfo()
+        self.node.CopyFrom(node)  # its own copy: the loop never shares a message with this thread
+        self.registered_again = registered_again
+        self.gcs = SyncGcsClient(raylet.gcs_address, timeout_s=max(self.period_s * 4, 2))
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while True:
+                self.beat()
+                if self._stop.wait(self.period_s):
+                    return
+        finally:
+            self.gcs.close()
+
+    def beat(self) -> None:
+        """One heartbeat (failures are logged: the next period is the retry)."""
+        try:
+            available, total = self.resources.snapshot()
+            try:
+                self.gcs.report_heartbeat(self.node_id, available, total)
+            except rpc.NotFound:
+                log.warning("the GCS does not know this node (restarted?): registering again")
+                self.gcs.register_node(self.node, retry=backoff.NO_RETRY)
+                self.registered_again()
+        except rpc.ServiceError as e:
+            log.debug("heartbeat failed: %s", e)
+
+    def stop(self) -> None:
+        """Ends the thread after the heartbeat in flight (if any); waits for it."""
+        self._stop.set()
+        if self.is_alive():
+            self.join(timeout=10)
+
+
 class GcsLink:
-    """Registration, heartbeats and the node feed; survives GCS restarts by retrying."""
+    """Registration, the node feed and reports to the GCS (heartbeats run on their own thread:
+    Heartbeats); survives GCS restarts by retrying."""
 
     def __init__(self, raylet: Raylet, node: common_pb2.NodeInfo) -> None:
         self.raylet = raylet
@@ -109,26 +160,11 @@ class GcsLink:
             raise ConnectionError(f"cannot register with the GCS at {self.raylet.gcs_address}: "
                                   f"{type(e).__name__}: {e}") from None
 
-    async def heartbeat_loop(self, stop: asyncio.Event) -> None:
-        """Reports liveness and resources every heartbeat period; registers again when the GCS
-        does not know the node (it restarted, or declared the node dead)."""
-        period = self.raylet.cfg.heartbeat_period_s
-        while not stop.is_set():
-            try:
-                try:
-                    await self.gcs.report_heartbeat(
-                        self.raylet.node_id, self.raylet.resources.snapshot_available(),
-                        self.raylet.resources.total, timeout_s=max(period * 4, 2))
-                except rpc.NotFound:
-                    log.warning("the GCS does not know this node (restarted?): registering again")
-                    await self.gcs.register_node(self.node, retry=backoff.NO_RETRY)
-                    self.on_registered_again()
-            except rpc.ServiceError as e:  # the next period is the retry
-                log.debug("heartbeat failed: %s", e)
-            try:
-                await asyncio.wait_for(stop.wait(), period)
-            except asyncio.TimeoutError:
-                pass
+    def start_heartbeats(self, loop: asyncio.AbstractEventLoop) -> Heartbeats:
+        """Starts the heartbeat thread (see Heartbeats); stop it with its `stop()`."""
+        beats = Heartbeats(self.raylet, self.node, lambda: loop.call_soon_threadsafe(self.on_registered_again))
+        beats.start()
+        return beats
 
     async def follow_nodes(self, stop: asyncio.Event) -> None:
         """The cluster view (nodes) and deaths of lease owners (workers), from the GCS."""
@@ -256,9 +292,9 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
     await link.register(cfg.start_timeout_s / 2)
     await link.adopt_ledger(ledger, writer)
     raylet._prestart()
+    beats = link.start_heartbeats(asyncio.get_running_loop())
     loops = [asyncio.ensure_future(c) for c in (
-        raylet.reap_workers(stop), raylet.check_infeasible(stop), link.heartbeat_loop(stop),
-        link.follow_nodes(stop), writer.run(stop),
+        raylet.reap_workers(stop), raylet.check_infeasible(stop), link.follow_nodes(stop), writer.run(stop),
         load_report.report_loop(raylet, ns.gcs_address, 2 * cfg.heartbeat_period_s,
                                 max(2 * cfg.heartbeat_period_s, cfg.node_death_timeout_s / 3), raylet.clock, stop))]
     own = [f"{svc}-{ns.node_id[:8]}.{ext}" for svc in ("raylet", "objmgr") for ext in ("out", "err")]
@@ -277,6 +313,7 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
     await stop.wait()
     log.info("raylet stopping")
     await raylet.shutdown_workers()
+    await asyncio.to_thread(beats.stop)  # before unregistering: no heartbeat registers it again
     await link.unregister()
     await server.stop(0.5)
     for t in loops:

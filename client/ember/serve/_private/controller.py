@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 import cloudpickle
+import psutil
 
 import ember
 from ember._private.doors import internal_kv as kv
@@ -32,6 +34,33 @@ log = logging.getLogger(__name__)
 CONTROLLER_NAME = "SERVE_CONTROLLER"
 KV_KEY = b"controller_state"
 TICK_S = 0.05
+# How long a restarted controller waits for its proxy's old port to be free.
+PROXY_PORT_WAIT_S = 60.0
+
+
+def _port_free(host: str, port: int) -> bool:
+    """Whether host:port can be bound now, as the proxy binds it (SO_REUSEADDR: connections
+    of a previous proxy in TIME_WAIT do not count)."""
+    if not port:
+        return True
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _holder(port: int) -> str:
+    """Who listens on port, for the warning (a process of this user), else 'another process'."""
+    try:
+        for c in psutil.net_connections("tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+                return f"pid {c.pid}: {' '.join(psutil.Process(c.pid).cmdline())[:200]}"
+    except (psutil.Error, OSError):
+        pass
+    return "another process"
 
 
 def _kick() -> None:
@@ -105,10 +134,20 @@ class ServeController:
 
     async def _restart_proxy(self, opts: dict[str, Any]) -> None:
         """Brings the proxy back on its old port. The previous controller's proxy may still hold
-        that port for a moment while it stops (it dies with its parent), so retry for a while."""
-        deadline = time.monotonic() + 60
+        that port for a moment while it stops (it dies with its parent), so wait (up to
+        PROXY_PORT_WAIT_S) until the port can be bound before starting one: a proxy started
+        on a busy port would only exit saying so, again and again."""
+        deadline = time.monotonic() + PROXY_PORT_WAIT_S
+        warned = False
         while True:
             try:
+                if not _port_free(opts["host"], opts["port"]):
+                    if not warned:
+                        log.warning("the HTTP proxy's port %s on %s is still in use (%s): waiting up to "
+                                    "%g s for it", opts["port"], opts["host"], _holder(opts["port"]),
+                                    PROXY_PORT_WAIT_S)
+                        warned = True
+                    raise OSError(f"port {opts['port']} on {opts['host']} is still in use")
                 async with self._proxy_lock:
                     if self.proxy is None or self.proxy.poll() is not None:
                         await self._start_proxy(**opts)
@@ -117,7 +156,7 @@ class ServeController:
                 if time.monotonic() > deadline or self._stopped:
                     log.warning("could not restart the HTTP proxy: %s", e)
                     return
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(0.2)
 
     def _changed(self) -> None:
         self.version += 1
@@ -282,7 +321,18 @@ class ServeController:
                 raise RuntimeError(f"the Serve HTTP proxy exited with code {self.proxy.returncode} "
                                    f"(is port {port} on {host} already in use?)")
             await asyncio.sleep(0.02)
+        self._stop_proxy(grace_s=2)  # never left behind holding the port
         raise RuntimeError("the Serve HTTP proxy did not start within 60 s")
+
+    def _stop_proxy(self, grace_s: float = 10) -> None:
+        """Ends the proxy process (SIGTERM, then SIGKILL after grace_s)."""
+        if self.proxy is not None and self.proxy.poll() is None:
+            self.proxy.terminate()
+            try:
+                self.proxy.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.proxy.kill()
+                self.proxy.wait()
 
     async def shutdown(self) -> None:
         """Stops every application and the proxy; waits (bounded) for replicas to go."""
@@ -292,12 +342,7 @@ class ServeController:
         deadline = time.monotonic() + 30
         while self.apps and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        if self.proxy is not None and self.proxy.poll() is None:
-            self.proxy.terminate()
-            try:
-                self.proxy.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proxy.kill()
+        self._stop_proxy()
         self.proxy = None
         self.proxy_opts = None
         self._stopped = True
