@@ -8,7 +8,7 @@ Loaded modules (a fresh interpreter per service, so nothing else loaded them fir
 Every import statement of every file (lazy imports in functions included), read with `ast`:
 - `ember_common` imports no `ember` and no service;
 - services import only `ember_common` and themselves (serve-proxy and the dashboard, drivers,
-  may import `ember`);
+  may import `ember`: its public modules and the named doors below, nothing private);
 - libraries (`ember.air`, `ember.data`, `ember.serve`, `ember.train`, `ember.tune`, `ember.util`)
   reach the core only through its public doors: `ember` itself and its public modules,
   `ember._private` modules on the allow-list below, never `ember_common.proto`;
@@ -176,14 +176,17 @@ DOORS = {
     # the logs door: each node's log files through its raylet's LogService, as plain values,
     # for ember.util.state.list_logs / get_log and the dashboard (issue 42 item 5)
     "ember._private.doors.logs",
+    # the driver door: this process's session id, the core's event loop (the Serve proxy runs
+    # uvicorn on it) and the inline-value bound, as plain values
+    "ember._private.doors.driver",
 }
+# What a driver service may import of `ember` besides its public modules: the doors, Serve's
+# door for its HTTP proxy (public by path: ember.serve.proxy_door), and the job manager the
+# dashboard's job API runs (Ray's JobManager; the tools package sits above the core).
+DRIVER_DOORS = DOORS | {"ember._tools.job_manager"}
 # Offenders in other engineers' areas when this test was written: (module, import). Each must
 # still be there (so the list only shrinks); fixing one means deleting its entry.
-KNOWN_OFFENDERS = {
-    # serve/handle.py:69: Serve's handle runtime identifies "this process's connection" by
-    # id(global_worker().core); wants a public session id (e.g. on the runtime context).
-    ("ember.serve.handle", "ember._private.worker"),
-}
+KNOWN_OFFENDERS: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -242,6 +245,9 @@ def violations(name: str, path: pathlib.Path, source: str | None = None) -> list
             bad.append(f"{where}: the kit imports no `ember`")
         if top in SERVICE_PACKAGES and ttop == "ember" and top not in DRIVER_SERVICES:
             bad.append(f"{where}: services import only `ember_common`")
+        if top in DRIVER_SERVICES and ttop == "ember" and _private_part(target, "ember") \
+                and target not in DRIVER_DOORS:
+            bad.append(f"{where}: driver services use the public `ember` API or a named door")
         if any(_within(name, lib) for lib in LIBRARIES):
             if _within(target, "ember._private") and target not in DOORS:
                 bad.append(f"{where}: libraries reach the core only through its public doors")
@@ -298,6 +304,9 @@ def test_the_rules_catch_each_kind_of_offender():
                             ["another library's public", "another library's public",
                              "another library's public"]),
         "ember.air.fake": ("from ember.train import Checkpoint\n", ["imports no other library"]),
+        "ember_serve_proxy.fake": ("from ember._private.worker import global_worker\n"
+                                   "from ember.serve._private import router\n",
+                                   ["public `ember` API or a named door", "public `ember` API or a named door"]),
     }
     fake = ROOT / "fake.py"  # never read: the source is given
     for name, (source, expected) in cases.items():
@@ -307,7 +316,9 @@ def test_the_rules_catch_each_kind_of_offender():
             assert part in message, (name, message)
     ok = {"ember.serve.fake": "import ember\nfrom ember._private.doors import internal_kv\n"
                               "from ember.serve._private import router\nimport ember_common.rpc\n",
-          "ember_serve_proxy.fake": "import ember\nfrom ember.serve._private import proxies\n",
+          "ember_serve_proxy.fake": "import ember\nfrom ember.serve import proxy_door\n"
+                                    "from ember._private.doors import driver\n",
+          "ember_dashboard.fake": "from ember._tools import job_manager\nfrom ember.util.state import list_actors\n",
           "ember_gcs.fake": "from . import kv\nfrom ember_common import rpc\n",
           "ember.tune.fake": "from ember.train import Checkpoint\nfrom ember.air import storage\n"
                              "from ember.tune._internal import controller\nimport ember.data\n",

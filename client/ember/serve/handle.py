@@ -79,9 +79,9 @@ _runtime_lock = threading.Lock()
 
 def _session() -> int:
     """Identifies this process's connection to a cluster (a new ember.init() is a new one)."""
-    from ember._private.worker import global_worker
+    from ember._private.doors import driver
 
-    return id(global_worker().core)
+    return driver.session_id()
 
 
 def _get_runtime() -> _HandleRuntime:

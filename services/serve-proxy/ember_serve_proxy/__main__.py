@@ -58,13 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import uvicorn
 
-    from ember._private.worker import global_worker
+    from ember._private.doors import driver
     from ember_common import metrics
 
     from .app import ProxyApp
 
-    core = global_worker().core
-    app = ProxyApp(max_inline_bytes=core.config.max_inline_bytes, max_body_bytes=ns.max_body_bytes)
+    app = ProxyApp(max_inline_bytes=driver.max_inline_bytes(), max_body_bytes=ns.max_body_bytes)
     if metrics.enabled():
         app.register_metrics()
         metrics.start_in_thread(ns.host)
@@ -83,14 +82,14 @@ def main(argv: list[str] | None = None) -> int:
                             access_log=False, timeout_graceful_shutdown=5, proxy_headers=False,
                             server_header=False, date_header=False,
                             timeout_keep_alive=ns.keep_alive_timeout_s)  # type: ignore[arg-type]  # a float works
-    from ember.serve._private import proxies
+    from ember.serve import proxy_door
 
-    key = proxies.register(ns.host, port)
+    key = proxy_door.register(ns.host, port)
     try:
-        _serve_on(core.loop, _make_server(config), sock)
+        _serve_on(driver.event_loop(), _make_server(config), sock)
     finally:
         try:
-            proxies.unregister(key)
+            proxy_door.unregister(key)
         except Exception as e:  # the GCS is gone already
             logging.getLogger("ember_serve_proxy").debug("unregister: %s", e)
         ember.shutdown()

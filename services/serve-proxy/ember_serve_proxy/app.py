@@ -25,8 +25,7 @@ import os
 from typing import Any
 
 from ember.exceptions import ActorDiedError, RayActorError
-from ember.serve._private.router import BackPressureError, RouteTable
-from ember.serve._private.stream_poller import ChannelPoller, Inbox, StreamPoller
+from ember.serve.proxy_door import BackPressureError, ChannelPoller, Inbox, RouteTable, StreamPoller
 from ember_common import auth, tracing
 
 from .limits import TOO_LARGE, declared_length, read_body
