@@ -112,7 +112,7 @@ GCS: dict[str, list[Rule]] = {
                                Rule("available_resources", resource_map), Rule("total_resources", resource_map)],
     "AddJobRequest": [Rule("job", REQUIRED), Rule("job.driver_ip", name_id), Rule("job.driver_pid", at_least(0)),
                       Rule("job.driver_worker_id", name_id), Rule("job.entrypoint", TEXT_LIMIT),
-                      Rule("job.start_time", timestamp), Rule("job.end_time", timestamp)],
+                      Rule("job.ray_namespace", max_len(4096)), Rule("job.start_time", timestamp), Rule("job.end_time", timestamp)],
     "MarkJobFinishedRequest": [Rule("job_id", REQUIRED), Rule("job_id", JOB_ID), Rule("end_state", job_end_state),
                                Rule("end_message", TEXT_LIMIT)],
     "RegisterActorRequest": [Rule("creation_spec", REQUIRED), Rule("creation_spec.actor_id", REQUIRED),

@@ -131,6 +131,25 @@ def test_tail_stop_and_failures(dashboard):
     assert info.driver_exit_code == 7 and "exit code 7" in info.message and "boom" in client.get_job_logs(failing)
 
 
+def test_the_job_list_holds_jobs_not_the_clusters_own_drivers(dashboard, tmp_path):
+    """The dashboard and the job CLI connect as drivers of their own (in `_ember_` namespaces);
+    the job listings leave them out, as Ray's leave out its internal ones."""
+    url, env, gcs = dashboard
+    ember_cli(env, "job", "list", "--address", url)
+    user = tmp_path / "user_driver_marker.py"
+    user.write_text("import ember\nember.init(address=%r)\nember.shutdown()\n" % gcs)
+    subprocess.run([sys.executable, str(user)], env=env, check=True, timeout=120)
+    with urllib.request.urlopen(urllib.request.Request(url + "/api/jobs/", headers=auth.http_headers()),
+                                timeout=10) as r:
+        drivers = [j["entrypoint"] for j in json.loads(r.read()) if j["type"] == "DRIVER"]
+    assert any("user_driver_marker.py" in e for e in drivers), drivers
+    assert not [e for e in drivers if "ember_dashboard" in e or " job list" in e], drivers
+    from ember.util.state import list_jobs
+
+    listed = [j.entrypoint for j in list_jobs(address=gcs) if j.type == "DRIVER"]
+    assert any("user_driver_marker.py" in e for e in listed) and not any("ember_dashboard" in e for e in listed)
+
+
 def test_bad_requests_name_the_problem(dashboard):
     url, _, _ = dashboard
     client = JobSubmissionClient(url)

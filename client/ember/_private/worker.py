@@ -256,7 +256,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             from ember_common.ids import new_worker_id
 
             worker_id = new_worker_id()
-            job_id = _add_job(gcs_address, worker_id)
+            job_id = _add_job(gcs_address, worker_id, namespace or "")
             core = CoreWorker(WorkerMode.DRIVER, gcs_address=gcs_address, raylet_address=raylet,
                               objmgr_address=objmgr, node_id=node_id, store_dir=store_dir,
                               job_id=job_id, session_dir=session_dir, config=config, ip=advertised_ip,
@@ -356,10 +356,11 @@ def _init_extras(kwargs: dict[str, Any], connecting: bool, include_dashboard: bo
     return include_dashboard, namespace, runtime_env
 
 
-def _add_job(gcs_address: str, worker_id: str) -> bytes:
+def _add_job(gcs_address: str, worker_id: str, namespace: str) -> bytes:
     with SyncGcsClient(gcs_address) as gcs:
         job = common_pb2.JobInfo(driver_pid=os.getpid(), start_time=time.time(),
-                                 entrypoint=" ".join(sys.argv)[:1000], driver_worker_id=worker_id)
+                                 entrypoint=" ".join(sys.argv)[:1000], driver_worker_id=worker_id,
+                                 ray_namespace=namespace)
         return gcs.add_job(job, timeout_s=30)
 
 

@@ -272,7 +272,7 @@ class NodeInfo(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., raylet_address: _Optional[str] = ..., objmgr_address: _Optional[str] = ..., ip: _Optional[str] = ..., hostname: _Optional[str] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., state: _Optional[_Union[NodeInfo.State, str]] = ..., start_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., is_head: _Optional[bool] = ..., store_dir: _Optional[str] = ..., object_store_memory: _Optional[int] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("job_id", "driver_ip", "driver_pid", "start_time", "end_time", "is_dead", "entrypoint", "driver_worker_id", "end_state", "end_message")
+    __slots__ = ("job_id", "driver_ip", "driver_pid", "start_time", "end_time", "is_dead", "entrypoint", "driver_worker_id", "end_state", "end_message", "ray_namespace")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     DRIVER_IP_FIELD_NUMBER: _ClassVar[int]
     DRIVER_PID_FIELD_NUMBER: _ClassVar[int]
@@ -283,6 +283,7 @@ class JobInfo(_message.Message):
     DRIVER_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     END_STATE_FIELD_NUMBER: _ClassVar[int]
     END_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RAY_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     job_id: bytes
     driver_ip: str
     driver_pid: int
@@ -293,7 +294,8 @@ class JobInfo(_message.Message):
     driver_worker_id: str
     end_state: str
     end_message: str
-    def __init__(self, job_id: _Optional[bytes] = ..., driver_ip: _Optional[str] = ..., driver_pid: _Optional[int] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., is_dead: _Optional[bool] = ..., entrypoint: _Optional[str] = ..., driver_worker_id: _Optional[str] = ..., end_state: _Optional[str] = ..., end_message: _Optional[str] = ...) -> None: ...
+    ray_namespace: str
+    def __init__(self, job_id: _Optional[bytes] = ..., driver_ip: _Optional[str] = ..., driver_pid: _Optional[int] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., is_dead: _Optional[bool] = ..., entrypoint: _Optional[str] = ..., driver_worker_id: _Optional[str] = ..., end_state: _Optional[str] = ..., end_message: _Optional[str] = ..., ray_namespace: _Optional[str] = ...) -> None: ...
 
 class Bundle(_message.Message):
     __slots__ = ("index", "resources", "node_id")

@@ -22,6 +22,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+# Its own namespace, so the job listings leave it out (Serve's actors and KV name "serve" explicitly).
+PROXY_NAMESPACE = "_ember_serve_proxy"
+
 
 def main(argv: list[str] | None = None) -> int:
     from ember_common import envvars, service
@@ -44,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def connect() -> None:
         try:
-            ember.init(address=ns.gcs_address, namespace="serve", log_to_driver=False)
+            ember.init(address=ns.gcs_address, namespace=PROXY_NAMESPACE, log_to_driver=False)
         except (ConnectionError, OSError) as e:
             logging.getLogger("ember_serve_proxy").info("waiting for the cluster: %s", e)
             raise

@@ -16,6 +16,10 @@ from typing import Any
 RESOURCES = ("actors", "nodes", "jobs", "placement_groups", "workers", "objects")
 # Submission jobs (the job REST API / `ember job submit`) keep their JobInfo here, as JSON.
 JOB_KV_NAMESPACE = "_ember_jobs"
+# Drivers the cluster runs for itself (the dashboard, Serve's proxy, the job CLI) connect in
+# namespaces with this prefix and are left out of the job listings, as Ray leaves out its
+# `_ray_internal_` ones.
+INTERNAL_NAMESPACE_PREFIX = "_ember_"
 JOB_KV_PREFIX = b"job_info:"
 
 
@@ -126,6 +130,8 @@ def _jobs(client: Any, address: str, timeout_s: float) -> tuple[list[dict[str, A
 
     rows: list[dict[str, Any]] = []
     for j in client.get_all_job_info():
+        if j.ray_namespace.startswith(INTERNAL_NAMESPACE_PREFIX):
+            continue
         rows.append({
             "type": "DRIVER", "job_id": j.job_id.hex(), "submission_id": None,
             "driver_info": {"id": j.driver_worker_id, "node_ip_address": j.driver_ip, "pid": str(j.driver_pid)},
