@@ -36,3 +36,57 @@ def test_ruff_finds_what_it_is_meant_to_find(tmp_path):
     assert r.returncode == 1
     for code in ("F401", "I001", "B006"):
         assert code in r.stdout, (code, r.stdout)
+
+
+def _strict_entries() -> list[str]:
+    """The module entries of pyproject's `strict = true` mypy overrides: the one list of what mypy
+    checks strictly."""
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        overrides = tomllib.load(f)["tool"]["mypy"]["overrides"]
+    out: list[str] = []
+    for o in overrides:
+        if o.get("strict") is True:
+            out += [o["module"]] if isinstance(o["module"], str) else o["module"]
+    return out
+
+
+def _make_lint_mypy_targets() -> list[tuple[str, str]]:
+    """The (-p|-m, name) pairs of the mypy commands `make lint` runs (make -n: printed, not run)."""
+    make = shutil.which("make")
+    assert make, "make is not installed"
+    r = subprocess.run([make, "-n", "--no-print-directory", "lint", f"PY={sys.executable}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = [line.split()[1:] for line in r.stdout.splitlines() if line.split()[:1]
+             and line.split()[0].endswith("/mypy")]
+    assert len(calls) == 2, r.stdout  # the kit and the services; the client
+    pairs = []
+    for args in calls:
+        assert args and len(args) % 2 == 0, args
+        pairs += [(args[i], args[i + 1]) for i in range(0, len(args), 2)]
+    return pairs
+
+
+def test_make_lint_runs_mypy_on_exactly_the_strict_list_of_pyproject():
+    """One list: `make lint`'s mypy targets are pyproject's strict overrides ("pkg.*": -p pkg; a
+    module alone: -m module), nothing more and nothing left out, and the Makefile names none."""
+    entries = _strict_entries()
+    packages = {m.removesuffix(".*") for m in entries if m.endswith(".*")}
+    expected = set()
+    for m in entries:
+        name = m.removesuffix(".*")
+        expected.add(("-p", name) if name in packages else ("-m", name))
+    targets = _make_lint_mypy_targets()
+    assert len(targets) == len(set(targets)), targets
+    assert set(targets) == expected, (sorted(set(targets) - expected), sorted(expected - set(targets)))
+    lint_rule = (ROOT / "Makefile").read_text()
+    assert "-m ember" not in lint_rule and "-p ember" not in lint_rule, "the Makefile names mypy targets itself"
+
+
+def test_the_library_packages_are_checked_strictly():
+    """The library packages are on the strict list, as whole packages."""
+    targets = set(_make_lint_mypy_targets())
+    for pkg in ("dag", "util", "air", "train", "tune", "autoscaler", "_tools"):
+        assert ("-p", f"ember.{pkg}") in targets, pkg

@@ -111,7 +111,7 @@ def _put_multi_large(mod: Any) -> Fn:
 
 
 def _get_containing_refs(mod: Any) -> Fn:
-    def create_object_containing_ref() -> list:
+    def create_object_containing_ref() -> list[Any]:
         return [mod.put(1) for _ in range(10000)]
 
     ref = mod.remote(create_object_containing_ref).remote()

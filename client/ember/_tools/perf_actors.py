@@ -72,7 +72,7 @@ def _calls_from_tasks(mod: Any, actor_cls: Any, n: int, m: int) -> Fn:
     n_cpu = _n_cpu()
     actors = [actor_cls.remote() for _ in range(n_cpu)]
 
-    def work(actors: list) -> None:
+    def work(actors: list[Any]) -> None:
         mod.get([actors[i % n_cpu].small_value.remote() for i in range(n)])
 
     work_task = mod.remote(work)

@@ -27,11 +27,11 @@ TEMP_PREFIX = "checkpoint_tmp_"
 class Checkpoint:
     """A reference to checkpoint data persisted as a directory (local or remote)."""
 
-    def __init__(self, path: str | os.PathLike, filesystem: pyarrow.fs.FileSystem | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], filesystem: pyarrow.fs.FileSystem | None = None) -> None:
         self.filesystem, self.path = storage.resolve(os.fspath(path), filesystem)
 
     @classmethod
-    def from_directory(cls, path: str | os.PathLike) -> Checkpoint:
+    def from_directory(cls, path: str | os.PathLike[str]) -> Checkpoint:
         """A checkpoint of a local directory (which must exist)."""
         path = os.path.abspath(os.fspath(path))
         if not os.path.isdir(path):
@@ -60,9 +60,10 @@ class Checkpoint:
                 raise ValueError(f"{self!r} was not created with Checkpoint.from_dict (no {DICT_FILE}); "
                                  "use to_directory() or as_directory()")
             with open(target, "rb") as f:
-                return pickle.load(f)
+                data: dict[str, Any] = pickle.load(f)
+                return data
 
-    def to_directory(self, path: str | os.PathLike | None = None) -> str:
+    def to_directory(self, path: str | os.PathLike[str] | None = None) -> str:
         """Copies the checkpoint into local `path` (default: a new temporary directory)."""
         dest = os.path.abspath(os.fspath(path)) if path is not None else os.path.join(
             tempfile.gettempdir(), TEMP_PREFIX + uuid.uuid4().hex)
@@ -89,7 +90,8 @@ class Checkpoint:
         if self.filesystem.get_file_info(target).type == pyarrow.fs.FileType.NotFound:
             return {}
         with self.filesystem.open_input_stream(target) as f:
-            return json.loads(f.read().decode())
+            metadata: dict[str, Any] = json.loads(f.read().decode())
+            return metadata
 
     def set_metadata(self, metadata: dict[str, Any]) -> None:
         """Replaces the stored metadata (must be JSON-serializable)."""

@@ -70,7 +70,7 @@ class Result:
             if not name.startswith("checkpoint_") or \
                     fs.get_file_info(ckpt_path).type != pyarrow.fs.FileType.Directory:
                 continue
-            row = recorded.get(ckpt_path) or next((r for p, r in recorded.items() if p.endswith("/" + name)), {})
+            row: dict[str, Any] = recorded.get(ckpt_path) or next((r for p, r in recorded.items() if p.endswith("/" + name)), {})
             best.append((Checkpoint(ckpt_path, fs), {k: v for k, v in row.items() if k not in _ROW_KEYS}))
         frame = None
         try:

@@ -36,7 +36,8 @@ def join(*parts: str) -> str:
 
 
 def exists(fs: pyarrow.fs.FileSystem, path: str) -> bool:
-    return fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound
+    found: bool = fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound
+    return found
 
 
 def makedirs(fs: pyarrow.fs.FileSystem, path: str) -> None:
@@ -139,4 +140,5 @@ def write_bytes(fs: pyarrow.fs.FileSystem, path: str, data: bytes) -> None:
 
 def read_bytes(fs: pyarrow.fs.FileSystem, path: str) -> bytes:
     with fs.open_input_stream(path) as f:
-        return f.read()
+        data: bytes = f.read()
+        return data

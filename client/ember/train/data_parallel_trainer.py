@@ -78,7 +78,7 @@ class DataParallelTrainer:
     # --- restore ---------------------------------------------------------------------------
 
     @classmethod
-    def can_restore(cls, path: str | os.PathLike, storage_filesystem: pyarrow.fs.FileSystem | None = None) -> bool:
+    def can_restore(cls, path: str | os.PathLike[str], storage_filesystem: pyarrow.fs.FileSystem | None = None) -> bool:
         """Whether `path` is a run directory written by a trainer's fit()."""
         try:
             return RunStorage.open(os.fspath(path), storage_filesystem).has_trainer()
@@ -86,7 +86,7 @@ class DataParallelTrainer:
             return False
 
     @classmethod
-    def restore(cls, path: str | os.PathLike, train_loop_per_worker: Callable[..., Any] | None = None,
+    def restore(cls, path: str | os.PathLike[str], train_loop_per_worker: Callable[..., Any] | None = None,
                 train_loop_config: dict[str, Any] | None = None, *, datasets: dict[str, Any] | None = None,
                 scaling_config: ScalingConfig | None = None,
                 storage_filesystem: pyarrow.fs.FileSystem | None = None) -> DataParallelTrainer:

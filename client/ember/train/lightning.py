@@ -22,7 +22,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.plugins.environments import LightningEnvironment
+from lightning.fabric.plugins.environments.lightning import LightningEnvironment
 from lightning.pytorch.strategies import DDPStrategy
 
 from ember.air.checkpoint import Checkpoint
@@ -36,7 +36,7 @@ def _context() -> Any:
     return train.get_context()
 
 
-class RayLightningEnvironment(LightningEnvironment):  # type: ignore[misc]
+class RayLightningEnvironment(LightningEnvironment):
     """Lightning's cluster environment read from the Ember Train worker's context."""
 
     def world_size(self) -> int:
@@ -61,21 +61,22 @@ class RayLightningEnvironment(LightningEnvironment):  # type: ignore[misc]
         """The process group belongs to the TorchTrainer, which tears it down."""
 
 
-class RayDDPStrategy(DDPStrategy):  # type: ignore[misc]
+class RayDDPStrategy(DDPStrategy):
     """Lightning's DDPStrategy on the process group the TorchTrainer set up."""
 
     @property
     def root_device(self) -> torch.device:
         from ember.train.torch import get_device
 
-        return get_device()
+        device: torch.device = get_device()
+        return device
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, Any]:
         return {"num_replicas": self.world_size, "rank": self.global_rank}
 
 
-class RayTrainReportCallback(pl.Callback):  # type: ignore[misc]
+class RayTrainReportCallback(pl.Callback):
     """Reports the epoch's metrics and a Lightning checkpoint to Ember Train after each epoch."""
 
     CHECKPOINT_NAME = "checkpoint.ckpt"

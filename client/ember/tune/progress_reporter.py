@@ -159,13 +159,14 @@ class CLIReporter(ProgressReporter):
         return {k: k for k in varying}
 
     def _best(self, trials: list[Trial]) -> str | None:
-        if not (self._metric and self._mode):
+        metric = self._metric
+        if not (metric and self._mode):
             return None
-        scored = [t for t in trials if isinstance(t.last_result.get(self._metric), (int, float))]
+        scored = [t for t in trials if isinstance(t.last_result.get(metric), (int, float))]
         if not scored:
             return None
-        best = (max if self._mode == "max" else min)(scored, key=lambda t: t.last_result[self._metric])
-        return (f"Current best trial: {best.trial_id} with {self._metric}={best.last_result[self._metric]} "
+        best = (max if self._mode == "max" else min)(scored, key=lambda t: t.last_result[metric])
+        return (f"Current best trial: {best.trial_id} with {metric}={best.last_result[metric]} "
                 f"and parameters={best.config}")
 
     def _progress_str(self, trials: list[Trial], done: bool, *sys_info: str) -> str:
@@ -195,9 +196,10 @@ class CLIReporter(ProgressReporter):
     def _table(self, trials: list[Trial]) -> str:
         metrics, params = self._columns(trials), self._params(trials)
         shown = list(trials)
-        if self._sort and self._metric and self._mode:
-            shown.sort(key=lambda t: (self._metric not in t.last_result,
-                                      (-1 if self._mode == "max" else 1) * float(t.last_result.get(self._metric, 0))))
+        metric = self._metric
+        if self._sort and metric and self._mode:
+            shown.sort(key=lambda t: (metric not in t.last_result,
+                                      (-1 if self._mode == "max" else 1) * float(t.last_result.get(metric, 0))))
         header = ["Trial name", "status", "loc"] + [_fmt(v, self._max_len) for v in params.values()] + \
             [_fmt(v, self._max_len) for v in metrics.values()]
         rows = []

@@ -38,7 +38,7 @@ class TrialResult(Result):
                          path=trial.path, metrics_dataframe=None, best_checkpoints=list(trial.checkpoints),
                          filesystem=filesystem, _config=dict(trial.config))
 
-    @property  # type: ignore[override]
+    @property
     def metrics_dataframe(self) -> Any:
         """Every reported result of the trial, one row each (a pandas DataFrame)."""
         if self._frame is None and self._history:

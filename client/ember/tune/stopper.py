@@ -41,7 +41,8 @@ class MaximumIterationStopper(Stopper):
         self._max_iter = max_iter
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        return result.get("training_iteration", 0) >= self._max_iter
+        done: bool = result.get("training_iteration", 0) >= self._max_iter
+        return done
 
 
 class TimeoutStopper(Stopper):

@@ -15,7 +15,7 @@ A parameter of Ray's that Ember does not implement raises naming it.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from ember.air import storage
 
@@ -32,11 +32,21 @@ __all__ = ["run"]
 _UNSUPPORTED = {"sync_config": None, "export_formats": None, "restore": None, "local_dir": None,
                 "chdir_to_trial_dir": None, "_remote": None, "_remote_string_queue": None,
                 "_entrypoint": None, "log_to_file": False}
-_RESUME = {"AUTO": ("auto", {}), True: ("must", {}), "LOCAL": ("must", {}), "REMOTE": ("must", {}),
-           "ERRORED_ONLY": ("must", {"resume_unfinished": False, "resume_errored": True}),
-           "RESTART_ERRORED_ONLY": ("must", {"resume_unfinished": False, "restart_errored": True}),
-           "AUTO+ERRORED": ("auto", {"resume_errored": True}),
-           "AUTO+RESTART_ERRORED": ("auto", {"restart_errored": True})}
+
+
+class _ResumeFlags(TypedDict, total=False):
+    """Tuner.restore's flags for one `resume` value."""
+    resume_unfinished: bool
+    resume_errored: bool
+    restart_errored: bool
+
+
+_RESUME: dict[str | bool, tuple[str, _ResumeFlags]] = {
+    "AUTO": ("auto", {}), True: ("must", {}), "LOCAL": ("must", {}), "REMOTE": ("must", {}),
+    "ERRORED_ONLY": ("must", {"resume_unfinished": False, "resume_errored": True}),
+    "RESTART_ERRORED_ONLY": ("must", {"resume_unfinished": False, "restart_errored": True}),
+    "AUTO+ERRORED": ("auto", {"resume_errored": True}),
+    "AUTO+RESTART_ERRORED": ("auto", {"restart_errored": True})}
 
 
 def run(run_or_experiment: Any, *, name: str | None = None, metric: str | None = None,
@@ -98,7 +108,7 @@ def run(run_or_experiment: Any, *, name: str | None = None, metric: str | None =
     return analysis
 
 
-def _score_attr(attr: str | None) -> tuple[str | None, str]:
+def _score_attr(attr: str | None) -> tuple[str | None, Literal["max", "min"]]:
     """Ray's "min-loss" spelling: ("loss", "min"); a bare name is maximised."""
     if attr and attr.startswith("min-"):
         return attr[4:], "min"

@@ -15,7 +15,7 @@ class ActorPool:
         self._index_to_future: dict[int, Any] = {}
         self._next_task_index = 0
         self._next_return_index = 0
-        self._pending: list[tuple[Callable, Any]] = []
+        self._pending: list[tuple[Callable[[Any, Any], Any], Any]] = []
 
     def map(self, fn: Callable[[Any, Any], Any], values: Iterable[Any]) -> Iterator[Any]:
         """Submits every value at once (as Ray's), and returns an iterator over the results in the

@@ -30,7 +30,7 @@ class Full(_stdlib_queue.Full):
 class _QueueActor:
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
-        self.queue: asyncio.Queue = asyncio.Queue(maxsize)
+        self.queue: asyncio.Queue[Any] = asyncio.Queue(maxsize)
 
     def qsize(self) -> int:
         return self.queue.qsize()
@@ -99,16 +99,19 @@ class Queue:
 
     def size(self) -> int:
         """The number of items in the queue."""
-        return ember.get(self.actor.qsize.remote())
+        n: int = ember.get(self.actor.qsize.remote())
+        return n
 
     def qsize(self) -> int:
         return self.size()
 
     def empty(self) -> bool:
-        return ember.get(self.actor.empty.remote())
+        empty: bool = ember.get(self.actor.empty.remote())
+        return empty
 
     def full(self) -> bool:
-        return ember.get(self.actor.full.remote())
+        full: bool = ember.get(self.actor.full.remote())
+        return full
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         """Adds an item; with block, waits up to `timeout` seconds (forever when None) for room,
@@ -158,7 +161,8 @@ class Queue:
         """Removes and returns `num_items` items at once, or none (Empty) when fewer are queued."""
         if not isinstance(num_items, int) or num_items < 0:
             raise ValueError("'num_items' must be a non-negative int")
-        return ember.get(self.actor.get_nowait_batch.remote(num_items))
+        items: list[Any] = ember.get(self.actor.get_nowait_batch.remote(num_items))
+        return items
 
     def shutdown(self, force: bool = False, grace_period_s: int = 5) -> None:
         """Terminates the queue's actor; the queue is unusable afterwards."""

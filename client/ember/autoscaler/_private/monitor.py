@@ -120,14 +120,14 @@ class Autoscaler:
         now = self.clock()
         out: list[Node] = []
         for n in state.nodes:
-            p = by_node.get(n.node_id)
-            if p is not None and p.provider_id in self._terminating:
+            joined = by_node.get(n.node_id)
+            if joined is not None and joined.provider_id in self._terminating:
                 continue
             busy = not n.reported or n.leased > 0 or bool(n.queued) or bool(n.infeasible)
             idle_s = 0.0 if busy else n.idle_duration_s
-            objects = (p is not None and not busy and idle_s >= self.config.idle_timeout_s
+            objects = (joined is not None and not busy and idle_s >= self.config.idle_timeout_s
                        and self.has_objects(n.objmgr_address))
-            out.append(Node(n.node_id, p.node_type if p is not None else "", dict(n.total_resources),
+            out.append(Node(n.node_id, joined.node_type if joined is not None else "", dict(n.total_resources),
                             dict(n.available_resources), idle_s=idle_s, busy=busy, has_objects=objects))
         for p in unjoined:
             if p.provider_id in self._terminating:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import ember
 from ember.air.checkpoint import Checkpoint
-from ember.air.config import DataConfig, RunConfig, ScalingConfig
+from ember.air.config import DataConfig, FailureConfig, RunConfig, ScalingConfig
 from ember.air.session import TrainContext, get_session
 
 from ..backend import BackendConfig
@@ -64,7 +64,8 @@ class TrainController:
         self.next_index = int(state.get("next_index", 0))
         self.checkpoints = CheckpointManager(run_config.checkpoint_config, [
             TrackedCheckpoint.from_json(c) for c in state.get("checkpoints", [])])
-        self.failures = FailurePolicy(run_config.failure_config.max_failures, int(state.get("failures", 0)))
+        failure_config = run_config.failure_config or FailureConfig()  # RunConfig defaults it
+        self.failures = FailurePolicy(failure_config.max_failures, int(state.get("failures", 0)))
         self.last_metrics: dict[str, Any] | None = state.get("last_metrics")
         self.resume_from = resume_from
         self.outer_session = get_session()  # Tune's, when fit() runs as a trial

@@ -96,7 +96,8 @@ class RunStorage:
     def load_state(self) -> dict[str, Any]:
         if not storage.exists(self.fs, self.file(STATE_FILE)):
             return {}
-        return json.loads(storage.read_bytes(self.fs, self.file(STATE_FILE)))
+        state: dict[str, Any] = json.loads(storage.read_bytes(self.fs, self.file(STATE_FILE)))
+        return state
 
     # --- metrics rows ---------------------------------------------------------------------
 

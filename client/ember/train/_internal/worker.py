@@ -55,7 +55,7 @@ class WorkerRun:
 class WorkerSession:
     """The Session (see session.py) of one Train rank."""
 
-    def __init__(self, run: WorkerRun, events: queue.Queue, acked: Callable[[int, float], bool]) -> None:
+    def __init__(self, run: WorkerRun, events: queue.Queue[tuple[str, Any]], acked: Callable[[int, float], bool]) -> None:
         self.run = run
         self._events = events
         self._wait_acked = acked
@@ -115,7 +115,8 @@ class _RankPrefixed:
 
     def write(self, text: str) -> int:
         if threading.get_ident() not in self._threads or not text:
-            return self._stream.write(text)
+            written: int = self._stream.write(text)
+            return written
         out = []
         for piece in text.splitlines(keepends=True):
             if self._at_line_start:
@@ -171,7 +172,7 @@ class TrainWorker:
         os.environ.update(env or {})
         self._preload = threading.Thread(target=_import_all, args=(preload,), daemon=True, name="preload")
         self._preload.start()
-        self._events: queue.Queue = queue.Queue()
+        self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._acked = -1
         self._ack_cv = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -189,7 +190,8 @@ class TrainWorker:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((ip if ip not in ("", "0.0.0.0") else "", 0))
-            return s.getsockname()[1]
+            port: int = s.getsockname()[1]
+            return port
 
     def execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Runs fn(*args, **kwargs) in this worker (a backend's setup step), once the preloaded

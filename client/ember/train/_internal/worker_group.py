@@ -203,11 +203,14 @@ class WorkerGroup:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Calls method on every rank with the same arguments; returns the results by rank."""
-        return ember.get([getattr(a, method).remote(*args, **kwargs) for a in self.actors])
+        results: list[Any] = ember.get([getattr(a, method).remote(*args, **kwargs) for a in self.actors])
+        return results
 
-    def call_each(self, method: str, args_by_rank: list[tuple]) -> list[Any]:
+    def call_each(self, method: str, args_by_rank: list[tuple[Any, ...]]) -> list[Any]:
         """Calls method on each rank with its own arguments; returns the results by rank."""
-        return ember.get([getattr(a, method).remote(*args) for a, args in zip(self.actors, args_by_rank, strict=False)])
+        results: list[Any] = ember.get([getattr(a, method).remote(*args)
+                                        for a, args in zip(self.actors, args_by_rank, strict=False)])
+        return results
 
     def shutdown(self, graceful: bool = True) -> None:
         """Leaves the process group (when graceful), kills every worker, then removes the
@@ -224,7 +227,7 @@ class WorkerGroup:
             self.reservation.release()
 
 
-def _start_actors(scaling: ScalingConfig, reservation: Reservation, init_args: tuple,
+def _start_actors(scaling: ScalingConfig, reservation: Reservation, init_args: tuple[Any, ...],
                   timeout_s: float) -> tuple[list[Any], list[dict[str, Any]]]:
     """Creates one actor per bundle of the reservation and waits until all of them run
     (their `node_info`); kills them all if one cannot start."""

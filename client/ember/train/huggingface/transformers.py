@@ -64,7 +64,7 @@ class _ShardDataset:
     def __init__(self, shard: Any) -> None:
         import torch.utils.data
 
-        class Rows(torch.utils.data.IterableDataset):  # type: ignore[misc]
+        class Rows(torch.utils.data.IterableDataset[dict[str, Any]]):
             def __iter__(self) -> Any:
                 return iter(shard.iter_rows())
 

@@ -92,7 +92,7 @@ class _PreparedDataLoader:
         return getattr(self._loader, name)
 
     def __iter__(self) -> Iterator[Any]:
-        sampler = getattr(self._loader, "sampler", None)
+        sampler: Any = getattr(self._loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(self._epoch)
         self._epoch += 1
@@ -131,7 +131,8 @@ def prepare_data_loader(data_loader: Any, add_dist_sampler: bool = True, move_to
         import torch.distributed as dist
 
         shuffle = isinstance(loader.sampler, RandomSampler)
-        sampler = DistributedSampler(loader.dataset, num_replicas=world, rank=dist.get_rank(), shuffle=shuffle)
+        sampler: DistributedSampler[Any] = DistributedSampler(loader.dataset, num_replicas=world,
+                                                              rank=dist.get_rank(), shuffle=shuffle)
         loader = DataLoader(
             loader.dataset, batch_size=loader.batch_size, sampler=sampler,
             num_workers=loader.num_workers, collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,

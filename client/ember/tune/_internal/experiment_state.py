@@ -76,7 +76,7 @@ def load_experiment_state(fs: pyarrow.fs.FileSystem, exp_path: str) -> dict[str,
     """What save_experiment_state wrote."""
     import pickle
 
-    state = pickle.loads(storage.read_bytes(fs, storage.join(exp_path, STATE_FILE)))
+    state: dict[str, Any] = pickle.loads(storage.read_bytes(fs, storage.join(exp_path, STATE_FILE)))
     if state.get("version") != STATE_VERSION:
         raise ValueError(f"{exp_path}/{STATE_FILE} has state version {state.get('version')}, "
                          f"this Ember reads version {STATE_VERSION}")
@@ -92,7 +92,8 @@ def load_tuner(fs: pyarrow.fs.FileSystem, exp_path: str) -> dict[str, Any]:
     """Reads tuner.pkl."""
     import pickle
 
-    return pickle.loads(storage.read_bytes(fs, storage.join(exp_path, TUNER_FILE)))
+    data: dict[str, Any] = pickle.loads(storage.read_bytes(fs, storage.join(exp_path, TUNER_FILE)))
+    return data
 
 
 def can_restore(fs: pyarrow.fs.FileSystem, exp_path: str) -> bool:

@@ -24,7 +24,7 @@ class TrialSpans:
         """Opens the trial's span (or records that it resumed)."""
         span = self._spans.get(trial.trial_id)
         if span is None:
-            attrs = {"tune.trial_id": trial.trial_id, "tune.experiment": experiment,
+            attrs: dict[str, str | float] = {"tune.trial_id": trial.trial_id, "tune.experiment": experiment,
                      "tune.trainable": trial.trainable_name, "tune.config": repr(trial.config)[:1000]}
             for k, v in trial.resources.items():
                 attrs[f"tune.resources.{k}"] = v

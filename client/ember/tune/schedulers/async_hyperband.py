@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..experiment.trial import Trial
-from .trial_scheduler import FIFOScheduler, TrialScheduler, check_mode, signed
+from .trial_scheduler import FIFOScheduler, TrialScheduler, check_mode
 
 __all__ = ["ASHAScheduler", "AsyncHyperBandScheduler"]
 
@@ -103,7 +103,7 @@ class AsyncHyperBandScheduler(FIFOScheduler):
         if self._time_attr not in result:
             return TrialScheduler.CONTINUE
         action = bracket.on_result(trial.trial_id, result[self._time_attr],
-                                   signed(result.get(self._metric), self._mode))
+                                   self._reward(result))
         if action == TrialScheduler.STOP:
             self._num_stopped += 1
         return action
@@ -112,7 +112,7 @@ class AsyncHyperBandScheduler(FIFOScheduler):
         bracket = self._trial_info.pop(trial.trial_id, None)
         if bracket is not None and result and self._time_attr in result:
             bracket.on_result(trial.trial_id, result[self._time_attr],
-                              signed(result.get(self._metric), self._mode))
+                              self._reward(result))
 
     def on_trial_remove(self, controller: Any, trial: Trial) -> None:
         self._trial_info.pop(trial.trial_id, None)

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from ..experiment.trial import Trial
-from .trial_scheduler import FIFOScheduler, TrialScheduler, check_mode, signed
+from .trial_scheduler import FIFOScheduler, TrialScheduler, check_mode
 
 __all__ = ["HyperBandScheduler"]
 
@@ -103,7 +103,7 @@ class HyperBandScheduler(FIFOScheduler):
         if bracket is None or trial.trial_id not in bracket.live:
             return TrialScheduler.STOP if bracket is not None else TrialScheduler.CONTINUE
         t = result.get(self._time_attr)
-        reward = signed(result.get(self._metric), self._mode)
+        reward = self._reward(result)
         if t is None or t < bracket.milestone:
             return TrialScheduler.CONTINUE
         bracket.recorded[trial.trial_id] = reward if reward is not None else float("-inf")
@@ -142,7 +142,7 @@ class HyperBandScheduler(FIFOScheduler):
             self._process(controller, bracket, None)
 
     def choose_trial_to_run(self, controller: Any) -> Trial | None:
-        trials = controller.get_trials()
+        trials: list[Trial] = controller.get_trials()
         for t in trials:
             if t.status == Trial.PENDING:
                 return t

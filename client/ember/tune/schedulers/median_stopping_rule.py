@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..experiment.trial import Trial
-from .trial_scheduler import FIFOScheduler, TrialScheduler, check_mode, signed
+from .trial_scheduler import FIFOScheduler, TrialScheduler, check_mode
 
 __all__ = ["MedianStoppingRule"]
 
@@ -48,7 +48,7 @@ class MedianStoppingRule(FIFOScheduler):
         if tid in self._stopped:
             return TrialScheduler.STOP
         t = result.get(self._time_attr)
-        reward = signed(result.get(self._metric), self._mode)
+        reward = self._reward(result)
         if t is None or reward is None:
             return TrialScheduler.CONTINUE
         self._results.setdefault(tid, []).append((float(t), reward))

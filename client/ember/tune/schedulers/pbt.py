@@ -23,7 +23,7 @@ __all__ = ["PopulationBasedTraining", "explore"]
 
 
 def explore(config: dict[str, Any], mutations: dict[str, Any], resample_probability: float,
-            perturbation_factors: tuple[float, ...], custom_explore_fn: Callable | None,
+            perturbation_factors: tuple[float, ...], custom_explore_fn: Callable[[dict[str, Any]], dict[str, Any]] | None,
             rng: random.Random) -> dict[str, Any]:
     """A perturbed copy of `config` (the pure explore step)."""
     new = copy.deepcopy(config)
@@ -143,16 +143,19 @@ class PopulationBasedTraining(FIFOScheduler):
 
     def _quantiles(self, controller: Any) -> tuple[list[Trial], list[Trial]]:
         """(bottom, top) trials by their score at their last perturbation point."""
-        scored = [t for t in controller.get_trials()
-                  if not t.is_finished and self._state.get(t.trial_id) is not None
-                  and self._state[t.trial_id].last_score is not None]
+        scored: list[tuple[float, Trial]] = []
+        for t in controller.get_trials():
+            state = self._state.get(t.trial_id)
+            if not t.is_finished and state is not None and state.last_score is not None:
+                scored.append((state.last_score, t))
         if len(scored) <= 1:
             return [], []
-        scored.sort(key=lambda t: self._state[t.trial_id].last_score)
-        n = min(int(math.ceil(len(scored) * self._quantile_fraction)), len(scored) // 2)
+        scored.sort(key=lambda pair: pair[0])
+        ranked = [t for _, t in scored]
+        n = min(int(math.ceil(len(ranked) * self._quantile_fraction)), len(ranked) // 2)
         if n == 0:
             return [], []
-        return scored[:n], scored[-n:]
+        return ranked[:n], ranked[-n:]
 
     def on_trial_complete(self, controller: Any, trial: Trial, result: dict[str, Any]) -> None:
         pass
@@ -162,7 +165,7 @@ class PopulationBasedTraining(FIFOScheduler):
 
     def choose_trial_to_run(self, controller: Any) -> Trial | None:
         """Paused (exploited) trials first, so the population stays in step; then pending ones."""
-        trials = controller.get_trials()
+        trials: list[Trial] = controller.get_trials()
         for t in trials:
             if t.status == Trial.PAUSED:
                 return t

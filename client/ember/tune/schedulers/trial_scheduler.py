@@ -74,6 +74,10 @@ class TrialScheduler:
         self._mode = self._mode or mode
         return True
 
+    def _reward(self, result: dict[str, Any]) -> float | None:
+        """The result's metric as a reward to maximize (None without a metric or a numeric value)."""
+        return signed(None if self._metric is None else result.get(self._metric), self._mode)
+
     def requires_metric(self) -> bool:
         """Whether results must carry `metric` (all but FIFO)."""
         return True
@@ -100,7 +104,7 @@ class TrialScheduler:
 
     def choose_trial_to_run(self, controller: Any) -> Trial | None:
         """The next trial to start or resume: pending ones first, then paused ones."""
-        trials = controller.get_trials()
+        trials: list[Trial] = controller.get_trials()
         for t in trials:
             if t.status == Trial.PENDING:
                 return t

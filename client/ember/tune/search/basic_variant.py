@@ -16,7 +16,7 @@ import numpy as np
 
 from .sample import Domain
 from .searcher import Searcher
-from .variant_generator import find, grid_variants, merge_dicts, resolve, set_path, unflatten_dict
+from .variant_generator import Path, find, grid_variants, merge_dicts, resolve, set_path, unflatten_dict
 
 __all__ = ["BasicVariantGenerator", "SearchAlgorithm", "SearchGenerator"]
 
@@ -71,7 +71,7 @@ class BasicVariantGenerator(SearchAlgorithm):
         self._grid: list[dict[str, Any]] = [{}]
         self._sample = 0
         self._grid_index = 0
-        self._constants: dict[str, Any] | None = None
+        self._constants: dict[Path, Any] | None = None
         self._live: set[str] = set()
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
@@ -109,7 +109,7 @@ class BasicVariantGenerator(SearchAlgorithm):
         self._live.add(trial_id)
         return config
 
-    def _sample_domains(self, space: dict[str, Any]) -> dict[Any, Any]:
+    def _sample_domains(self, space: dict[str, Any]) -> dict[Path, Any]:
         _, domains = find(space)
         return {path: dom.sample(random_state=self._rng) for path, dom in domains
                 if isinstance(dom, Domain)}
@@ -160,6 +160,9 @@ class SearchGenerator(SearchAlgorithm):
             return None
         if suggestion is None:
             return None
+        if isinstance(suggestion, str):
+            raise TypeError(f"{type(self.searcher).__name__}.suggest returned {suggestion!r}: "
+                            "a searcher returns a config dict, None or Searcher.FINISHED")
         self._count += 1
         # The searcher's values win; anything it left as a domain is sampled at random.
         return resolve(merge_dicts(self._space, suggestion), np.random.default_rng())

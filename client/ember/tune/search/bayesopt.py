@@ -38,7 +38,8 @@ def convert_search_space(space: dict[str, Any]) -> dict[str, tuple[float, float]
             continue
         if not isinstance(v, Float) or v.dist != "uniform" or v.q is not None:
             raise ValueError(f"BayesOptSearch can only search uniform floats (tune.uniform); {k} is {v!r}")
-        out[k] = (float(v.lower), float(v.upper))
+        lower, upper = v._bounds()
+        out[k] = (float(lower), float(upper))
     return out
 
 

@@ -36,7 +36,8 @@ def convert_domain(path: str, domain: Domain) -> Any:
     """The hyperopt expression for one Tune domain (ValueError for ones it cannot express)."""
     hp = _import_hyperopt().hp
     if isinstance(domain, Float) and domain.dist in ("uniform", "loguniform"):
-        lo, hi = float(domain.lower), float(domain.upper)
+        lower, upper = domain._bounds()
+        lo, hi = float(lower), float(upper)
         if domain.dist == "loguniform":
             if domain.q:
                 return hp.qloguniform(path, math.log(lo), math.log(hi), domain.q)

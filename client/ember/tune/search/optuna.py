@@ -149,7 +149,7 @@ class OptunaSearch(Searcher):
         ot_trial = self._ot_trials.pop(trial_id, None)
         if ot_trial is None:
             return
-        value = None if result is None else result.get(self._metric)
+        value = None if result is None or self._metric is None else result.get(self._metric)
         if error or value is None:
             self._study.tell(ot_trial, state=optuna.trial.TrialState.FAIL)
         else:

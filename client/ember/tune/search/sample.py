@@ -75,26 +75,37 @@ class Float(Domain):
         self.lower, self.upper, self.dist, self.base, self.q = lower, upper, dist, base, q
         self.mean, self.sd = mean, sd
 
+    def _bounds(self) -> tuple[float, float]:
+        """The bounds of a uniform or log-uniform domain (__init__ checked they are numbers)."""
+        assert self.lower is not None and self.upper is not None, f"{self.dist} domain without bounds"
+        return self.lower, self.upper
+
     def _one(self, spec: Any, rng: np.random.Generator) -> float:
         if self.dist == "uniform":
-            v = float(rng.uniform(self.lower, self.upper))
+            lower, upper = self._bounds()
+            v = float(rng.uniform(lower, upper))
         elif self.dist == "loguniform":
-            lb = math.log(self.lower) / math.log(self.base)
-            ub = math.log(self.upper) / math.log(self.base)
+            lower, upper = self._bounds()
+            lb = math.log(lower) / math.log(self.base)
+            ub = math.log(upper) / math.log(self.base)
             v = float(self.base ** rng.uniform(lb, ub))
         else:
             v = float(rng.normal(self.mean, self.sd))
         if self.q is not None:
             v = _quantize(v, self.q)
             if self.lower is not None:
-                v = min(max(v, self.lower), self.upper)
+                lower, upper = self._bounds()
+                v = min(max(v, lower), upper)
         return v
 
     def is_valid(self, value: Any) -> bool:
         """Whether `value` lies in the domain."""
         if self.dist == "normal":
             return isinstance(value, (int, float))
-        return isinstance(value, (int, float)) and self.lower <= value <= self.upper
+        if not isinstance(value, (int, float)):
+            return False
+        lower, upper = self._bounds()
+        return lower <= value <= upper
 
     def __repr__(self) -> str:
         if self.dist == "normal":
@@ -132,7 +143,7 @@ class Integer(Domain):
 
     def is_valid(self, value: Any) -> bool:
         """Whether `value` lies in the domain."""
-        return isinstance(value, (int, np.integer)) and self.lower <= value <= self.upper
+        return isinstance(value, (int, np.integer)) and bool(self.lower <= value <= self.upper)
 
     def __repr__(self) -> str:
         return f"Integer({self.dist}, {self.lower}, {self.upper}, q={self.q})"

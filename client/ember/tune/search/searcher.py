@@ -172,10 +172,10 @@ class Repeater(Searcher):
         index = len(group["members"])
         group["members"].append(trial_id)
         self._trial_group[trial_id] = group["id"]
-        config = copy.deepcopy(group["config"])
+        trial_config: dict[str, Any] = copy.deepcopy(group["config"])
         if self._set_index:
-            config["__trial_index__"] = index
-        return config
+            trial_config["__trial_index__"] = index
+        return trial_config
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """Intermediate results are not forwarded (the searcher learns from the mean only)."""
@@ -186,12 +186,13 @@ class Repeater(Searcher):
         if gid is None:
             return
         group = self._groups[gid]
-        group["results"][trial_id] = None if error or result is None else result.get(self.metric)
+        metric = self.metric
+        group["results"][trial_id] = None if error or result is None or metric is None else result.get(metric)
         if len(group["results"]) < self.repeat:
             return
         scores = [v for v in group["results"].values() if v is not None]
         del self._groups[gid]
-        if not scores:
+        if not scores or metric is None:  # no metric: no scores either
             self.searcher.on_trial_complete(gid, result=None, error=True)
             return
-        self.searcher.on_trial_complete(gid, result={self.metric: float(np.mean(scores))})
+        self.searcher.on_trial_complete(gid, result={metric: float(np.mean(scores))})

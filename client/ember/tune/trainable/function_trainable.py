@@ -84,7 +84,10 @@ class FunctionTrainable(Trainable):
         try:
             if self._stopping:
                 raise _StopTrial()
-            out = type(self)._function(self.config)
+            fn = type(self)._function
+            if fn is None:
+                raise TypeError(f"{type(self).__name__} has no training function (make it with wrap_function)")
+            out = fn(self.config)
             if isinstance(out, dict):  # a returned dict is the final report
                 self._report(out, None, None)
             self._results.put(("done", None, None))
@@ -126,9 +129,10 @@ class FunctionTrainable(Trainable):
         self._continue.release()
         kind, value, ckpt = self._results.get()
         if kind == "result":
+            metrics: dict[str, Any] = value
             if ckpt is not None:
-                value["__checkpoint__"] = ckpt
-            return value
+                metrics["__checkpoint__"] = ckpt
+            return metrics
         self._finished = True
         if kind == "error":
             raise value
@@ -176,5 +180,5 @@ def wrap_function(fn: Callable[..., Any], name: str | None = None) -> type[Funct
     """A FunctionTrainable subclass that runs `fn(config)`."""
     if not callable(fn):
         raise TypeError(f"trainable must be a function or a Trainable class, got {type(fn).__name__}")
-    cls_name = name or getattr(fn, "__name__", "func")
+    cls_name = name or str(getattr(fn, "__name__", "func"))
     return type(cls_name, (FunctionTrainable,), {"_function": staticmethod(fn), "_name": cls_name})

@@ -71,7 +71,8 @@ def read_tune_state(checkpoint: Checkpoint | None) -> dict[str, Any]:
     target = storage.join(checkpoint.path, TUNE_STATE_FILE)
     if not storage.exists(checkpoint.filesystem, target):
         return {}
-    return json.loads(storage.read_bytes(checkpoint.filesystem, target).decode())
+    state: dict[str, Any] = json.loads(storage.read_bytes(checkpoint.filesystem, target).decode())
+    return state
 
 
 class Trainable:
@@ -197,8 +198,9 @@ class Trainable:
     def _state(self) -> dict[str, Any]:
         return {"training_iteration": self._iteration, "time_total_s": self._time_total}
 
-    def save(self, checkpoint_dir: str | None = None) -> Checkpoint:
-        """Saves a checkpoint into the trial's storage and returns it."""
+    def save(self, checkpoint_dir: str | None = None) -> Checkpoint | None:
+        """Saves a checkpoint into the trial's storage and returns it (a function trainable's
+        is the last one it reported: None before its first)."""
         tmp = checkpoint_dir or tempfile.mkdtemp(prefix="tune_ckpt_")
         try:
             data = self.save_checkpoint(tmp)

@@ -19,9 +19,9 @@ checkpoint after `fit()` returns. A failed `fit()` (a Result with `error`) fails
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
-from .function_trainable import FunctionTrainable, wrap_function
+from .function_trainable import FunctionTrainable, _TuneSession, wrap_function
 from .util import PlacementGroupFactory
 
 __all__ = ["is_trainer", "wrap_trainer"]
@@ -60,7 +60,7 @@ def wrap_trainer(trainer: Any) -> type[FunctionTrainable]:
         for key, value in config.items():
             if key != "train_loop_config" and hasattr(t, key):
                 setattr(t, key, value)
-        session = get_session()
+        session = cast(_TuneSession, get_session())  # the trial's: this runs as a function trainable
         ctx = session.get_context()
         base = getattr(trainer, "run_config", None) or RunConfig()
         fields = {k: getattr(base, k) for k in ("failure_config", "checkpoint_config")}
@@ -71,8 +71,9 @@ def wrap_trainer(trainer: Any) -> type[FunctionTrainable]:
             t.run_config = rc
         before = session._t._num_reports
         result: Result = t.fit()
-        if getattr(result, "error", None) is not None:
-            raise result.error
+        error = getattr(result, "error", None)
+        if error is not None:
+            raise error
         if session._t._num_reports > before:
             return
         rows = _rows(result)

@@ -94,7 +94,7 @@ def resources_of(trainable: Any, config: dict[str, Any]) -> tuple[dict[str, floa
     return pgf.bundles[0], pgf.required_resources
 
 
-def with_resources(trainable: Any, resources: dict[str, float] | PlacementGroupFactory | Callable) -> Any:
+def with_resources(trainable: Any, resources: dict[str, float] | PlacementGroupFactory | Callable[[dict[str, Any]], Any]) -> Any:
     """The trainable, asking for `resources` per trial (a dict, a PlacementGroupFactory, or a
     function of the config returning either)."""
     if isinstance(resources, dict):

@@ -16,7 +16,7 @@ state door) or `ember._private.doors.logs`.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, cast
 
 from ember._private.doors import state as _door
 
@@ -152,7 +152,7 @@ def get_job(id: str, address: str | None = None, timeout: int = DEFAULT_RPC_TIME
         raise ValueError(f"an id is a non-empty string, got {id!r}")
     rows = [r for r in _rows("jobs", address, timeout, False) if id in (r.get("job_id"), r.get("submission_id"))]
     entries, _ = apply("jobs", rows, detail=True, limit=max(len(rows), 1))
-    return entries[0] if entries else None
+    return cast(JobState, entries[0]) if entries else None
 
 
 def get_objects(id: str, address: str | None = None, timeout: int = DEFAULT_RPC_TIMEOUT,
