@@ -1,6 +1,8 @@
-"""The compose cluster for the e2e tests (pytest-docker): brought up once per session from the
+"""The compose cluster for the e2e tests (pytest-docker): brought up once for this package from the
 repository's docker-compose.yml with images built beforehand (`make images`, i.e.
-docker/build-offline.sh), and always torn down (`down -v`) at the end, even when start-up failed.
+docker/build-offline.sh), and always torn down (`down -v`) when the package's last test is done,
+even when start-up failed, so its containers (and their healthchecks) do not load the machine
+while the other tiers run.
 
 Compose: v2 (`docker compose`) when the docker CLI has it, else v1 (`docker-compose`, Debian 12's
 package). v1 has no `up --wait`, so the fixture waits for every container's healthcheck itself.
@@ -24,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,6 +117,17 @@ def docker_cleanup(compose_env_file: str) -> list[str]:
     return [f'--env-file "{compose_env_file}" --profile tracing down -v --remove-orphans -t 10']
 
 
+@pytest.fixture(scope="package")
+def docker_services(docker_compose_command: str, docker_compose_file: str, docker_compose_project_name: str,
+                    docker_setup: list[str], docker_cleanup: list[str]) -> Iterator[Any]:
+    """pytest-docker's fixture, scoped to this package instead of the session."""
+    from pytest_docker.plugin import get_docker_services
+
+    with get_docker_services(docker_compose_command, docker_compose_file, docker_compose_project_name,
+                             docker_setup, docker_cleanup) as services:
+        yield services
+
+
 @dataclass
 class Cluster:
     project: str
@@ -182,7 +196,7 @@ class Cluster:
         return r.stdout
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster(compose_env_file: str, docker_services, docker_compose_command: str, docker_compose_file: str,
             docker_compose_project_name: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tag = os.environ.get("EMBER_IMAGE_TAG") or "latest"  # as `make images` tagged them
