@@ -15,24 +15,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import textwrap
 import time
 
+import dashboard_browser
 import psutil
 import pytest
+from dashboard_browser import keep_screenshots, sign_in, skip_without_browser, stable, start_browser, wait_text
 
 from ember.util import state
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-_missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
-if _missing and os.environ.get("EMBER_TEST_REQUIRE_BROWSER") != "1":
-    pytest.skip(f"no browser for the dashboard test: {_missing} missing (apt-get install chromium "
-                "chromium-driver)", allow_module_level=True)
+skip_without_browser()
 
 WORKLOAD = textwrap.dedent("""
     import sys, urllib.request
@@ -147,84 +143,17 @@ def live(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(live):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    opts = Options()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1000", "--disable-extensions", "--no-first-run"):
-        opts.add_argument(arg)
-    b = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    b.set_page_load_timeout(30)
-    sign_in(b, live)
-    yield b
-    b.quit()
-    print(f"\ndashboard screenshots: {live['shots']}")
-    keep = os.environ.get("EMBER_TEST_ARTIFACTS")  # CI: a directory that outlives pytest's tmp dirs
-    if keep:
-        shutil.copytree(live["shots"], os.path.join(keep, "dashboard-screenshots"), dirs_exist_ok=True)
-
-
-def sign_in(browser, live):
-    """A browser without the cookie gets the login form (dashboard auth.py); a wrong token is
-    refused on the page, the cluster's token sets the cookie every later request carries."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
     from ember_common import auth
 
-    for token, expect_error in (("not-the-token", True), (auth.load().token, False)):
-        browser.get(f"{live['url']}/")
-        field = WebDriverWait(browser, 30).until(lambda b: b.find_elements(By.NAME, "token"))[0]
-        field.send_keys(token)
-        field.submit()
-        if expect_error:
-            WebDriverWait(browser, 30).until(lambda b: b.find_elements(By.CSS_SELECTOR, ".err"))
-    WebDriverWait(browser, 30).until(lambda b: not b.find_elements(By.NAME, "token"))
-    assert any(c["name"] == "ember-authentication-token" and c["httpOnly"] for c in browser.get_cookies())
-    browser.save_screenshot(str(live["shots"] / "signed-in.png"))
+    b = start_browser()
+    sign_in(b, live["url"], auth.load().token, live["shots"])
+    yield b
+    b.quit()
+    keep_screenshots(live["shots"], "dashboard-screenshots")
 
 
 def visit(browser, live, route, ready_css, name):
-    """Opens a page, waits for an element that only a rendered page has, saves a screenshot."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    browser.get(f"{live['url']}/#/{route}")
-    WebDriverWait(browser, 30).until(lambda b: b.find_elements(By.CSS_SELECTOR, ready_css) or
-                                     b.find_elements(By.ID, "page-error"))
-    errors = browser.find_elements(By.ID, "page-error")
-    assert not errors, f"{route}: {errors[0].text}"
-    browser.save_screenshot(str(live["shots"] / f"{name}.png"))
-
-
-def wait_text(browser, css, predicate, timeout_s=60):
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    def check(b):
-        els = b.find_elements(By.CSS_SELECTOR, css)
-        return els and predicate(els[0].text)
-
-    return stable(lambda: WebDriverWait(browser, timeout_s, poll_frequency=0.3, ignored_exceptions=[
-        StaleElementReferenceException]).until(check) and browser.find_element(By.CSS_SELECTOR, css).text)
-
-
-def stable(action, tries=5):
-    """Runs a step that reads or clicks elements again if a page refresh replaced them meanwhile
-    (pages re-render their tables every few seconds)."""
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    for i in range(tries):
-        try:
-            return action()
-        except StaleElementReferenceException:
-            if i == tries - 1:
-                raise
-            time.sleep(0.2)
+    dashboard_browser.visit(browser, live["url"], live["shots"], route, ready_css, name)
 
 
 def test_overview_shows_nodes_and_resources(browser, live):
