@@ -208,6 +208,23 @@ def port(compose: list[str], service: str, inner: int) -> str:
     return r.stdout.strip() if r.returncode == 0 else ""
 
 
+def gateway(compose: list[str]) -> str:
+    """The compose network's gateway: the host's address as the containers reach it, which a host
+    driver gives out (EMBER_NODE_IP) so that workers can call it back ("" if not found)."""
+    ids = subprocess.run([*compose, "ps", "-q", "gcs"], capture_output=True, text=True, cwd=ROOT).stdout.split()
+    if not ids:
+        return ""
+    r = subprocess.run(["docker", "inspect", ids[0]], capture_output=True, text=True)
+    networks = (json.loads(r.stdout or "[{}]")[0].get("NetworkSettings") or {}).get("Networks") or {}
+    return next((n.get("Gateway", "") for name, n in networks.items() if name.endswith("_default")), "")
+
+
+def host_driver_line(gcs: str, gw: str) -> str:
+    """How a program on the host runs against the compose cluster."""
+    return (f"host drivers: EMBER_NODE_IP={gw or '<the compose network gateway>'} python my_program.py, "
+            f"with ember.init(address=\"{gcs}\")")
+
+
 def up() -> None:
     """Everything `make up` does (module docstring)."""
     docker_engine()
@@ -231,6 +248,7 @@ def up() -> None:
     say(f"cluster healthy: GCS {port(compose, 'gcs', 6379)}, dashboard http://{port(compose, 'dashboard', 8265)}"
         f", Serve http://{port(compose, 'serve-proxy', 8000)}; its token is EMBER_AUTH_TOKEN in .env; "
         "`make down` stops it")
+    say(host_driver_line(port(compose, "gcs", 6379), gateway(compose)))
 
 
 def down(args: list[str]) -> None:

@@ -128,3 +128,24 @@ def test_no_engine_is_one_line_saying_what_to_do(tmp_path: Path, monkeypatch: py
     with pytest.raises(m.Problem, match="no Docker engine answers `docker info`: start one"):
         m.docker_engine()
     assert m.main(["bogus"]) == 2
+
+
+def test_up_names_the_gateway_a_host_driver_gives_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make up` ends with the line a host program runs with: EMBER_NODE_IP is the compose
+    network's gateway, read from the GCS container's networks (its `_default` one)."""
+    import json
+    import subprocess
+
+    inspect = [{"NetworkSettings": {"Networks": {"proj_etcd": {"Gateway": "10.9.0.1"},
+                                                 "proj_default": {"Gateway": "10.8.0.1"}}}}]
+
+    def run(cmd, **_):
+        out = "abc123\n" if cmd[-1] == "gcs" else json.dumps(inspect)
+        return subprocess.CompletedProcess(cmd, 0, out, "")
+
+    cli = _mod()
+    monkeypatch.setattr(cli.subprocess, "run", run)
+    gw = cli.gateway(["docker", "compose"])
+    assert gw == "10.8.0.1"
+    line = cli.host_driver_line("127.0.0.1:6379", gw)
+    assert "EMBER_NODE_IP=10.8.0.1 python my_program.py" in line and 'ember.init(address="127.0.0.1:6379")' in line
