@@ -20,6 +20,7 @@ from .grouped import AggregateFn, Count, GroupedData, Max, Mean, Min, Std, Sum
 from .iterator import DataIterator
 from .read_api import (
     from_arrow,
+    from_huggingface,
     from_items,
     from_numpy,
     from_pandas,
@@ -50,7 +51,7 @@ __all__ = [
     "ActorPoolStrategy", "AggregateFn", "Count", "DataContext", "DataIterator", "Dataset",
     "Datasink", "Datasource", "FilenameProvider", "ReadTask", "SaveMode", "read_datasource", "read_sql",
     "ExecutionOptions", "ExecutionResources", "GroupedData", "MaterializedDataset", "Max", "Mean",
-    "Min", "Schema", "Std", "Sum", "TaskPoolStrategy", "block", "from_arrow", "from_items",
+    "Min", "Schema", "Std", "Sum", "TaskPoolStrategy", "block", "from_arrow", "from_huggingface", "from_items",
     "from_numpy", "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files",
     "read_csv", "read_json", "read_numpy", "read_parquet", "read_text", "aggregate", "datatype",
     "expressions", "preprocessors",

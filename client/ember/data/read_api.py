@@ -290,10 +290,24 @@ def from_items(items: list[Any], *, parallelism: int = -1,
                          if b > a] or [pa.table({})], "FromItems")
 
 
+def _resplit(tables: list[pa.Table], override_num_blocks: int | None) -> list[pa.Table]:
+    """The tables as they are, or their rows cut into `override_num_blocks` blocks of near-equal
+    size (zero-copy slices)."""
+    if override_num_blocks is None:
+        return tables
+    if not isinstance(override_num_blocks, int) or override_num_blocks < 1:
+        raise ValueError(f"override_num_blocks must be a positive int, got {override_num_blocks!r}")
+    whole = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    n = whole.num_rows
+    k = max(1, min(override_num_blocks, n))
+    bounds = [n * i // k for i in builtins_range(k + 1)]
+    return [whole.slice(a, b - a) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
 def from_pandas(dfs: Any, override_num_blocks: int | None = None) -> MaterializedDataset:
-    """A dataset of one or more pandas DataFrames (one block each)."""
+    """A dataset of one or more pandas DataFrames (one block each, or `override_num_blocks`)."""
     dfs = dfs if isinstance(dfs, list) else [dfs]
-    return _from_blocks([B.pandas_to_block(df) for df in dfs], "FromPandas")
+    return _from_blocks(_resplit([B.pandas_to_block(df) for df in dfs], override_num_blocks), "FromPandas")
 
 
 def from_numpy(ndarrays: Any) -> MaterializedDataset:
@@ -304,12 +318,53 @@ def from_numpy(ndarrays: Any) -> MaterializedDataset:
 
 
 def from_arrow(tables: Any, *, override_num_blocks: int | None = None) -> MaterializedDataset:
-    """A dataset of one or more Arrow tables."""
+    """A dataset of one or more Arrow tables (one block each, or `override_num_blocks`)."""
     tbls = tables if isinstance(tables, list) else [tables]
     for t in tbls:
         if not isinstance(t, pa.Table):
             raise TypeError(f"from_arrow() expects pyarrow Tables, got {type(t).__name__}")
-    return _from_blocks(tbls, "FromArrow")
+    return _from_blocks(_resplit(tbls, override_num_blocks), "FromArrow")
+
+
+def from_huggingface(dataset: Any, parallelism: int = -1, concurrency: int | None = None,
+                     override_num_blocks: int | None = None) -> Any:
+    """A dataset of a Hugging Face `datasets.Dataset` (its Arrow table, already in memory:
+    materialized, cut into `override_num_blocks` blocks) or `datasets.IterableDataset` (read
+    lazily by one task, in batches). A `DatasetDict` is refused: pick a split."""
+    import datasets as hf
+
+    if isinstance(dataset, (hf.DatasetDict, hf.IterableDatasetDict)):
+        raise TypeError("from_huggingface() got a DatasetDict with splits "
+                        f"{sorted(dataset.keys())}: pass one split, e.g. dataset['train']")
+    if isinstance(dataset, hf.IterableDataset):
+        from .datasource import Datasource, ReadTask
+
+        class _HFIterable(Datasource):
+            def get_name(self) -> str:
+                return "HuggingFace"
+
+            def estimate_inmemory_data_size(self) -> int | None:
+                return None
+
+            def get_read_tasks(self, parallelism: int) -> list[ReadTask]:
+                def read() -> Iterator[pa.Table]:
+                    for batch in dataset.with_format("arrow").iter(batch_size=4096):
+                        yield batch
+
+                return [ReadTask(read, B.BlockMetadata(num_rows=None, size_bytes=None))]
+
+        return read_datasource(_HFIterable(), parallelism=parallelism, concurrency=concurrency,
+                               override_num_blocks=override_num_blocks)
+    if not isinstance(dataset, hf.Dataset):
+        raise TypeError("from_huggingface() expects a datasets.Dataset or datasets.IterableDataset, "
+                        f"got {type(dataset).__name__}")
+    if parallelism != -1 or concurrency is not None:
+        raise ValueError("from_huggingface(): parallelism and concurrency apply to an IterableDataset "
+                         "only; a Dataset is already in memory (use override_num_blocks)")
+    flat = dataset.flatten_indices() if dataset._indices is not None else dataset  # a select/shuffle view
+    table = flat.data.table.combine_chunks()
+    return _from_blocks(_resplit([table], override_num_blocks or max(1, min(8, table.num_rows))),
+                        "FromHuggingFace")
 
 
 def from_torch(dataset: Any, local_read: bool = False) -> MaterializedDataset:
