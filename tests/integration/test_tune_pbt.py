@@ -65,3 +65,39 @@ def test_pbt_copies_a_better_trials_weights(cluster, tmp_path):
     # its history jumps: a step where the score rose by more than its own lr could ever add
     scores = slow.metrics_dataframe["score"].tolist()
     assert max(b - a for a, b in zip(scores, scores[1:], strict=False)) > 0.05
+
+
+def test_pb2_copies_a_better_trial_and_picks_its_lr_within_the_bounds(cluster, tmp_path):
+    pytest.importorskip("sklearn", reason="PB2 needs scikit-learn")
+    from ember.tune.schedulers import PB2
+
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+
+    def train_weights(config):
+        (barrier / tune.get_context().get_trial_id()).touch()
+        deadline = time.monotonic() + 120
+        while len(os.listdir(barrier)) < len(LRS) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ckpt = tune.get_checkpoint()
+        state = ckpt.to_dict() if ckpt else {"w": 0.0, "step": 0}
+        w, step = state["w"], state["step"]
+        while step < STEPS:
+            step += 1
+            w += config["lr"]
+            time.sleep(0.05)
+            tune.report({"score": w, "lr": config["lr"]},
+                        checkpoint=tune.Checkpoint.from_dict({"w": w, "step": step}))
+
+    pb2 = PB2(time_attr="training_iteration", perturbation_interval=4, quantile_fraction=0.25,
+              hyperparam_bounds={"lr": [0.001, 1.0]})
+    results = tune.Tuner(
+        train_weights, param_space={"lr": tune.grid_search(LRS)},
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pb2),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="pb2", verbose=0)).fit()
+    assert results.num_errors == 0 and len(results) == 4
+    assert pb2.exploits, "PB2 never exploited"
+    slow = results[0]  # started with lr=0.001: alone it reaches 0.02
+    assert slow.metrics["score"] > 10 * STEPS * LRS[0] and slow.metrics["training_iteration"] == STEPS
+    lrs = set(slow.metrics_dataframe["lr"].tolist())
+    assert len(lrs) > 1 and all(0.001 <= lr <= 1.0 for lr in lrs), lrs  # re-picked, within the bounds
