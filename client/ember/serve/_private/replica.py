@@ -25,7 +25,7 @@ import cloudpickle
 
 from ember_common import envvars, tls
 
-from . import http_util
+from . import http_util, multiplex
 from .core_loop import replica_methods, runs_on_core_loop
 from .stream_channel import ChannelServer
 from .streams import StreamMux, StreamPump, aiter_any
@@ -108,6 +108,41 @@ class ServeReplica:
         self._idle_since = time.monotonic()
         self._calls = {"stream_poll": 0, "stream_next": 0}
         self._channel: ChannelServer | None = None
+        self._dep_id = f"{app_name}#{deployment}"
+        self._replica_id = replica_id
+        self._model_ids: list[str] = []  # the latest report of multiplex.model_ids()
+        self._models_push: asyncio.Task | None = None
+        self._controller: Any = None
+        multiplex.set_reporter(self._report_models)
+
+    def _report_models(self, ids: list[str]) -> None:
+        """The multiplexed models loaded or loading here changed: push them to the controller
+        (one push in flight; the latest set is sent once it returns), whose routing snapshot
+        tells every router."""
+        self._model_ids = ids
+        if self._models_push is None or self._models_push.done():
+            self._models_push = asyncio.ensure_future(self._push_models())
+
+    async def _push_models(self) -> None:
+        import ember
+
+        sent: list[str] | None = None
+        while sent != self._model_ids:
+            ids = list(self._model_ids)
+            try:
+                if self._controller is None:
+                    self._controller = await asyncio.to_thread(ember.get_actor, "SERVE_CONTROLLER",
+                                                               namespace="serve")
+                await self._controller.record_model_ids.remote(self._dep_id, self._replica_id, ids)
+                sent = ids
+            except Exception as e:  # the controller restarting: routing falls back meanwhile
+                log.debug("reporting multiplexed models: %s", e)
+                self._controller = None
+                await asyncio.sleep(0.5)
+
+    def multiplexed_model_ids(self) -> list[str]:
+        """The multiplexed model ids loaded or loading on this replica (for tests and debugging)."""
+        return multiplex.model_ids()
 
     async def ready(self) -> dict[str, Any]:
         """Awaits an async constructor, then runs reconfigure(user_config) once; the replica is
@@ -285,6 +320,7 @@ class ServeReplica:
         disc = asyncio.Event()
         self._disconnects[request_id] = disc
         self._tasks[request_id] = asyncio.current_task()  # type: ignore[assignment]
+        token = multiplex.set_model_id(multiplex.model_id_from_headers(scope.get("headers") or ()))
         try:
             if self._asgi is not None:
                 head, rest = await http_util.run_asgi(self._asgi, scope, body, disc)
@@ -321,14 +357,17 @@ class ServeReplica:
                 self.cancel(request_id)
             return ("cancelled",)
         finally:
+            multiplex.reset_model_id(token)
             self._tasks.pop(request_id, None)
             if not streaming:
                 self._disconnects.pop(request_id, None)
                 self.ongoing -= 1
 
     # ------------------------------------------------------------------ handle calls
-    async def handle_request(self, method: str, args: tuple, kwargs: dict) -> Any:
+    async def handle_request(self, method: str, args: tuple, kwargs: dict, model_id: str = "") -> Any:
+        """A handle call; model_id is its options(multiplexed_model_id=...)."""
         self.ongoing += 1
+        token = multiplex.set_model_id(model_id)
         try:
             fn = self.user if self._is_function else getattr(self.user, method)
             r = fn(*args, **kwargs)
@@ -336,15 +375,19 @@ class ServeReplica:
                 r = await r
             return r
         finally:
+            multiplex.reset_model_id(token)
             self.ongoing -= 1
 
     async def handle_request_streaming(self, stream_id: str, method: str, args: tuple,
-                                       kwargs: dict, group: str | None = None) -> tuple[list[Any], bool]:
+                                       kwargs: dict, group: str | None = None,
+                                       model_id: str = "") -> tuple[list[Any], bool]:
         """Starts a streamed handle call; returns its first batch like stream_next(). With a
         group, the rest comes from stream_poll(group) (shared with the caller's other streams
-        on this replica), else from stream_next(stream_id)."""
+        on this replica), else from stream_next(stream_id). model_id: the handle's
+        multiplexed_model_id (the generator keeps it: its pump's task copies the context)."""
         self.ongoing += 1
         started = False
+        token = multiplex.set_model_id(model_id)
         try:
             fn = self.user if self._is_function else getattr(self.user, method)
             r = fn(*args, **kwargs)
@@ -356,6 +399,7 @@ class ServeReplica:
             self._start_stream(stream_id, r)
             started = True
         finally:
+            multiplex.reset_model_id(token)
             if not started:
                 self.ongoing -= 1
         items, done = await self._next(stream_id)
