@@ -117,6 +117,12 @@ def test_handle_calls_inside_a_request_pass_the_model_id_only_when_asked(url):
 def test_requests_for_a_model_go_to_the_replica_holding_it(url):
     h = serve.run(Models.options(num_replicas=2, max_ongoing_requests=8).bind(), name="aff",
                   route_prefix="/aff")
+    seen: set[str] = set()  # (until this driver's router has both replicas: its snapshot follows)
+    for _ in range(200):
+        seen.add(h.infer.remote().result(timeout_s=60)["replica"])
+        if len(seen) == 2:
+            break
+    assert len(seen) == 2
     first = {m: h.options(multiplexed_model_id=m).infer.remote().result(timeout_s=60)["replica"]
              for m in ("a", "b")}
     assert first["a"] != first["b"]  # a new model goes to the replica holding fewer
@@ -137,3 +143,42 @@ def test_requests_for_a_model_go_to_the_replica_holding_it(url):
             assert out["replica"] == holder, (mid, out)
             assert out["loaded"].count(mid) == 1, out
     serve.delete("aff")
+
+
+class _Logged:
+    def __init__(self, model_id: str, log_path: str) -> None:
+        self.model_id, self.log_path = model_id, log_path
+        self.unloaded = False
+
+    async def __del__(self) -> None:  # awaited by Serve at eviction and when the replica stops
+        if self.unloaded:
+            return
+        self.unloaded = True
+        await asyncio.sleep(0.05)
+        with open(self.log_path, "a") as f:
+            f.write(self.model_id + "\n")
+
+
+@serve.deployment
+class LoggedModels:
+    def __init__(self, log_path: str) -> None:
+        self.log_path = log_path
+
+    @serve.multiplexed(max_num_models_per_replica=1)
+    async def get_model(self, model_id: str) -> _Logged:
+        return _Logged(model_id, self.log_path)
+
+    async def __call__(self) -> str:
+        return (await self.get_model(serve.get_multiplexed_model_id())).model_id
+
+
+def test_async_del_is_awaited_at_eviction_and_when_the_replica_stops(url, tmp_path):
+    log_path = str(tmp_path / "unloaded.txt")
+    h = serve.run(LoggedModels.bind(log_path), name="del", route_prefix="/del")
+    assert h.options(multiplexed_model_id="p").remote().result(timeout_s=60) == "p"
+    assert h.options(multiplexed_model_id="q").remote().result(timeout_s=60) == "q"  # evicts "p"
+    with open(log_path) as f:
+        assert f.read().split() == ["p"]
+    serve.delete("del")  # the replica unloads what it holds before it goes
+    with open(log_path) as f:
+        assert f.read().split() == ["p", "q"]

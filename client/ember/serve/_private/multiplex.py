@@ -172,6 +172,12 @@ def model_ids() -> list[str]:
     return sorted(out)
 
 
+async def clear_all() -> None:
+    """Evicts every model of this process's caches (the replica is stopping), as Ray does."""
+    for c in list(_caches):
+        await c.clear()
+
+
 def report() -> None:
     """A cache changed: hand the process's ids to the reporter, if this is a replica."""
     if _reporter is not None:

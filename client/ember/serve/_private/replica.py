@@ -33,6 +33,7 @@ from .streams import StreamMux, StreamPump, aiter_any
 log = logging.getLogger(__name__)
 _FIRST_CHUNK_WAIT_S = 0.1  # how long handle_http waits to send a stream's first chunk with its head
 _POLL_WAIT_S = 10.0  # how long a stream_poll waits for something before answering empty
+_UNLOAD_WAIT_S = 4.0  # how long drain() gives the multiplexed models' __del__ (the controller waits 5 s more)
 
 
 @dataclass
@@ -174,10 +175,15 @@ class ServeReplica:
         return self.ongoing
 
     async def drain(self, timeout_s: float) -> int:
-        """Waits (at most timeout_s) until no request is ongoing; returns what is left."""
+        """Waits (at most timeout_s) until no request is ongoing, then unloads the multiplexed
+        models (each evicted as by the LRU, within _UNLOAD_WAIT_S); returns what is left."""
         deadline = time.monotonic() + timeout_s
         while self.ongoing and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+        try:
+            await asyncio.wait_for(multiplex.clear_all(), _UNLOAD_WAIT_S)
+        except Exception as e:
+            log.warning("unloading the multiplexed models: %s", e)
         return self.ongoing
 
     def cancel(self, request_id: str) -> bool:
