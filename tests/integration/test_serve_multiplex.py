@@ -55,6 +55,11 @@ class Models:
     async def infer(self) -> dict:
         return await self._serve()
 
+    async def stream_ids(self):
+        for _ in range(3):
+            yield serve.get_multiplexed_model_id()
+            await asyncio.sleep(0.05)  # (later items come from the replica's pump, not the call)
+
 
 @serve.deployment
 class Upstream:
@@ -87,6 +92,8 @@ def test_lru_eviction_and_concurrent_loads_through_handles(url):
     assert after["unloaded"] == ["b", "a", "c"]
     # no model id: "" and nothing loaded
     assert h.infer.remote().result(timeout_s=60)["id"] == ""
+    # a streamed call's generator sees the id for its whole life
+    assert list(h.options(stream=True, multiplexed_model_id="s1").stream_ids.remote()) == ["s1"] * 3
     serve.delete("lru")
 
 
