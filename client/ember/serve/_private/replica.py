@@ -8,6 +8,8 @@ caller's channel or `stream_poll` of its group, or `stream_next` per stream), he
 report the ongoing-request count the autoscaler reads), `reconfigure(user_config)` and
 `cancel(request_id)` when the HTTP client went away. `stream_channel()` opens (once) the socket on
 which the proxy gets its streamed bodies pushed instead of polling (stream_channel.py).
+Each request's multiplexed model id (its header, or the handle's option) is set around the
+user's code (multiplex.py); the models the replica holds are pushed to the controller.
 """
 from __future__ import annotations
 
