@@ -145,6 +145,7 @@ def test_serve_entry_points_have_rays_explicit_parameters():
                                    "_prefer_local_routing", "_by_reference", "request_serialization",
                                    "response_serialization"},
         serve.batch: {"max_batch_size", "batch_wait_timeout_s", "max_concurrent_batches", "batch_size_fn"},
+        serve.multiplexed: {"func", "max_num_models_per_replica"},
     }
     for f, names in expected.items():
         params = inspect.signature(f).parameters

@@ -126,8 +126,21 @@ def test_run_start_and_handle_options_reject_unknown_keywords():
     assert (h.deployment_name, h.app_name, h._method, h._stream) == ("f", "app", "g", True)
 
 
+def test_handle_options_keep_the_multiplexed_model_id():
+    import pickle
+
+    h = serve.DeploymentHandle("f", "app").options(multiplexed_model_id="m1")
+    assert h._model_id == "m1"
+    assert h.other._model_id == "m1"  # a method of the handle keeps it
+    assert h.options(stream=True)._model_id == "m1"
+    assert h.options(multiplexed_model_id="m2")._model_id == "m2"
+    assert pickle.loads(pickle.dumps(h))._model_id == "m1"  # passed to a replica, it keeps it
+    assert serve.DeploymentHandle("f")._model_id == ""
+    with pytest.raises(TypeError, match="multiplexed_model_id must be a string"):
+        serve.DeploymentHandle("f").options(multiplexed_model_id=1)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("opts,word", [
-    ({"multiplexed_model_id": "m1"}, "multiplexed_model_id"),
     ({"use_new_handle_api": False}, "use_new_handle_api"),
     ({"_prefer_local_routing": True}, "_prefer_local_routing"),
     ({"_by_reference": False}, "_by_reference"),

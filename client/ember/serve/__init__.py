@@ -20,10 +20,12 @@ from .batching import batch
 from .config import AutoscalingConfig, DeploymentConfig, HTTPOptions
 from .deployment import Application, Deployment, deployment, ingress
 from .handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
+from .multiplex import get_multiplexed_model_id, multiplexed
 
 __all__ = [
     "Application", "ApplicationStatus", "AutoscalingConfig", "Deployment", "DeploymentConfig",
     "DeploymentHandle", "DeploymentResponse", "DeploymentResponseGenerator", "DeploymentStatus", "HTTPOptions",
     "ServeStatus", "batch", "delete", "deployment", "get_app_handle", "get_deployment_handle",
-    "get_replica_context", "ingress", "run", "shutdown", "start", "status",
+    "get_multiplexed_model_id", "get_replica_context", "ingress", "multiplexed", "run", "shutdown", "start",
+    "status",
 ]

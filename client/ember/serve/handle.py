@@ -123,7 +123,7 @@ async def _resolve(v: Any) -> Any:
     return v
 
 
-async def _call(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs: dict) -> Any:
+async def _call(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs: dict, model_id: str = "") -> Any:
     if args or kwargs:
         args = tuple([await _resolve(a) for a in args])
         kwargs = {k: await _resolve(v) for k, v in kwargs.items()}
@@ -131,8 +131,10 @@ async def _call(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs
         await asyncio.wait_for(table.ready.wait(), 60)
     router = table.router(dep_id)
     for attempt in range(_MAX_ATTEMPTS):
-        k, h = await router.acquire()
+        k, h = await router.acquire(model_id=model_id)
         try:
+            if model_id:
+                return await h.handle_request.remote(method, args, kwargs, model_id)
             return await h.handle_request.remote(method, args, kwargs)
         except (ActorDiedError, RayActorError):
             router.drop(k)  # a replica that died or was stopped: try another one
@@ -143,7 +145,7 @@ async def _call(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs
 
 
 async def _stream(rt: _HandleRuntime, dep_id: str, method: str, args: tuple, kwargs: dict,
-                  out: _Items) -> None:
+                  out: _Items, model_id: str = "") -> None:
     """Runs one streamed call: starts it on a replica (whose reply brings the first batch, sent
     as soon as the first item is produced), then takes what the runtime's poller of that replica
     brings (pushed on one channel, or one stream_poll call in flight, per replica for all of
@@ -160,11 +162,12 @@ async def _stream(rt: _HandleRuntime, dep_id: str, method: str, args: tuple, kwa
         if not rt.table.ready.is_set():
             await asyncio.wait_for(rt.table.ready.wait(), 60)
         router = rt.table.router(dep_id)
-        k, h = await router.acquire()
+        k, h = await router.acquire(model_id=model_id)
         poller = ChannelPoller.of(rt.pollers, k, h, rt.group)
         inbox = poller.expect(stream_id)  # before the call: a push may bring items first
         try:
-            items, done = await h.handle_request_streaming.remote(stream_id, method, args, kwargs, poller.group)
+            items, done = await h.handle_request_streaming.remote(stream_id, method, args, kwargs, poller.group,
+                                                                  model_id)
             if not done:
                 poller.start(stream_id)
             while True:
@@ -215,11 +218,12 @@ class DeploymentHandle:
     """A handle to a deployment of an application; `handle.method.remote(...)`."""
 
     def __init__(self, deployment_name: str, app_name: str = "default", *, method_name: str = "__call__",
-                 stream: bool = False) -> None:
+                 stream: bool = False, multiplexed_model_id: str = "") -> None:
         self.deployment_name = deployment_name
         self.app_name = app_name
         self._method = method_name
         self._stream = stream
+        self._model_id = multiplexed_model_id
 
     @property
     def deployment_id(self) -> str:
@@ -230,12 +234,13 @@ class DeploymentHandle:
                 _prefer_local_routing: bool | None = None, _by_reference: bool | None = None,
                 request_serialization: str | None = None,
                 response_serialization: str | None = None) -> DeploymentHandle:
-        """A handle like this one calling method_name, streamed or not (Ray's parameters).
+        """A handle like this one calling method_name, streamed or not, for the multiplexed
+        model multiplexed_model_id (what serve.get_multiplexed_model_id() returns in the
+        replica; routed to a replica holding it when one has room) (Ray's parameters).
         use_new_handle_api=True is what every handle is (False raises). Ray's
-        multiplexed_model_id, _prefer_local_routing, _by_reference and the request/response
-        serializations are not implemented: given, they raise ValueError naming them."""
-        bad = {"multiplexed_model_id": multiplexed_model_id is not None,
-               "use_new_handle_api": use_new_handle_api is False,
+        _prefer_local_routing, _by_reference and the request/response serializations are not
+        implemented: given, they raise ValueError naming them."""
+        bad = {"use_new_handle_api": use_new_handle_api is False,
                "_prefer_local_routing": _prefer_local_routing is not None,
                "_by_reference": _by_reference is not None,
                "request_serialization": request_serialization not in (None, "cloudpickle"),
@@ -246,9 +251,13 @@ class DeploymentHandle:
                              "(leave them at their defaults)")
         if method_name is not None and not isinstance(method_name, str):
             raise TypeError(f"method_name must be a string, got {type(method_name).__name__}")
+        if multiplexed_model_id is not None and not isinstance(multiplexed_model_id, str):
+            raise TypeError(f"multiplexed_model_id must be a string, got {type(multiplexed_model_id).__name__}")
         return DeploymentHandle(self.deployment_name, self.app_name,
                                 method_name=method_name or self._method,
-                                stream=self._stream if stream is None else stream)
+                                stream=self._stream if stream is None else stream,
+                                multiplexed_model_id=self._model_id if multiplexed_model_id is None
+                                else multiplexed_model_id)
 
     def __getattr__(self, name: str) -> DeploymentHandle:
         if name.startswith("_"):
@@ -259,17 +268,18 @@ class DeploymentHandle:
         rt = _get_runtime()
         if self._stream:
             items = _Items()
-            fut = rt.submit(_stream(rt, self.deployment_id, self._method, args, kwargs, items))
+            fut = rt.submit(_stream(rt, self.deployment_id, self._method, args, kwargs, items, self._model_id))
             fut.add_done_callback(items.cancelled)  # (cancelled before it ran: no entry would come)
             return DeploymentResponseGenerator(rt, items, fut)
-        return DeploymentResponse(rt.submit(_call(rt.table, self.deployment_id, self._method, args, kwargs)))
+        return DeploymentResponse(rt.submit(_call(rt.table, self.deployment_id, self._method, args, kwargs,
+                                                  self._model_id)))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self.deployment_name, self.app_name, self._method, self._stream))
+        return (_rebuild, (self.deployment_name, self.app_name, self._method, self._stream, self._model_id))
 
     def __repr__(self) -> str:
         return f"DeploymentHandle(deployment={self.deployment_name!r}, app={self.app_name!r})"
 
 
-def _rebuild(dep: str, app: str, method: str, stream: bool) -> DeploymentHandle:
-    return DeploymentHandle(dep, app, method_name=method, stream=stream)
+def _rebuild(dep: str, app: str, method: str, stream: bool, model_id: str = "") -> DeploymentHandle:
+    return DeploymentHandle(dep, app, method_name=method, stream=stream, multiplexed_model_id=model_id)

@@ -6,7 +6,8 @@ ember_common.auth) and answers 401 without it.
 
 Per request: match the longest route prefix (RouteTable, refreshed by a long poll on the
 controller, never per request), buffer the body, take a replica from the deployment's Router
-(power of two choices; queue while every replica is at max_ongoing_requests; 503 past
+(power of two choices; one holding the model a `serve_multiplexed_model_id` header names when
+one with room does; queue while every replica is at max_ongoing_requests; 503 past
 max_queued_requests), call `handle_http` on it, and answer. A streamed reply is relayed chunk by
 chunk; the chunks of every stream open on one replica are pushed by the replica on one socket
 (a ChannelPoller, ember.serve._private.stream_poller / stream_channel). If the client
@@ -25,7 +26,14 @@ import os
 from typing import Any
 
 from ember.exceptions import ActorDiedError, RayActorError
-from ember.serve.proxy_door import BackPressureError, ChannelPoller, Inbox, RouteTable, StreamPoller
+from ember.serve.proxy_door import (
+    BackPressureError,
+    ChannelPoller,
+    Inbox,
+    RouteTable,
+    StreamPoller,
+    model_id_from_headers,
+)
 from ember_common import auth, tracing
 
 from .limits import TOO_LARGE, declared_length, read_body
@@ -166,9 +174,10 @@ class ProxyApp:
 
     async def _forward(self, router: Any, request_id: str, child: dict[str, Any], body: bytes, send: Any,
                        disconnect: asyncio.Future[Any]) -> None:
+        model_id = model_id_from_headers(child["headers"])
         for attempt in range(_ATTEMPTS):
             try:
-                key, h = await router.acquire(timeout_s=60.0)
+                key, h = await router.acquire(timeout_s=60.0, model_id=model_id)
             except BackPressureError as e:
                 return await _simple(send, 503, str(e))
             except asyncio.TimeoutError:

@@ -259,8 +259,10 @@ class ServeController:
                 apps[name] = {"route_prefix": app["route_prefix"], "ingress": f"{name}#{app['ingress']}"}
             for st in app["deployments"].values():
                 c = st.spec.config
+                handles = st.running_handles()
                 deps[st.dep_id] = {"max_ongoing": c.max_ongoing_requests, "max_queued": c.max_queued_requests,
-                                   "replicas": st.running_handles()}
+                                   "replicas": handles,
+                                   "models": {rid: list(ids) for rid, ids in st.models.items() if rid in handles}}
         return {"version": self.version, "apps": apps, "deployments": deps}
 
     async def listen(self, after_version: int, timeout_s: float = 30.0) -> dict[str, Any]:
@@ -274,6 +276,23 @@ class ServeController:
                 except asyncio.TimeoutError:
                     pass
         return self._snapshot()
+
+    async def record_model_ids(self, dep_id: str, replica_id: str, model_ids: list[str]) -> None:
+        """A replica's multiplexed models (loaded or loading) changed: routers learn it from the
+        next snapshot and prefer that replica for those ids. Not persisted (a restarted
+        controller learns them again from the replicas' next change)."""
+        app, _, dname = dep_id.partition("#")
+        st = self.apps.get(app, {}).get("deployments", {}).get(dname)
+        if st is None or replica_id not in st.replicas:
+            return
+        for rid in [r for r in st.models if r not in st.replicas]:  # replicas gone since
+            del st.models[rid]
+        ids = tuple(sorted(model_ids))
+        if st.models.get(replica_id, ()) != ids:
+            st.models[replica_id] = ids
+            self.version += 1  # (a routing change only: nothing to persist)
+            if self._cond is not None:
+                await self._notify()
 
     async def record_demand(self, dep_id: str, router_id: str, queued: int) -> None:
         """A router has requests queued (no replica with room, or none at all: scale from zero);

@@ -58,6 +58,8 @@ class DeploymentState:
     replicas: dict[str, Replica] = field(default_factory=dict)
     policy: AutoscalingPolicy | None = None
     failures: int = 0
+    # replica id → the multiplexed model ids it reported (loaded or loading), for the routers
+    models: dict[str, tuple[str, ...]] = field(default_factory=dict)
     message: str = ""
     deleting: bool = False
     demand: dict[str, tuple[float, int]] = field(default_factory=dict)

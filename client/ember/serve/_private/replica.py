@@ -8,6 +8,8 @@ caller's channel or `stream_poll` of its group, or `stream_next` per stream), he
 report the ongoing-request count the autoscaler reads), `reconfigure(user_config)` and
 `cancel(request_id)` when the HTTP client went away. `stream_channel()` opens (once) the socket on
 which the proxy gets its streamed bodies pushed instead of polling (stream_channel.py).
+Each request's multiplexed model id (its header, or the handle's option) is set around the
+user's code (multiplex.py); the models the replica holds are pushed to the controller.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import cloudpickle
 
 from ember_common import envvars, tls
 
-from . import http_util
+from . import http_util, multiplex
 from .core_loop import replica_methods, runs_on_core_loop
 from .stream_channel import ChannelServer
 from .streams import StreamMux, StreamPump, aiter_any
@@ -33,6 +35,7 @@ from .streams import StreamMux, StreamPump, aiter_any
 log = logging.getLogger(__name__)
 _FIRST_CHUNK_WAIT_S = 0.1  # how long handle_http waits to send a stream's first chunk with its head
 _POLL_WAIT_S = 10.0  # how long a stream_poll waits for something before answering empty
+_UNLOAD_WAIT_S = 4.0  # how long drain() gives the multiplexed models' __del__ (the controller waits 5 s more)
 
 
 @dataclass
@@ -108,6 +111,41 @@ class ServeReplica:
         self._idle_since = time.monotonic()
         self._calls = {"stream_poll": 0, "stream_next": 0}
         self._channel: ChannelServer | None = None
+        self._dep_id = f"{app_name}#{deployment}"
+        self._replica_id = replica_id
+        self._model_ids: list[str] = []  # the latest report of multiplex.model_ids()
+        self._models_push: asyncio.Task | None = None
+        self._controller: Any = None
+        multiplex.set_reporter(self._report_models)
+
+    def _report_models(self, ids: list[str]) -> None:
+        """The multiplexed models loaded or loading here changed: push them to the controller
+        (one push in flight; the latest set is sent once it returns), whose routing snapshot
+        tells every router."""
+        self._model_ids = ids
+        if self._models_push is None or self._models_push.done():
+            self._models_push = asyncio.ensure_future(self._push_models())
+
+    async def _push_models(self) -> None:
+        import ember
+
+        sent: list[str] | None = None
+        while sent != self._model_ids:
+            ids = list(self._model_ids)
+            try:
+                if self._controller is None:
+                    self._controller = await asyncio.to_thread(ember.get_actor, "SERVE_CONTROLLER",
+                                                               namespace="serve")
+                await self._controller.record_model_ids.remote(self._dep_id, self._replica_id, ids)
+                sent = ids
+            except Exception as e:  # the controller restarting: routing falls back meanwhile
+                log.debug("reporting multiplexed models: %s", e)
+                self._controller = None
+                await asyncio.sleep(0.5)
+
+    def multiplexed_model_ids(self) -> list[str]:
+        """The multiplexed model ids loaded or loading on this replica (for tests and debugging)."""
+        return multiplex.model_ids()
 
     async def ready(self) -> dict[str, Any]:
         """Awaits an async constructor, then runs reconfigure(user_config) once; the replica is
@@ -139,10 +177,15 @@ class ServeReplica:
         return self.ongoing
 
     async def drain(self, timeout_s: float) -> int:
-        """Waits (at most timeout_s) until no request is ongoing; returns what is left."""
+        """Waits (at most timeout_s) until no request is ongoing, then unloads the multiplexed
+        models (each evicted as by the LRU, within _UNLOAD_WAIT_S); returns what is left."""
         deadline = time.monotonic() + timeout_s
         while self.ongoing and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+        try:
+            await asyncio.wait_for(multiplex.clear_all(), _UNLOAD_WAIT_S)
+        except Exception as e:
+            log.warning("unloading the multiplexed models: %s", e)
         return self.ongoing
 
     def cancel(self, request_id: str) -> bool:
@@ -285,6 +328,7 @@ class ServeReplica:
         disc = asyncio.Event()
         self._disconnects[request_id] = disc
         self._tasks[request_id] = asyncio.current_task()  # type: ignore[assignment]
+        token = multiplex.set_model_id(multiplex.model_id_from_headers(scope.get("headers") or ()))
         try:
             if self._asgi is not None:
                 head, rest = await http_util.run_asgi(self._asgi, scope, body, disc)
@@ -321,14 +365,17 @@ class ServeReplica:
                 self.cancel(request_id)
             return ("cancelled",)
         finally:
+            multiplex.reset_model_id(token)
             self._tasks.pop(request_id, None)
             if not streaming:
                 self._disconnects.pop(request_id, None)
                 self.ongoing -= 1
 
     # ------------------------------------------------------------------ handle calls
-    async def handle_request(self, method: str, args: tuple, kwargs: dict) -> Any:
+    async def handle_request(self, method: str, args: tuple, kwargs: dict, model_id: str = "") -> Any:
+        """A handle call; model_id is its options(multiplexed_model_id=...)."""
         self.ongoing += 1
+        token = multiplex.set_model_id(model_id)
         try:
             fn = self.user if self._is_function else getattr(self.user, method)
             r = fn(*args, **kwargs)
@@ -336,15 +383,19 @@ class ServeReplica:
                 r = await r
             return r
         finally:
+            multiplex.reset_model_id(token)
             self.ongoing -= 1
 
     async def handle_request_streaming(self, stream_id: str, method: str, args: tuple,
-                                       kwargs: dict, group: str | None = None) -> tuple[list[Any], bool]:
+                                       kwargs: dict, group: str | None = None,
+                                       model_id: str = "") -> tuple[list[Any], bool]:
         """Starts a streamed handle call; returns its first batch like stream_next(). With a
         group, the rest comes from stream_poll(group) (shared with the caller's other streams
-        on this replica), else from stream_next(stream_id)."""
+        on this replica), else from stream_next(stream_id). model_id: the handle's
+        multiplexed_model_id (the generator keeps it: its pump's task copies the context)."""
         self.ongoing += 1
         started = False
+        token = multiplex.set_model_id(model_id)
         try:
             fn = self.user if self._is_function else getattr(self.user, method)
             r = fn(*args, **kwargs)
@@ -356,6 +407,7 @@ class ServeReplica:
             self._start_stream(stream_id, r)
             started = True
         finally:
+            multiplex.reset_model_id(token)
             if not started:
                 self.ongoing -= 1
         items, done = await self._next(stream_id)

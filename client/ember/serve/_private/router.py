@@ -1,8 +1,9 @@
 """Routers: the I/O around RouterCore. A RouteTable long-polls the controller for the routing
 snapshot (apps → ingress deployment, deployment → replica handles and limits) and keeps one
-Router per deployment; Router.acquire() hands out a replica (queueing while all are at
-max_ongoing_requests, failing past max_queued_requests). Used on one event loop: the proxy's, or
-the handle runtime's background loop in any other process.
+Router per deployment; Router.acquire(model_id=...) hands out a replica (queueing while all are
+at max_ongoing_requests, failing past max_queued_requests), preferring one that holds the
+requested multiplexed model (the snapshot carries what each replica reported). Used on one
+event loop: the proxy's, or the handle runtime's background loop in any other process.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class Router:
         self.table = table
         self.core: RouterCore[str] = RouterCore()
         self.handles: dict[str, Any] = {}
-        self.waiters: collections.deque[asyncio.Future] = collections.deque()
+        self.waiters: collections.deque[tuple[asyncio.Future, str]] = collections.deque()
         self.router_id = uuid.uuid4().hex[:8]
         self._reporter: asyncio.Task | None = None
 
@@ -40,29 +41,32 @@ class Router:
         self.core.max_queued = info["max_queued"]
         self.handles = dict(info["replicas"])
         self.core.set_replicas(list(self.handles))
+        self.core.set_models(info.get("models", {}))
         self._wake()
 
     def _wake(self) -> None:
         while self.waiters:
-            k = self.core.choose()
+            f, model_id = self.waiters[0]
+            if f.done():
+                self.waiters.popleft()
+                continue
+            k = self.core.choose(model_id)
             if k is None:
                 return
-            f = self.waiters.popleft()
-            if f.done():
-                self.core.release(k)
-                continue
+            self.waiters.popleft()
             f.set_result(k)
 
-    async def acquire(self, timeout_s: float | None = None) -> tuple[str, Any]:
-        """A replica with room: (key, actor handle). Release it with release(key)."""
-        k = self.core.choose() if not self.waiters else None
+    async def acquire(self, timeout_s: float | None = None, model_id: str = "") -> tuple[str, Any]:
+        """A replica with room: (key, actor handle), one holding model_id when one with room
+        does. Release it with release(key)."""
+        k = self.core.choose(model_id) if not self.waiters else None
         if k is not None:
             return k, self.handles[k]
         if not self.core.can_queue():
             raise BackPressureError(f"deployment {self.dep_id} has {self.core.queued} queued requests "
                                     f"(max_queued_requests={self.core.max_queued})")
         fut = asyncio.get_running_loop().create_future()
-        self.waiters.append(fut)
+        self.waiters.append((fut, model_id))
         self.core.queued += 1
         if self._reporter is None or self._reporter.done():
             self._reporter = asyncio.ensure_future(self._report_demand())

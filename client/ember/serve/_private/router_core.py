@@ -1,43 +1,86 @@
 """Replica choice, as a pure class: power of two choices on in-flight requests, within each
 replica's max_ongoing_requests, with a bounded queue in front (max_queued_requests).
 
+Model multiplexing: `choose(model_id)` picks among the replicas with room that hold the model
+(as the replicas last reported it, `set_models`, or as this router sent it there within the
+last GUESS_TTL_S, before any report could say so); when none does, it falls back to power of two
+choices over every replica with room, a tie in load going to the one holding fewer models.
+
 The proxy and every DeploymentHandle own one per deployment. I/O stays outside: callers ask
 `choose()` for a replica, and report `release()` when the call ends.
 """
 from __future__ import annotations
 
 import random
-from typing import Generic, Hashable, TypeVar
+import time
+from typing import Callable, Generic, Hashable, Iterable, TypeVar
 
 K = TypeVar("K", bound=Hashable)
+GUESS_TTL_S = 5.0  # how long a model sent to a replica counts as held there without a report
 
 
 class RouterCore(Generic[K]):
     """In-flight counts per replica key; choose() picks the less loaded of two random replicas
     that still have room, or None when all are full (the caller queues)."""
 
-    def __init__(self, max_ongoing: int = 5, max_queued: int = -1, rng: random.Random | None = None) -> None:
+    def __init__(self, max_ongoing: int = 5, max_queued: int = -1, rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.max_ongoing = max_ongoing
         self.max_queued = max_queued
         self.inflight: dict[K, int] = {}
         self.queued = 0
         self._rng = rng or random.Random()
+        self._clock = clock
+        self.models: dict[K, frozenset[str]] = {}  # as the replicas reported them
+        self._guesses: dict[tuple[K, str], float] = {}  # (replica, model) sent there → when
 
     def set_replicas(self, keys: list[K]) -> None:
         """A new replica set: counts of kept replicas carry over; removed ones are forgotten."""
         self.inflight = {k: self.inflight.get(k, 0) for k in keys}
 
-    def choose(self) -> K | None:
+    def set_models(self, models: dict[K, Iterable[str]]) -> None:
+        """The multiplexed model ids each replica reported holding (loaded or loading)."""
+        self.models = {k: frozenset(v) for k, v in models.items()}
+
+    def holds(self, key: K, model_id: str) -> bool:
+        if model_id in self.models.get(key, ()):
+            return True
+        t = self._guesses.get((key, model_id))
+        return t is not None and self._clock() - t < GUESS_TTL_S
+
+    def _n_models(self, key: K) -> int:
+        """How many models key holds, as reported or as this router recently sent there."""
+        held = self.models.get(key, frozenset())
+        now = self._clock()
+        return len(held) + sum(1 for (k, m), t in self._guesses.items()
+                               if k == key and m not in held and now - t < GUESS_TTL_S)
+
+    def choose(self, model_id: str = "") -> K | None:
         keys = [k for k, n in self.inflight.items() if n < self.max_ongoing]
         if not keys:
             return None
-        if len(keys) == 1:
-            k = keys[0]
+        if model_id:
+            holders = [k for k in keys if self.holds(k, model_id)]
+            k = self._two_choices(holders or keys)
+            if not holders:
+                self._note(k, model_id)
         else:
-            a, b = self._rng.sample(keys, 2)
-            k = a if self.inflight[a] <= self.inflight[b] else b
+            k = self._two_choices(keys)
         self.inflight[k] += 1
         return k
+
+    def _two_choices(self, keys: list[K]) -> K:
+        if len(keys) == 1:
+            return keys[0]
+        a, b = self._rng.sample(keys, 2)
+        return a if (self.inflight[a], self._n_models(a)) <= (self.inflight[b], self._n_models(b)) else b
+
+    def _note(self, key: K, model_id: str) -> None:
+        """The model goes to key: count it as held there until a report says otherwise."""
+        now = self._clock()
+        if len(self._guesses) > 1024:
+            self._guesses = {g: t for g, t in self._guesses.items() if now - t < GUESS_TTL_S}
+        self._guesses[(key, model_id)] = now
 
     def release(self, key: K) -> None:
         if key in self.inflight and self.inflight[key] > 0:
