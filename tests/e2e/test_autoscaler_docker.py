@@ -5,10 +5,12 @@ on the host and reaches the GCS through its published port; the nodes it starts 
 gcs:6379."""
 from __future__ import annotations
 
+import ast
 import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from ember_common.autoscaler_client import fetch_cluster_resource_state
@@ -58,15 +60,17 @@ def test_docker_provider_scales_up_and_down(cluster, tmp_path):
 def work():
     time.sleep(20)
     return ember.get_runtime_context().get_node_id()
-print(sorted(set(ember.get([work.remote() for _ in range(8)], timeout=300))))
+print(sorted(set(ember.get([work.remote() for _ in range(16)], timeout=300))))
 """
-        assert driver.stdin is not None
-        driver.stdin.write(code)
-        driver.stdin.close()
+        ended: dict[str, str] = {}  # the driver's stdout and stderr once it ends (read while we watch)
+        reader = threading.Thread(target=lambda: ended.update(zip(("out", "err"),
+                                                                  driver.communicate(code, timeout=400),
+                                                                  strict=True)))
+        reader.start()
         _wait(lambda: len(fetch_cluster_resource_state(gcs).nodes) == before + 2, 180, "two nodes added")
-        out, err = driver.communicate(timeout=300)
-        assert driver.returncode == 0, err
-        ran_on = eval(out.strip().splitlines()[-1])
+        reader.join(420)
+        assert not reader.is_alive() and driver.returncode == 0, ended.get("err")
+        ran_on = ast.literal_eval(ended["out"].strip().splitlines()[-1])
         assert len(ran_on) >= before + 1, ran_on  # the added nodes ran some of the burst
         _wait(lambda: len(fetch_cluster_resource_state(gcs).nodes) == before, IDLE_S + 90,
               "the idle nodes removed")
