@@ -23,13 +23,12 @@ def cluster():
     ember.shutdown()
 
 
-def test_pbt_copies_a_better_trials_weights(cluster, tmp_path):
-    barrier = tmp_path / "barrier"
-    barrier.mkdir()
+def _train_weights(barrier):
+    """A trainable whose weight grows by its learning rate per step, checkpointed every step;
+    the trials start together (actors may come up seconds apart on a loaded machine), so the
+    population is compared at the same steps."""
 
     def train_weights(config):
-        # Start together (actors may come up seconds apart on a loaded machine), so the
-        # population is compared at the same steps.
         (barrier / tune.get_context().get_trial_id()).touch()
         deadline = time.monotonic() + 120
         while len(os.listdir(barrier)) < len(LRS) and time.monotonic() < deadline:
@@ -43,6 +42,14 @@ def test_pbt_copies_a_better_trials_weights(cluster, tmp_path):
             time.sleep(0.05)
             tune.report({"score": w, "lr": config["lr"]},
                         checkpoint=tune.Checkpoint.from_dict({"w": w, "step": step}))
+
+    return train_weights
+
+
+def test_pbt_copies_a_better_trials_weights(cluster, tmp_path):
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    train_weights = _train_weights(barrier)
 
     # No resampling: explore moves the donor's lr one step along LRS, so the slow trial's new lr
     # (from a donor at 0.1 or 1.0) is at least 0.01; a resample could draw 0.001 again.
@@ -73,21 +80,7 @@ def test_pb2_copies_a_better_trial_and_picks_its_lr_within_the_bounds(cluster, t
 
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-
-    def train_weights(config):
-        (barrier / tune.get_context().get_trial_id()).touch()
-        deadline = time.monotonic() + 120
-        while len(os.listdir(barrier)) < len(LRS) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        ckpt = tune.get_checkpoint()
-        state = ckpt.to_dict() if ckpt else {"w": 0.0, "step": 0}
-        w, step = state["w"], state["step"]
-        while step < STEPS:
-            step += 1
-            w += config["lr"]
-            time.sleep(0.05)
-            tune.report({"score": w, "lr": config["lr"]},
-                        checkpoint=tune.Checkpoint.from_dict({"w": w, "step": step}))
+    train_weights = _train_weights(barrier)
 
     pb2 = PB2(time_attr="training_iteration", perturbation_interval=4, quantile_fraction=0.25,
               hyperparam_bounds={"lr": [0.001, 1.0]})

@@ -145,7 +145,10 @@ class PB2(PopulationBasedTraining):
             self._last[trial.trial_id] = (t, score)
         return decision
 
-    def _exploit(self, trial: Trial, source: Trial) -> None:
+    _TAG = "pb2"
+
+    def _explore(self, source: Trial) -> dict[str, Any]:
+        """The source's config with the bounded hyperparameters the GP bandit picks now."""
         t_now = max((r[0] for r in self._rows), default=0.0)
         new_config = copy.deepcopy(source.config)
         for (p, _, _), v in zip(self._bounds, select_config(self._rows, self._bounds, t_now, self._rng),
@@ -155,14 +158,7 @@ class PB2(PopulationBasedTraining):
             new_config = self._custom_explore_fn(new_config)
             if new_config is None:
                 raise ValueError("custom_explore_fn must return the new config, got None")
-        trial.set_config(new_config)
-        trial.set_experiment_tag(f"{trial.experiment_tag}@pb2[{source.trial_id}]")
-        trial.restore_checkpoint = source.checkpoint
-        src_state = self._state.get(source.trial_id)
-        if src_state is not None:
-            self._state[trial.trial_id].last_perturbation_time = src_state.last_perturbation_time
-        self._num_perturbations += 1
-        self.exploits.append((trial.trial_id, source.trial_id))
+        return new_config
 
     def debug_string(self) -> str:
         return f"PB2: {self._num_perturbations} perturbs, {len(self._rows)} observations"

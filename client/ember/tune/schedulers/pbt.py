@@ -129,11 +129,16 @@ class PopulationBasedTraining(FIFOScheduler):
         self._exploit(trial, source)
         return TrialScheduler.PAUSE
 
+    _TAG = "perturbed"  # the experiment tag's mark of an exploit
+
+    def _explore(self, source: Trial) -> dict[str, Any]:
+        """The config a trial exploiting `source` continues with."""
+        return explore(source.config, self._mutations, self._resample_probability,
+                       self._perturbation_factors, self._custom_explore_fn, self._rng)
+
     def _exploit(self, trial: Trial, source: Trial) -> None:
-        new_config = explore(source.config, self._mutations, self._resample_probability,
-                             self._perturbation_factors, self._custom_explore_fn, self._rng)
-        trial.set_config(new_config)
-        trial.set_experiment_tag(f"{trial.experiment_tag}@perturbed[{source.trial_id}]")
+        trial.set_config(self._explore(source))
+        trial.set_experiment_tag(f"{trial.experiment_tag}@{self._TAG}[{source.trial_id}]")
         trial.restore_checkpoint = source.checkpoint
         src_state = self._state.get(source.trial_id)
         if src_state is not None:
