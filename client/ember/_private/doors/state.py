@@ -10,7 +10,7 @@ objects and named in the `partial` list the readers return next to their rows.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 RESOURCES = ("actors", "nodes", "jobs", "placement_groups", "workers", "objects")
@@ -181,28 +181,38 @@ def _placement_groups(client: Any, address: str, timeout_s: float) -> tuple[list
     return rows, []
 
 
-def _workers(client: Any, address: str, timeout_s: float) -> tuple[list[dict[str, Any]], list[str]]:
-    """Alive workers from every alive raylet's GetNodeStats, and the drivers from the job table."""
+def _ask_alive_nodes(client: Any, service: str, ask: Callable[[Any], Any],
+                     missing: list[str]) -> Iterator[tuple[Any, str, Any]]:
+    """(node, its IP, ask's reply) for every alive node, asking its raylet or object manager
+    (`service`) over a fresh channel; a node that does not answer is added to `missing`."""
     import grpc
 
     from ember_common import rpc
-    from ember_common.proto import common_pb2, raylet_pb2, raylet_pb2_grpc
+    from ember_common.proto import common_pb2
 
-    rows: list[dict[str, Any]] = []
-    missing: list[str] = []
     for n in client.get_all_node_info():
         if n.state != common_pb2.NodeInfo.ALIVE:
             continue
-        ch = rpc.sync_channel(n.raylet_address)
+        ch = rpc.sync_channel(n.raylet_address if service == "raylet" else n.objmgr_address)
         try:
-            stats = raylet_pb2_grpc.RayletStub(ch).GetNodeStats(raylet_pb2.GetNodeStatsRequest(),
-                                                                timeout=timeout_s)
+            reply = ask(ch)
         except grpc.RpcError as e:
-            missing.append(f"raylet of node {n.node_id[:12]} ({e.code().name})")
+            missing.append(f"{service} of node {n.node_id[:12]} ({e.code().name})")
             continue
         finally:
             ch.close()
-        ip = n.ip or n.raylet_address.rsplit(":", 1)[0]
+        yield n, n.ip or n.raylet_address.rsplit(":", 1)[0], reply
+
+
+def _workers(client: Any, address: str, timeout_s: float) -> tuple[list[dict[str, Any]], list[str]]:
+    """Alive workers from every alive raylet's GetNodeStats, and the drivers from the job table."""
+    from ember_common.proto import raylet_pb2, raylet_pb2_grpc
+
+    rows: list[dict[str, Any]] = []
+    missing: list[str] = []
+    ask = lambda ch: raylet_pb2_grpc.RayletStub(ch).GetNodeStats(  # noqa: E731
+        raylet_pb2.GetNodeStatsRequest(), timeout=timeout_s)
+    for n, ip, stats in _ask_alive_nodes(client, "raylet", ask, missing):
         for w in stats.workers:
             rows.append(_worker_row(w.worker_id, "WORKER", True, n.node_id, ip, w.pid,
                                     w.task_name if w.leased else None))
@@ -227,26 +237,13 @@ def _worker_row(worker_id: str, kind: str, alive: bool, node_id: str, ip: str, p
 
 def _objects(client: Any, address: str, timeout_s: float) -> tuple[list[dict[str, Any]], list[str]]:
     """Every object in every alive node's shared-memory store (what `ember memory` shows)."""
-    import grpc
-
-    from ember_common import rpc
-    from ember_common.proto import common_pb2, objmgr_pb2, objmgr_pb2_grpc
+    from ember_common.proto import objmgr_pb2, objmgr_pb2_grpc
 
     rows: list[dict[str, Any]] = []
     missing: list[str] = []
-    for n in client.get_all_node_info():
-        if n.state != common_pb2.NodeInfo.ALIVE:
-            continue
-        ch = rpc.sync_channel(n.objmgr_address)
-        try:
-            reply = objmgr_pb2_grpc.ObjectManagerStub(ch).ListObjects(objmgr_pb2.ListObjectsRequest(),
-                                                                      timeout=timeout_s)
-        except grpc.RpcError as e:
-            missing.append(f"object manager of node {n.node_id[:12]} ({e.code().name})")
-            continue
-        finally:
-            ch.close()
-        ip = n.ip or n.raylet_address.rsplit(":", 1)[0]
+    ask = lambda ch: objmgr_pb2_grpc.ObjectManagerStub(ch).ListObjects(  # noqa: E731
+        objmgr_pb2.ListObjectsRequest(), timeout=timeout_s)
+    for n, ip, reply in _ask_alive_nodes(client, "object manager", ask, missing):
         for o in reply.objects:
             rows.append({
                 "object_id": o.object_id.hex(), "object_size": int(o.size),
