@@ -1,5 +1,6 @@
-"""Shared fixtures. Every module is checked for leaked processes and object-store directories
-when it ends (the autouse fixture below is set up first, so it is torn down last).
+"""Shared fixtures. Every module is checked for leaked processes and object-store directories,
+and for a driver it left connected, when it ends (the autouse fixture below is set up first, so
+it is torn down last).
 
 Auth: the whole session runs with HOME in a temporary directory and no EMBER_AUTH_* variables,
 so every cluster takes the default path (token mode, ~/.ember/auth_token created on first use)
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 import time
 
 import psutil
@@ -66,6 +68,10 @@ def _live(p: psutil.Process) -> bool:
 def no_leaks(auth_home):
     before_dirs = _store_dirs()
     yield
+    ember = sys.modules.get("ember")
+    left_connected = ember is not None and ember.is_initialized()
+    if left_connected:  # disconnect, so that the modules after this one start clean
+        ember.shutdown()
     me = psutil.Process()
     deadline = time.monotonic() + 10
     while True:
@@ -79,6 +85,7 @@ def no_leaks(auth_home):
         p.kill()
     assert not alive, f"processes leaked: {leaked}"
     assert not leaked_dirs, f"object store dirs leaked: {sorted(leaked_dirs)}"
+    assert not left_connected, "the module left its driver connected: ember.shutdown() in its teardown"
 
 
 @pytest.fixture(scope="module")

@@ -129,6 +129,8 @@ class ServeReplica:
     async def _push_models(self) -> None:
         import ember
 
+        if not ember.is_initialized():  # a replica built outside a cluster: no controller, and
+            return  # a background push must never start one
         sent: list[str] | None = None
         while sent != self._model_ids:
             ids = list(self._model_ids)
