@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 
-import psutil
 import pytest
 
 from ember_common import tracing
@@ -94,18 +93,6 @@ DRIVER = textwrap.dedent("""
     print(json.dumps({"trace_id": trace_id, "error": message}))
     ember.shutdown()
 """)
-
-
-def _gcs_pids() -> list:
-    """This process's GCS children; a worker that exits or turns zombie while we look is skipped."""
-    pids = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if "ember_gcs" in " ".join(p.cmdline()):
-                pids.append(p.pid)
-        except psutil.Error:
-            continue
-    return pids
 
 
 def _traced_run(source, span_dir, delay_ms=None, timeout=180):
@@ -360,7 +347,16 @@ LEFT_DRIVER = textwrap.dedent("""
 
     ember.init(num_cpus=2)
     assert tracing.leaves_spans()  # asked at init
-    gcs = _gcs_pids()
+    def gcs_pids():  # this process's GCS children; one that exits while we look is skipped
+        pids = []
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if "ember_gcs" in " ".join(p.cmdline()):
+                    pids.append(p.pid)
+            except psutil.Error:
+                continue
+        return pids
+    gcs = gcs_pids()
 
     @ember.remote
     def leaf(x):
@@ -444,7 +440,16 @@ ROOT_DRIVER = textwrap.dedent("""
 
     ember.init(num_cpus=2)
     assert _submit._left  # asked at init: the GCS exports root submit spans
-    gcs = _gcs_pids()
+    def gcs_pids():  # this process's GCS children; one that exits while we look is skipped
+        pids = []
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if "ember_gcs" in " ".join(p.cmdline()):
+                    pids.append(p.pid)
+            except psutil.Error:
+                continue
+        return pids
+    gcs = gcs_pids()
 
     @ember.remote
     def f(x):
