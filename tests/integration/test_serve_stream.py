@@ -180,7 +180,8 @@ def test_paced_chunks_arrive_one_by_one_as_produced(url):
             t0 = time.monotonic()
             seen = [(time.monotonic() - t0, part) for part in r.iter_raw()]
     assert [p for _, p in seen] == [f"{i:04d}\n".encode() for i in range(5)]  # nothing waited to coalesce
-    assert seen[0][0] < 0.09 and seen[-1][0] > 0.3  # the first at once, the rest as produced
+    gaps = [later - earlier for (earlier, _), (later, _) in zip(seen, seen[1:], strict=False)]
+    assert min(gaps) > 0.05 and seen[-1][0] > 0.3  # each sent as produced, none held for the next
 
 
 def test_concurrent_streams_share_the_polls_and_each_gets_its_own_body(url):
@@ -221,7 +222,9 @@ def test_http_bodies_are_pushed_on_the_proxy_channel_not_polled(url):
     after = ember.get(replica.stream_stats.remote())
     assert after["stream_poll"] == before["stream_poll"] and after["stream_next"] == before["stream_next"]
     assert after["channels"] == 1  # one connection from the proxy, kept between requests
-    assert 0 < after["channel_pushes"] - before["channel_pushes"] <= 8 * 3  # the chunks after each first
+    # sends carry the chunks after each first and each end, batched across streams when they
+    # coincide; a slow machine may split them, never send more than one per chunk or end
+    assert 0 < after["channel_pushes"] - before["channel_pushes"] <= 8 * 5
 
 
 def test_a_user_deployment_runs_on_its_actor_loop(url):
