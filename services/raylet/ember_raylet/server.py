@@ -109,13 +109,13 @@ class Heartbeats(threading.Thread):
         self.node.CopyFrom(node)  # its own copy: the loop never shares a message with this thread
         self.registered_again = registered_again
         self.gcs = SyncGcsClient(raylet.gcs_address, timeout_s=max(self.period_s * 4, 2))
-        self._stop = threading.Event()
+        self._halt = threading.Event()  # not `_stop`: Thread.join calls its own _stop()
 
     def run(self) -> None:
         try:
             while True:
                 self.beat()
-                if self._stop.wait(self.period_s):
+                if self._halt.wait(self.period_s):
                     return
         finally:
             self.gcs.close()
@@ -135,7 +135,7 @@ class Heartbeats(threading.Thread):
 
     def stop(self) -> None:
         """Ends the thread after the heartbeat in flight (if any); waits for it."""
-        self._stop.set()
+        self._halt.set()
         if self.is_alive():
             self.join(timeout=10)
 
