@@ -2,10 +2,13 @@
 with state isolated in a temporary dir."""
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import subprocess
 import sys
 import textwrap
+import threading
 
 import psutil
 import pytest
@@ -109,3 +112,97 @@ def test_start_errors_are_one_line_and_clear(cli_env):
     assert r.returncode == 1 and str(busy) in r.stderr
     r = ember_cli(cli_env, "start", "--address", "127.0.0.1:1", check=False)
     assert r.returncode == 1 and "127.0.0.1:1" in r.stderr
+
+
+# ------------------------------------------------------------------ ember start --block
+@contextlib.contextmanager
+def _blocking_head(env, port):
+    """`ember start --head --block` in the background, yielded once it says it is watching; its
+    stdout is read by a thread into p.lines. Killed (if still running) and its pipes closed at
+    the end."""
+    p = subprocess.Popen([EMBER, "start", "--head", "--port", str(port), "--num-cpus", "1", "--block"],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.lines = queue.Queue()
+    reader = threading.Thread(target=lambda: [p.lines.put(line) for line in p.stdout], daemon=True)
+    reader.start()
+    try:
+        out = []
+        while not out or not out[-1].startswith("--block: watching"):
+            try:
+                out.append(p.lines.get(timeout=60))
+            except queue.Empty:
+                raise AssertionError(f"ember start --block never said it was watching: {''.join(out)}") from None
+        assert all(name in out[-1] for name in ("gcs", "raylet-", "objmgr")), out[-1]
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(30)
+        reader.join(10)
+        p.stdout.close()
+        p.stderr.close()
+
+
+def _rest(p):
+    """What p printed after the watching line (p has exited)."""
+    out = []
+    while True:
+        try:
+            out.append(p.lines.get(timeout=5))
+        except queue.Empty:
+            return "".join(out)
+
+
+def _node_pids(p):
+    return {c.pid: " ".join(c.cmdline()) for c in psutil.Process(p.pid).children()}
+
+
+def _gone(pids, timeout=15):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [pid for pid in pids if psutil.pid_exists(pid)
+                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_start_block_serves_until_sigterm_then_stops_the_node(cli_env):
+    port = _free_port()
+    with _blocking_head(cli_env, port) as p:
+        pids = _node_pids(p)
+        driver = f"import ember\nember.init(address='127.0.0.1:{port}')\nprint(ember.get(ember.remote(lambda: 41).remote()) + 1)"
+        r = subprocess.run([sys.executable, "-c", driver], env=cli_env, capture_output=True, text=True, timeout=120)
+        assert r.stdout.strip() == "42", r.stderr
+        assert p.poll() is None  # still in the foreground
+        p.terminate()
+        assert p.wait(60) == 0, p.stderr.read()
+        assert "SIGTERM: stopping the node." in _rest(p)
+        assert _gone(pids), pids
+        r = ember_cli(cli_env, "status", check=False)
+        assert r.returncode == 1 and "no running Ember cluster" in r.stderr
+
+
+def test_start_block_names_a_process_that_died_and_stops_the_rest(cli_env):
+    with _blocking_head(cli_env, _free_port()) as p:
+        pids = _node_pids(p)
+        raylet = next(pid for pid, cmd in pids.items() if "ember_raylet" in cmd)
+        os.kill(raylet, 9)
+        assert p.wait(60) == 1
+        err = p.stderr.read()
+        assert f"(pid {raylet}, exit code -9) exited unexpectedly; stopping the rest of the node" in err, err
+        assert "raylet-" in err and "logs:" in err
+        assert _gone(pids), pids
+        assert not os.listdir(os.path.join(cli_env["EMBER_TEMP_DIR"], "nodes"))  # no record left for `ember stop`
+
+
+def test_start_block_returns_0_when_ember_stop_stops_the_node(cli_env):
+    with _blocking_head(cli_env, _free_port()) as p:
+        pids = _node_pids(p)
+        assert "Stopped 1 node(s)" in ember_cli(cli_env, "stop").stdout
+        assert p.wait(60) == 0, p.stderr.read()
+        assert "The node was stopped (ember stop)." in _rest(p)
+        assert _gone(pids), pids

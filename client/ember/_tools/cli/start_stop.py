@@ -6,7 +6,11 @@ import glob
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
+from dataclasses import asdict
 from typing import Any
 
 from .common import UsageError, check_gcs, resolve_address
@@ -38,6 +42,10 @@ def add_parser(sub: Any) -> None:
                    help="interface the dashboard listens on (default loopback; 0.0.0.0 = all)")
     s.add_argument("--autoscaling-config", default=None,
                    help="run the autoscaler on the head with this cluster config (YAML or JSON)")
+    s.add_argument("--block", action="store_true",
+                   help="stay in the foreground watching the node's processes (a container's "
+                        "entrypoint): SIGTERM or Ctrl-C stops them; if one exits unexpectedly, "
+                        "the others are stopped and the command exits 1")
     s.set_defaults(func=cmd_start)
     st = sub.add_parser("stop", help="stop every Ember node started on this machine")
     st.add_argument("--force", action="store_true")
@@ -119,7 +127,7 @@ def cmd_start(ns: argparse.Namespace) -> int:
     scaler = _start_autoscaler(ns.autoscaling_config, gcs_address, session_dir) if ns.autoscaling_config else None
     # Stop order: the autoscaler (it stops the nodes it started), the dashboard (a driver),
     # raylet, objmgr, then the GCS.
-    record.pids = ([scaler] if scaler else []) + ([dashboard.pid] if dashboard else []) + [
+    record.pids = ([scaler.pid] if scaler else []) + ([dashboard.pid] if dashboard else []) + [
         p.pid for p in node_procs] + [p.pid for p in procs if p not in node_procs and p is not dashboard]
     record.save()
     if ns.head:
@@ -144,11 +152,62 @@ def cmd_start(ns: argparse.Namespace) -> int:
     if scaler:
         print(f"  Autoscaler: {ns.autoscaling_config} (log: {session_dir}/logs/autoscaler.log)")
     print(f"  Logs: {session_dir}/logs    Stop: ember stop")
+    if not ns.block:
+        return 0
+    watched = {p.pid: (p.name, p.popen) for p in procs if p.popen is not None}
+    if scaler is not None:
+        watched[scaler.pid] = ("autoscaler", scaler)
+    return _block(record, watched)
+
+
+# How a process that `ember stop` (or --block's own stop) ended exits: 0 once it handled SIGTERM,
+# -SIGTERM if the signal ended it, 128 + SIGTERM from a shell-style handler.
+_STOPPED_EXITS = (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+
+
+def _block(record: Any, watched: dict[int, tuple[str, subprocess.Popen[bytes]]]) -> int:
+    """`ember start --block`: waits in the foreground until a signal or a process's end.
+    SIGTERM/SIGINT stop the node (exit 0). A process that exits otherwise than stopped is named
+    with its exit code and the rest of the node is stopped (exit 1). When `ember stop` has
+    stopped them all, it returns 0."""
+    from ember._private import node as node_mod
+
+    signalled: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        signalled.append(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    print(f"--block: watching {', '.join(name for name, _ in watched.values())}; "
+          "SIGTERM or Ctrl-C stops the node.", flush=True)
+    path = os.path.join(node_mod.NODES_DIR, f"{record.node_id}.json")
+    while not signalled:
+        ended = {pid: (name, popen.returncode) for pid, (name, popen) in watched.items()
+                 if popen.poll() is not None}
+        failed = [f"{name} (pid {pid}, exit code {code})" for pid, (name, code) in ended.items()
+                  if code not in _STOPPED_EXITS]
+        if failed:
+            print(f"ember: error: {', '.join(failed)} exited unexpectedly; stopping the rest of the "
+                  f"node (logs: {record.session_dir}/logs)", file=sys.stderr, flush=True)
+            _stop_recorded(path, _running(record, watched), force=False, is_head=record.is_head)
+            return 1
+        if len(ended) == len(watched):
+            print("The node was stopped (ember stop).", flush=True)
+            return 0
+        time.sleep(0.2)
+    print(f"{signal.Signals(signalled[0]).name}: stopping the node.", flush=True)
+    _stop_recorded(path, _running(record, watched), force=False, is_head=record.is_head)
     return 0
 
 
-def _start_autoscaler(config: str, gcs_address: str, session_dir: str) -> int:
-    """Starts the autoscaler process for the head, detached; its pid."""
+def _running(record: Any, watched: dict[int, tuple[str, subprocess.Popen[bytes]]]) -> dict[str, Any]:
+    """The node's record with only its processes still running (in the record's stop order)."""
+    return dict(asdict(record), pids=[pid for pid in record.pids if watched[pid][1].poll() is None])
+
+
+def _start_autoscaler(config: str, gcs_address: str, session_dir: str) -> subprocess.Popen[bytes]:
+    """Starts the autoscaler process for the head, detached."""
     import subprocess
 
     logs = os.path.join(session_dir, "logs")
@@ -158,7 +217,7 @@ def _start_autoscaler(config: str, gcs_address: str, session_dir: str) -> int:
                               os.path.abspath(config), "--address", gcs_address],
                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              start_new_session=True)
-    return p.pid
+    return p
 
 
 def cmd_stop(ns: argparse.Namespace) -> int:
@@ -166,7 +225,7 @@ def cmd_stop(ns: argparse.Namespace) -> int:
     only node files the current user owns (not symlinks) in its private temp root, and signals
     only processes the current user owns."""
     from ember._private import node as node_mod
-    from ember._private.private_fs import UnsafePathError, check_private_dir, owned_by_me, read_private
+    from ember._private.private_fs import UnsafePathError, check_private_dir, read_private
 
     try:
         has_nodes = check_private_dir(node_mod.EMBER_TMP) and check_private_dir(node_mod.NODES_DIR)
@@ -184,29 +243,42 @@ def cmd_stop(ns: argparse.Namespace) -> int:
         except (OSError, ValueError):
             os.unlink(path)
     records.sort(key=lambda r: r[1].get("is_head", False))  # worker nodes first, head last
-    stopped = 0
-    for path, rec in records:
-        for pid in rec["pids"]:
-            if not owned_by_me(pid):
-                print(f"skipping pid {pid} from {path}: not a process of the current user "
-                      "(or no longer running)", file=sys.stderr)
-                continue
-            if ns.force:
-                try:
-                    os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
-            else:
-                node_mod.stop_process(pid, timeout_s=10)
-            stopped += 1
-        store_dir = rec.get("store_dir", "")
-        try:
-            if store_dir and check_private_dir(store_dir):
-                shutil.rmtree(store_dir, ignore_errors=True)
-        except UnsafePathError as e:
-            print(f"not removing {store_dir}: {e}", file=sys.stderr)
-        os.unlink(path)
+    stopped = sum(_stop_recorded(path, rec, ns.force, is_head=False) for path, rec in records)
     if has_nodes and os.path.lexists(node_mod.CURRENT_CLUSTER_FILE):
         os.unlink(node_mod.CURRENT_CLUSTER_FILE)
     print(f"Stopped {len(records)} node(s) ({stopped} processes).")
     return 1 if refused else 0
+
+
+def _stop_recorded(path: str, rec: dict[str, Any], force: bool, *, is_head: bool) -> int:
+    """Stops one recorded node: its processes in the record's order (only the current user's),
+    its store directory and its record file; for a head (is_head), the current-cluster file
+    too. Returns how many processes it signalled."""
+    from ember._private import node as node_mod
+    from ember._private.private_fs import UnsafePathError, check_private_dir, owned_by_me
+
+    stopped = 0
+    for pid in rec["pids"]:
+        if not owned_by_me(pid):
+            print(f"skipping pid {pid} from {path}: not a process of the current user "
+                  "(or no longer running)", file=sys.stderr)
+            continue
+        if force:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        else:
+            node_mod.stop_process(pid, timeout_s=10)
+        stopped += 1
+    store_dir = rec.get("store_dir", "")
+    try:
+        if store_dir and check_private_dir(store_dir):
+            shutil.rmtree(store_dir, ignore_errors=True)
+    except UnsafePathError as e:
+        print(f"not removing {store_dir}: {e}", file=sys.stderr)
+    if os.path.lexists(path):
+        os.unlink(path)
+    if is_head and os.path.lexists(node_mod.CURRENT_CLUSTER_FILE):
+        os.unlink(node_mod.CURRENT_CLUSTER_FILE)
+    return stopped
