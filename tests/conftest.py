@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 import sys
 import time
 
 import psutil
 import pytest
+
+# A run started in the background by a non-interactive shell (`make test &`) inherits SIGINT
+# ignored, and so would every driver the tests start: the Ctrl-C tests need it to mean
+# KeyboardInterrupt, as it does for a user (a Python handler here is the default again after exec).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _store_dirs() -> set[str]:
