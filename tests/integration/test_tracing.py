@@ -339,15 +339,11 @@ def test_otlp_export_to_a_real_receiver(tmp_path, protocol):
         assert [s["name"] for s in spans if s["parent_id"] not in ids] == ["job"]
 
 
-LEFT_DRIVER = textwrap.dedent("""
-    import json, os, psutil
-    import ember
-    from ember_common import tracing
-    from opentelemetry import trace
-
-    ember.init(num_cpus=2)
-    assert tracing.leaves_spans()  # asked at init
-    def gcs_pids():  # this process's GCS children; one that exits while we look is skipped
+# Prepended to the driver scripts below: the driver's GCS children (one that exits while we look
+# is skipped).
+GCS_PIDS = textwrap.dedent("""
+    import psutil
+    def gcs_pids():
         pids = []
         for p in psutil.Process().children(recursive=True):
             try:
@@ -356,6 +352,16 @@ LEFT_DRIVER = textwrap.dedent("""
             except psutil.Error:
                 continue
         return pids
+""")
+
+LEFT_DRIVER = GCS_PIDS + textwrap.dedent("""
+    import json, os, psutil
+    import ember
+    from ember_common import tracing
+    from opentelemetry import trace
+
+    ember.init(num_cpus=2)
+    assert tracing.leaves_spans()  # asked at init
     gcs = gcs_pids()
 
     @ember.remote
@@ -432,7 +438,7 @@ def test_untouched_execute_spans_are_exported_by_the_gcs_from_task_events(tmp_pa
     assert boom["status"] == "ERROR" and "boom" in boom["error"]
 
 
-ROOT_DRIVER = textwrap.dedent("""
+ROOT_DRIVER = GCS_PIDS + textwrap.dedent("""
     import json, os, sys, time, psutil
     import ember
     from ember_common.tracing import _submit
@@ -440,15 +446,6 @@ ROOT_DRIVER = textwrap.dedent("""
 
     ember.init(num_cpus=2)
     assert _submit._left  # asked at init: the GCS exports root submit spans
-    def gcs_pids():  # this process's GCS children; one that exits while we look is skipped
-        pids = []
-        for p in psutil.Process().children(recursive=True):
-            try:
-                if "ember_gcs" in " ".join(p.cmdline()):
-                    pids.append(p.pid)
-            except psutil.Error:
-                continue
-        return pids
     gcs = gcs_pids()
 
     @ember.remote
