@@ -155,10 +155,15 @@ def go_again(replicas: Replicas, address: str, err: grpc.RpcError, idempotent: b
     idempotent call, to the next replica when this one did not answer and that one was not tried
     yet in this attempt (a replica that is down costs no backoff while another answers). A call
     that ran out of time moves the next try (the caller's backoff) on to the next replica: an
-    unreachable host may time out rather than refuse, and a follower sends a wrong guess back."""
+    unreachable host may time out rather than refuse, and a follower sends a wrong guess back.
+    A call the replica cancelled (it stopped with the call in hand: a deposed leader, a GCS
+    shutting down) is, for an idempotent call, a replica that did not answer."""
     if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
         replicas.failed(address, None)
         return False
+    if err.code() == grpc.StatusCode.CANCELLED and idempotent:
+        replicas.failed(address, None)
+        return replicas.current not in tried
     if err.code() != grpc.StatusCode.UNAVAILABLE:
         return False
     hint = leader_hint(err)

@@ -165,3 +165,10 @@ def test_go_again_redirects_any_call_but_moves_on_from_silence_only_when_idempot
     # out of time: the next try (after the caller's backoff) goes to the next replica
     assert not go_again(r, "a:1", _Failed(grpc.StatusCode.DEADLINE_EXCEEDED), True, set())
     assert r.current == "b:2"
+    # cancelled by a replica that stopped with the call in hand (a deposed leader): an idempotent
+    # call goes on to the next replica at once, a non-idempotent one is the caller's answer
+    cancelled = grpc.StatusCode.CANCELLED
+    assert go_again(r, "b:2", _Failed(cancelled), True, {"b:2"}) and r.current == "c:3"
+    assert not go_again(r, "c:3", _Failed(cancelled), False, {"c:3"})
+    single = Replicas(["a:1"])  # one GCS: nowhere else to go
+    assert not go_again(single, "a:1", _Failed(cancelled), True, {"a:1"})
