@@ -190,14 +190,14 @@ def _block(record: Any, watched: dict[int, tuple[str, subprocess.Popen[bytes]]])
         if failed:
             print(f"ember: error: {', '.join(failed)} exited unexpectedly; stopping the rest of the "
                   f"node (logs: {record.session_dir}/logs)", file=sys.stderr, flush=True)
-            _stop_recorded(path, _running(record, watched), force=False, is_head=record.is_head)
+            _stop_recorded(path, _running(record, watched), force=False)
             return 1
         if len(ended) == len(watched):
             print("The node was stopped (ember stop).", flush=True)
             return 0
         time.sleep(0.2)
     print(f"{signal.Signals(signalled[0]).name}: stopping the node.", flush=True)
-    _stop_recorded(path, _running(record, watched), force=False, is_head=record.is_head)
+    _stop_recorded(path, _running(record, watched), force=False)
     return 0
 
 
@@ -208,8 +208,6 @@ def _running(record: Any, watched: dict[int, tuple[str, subprocess.Popen[bytes]]
 
 def _start_autoscaler(config: str, gcs_address: str, session_dir: str) -> subprocess.Popen[bytes]:
     """Starts the autoscaler process for the head, detached."""
-    import subprocess
-
     logs = os.path.join(session_dir, "logs")
     os.makedirs(logs, exist_ok=True)
     with open(os.path.join(logs, "autoscaler.log"), "ab") as log:
@@ -243,17 +241,17 @@ def cmd_stop(ns: argparse.Namespace) -> int:
         except (OSError, ValueError):
             os.unlink(path)
     records.sort(key=lambda r: r[1].get("is_head", False))  # worker nodes first, head last
-    stopped = sum(_stop_recorded(path, rec, ns.force, is_head=False) for path, rec in records)
+    stopped = sum(_stop_recorded(path, rec, ns.force) for path, rec in records)
     if has_nodes and os.path.lexists(node_mod.CURRENT_CLUSTER_FILE):
         os.unlink(node_mod.CURRENT_CLUSTER_FILE)
     print(f"Stopped {len(records)} node(s) ({stopped} processes).")
     return 1 if refused else 0
 
 
-def _stop_recorded(path: str, rec: dict[str, Any], force: bool, *, is_head: bool) -> int:
+def _stop_recorded(path: str, rec: dict[str, Any], force: bool) -> int:
     """Stops one recorded node: its processes in the record's order (only the current user's),
-    its store directory and its record file; for a head (is_head), the current-cluster file
-    too. Returns how many processes it signalled."""
+    its store directory and its record file; for a head, the current-cluster file too. Returns
+    how many processes it signalled."""
     from ember._private import node as node_mod
     from ember._private.private_fs import UnsafePathError, check_private_dir, owned_by_me
 
@@ -279,6 +277,6 @@ def _stop_recorded(path: str, rec: dict[str, Any], force: bool, *, is_head: bool
         print(f"not removing {store_dir}: {e}", file=sys.stderr)
     if os.path.lexists(path):
         os.unlink(path)
-    if is_head and os.path.lexists(node_mod.CURRENT_CLUSTER_FILE):
+    if rec.get("is_head") and os.path.lexists(node_mod.CURRENT_CLUSTER_FILE):
         os.unlink(node_mod.CURRENT_CLUSTER_FILE)
     return stopped
