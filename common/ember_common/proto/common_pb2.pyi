@@ -72,7 +72,7 @@ class TaskArg(_message.Message):
     def __init__(self, value: _Optional[_Union[SerializedObject, _Mapping]] = ..., ref: _Optional[_Union[ObjectRefProto, _Mapping]] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "gpu_ids", "actor_id", "actor_creation", "method_name", "seq_no", "lowest_unacked", "streaming", "placement_group_id", "placement_group_bundle_index", "placement_group_capture_child_tasks", "concurrency_group", "serialized_runtime_env", "trace_parent")
+    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "gpu_ids", "actor_id", "actor_creation", "method_name", "seq_no", "lowest_unacked", "streaming", "placement_group_id", "placement_group_bundle_index", "placement_group_capture_child_tasks", "concurrency_group", "serialized_runtime_env", "trace_parent", "label_selector")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,13 @@ class TaskSpec(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class LabelSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +112,7 @@ class TaskSpec(_message.Message):
     CONCURRENCY_GROUP_FIELD_NUMBER: _ClassVar[int]
     SERIALIZED_RUNTIME_ENV_FIELD_NUMBER: _ClassVar[int]
     TRACE_PARENT_FIELD_NUMBER: _ClassVar[int]
+    LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     job_id: bytes
     name: str
@@ -130,7 +138,8 @@ class TaskSpec(_message.Message):
     concurrency_group: str
     serialized_runtime_env: str
     trace_parent: bytes
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[_Union[ActorCreationSpec, _Mapping]] = ..., method_name: _Optional[str] = ..., seq_no: _Optional[int] = ..., lowest_unacked: _Optional[int] = ..., streaming: _Optional[bool] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., placement_group_capture_child_tasks: _Optional[bool] = ..., concurrency_group: _Optional[str] = ..., serialized_runtime_env: _Optional[str] = ..., trace_parent: _Optional[bytes] = ...) -> None: ...
+    label_selector: _containers.ScalarMap[str, str]
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[_Union[ActorCreationSpec, _Mapping]] = ..., method_name: _Optional[str] = ..., seq_no: _Optional[int] = ..., lowest_unacked: _Optional[int] = ..., streaming: _Optional[bool] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., placement_group_capture_child_tasks: _Optional[bool] = ..., concurrency_group: _Optional[str] = ..., serialized_runtime_env: _Optional[str] = ..., trace_parent: _Optional[bytes] = ..., label_selector: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ActorMethod(_message.Message):
     __slots__ = ("name", "num_returns", "is_async", "is_generator", "concurrency_group")
@@ -222,7 +231,7 @@ class ActorInfo(_message.Message):
     def __init__(self, actor_id: _Optional[bytes] = ..., state: _Optional[_Union[ActorInfo.State, str]] = ..., address: _Optional[_Union[Address, _Mapping]] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., class_name: _Optional[str] = ..., num_restarts: _Optional[int] = ..., job_id: _Optional[bytes] = ..., death_cause: _Optional[str] = ..., creation_spec: _Optional[_Union[TaskSpec, _Mapping]] = ..., incarnation: _Optional[int] = ..., lease_id: _Optional[bytes] = ..., raylet_address: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "raylet_address", "objmgr_address", "ip", "hostname", "total_resources", "available_resources", "state", "start_time", "death_reason", "is_head", "store_dir", "object_store_memory")
+    __slots__ = ("node_id", "raylet_address", "objmgr_address", "ip", "hostname", "total_resources", "available_resources", "state", "start_time", "death_reason", "is_head", "store_dir", "object_store_memory", "labels")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ALIVE: _ClassVar[NodeInfo.State]
@@ -243,6 +252,13 @@ class NodeInfo(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     RAYLET_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     OBJMGR_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -256,6 +272,7 @@ class NodeInfo(_message.Message):
     IS_HEAD_FIELD_NUMBER: _ClassVar[int]
     STORE_DIR_FIELD_NUMBER: _ClassVar[int]
     OBJECT_STORE_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raylet_address: str
     objmgr_address: str
@@ -269,7 +286,8 @@ class NodeInfo(_message.Message):
     is_head: bool
     store_dir: str
     object_store_memory: int
-    def __init__(self, node_id: _Optional[str] = ..., raylet_address: _Optional[str] = ..., objmgr_address: _Optional[str] = ..., ip: _Optional[str] = ..., hostname: _Optional[str] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., state: _Optional[_Union[NodeInfo.State, str]] = ..., start_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., is_head: _Optional[bool] = ..., store_dir: _Optional[str] = ..., object_store_memory: _Optional[int] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, node_id: _Optional[str] = ..., raylet_address: _Optional[str] = ..., objmgr_address: _Optional[str] = ..., ip: _Optional[str] = ..., hostname: _Optional[str] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., state: _Optional[_Union[NodeInfo.State, str]] = ..., start_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., is_head: _Optional[bool] = ..., store_dir: _Optional[str] = ..., object_store_memory: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class JobInfo(_message.Message):
     __slots__ = ("job_id", "driver_ip", "driver_pid", "start_time", "end_time", "is_dead", "entrypoint", "driver_worker_id", "end_state", "end_message", "ray_namespace")

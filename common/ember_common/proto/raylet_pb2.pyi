@@ -32,7 +32,7 @@ class RegisterWorkerReply(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gcs_address: _Optional[str] = ..., objmgr_address: _Optional[str] = ..., store_dir: _Optional[str] = ..., session_dir: _Optional[str] = ...) -> None: ...
 
 class RequestWorkerLeaseRequest(_message.Message):
-    __slots__ = ("lease_id", "resources", "spillback_count", "job_id", "name", "actor_id", "owner_worker_id", "placement_group_id", "placement_group_bundle_index", "serialized_runtime_env", "prefer_here")
+    __slots__ = ("lease_id", "resources", "spillback_count", "job_id", "name", "actor_id", "owner_worker_id", "placement_group_id", "placement_group_bundle_index", "serialized_runtime_env", "prefer_here", "label_selector")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +40,13 @@ class RequestWorkerLeaseRequest(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class LabelSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     SPILLBACK_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +58,7 @@ class RequestWorkerLeaseRequest(_message.Message):
     PLACEMENT_GROUP_BUNDLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     SERIALIZED_RUNTIME_ENV_FIELD_NUMBER: _ClassVar[int]
     PREFER_HERE_FIELD_NUMBER: _ClassVar[int]
+    LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
     lease_id: bytes
     resources: _containers.ScalarMap[str, float]
     spillback_count: int
@@ -62,7 +70,8 @@ class RequestWorkerLeaseRequest(_message.Message):
     placement_group_bundle_index: int
     serialized_runtime_env: str
     prefer_here: bool
-    def __init__(self, lease_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., spillback_count: _Optional[int] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., owner_worker_id: _Optional[str] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., serialized_runtime_env: _Optional[str] = ..., prefer_here: _Optional[bool] = ...) -> None: ...
+    label_selector: _containers.ScalarMap[str, str]
+    def __init__(self, lease_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., spillback_count: _Optional[int] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., owner_worker_id: _Optional[str] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., serialized_runtime_env: _Optional[str] = ..., prefer_here: _Optional[bool] = ..., label_selector: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RequestWorkerLeaseReply(_message.Message):
     __slots__ = ("granted", "spillback", "cancelled")
