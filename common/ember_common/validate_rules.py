@@ -165,6 +165,7 @@ RAYLET: dict[str, list[Rule]] = {
         Rule("placement_group_bundle_index", at_least(-1)), Rule("serialized_runtime_env", json_object)],
     "ReturnWorkerRequest": [Rule("lease_id", REQUIRED), Rule("lease_id", LEASE_ID)],
     "CancelWorkerLeaseRequest": [Rule("lease_id", REQUIRED), Rule("lease_id", LEASE_ID)],
+    "GetWorkerFailureCauseRequest": [Rule("lease_id", REQUIRED), Rule("lease_id", LEASE_ID)],
     "NotifyWorkerBlockedRequest": [Rule("worker_id", REQUIRED), Rule("worker_id", name_id)],
     "PrepareBundleResourcesRequest": [
         Rule("groups[].placement_group_id", REQUIRED), Rule("groups[].placement_group_id", PG_ID),

@@ -32,7 +32,7 @@ class RegisterWorkerReply(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gcs_address: _Optional[str] = ..., objmgr_address: _Optional[str] = ..., store_dir: _Optional[str] = ..., session_dir: _Optional[str] = ...) -> None: ...
 
 class RequestWorkerLeaseRequest(_message.Message):
-    __slots__ = ("lease_id", "resources", "spillback_count", "job_id", "name", "actor_id", "owner_worker_id", "placement_group_id", "placement_group_bundle_index", "serialized_runtime_env", "prefer_here", "label_selector")
+    __slots__ = ("lease_id", "resources", "spillback_count", "job_id", "name", "actor_id", "owner_worker_id", "placement_group_id", "placement_group_bundle_index", "serialized_runtime_env", "prefer_here", "label_selector", "retriable")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class RequestWorkerLeaseRequest(_message.Message):
     SERIALIZED_RUNTIME_ENV_FIELD_NUMBER: _ClassVar[int]
     PREFER_HERE_FIELD_NUMBER: _ClassVar[int]
     LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    RETRIABLE_FIELD_NUMBER: _ClassVar[int]
     lease_id: bytes
     resources: _containers.ScalarMap[str, float]
     spillback_count: int
@@ -71,7 +72,8 @@ class RequestWorkerLeaseRequest(_message.Message):
     serialized_runtime_env: str
     prefer_here: bool
     label_selector: _containers.ScalarMap[str, str]
-    def __init__(self, lease_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., spillback_count: _Optional[int] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., owner_worker_id: _Optional[str] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., serialized_runtime_env: _Optional[str] = ..., prefer_here: _Optional[bool] = ..., label_selector: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    retriable: bool
+    def __init__(self, lease_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., spillback_count: _Optional[int] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., owner_worker_id: _Optional[str] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., serialized_runtime_env: _Optional[str] = ..., prefer_here: _Optional[bool] = ..., label_selector: _Optional[_Mapping[str, str]] = ..., retriable: _Optional[bool] = ...) -> None: ...
 
 class RequestWorkerLeaseReply(_message.Message):
     __slots__ = ("granted", "spillback", "cancelled")
@@ -246,6 +248,28 @@ class CancelResourceReserveRequest(_message.Message):
 class CancelResourceReserveReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class GetWorkerFailureCauseRequest(_message.Message):
+    __slots__ = ("lease_id",)
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: bytes
+    def __init__(self, lease_id: _Optional[bytes] = ...) -> None: ...
+
+class WorkerFailureCause(_message.Message):
+    __slots__ = ("error_type", "error_message", "fail_task_immediately")
+    ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FAIL_TASK_IMMEDIATELY_FIELD_NUMBER: _ClassVar[int]
+    error_type: str
+    error_message: str
+    fail_task_immediately: bool
+    def __init__(self, error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., fail_task_immediately: _Optional[bool] = ...) -> None: ...
+
+class GetWorkerFailureCauseReply(_message.Message):
+    __slots__ = ("failure_cause",)
+    FAILURE_CAUSE_FIELD_NUMBER: _ClassVar[int]
+    failure_cause: WorkerFailureCause
+    def __init__(self, failure_cause: _Optional[_Union[WorkerFailureCause, _Mapping]] = ...) -> None: ...
 
 class ShutdownRequest(_message.Message):
     __slots__ = ()

@@ -79,6 +79,11 @@ class RayletStub:
                 request_serializer=raylet__pb2.CancelResourceReserveRequest.SerializeToString,
                 response_deserializer=raylet__pb2.CancelResourceReserveReply.FromString,
                 _registered_method=True)
+        self.GetWorkerFailureCause = channel.unary_unary(
+                '/ember.Raylet/GetWorkerFailureCause',
+                request_serializer=raylet__pb2.GetWorkerFailureCauseRequest.SerializeToString,
+                response_deserializer=raylet__pb2.GetWorkerFailureCauseReply.FromString,
+                _registered_method=True)
         self.Shutdown = channel.unary_unary(
                 '/ember.Raylet/Shutdown',
                 request_serializer=raylet__pb2.ShutdownRequest.SerializeToString,
@@ -172,6 +177,15 @@ class RayletServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetWorkerFailureCause(self, request, context):
+        """Why the worker of a lease died, when this raylet knows more than the exit (the memory
+        monitor killed it): the owner asks after a push to that worker failed. Idempotent read.
+        Failure: the raylet is unreachable -> the owner treats the node as dead (NodeDiedError).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Shutdown(self, request, context):
         """Stops the node (workers, then the raylet). Idempotent. Failure: the node is already gone.
         """
@@ -226,6 +240,11 @@ def add_RayletServicer_to_server(servicer, server):
                     servicer.CancelResourceReserve,
                     request_deserializer=raylet__pb2.CancelResourceReserveRequest.FromString,
                     response_serializer=raylet__pb2.CancelResourceReserveReply.SerializeToString,
+            ),
+            'GetWorkerFailureCause': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWorkerFailureCause,
+                    request_deserializer=raylet__pb2.GetWorkerFailureCauseRequest.FromString,
+                    response_serializer=raylet__pb2.GetWorkerFailureCauseReply.SerializeToString,
             ),
             'Shutdown': grpc.unary_unary_rpc_method_handler(
                     servicer.Shutdown,
@@ -476,6 +495,33 @@ class Raylet:
             '/ember.Raylet/CancelResourceReserve',
             raylet__pb2.CancelResourceReserveRequest.SerializeToString,
             raylet__pb2.CancelResourceReserveReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetWorkerFailureCause(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ember.Raylet/GetWorkerFailureCause',
+            raylet__pb2.GetWorkerFailureCauseRequest.SerializeToString,
+            raylet__pb2.GetWorkerFailureCauseReply.FromString,
             options,
             channel_credentials,
             insecure,

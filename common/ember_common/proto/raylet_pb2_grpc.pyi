@@ -84,6 +84,11 @@ class RayletStub:
     indexes are empty); workers leased from them are killed first. Idempotent. Failure: ignored
     when the node is gone.
     """
+    GetWorkerFailureCause: _grpc.UnaryUnaryMultiCallable[_raylet_pb2.GetWorkerFailureCauseRequest, _raylet_pb2.GetWorkerFailureCauseReply]
+    """Why the worker of a lease died, when this raylet knows more than the exit (the memory
+    monitor killed it): the owner asks after a push to that worker failed. Idempotent read.
+    Failure: the raylet is unreachable -> the owner treats the node as dead (NodeDiedError).
+    """
     Shutdown: _grpc.UnaryUnaryMultiCallable[_raylet_pb2.ShutdownRequest, _raylet_pb2.ShutdownReply]
     """Stops the node (workers, then the raylet). Idempotent. Failure: the node is already gone."""
 
@@ -134,6 +139,11 @@ class RayletAsyncStub(RayletStub):
     """Releases prepared or committed bundles of many groups (a group's every bundle here when its
     indexes are empty); workers leased from them are killed first. Idempotent. Failure: ignored
     when the node is gone.
+    """
+    GetWorkerFailureCause: _aio.UnaryUnaryMultiCallable[_raylet_pb2.GetWorkerFailureCauseRequest, _raylet_pb2.GetWorkerFailureCauseReply]  # type: ignore[assignment]
+    """Why the worker of a lease died, when this raylet knows more than the exit (the memory
+    monitor killed it): the owner asks after a push to that worker failed. Idempotent read.
+    Failure: the raylet is unreachable -> the owner treats the node as dead (NodeDiedError).
     """
     Shutdown: _aio.UnaryUnaryMultiCallable[_raylet_pb2.ShutdownRequest, _raylet_pb2.ShutdownReply]  # type: ignore[assignment]
     """Stops the node (workers, then the raylet). Idempotent. Failure: the node is already gone."""
@@ -236,6 +246,17 @@ class RayletServicer(metaclass=_abc_1.ABCMeta):
         """Releases prepared or committed bundles of many groups (a group's every bundle here when its
         indexes are empty); workers leased from them are killed first. Idempotent. Failure: ignored
         when the node is gone.
+        """
+
+    @_abc_1.abstractmethod
+    def GetWorkerFailureCause(
+        self,
+        request: _raylet_pb2.GetWorkerFailureCauseRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_raylet_pb2.GetWorkerFailureCauseReply, _abc.Awaitable[_raylet_pb2.GetWorkerFailureCauseReply]]:
+        """Why the worker of a lease died, when this raylet knows more than the exit (the memory
+        monitor killed it): the owner asks after a push to that worker failed. Idempotent read.
+        Failure: the raylet is unreachable -> the owner treats the node as dead (NodeDiedError).
         """
 
     @_abc_1.abstractmethod
