@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ember import actor, exceptions, util  # util after actor: ember.util imports ember.actor
+from ember._private.api.logging_config import LoggingConfig
 from ember._private.api.remote_function import RemoteFunction
 from ember._private.api.runtime_context import get_runtime_context
 from ember._private.objects.object_ref import ObjectRef
@@ -35,7 +36,7 @@ from ember.actor import ActorClass, get_actor, kill, method
 __version__ = "0.1.0"
 
 __all__ = [
-    "ObjectRef", "ObjectRefGenerator", "actor", "available_resources", "cancel", "cluster_resources", "exceptions",
+    "LoggingConfig", "ObjectRef", "ObjectRefGenerator", "actor", "available_resources", "cancel", "cluster_resources", "exceptions",
     "get", "get_actor", "get_gpu_ids", "get_runtime_context", "init", "is_initialized", "kill",
     "method", "nodes", "put", "remote", "shutdown", "util", "wait", "__version__",
 ]

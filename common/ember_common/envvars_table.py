@@ -137,6 +137,8 @@ _group(
      "(default: <tmp>/ember-<uid>, private to the user: 0700, refused when another user owns it)"),
     ("EMBER_RUNTIME_ENV", "str", "", "", CORE,
      "a worker's runtime env (JSON), set by its raylet and inherited by its children"),
+    ("EMBER_LOGGING_CONFIG", "json", None, "", ("worker",),
+     "the job's ember.LoggingConfig (JSON), put in the job's runtime env by `ember.init(logging_config=...)`"),
     ("EMBER_DASHBOARD_ADDRESS", "str", None, "", ("driver",),
      "the dashboard the job submission SDK talks to when none is given (after RAY_API_SERVER_ADDRESS)"),
 )

@@ -6,7 +6,7 @@ import types
 import ember
 
 EXPECTED = {
-    "ObjectRef", "ObjectRefGenerator", "actor", "available_resources", "cancel", "cluster_resources", "exceptions",
+    "LoggingConfig", "ObjectRef", "ObjectRefGenerator", "actor", "available_resources", "cancel", "cluster_resources", "exceptions",
     "get", "get_actor", "get_gpu_ids", "get_runtime_context", "init", "is_initialized", "kill",
     "method", "nodes", "put", "remote", "shutdown", "util", "wait", "__version__",
 }
@@ -35,6 +35,7 @@ def test_kinds_of_exported_members():
         assert isinstance(getattr(ember, name), types.ModuleType)
         assert getattr(ember, name).__name__ == f"ember.{name}"
     assert isinstance(ember.ObjectRef, type)
+    assert isinstance(ember.LoggingConfig, type)
     assert isinstance(ember.__version__, str) and ember.__version__
     for name in EXPECTED - MODULES - {"ObjectRef", "__version__"}:
         assert callable(getattr(ember, name)), name

@@ -16,6 +16,7 @@ from ember_common.gcs_client import SyncGcsClient
 from ember_common.proto import common_pb2
 
 from . import node as node_mod
+from .api import logging_config as logging_config_mod
 from .core_worker import CoreWorker, WorkerMode
 from .execution.function_manager import FunctionManager
 from .objects import object_ref
@@ -201,7 +202,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
          memory: int | None = None, namespace: str | None = None, ignore_reinit_error: bool = False,
          include_dashboard: bool | None = None, log_to_driver: bool = True,
          runtime_env: dict[str, Any] | None = None, logging_level: int | str = logging.INFO,
-         configure_logging: bool = True, **kwargs: Any) -> RuntimeContextInfo:
+         configure_logging: bool = True, logging_config: logging_config_mod.LoggingConfig | None = None,
+         **kwargs: Any) -> RuntimeContextInfo:
     """Connects to a cluster, or starts an embedded one (GCS, raylet, objmgr as child processes)."""
     global _global_worker
     unknown = [k for k in kwargs if k not in _PRIVATE_INIT_ARGS]
@@ -210,6 +212,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
     connecting = _resolve_address(address) is not None
     include_dashboard, namespace, runtime_env = _init_extras(kwargs, connecting, include_dashboard, namespace,
                                                              runtime_env)
+    runtime_env = logging_config_mod.apply_to_job(logging_config, runtime_env)
     if namespace is not None and not isinstance(namespace, str):
         raise TypeError(f"namespace must be None or a string, got {type(namespace).__name__}")
     from .runtime_env import context as runtime_env_context

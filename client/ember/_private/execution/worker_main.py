@@ -56,6 +56,11 @@ def main() -> None:
     die_with_parent()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from ..api import logging_config
+
+    job_logging = logging_config.from_environment(os.environ)  # the job's ember.LoggingConfig
+    if job_logging is not None:
+        logging_config.configure(job_logging)
     from ember_common import rpc, tracing
     from ember_common.config import get_config
 
