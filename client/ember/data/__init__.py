@@ -36,6 +36,7 @@ from .read_api import (
     read_sql,
     read_text,
 )
+from .read_media import read_images, read_tfrecords, read_webdataset
 
 
 def __getattr__(name: str) -> object:
@@ -53,6 +54,7 @@ __all__ = [
     "ExecutionOptions", "ExecutionResources", "GroupedData", "MaterializedDataset", "Max", "Mean",
     "Min", "Schema", "Std", "Sum", "TaskPoolStrategy", "block", "from_arrow", "from_huggingface", "from_items",
     "from_numpy", "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files",
-    "read_csv", "read_json", "read_numpy", "read_parquet", "read_text", "aggregate", "datatype",
+    "read_csv", "read_json", "read_numpy", "read_parquet", "read_text", "read_images",
+    "read_tfrecords", "read_webdataset", "aggregate", "datatype",
     "expressions", "preprocessors",
 ]

@@ -13,6 +13,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from ._internal import var_tensor as VT
+
 Block = pa.Table
 VALID_BATCH_FORMATS = ("default", "numpy", "pandas", "pyarrow", None)
 
@@ -54,6 +56,8 @@ def column_to_arrow(values: Any) -> pa.Array | pa.ChunkedArray:
                 shapes = {v.shape for v in items}
                 if len(shapes) == 1 and items[0].ndim >= 1:
                     return column_to_arrow(np.stack(items))
+                if len({v.ndim for v in items}) == 1 and items[0].ndim >= 2:
+                    return VT.from_arrays(items)
             return pa.array(items)
         return pa.array(values)
     try:
@@ -137,6 +141,8 @@ def _as_column(values: list[Any]) -> Any:
 
 def column_to_numpy(col: pa.ChunkedArray | pa.Array, zero_copy: bool = True) -> np.ndarray:
     """An Arrow column as numpy: zero-copy for numeric columns without nulls."""
+    if VT.is_var_tensor(col.type):
+        return VT.to_numpy(col)
     if isinstance(col, pa.ChunkedArray):
         if isinstance(col.type, pa.FixedShapeTensorType):
             if col.num_chunks == 1:
@@ -179,7 +185,7 @@ def block_to_pandas(block: Block) -> Any:
     import pandas as pd
 
     if not any(isinstance(f.type, pa.FixedShapeTensorType) or pa.types.is_list(f.type)
-               for f in block.schema):
+               or VT.is_var_tensor(f.type) for f in block.schema):
         return block.to_pandas()
     data = {}
     for name in block.column_names:
@@ -194,7 +200,7 @@ def iter_rows(block: Block) -> Iterator[dict[str, Any]]:
     if n == 0:
         return
     special = [name for name, f in zip(block.column_names, block.schema, strict=False)
-               if isinstance(f.type, pa.FixedShapeTensorType)]
+               if isinstance(f.type, pa.FixedShapeTensorType) or VT.is_var_tensor(f.type)]
     if not special:
         yield from block.to_pylist()
         return
@@ -214,6 +220,7 @@ def concat(blocks: Iterable[Block]) -> Block:
         return blocks[0]
     if len(nonempty) == 1:
         return nonempty[0]
+    nonempty = VT.unify_tensor_columns(nonempty)
     try:
         return pa.concat_tables(nonempty, promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError):

@@ -16,6 +16,7 @@ from ._consume import ConsumeMixin
 from ._internal import plan as P
 from ._internal import transforms as T
 from ._internal.compute import TaskPoolStrategy, get_compute
+from ._write_media import WriteMediaMixin
 
 _ids = itertools.count()
 
@@ -35,7 +36,7 @@ def _remote_args(num_cpus: Any, num_gpus: Any, memory: Any, resources: Any,
     return args
 
 
-class Dataset(ConsumeMixin):
+class Dataset(ConsumeMixin, WriteMediaMixin):
     """A distributed collection of rows, computed lazily and streamed block by block."""
 
     def __init__(self, plan: P.LogicalOp) -> None:

@@ -1,5 +1,6 @@
 """File datasources: parquet (row-group splitting, column projection and row filters pushed down
-to pyarrow), JSON (lines or arrays), CSV, text, binary files and .npy files."""
+to pyarrow), JSON (lines or arrays), CSV, text, binary files and .npy files; images, WebDataset
+shards and TFRecords through the readers of their own modules."""
 from __future__ import annotations
 
 import functools
@@ -111,8 +112,17 @@ def read_numpy_file(fs: Any, path: str, opts: dict) -> pa.Table:
     return pa.table({"data": B.column_to_arrow(arr)})
 
 
+def _media_readers() -> dict[str, Callable[[Any, str, dict], pa.Table]]:
+    from .images import read_image_file
+    from .tfrecords import read_tfrecords_file
+    from .webdataset import read_webdataset_file
+
+    return {"images": read_image_file, "webdataset": read_webdataset_file,
+            "tfrecords": read_tfrecords_file}
+
+
 READERS = {"json": read_json_file, "csv": read_csv_file, "text": read_text_file,
-           "binary": read_binary_file, "numpy": read_numpy_file}
+           "binary": read_binary_file, "numpy": read_numpy_file, **_media_readers()}
 
 
 class FileDatasource:
