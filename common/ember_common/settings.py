@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from . import envvars
+from . import labels as kit_labels
 from . import resources as kit_resources
 from .envvars import SettingsError
 
@@ -218,11 +219,18 @@ class RayletSettings(ServiceSettings):
     head: bool = setting(env="EMBER_HEAD")
     num_prestart_workers: int | None = setting(None, help="workers to keep started (default: CPUs)")
     runtime_env_dir: str = setting(env="EMBER_RUNTIME_ENV_DIR")
+    labels: str = setting("", help="the node's labels as a JSON object of str to str (ember start "
+                                   "--labels); ray.io/node-id is set by the raylet")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "resources",
                            kit_resources.validate(dict(self.resources), source="--resources"))
+        if self.labels:
+            try:
+                kit_labels.parse_cli(self.labels)
+            except ValueError as e:
+                raise SettingsError(str(e)) from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

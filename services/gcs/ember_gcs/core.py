@@ -15,7 +15,7 @@ import struct
 import time
 from typing import AsyncIterator, Callable
 
-from ember_common import resources
+from ember_common import labels, resources
 from ember_common.proto import common_pb2, gcs_pb2
 from ember_common.rpc import NotFound
 from ember_common.worker_ledger_kv import KV_NAMESPACE as LEDGER_NAMESPACE
@@ -99,6 +99,7 @@ class GcsCore:
         if not info.node_id:
             raise ValueError("node_id is required")
         resources.validate(dict(info.total_resources), source=f"node {info.node_id} resources")
+        labels.validate_node_labels(dict(info.labels), f"node {info.node_id} labels", system=True)
         prev = self.nodes.get(info.node_id)
         # The same node id from a raylet that started after the recorded one (in containers the
         # id comes from the node's address, which a restarted raylet keeps): the previous

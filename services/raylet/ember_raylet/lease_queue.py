@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ember_common.labels import Selector
+
 from .resources import Allocation, NodeResources
 from .scheduler import DEFAULT_SPREAD_THRESHOLD, Decision, Pick, RemoteNode, capacity, decide
 from .worker_pool import kind_key, needs_gpu
@@ -47,6 +49,7 @@ class LeaseRequest:
     gpu_ids: list[int] | None = None  # preset (a bundle's GPUs) instead of allocated ones
     env: str = ""  # runtime env hash: only a worker started in that env may take the grant
     prefer_here: bool = False  # SPREAD / soft affinity chose this node: local whenever it fits
+    selector: Selector = ()  # label_selector: only nodes whose labels match may run it
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,10 @@ class LeaseQueue:
 
     def __init__(self, node_id: str, resources: NodeResources, infeasible_timeout_s: float,
                  clock: Clock, *, spread_threshold: float = DEFAULT_SPREAD_THRESHOLD,
-                 hold_s: float = 2.0, settle_s: float = 0.0, pick: Pick | None = None) -> None:
+                 hold_s: float = 2.0, settle_s: float = 0.0, pick: Pick | None = None,
+                 labels: dict[str, str] | None = None) -> None:
         self.node_id = node_id
+        self.labels = labels or {}  # this node's labels (label selectors match against them)
         self.settle_s = settle_s or hold_s / 2
         self.spread_threshold = spread_threshold
         self.hold_s = hold_s
@@ -121,9 +126,10 @@ class LeaseQueue:
         self.waiting.append(req)
         return "queued"
 
-    def capacity(self, resources: dict[str, float]) -> int:
-        """How many leases of this shape the alive nodes' totals hold (scheduler.capacity)."""
-        return capacity(self.resources, self.cluster, self.node_id, resources)
+    def capacity(self, resources: dict[str, float], selector: Selector = ()) -> int:
+        """How many leases of this shape the alive nodes' totals hold (scheduler.capacity),
+        counting only the nodes a label selector matches."""
+        return capacity(self.resources, self.cluster, self.node_id, resources, selector, self.labels)
 
     def demand(self) -> tuple[dict[Shape, int], dict[Shape, int]]:
         """The waiting requests counted by resource shape: (queued here, infeasible), for the
@@ -300,9 +306,10 @@ class LeaseQueue:
             for _, r in live:
                 for k, v in r.items():
                     avail[k] = avail.get(k, 0.0) - v
-            out[node_id] = RemoteNode(n.node_id, n.raylet_address, n.total, avail, n.alive)
+            out[node_id] = RemoteNode(n.node_id, n.raylet_address, n.total, avail, n.alive, n.labels)
         return out
 
     def _decide(self, req: LeaseRequest) -> Decision:
         return decide(self.resources, self.view(), self.node_id, req.resources,
-                      req.spillback_count, self.spread_threshold, self.pick, req.prefer_here)
+                      req.spillback_count, self.spread_threshold, self.pick, req.prefer_here,
+                      req.selector, self.labels)

@@ -18,6 +18,7 @@ import time
 from typing import Callable
 
 from ember_common import ids, tracing
+from ember_common import labels as kit_labels
 from ember_common.config import Config
 from ember_common.proto import common_pb2, raylet_pb2
 from ember_common.rpc import Infeasible, InvalidArgument
@@ -44,8 +45,9 @@ class Raylet:
     def __init__(self, *, node_id: str, config: Config, resources: dict[str, float], gcs_address: str,
                  objmgr_address: str, store_dir: str, session_dir: str, node_ip: str,
                  num_prestart_workers: int | None = None, runtime_env_dir: str = "",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, labels: dict[str, str] | None = None) -> None:
         self.node_id = node_id
+        self.labels = dict(labels or {})  # this node's labels, defaults included
         self.cfg = config
         self.clock = clock
         self.resources = NodeResources(resources)
@@ -65,7 +67,7 @@ class Raylet:
                                 spread_threshold=config.scheduler_spread_threshold,
                                 hold_s=2 * config.heartbeat_period_s,
                                 settle_s=2 * config.heartbeat_period_s,
-                                pick=random.Random().choice)
+                                pick=random.Random().choice, labels=self.labels)
         self.bundles = BundleTable(self.resources)
         cpus = int(self.resources.total.get("CPU", 0))
         # A forked worker costs little CPU to start, so more may start at once.
@@ -222,10 +224,14 @@ class Raylet:
             resources = bundles_mod.translate(resources, req.placement_group_id, idx)
             if req.resources.get("GPU", 0) > 0:
                 gpu_ids = self.bundles.gpu_ids(req.placement_group_id, idx)
+        try:
+            selector = kit_labels.parse_selector(dict(req.label_selector)) if req.label_selector else ()
+        except kit_labels.InvalidLabelError as e:
+            raise InvalidArgument(str(e)) from None
         env = self._want_env(req.serialized_runtime_env)
         lr = LeaseRequest(req.lease_id, resources, req.spillback_count, req.name,
                           req.owner_worker_id, bool(req.actor_id), gpu_ids=gpu_ids, env=env,
-                          prefer_here=req.prefer_here)
+                          prefer_here=req.prefer_here, selector=selector)
         fut: asyncio.Future[LeaseReply] = asyncio.get_running_loop().create_future()
         self.futures[req.lease_id] = fut
         decision = self.queue.submit(lr)
@@ -299,7 +305,7 @@ class Raylet:
                 worker_address=common_pb2.Address(ip=self.node_ip, port=w.port, worker_id=w.worker_id,
                                                   node_id=self.node_id),
                 gpu_ids=g.alloc.gpu_ids if g.request.gpu_ids is None else g.request.gpu_ids, pid=w.pid,
-                capacity=self.queue.capacity(g.request.resources))))
+                capacity=self.queue.capacity(g.request.resources, g.request.selector))))
         for _ in range(self.pool.to_start(sched.wanted_by_env.get("", 0))):
             self.start_worker()
         for env, n in sched.wanted_by_env.items():  # envs set up; the others start when ready
@@ -512,7 +518,7 @@ class Raylet:
         """A node of the cluster view changed (the GCS's nodes feed)."""
         alive = info.state == common_pb2.NodeInfo.ALIVE
         self.queue.update_node(RemoteNode(info.node_id, info.raylet_address, dict(info.total_resources),
-                                          dict(info.available_resources), alive))
+                                          dict(info.available_resources), alive, dict(info.labels)))
         self.dispatch()
 
     def stats(self) -> raylet_pb2.GetNodeStatsReply:

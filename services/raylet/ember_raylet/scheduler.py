@@ -13,11 +13,17 @@ If no node has the resources now, the request waits here when this node could ru
 if only other nodes could ever run it, it goes to the one with the most total headroom;
 otherwise it is infeasible, with a reason naming the missing amounts. A request already
 redirected once (spillback_count > 0) is never redirected again: it runs or waits here.
+
+A label selector (Ray's `label_selector`, parsed by `ember_common.labels`) narrows all of this
+to the nodes whose labels match it, this node included: a request this node's labels do not
+match spills to a matching node, and is infeasible when no alive node matches.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
+
+from ember_common.labels import Condition, Selector, matches
 
 from .resources import EPS, GPU, NodeResources
 
@@ -31,6 +37,7 @@ class RemoteNode:
     total: dict[str, float]
     available: dict[str, float]
     alive: bool = True
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -66,16 +73,25 @@ def score(total: dict[str, float], available: dict[str, float], request: dict[st
 def decide(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: str,
            request: dict[str, float], spillback_count: int,
            spread_threshold: float = DEFAULT_SPREAD_THRESHOLD, pick: Pick | None = None,
-           prefer_here: bool = False) -> Decision:
+           prefer_here: bool = False, selector: Selector = (),
+           local_labels: Mapping[str, str] | None = None) -> Decision:
     """Decides one lease request (see the module docstring). prefer_here (SPREAD, soft
-    affinity: the caller chose this node): local whenever it fits now."""
-    local_now = local.fits_now(request)
+    affinity: the caller chose this node): local whenever it fits now. selector: only nodes
+    whose labels (this node's: local_labels) match it may run the request."""
+    here_ok = not selector or matches(local_labels or {}, selector)
+    if selector:
+        cluster = {k: n for k, n in cluster.items() if matches(n.labels, selector)}
+    local_now = here_ok and local.fits_now(request)
     if local_now and (spillback_count > 0 or prefer_here or not any(v > 0 for v in request.values())):
         return Decision("local")  # pinned or chosen here, or it needs nothing a node runs out of
-    local_ever = local.fits_total(request)
+    local_ever = here_ok and local.fits_total(request)
     if spillback_count > 0:
         if local_ever:
             return Decision("queue")
+        if not here_ok:
+            return Decision("infeasible", reason=(
+                f"The request {request} was sent to node {local_node_id}, whose labels "
+                f"{dict(local_labels or {})} do not match its label selector {_show(selector)}."))
         short = [f"{k}={v:g} (this node has {local.total.get(k, 0.0):g})" for k, v in request.items()
                  if v > 0 and local.total.get(k, 0.0) + EPS < v]
         return Decision("infeasible", reason=(
@@ -98,11 +114,16 @@ def decide(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: 
     later = [n for n in others if _fits(n.total, request)]
     if later:
         return Decision("spill", max(later, key=lambda n: _headroom(n.total, request)))
-    return Decision("infeasible", reason=_why(request, cluster, local, local_node_id))
+    if selector and not here_ok and not any(n.alive for n in cluster.values()):
+        return Decision("infeasible", reason=(
+            f"No alive node in the cluster has labels matching the label selector "
+            f"{_show(selector)} (resources {request})."))
+    return Decision("infeasible", reason=_why(request, cluster, local, local_node_id, here_ok))
 
 
 def capacity(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: str,
-             request: dict[str, float]) -> int:
+             request: dict[str, float], selector: Selector = (),
+             local_labels: Mapping[str, str] | None = None) -> int:
     """How many leases of the request's shape the alive nodes' total resources hold at once
     (this node's and the cluster view's; 0: no bound, the shape needs nothing a node runs out
     of). A grant carries it to the owner, which then keeps at most one request of the shape
@@ -111,8 +132,12 @@ def capacity(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id
     need = {k: v for k, v in request.items() if v > EPS}
     if not need:
         return 0
-    return sum(int(min(t.get(k, 0.0) / v for k, v in need.items()) + EPS)
-               for t in _alive_totals(local, cluster, local_node_id))
+    totals = _alive_totals(local, cluster, local_node_id)
+    if selector:
+        totals = ([local.total] if matches(local_labels or {}, selector) else []) + [
+            n.total for n in cluster.values()
+            if n.alive and n.node_id != local_node_id and matches(n.labels, selector)]
+    return sum(int(min(t.get(k, 0.0) / v for k, v in need.items()) + EPS) for t in totals)
 
 
 def _alive_totals(local: NodeResources, cluster: dict[str, RemoteNode],
@@ -135,10 +160,19 @@ def _headroom(have: dict[str, float], request: dict[str, float]) -> float:
     return min((have.get(k, 0.0) - v for k, v in request.items() if v > 0), default=0.0)
 
 
+def _show(selector: Selector) -> str:
+    """A parsed selector for messages, in the form the user wrote."""
+    def expr(c: Condition) -> str:
+        values = ",".join(sorted(c.values))
+        return ("!" if c.negate else "") + (values if len(c.values) == 1 else f"in({values})")
+    return "{" + ", ".join(f"{c.key!r}: {expr(c)!r}" for c in selector) + "}"
+
+
 def _why(request: dict[str, float], cluster: dict[str, RemoteNode], local: NodeResources,
-         local_node_id: str) -> str:
+         local_node_id: str, here_ok: bool = True) -> str:
     biggest: dict[str, float] = {}
-    for t in _alive_totals(local, cluster, local_node_id):
+    totals = _alive_totals(local, cluster, local_node_id)
+    for t in totals if here_ok else totals[1:]:
         for k, v in t.items():
             biggest[k] = max(biggest.get(k, 0.0), v)
     missing = {k: v for k, v in request.items() if v > 0 and biggest.get(k, 0.0) + EPS < v}

@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable
 
 from ember_common import backoff, kv_parts, metrics, resources, rpc, service
+from ember_common import labels as kit_labels
 from ember_common.config import get_config
 from ember_common.gcs_client import GcsClient, SyncGcsClient
 from ember_common.proto import common_pb2, gcs_pb2, logs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
@@ -238,6 +239,19 @@ def parse_args(argv: list[str] | None = None) -> RayletSettings:
     return RayletSettings.from_argv_or_exit(argv)
 
 
+def node_labels(node_id: str, resources: dict[str, float], given: str) -> dict[str, str]:
+    """This node's labels: Ray's defaults (ray.io/node-id; ray.io/accelerator-type from an
+    `accelerator_type:<T>` resource), then those given (--labels, JSON; they may override the
+    accelerator type, never the node id)."""
+    out: dict[str, str] = {}
+    types = [k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:")]
+    if len(types) == 1:
+        out[kit_labels.ACCELERATOR_TYPE] = types[0]
+    out.update(kit_labels.parse_cli(given) if given else {})
+    out[kit_labels.NODE_ID] = node_id
+    return out
+
+
 def parse_resources(raw: str) -> dict[str, float]:
     """--resources JSON, checked by the kit's one resource validation."""
     return resources.parse_json(raw, source="--resources")
@@ -245,7 +259,8 @@ def parse_resources(raw: str) -> dict[str, float]:
 
 async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
     cfg = get_config()
-    raylet = Raylet(node_id=ns.node_id, config=cfg, resources=dict(ns.resources),
+    labels = node_labels(ns.node_id, dict(ns.resources), ns.labels)
+    raylet = Raylet(node_id=ns.node_id, config=cfg, resources=dict(ns.resources), labels=labels,
                     gcs_address=ns.gcs_address, objmgr_address=ns.objmgr_address,
                     store_dir=ns.store_dir, session_dir=ns.session_dir, node_ip=ns.node_ip,
                     num_prestart_workers=ns.num_prestart_workers, runtime_env_dir=ns.runtime_env_dir)
@@ -262,7 +277,8 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
         node_id=ns.node_id, raylet_address=raylet.address, objmgr_address=ns.objmgr_address,
         ip=ns.node_ip, hostname=socket.gethostname(), total_resources=raylet.resources.total,
         available_resources=raylet.resources.snapshot_available(), start_time=time.time(),
-        is_head=ns.head, store_dir=ns.store_dir, object_store_memory=ns.object_store_memory_bytes)
+        is_head=ns.head, store_dir=ns.store_dir, object_store_memory=ns.object_store_memory_bytes,
+        labels=labels)
     link = GcsLink(raylet, node)
     async def kv_get(uri: str) -> bytes | None:  # a package, stored whole or in parts (kv_parts)
         stored = await link.gcs.internal_kv_get("runtime_env", uri.encode(), timeout_s=60)
