@@ -184,7 +184,7 @@ def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any
         return_ids=[ids.object_id_for_return(task_id, 1)],
         resources=resource_request(opts, 0.0),
         caller=core.address_proto, serialized_runtime_env=renv,
-        actor_id=os.urandom(16),
+        label_selector=opts.get("label_selector") or {}, actor_id=os.urandom(16),
         actor_creation=common_pb2.ActorCreationSpec(
             max_restarts=opts.get("max_restarts") or 0, max_task_retries=max_task_retries,
             max_concurrency=max_concurrency, name=name, namespace=namespace,

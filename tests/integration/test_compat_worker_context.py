@@ -68,7 +68,7 @@ def test_driver_context(cluster):
     assert c.get_task_id() is None and c.get_task_name() is None
     assert c.get_task_function_name() is None and c.get_actor_id() is None
     assert c.get_actor_name() is None
-    assert c.get_node_labels() == {"ember.io/node-id": c.get_node_id()}
+    assert c.get_node_labels() == {"ray.io/node-id": c.get_node_id()}
     assert set(c.get()) == {"job_id", "node_id", "namespace"}
     with pytest.raises(AssertionError):
         c.get_assigned_resources()
@@ -83,7 +83,7 @@ def test_task_context(cluster):
     assert s["function"] == f"{__name__}.task"
     assert s["task_id"] and s["actor_id"] is None and s["actor_name"] is None
     assert s["resources"] == {"CPU": 1.0} and s["node_id"] == node
-    assert s["labels"] == {"ember.io/node-id": node}
+    assert s["labels"] == {"ray.io/node-id": node}
     assert s["get"]["task_id"] == s["task_id"] and "actor_id" not in s["get"]
     other = ray.get(task.remote())
     assert other["task_id"] != s["task_id"]

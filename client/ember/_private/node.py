@@ -33,9 +33,11 @@ CURRENT_CLUSTER_FILE = os.path.join(EMBER_TMP, "ember_current_cluster")
 NODES_DIR = os.path.join(EMBER_TMP, "nodes")
 
 
-def new_session_dir() -> str:
+def new_session_dir(root: str | None = None) -> str:
+    """A new session directory (0700, with its logs/) under the temp root, or under `root`
+    (`ember start --temp-dir`), which must pass the same private-directory checks."""
     name = time.strftime("session_%Y-%m-%d_%H-%M-%S_") + f"{os.getpid()}_{os.urandom(2).hex()}"
-    path = os.path.join(ensure_private_dir(EMBER_TMP), name)
+    path = os.path.join(ensure_private_dir(os.path.abspath(root) if root else EMBER_TMP), name)
     os.mkdir(path, 0o700)
     os.mkdir(os.path.join(path, "logs"), 0o700)
     return path
@@ -194,18 +196,22 @@ def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float
                object_store_memory: int, is_head: bool, node_ip: str = "127.0.0.1",
                raylet_port: int = 0, die_with_parent: bool = False,
                num_prestart_workers: int | None = None, spill_dir: str | None = None,
-               metrics_export_port: int = 0) -> tuple[NodeRecord, list[ServiceProcess]]:
+               metrics_export_port: int = 0,
+               labels: dict[str, str] | None = None) -> tuple[NodeRecord, list[ServiceProcess]]:
     """Starts an object manager and a raylet for one node (metrics on ports
-    `metrics_ports(metrics_export_port)` when it is not 0). Bad resources raise ValueError
-    naming the resource before anything starts."""
+    `metrics_ports(metrics_export_port)` when it is not 0; `labels`: the node's own labels,
+    beside Ray's defaults). Bad resources or labels raise ValueError naming them before
+    anything starts."""
     from ember_common import auth, rpc
     from ember_common import resources as kit_resources
     from ember_common.ids import new_node_id
 
     auth.require_token()  # a node never starts open by accident
+    from ember_common import labels as kit_labels
     from ember_common.settings import ObjmgrSettings, RayletSettings
 
     resources = kit_resources.validate(resources, source="node resources")
+    labels = kit_labels.validate_node_labels(labels, "node labels")
     node_id = new_node_id()
     store_dir = os.path.join(ensure_private_dir(store_parent()), os.path.basename(session_dir), node_id)
     spill = spill_dir or os.path.join(session_dir, "spill", node_id)
@@ -219,7 +225,7 @@ def start_node(session_dir: str, gcs_address: str, *, resources: dict[str, float
         gcs_address=gcs_address, objmgr_address=objmgr_address, node_id=node_id, store_dir=store_dir,
         session_dir=session_dir, resources=resources, object_store_memory_bytes=object_store_memory,
         node_ip=node_ip, host=rpc.bind_host(node_ip), port=raylet_port, head=is_head,
-        num_prestart_workers=num_prestart_workers,
+        num_prestart_workers=num_prestart_workers, labels=json.dumps(labels, sort_keys=True) if labels else "",
         metrics_export_port=ports["raylet"]).to_argv()
     try:
         raylet = start_service("ember_raylet", args, session_dir, f"raylet-{node_id[:8]}",

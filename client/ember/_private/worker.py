@@ -87,7 +87,8 @@ class EmbeddedCluster:
     """GCS (memory storage) + one raylet + one objmgr as child processes of the driver."""
 
     def __init__(self, resources: dict[str, float], object_store_memory: int,
-                 config: Config, metrics_export_port: int = 0) -> None:
+                 config: Config, metrics_export_port: int = 0,
+                 labels: dict[str, str] | None = None) -> None:
         self.session_dir = node_mod.new_session_dir()
         self.procs: list[node_mod.ServiceProcess] = []
         try:
@@ -99,7 +100,7 @@ class EmbeddedCluster:
             self.node, procs = node_mod.start_node(
                 self.session_dir, self.gcs_address, resources=resources,
                 object_store_memory=object_store_memory, is_head=True, die_with_parent=True,
-                metrics_export_port=metrics_export_port)
+                metrics_export_port=metrics_export_port, labels=labels)
             self.procs.extend(procs)
         except Exception:
             self.stop()
@@ -239,7 +240,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             store = object_store_memory or int(psutil.virtual_memory().total *
                                                config.object_store_memory_fraction)
             # Ray's private _metrics_export_port: raylet N, objmgr N+1, GCS N+2.
-            cluster = EmbeddedCluster(res, store, config, int(kwargs.get("_metrics_export_port") or 0))
+            cluster = EmbeddedCluster(res, store, config, int(kwargs.get("_metrics_export_port") or 0),
+                                      labels=kwargs.get("labels"))
             if include_dashboard:  # Ray's include_dashboard / dashboard_host / dashboard_port
                 node_mod.start_embedded_dashboard(cluster, kwargs)
             gcs_address = cluster.gcs_address
@@ -287,7 +289,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
 
 # Ray's init arguments outside its signature that Ember takes (_init_extras says how).
 _PRIVATE_INIT_ARGS = {"dashboard_host", "dashboard_port", "local_mode", "_temp_dir", "_system_config",
-                      "job_config", "_node_ip_address", "_metrics_export_port"}
+                      "job_config", "_node_ip_address", "_metrics_export_port", "labels"}
 # Ray's JobConfig fields (a JobConfig's attributes, or a dict's keys): runtime_env and
 # ray_namespace are honoured, the others raise when set.
 _JOB_CONFIG_FIELDS = ("runtime_env", "ray_namespace", "metadata", "jvm_options", "code_search_path",
@@ -313,9 +315,13 @@ def _init_extras(kwargs: dict[str, Any], connecting: bool, include_dashboard: bo
         if os.path.realpath(str(temp)) != os.path.realpath(node_mod.EMBER_TMP):
             raise ValueError(f"_temp_dir={temp!r}: Ember's temp root is fixed when ember is imported "
                              f"({node_mod.EMBER_TMP}); set EMBER_TEMP_DIR in the environment instead")
+    if kwargs.get("labels") is not None:  # the embedded node's labels (Ray's init(labels=...))
+        from ember_common import labels as kit_labels
+
+        kit_labels.validate_node_labels(kwargs["labels"], "ember.init(labels=...)")
     dash = [k for k in ("dashboard_host", "dashboard_port") if kwargs.get(k) is not None]
     if connecting:
-        given = dash + [k for k in ("_metrics_export_port",) if kwargs.get(k)]
+        given = dash + [k for k in ("_metrics_export_port", "labels") if kwargs.get(k)]
         if include_dashboard:
             given.insert(0, "include_dashboard")
         if given:
@@ -535,6 +541,7 @@ def nodes() -> list[dict[str, Any]]:
             "ObjectStoreSocketName": n.store_dir,
             "Resources": {**n.total_resources, "object_store_memory": float(n.object_store_memory)} if alive else {},
             "IsHead": n.is_head, "state": "ALIVE" if alive else "DEAD", "DeathReason": n.death_reason,
+            "Labels": dict(n.labels),
         })
     return out
 

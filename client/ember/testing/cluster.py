@@ -68,9 +68,11 @@ class LocalCluster:
         return f"127.0.0.1:{self.gcs_port}"
 
     def add_node(self, resources: dict[str, float], is_head: bool = False,
-                 num_prestart_workers: int | None = None, own_session: bool = False) -> Node:
+                 num_prestart_workers: int | None = None, own_session: bool = False,
+                 labels: dict[str, str] | None = None) -> Node:
         """Starts a node (raylet + object manager). own_session: in a session directory of its
-        own (its own log directory), as a node on another machine has."""
+        own (its own log directory), as a node on another machine has. labels: the node's
+        labels (as `ember start --labels`), beside Ray's defaults."""
         session_dir = self.session_dir
         if own_session:
             session_dir = node_mod.new_session_dir()
@@ -78,7 +80,7 @@ class LocalCluster:
         record, procs = node_mod.start_node(
             session_dir, self.gcs_address, resources=resources,
             object_store_memory=self.object_store_memory, is_head=is_head,
-            num_prestart_workers=num_prestart_workers)
+            num_prestart_workers=num_prestart_workers, labels=labels)
         node = Node(record, procs)
         self.nodes.append(node)
         return node

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from ember._private.doors import placement_groups as _door
+from ember_common import labels as kit_labels
 from ember_common.validate_rules import MAX_BUNDLES_PER_GROUP
 
 VALID_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -136,8 +137,11 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", nam
 
     strategy: PACK (few nodes, best effort), SPREAD (many nodes, best effort), STRICT_PACK
     (one node), STRICT_SPREAD (one node per bundle). lifetime: None (removed with the job) or
-    "detached". bundle_label_selector is accepted and ignored (no node labels yet)."""
+    "detached". bundle_label_selector (one selector per bundle) is refused unless every
+    selector is empty: bundle placement does not read node labels yet (tasks and actors do,
+    through `label_selector`)."""
     clean = _validate_bundles(bundles)
+    _refuse_bundle_label_selector(bundle_label_selector, len(clean))
     if strategy not in VALID_STRATEGIES:
         raise ValueError(f"Invalid placement group strategy {strategy!r}. Supported strategies "
                          f"are: {list(VALID_STRATEGIES)}.")
@@ -148,6 +152,21 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", nam
         raise TypeError(f"Placement group `name` must be a str, got {type(name).__name__}")
     pg_id = _door.create(clean, strategy, name, lifetime == "detached")
     return PlacementGroup(PlacementGroupID(pg_id), bundle_cache=clean)
+
+
+def _refuse_bundle_label_selector(selectors: Any, n: int) -> None:
+    """Checks bundle_label_selector's shape and syntax, then refuses a non-empty one by name."""
+    if selectors is None:
+        return
+    if not isinstance(selectors, list) or len(selectors) != n:
+        raise ValueError(f"bundle_label_selector must be a list of {n} label selectors (one per "
+                         f"bundle), got {selectors!r}")
+    for i, sel in enumerate(selectors):
+        kit_labels.parse_selector(sel, f"bundle_label_selector[{i}]")
+    if any(selectors):
+        raise ValueError("bundle_label_selector is not supported by Ember yet: placement group "
+                         "bundles are placed by resources only (give tasks and actors a "
+                         "label_selector instead, or leave it out)")
 
 
 def remove_placement_group(placement_group: PlacementGroup) -> None:

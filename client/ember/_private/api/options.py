@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember_common import labels as kit_labels
 from ember_common import resources as kit_resources
 
 from ..runtime_env import validation as runtime_env_validation
@@ -13,20 +14,20 @@ TASK_OPTIONS = {
     "num_cpus", "num_gpus", "memory", "resources", "max_retries", "retry_exceptions",
     "num_returns", "name", "scheduling_strategy", "runtime_env", "accelerator_type",
     "placement_group", "placement_group_bundle_index", "placement_group_capture_child_tasks",
-    "_metadata", "label_selector", "enable_task_events", "object_store_memory",
+    "_metadata", "label_selector", "fallback_strategy", "enable_task_events", "object_store_memory",
 }
 ACTOR_OPTIONS = {
     "num_cpus", "num_gpus", "memory", "resources", "max_restarts", "max_task_retries",
     "max_concurrency", "name", "namespace", "lifetime", "get_if_exists", "scheduling_strategy",
     "runtime_env", "accelerator_type", "placement_group", "placement_group_bundle_index",
     "placement_group_capture_child_tasks", "max_pending_calls", "concurrency_groups",
-    "_metadata", "label_selector", "enable_task_events", "object_store_memory",
+    "_metadata", "label_selector", "fallback_strategy", "enable_task_events", "object_store_memory",
     "allow_out_of_order_execution",
 }
 
 
 # Ray options Ember knows but does not implement yet: setting them must not pass silently.
-UNSUPPORTED = {"label_selector": "label selectors"}
+UNSUPPORTED = {"fallback_strategy": "fallback strategies (label selectors tried in turn)"}
 
 
 def validate(options: dict[str, Any], allowed: set[str], what: str) -> None:
@@ -39,6 +40,9 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> None:
         v = options.get(k)
         if v not in (None, "default", {}, []):
             raise ValueError(f"{k}={v!r} for {what}: {feature} are not supported by Ember yet")
+    # label_selector: Ray's syntax (keys, `v`, `!v`, `in(a,b)`, `!in(a,b)`), checked once here.
+    if options.get("label_selector") is not None:
+        kit_labels.parse_selector(options["label_selector"], f"label_selector of {what}")
     # runtime_env: the fields and their types (paths are checked when the task is submitted).
     runtime_env_validation.validate(options.get("runtime_env"), f"runtime_env of {what}")
     # Strategy, placement group and bundle index: checked here (without the caller's context;

@@ -174,7 +174,8 @@ def spec_template(w: Any, function: Any, name: str,
         retry_exceptions=retry_flag,
         streaming=num_returns == "streaming", caller=core.address_proto,
         serialized_runtime_env=runtime_env.resolve(options.get("runtime_env"),
-                                                   f"runtime_env of remote function {name}"))
+                                                   f"runtime_env of remote function {name}"),
+        label_selector=options.get("label_selector") or {})
     placement = scheduling.resolve(options, f"remote function {name}", request=dict(spec.resources))
     return (spec, num_returns, with_placement(spec, placement),
             scheduling.needs_context(options), allowlist)
@@ -186,6 +187,8 @@ def with_placement(spec: Any, placement: scheduling.Placement) -> Any:
     key = tuple(sorted(spec.resources.items()))
     if spec.serialized_runtime_env:  # workers are pooled per runtime env: never shared across envs
         key = (*key, ("runtime_env", spec.serialized_runtime_env))
+    if spec.label_selector:  # a lease granted on a node the selector picked serves only it
+        key = (*key, ("label_selector", tuple(sorted(spec.label_selector.items()))))
     if placement == scheduling.DEFAULT:
         spec.ClearField("placement_group_id")
         spec.placement_group_bundle_index = 0

@@ -100,8 +100,11 @@ class RuntimeContext:
         return {k: float(v) for k, v in spec.resources.items() if v}
 
     def get_node_labels(self) -> dict[str, str]:
-        """This node's labels (its id under `ember.io/node-id`, as the state API lists)."""
-        return {"ember.io/node-id": self._worker.core.node_id}
+        """This node's labels as the GCS's node table has them (Ray's defaults such as
+        `ray.io/node-id`, and those the node was started with)."""
+        core = self._worker.core
+        info = core.run(lambda: core.node_info(core.node_id), timeout=30)
+        return dict(info.labels) or {"ray.io/node-id": core.node_id}
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         from ..worker import get_gpu_ids

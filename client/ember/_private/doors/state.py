@@ -113,7 +113,7 @@ def _nodes(client: Any, address: str, timeout_s: float) -> tuple[list[dict[str, 
             "node_id": n.node_id, "node_ip": n.ip or n.raylet_address.rsplit(":", 1)[0],
             "is_head_node": bool(n.is_head), "state": "DEAD" if dead else "ALIVE",
             "state_message": n.death_reason or None, "node_name": n.hostname or n.ip,
-            "resources_total": _plain(n.total_resources), "labels": {"ember.io/node-id": n.node_id},
+            "resources_total": _plain(n.total_resources), "labels": dict(n.labels) or {"ray.io/node-id": n.node_id},
             "start_time_ms": int(n.start_time * 1000) if n.start_time else None,
             "end_time_ms": None,
             # Ember's own columns (not in Ray's schema): what the dashboard's overview shows

@@ -27,6 +27,14 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--num-gpus", type=float, default=None)
     s.add_argument("--memory", type=int, default=None)
     s.add_argument("--resources", default=None, help='custom resources as JSON, e.g. {"accel": 2}')
+    s.add_argument("--labels", default="",
+                   help='node labels as key=value pairs, e.g. "cpu-family=amd,zone=a" (or a JSON '
+                        'object); tasks and actors select nodes with label_selector')
+    s.add_argument("--labels-file", default="",
+                   help="a YAML file mapping label keys to values (--labels wins on a shared key)")
+    s.add_argument("--temp-dir", default=None,
+                   help="root of this node's session directory (logs, port files); created 0700 "
+                        "and refused when another user owns it")
     s.add_argument("--object-store-memory", type=int, default=None)
     s.add_argument("--gcs-storage", default="memory", help="memory (default) or etcd://host:port")
     s.add_argument("--cluster-name", default="default", help="etcd key prefix of this cluster")
@@ -73,6 +81,18 @@ def _resources(ns: argparse.Namespace) -> dict[str, float]:
     return res
 
 
+def _labels(ns: argparse.Namespace) -> dict[str, str]:
+    """The node's labels from --labels-file then --labels (UsageError naming the bad one)."""
+    from ember_common import labels
+
+    try:
+        out = labels.parse_file(ns.labels_file) if ns.labels_file else {}
+        out.update(labels.parse_cli(ns.labels) if ns.labels else {})
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return out
+
+
 def cmd_start(ns: argparse.Namespace) -> int:
     """Starts the GCS (head) and the node's raylet and object manager, detached."""
     import psutil
@@ -92,6 +112,7 @@ def cmd_start(ns: argparse.Namespace) -> int:
         except (autoscaling.ConfigError, OSError) as e:
             raise UsageError(f"--autoscaling-config {ns.autoscaling_config}: {e}") from None
     res = _resources(ns)
+    node_labels = _labels(ns)
     store = ns.object_store_memory or int(psutil.virtual_memory().total *
                                           get_config().object_store_memory_fraction)
     try:
@@ -99,7 +120,7 @@ def cmd_start(ns: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     # (a temp root another user controls raises UnsafePathError: one line, exit 1, from main)
-    session_dir = node_mod.new_session_dir()
+    session_dir = node_mod.new_session_dir(ns.temp_dir)
     procs = []
     try:
         if ns.head:
@@ -112,7 +133,7 @@ def cmd_start(ns: argparse.Namespace) -> int:
             check_gcs(gcs_address)
         record, node_procs = node_mod.start_node(
             session_dir, gcs_address, resources=res, object_store_memory=store, is_head=ns.head,
-            node_ip=ns.node_ip_address, metrics_export_port=ns.metrics_export_port)
+            node_ip=ns.node_ip_address, metrics_export_port=ns.metrics_export_port, labels=node_labels)
         procs.extend(node_procs)
         dashboard = None
         if ns.head and (ns.include_dashboard or ns.dashboard_port is not None):
@@ -146,6 +167,8 @@ def cmd_start(ns: argparse.Namespace) -> int:
         print(f"  Dashboard: http://{host}:{dashboard.port}   (jobs: ember job submit / Ray's "
               f"JobSubmissionClient('http://{host}:{dashboard.port}'))")
     print(f"  Resources: {res}")
+    if node_labels:
+        print(f"  Labels:    {node_labels}")
     if ns.metrics_export_port:
         print("  Metrics:   " + ", ".join(f"{k} http://{ns.node_ip_address}:{v}/metrics"
                                           for k, v in mports.items() if v and (ns.head or k != "gcs")))
