@@ -111,3 +111,16 @@ def test_write_images_round_trip(cluster, image_dir, tmp_path):
         src.write_images(str(tmp_path / "named"), "image", mode="error")
     with pytest.raises(ValueError, match="cannot write file_format"):
         src.write_images(str(tmp_path / "x"), "image", file_format="nope")
+
+
+def test_hive_partitions_label_images(cluster, tmp_path):
+    for label, seed in (("cat", 3), ("dog", 4)):
+        (tmp_path / f"label={label}").mkdir()
+        Image.fromarray(_rgb(3, 3, seed)).save(tmp_path / f"label={label}" / "x.png")
+    rows = ember.data.read_images(str(tmp_path), partitioning="hive").take_all()
+    assert sorted(r["label"] for r in rows) == ["cat", "dog"]
+    cat = next(r for r in rows if r["label"] == "cat")
+    np.testing.assert_array_equal(cat["image"], _rgb(3, 3, 3))
+    assert "label" not in ember.data.read_images(str(tmp_path)).take(1)[0]
+    with pytest.raises(ValueError, match="hive partitioning"):
+        ember.data.read_images(str(tmp_path), partitioning="dir")

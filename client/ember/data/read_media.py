@@ -14,6 +14,10 @@ from .read_api import _partitioning, _read, _refuse
 def _source(fmt: str, paths: Any, filesystem: Any, options: dict, include_paths: bool,
             file_extensions: Any, ignore_missing_paths: bool, partitioning: Any, shuffle: Any,
             open_args: dict | None, what: str) -> FileDatasource:
+    style = getattr(partitioning, "style", partitioning)
+    if style not in (None, "hive"):
+        raise ValueError(f"{what}: ember.data reads hive partitioning (dir/key=value/) only, "
+                         f"got partitioning {partitioning!r}")
     if shuffle not in (None, "files"):
         raise ValueError(f"{what}: shuffle must be None or 'files', got {shuffle!r}")
     if open_args is not None:
@@ -75,6 +79,8 @@ def read_webdataset(paths: str | list[str], *, filesystem: Any = None, paralleli
 
 
 def read_tfrecords(paths: str | list[str], *, filesystem: Any = None, parallelism: int = -1,
+                   num_cpus: float | None = None, num_gpus: float | None = None,
+                   memory: float | None = None, ray_remote_args: dict | None = None,
                    arrow_open_stream_args: dict | None = None, meta_provider: Any = None,
                    partition_filter: Any = None, include_paths: bool = False,
                    ignore_missing_paths: bool = False, tf_schema: Any = None, shuffle: Any = None,
@@ -90,8 +96,8 @@ def read_tfrecords(paths: str | list[str], *, filesystem: Any = None, parallelis
             tf_schema=tf_schema, tfx_read_options=tfx_read_options)
     ds = _source("tfrecords", paths, filesystem, {}, include_paths, file_extensions,
                  ignore_missing_paths, None, shuffle, arrow_open_stream_args, "read_tfrecords")
-    lists = _read(ds, "ReadTFRecord", parallelism, override_num_blocks, concurrency, None, None,
-                  None, None)
+    lists = _read(ds, "ReadTFRecord", parallelism, override_num_blocks, concurrency, num_cpus,
+                  num_gpus, memory, ray_remote_args)
     sizes: dict[str, int] = {}
     for row in lists.map_batches(T.max_list_sizes, batch_format="pyarrow",
                                  batch_size=None).iter_rows():
