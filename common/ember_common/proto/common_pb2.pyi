@@ -316,7 +316,7 @@ class JobInfo(_message.Message):
     def __init__(self, job_id: _Optional[bytes] = ..., driver_ip: _Optional[str] = ..., driver_pid: _Optional[int] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., is_dead: _Optional[bool] = ..., entrypoint: _Optional[str] = ..., driver_worker_id: _Optional[str] = ..., end_state: _Optional[str] = ..., end_message: _Optional[str] = ..., ray_namespace: _Optional[str] = ...) -> None: ...
 
 class Bundle(_message.Message):
-    __slots__ = ("index", "resources", "node_id")
+    __slots__ = ("index", "resources", "node_id", "label_selector")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -324,13 +324,22 @@ class Bundle(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class LabelSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     INDEX_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
     index: int
     resources: _containers.ScalarMap[str, float]
     node_id: str
-    def __init__(self, index: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ..., node_id: _Optional[str] = ...) -> None: ...
+    label_selector: _containers.ScalarMap[str, str]
+    def __init__(self, index: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ..., node_id: _Optional[str] = ..., label_selector: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class PlacementGroupInfo(_message.Message):
     __slots__ = ("placement_group_id", "name", "namespace", "strategy", "bundles", "state", "job_id", "detached", "state_message", "create_time", "placement_version")
