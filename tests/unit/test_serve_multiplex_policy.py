@@ -201,9 +201,18 @@ def test_router_prefers_replicas_holding_the_model():
     core.set_models({"r2": ["m"]})
     for _ in range(2):
         assert core.choose("m") == "r2"  # even though r2 is the most loaded
-    # r2 is full: the model goes elsewhere, preferring a replica holding fewer models on a tie
-    k = core.choose("m")
-    assert k in ("r1", "r3")
+    # r2 is full: a request for "m" waits for it (as Ray's, up to its matching deadline) ...
+    deadline = core.matching_deadline()
+    assert 1.0 <= deadline - now[0] <= 2.0
+    assert core.choose("m") is None and core.choose("m", deadline) is None
+    assert core.choose("other") in ("r1", "r3")  # ... while a model nobody holds goes elsewhere
+    core.release("r2")
+    assert core.choose("m", deadline) == "r2"  # room again where "m" is
+    # past its deadline, a request for "m" goes to the replica with room holding the fewest models
+    core.set_models({"r2": ["m"], "r1": ["x", "y"]})
+    now[0] = deadline
+    k = core.choose("m", deadline)
+    assert k == "r3"
     core.release("r2")
     core.release("r2")
     core.release(k)
@@ -227,3 +236,30 @@ def test_router_spreads_new_models_and_keeps_them_sticky():
             core.release(k)
     # a model with no holder and no id: plain power of two choices still works
     assert core.choose() in ("r1", "r2")
+
+
+def test_router_queue_waits_for_the_holder_then_falls_back_without_blocking_others():
+    from ember.serve._private.router import Router
+
+    class NoController:  # the demand report's I/O: no controller in a unit test
+        async def controller(self):
+            raise RuntimeError("no controller here")
+
+    async def main() -> None:
+        r = Router("dep", NoController())  # type: ignore[arg-type]
+        r.update({"max_ongoing": 1, "max_queued": -1, "replicas": {"r1": "h1", "r2": "h2"},
+                  "models": {"r1": ["a"], "r2": ["b"]}})
+        assert (await r.acquire(model_id="a"))[0] == "r1"
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        waiting_a = asyncio.ensure_future(r.acquire(model_id="a"))
+        await asyncio.sleep(0.05)
+        assert not waiting_a.done()  # r1 holds "a" and is full: wait for it, r2 has room
+        # a request behind it, for a model r2 holds, is not held up by it
+        assert (await asyncio.wait_for(r.acquire(model_id="b"), 1.0))[0] == "r2"
+        r.release("r2")
+        # past its matching deadline (1-2 s), "a" goes to the replica with room
+        assert (await asyncio.wait_for(waiting_a, 3.0))[0] == "r2"
+        assert 1.0 <= loop.time() - t0 <= 2.5
+
+    run(main())

@@ -32,7 +32,8 @@ class Router:
         self.table = table
         self.core: RouterCore[str] = RouterCore()
         self.handles: dict[str, Any] = {}
-        self.waiters: collections.deque[tuple[asyncio.Future, str]] = collections.deque()
+        # Queued requests in arrival order: (future, model id, matching deadline).
+        self.waiters: collections.deque[tuple[asyncio.Future, str, float]] = collections.deque()
         self.router_id = uuid.uuid4().hex[:8]
         self._reporter: asyncio.Task | None = None
 
@@ -45,29 +46,38 @@ class Router:
         self._wake()
 
     def _wake(self) -> None:
-        while self.waiters:
-            f, model_id = self.waiters[0]
+        """Hands replicas to waiting requests in arrival order; one waiting for its model's
+        holders does not hold up the requests behind it."""
+        kept: collections.deque[tuple[asyncio.Future, str, float]] = collections.deque()
+        while self.waiters and self.core.has_room():
+            f, model_id, deadline = self.waiters.popleft()
             if f.done():
-                self.waiters.popleft()
                 continue
-            k = self.core.choose(model_id)
+            k = self.core.choose(model_id, deadline)
             if k is None:
-                return
-            self.waiters.popleft()
-            f.set_result(k)
+                kept.append((f, model_id, deadline))
+            else:
+                f.set_result(k)
+        kept.extend(self.waiters)
+        self.waiters = kept
 
     async def acquire(self, timeout_s: float | None = None, model_id: str = "") -> tuple[str, Any]:
         """A replica with room: (key, actor handle), one holding model_id when one with room
-        does. Release it with release(key)."""
+        does (waiting up to the matching deadline for one). Release it with release(key)."""
         k = self.core.choose(model_id) if not self.waiters else None
         if k is not None:
             return k, self.handles[k]
         if not self.core.can_queue():
             raise BackPressureError(f"deployment {self.dep_id} has {self.core.queued} queued requests "
                                     f"(max_queued_requests={self.core.max_queued})")
-        fut = asyncio.get_running_loop().create_future()
-        self.waiters.append((fut, model_id))
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        deadline = self.core.matching_deadline()
+        self.waiters.append((fut, model_id, deadline))
         self.core.queued += 1
+        if model_id:  # past its deadline it may go to any replica with room
+            loop.call_later(max(deadline - self.core.now(), 0.0), self._wake)
+        self._wake()
         if self._reporter is None or self._reporter.done():
             self._reporter = asyncio.ensure_future(self._report_demand())
         try:

@@ -1,10 +1,14 @@
 """Replica choice, as a pure class: power of two choices on in-flight requests, within each
 replica's max_ongoing_requests, with a bounded queue in front (max_queued_requests).
 
-Model multiplexing: `choose(model_id)` picks among the replicas with room that hold the model
-(as the replicas last reported it, `set_models`, or as this router sent it there within the
-last GUESS_TTL_S, before any report could say so); when none does, it falls back to power of two
-choices over every replica with room, a tie in load going to the one holding fewer models.
+Model multiplexing, as Ray's router: `choose(model_id)` picks among the replicas with room that
+hold the model (as the replicas last reported it, `set_models`, or as this router sent it there
+within the last GUESS_TTL_S, before any report could say so). When some replica holds it but none
+has room, the request waits for one (None: the caller queues it) until its matching time is up
+(`matching_deadline()`: Ray's 1–2 s); then, or when no replica holds the model, it goes to the
+replicas with room holding the fewest models, by power of two choices. Waiting keeps a model's
+requests where it is loaded: sending them elsewhere under load makes replicas load and evict
+models in turn.
 
 The proxy and every DeploymentHandle own one per deployment. I/O stays outside: callers ask
 `choose()` for a replica, and report `release()` when the call ends.
@@ -17,6 +21,7 @@ from typing import Callable, Generic, Hashable, Iterable, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 GUESS_TTL_S = 5.0  # how long a model sent to a replica counts as held there without a report
+MATCHING_TIMEOUT_S = 1.0  # Ray's RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S default
 
 
 class RouterCore(Generic[K]):
@@ -55,14 +60,33 @@ class RouterCore(Generic[K]):
         return len(held) + sum(1 for (k, m), t in self._guesses.items()
                                if k == key and m not in held and now - t < GUESS_TTL_S)
 
-    def choose(self, model_id: str = "") -> K | None:
+    def now(self) -> float:
+        return self._clock()
+
+    def matching_deadline(self) -> float:
+        """When a request for a held model, waiting for its holders, may go to other replicas
+        (Ray draws it between 1 and 2 matching timeouts)."""
+        return self._clock() + self._rng.uniform(MATCHING_TIMEOUT_S, 2 * MATCHING_TIMEOUT_S)
+
+    def has_room(self) -> bool:
+        return any(n < self.max_ongoing for n in self.inflight.values())
+
+    def choose(self, model_id: str = "", deadline: float | None = None) -> K | None:
+        """A replica for a request (None: wait); `deadline` is the request's matching deadline
+        (None: now, for a request that has not waited)."""
         keys = [k for k, n in self.inflight.items() if n < self.max_ongoing]
         if not keys:
             return None
         if model_id:
             holders = [k for k in keys if self.holds(k, model_id)]
-            k = self._two_choices(holders or keys)
-            if not holders:
+            if holders:
+                k = self._two_choices(holders)
+            elif (deadline is None or self._clock() < deadline) and any(
+                    self.holds(k, model_id) for k in self.inflight):
+                return None  # its holders are full: wait for one of them
+            else:
+                fewest = min(self._n_models(k) for k in keys)
+                k = self._two_choices([k for k in keys if self._n_models(k) == fewest])
                 self._note(k, model_id)
         else:
             k = self._two_choices(keys)
