@@ -122,5 +122,26 @@ def test_hive_partitions_label_images(cluster, tmp_path):
     cat = next(r for r in rows if r["label"] == "cat")
     np.testing.assert_array_equal(cat["image"], _rgb(3, 3, 3))
     assert "label" not in ember.data.read_images(str(tmp_path)).take(1)[0]
-    with pytest.raises(ValueError, match="hive partitioning"):
+    with pytest.raises(ValueError, match="partitioning must be None, 'hive' or"):
         ember.data.read_images(str(tmp_path), partitioning="dir")
+
+
+def test_directory_partitioning_labels_images(cluster, tmp_path):
+    from ember.data.datasource import Partitioning
+
+    root = tmp_path / "root"
+    for label, n in (("cat", 2), ("dog", 1)):
+        (root / label / "2024").mkdir(parents=True)
+        for i in range(n):
+            Image.fromarray(_rgb(4, 4, i)).save(root / label / "2024" / f"{i}.png")
+    part = Partitioning("dir", base_dir=str(root), field_names=["label", "year"],
+                        field_types={"year": int})
+    rows = ember.data.read_images(str(root), partitioning=part).take_all()
+    assert sorted((r["label"], r["year"]) for r in rows) == [("cat", 2024)] * 2 + [("dog", 2024)]
+    short = Partitioning("dir", field_names=["label"])
+    with pytest.raises(Exception, match="2 directories under .* field_names \\['label'\\]"):
+        ember.data.read_images(str(root), partitioning=short).take_all()
+    with pytest.raises(ValueError, match="directory partitioning needs field_names"):
+        Partitioning("dir")
+    with pytest.raises(ValueError, match="'filesystem'"):
+        Partitioning("hive", filesystem=object())

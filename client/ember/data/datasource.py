@@ -28,6 +28,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import pyarrow as pa
 
 from . import block as B
+from ._internal.datasource.partitioning import Partitioning
 from ._internal.datasource.sinks import SaveMode
 from ._internal.tasks import TaskContext
 from ._internal.write import WriteResult
@@ -185,5 +186,5 @@ class FilenameProvider:
         raise NotImplementedError
 
 
-__all__ = ["BlockMetadata", "Datasink", "Datasource", "FilenameProvider", "ReadTask", "SaveMode",
-           "TaskContext", "WriteResult"]
+__all__ = ["BlockMetadata", "Datasink", "Datasource", "FilenameProvider", "Partitioning",
+           "ReadTask", "SaveMode", "TaskContext", "WriteResult"]

@@ -42,11 +42,18 @@ def _only(fn: str, kwargs: dict[str, Any], allowed: tuple[str, ...], what: str) 
     return kwargs
 
 
-def _partitioning(p: Any) -> bool:
-    if p is None:
+def _partitioning(p: Any) -> Any:
+    """False (no partition columns), True (hive) or an ember.data.datasource.Partitioning."""
+    from ._internal.datasource.partitioning import Partitioning
+
+    if p is None or p is False:
         return False
-    style = getattr(p, "style", p)
-    return style in ("hive", True) or style == "default"
+    if isinstance(p, Partitioning):
+        return p
+    if p in ("hive", True, "default"):
+        return True
+    raise ValueError(f"partitioning must be None, 'hive' or an ember.data.datasource."
+                     f"Partitioning, got {p!r}")
 
 
 def read_parquet(paths: str | list[str], *, filesystem: Any = None, columns: list[str] | None = None,

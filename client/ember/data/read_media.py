@@ -14,10 +14,6 @@ from .read_api import _partitioning, _read, _refuse
 def _source(fmt: str, paths: Any, filesystem: Any, options: dict, include_paths: bool,
             file_extensions: Any, ignore_missing_paths: bool, partitioning: Any, shuffle: Any,
             open_args: dict | None, what: str) -> FileDatasource:
-    style = getattr(partitioning, "style", partitioning)
-    if style not in (None, "hive"):
-        raise ValueError(f"{what}: ember.data reads hive partitioning (dir/key=value/) only, "
-                         f"got partitioning {partitioning!r}")
     if shuffle not in (None, "files"):
         raise ValueError(f"{what}: shuffle must be None or 'files', got {shuffle!r}")
     if open_args is not None:

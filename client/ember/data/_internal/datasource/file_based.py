@@ -14,7 +14,8 @@ import pyarrow as pa
 from ember.data import block as B
 
 from ..sizing import group_pieces
-from .paths import expand_paths, hive_partitions
+from .partitioning import parse as partition_values
+from .paths import expand_paths
 
 
 class ReadTask:
@@ -31,11 +32,12 @@ class ReadTask:
         return self.fn()
 
 
-def _finish(tbl: pa.Table, path: str, parts: dict[str, str], include_paths: bool,
+def _finish(tbl: pa.Table, path: str, parts: dict[str, Any], include_paths: bool,
             columns: list[str] | None, filter: Any) -> pa.Table:
     for k, v in parts.items():
         if k not in tbl.column_names:
-            tbl = tbl.append_column(k, pa.array([v] * tbl.num_rows, type=pa.string()))
+            typ = pa.string() if isinstance(v, str) else None
+            tbl = tbl.append_column(k, pa.array([v] * tbl.num_rows, type=typ))
     if include_paths:
         tbl = tbl.append_column("path", pa.array([path] * tbl.num_rows, type=pa.string()))
     if filter is not None and tbl.num_rows:
@@ -50,13 +52,13 @@ def _finish(tbl: pa.Table, path: str, parts: dict[str, str], include_paths: bool
 
 def _read_files(reader: Callable[[Any, str, dict], pa.Table], fs: Any,
                 files: list[tuple[str, str]], opts: dict, include_paths: bool,
-                columns: list[str] | None, filter: Any, partitioning: bool) -> Iterator[pa.Table]:
+                columns: list[str] | None, filter: Any, partitioning: Any) -> Iterator[pa.Table]:
     for path, base in files:
         try:
             tbl = reader(fs, path, opts)
         except (pa.ArrowInvalid, ValueError, UnicodeDecodeError) as e:
             raise ValueError(f"cannot read {path}: {e}") from None
-        parts = hive_partitions(path, base) if partitioning else {}
+        parts = partition_values(partitioning, path, base)
         yield _finish(tbl, path, parts, include_paths, columns, filter)
 
 
@@ -133,7 +135,7 @@ class FileDatasource:
 
     def __init__(self, paths: Any, fmt: str, filesystem: Any = None, options: dict | None = None,
                  include_paths: bool = False, file_extensions: list[str] | None = None,
-                 ignore_missing_paths: bool = False, partitioning: bool = True,
+                 ignore_missing_paths: bool = False, partitioning: Any = True,
                  shuffle: Any = None) -> None:
         self.fmt = fmt
         self.fs, self.files = expand_paths(paths, filesystem, file_extensions, ignore_missing_paths)
@@ -165,12 +167,12 @@ class FileDatasource:
 
 
 def _read_parquet_pieces(fs: Any, pieces: list[tuple[str, str, list[int]]], columns: list[str] | None,
-                         filter: Any, include_paths: bool, partitioning: bool,
+                         filter: Any, include_paths: bool, partitioning: Any,
                          batch_rows: int | None) -> Iterator[pa.Table]:
     import pyarrow.parquet as pq
 
     for path, base, rgs in pieces:
-        parts = hive_partitions(path, base) if partitioning else {}
+        parts = partition_values(partitioning, path, base)
         with fs.open_input_file(path) as f:
             pf = pq.ParquetFile(f)
             file_cols = pf.schema_arrow.names
@@ -196,7 +198,7 @@ class ParquetDatasource:
     def __init__(self, paths: Any, filesystem: Any = None, columns: list[str] | None = None,
                  filter: Any = None, include_paths: bool = False,
                  file_extensions: list[str] | None = ("parquet",),  # type: ignore[assignment]
-                 ignore_missing_paths: bool = False, partitioning: bool = True,
+                 ignore_missing_paths: bool = False, partitioning: Any = True,
                  shuffle: Any = None) -> None:
         import pyarrow.parquet as pq
 

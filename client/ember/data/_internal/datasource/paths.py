@@ -91,14 +91,3 @@ def expand_paths(paths: str | list[str], filesystem: Any = None,
 def _hidden(path: str, base: str) -> bool:
     rel = path[len(base):].lstrip("/")
     return any(part.startswith((".", "_")) for part in rel.split("/"))
-
-
-def hive_partitions(path: str, base_dir: str) -> dict[str, str]:
-    """`{year: "2024", lang: "zh"}` from `base/year=2024/lang=zh/file.parquet`."""
-    rel = path[len(base_dir):].lstrip("/") if path.startswith(base_dir) else path
-    out = {}
-    for part in rel.split("/")[:-1]:
-        if "=" in part:
-            k, v = part.split("=", 1)
-            out[urllib.parse.unquote(k)] = urllib.parse.unquote(v)
-    return out
