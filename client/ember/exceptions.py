@@ -38,7 +38,7 @@
                                       (also ember_common.rpc.AuthenticationError, a ServiceError)
 
 Each class's docstring says when Ember raises it. Classes for situations Ember has no
-counterpart of (another language's worker, compiled-graph channels, a memory monitor) say so:
+counterpart of (another language's worker, compiled-graph channels) say so:
 they exist so that `except ray.exceptions.X:` in a Ray program imports and means the same.
 """
 from __future__ import annotations
@@ -191,7 +191,9 @@ class WorkerCrashedError(RayError):
 
 
 class NodeDiedError(RayError):
-    """The node running the task died."""
+    """The node running the task died (its raylet is unreachable) and the task's retries
+    (max_retries) are used up. An actor on a dead node gives ActorDiedError, an object that
+    was only there ObjectLostError, as in Ray."""
 
 
 class TaskCancelledError(RayError):
@@ -316,8 +318,11 @@ class OutOfDiskError(RayError):
 
 
 class OutOfMemoryError(_MessageError):
-    """The node ran low on memory and killed the task's or actor's worker to free it. Ember
-    has no memory monitor that kills workers, so it does not raise it."""
+    """The node ran low on memory and its raylet's memory monitor killed the task's worker to
+    free it (EMBER_MEMORY_USAGE_THRESHOLD); the message names the node, its usage and the
+    threshold. Raised by `get` once the task may not run again: it was its owner's last task on
+    the node, it is not retriable (max_retries=0), or EMBER_TASK_OOM_RETRIES are used up. An
+    actor killed so gives ActorDiedError, whose message says the memory monitor killed it."""
 
 
 class ObjectFetchTimedOutError(ObjectLostError):

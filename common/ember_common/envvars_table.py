@@ -116,6 +116,21 @@ _group(
 )
 
 _group(
+    "Memory monitor (the raylet's memory_monitor.py; Ray's out-of-memory prevention)",
+    ("EMBER_MEMORY_USAGE_THRESHOLD", "float", 0.95, "", ("raylet",),
+     "share of the node's memory (its cgroup limit, else /proc/meminfo) past which the raylet kills "
+     "a worker (Ray's memory_usage_threshold)"),
+    ("EMBER_MEMORY_MONITOR_REFRESH_MS", "int", 250, "ms", ("raylet",),
+     "how often the raylet reads the node's memory usage (Ray's memory_monitor_refresh_ms; 0: off)"),
+    ("EMBER_MIN_MEMORY_FREE_BYTES", "int", -1, "bytes", ("raylet",),
+     "kill only once less than this is free as well: the threshold is the larger of the share and "
+     "total minus this (Ray's min_memory_free_bytes; -1: the share alone)"),
+    ("EMBER_TASK_OOM_RETRIES", "int", -1, "", CORE,
+     "retries of a task (max_retries != 0) whose worker the memory monitor killed, counted apart "
+     "from max_retries (Ray's task_oom_retries; -1: no limit)"),
+)
+
+_group(
     "Addresses and identity (set by the process that starts another)",
     ("EMBER_ADDRESS", "str", None, "", ("driver", "serve-proxy", "dashboard", "container"),
      "the cluster a driver joins (HOST:PORT of the GCS, `auto` or `local`); else RAY_ADDRESS", "gcs:6379"),

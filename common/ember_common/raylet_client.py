@@ -127,6 +127,14 @@ class RayletClient:
                                   raylet_pb2.CancelWorkerLeaseRequest(lease_id=lease_id), timeout_s)
         return bool(reply.cancelled)
 
+    async def get_worker_failure_cause(self, lease_id: bytes, *, address: str | None = None,
+                                       timeout_s: float = 5.0) -> raylet_pb2.WorkerFailureCause | None:
+        """Why the worker of a lease died, when the raylet killed it (its memory monitor);
+        None when the raylet knows nothing beyond the exit."""
+        reply = await self._unary(self._stub(address).GetWorkerFailureCause,
+                                  raylet_pb2.GetWorkerFailureCauseRequest(lease_id=lease_id), timeout_s)
+        return reply.failure_cause if reply.HasField("failure_cause") else None
+
     async def notify_worker_blocked(self, worker_id: str, blocked: bool, *,
                                     address: str | None = None, timeout_s: float | None = None) -> None:
         """This worker is blocked in get()/wait() (its CPUs are lent out) or resumes."""

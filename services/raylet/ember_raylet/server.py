@@ -20,6 +20,7 @@ from ember_common.rpc import rpc_errors
 from ember_common.settings import RayletSettings
 
 from . import load_report
+from . import memory_monitor as mem
 from .log_monitor import LogMonitor
 from .log_service import LogServiceServicer, StartedWorkers, WorkerPids
 from .raylet import Raylet
@@ -31,9 +32,12 @@ HEALTH_NAME = raylet_pb2.DESCRIPTOR.services_by_name["Raylet"].full_name  # "emb
 
 
 class RayletServicer(raylet_pb2_grpc.RayletServicer):
-    def __init__(self, raylet: Raylet, stop: asyncio.Event, pids: WorkerPids | None = None) -> None:
+    def __init__(self, raylet: Raylet, stop: asyncio.Event, pids: WorkerPids | None = None,
+                 memory: mem.Monitor | None = None) -> None:
         self.raylet = raylet
         self.stop = stop
+        self.memory = memory or mem.Monitor(mem.MemoryPolicy(
+            node_id=raylet.node_id, node_ip=raylet.node_ip, usage_threshold=1.0, min_free_bytes=-1), 0)
         self.pids = pids or WorkerPids()  # for the log service: a worker's output by its pid
 
     @rpc_errors
@@ -47,7 +51,18 @@ class RayletServicer(raylet_pb2_grpc.RayletServicer):
 
     @rpc_errors
     async def RequestWorkerLease(self, request: raylet_pb2.RequestWorkerLeaseRequest, context: rpc.Context) -> Any:
+        self.memory.requested(request.lease_id, request.retriable)
         return await self.raylet.request_lease(request)
+
+    @rpc_errors
+    async def GetWorkerFailureCause(self, request: raylet_pb2.GetWorkerFailureCauseRequest,
+                                    context: rpc.Context) -> raylet_pb2.GetWorkerFailureCauseReply:
+        cause = self.memory.policy.failure_cause(request.lease_id)
+        if cause is None:
+            return raylet_pb2.GetWorkerFailureCauseReply()
+        return raylet_pb2.GetWorkerFailureCauseReply(failure_cause=raylet_pb2.WorkerFailureCause(
+            error_type=cause.error_type, error_message=cause.error_message,
+            fail_task_immediately=cause.fail_task_immediately))
 
     @rpc_errors
     async def ReturnWorker(self, request: raylet_pb2.ReturnWorkerRequest, context: rpc.Context) -> Any:
@@ -266,8 +281,9 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
                     num_prestart_workers=ns.num_prestart_workers, runtime_env_dir=ns.runtime_env_dir)
     register_metrics(raylet)
     pids = WorkerPids()
+    memory = mem.from_settings(ns.node_id, ns.node_ip)
     server, port, health = rpc.build_server(
-        [lambda s: raylet_pb2_grpc.add_RayletServicer_to_server(RayletServicer(raylet, stop, pids), s),
+        [lambda s: raylet_pb2_grpc.add_RayletServicer_to_server(RayletServicer(raylet, stop, pids, memory), s),
          lambda s: logs_pb2_grpc.add_LogServiceServicer_to_server(
              LogServiceServicer(raylet.logs_dir, raylet.node_id, pids, stop), s)],
         host=ns.host or rpc.bind_host(ns.node_ip), port=ns.port)
@@ -299,7 +315,7 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
     raylet.new_worker_id = lambda: started.add(ledger.take_id())
 
     def on_worker_death(worker_id: str, reason: str) -> None:
-        link.report_worker_death(worker_id, reason)
+        link.report_worker_death(worker_id, memory.policy.death_reason(worker_id) or reason)
         ledger.exited(worker_id)
         writer.kick()
 
@@ -322,6 +338,7 @@ async def serve(ns: RayletSettings, stop: asyncio.Event) -> None:
                          backup_count=cfg.log_backup_count, own_files=tuple(own),
                          mine=started.__contains__)
     loops.append(asyncio.ensure_future(monitor.run(stop)))
+    loops.append(asyncio.ensure_future(memory.run(raylet, stop)))
     await rpc.mark_serving(health, [HEALTH_NAME])
     await service.advertise_metrics(ns.gcs_address, f"raylet/{ns.node_id}", ns.node_ip)
     rpc.write_port_file(ns.port_file, port)

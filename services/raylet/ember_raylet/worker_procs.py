@@ -59,6 +59,7 @@ class Lease:
     blocked: bool = False
     owner: str = ""  # worker id of the process using the lease
     actor: bool = False  # a dedicated actor worker (not counted as a running task)
+    granted_at: float = field(default_factory=time.monotonic)  # the memory monitor kills the newest first
 
 
 def spawn_worker(worker_id: str, logs_dir: str, env_vars: dict[str, str], *,

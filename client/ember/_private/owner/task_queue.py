@@ -57,9 +57,12 @@ from ember_common.proto import common_pb2, core_worker_pb2
 
 from .task_durations import UNKNOWN, TaskDurations
 from .task_queue_types import (
+    NODE_DIED,
+    OUT_OF_MEMORY,
     CancelLeaseRequest,
     Classifier,
     Complete,
+    DeathCause,
     Fail,
     GiveBack,
     Instruction,
@@ -103,7 +106,7 @@ class TaskQueue:
                  clock: Callable[[], float],
                  new_lease_id: Callable[[], bytes] = lambda: os.urandom(16),
                  classify: Classifier = _never, pipeline_budget_s: float = 0.005,
-                 durations: TaskDurations | None = None) -> None:
+                 durations: TaskDurations | None = None, task_oom_retries: int = -1) -> None:
         if max_tasks_in_flight_per_worker < 1:
             raise ValueError("EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER must be at least 1 (1: no "
                              f"pipelining), got {max_tasks_in_flight_per_worker}")
@@ -118,6 +121,7 @@ class TaskQueue:
         self.budget_s = pipeline_budget_s
         self.durations = TaskDurations() if durations is None else durations
         self.linger_s = lease_linger_s
+        self.oom_retries = task_oom_retries
         self._clock = clock
         self._new_id = new_lease_id
         self._keys: dict[SchedulingKey, _Key] = {}
@@ -248,10 +252,14 @@ class TaskQueue:
         self._pump(entry.key, q, out)
         return out
 
-    def push_failed(self, entry: TaskEntry, code: str, details: str) -> list[Instruction]:
+    def push_failed(self, entry: TaskEntry, code: str, details: str,
+                    cause: DeathCause | None = None) -> list[Instruction]:
         """The push broke (the worker died): the lease goes back as broken and the task is
         retried while its retries last. Tasks pipelined behind the one that ran there never
-        started: they are queued again without costing an attempt."""
+        started: they are queued again without costing an attempt. `cause`, from the raylet:
+        a worker the memory monitor killed is retried on its own budget (`_oom_retry`), else
+        fails with OutOfMemoryError; a task whose node died fails, once its retries are used,
+        with NodeDiedError instead of WorkerCrashedError."""
         lease = entry.lease
         assert lease is not None
         lease.inflight -= 1
@@ -269,16 +277,38 @@ class TaskQueue:
             out.append(Fail(entry, exc.TaskCancelledError(entry.spec.task_id.hex())))
         elif entry is not lease.running and not self.closing:
             self._requeue(q, lease, entry)  # queued behind the task that ran: never started
+        elif cause is not None and cause.kind == OUT_OF_MEMORY:
+            if not self._oom_retry(q, entry, cause):
+                out.append(Fail(entry, exc.OutOfMemoryError(cause.message)))
         elif entry.retries_left != 0 and not self.closing:
             log.info("task %s: worker %s died (%s); retrying (attempt %d)", entry.spec.name,
                      lease.worker_address, code, entry.spec.attempt + 2)
             self._retry(q, entry)
+        elif cause is not None and cause.kind == NODE_DIED:
+            out.append(Fail(entry, exc.NodeDiedError(
+                f"{cause.message}; retries exhausted after {entry.spec.attempt + 1} attempt(s).")))
         else:
             out.append(Fail(entry, exc.WorkerCrashedError(
                 f"The worker running {entry.spec.name}() died unexpectedly ({code}: {details}); "
                 f"retries exhausted after {entry.spec.attempt + 1} attempt(s).")))
         self._pump(entry.key, q, out)
         return out
+
+    def _oom_retry(self, q: _Key, entry: TaskEntry, cause: DeathCause) -> bool:
+        """Ray's task_oom_retries: a task with max_retries != 0 has its own budget of retries
+        after memory-monitor kills (max_retries untouched); the monitor's policy may say to
+        fail now (the last task of its owner on the node). True when it is queued again."""
+        if entry.oom_retries_left is None:
+            entry.oom_retries_left = self.oom_retries if entry.spec.max_retries != 0 else 0
+        if cause.fail_now or entry.oom_retries_left == 0 or self.closing:
+            return False
+        if entry.oom_retries_left > 0:
+            entry.oom_retries_left -= 1
+        log.info("task %s: the memory monitor killed its worker; retrying (attempt %d)",
+                 entry.spec.name, entry.spec.attempt + 2)
+        entry.spec.attempt += 1
+        q.tasks.appendleft(entry)
+        return True
 
     def remove(self, entry: TaskEntry) -> bool:
         """Takes a task that has not been pushed out of its queue (cancel); True if it was

@@ -52,7 +52,7 @@ class TaskEntry:
     """One submitted task or actor call, until it finishes."""
 
     __slots__ = ("spec", "arg_refs", "retries_left", "key", "cancelled", "lease", "pending_deps",
-                 "retry_allowlist", "est", "ev", "span_left", "parent")
+                 "retry_allowlist", "est", "ev", "span_left", "parent", "oom_retries_left")
 
     def __init__(self, spec: common_pb2.TaskSpec, arg_refs: list[Any], retries_left: int | None,
                  key: SchedulingKey = (),
@@ -75,6 +75,23 @@ class TaskEntry:
         # The id of the task (or actor call) running in this worker that submitted it: a
         # recursive ember.cancel of that task cancels this one too (None: the driver's).
         self.parent: bytes | None = None
+        # Retries left after the memory monitor killed its worker (EMBER_TASK_OOM_RETRIES,
+        # counted apart from max_retries; -1: no limit); None until its first such death.
+        self.oom_retries_left: int | None = None
+
+
+class DeathCause(NamedTuple):
+    """Why a leased worker died, as its raylet tells (task_submitter asks after a failed push):
+    `kind` OUT_OF_MEMORY (its memory monitor killed it; `fail_now`: its policy says no retry) or
+    NODE_DIED (the raylet is unreachable: the node died)."""
+
+    kind: str
+    message: str
+    fail_now: bool = False
+
+
+OUT_OF_MEMORY = "OUT_OF_MEMORY"
+NODE_DIED = "NODE_DIED"
 
 
 class RequestLease(NamedTuple):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import grpc
 
 from ember import exceptions as exc
-from ember_common import rpc, tracing
+from ember_common import envvars, rpc, tracing
 from ember_common.proto import common_pb2, core_worker_pb2, raylet_pb2
 
 from .. import runtime_env
@@ -38,6 +38,7 @@ from .task_queue import (
     TaskEntry,
     TaskQueue,
 )
+from .task_queue_types import NODE_DIED, OUT_OF_MEMORY, DeathCause
 
 if TYPE_CHECKING:
     from ember_common.config import Config
@@ -93,7 +94,8 @@ class TaskSubmitter:
             core.raylet_address, max_pending_lease_requests=cfg.max_pending_lease_requests,
             max_tasks_in_flight_per_worker=cfg.max_tasks_in_flight_per_worker,
             lease_linger_s=cfg.lease_linger_s, clock=core.loop.time,
-            classify=task_errors.error_in_allowlist, pipeline_budget_s=cfg.pipeline_budget_s)
+            classify=task_errors.error_in_allowlist, pipeline_budget_s=cfg.pipeline_budget_s,
+            task_oom_retries=int(envvars.value("EMBER_TASK_OOM_RETRIES")))
         self.tasks: dict[bytes, TaskEntry] = {}  # task_id -> entry, until done
         self._timer: asyncio.TimerHandle | None = None
         self._spread_next = 0  # round-robin position of SPREAD lease requests
@@ -190,6 +192,7 @@ class TaskSubmitter:
             lease_id=lease_id, resources=dict(spec.resources), job_id=self.core.job_id,
             name=spec.name, owner_worker_id=self.core.worker_id,
             serialized_runtime_env=spec.serialized_runtime_env, label_selector=spec.label_selector)
+        request.retriable = spec.max_retries != 0  # the memory monitor kills retriable work first
         placement = key[-1] if key and isinstance(key[-1], Placement) else None
         if placement is not None:
             if placement.pg_id:
@@ -273,11 +276,27 @@ class TaskSubmitter:
             reply = await self.core.task_streams.push(lease.worker_address, entry.spec)
         except grpc.aio.AioRpcError as e:
             task_events.push_failed(entry, e.code().name, e.details() or "")
-            self._run(self.queue.push_failed(entry, e.code().name, e.details() or ""))
+            cause = None if self.queue.closing else await self._death_cause(lease, entry)
+            self._run(self.queue.push_failed(entry, e.code().name, e.details() or "", cause))
             return
         if reply.is_application_error:  # this attempt's error, before a retry is decided
             task_events.replied(entry, reply)
         self._run(self.queue.push_replied(entry, reply))
+
+    async def _death_cause(self, lease: Lease, entry: TaskEntry) -> DeathCause | None:
+        """Why the lease's worker died, from its raylet (as Ray's GetWorkerFailureCause): killed
+        by the memory monitor, or the raylet itself is unreachable (the node died)."""
+        try:
+            cause = await self.core.raylet.get_worker_failure_cause(
+                lease.lease_id, address=lease.raylet_address, timeout_s=5.0)
+        except rpc.ServiceError as e:
+            if not rpc.is_transient(e):
+                return None  # e.g. an older raylet without the call: a plain worker crash
+            return DeathCause(NODE_DIED, f"The node running {entry.spec.name}() died: its raylet "
+                                         f"at {lease.raylet_address} is unreachable ({e})")
+        if cause is None or cause.error_type != OUT_OF_MEMORY:
+            return None
+        return DeathCause(OUT_OF_MEMORY, cause.error_message, cause.fail_task_immediately)
 
     # -------------------------------------------------------------- results
     def complete(self, entry: TaskEntry, reply: core_worker_pb2.PushTaskReply) -> None:
