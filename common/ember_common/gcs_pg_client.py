@@ -24,14 +24,18 @@ def new_placement_group_id() -> bytes:
 
 def spec(bundles: Sequence[dict[str, float]], strategy: str = "PACK", *, name: str = "",
          namespace: str = "", job_id: bytes = b"", detached: bool = False,
-         placement_group_id: bytes | None = None) -> common_pb2.PlacementGroupInfo:
+         placement_group_id: bytes | None = None,
+         label_selectors: Sequence[dict[str, str]] | None = None) -> common_pb2.PlacementGroupInfo:
     """A group to create: bundles (resource dicts), a strategy name (PACK, SPREAD,
-    STRICT_PACK, STRICT_SPREAD), a name in a namespace, its job and lifetime."""
+    STRICT_PACK, STRICT_SPREAD), a name in a namespace, its job and lifetime, and per bundle
+    a label selector (Ray's bundle_label_selector; None: none)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"invalid placement group strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
     return PG(placement_group_id=placement_group_id or new_placement_group_id(), name=name,
               namespace=namespace, strategy=strategy, job_id=job_id, detached=detached,
-              bundles=[common_pb2.Bundle(index=i, resources=b) for i, b in enumerate(bundles)])
+              bundles=[common_pb2.Bundle(index=i, resources=b,
+                                         label_selector=label_selectors[i] if label_selectors else None)
+                       for i, b in enumerate(bundles)])
 
 
 class PlacementGroupMethods:

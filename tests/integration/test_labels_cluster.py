@@ -1,7 +1,8 @@
 """Node labels and label selectors on a two-node LocalCluster of real processes: the nodes'
 labels in the node table, tasks and actors placed by `label_selector` (spilled from the head
 to the node that matches), a selector no node matches held as infeasible, then failed with
-the selector named; and `ember.init(labels=...)` on an embedded cluster."""
+the selector named; placement group bundles placed by `bundle_label_selector`; and
+`ember.init(labels=...)` on an embedded cluster."""
 from __future__ import annotations
 
 import os
@@ -14,6 +15,8 @@ import pytest
 import ember
 from ember.exceptions import TaskUnschedulableError
 from ember.testing import LocalCluster
+from ember.util.placement_group import placement_group, placement_group_table, remove_placement_group
+from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from ember.util.state import list_nodes
 
 T = 60
@@ -102,12 +105,30 @@ def test_bad_selectors_and_unsupported_options_are_named(cluster):
         Pinned.options(label_selector={"bad key": "a"})
     with pytest.raises(ValueError, match="fallback_strategy"):
         where.options(fallback_strategy=[{"label_selector": {"zone": "a"}}])
-    from ember.util.placement_group import placement_group
-
-    with pytest.raises(ValueError, match="bundle_label_selector is not supported"):
-        placement_group([{"CPU": 0.1}], bundle_label_selector=[{"zone": "a"}])
     with pytest.raises(ValueError, match=r"bundle_label_selector\[0\].*'zone'"):
         placement_group([{"CPU": 0.1}], bundle_label_selector=[{"zone": "in("}])
+    with pytest.raises(ValueError, match="one per bundle"):
+        placement_group([{"CPU": 0.1}, {"CPU": 0.1}], bundle_label_selector=[{"zone": "a"}])
+
+
+def test_bundles_are_placed_where_their_selectors_match(cluster):
+    _, head, other = cluster
+    pg = placement_group([{"CPU": 0.5}, {"CPU": 0.5}], strategy="PACK",
+                         bundle_label_selector=[{"zone": "a"}, {"tier": "gold"}])
+    assert pg.wait(30)
+    assert placement_group_table(pg)["bundles_to_node_id"] == {0: head, 1: other}
+    for i, want in ((0, head), (1, other)):
+        strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)
+        assert ember.get(where.options(scheduling_strategy=strategy).remote(), timeout=T)[0] == want
+    remove_placement_group(pg)
+
+
+def test_a_bundle_no_node_matches_keeps_its_group_pending(cluster):
+    pg = placement_group([{"CPU": 0.5}], bundle_label_selector=[{"zone": "in(c,d)"}])
+    assert not pg.wait(2)
+    table = placement_group_table(pg)
+    assert table["state"] == "PENDING"
+    remove_placement_group(pg)
 
 
 def test_init_labels_label_the_embedded_node(tmp_path):

@@ -198,3 +198,43 @@ def test_lease_queue_fails_an_unmatched_request_after_the_timeout():
     now[0] = 6.0
     (fail,) = q.tick()
     assert "label selector {'zone': 'b'}" in fail.reason
+
+
+# ------------------------------------------------------------------ placement group bundles
+
+
+def test_bundles_go_to_the_nodes_their_selectors_allow():
+    from ember_gcs.placement_policy import NoPlacement, Placement, place
+
+    nodes = {"x": {"CPU": 4}, "y": {"CPU": 4}}
+    got = place("PACK", {0: {"CPU": 1}, 1: {"CPU": 1}}, nodes, nodes, allowed={1: frozenset({"y"})})
+    assert isinstance(got, Placement) and got.nodes[1] == "y"  # PACK gives up one node for the label
+    got = place("STRICT_PACK", {0: {"CPU": 1}, 1: {"CPU": 1}}, nodes, nodes, allowed={0: frozenset({"y"})})
+    assert isinstance(got, Placement) and set(got.nodes.values()) == {"y"}
+    got = place("STRICT_SPREAD", {0: {"CPU": 1}, 1: {"CPU": 1}}, nodes, nodes,
+                allowed={0: frozenset({"y"}), 1: frozenset({"x", "y"})})
+    assert isinstance(got, Placement) and got.nodes == {0: "y", 1: "x"}
+    none = place("SPREAD", {0: {"CPU": 1}}, nodes, nodes, allowed={0: frozenset()})
+    assert isinstance(none, NoPlacement) and none.infeasible
+    assert "no alive node has labels matching the label selector of bundle 0" in none.reason
+    small = place("PACK", {0: {"CPU": 8}}, nodes, {"x": {"CPU": 4}, "y": {"CPU": 16}},
+                  allowed={0: frozenset({"x"})})
+    assert isinstance(small, NoPlacement) and small.infeasible and "bundle 0 could ever hold" in small.reason
+    busy = place("PACK", {0: {"CPU": 2}}, {"x": {"CPU": 4}, "y": {"CPU": 1}}, nodes,
+                 allowed={0: frozenset({"y"})})
+    assert isinstance(busy, NoPlacement) and not busy.infeasible
+
+
+def test_pg_manager_matches_bundle_selectors_and_refuses_bad_ones():
+    from ember_common.proto import common_pb2
+    from ember_common.rpc import InvalidArgument
+    from ember_gcs.pg_manager import allowed_nodes, selectors
+
+    spec = common_pb2.PlacementGroupInfo(placement_group_id=b"p" * 18, bundles=[
+        common_pb2.Bundle(resources={"CPU": 1}),
+        common_pb2.Bundle(resources={"CPU": 1}, label_selector={"zone": "!in(a,c)"})])
+    got = allowed_nodes(spec, ["x", "y", "z"], {"x": {"zone": "a"}, "y": {"zone": "b"}})
+    assert got == {1: frozenset({"y", "z"})}
+    spec.bundles[0].label_selector["zone"] = "in("
+    with pytest.raises(InvalidArgument, match=r"bundle_label_selector\[0\]"):
+        selectors(spec)

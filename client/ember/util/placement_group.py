@@ -137,11 +137,10 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", nam
 
     strategy: PACK (few nodes, best effort), SPREAD (many nodes, best effort), STRICT_PACK
     (one node), STRICT_SPREAD (one node per bundle). lifetime: None (removed with the job) or
-    "detached". bundle_label_selector (one selector per bundle) is refused unless every
-    selector is empty: bundle placement does not read node labels yet (tasks and actors do,
-    through `label_selector`)."""
+    "detached". bundle_label_selector: one label selector per bundle (Ray's syntax, as
+    `label_selector`); a bundle goes only to a node whose labels match its selector."""
     clean = _validate_bundles(bundles)
-    _refuse_bundle_label_selector(bundle_label_selector, len(clean))
+    selectors = _bundle_label_selectors(bundle_label_selector, len(clean))
     if strategy not in VALID_STRATEGIES:
         raise ValueError(f"Invalid placement group strategy {strategy!r}. Supported strategies "
                          f"are: {list(VALID_STRATEGIES)}.")
@@ -150,23 +149,21 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", nam
                          f"'detached'. Got {lifetime!r}.")
     if not isinstance(name, str):
         raise TypeError(f"Placement group `name` must be a str, got {type(name).__name__}")
-    pg_id = _door.create(clean, strategy, name, lifetime == "detached")
+    pg_id = _door.create(clean, strategy, name, lifetime == "detached", selectors)
     return PlacementGroup(PlacementGroupID(pg_id), bundle_cache=clean)
 
 
-def _refuse_bundle_label_selector(selectors: Any, n: int) -> None:
-    """Checks bundle_label_selector's shape and syntax, then refuses a non-empty one by name."""
+def _bundle_label_selectors(selectors: Any, n: int) -> list[dict[str, str]] | None:
+    """bundle_label_selector checked: a list of one selector per bundle (ValueError naming the
+    problem); None when absent or every selector is empty."""
     if selectors is None:
-        return
+        return None
     if not isinstance(selectors, list) or len(selectors) != n:
         raise ValueError(f"bundle_label_selector must be a list of {n} label selectors (one per "
                          f"bundle), got {selectors!r}")
     for i, sel in enumerate(selectors):
         kit_labels.parse_selector(sel, f"bundle_label_selector[{i}]")
-    if any(selectors):
-        raise ValueError("bundle_label_selector is not supported by Ember yet: placement group "
-                         "bundles are placed by resources only (give tasks and actors a "
-                         "label_selector instead, or leave it out)")
+    return [dict(s or {}) for s in selectors] if any(selectors) else None
 
 
 def remove_placement_group(placement_group: PlacementGroup) -> None:

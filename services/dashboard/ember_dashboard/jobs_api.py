@@ -86,7 +86,8 @@ async def submit(request: Request) -> Response:
     if "entrypoint" not in body:
         return _bad("JobSubmitRequest needs an 'entrypoint'")
     if body.get("entrypoint_label_selector"):
-        return _bad("entrypoint_label_selector is not supported by Ember (nodes have no labels yet)")
+        return _bad("entrypoint_label_selector is not supported by Ember yet (a job's entrypoint is "
+                    "not placed by node labels; its tasks and actors take label_selector)")
     kwargs = {k: body.get(k) for k in SUBMIT_FIELDS[3:-1]}
     sid = body.get("submission_id") or body.get("job_id")
     try:

@@ -12,9 +12,10 @@ records and talks to the raylets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable, Mapping
 
 from ember_common import resources as kit_resources
+from ember_common.labels import Selector, matches, parse_selector
 from ember_common.proto import common_pb2
 from ember_common.rpc import AlreadyExists, InvalidArgument, NotFound
 from ember_common.validate import resource_map
@@ -60,6 +61,27 @@ def by_node(items: list[tuple[bytes, dict[str, list[int]]]]) -> dict[str, list[t
         for node, indexes in plan.items():
             out.setdefault(node, []).append((pg_id, list(indexes)))
     return out
+
+
+def selectors(spec: common_pb2.PlacementGroupInfo) -> dict[int, Selector]:
+    """The bundles' label selectors (bundle_label_selector), by index; InvalidArgument naming a
+    bad one."""
+    out: dict[int, Selector] = {}
+    for i, b in enumerate(spec.bundles):
+        if b.label_selector:
+            try:
+                out[i] = parse_selector(dict(b.label_selector), f"bundle_label_selector[{i}]")
+            except ValueError as e:
+                raise InvalidArgument(str(e)) from None
+    return out
+
+
+def allowed_nodes(spec: common_pb2.PlacementGroupInfo, nodes: Iterable[str],
+                  labels: Mapping[str, Mapping[str, str]]) -> dict[int, frozenset[str]]:
+    """For each bundle with a label selector: the nodes whose labels match it."""
+    names = list(nodes)
+    return {i: frozenset(n for n in names if matches(labels.get(n, {}), sel))
+            for i, sel in selectors(spec).items()}
 
 
 def validate(spec: common_pb2.PlacementGroupInfo) -> None:
@@ -131,6 +153,7 @@ class PgManager:
         if have is not None:
             return have, False
         validate(spec)
+        selectors(spec)
         key = (spec.namespace, spec.name)
         if spec.name and key in self.names:
             raise AlreadyExists(f"Placement group with name '{spec.name}' already exists in the "
@@ -151,14 +174,17 @@ class PgManager:
         return sorted((self.groups[i] for i in self._waiting), key=lambda g: g.create_time)
 
     def schedule(self, pg_id: bytes, available: dict[str, dict[str, float]],
-                 total: dict[str, dict[str, float]]) -> Prepare | Wait:
-        """Chooses nodes for the group's unplaced bundles over the alive nodes' resources."""
+                 total: dict[str, dict[str, float]],
+                 labels: Mapping[str, Mapping[str, str]] | None = None) -> Prepare | Wait:
+        """Chooses nodes for the group's unplaced bundles over the alive nodes' resources (and
+        their labels, for bundles with a label selector)."""
         g = self.get(pg_id)
         if g.state not in WAITING:
             return Wait(pg_id, f"the group is {PG.State.Name(g.state)}", infeasible=False)
         todo = {b.index: dict(b.resources) for b in g.bundles if not b.node_id}
         fixed = {b.index: b.node_id for b in g.bundles if b.node_id}
-        got = place(PG.Strategy.Name(g.strategy), todo, available, total, fixed)
+        allowed = allowed_nodes(g, total, labels or {})
+        got = place(PG.Strategy.Name(g.strategy), todo, available, total, fixed, allowed)
         if isinstance(got, NoPlacement):
             g.state_message = got.reason
             return Wait(pg_id, got.reason, got.infeasible)
@@ -168,13 +194,14 @@ class PgManager:
         return Prepare(pg_id, plan)
 
     def schedule_round(self, available: dict[str, dict[str, float]],
-                       total: dict[str, dict[str, float]]) -> list[Prepare | Wait]:
+                       total: dict[str, dict[str, float]],
+                       labels: Mapping[str, Mapping[str, str]] | None = None) -> list[Prepare | Wait]:
         """Decides every waiting group, oldest first, each taking its bundles from what the
         earlier ones left (`available` is not changed: a copy is). One decision per group."""
         left = {n: dict(r) for n, r in available.items()}
         out: list[Prepare | Wait] = []
         for g in self.waiting():
-            d = self.schedule(g.placement_group_id, left, total)
+            d = self.schedule(g.placement_group_id, left, total, labels)
             if isinstance(d, Prepare):
                 for node, indexes in d.plan.items():
                     for i in indexes:

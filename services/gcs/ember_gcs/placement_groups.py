@@ -218,7 +218,8 @@ class PlacementGroups:
         await self._release()
         before = {g.placement_group_id: g.state_message for g in self.manager.waiting()}
         prepares: list[Prepare] = []
-        for d in self.manager.schedule_round(*self._view()):
+        labels = {n.node_id: dict(n.labels) for n in self.nodes.values() if n.state == common_pb2.NodeInfo.ALIVE}
+        for d in self.manager.schedule_round(*self._view(), labels):
             if isinstance(d, Prepare):
                 # Taken from the view now: decisions until the next heartbeat see it.
                 self._adjust(d.pg_id, d.plan, -1)

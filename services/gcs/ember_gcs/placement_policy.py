@@ -7,6 +7,9 @@ cluster view. Pure (no I/O).
 - STRICT_SPREAD: every bundle on a different node (largest bundles first).
 - SPREAD: on different nodes when possible, else the least used node that fits.
 
+A bundle with a label selector (Ray's `bundle_label_selector`) goes only to the nodes `allowed`
+names for its index (those whose labels match; the caller matches them).
+
 `place` answers with a Placement (node per bundle index) or NoPlacement with a reason that
 says whether the group is infeasible (no set of nodes could ever hold it, judged on the nodes'
 totals) or only waits for resources to free up.
@@ -59,8 +62,15 @@ def _sum(bundles: list[dict[str, float]]) -> dict[str, float]:
     return total
 
 
+Allowed = dict[int, frozenset[str]]  # bundle index -> the nodes its label selector matches
+
+
+def _ok(allowed: Allowed, i: int, node: str) -> bool:
+    return i not in allowed or node in allowed[i]
+
+
 def _assign(strategy: str, bundles: dict[int, dict[str, float]], nodes: dict[str, dict[str, float]],
-            fixed: dict[int, str]) -> dict[int, str] | None:
+            fixed: dict[int, str], allowed: Allowed) -> dict[int, str] | None:
     left = {n: dict(r) for n, r in sorted(nodes.items())}
     used: dict[str, int] = {}
     for node in fixed.values():
@@ -74,21 +84,22 @@ def _assign(strategy: str, bundles: dict[int, dict[str, float]], nodes: dict[str
         else:
             candidates = list(left)
         need = _sum(list(bundles.values()))
-        fit = [n for n in candidates if n in left and _fits(left[n], need)]
+        fit = [n for n in candidates if n in left and _fits(left[n], need)
+               and all(_ok(allowed, i, n) for i in bundles)]
         if not fit:
             return None
         best = max(fit, key=lambda n: _room(left[n], need))
         return {i: best for i in bundles}
     if strategy == PACK and not fixed:
         need = _sum(list(bundles.values()))
-        fit = [n for n in left if _fits(left[n], need)]
+        fit = [n for n in left if _fits(left[n], need) and all(_ok(allowed, i, n) for i in bundles)]
         if fit:
             best = max(fit, key=lambda n: _room(left[n], need))
             return {i: best for i in bundles}
     order = sorted(bundles, key=lambda i: (-sum(bundles[i].values()), i))
     for i in order:
         need = bundles[i]
-        fit = [n for n in left if _fits(left[n], need)]
+        fit = [n for n in left if _fits(left[n], need) and _ok(allowed, i, n)]
         if strategy == STRICT_SPREAD:
             fit = [n for n in fit if n not in used]
         if not fit:
@@ -104,29 +115,37 @@ def _assign(strategy: str, bundles: dict[int, dict[str, float]], nodes: dict[str
 
 
 def place(strategy: str, bundles: dict[int, dict[str, float]], available: dict[str, dict[str, float]],
-          total: dict[str, dict[str, float]], fixed: dict[int, str] | None = None) -> Placement | NoPlacement:
+          total: dict[str, dict[str, float]], fixed: dict[int, str] | None = None,
+          allowed: Allowed | None = None) -> Placement | NoPlacement:
     """Places `bundles` (index -> resources) on alive nodes (`available` now, `total` ever), next
     to the group's bundles already placed (`fixed`: index -> node, which STRICT_PACK must join
-    and STRICT_SPREAD must avoid)."""
+    and STRICT_SPREAD must avoid), each bundle with an `allowed` entry on one of those nodes."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown placement strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
     fixed = fixed or {}
-    got = _assign(strategy, bundles, available, fixed)
+    allowed = allowed or {}
+    got = _assign(strategy, bundles, available, fixed, allowed)
     if got is not None:
         return Placement(got)
-    ever = _assign(strategy, bundles, total, fixed)
+    ever = _assign(strategy, bundles, total, fixed, allowed)
     if ever is not None:
         return NoPlacement(f"waiting for resources: the {strategy} group's bundles "
                            f"{[bundles[i] for i in sorted(bundles)]} do not fit the nodes' available "
                            "resources now", infeasible=False)
-    return NoPlacement(_why(strategy, bundles, total, fixed), infeasible=True)
+    return NoPlacement(_why(strategy, bundles, total, fixed, allowed), infeasible=True)
 
 
 def _why(strategy: str, bundles: dict[int, dict[str, float]], total: dict[str, dict[str, float]],
-         fixed: dict[int, str]) -> str:
+         fixed: dict[int, str], allowed: Allowed) -> str:
     shown = [bundles[i] for i in sorted(bundles)]
     if not total:
         return "infeasible: there are no alive nodes"
+    for i in sorted(bundles):
+        if i in allowed and not allowed[i] & set(total):
+            return f"infeasible: no alive node has labels matching the label selector of bundle {i}"
+        if i in allowed and not any(_fits(total[n], bundles[i]) for n in allowed[i] if n in total):
+            return (f"infeasible: no node whose labels match the label selector of bundle {i} could "
+                    f"ever hold {bundles[i]}")
     if strategy == STRICT_SPREAD and len(bundles) + len(set(fixed.values())) > len(total):
         return (f"infeasible: STRICT_SPREAD needs {len(bundles) + len(set(fixed.values()))} different "
                 f"nodes and the cluster has {len(total)} alive")

@@ -200,15 +200,17 @@ def flush(core: Any, timeout_s: float = 10.0) -> None:
     core.run(wait_all, timeout=timeout_s + 1)
 
 
-def create(bundles: list[dict[str, float]], strategy: str, name: str, detached: bool) -> bytes:
+def create(bundles: list[dict[str, float]], strategy: str, name: str, detached: bool,
+           label_selectors: list[dict[str, str]] | None = None) -> bytes:
     """Creates a group (PENDING; the GCS places it) in the caller's job and namespace; its id.
-    ValueError for a name already taken in the namespace or bundles the GCS refuses."""
+    label_selectors: one per bundle (Ray's bundle_label_selector). ValueError for a name
+    already taken in the namespace or bundles the GCS refuses."""
     w = _worker()
     core = w.core
     spec = _current_spec(core)
     job_id = spec.job_id if spec is not None else core.job_id
     group = gcs_pg_client.spec(bundles, strategy, name=name, namespace=w.current_namespace(),
-                               job_id=job_id, detached=detached)
+                               job_id=job_id, detached=detached, label_selectors=label_selectors)
     pg_id = group.placement_group_id
     st = _state(core)
     if name:
