@@ -3,6 +3,7 @@ tf.train.Example wire codec (packed and unpacked lists, negative ints), WebDatas
 suffix patterns, and variable-shape tensor columns in blocks."""
 from __future__ import annotations
 
+import io
 import pickle
 import struct
 
@@ -26,13 +27,13 @@ def test_crc32c_check_value_and_masking():
 def test_framing_round_trip_and_corruption():
     recs = [b"", b"x" * 300, b"\x00\x01"]
     data = b"".join(T.frame(r) for r in recs)
-    assert list(T.iter_records(data, "f")) == recs
+    assert list(T.iter_records(io.BytesIO(data), "f")) == recs
     bad = bytearray(data)
     bad[12 + 0 + 4 + 12 + 5] ^= 0xFF  # inside the second record's data
     with pytest.raises(ValueError, match="record 1's data checksum"):
-        list(T.iter_records(bytes(bad), "f"))
+        list(T.iter_records(io.BytesIO(bytes(bad)), "f"))
     with pytest.raises(ValueError, match="record 2 is cut short"):
-        list(T.iter_records(data[:-1], "f"))
+        list(T.iter_records(io.BytesIO(data[:-1]), "f"))
 
 
 def test_example_codec_round_trip():
@@ -73,3 +74,26 @@ def test_variable_shape_tensor_blocks():
     same = [B.rows_to_block([{"image": a}]) for a in imgs]  # fixed-shape blocks, shapes differ
     joined = pickle.loads(pickle.dumps(B.concat(same)))
     assert [r["image"].shape for r in B.iter_rows(joined)] == [(2, 3, 3), (4, 5, 3)]
+
+
+def test_big_files_stream_out_in_several_tables(tmp_path, monkeypatch):
+    import io as _io
+    import tarfile
+
+    import pyarrow.fs as pafs
+
+    recs = [T.encode_example({"i": ("int", [k]), "b": ("bytes", [b"x" * 100])}) for k in range(50)]
+    (tmp_path / "a.tfrecords").write_bytes(b"".join(T.frame(r) for r in recs))
+    with tarfile.open(tmp_path / "a.tar", "w") as tar:
+        for k in range(50):
+            info = tarfile.TarInfo(f"s{k:03}.txt")
+            info.size = 100
+            tar.addfile(info, _io.BytesIO(b"y" * 100))
+    monkeypatch.setattr(T, "CHUNK_BYTES", 1000)
+    monkeypatch.setattr(W, "CHUNK_BYTES", 1000)
+    fs = pafs.LocalFileSystem()
+    tables = list(T.read_tfrecords_file(fs, str(tmp_path / "a.tfrecords"), {}))
+    assert len(tables) > 1 and sum(t.num_rows for t in tables) == 50
+    assert [v for t in tables for v in t.column("i").to_pylist()] == [[k] for k in range(50)]
+    shards = list(W.read_webdataset_file(fs, str(tmp_path / "a.tar"), {}))
+    assert len(shards) == 5 and sum(t.num_rows for t in shards) == 50

@@ -50,16 +50,19 @@ def _finish(tbl: pa.Table, path: str, parts: dict[str, Any], include_paths: bool
     return tbl
 
 
-def _read_files(reader: Callable[[Any, str, dict], pa.Table], fs: Any,
+def _read_files(reader: Callable[[Any, str, dict], Any], fs: Any,
                 files: list[tuple[str, str]], opts: dict, include_paths: bool,
                 columns: list[str] | None, filter: Any, partitioning: Any) -> Iterator[pa.Table]:
+    """The files' tables; a reader returns a table, or yields tables as it goes (a big
+    WebDataset shard or TFRecord file is not held whole)."""
     for path, base in files:
+        parts = partition_values(partitioning, path, base)
         try:
-            tbl = reader(fs, path, opts)
+            out = reader(fs, path, opts)
+            for tbl in [out] if isinstance(out, pa.Table) else out:
+                yield _finish(tbl, path, parts, include_paths, columns, filter)
         except (pa.ArrowInvalid, ValueError, UnicodeDecodeError) as e:
             raise ValueError(f"cannot read {path}: {e}") from None
-        parts = partition_values(partitioning, path, base)
-        yield _finish(tbl, path, parts, include_paths, columns, filter)
 
 
 def _open(fs: Any, path: str, opts: dict) -> Any:

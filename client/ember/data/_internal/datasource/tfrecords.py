@@ -68,30 +68,42 @@ def masked_crc(data: bytes) -> int:
 
 # --- record framing -----------------------------------------------------------------------
 
-def iter_records(data: bytes, path: str) -> Iterator[bytes]:
-    """The records of a TFRecord file's bytes, checksums verified."""
-    pos, n, idx = 0, len(data), 0
-    while pos < n:
-        if n - pos < 12:
-            raise ValueError(f"{path}: record {idx} is cut short: {n - pos} bytes where a "
+def _read_exact(f: Any, n: int) -> bytes:
+    parts, got = [], 0
+    while got < n:
+        chunk = f.read(n - got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def iter_records(f: Any, path: str) -> Iterator[bytes]:
+    """The records of a TFRecord stream (anything with read(n)), checksums verified."""
+    idx = 0
+    while True:
+        head = _read_exact(f, 12)
+        if not head:
+            return
+        if len(head) < 12:
+            raise ValueError(f"{path}: record {idx} is cut short: {len(head)} bytes where a "
                              "12-byte header is due")
-        head = data[pos:pos + 8]
-        (length,) = struct.unpack("<Q", head)
-        (crc_len,) = struct.unpack("<I", data[pos + 8:pos + 12])
-        if masked_crc(head) != crc_len:
+        (length,) = struct.unpack("<Q", head[:8])
+        (crc_len,) = struct.unpack("<I", head[8:])
+        if masked_crc(head[:8]) != crc_len:
             raise ValueError(f"{path}: record {idx}'s length checksum does not match: the file is "
                              "corrupted or not a TFRecord file")
-        start = pos + 12
-        if start + length + 4 > n:
+        rest = _read_exact(f, length + 4)
+        if len(rest) < length + 4:
             raise ValueError(f"{path}: record {idx} is cut short: {length} data bytes announced, "
-                             f"{max(0, n - start - 4)} present")
-        body = data[start:start + length]
-        (crc_data,) = struct.unpack("<I", data[start + length:start + length + 4])
-        if masked_crc(body) != crc_data:
+                             f"{max(0, len(rest) - 4)} present")
+        body = rest[:length]
+        if masked_crc(body) != struct.unpack("<I", rest[length:])[0]:
             raise ValueError(f"{path}: record {idx}'s data checksum does not match: the file is "
                              "corrupted")
         yield body
-        pos, idx = start + length + 4, idx + 1
+        idx += 1
 
 
 def frame(record: bytes) -> bytes:
@@ -281,17 +293,26 @@ def unwrap_single(batch: pa.Table, single: list[str]) -> pa.Table:
     return batch
 
 
-def read_tfrecords_file(fs: Any, path: str, opts: dict) -> pa.Table:
+CHUNK_BYTES = 16 * 2**20  # a table per this many record bytes: big files are not held whole
+
+
+def read_tfrecords_file(fs: Any, path: str, opts: dict) -> Iterator[pa.Table]:
+    """A file's Examples as tables of list columns, a table per CHUNK_BYTES of records."""
     with fs.open_input_stream(path, **{"compression": "detect",
                                        **opts.get("open_stream_args", {})}) as f:
-        data = f.read()
-    examples = []
-    for i, rec in enumerate(iter_records(data, path)):
-        try:
-            examples.append(decode_example(rec))
-        except (ValueError, struct.error, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: record {i} is not a tf.train.Example ({e})") from None
-    return examples_to_table(examples, path)
+        examples: list = []
+        size = 0
+        for i, rec in enumerate(iter_records(f, path)):
+            try:
+                examples.append(decode_example(rec))
+            except (ValueError, struct.error, UnicodeDecodeError) as e:
+                raise ValueError(f"{path}: record {i} is not a tf.train.Example ({e})") from None
+            size += len(rec)
+            if size >= CHUNK_BYTES:
+                yield examples_to_table(examples, path)
+                examples, size = [], 0
+        if examples:
+            yield examples_to_table(examples, path)
 
 
 def _kind(t: pa.DataType, col: str) -> str:

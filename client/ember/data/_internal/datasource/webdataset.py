@@ -157,22 +157,31 @@ def samples(f: Any, opts: dict, url: str) -> Iterator[dict]:
         yield cur
 
 
-def read_webdataset_file(fs: Any, path: str, opts: dict) -> pa.Table:
-    """One shard as a table, a row per sample."""
+CHUNK_BYTES = 16 * 2**20  # a table per this many member bytes: big shards are not held whole
+
+
+def read_webdataset_file(fs: Any, path: str, opts: dict) -> Iterator[pa.Table]:
+    """One shard's samples as tables, a row per sample, a table per CHUNK_BYTES of members."""
     with fs.open_input_stream(path, **opts.get("open_stream_args", {})) as f:
         if opts.get("verbose_open"):
             print(f"start {{'__url__': {path!r}}}")
+        rows: list[dict] = []
+        size = 0
         try:
-            rows = []
             for s in samples(f, opts, path):
+                size += sum(len(v) for v in s.values() if isinstance(v, bytes))
                 s = _apply(opts.get("decoder", True), s, decode_sample)
                 rows.append({k: v[0] if isinstance(v, list) and len(v) == 1 else v
                              for k, v in s.items()})
+                if size >= CHUNK_BYTES:
+                    yield B.rows_to_block(rows)
+                    rows, size = [], 0
         except tarfile.TarError as e:
             raise ValueError(f"not a tar file ({e})") from None
+        if rows:
+            yield B.rows_to_block(rows)
         if opts.get("verbose_open"):
             print(f"done {{'__url__': {path!r}}}")
-    return B.rows_to_block(rows)
 
 
 def encode_sample(sample: dict) -> dict:
