@@ -63,6 +63,8 @@ class Config:
     # At most max_message_bytes; pickled functions and runtime-env packages reach the GCS KV in
     # 1 MiB parts (ember_common.kv_parts).
     max_control_message_bytes: int = tunable("EMBER_MAX_CONTROL_MESSAGE_BYTES")
+    # What one request to a GCS or raylet method may be, but rpc.LARGE_CONTROL_METHODS.
+    max_control_request_bytes: int = tunable("EMBER_MAX_CONTROL_REQUEST_BYTES")
     # The framed TCP connection is the client's wire.py.
     direct_task_transport: int = tunable("EMBER_DIRECT_TASK_TRANSPORT")
     task_events_enabled: bool = tunable("EMBER_TASK_EVENTS_ENABLED")

@@ -20,12 +20,14 @@ import grpc
 
 from . import backoff, rpc
 from .proto import common_pb2, raylet_pb2, raylet_pb2_grpc
+from .validate_rules import MAX_GROUPS_PER_REQUEST
 
 # Failed lease requests to the home raylet: 20 tries over ~8 s, then the tasks fail.
 LEASE_RETRY = backoff.Backoff(initial_s=0.05, multiplier=1.5, max_s=0.5, deadline_s=None,
                               max_attempts=20)
 
 _R = TypeVar("_R")
+_T = TypeVar("_T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,32 +163,39 @@ class RayletClient:
         """Placement groups, phase one, for many groups (id, bundles) at once: reserves each
         group's bundles on that node (all or none), and commits at once those of the groups in
         commit_now (all their unplaced bundles are there); per group, False when they do not
-        fit there now. Idempotent."""
-        reply = await self._unary(self._stub(address).PrepareBundleResources,
-                                  raylet_pb2.PrepareBundleResourcesRequest(groups=[
-                                      raylet_pb2.GroupBundles(placement_group_id=g, bundles=list(b),
-                                                              commit=g in commit_now)
-                                      for g, b in groups]), timeout_s)
-        return list(reply.success)
+        fit there now. Idempotent. Sent in calls of at most MAX_GROUPS_PER_REQUEST groups."""
+        out: list[bool] = []
+        for part in _calls(groups):
+            reply = await self._unary(self._stub(address).PrepareBundleResources,
+                                      raylet_pb2.PrepareBundleResourcesRequest(groups=[
+                                          raylet_pb2.GroupBundles(placement_group_id=g, bundles=list(b),
+                                                                  commit=g in commit_now)
+                                          for g, b in part]), timeout_s)
+            out += reply.success
+        return out
 
     async def commit_bundle_resources(self, groups: Sequence[tuple[bytes, Sequence[int]]], *,
                                       address: str | None = None, timeout_s: float = 10.0) -> list[str]:
         """Phase two for many groups (id, bundle indexes): the prepared bundles become usable;
         per group '' or why not (a bundle not prepared there)."""
-        reply = await self._unary(self._stub(address).CommitBundleResources,
-                                  raylet_pb2.CommitBundleResourcesRequest(groups=[
-                                      raylet_pb2.GroupBundleIndexes(placement_group_id=g, bundle_indexes=list(ix))
-                                      for g, ix in groups]), timeout_s)
-        return list(reply.errors)
+        out: list[str] = []
+        for part in _calls(groups):
+            reply = await self._unary(self._stub(address).CommitBundleResources,
+                                      raylet_pb2.CommitBundleResourcesRequest(groups=[
+                                          raylet_pb2.GroupBundleIndexes(placement_group_id=g, bundle_indexes=list(ix))
+                                          for g, ix in part]), timeout_s)
+            out += reply.errors
+        return out
 
     async def cancel_resource_reserve(self, groups: Sequence[tuple[bytes, Sequence[int]]], *,
                                       address: str | None = None, timeout_s: float = 10.0) -> None:
         """Releases bundles of many groups (id, indexes: all of the group's there when empty) on
         that node; the workers leased from them are killed. Idempotent."""
-        await self._unary(self._stub(address).CancelResourceReserve,
-                          raylet_pb2.CancelResourceReserveRequest(groups=[
-                              raylet_pb2.GroupBundleIndexes(placement_group_id=g, bundle_indexes=list(ix))
-                              for g, ix in groups]), timeout_s)
+        for part in _calls(groups):
+            await self._unary(self._stub(address).CancelResourceReserve,
+                              raylet_pb2.CancelResourceReserveRequest(groups=[
+                                  raylet_pb2.GroupBundleIndexes(placement_group_id=g, bundle_indexes=list(ix))
+                                  for g, ix in part]), timeout_s)
 
     async def shutdown(self, *, address: str | None = None, timeout_s: float = 5.0) -> None:
         """Stops the node (its workers, then the raylet)."""
@@ -198,3 +207,9 @@ class RayletClient:
             return await method(request, timeout=timeout_s)
         except grpc.aio.AioRpcError as e:
             raise rpc.status_to_exception(e) from None
+
+
+def _calls(groups: Sequence[_T]) -> list[Sequence[_T]]:
+    """groups cut into the placement-group calls a raylet takes (MAX_GROUPS_PER_REQUEST each)."""
+    n = MAX_GROUPS_PER_REQUEST
+    return [groups[i:i + n] for i in range(0, len(groups), n)]

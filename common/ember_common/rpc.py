@@ -30,6 +30,10 @@ Limits (what a caller can make a server hold; config.py has the settings):
     EMBER_MAX_CONTROL_MESSAGE_BYTES   64 MiB: what the GCS and raylets receive in one message
                             (pickled functions, up to 100 MB, and runtime-env packages, up to
                             500 MiB, reach the GCS KV in 1 MiB parts: kv_parts.py)
+    EMBER_MAX_CONTROL_REQUEST_BYTES   4 MiB: what one request to any other method of the GCS or
+                            a raylet may be (`method_limit`: RESOURCE_EXHAUSTED naming the
+                            method and the limit, checked on the request's length before it is
+                            parsed); LARGE_CONTROL_METHODS keep the server's 64 MiB
     EMBER_MAX_MESSAGE_BYTES 512 MiB: what core workers and object managers receive in one
                             message (inline task args and replies; 16 MiB object chunks) and
                             every channel's send and receive limit
@@ -38,8 +42,9 @@ Limits (what a caller can make a server hold; config.py has the settings):
                             loopback only; 0.0.0.0 (containers) every interface of its host;
                             an advertised IP this machine does not own (NAT) every interface,
                             with a warning (`bind_host`)
-A message over its limit is RESOURCE_EXHAUSTED, refused by gRPC from its length prefix before
-it is buffered.
+A message over its server's limit is RESOURCE_EXHAUSTED, refused by gRPC from its length prefix
+before it is buffered; one under it but over its method's limit is received (gRPC buffers it)
+and dropped unparsed.
 """
 from __future__ import annotations
 
@@ -281,7 +286,9 @@ def build_server(
     stream) leniently and checks it against `validate_rules.RULES` before the servicer sees it
     (`validate_server`; INVALID_ARGUMENT naming the field);
     a request message bigger than the server's limit is RESOURCE_EXHAUSTED (gRPC's own check,
-    from the message's length prefix, before it is buffered): `receive_limit(control)`.
+    from the message's length prefix, before it is buffered): `receive_limit(control)`; on a
+    control server one bigger than its method's limit (`method_limits`) is RESOURCE_EXHAUSTED
+    naming the method and the limit, before it is parsed.
 
     host: the interface to listen on, "" for `default_bind_host()` (the node's IP).
     Returns (server, bound_port, health_servicer). Binding a port in use raises OSError naming it.
@@ -298,7 +305,9 @@ def build_server(
     if metrics.enabled():
         interceptors.append(_AioInterceptor(metrics.ServerInterceptor()))
     server = grpc.aio.server(options=server_options(control), interceptors=interceptors or None)
-    registrar = cast(grpc.aio.Server, validate_server.Registrar(server, validate_rules.RULES, InvalidArgument))
+    limit_of = method_limits() if control else None
+    registrar = cast(grpc.aio.Server, validate_server.Registrar(
+        server, validate_rules.RULES, InvalidArgument, limit_of, _over_method_limit))
     for add in add_servicers:
         add(registrar)
     health_servicer = health.aio.HealthServicer()
@@ -361,6 +370,39 @@ def receive_limit(control: bool) -> int:
         return message_limit()
     return min(_limit("EMBER_MAX_CONTROL_MESSAGE_BYTES", get_config().max_control_message_bytes),
                message_limit())
+
+
+# Control methods that legitimately carry more than EMBER_MAX_CONTROL_REQUEST_BYTES: they keep
+# the server's limit (EMBER_MAX_CONTROL_MESSAGE_BYTES).
+LARGE_CONTROL_METHODS = frozenset({
+    "/ember.InternalKVGcsService/InternalKVPut",  # a user's value (functions, packages: 1 MiB parts)
+    "/ember.ActorInfoGcsService/RegisterActor",  # the creation spec, its inline args included
+    "/ember.TaskInfoGcsService/AddTaskEventData",  # a batch of task events
+    "/ember.InternalPubSubGcsService/PublishLogs",  # a raylet's batch of worker output
+    "/ember.PlacementGroupInfoGcsService/CreatePlacementGroups",  # a driver's batch of groups
+    # a round's groups on one raylet, up to validate_rules.MAX_BUNDLES_PER_GROUP bundles each
+    "/ember.Raylet/PrepareBundleResources",
+    "/ember.Raylet/CommitBundleResources",
+    "/ember.Raylet/CancelResourceReserve",
+})
+
+
+def _over_method_limit(text: str) -> ResourceExhausted:
+    return ResourceExhausted(f"{text} (EMBER_MAX_CONTROL_REQUEST_BYTES; big values belong in the "
+                             "object store, e.g. ember.put)")
+
+
+def method_limits() -> Callable[[str], int | None]:
+    """A control server's per-method request limit, by full method name: the server's own
+    (`receive_limit(True)`, None: nothing more to check) for LARGE_CONTROL_METHODS,
+    EMBER_MAX_CONTROL_REQUEST_BYTES (never above the server's) for every other method."""
+    server = receive_limit(control=True)
+    small = min(_limit("EMBER_MAX_CONTROL_REQUEST_BYTES", get_config().max_control_request_bytes), server)
+
+    def limit_of(method: str) -> int | None:
+        return None if method in LARGE_CONTROL_METHODS or small >= server else small
+
+    return limit_of
 
 
 def channel_options() -> list[tuple[str, Any]]:

@@ -46,6 +46,9 @@ TEXT_LIMIT = max_len(1 << 20)  # free text (reasons, entrypoints, log lines): 1 
 # must not hold a node's event loop for long.
 MAX_BUNDLES_PER_GROUP = 10_000
 BUNDLES_LIMIT = max_len(MAX_BUNDLES_PER_GROUP)
+# Groups in one raylet placement-group call (the GCS sends a round's groups in calls this big).
+MAX_GROUPS_PER_REQUEST = 1_000
+GROUPS_LIMIT = max_len(MAX_GROUPS_PER_REQUEST)
 # Internal KV keys and namespaces are names (function ids, Serve and Tune state paths), not data.
 KV_KEY_LIMIT = max_len(16 << 10)
 
@@ -153,7 +156,8 @@ GCS_TASK: dict[str, list[Rule]] = {
     "GetTaskEventsRequest": [*TASK_FILTERS, Rule("limit", at_least(0))],
     "GetTaskSummaryRequest": TASK_FILTERS,
 }
-GROUP_INDEXES = [Rule("groups[].placement_group_id", REQUIRED), Rule("groups[].placement_group_id", PG_ID),
+GROUP_INDEXES = [Rule("groups", GROUPS_LIMIT), Rule("groups[].placement_group_id", REQUIRED),
+                 Rule("groups[].placement_group_id", PG_ID), Rule("groups[].bundle_indexes", BUNDLES_LIMIT),
                  Rule("groups[].bundle_indexes[]", at_least(-1))]
 RAYLET: dict[str, list[Rule]] = {
     "RegisterWorkerRequest": [Rule("worker_id", REQUIRED), Rule("worker_id", name_id),
@@ -168,7 +172,7 @@ RAYLET: dict[str, list[Rule]] = {
     "GetWorkerFailureCauseRequest": [Rule("lease_id", REQUIRED), Rule("lease_id", LEASE_ID)],
     "NotifyWorkerBlockedRequest": [Rule("worker_id", REQUIRED), Rule("worker_id", name_id)],
     "PrepareBundleResourcesRequest": [
-        Rule("groups[].placement_group_id", REQUIRED), Rule("groups[].placement_group_id", PG_ID),
+        Rule("groups", GROUPS_LIMIT), Rule("groups[].placement_group_id", REQUIRED), Rule("groups[].placement_group_id", PG_ID),
         Rule("groups[].bundles", BUNDLES_LIMIT), Rule("groups[].bundles[].index", at_least(0)),
         Rule("groups[].bundles[].resources", resource_map)],
     "CommitBundleResourcesRequest": GROUP_INDEXES,

@@ -9,6 +9,10 @@
    the first problem answers INVALID_ARGUMENT naming the field, e.g.
    ``/ember.Raylet/ReturnWorker: lease_id must be 16 bytes, got 3``.
 
+Before parsing, a request (each message of a request stream) longer than its method's byte
+limit (`Registrar`'s `limit_of`: rpc.py's per-method table) answers RESOURCE_EXHAUSTED naming
+the method and the limit (`too_big(text)`), without being parsed.
+
 The servicer then sees only well-formed requests; the error goes through the kit's one error
 table (`rpc.InvalidArgument`). Messages without rules pass after parsing.
 
@@ -22,6 +26,7 @@ spec fails its task, see `validate_rules.task_spec_problem`), stay with the serv
 """
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import Any, Callable
 
@@ -37,12 +42,35 @@ class _Malformed:
         self.text = f"the request is not a valid {type_name} message ({type(error).__name__}: {error})"
 
 
+# A request at least this long is parsed and checked on a worker thread, not the event loop: a
+# message of many items (a placement-group round of 200,000 bundles: ~0.7 s of rule checks)
+# must not hold off the server's other calls. The GIL still lets the loop run between switches.
+OFF_LOOP_BYTES = 256 * 1024
+
+
+class _Deferred:
+    """What the lenient deserializer returns for a request of at least OFF_LOOP_BYTES: its bytes,
+    parsed and checked off the event loop by the wrapper."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class _TooBig(_Malformed):
+    """What the lenient deserializer returns for bytes over the method's limit (never parsed)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
 def wrap_handler(handler: Any, method: str, rules_by_type: dict[str, list[Rule]],
-                 invalid: Callable[[str], Exception]) -> Any:
+                 invalid: Callable[[str], Exception], max_bytes: int | None = None,
+                 too_big: Callable[[str], Exception] | None = None) -> Any:
     """handler (a grpc RpcMethodHandler) with lenient parsing and the rules of its request type
     checked first, for the request or each message of a request stream; a handler without a
     protobuf request type is returned as it is. A bad request aborts the call with the status
-    code of `invalid(text)` (rpc.InvalidArgument: the kit's error table says INVALID_ARGUMENT)."""
+    code of `invalid(text)` (rpc.InvalidArgument: the kit's error table says INVALID_ARGUMENT);
+    one longer than max_bytes (None: no limit of its own) with that of `too_big(text)`, unparsed."""
     if handler is None:
         return handler
     parse = handler.request_deserializer
@@ -53,35 +81,52 @@ def wrap_handler(handler: Any, method: str, rules_by_type: dict[str, list[Rule]]
     rules = rules_by_type.get(type_name, [])
 
     def lenient(data: bytes) -> Any:
+        if max_bytes is not None and len(data) > max_bytes:
+            return _TooBig(f"the request is {len(data)} bytes, over this method's limit of {max_bytes} bytes")
+        return _Deferred(data) if len(data) >= OFF_LOOP_BYTES and not handler.request_streaming else parsed(data)
+
+    def parsed(data: bytes) -> Any:
         try:
             return parse(data)
         except Exception as exc:  # DecodeError, UnicodeDecodeError ...: the caller's fault
             return _Malformed(type_name, exc)
+
+    def parsed_and_checked(data: bytes) -> tuple[Any, str | None]:
+        request = parsed(data)
+        return request, problem_of(request)
+
+    async def checked(request: Any) -> tuple[Any, str | None]:
+        if isinstance(request, _Deferred):
+            return await asyncio.to_thread(parsed_and_checked, request.data)
+        return request, problem_of(request)
 
     def problem_of(request: Any) -> str | None:
         if isinstance(request, _Malformed):
             return request.text
         return first(request, rules) if rules else None
 
-    async def refuse(context: Any, problem: str) -> None:
-        await _abort(context, invalid(f"{method}: {problem}"))
+    def refusal(request: Any, text: str) -> Exception:
+        return (too_big or invalid)(text) if isinstance(request, _TooBig) else invalid(text)
+
+    async def refuse(context: Any, request: Any, problem: str) -> None:
+        await _abort(context, refusal(request, f"{method}: {problem}"))
 
     if handler.request_streaming:
-        return _wrap_request_stream(handler, lenient, problem_of, method, invalid)
+        return _wrap_request_stream(handler, lenient, problem_of, method, refusal)
     inner = handler.unary_stream if handler.response_streaming else handler.unary_unary
     if handler.response_streaming and inspect.isasyncgenfunction(inner):
         async def stream(request: Any, context: Any) -> Any:
-            problem = problem_of(request)
+            request, problem = await checked(request)
             if problem is not None:
-                await refuse(context, problem)
+                await refuse(context, request, problem)
             async for item in inner(request, context):
                 yield item
         behavior: Any = stream
     else:
         async def unary(request: Any, context: Any) -> Any:
-            problem = problem_of(request)
+            request, problem = await checked(request)
             if problem is not None:
-                await refuse(context, problem)
+                await refuse(context, request, problem)
             result = inner(request, context)
             return (await result) if inspect.isawaitable(result) else result
         behavior = unary
@@ -94,14 +139,14 @@ async def _abort(context: Any, err: Exception) -> None:
 
 
 async def _checked(requests: Any, problem_of: Callable[[Any], "str | None"], method: str,
-                   invalid: Callable[[str], Exception], raised: list[Exception]) -> Any:
+                   refusal: Callable[[Any, str], Exception], raised: list[Exception]) -> Any:
     """The messages of a request stream, each checked; the first bad one raises (and is noted
     in `raised`, so the wrapper knows the error is the stream's, not the servicer's)."""
     n = 0
     async for request in requests:
         problem = problem_of(request)
         if problem is not None:
-            err = invalid(f"{method}: message {n}: {problem}")
+            err = refusal(request, f"{method}: message {n}: {problem}")
             raised.append(err)
             raise err
         n += 1
@@ -110,7 +155,7 @@ async def _checked(requests: Any, problem_of: Callable[[Any], "str | None"], met
 
 def _wrap_request_stream(handler: Any, lenient: Callable[[bytes], Any],
                          problem_of: Callable[[Any], "str | None"], method: str,
-                         invalid: Callable[[str], Exception]) -> Any:
+                         refusal: Callable[[Any, str], Exception]) -> Any:
     """A stream-unary or stream-stream handler whose servicer iterates a checked stream."""
     if handler.response_streaming:
         inner = handler.stream_stream
@@ -120,7 +165,7 @@ def _wrap_request_stream(handler: Any, lenient: Callable[[bytes], Any],
         async def stream(requests: Any, context: Any) -> Any:
             raised: list[Exception] = []
             try:
-                async for item in inner(_checked(requests, problem_of, method, invalid, raised), context):
+                async for item in inner(_checked(requests, problem_of, method, refusal, raised), context):
                     yield item
             except Exception as e:
                 if raised and e is raised[0]:
@@ -133,7 +178,7 @@ def _wrap_request_stream(handler: Any, lenient: Callable[[bytes], Any],
     async def unary(requests: Any, context: Any) -> Any:
         raised: list[Exception] = []
         try:
-            result = inner(_checked(requests, problem_of, method, invalid, raised), context)
+            result = inner(_checked(requests, problem_of, method, refusal, raised), context)
             return (await result) if inspect.isawaitable(result) else result
         except Exception as e:
             if raised and e is raised[0]:
@@ -146,31 +191,38 @@ def _wrap_request_stream(handler: Any, lenient: Callable[[bytes], Any],
 class Registrar:
     """What `rpc.build_server` hands to the generated `add_*Servicer_to_server` functions: the
     server, except that method handlers get `wrap_handler` on their way in (the per-service
-    registered handlers and generic ones alike)."""
+    registered handlers and generic ones alike), each with its byte limit from `limit_of(method)`
+    (None: none but the server's own)."""
 
-    def __init__(self, server: Any, rules: dict[str, list[Rule]], invalid: Callable[[str], Exception]) -> None:
+    def __init__(self, server: Any, rules: dict[str, list[Rule]], invalid: Callable[[str], Exception],
+                 limit_of: Callable[[str], "int | None"] | None = None,
+                 too_big: Callable[[str], Exception] | None = None) -> None:
         self._server = server
         self._rules = rules
         self._invalid = invalid
+        self._limit_of = limit_of or (lambda method: None)
+        self._too_big = too_big
+
+    def wrap(self, handler: Any, method: str) -> Any:
+        """handler wrapped for method (a full name, /package.Service/Method)."""
+        return wrap_handler(handler, method, self._rules, self._invalid, self._limit_of(method), self._too_big)
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
         """Registers the handlers of `service`, each wrapped."""
         self._server.add_registered_method_handlers(service, {
-            name: wrap_handler(h, f"/{service}/{name}", self._rules, self._invalid)
-            for name, h in handlers.items()})
+            name: self.wrap(h, f"/{service}/{name}") for name, h in handlers.items()})
 
     def add_generic_rpc_handlers(self, handlers: Any) -> None:
         """Registers generic handlers whose method handlers are wrapped on first use."""
-        self._server.add_generic_rpc_handlers(
-            tuple(_Generic(h, self._rules, self._invalid) for h in handlers))
+        self._server.add_generic_rpc_handlers(tuple(_Generic(h, self.wrap) for h in handlers))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._server, name)
 
 
 class _Generic(grpc.GenericRpcHandler):
-    def __init__(self, inner: Any, rules: dict[str, list[Rule]], invalid: Callable[[str], Exception]) -> None:
-        self._inner, self._rules, self._invalid = inner, rules, invalid
+    def __init__(self, inner: Any, wrap: Callable[[Any, str], Any]) -> None:
+        self._inner, self._wrap = inner, wrap
         self._wrapped: dict[str, Any] = {}
 
     def service(self, handler_call_details: Any) -> Any:
@@ -180,5 +232,5 @@ class _Generic(grpc.GenericRpcHandler):
             handler = self._inner.service(handler_call_details)
             if handler is None:
                 return None  # not this handler's method (not cached: names come from callers)
-            wrapped = self._wrapped[method] = wrap_handler(handler, method, self._rules, self._invalid)
+            wrapped = self._wrapped[method] = self._wrap(handler, method)
         return wrapped

@@ -17,24 +17,19 @@ real processes on loopback.
 from __future__ import annotations
 
 import os
-import socket
-import struct
-import threading
 import time
 
 import grpc
 import numpy as np
 import psutil
 import pytest
+from attacks import KV_PUT, MIB, PeakRss, call_raw, kv_put_request, oversized_first_frame, raw_channel
 
 import ember
 from ember._private.execution import function_manager
 from ember.testing import LocalCluster
 from ember_common import rpc
 from ember_common.proto import gcs_pb2
-
-MIB = 1 << 20
-KV_PUT = "/ember.InternalKVGcsService/InternalKVPut"
 
 
 @pytest.fixture(scope="module")
@@ -60,67 +55,14 @@ class Probe:
         return x
 
 
-class PeakRss:
-    """Samples a process's RSS every 5 ms on a thread until stopped; `growth` is peak - start."""
-
-    def __init__(self, pid: int) -> None:
-        self.proc = psutil.Process(pid)
-        self.start = self.peak = self.proc.memory_info().rss
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.005):
-            self.peak = max(self.peak, self.proc.memory_info().rss)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    @property
-    def growth(self) -> int:
-        return self.peak - self.start
-
-
-def _raw_channel(address: str) -> grpc.Channel:
-    """A channel with no token and no kit limits: it can send anything up to 1 GiB."""
-    return grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 1 << 30),
-                                                    ("grpc.max_receive_message_length", 1 << 30)])
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
-def _kv_put_request(size: int) -> bytes:
-    """A serialized InternalKVPutRequest with a value of size bytes, built with one copy (a
-    protobuf message would copy it twice more)."""
-    head = gcs_pb2.InternalKVPutRequest(namespace="preauth", key=b"big").SerializeToString()
-    return b"".join((head, b"\x1a", _varint(size), bytes(size)))  # field 3, `value`
-
-
-def _kv_put(channel: grpc.Channel, request: bytes, metadata=None):
-    call = channel.unary_unary(KV_PUT)  # bytes in, bytes out
-    return call(request, timeout=60, metadata=metadata)
-
-
 @pytest.mark.parametrize("size_mib", [48, 256])  # under and over the GCS's message limit
 def test_an_unauthenticated_big_message_is_refused_unread(cluster, size_mib):
-    request = _kv_put_request(size_mib * MIB)
-    assert gcs_pb2.InternalKVPutRequest.FromString(_kv_put_request(3)).value == b"\0\0\0"
-    with _raw_channel(cluster.gcs_address) as ch, PeakRss(cluster.gcs.pid) as rss:
+    request = kv_put_request(size_mib * MIB)
+    assert gcs_pb2.InternalKVPutRequest.FromString(kv_put_request(3)).value == b"\0\0\0"
+    with raw_channel(cluster.gcs_address) as ch, PeakRss(cluster.gcs.pid) as rss:
         t0 = time.monotonic()
         with pytest.raises(grpc.RpcError) as err:
-            _kv_put(ch, request)
+            call_raw(ch, KV_PUT, request)
         elapsed = time.monotonic() - t0
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, err.value
     assert elapsed < 15, elapsed
@@ -128,7 +70,7 @@ def test_an_unauthenticated_big_message_is_refused_unread(cluster, size_mib):
 
 
 def test_an_unauthenticated_stream_call_is_refused(cluster):
-    with _raw_channel(cluster.gcs_address) as ch:
+    with raw_channel(cluster.gcs_address) as ch:
         call = ch.unary_stream("/ember.PubSubGcsService/Subscribe",
                                request_serializer=gcs_pb2.SubscribeRequest.SerializeToString)
         with pytest.raises(grpc.RpcError) as err:
@@ -138,10 +80,10 @@ def test_an_unauthenticated_stream_call_is_refused(cluster):
 
 def test_an_authenticated_message_over_the_control_limit_is_refused_unbuffered(cluster):
     token_md = rpc.auth.client_metadata()
-    request = _kv_put_request(rpc.receive_limit(control=True) + MIB)
-    with _raw_channel(cluster.gcs_address) as ch, PeakRss(cluster.gcs.pid) as rss:
+    request = kv_put_request(rpc.receive_limit(control=True) + MIB)
+    with raw_channel(cluster.gcs_address) as ch, PeakRss(cluster.gcs.pid) as rss:
         with pytest.raises(grpc.RpcError) as err:
-            _kv_put(ch, request, metadata=token_md)
+            call_raw(ch, KV_PUT, request, metadata=token_md)
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value
     assert rss.growth < 16 * MIB, f"the GCS grew by {rss.growth / MIB:.0f} MiB for a refused call"
     assert ember.get(ember.remote(lambda: 1).remote(), timeout=60) == 1  # the cluster still works
@@ -151,24 +93,10 @@ def test_the_direct_port_refuses_an_oversized_first_frame_unbuffered(cluster):
     probe = Probe.remote()
     pid, port = ember.get(probe.where.remote(), timeout=60)
     assert port, "the worker has no direct port"
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s, PeakRss(pid) as rss:
-        s.sendall(struct.pack(">IB", 512 * MIB + 1, 1))  # a 512 MiB HELLO frame's header
-        t0 = time.monotonic()
-        try:
-            for _ in range(64):  # up to 64 MiB of the payload, unless the worker hangs up first
-                s.sendall(b"\0" * MIB)
-            s.settimeout(5)
-            while s.recv(65536):  # the REFUSED frame, then the end of the connection
-                pass
-            closed = True
-        except (ConnectionResetError, BrokenPipeError):
-            closed = True
-        except TimeoutError:
-            closed = False
-        closed_at = time.monotonic() - t0
+    closed, closed_at, growth = oversized_first_frame(port, pid)
     assert closed, "the worker kept the connection of an oversized unauthenticated frame open"
     assert closed_at < 10, closed_at
-    assert rss.growth < 16 * MIB, f"the worker grew by {rss.growth / MIB:.0f} MiB"
+    assert growth < 16 * MIB, f"the worker grew by {growth / MIB:.0f} MiB"
     assert ember.get(probe.echo.remote(7), timeout=60) == 7  # and still serves
 
 

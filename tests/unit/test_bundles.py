@@ -58,3 +58,12 @@ def test_partial_cancel_keeps_the_other_bundles():
     t.cancel(PG, [1])
     assert node.total[f"CPU_group_{G}"] == 1 and f"CPU_group_1_{G}" not in node.total
     assert node.available["CPU"] == 3
+
+
+def test_slices_cut_between_groups_by_bundle_count():
+    from ember_raylet.bundles import slices
+
+    sizes = [400, 400, 400, 3000, 1, 1]
+    runs = [list(r) for r in slices(sizes, lambda n: n, budget=1000)]
+    assert runs == [[400, 400, 400], [3000], [1, 1]]  # a group is never cut
+    assert [list(r) for r in slices([], lambda n: n)] == []

@@ -19,7 +19,7 @@ from ember_common.proto import common_pb2, gcs_pb2, logs_pb2_grpc, raylet_pb2, r
 from ember_common.rpc import rpc_errors
 from ember_common.settings import RayletSettings
 
-from . import load_report
+from . import bundles, load_report
 from . import memory_monitor as mem
 from .log_monitor import LogMonitor
 from .log_service import LogServiceServicer, StartedWorkers, WorkerPids
@@ -78,23 +78,34 @@ class RayletServicer(raylet_pb2_grpc.RayletServicer):
         await self.raylet.notify_blocked(request.worker_id, request.blocked)
         return raylet_pb2.NotifyWorkerBlockedReply()
 
+    # The placement-group calls work through their groups in slices of about SLICE_BUNDLES
+    # bundles, yielding to the event loop between slices (lease requests keep being served).
     @rpc_errors
     async def PrepareBundleResources(self, request: raylet_pb2.PrepareBundleResourcesRequest,
                                      context: rpc.Context) -> raylet_pb2.PrepareBundleResourcesReply:
-        ok = self.raylet.prepare_many([(g.placement_group_id, [(b.index, dict(b.resources)) for b in g.bundles],
-                                        g.commit) for g in request.groups])
+        ok: list[bool] = []
+        for part in bundles.slices(request.groups, lambda g: len(g.bundles)):
+            ok += self.raylet.prepare_many([(g.placement_group_id, [(b.index, dict(b.resources)) for b in g.bundles],
+                                             g.commit) for g in part])
+            await asyncio.sleep(0)
         return raylet_pb2.PrepareBundleResourcesReply(success=ok)
 
     @rpc_errors
     async def CommitBundleResources(self, request: raylet_pb2.CommitBundleResourcesRequest,
                                     context: rpc.Context) -> raylet_pb2.CommitBundleResourcesReply:
-        errors = self.raylet.commit_many([(g.placement_group_id, list(g.bundle_indexes)) for g in request.groups])
+        errors: list[str] = []
+        for part in bundles.slices(request.groups, lambda g: len(g.bundle_indexes)):
+            errors += self.raylet.commit_many([(g.placement_group_id, list(g.bundle_indexes)) for g in part])
+            await asyncio.sleep(0)
         return raylet_pb2.CommitBundleResourcesReply(errors=errors)
 
     @rpc_errors
     async def CancelResourceReserve(self, request: raylet_pb2.CancelResourceReserveRequest,
                                     context: rpc.Context) -> raylet_pb2.CancelResourceReserveReply:
-        self.raylet.cancel_many([(g.placement_group_id, list(g.bundle_indexes)) for g in request.groups])
+        # no indexes: every bundle of the group here, as many as a group may have
+        for part in bundles.slices(request.groups, lambda g: len(g.bundle_indexes) or bundles.SLICE_BUNDLES):
+            self.raylet.cancel_many([(g.placement_group_id, list(g.bundle_indexes)) for g in part])
+            await asyncio.sleep(0)
         return raylet_pb2.CancelResourceReserveReply()
 
     @rpc_errors
