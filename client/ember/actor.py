@@ -25,7 +25,7 @@ from ember._private.api.actor_options import (STREAMING, call_retries, check_nam
                                               method_retries, method_table)
 from ember._private.execution.executor import ActorExit
 from ember._private.objects.object_ref import ObjectRef, OwnerAddress
-from ember._private.api.options import ACTOR_OPTIONS, resource_request, validate
+from ember._private.api.options import ACTOR_OPTIONS, fallback_selectors, resource_request, validate
 from ember._private.runtime_env import context as runtime_env
 from ember._private.api.remote_function import (
     build_args,
@@ -185,6 +185,8 @@ def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any
         resources=resource_request(opts, 0.0),
         caller=core.address_proto, serialized_runtime_env=renv,
         label_selector=opts.get("label_selector") or {}, actor_id=os.urandom(16),
+        fallback_strategy=[common_pb2.LabelSelector(selector=s)
+                           for s in fallback_selectors(opts.get("fallback_strategy"), f"actor class {ac.__name__}")],
         actor_creation=common_pb2.ActorCreationSpec(
             max_restarts=opts.get("max_restarts") or 0, max_task_retries=max_task_retries,
             max_concurrency=max_concurrency, name=name, namespace=namespace,

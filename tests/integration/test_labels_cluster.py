@@ -88,6 +88,21 @@ def test_an_actor_lives_where_the_selector_matches(cluster):
     ember.kill(plain)
 
 
+def test_fallback_strategy_is_used_when_no_node_matches_the_selector(cluster):
+    _, head, other = cluster
+    fallback = [{"label_selector": {"zone": "c"}}, {"label_selector": {"tier": "gold"}}]
+    got = ember.get([where.options(label_selector={"zone": "d"}, fallback_strategy=fallback).remote()
+                     for _ in range(4)], timeout=T)
+    assert {node for node, _ in got} == {other}
+    # The primary selector wins when a node matches it.
+    node, _ = ember.get(where.options(label_selector={"zone": "a"}, fallback_strategy=fallback).remote(),
+                        timeout=T)
+    assert node == head
+    actor = Pinned.options(label_selector={"zone": "d"}, fallback_strategy=fallback).remote()
+    assert ember.get(actor.node.remote(), timeout=T) == other
+    ember.kill(actor)
+
+
 def test_a_selector_no_node_matches_stays_pending_then_fails_naming_it(cluster):
     ref = where.options(label_selector={"zone": "c"}).remote()
     ready, pending = ember.wait([ref], timeout=2)
@@ -103,8 +118,8 @@ def test_bad_selectors_and_unsupported_options_are_named(cluster):
         where.options(label_selector={"zone": "notin(a)"})
     with pytest.raises(ValueError, match="key name 'bad key'"):
         Pinned.options(label_selector={"bad key": "a"})
-    with pytest.raises(ValueError, match="fallback_strategy"):
-        where.options(fallback_strategy=[{"label_selector": {"zone": "a"}}])
+    with pytest.raises(ValueError, match=r"fallback_strategy\[0\].*unsupported option"):
+        where.options(fallback_strategy=[{"label_selector": {"zone": "a"}, "memory": 1}])
     with pytest.raises(ValueError, match=r"bundle_label_selector\[0\].*'zone'"):
         placement_group([{"CPU": 0.1}], bundle_label_selector=[{"zone": "in("}])
     with pytest.raises(ValueError, match="one per bundle"):

@@ -238,3 +238,44 @@ def test_pg_manager_matches_bundle_selectors_and_refuses_bad_ones():
     spec.bundles[0].label_selector["zone"] = "in("
     with pytest.raises(InvalidArgument, match=r"bundle_label_selector\[0\]"):
         selectors(spec)
+
+
+# ------------------------------------------------------------------ fallback_strategy
+
+
+def test_choose_selector_takes_the_first_one_a_node_can_use():
+    from ember_raylet.scheduler import choose_selector
+
+    local = NodeResources({"CPU": 4})
+    cl = {"x": node("x", 8, {"zone": "a"}), "y": node("y", 2, {"zone": "b"})}
+    zone = {z: parse_selector({"zone": z}) for z in "abcd"}
+    assert choose_selector(local, cl, "me", {"CPU": 1}, [zone["c"], zone["b"], zone["a"]], {}) == zone["b"]
+    # A matching node too small for the request does not count: the next fallback is taken.
+    assert choose_selector(local, cl, "me", {"CPU": 4}, [zone["b"], zone["a"]], {}) == zone["a"]
+    assert choose_selector(local, cl, "me", {"CPU": 1}, [zone["c"], zone["d"]], {"zone": "d"}) == zone["d"]
+    assert choose_selector(local, cl, "me", {"CPU": 1}, [zone["c"], zone["d"]], {}) == zone["c"]
+
+
+def test_lease_queue_spills_by_the_fallback_and_counts_its_capacity():
+    q = LeaseQueue("me", NodeResources({"CPU": 4}), 60.0, lambda: 0.0, labels={"zone": "a"})
+    q.update_node(node("y", 2, {"zone": "b"}))
+    req = LeaseRequest(b"l1", {"CPU": 1}, selector=parse_selector({"zone": "c"}),
+                       fallbacks=(parse_selector({"zone": "b"}),))
+    got = q.submit(req)
+    assert isinstance(got, Spill) and got.node.node_id == "y"
+    assert q.capacity(req) == 2
+
+
+def test_fallback_strategy_option_is_checked():
+    from ember._private.api.options import fallback_selectors
+
+    assert fallback_selectors([{"label_selector": {"zone": "a"}}, {"label_selector": {}}], "f") == [
+        {"zone": "a"}, {}]
+    with pytest.raises(ValueError, match=r"fallback_strategy\[0\] of f: unsupported option\(s\) \['num_cpus'\]"):
+        fallback_selectors([{"label_selector": {"zone": "a"}, "num_cpus": 1}], "f")
+    with pytest.raises(ValueError, match="must be a list"):
+        fallback_selectors({"label_selector": {}}, "f")
+    with pytest.raises(ValueError, match=r"fallback_strategy\[1\] of f must be a non-empty dict"):
+        fallback_selectors([{"label_selector": {}}, {}], "f")
+    with pytest.raises(ValueError, match=r"fallback_strategy\[0\] of f.*'zone'"):
+        fallback_selectors([{"label_selector": {"zone": "in("}}], "f")

@@ -32,7 +32,7 @@ class RegisterWorkerReply(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gcs_address: _Optional[str] = ..., objmgr_address: _Optional[str] = ..., store_dir: _Optional[str] = ..., session_dir: _Optional[str] = ...) -> None: ...
 
 class RequestWorkerLeaseRequest(_message.Message):
-    __slots__ = ("lease_id", "resources", "spillback_count", "job_id", "name", "actor_id", "owner_worker_id", "placement_group_id", "placement_group_bundle_index", "serialized_runtime_env", "prefer_here", "label_selector", "retriable")
+    __slots__ = ("lease_id", "resources", "spillback_count", "job_id", "name", "actor_id", "owner_worker_id", "placement_group_id", "placement_group_bundle_index", "serialized_runtime_env", "prefer_here", "label_selector", "retriable", "fallback_label_selectors")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class RequestWorkerLeaseRequest(_message.Message):
     PREFER_HERE_FIELD_NUMBER: _ClassVar[int]
     LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
     RETRIABLE_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_LABEL_SELECTORS_FIELD_NUMBER: _ClassVar[int]
     lease_id: bytes
     resources: _containers.ScalarMap[str, float]
     spillback_count: int
@@ -73,7 +74,8 @@ class RequestWorkerLeaseRequest(_message.Message):
     prefer_here: bool
     label_selector: _containers.ScalarMap[str, str]
     retriable: bool
-    def __init__(self, lease_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., spillback_count: _Optional[int] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., owner_worker_id: _Optional[str] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., serialized_runtime_env: _Optional[str] = ..., prefer_here: _Optional[bool] = ..., label_selector: _Optional[_Mapping[str, str]] = ..., retriable: _Optional[bool] = ...) -> None: ...
+    fallback_label_selectors: _containers.RepeatedCompositeFieldContainer[_common_pb2.LabelSelector]
+    def __init__(self, lease_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., spillback_count: _Optional[int] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., owner_worker_id: _Optional[str] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., serialized_runtime_env: _Optional[str] = ..., prefer_here: _Optional[bool] = ..., label_selector: _Optional[_Mapping[str, str]] = ..., retriable: _Optional[bool] = ..., fallback_label_selectors: _Optional[_Iterable[_Union[_common_pb2.LabelSelector, _Mapping]]] = ...) -> None: ...
 
 class RequestWorkerLeaseReply(_message.Message):
     __slots__ = ("granted", "spillback", "cancelled")

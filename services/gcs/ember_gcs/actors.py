@@ -285,6 +285,7 @@ class ActorManager:
             actor_id=a.actor_id, placement_group_id=spec.placement_group_id,
             placement_group_bundle_index=spec.placement_group_bundle_index,
             serialized_runtime_env=spec.serialized_runtime_env, label_selector=spec.label_selector,
+            fallback_label_selectors=spec.fallback_strategy,
             retriable=spec.actor_creation.max_restarts != 0)
         try:
             return await self.raylets.request_worker_lease(

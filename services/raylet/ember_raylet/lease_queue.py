@@ -28,7 +28,7 @@ from typing import Callable
 from ember_common.labels import Selector
 
 from .resources import Allocation, NodeResources
-from .scheduler import DEFAULT_SPREAD_THRESHOLD, Decision, Pick, RemoteNode, capacity, decide
+from .scheduler import DEFAULT_SPREAD_THRESHOLD, Decision, Pick, RemoteNode, capacity, choose_selector, decide
 from .worker_pool import kind_key, needs_gpu
 
 Clock = Callable[[], float]
@@ -50,6 +50,7 @@ class LeaseRequest:
     env: str = ""  # runtime env hash: only a worker started in that env may take the grant
     prefer_here: bool = False  # SPREAD / soft affinity chose this node: local whenever it fits
     selector: Selector = ()  # label_selector: only nodes whose labels match may run it
+    fallbacks: tuple[Selector, ...] = ()  # fallback_strategy's selectors, in order
 
 
 @dataclass(frozen=True)
@@ -126,10 +127,18 @@ class LeaseQueue:
         self.waiting.append(req)
         return "queued"
 
-    def capacity(self, resources: dict[str, float], selector: Selector = ()) -> int:
-        """How many leases of this shape the alive nodes' totals hold (scheduler.capacity),
-        counting only the nodes a label selector matches."""
-        return capacity(self.resources, self.cluster, self.node_id, resources, selector, self.labels)
+    def capacity(self, req: LeaseRequest) -> int:
+        """How many leases of the request's shape the alive nodes' totals hold
+        (scheduler.capacity), counting only the nodes its label selector matches."""
+        return capacity(self.resources, self.cluster, self.node_id, req.resources, self._selector(req),
+                        self.labels)
+
+    def _selector(self, req: LeaseRequest) -> Selector:
+        """The request's selector in force: the primary, or the first fallback some node can use."""
+        if not req.fallbacks:
+            return req.selector
+        return choose_selector(self.resources, self.cluster, self.node_id, req.resources,
+                               [req.selector, *req.fallbacks], self.labels)
 
     def demand(self) -> tuple[dict[Shape, int], dict[Shape, int]]:
         """The waiting requests counted by resource shape: (queued here, infeasible), for the
@@ -312,4 +321,4 @@ class LeaseQueue:
     def _decide(self, req: LeaseRequest) -> Decision:
         return decide(self.resources, self.view(), self.node_id, req.resources,
                       req.spillback_count, self.spread_threshold, self.pick, req.prefer_here,
-                      req.selector, self.labels)
+                      self._selector(req), self.labels)

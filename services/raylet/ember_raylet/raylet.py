@@ -226,12 +226,14 @@ class Raylet:
                 gpu_ids = self.bundles.gpu_ids(req.placement_group_id, idx)
         try:
             selector = kit_labels.parse_selector(dict(req.label_selector)) if req.label_selector else ()
+            fallbacks = tuple(kit_labels.parse_selector(dict(f.selector), f"fallback_strategy[{i}]")
+                              for i, f in enumerate(req.fallback_label_selectors))
         except kit_labels.InvalidLabelError as e:
             raise InvalidArgument(str(e)) from None
         env = self._want_env(req.serialized_runtime_env)
         lr = LeaseRequest(req.lease_id, resources, req.spillback_count, req.name,
                           req.owner_worker_id, bool(req.actor_id), gpu_ids=gpu_ids, env=env,
-                          prefer_here=req.prefer_here, selector=selector)
+                          prefer_here=req.prefer_here, selector=selector, fallbacks=fallbacks)
         fut: asyncio.Future[LeaseReply] = asyncio.get_running_loop().create_future()
         self.futures[req.lease_id] = fut
         decision = self.queue.submit(lr)
@@ -305,7 +307,7 @@ class Raylet:
                 worker_address=common_pb2.Address(ip=self.node_ip, port=w.port, worker_id=w.worker_id,
                                                   node_id=self.node_id),
                 gpu_ids=g.alloc.gpu_ids if g.request.gpu_ids is None else g.request.gpu_ids, pid=w.pid,
-                capacity=self.queue.capacity(g.request.resources, g.request.selector))))
+                capacity=self.queue.capacity(g.request))))
         for _ in range(self.pool.to_start(sched.wanted_by_env.get("", 0))):
             self.start_worker()
         for env, n in sched.wanted_by_env.items():  # envs set up; the others start when ready

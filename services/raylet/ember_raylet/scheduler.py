@@ -16,7 +16,9 @@ redirected once (spillback_count > 0) is never redirected again: it runs or wait
 
 A label selector (Ray's `label_selector`, parsed by `ember_common.labels`) narrows all of this
 to the nodes whose labels match it, this node included: a request this node's labels do not
-match spills to a matching node, and is infeasible when no alive node matches.
+match spills to a matching node, and is infeasible when no alive node matches. With fallbacks (Ray's
+`fallback_strategy`), `choose_selector` picks the first selector, the primary one first, that
+some alive node matches and could ever run the request on.
 """
 from __future__ import annotations
 
@@ -119,6 +121,20 @@ def decide(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: 
             f"No alive node in the cluster has labels matching the label selector "
             f"{_show(selector)} (resources {request})."))
     return Decision("infeasible", reason=_why(request, cluster, local, local_node_id, here_ok))
+
+
+def choose_selector(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: str,
+                    request: dict[str, float], selectors: list[Selector],
+                    local_labels: Mapping[str, str] | None = None) -> Selector:
+    """The first of `selectors` (the primary, then the fallbacks) that an alive node (this one
+    included) matches and has the total resources for; the primary when none does."""
+    for sel in selectors:
+        if matches(local_labels or {}, sel) and local.fits_total(request):
+            return sel
+        if any(n.alive and n.node_id != local_node_id and matches(n.labels, sel) and _fits(n.total, request)
+               for n in cluster.values()):
+            return sel
+    return selectors[0] if selectors else ()
 
 
 def capacity(local: NodeResources, cluster: dict[str, RemoteNode], local_node_id: str,

@@ -27,7 +27,7 @@ ACTOR_OPTIONS = {
 
 
 # Ray options Ember knows but does not implement yet: setting them must not pass silently.
-UNSUPPORTED = {"fallback_strategy": "fallback strategies (label selectors tried in turn)"}
+UNSUPPORTED: dict[str, str] = {}
 
 
 def validate(options: dict[str, Any], allowed: set[str], what: str) -> None:
@@ -43,6 +43,7 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> None:
     # label_selector: Ray's syntax (keys, `v`, `!v`, `in(a,b)`, `!in(a,b)`), checked once here.
     if options.get("label_selector") is not None:
         kit_labels.parse_selector(options["label_selector"], f"label_selector of {what}")
+    fallback_selectors(options.get("fallback_strategy"), what)
     # runtime_env: the fields and their types (paths are checked when the task is submitted).
     runtime_env_validation.validate(options.get("runtime_env"), f"runtime_env of {what}")
     # Strategy, placement group and bundle index: checked here (without the caller's context;
@@ -68,6 +69,26 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> None:
     if nr is not None and nr not in ("streaming", "dynamic") and (
             not isinstance(nr, int) or isinstance(nr, bool) or nr < 0):
         raise ValueError(f"num_returns must be an int >= 0, got {nr!r}")
+
+
+def fallback_selectors(strategy: Any, what: str) -> list[dict[str, str]]:
+    """Ray's fallback_strategy checked: a list of dicts whose one option is `label_selector`
+    (ValueError naming the problem); the selectors, in order."""
+    if strategy is None:
+        return []
+    if not isinstance(strategy, list):
+        raise ValueError(f"fallback_strategy of {what} must be a list of dicts, got {type(strategy).__name__}")
+    out = []
+    for i, entry in enumerate(strategy):
+        if not isinstance(entry, dict) or not entry:
+            raise ValueError(f"fallback_strategy[{i}] of {what} must be a non-empty dict, got {entry!r}")
+        unknown = sorted(k for k in entry if k != "label_selector")
+        if unknown:
+            raise ValueError(f"fallback_strategy[{i}] of {what}: unsupported option(s) {unknown}; "
+                             "only 'label_selector' is supported")
+        kit_labels.parse_selector(entry["label_selector"], f"fallback_strategy[{i}] of {what}")
+        out.append(dict(entry["label_selector"] or {}))
+    return out
 
 
 def count(value: Any, key: str, what: str) -> None:

@@ -13,7 +13,7 @@ from ..owner import task_errors
 from ..owner.task_queue import TaskEntry
 from ..runtime_env import context as runtime_env
 from . import scheduling, signatures
-from .options import TASK_OPTIONS, resource_request, validate
+from .options import TASK_OPTIONS, fallback_selectors, resource_request, validate
 
 
 class RemoteFunction:
@@ -175,7 +175,9 @@ def spec_template(w: Any, function: Any, name: str,
         streaming=num_returns == "streaming", caller=core.address_proto,
         serialized_runtime_env=runtime_env.resolve(options.get("runtime_env"),
                                                    f"runtime_env of remote function {name}"),
-        label_selector=options.get("label_selector") or {})
+        label_selector=options.get("label_selector") or {},
+        fallback_strategy=[common_pb2.LabelSelector(selector=s)
+                           for s in fallback_selectors(options.get("fallback_strategy"), f"remote function {name}")])
     placement = scheduling.resolve(options, f"remote function {name}", request=dict(spec.resources))
     return (spec, num_returns, with_placement(spec, placement),
             scheduling.needs_context(options), allowlist)
@@ -187,8 +189,9 @@ def with_placement(spec: Any, placement: scheduling.Placement) -> Any:
     key = tuple(sorted(spec.resources.items()))
     if spec.serialized_runtime_env:  # workers are pooled per runtime env: never shared across envs
         key = (*key, ("runtime_env", spec.serialized_runtime_env))
-    if spec.label_selector:  # a lease granted on a node the selector picked serves only it
-        key = (*key, ("label_selector", tuple(sorted(spec.label_selector.items()))))
+    if spec.label_selector or spec.fallback_strategy:  # a lease on a node they picked serves only them
+        key = (*key, ("label_selector", tuple(sorted(spec.label_selector.items())),
+                      tuple(tuple(sorted(f.selector.items())) for f in spec.fallback_strategy)))
     if placement == scheduling.DEFAULT:
         spec.ClearField("placement_group_id")
         spec.placement_group_bundle_index = 0

@@ -191,7 +191,8 @@ class TaskSubmitter:
         request = raylet_pb2.RequestWorkerLeaseRequest(
             lease_id=lease_id, resources=dict(spec.resources), job_id=self.core.job_id,
             name=spec.name, owner_worker_id=self.core.worker_id,
-            serialized_runtime_env=spec.serialized_runtime_env, label_selector=spec.label_selector)
+            serialized_runtime_env=spec.serialized_runtime_env, label_selector=spec.label_selector,
+            fallback_label_selectors=spec.fallback_strategy)
         request.retriable = spec.max_retries != 0  # the memory monitor kills retriable work first
         placement = key[-1] if key and isinstance(key[-1], Placement) else None
         if placement is not None:
