@@ -49,6 +49,7 @@ def decode_image(data: bytes, path: str, size: tuple[int, int] | None,
     """The image in `data` as an ndarray (resized, then converted, as Ray does)."""
     from PIL import Image, UnidentifiedImageError
 
+    image: Any
     try:
         image = Image.open(io.BytesIO(data))
         image.load()
@@ -89,7 +90,7 @@ class ImageDatasink(FileDatasink):
         fmt = str(file_format).lower()
         if fmt.upper() not in Image.SAVE and {"jpg": "JPEG", "tif": "TIFF"}.get(fmt) not in Image.SAVE:
             raise ValueError(f"write_images: Pillow cannot write file_format {file_format!r}")
-        self.column = column
+        self.image_column = column
         self.file_format = fmt
 
     def get_name(self) -> str:
@@ -104,12 +105,12 @@ class ImageDatasink(FileDatasink):
         task_idx = ctx.task_idx if ctx is not None else 0
         last = ""
         for block_idx, block in enumerate(b for b in blocks if b.num_rows):
-            if self.column not in block.column_names:
-                raise KeyError(f"write_images: no column {self.column!r}; the dataset has "
+            if self.image_column not in block.column_names:
+                raise KeyError(f"write_images: no column {self.image_column!r}; the dataset has "
                                f"{block.column_names}")
             for row_idx, row in enumerate(B.iter_rows(block)):
                 name = self._row_name(row, task_idx, block_idx, row_idx)
-                last = self._write_bytes(name, _encode(row[self.column], self.file_format))
+                last = self._write_bytes(name, _encode(row[self.image_column], self.file_format))
         return last
 
     def _row_name(self, row: dict, task_idx: int, block_idx: int, row_idx: int) -> str:

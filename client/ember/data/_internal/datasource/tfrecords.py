@@ -52,7 +52,7 @@ def crc32c_py(data: bytes) -> int:
 
 
 try:
-    import google_crc32c  # type: ignore[import-not-found]
+    import google_crc32c
 
     def crc32c(data: bytes) -> int:
         """CRC-32C by google-crc32c (the data extra pins it; C, GB/s)."""
@@ -136,6 +136,7 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
     while pos < len(buf):
         tag, pos = _varint(buf, pos)
         num, wt = tag >> 3, tag & 7
+        val: Any
         if wt == 0:
             val, pos = _varint(buf, pos)
         elif wt == 1:

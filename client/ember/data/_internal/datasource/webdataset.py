@@ -114,7 +114,7 @@ def decode_sample(sample: dict) -> dict:
 
             out[key] = torch.load(io.BytesIO(value), weights_only=False)
         elif ext == "mp":
-            import msgpack  # type: ignore[import-not-found]
+            import msgpack
 
             out[key] = msgpack.unpackb(value, raw=False)
     return out
