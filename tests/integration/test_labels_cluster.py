@@ -17,7 +17,7 @@ from ember.exceptions import TaskUnschedulableError
 from ember.testing import LocalCluster
 from ember.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-from ember.util.state import list_nodes
+from ember.util.state import list_actors, list_nodes
 
 T = 60
 
@@ -100,6 +100,9 @@ def test_fallback_strategy_is_used_when_no_node_matches_the_selector(cluster):
     assert node == head
     actor = Pinned.options(label_selector={"zone": "d"}, fallback_strategy=fallback).remote()
     assert ember.get(actor.node.remote(), timeout=T) == other
+    (row,) = [r for r in list_actors(address=cluster[0].gcs_address, detail=True)
+              if r.state == "ALIVE" and r.label_selector == {"zone": "d"}]
+    assert row.fallback_strategy == fallback
     ember.kill(actor)
 
 

@@ -63,7 +63,7 @@ class ActorState(StateSchema):
     num_restarts_due_to_node_preemption: int | None = state_column(filterable=False, detail=True)
     call_site: str | None = state_column(filterable=False, detail=True)
     label_selector: dict[str, Any] | None = state_column(filterable=False, detail=True)
-    fallback_strategy: dict[str, Any] | None = state_column(filterable=False, detail=True)
+    fallback_strategy: list[dict[str, Any]] | None = state_column(filterable=False, detail=True)
 
 
 @dataclass
