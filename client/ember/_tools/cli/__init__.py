@@ -3,6 +3,7 @@
     ember start --head [--port 6379] [--num-cpus N] [--num-gpus N] [--resources JSON]
                 [--gcs-storage memory|etcd://host:port] [--object-store-memory BYTES]
                 [--metrics-export-port N]  # Prometheus: raylet N, objmgr N+1, GCS N+2 (head)
+                [--labels k=v,... | --labels-file YAML] [--temp-dir DIR]  # node labels, session root
     ember start --address ADDRESS [--num-cpus N ...]       # add a node     (start_stop.py)
     ember stop [--force]                                   # stop every node started here
     ember status [--address ADDRESS]                       # nodes, resources, actors (status.py)
