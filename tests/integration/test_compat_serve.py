@@ -16,7 +16,7 @@ def url(serve_url):
     return serve_url
 
 
-@serve.deployment
+@serve.deployment(ray_actor_options={"num_cpus": 0.5})  # three replicas on the 2-CPU cluster
 class Adder:
     def __init__(self, n):
         self.n = n

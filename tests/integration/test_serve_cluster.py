@@ -26,7 +26,7 @@ def cluster():
         c.shutdown()
 
 
-@serve.deployment(num_replicas=2, ray_actor_options={"resources": {"special": 0.5}})
+@serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.5, "resources": {"special": 0.5}})
 class Where:
     def __call__(self, request):
         return {"node": ember.get_runtime_context().get_node_id(), "pid": os.getpid()}

@@ -111,7 +111,7 @@ def test_user_config_is_applied_in_place(url):
     serve.delete("cfg")
 
 
-@serve.deployment(max_ongoing_requests=10, autoscaling_config={
+@serve.deployment(max_ongoing_requests=10, ray_actor_options={"num_cpus": 0.5}, autoscaling_config={
     "min_replicas": 0, "max_replicas": 3, "initial_replicas": 0, "target_ongoing_requests": 2,
     "upscale_delay_s": 0.0, "downscale_delay_s": 0.5, "downscale_to_zero_delay_s": 1.0,
     "metrics_interval_s": 0.1})

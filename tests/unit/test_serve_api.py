@@ -13,7 +13,7 @@ def test_deployment_options_and_bind():
         pass
 
     assert M.name == "M" and M.num_replicas == 2 and M.max_ongoing_requests == 32
-    assert M.ray_actor_options == {"num_gpus": 1}
+    assert M.ray_actor_options == {"num_gpus": 1, "num_cpus": 1}  # Ray's default: one CPU per replica
     m2 = M.options(name="M2", num_replicas=3)
     assert (m2.name, m2.num_replicas, m2.max_ongoing_requests) == ("M2", 3, 32)
     app = M.bind(1, k=2)
@@ -64,7 +64,6 @@ def test_run_rejects_non_applications():
 
 
 @pytest.mark.parametrize("opts,err", [
-    ({"max_replicas_per_node": 2}, "max_replicas_per_node"),
     ({"logging_config": {"log_level": "DEBUG"}}, "logging_config"),
 ])
 def test_unimplemented_deployment_options_are_refused_not_dropped(opts, err):

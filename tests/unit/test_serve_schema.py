@@ -48,8 +48,13 @@ def test_a_full_config_round_trips_only_the_fields_given():
     (_cfg(deployments=[{"name": "D", "autoscaling_config": {"min_replicas": 3, "max_replicas": 1}}]),
      "min_replicas"),
     (_cfg(deployments=[{"name": "D", "ray_actor_options": {"num_cpu": 1}}]), "num_cpu"),
-    (_cfg(deployments=[{"name": "D", "placement_group_bundles": [{"CPU": 1}]}]), "placement_group_bundles"),
-    (_cfg(deployments=[{"name": "D", "max_replicas_per_node": 1}]), "max_replicas_per_node"),
+    (_cfg(deployments=[{"name": "D", "placement_group_bundles": []}]), "placement_group_bundles"),
+    (_cfg(deployments=[{"name": "D", "placement_group_strategy": "PACK"}]), "placement_group_bundles"),
+    (_cfg(deployments=[{"name": "D", "placement_group_bundles": [{"CPU": 1}],
+                        "placement_group_strategy": "TIGHT"}]), "TIGHT"),
+    (_cfg(deployments=[{"name": "D", "max_replicas_per_node": 0}]), "max_replicas_per_node"),
+    (_cfg(deployments=[{"name": "D", "max_replicas_per_node": 2, "placement_group_bundles": [{"CPU": 1}]}]),
+     "max_replicas_per_node is not allowed"),
     (_cfg(logging_config={"log_level": "DEBUG"}), "logging_config"),
     (_cfg(args=[1]), "args must be dict"),
     ({"applications": [{"import_path": "a:b"}, {"import_path": "c:d"}]}, "application name(s) ['default']"),
@@ -123,6 +128,23 @@ def test_overrides_apply_by_name_and_unknown_names_are_refused():
     assert app.deployment.config.ray_actor_options["runtime_env"] == {"env_vars": {"A": "1"}}
     with pytest.raises(ValueError, match=r"\['Nope'\]"):
         apply_overrides(builder({"greeting": "x"}), {"Nope": {"num_replicas": 1}}, None)
+
+
+def test_placement_options_come_from_the_config_and_are_checked_against_the_code():
+    over = DeploymentSchema.model_validate({"name": "Leaf", "placement_group_bundles": [{"CPU": 1}, {"GPU": 1}],
+                                            "placement_group_strategy": "STRICT_PACK"}).options()
+    app = builder({"greeting": "x"})
+    apply_overrides(app, {"Leaf": over}, None)
+    leaf = app.args[0]
+    cfg = leaf.deployment.config
+    assert cfg.placement_group_bundles == [{"CPU": 1}, {"GPU": 1}] and cfg.placement_group_strategy == "STRICT_PACK"
+    assert cfg.ray_actor_options == {"num_cpus": 1}  # the replica (one CPU, Ray's default) fits bundle 0
+    entry = app_config(leaf, "m:leaf", "a", "/")["deployments"][0]
+    assert entry["placement_group_bundles"] == [{"CPU": 1}, {"GPU": 1}] and "ray_actor_options" not in entry
+    # the schema cannot know the code's ray_actor_options; applying the override checks them
+    gpu_only = DeploymentSchema.model_validate({"name": "Leaf", "placement_group_bundles": [{"GPU": 1}]}).options()
+    with pytest.raises(ValueError, match="`num_cpus` for the actor is 1 but the bundle only has 0 `CPU`"):
+        apply_overrides(builder({"greeting": "x"}), {"Leaf": gpu_only}, None)
 
 
 def test_build_writes_each_deployment_once_with_its_options():

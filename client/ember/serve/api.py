@@ -127,7 +127,9 @@ def _flatten(root: Application, app_name: str) -> list[DeploymentSpec]:
             arg_bytes = cloudpickle.dumps((args, kwargs))
         except Exception as e:
             raise TypeError(f"deployment {d.name!r} or its bound arguments cannot be pickled: {e}") from e
-        h = hashlib.sha1(ser + arg_bytes + repr(sorted(d.config.ray_actor_options.items())).encode())
+        c = d.config  # what the replica actor runs with: a change restarts the replicas
+        placement = (c.placement_group_bundles, c.placement_group_strategy, c.max_replicas_per_node)
+        h = hashlib.sha1(ser + arg_bytes + repr((sorted(c.ray_actor_options.items()), placement)).encode())
         version = d.version or h.hexdigest()[:16]
         specs[name] = DeploymentSpec(app_name, name, ser, args, kwargs, d.config, version,
                                      import_paths=_driver_import_paths())

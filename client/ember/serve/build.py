@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from ._private.app_build import _nodes
-from .config import DeploymentConfig
+from .config import DEFAULT_REPLICA_NUM_CPUS, DeploymentConfig
 from .deployment import Application
 
 _DEFAULTS = DeploymentConfig()
@@ -26,8 +26,13 @@ def deployment_entry(name: str, cfg: DeploymentConfig) -> dict[str, Any]:
               "graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s"):
         if getattr(cfg, f) != getattr(_DEFAULTS, f):
             out[f] = getattr(cfg, f)
-    if cfg.ray_actor_options:
-        out["ray_actor_options"] = dict(cfg.ray_actor_options)
+    actor_options = {k: v for k, v in cfg.ray_actor_options.items()
+                     if not (k == "num_cpus" and v == DEFAULT_REPLICA_NUM_CPUS)}  # the default goes without saying
+    if actor_options:
+        out["ray_actor_options"] = actor_options
+    for f in ("placement_group_bundles", "placement_group_strategy", "max_replicas_per_node"):
+        if getattr(cfg, f) is not None:
+            out[f] = getattr(cfg, f)
     return out
 
 

@@ -9,8 +9,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._private.placement import check_max_replicas_per_node, check_placement_group_options
+
 DEFAULT_MAX_ONGOING_REQUESTS = 5
 DEFAULT_MAX_QUEUED_REQUESTS = -1  # unbounded, as in Ray
+DEFAULT_REPLICA_NUM_CPUS = 1  # Ray's: a replica reserves one CPU unless ray_actor_options say otherwise
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ class DeploymentConfig:
     graceful_shutdown_wait_loop_s: float = 2.0
     graceful_shutdown_timeout_s: float = 20.0
     ray_actor_options: dict[str, Any] = field(default_factory=dict)
+    placement_group_bundles: list[dict[str, float]] | None = None
+    placement_group_strategy: str | None = None
+    max_replicas_per_node: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_replicas is not None and self.num_replicas != "auto" and (
@@ -99,6 +105,16 @@ class DeploymentConfig:
         bad = sorted(set(self.ray_actor_options) - RAY_ACTOR_OPTIONS)
         if bad:
             raise ValueError(f"ray_actor_options {bad} are not supported; allowed: {sorted(RAY_ACTOR_OPTIONS)}")
+        if self.ray_actor_options.get("num_cpus") is None:
+            object.__setattr__(self, "ray_actor_options",
+                               {**self.ray_actor_options, "num_cpus": DEFAULT_REPLICA_NUM_CPUS})
+        check_placement_group_options(self.placement_group_bundles, self.placement_group_strategy,
+                                      self.ray_actor_options)
+        if self.placement_group_bundles is not None:  # a copy: the caller's list may change later
+            object.__setattr__(self, "placement_group_bundles", [dict(b) for b in self.placement_group_bundles])
+        check_max_replicas_per_node(self.max_replicas_per_node)
+        if self.max_replicas_per_node is not None and self.placement_group_bundles is not None:
+            raise ValueError("Setting max_replicas_per_node is not allowed when placement_group_bundles is provided.")
 
     def initial_target(self) -> int:
         a = self.autoscaling_config
@@ -124,14 +140,14 @@ def build_config(options: dict[str, Any], base: DeploymentConfig | None = None) 
     unknown = sorted(set(options) - DEPLOYMENT_OPTIONS)
     if unknown:
         raise TypeError(f"unknown deployment option(s) {unknown}; known: {sorted(DEPLOYMENT_OPTIONS)}")
-    for unsupported in ("placement_group_bundles", "placement_group_strategy", "request_router_config",
-                        "max_replicas_per_node", "logging_config"):
+    for unsupported in ("request_router_config", "logging_config"):
         if options.get(unsupported) is not None:
             raise ValueError(f"deployment option {unsupported!r} is not supported by Ember Serve yet")
     kw: dict[str, Any] = {}
     for name in ("num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config",
                  "health_check_period_s", "health_check_timeout_s", "graceful_shutdown_wait_loop_s",
-                 "graceful_shutdown_timeout_s", "ray_actor_options"):
+                 "graceful_shutdown_timeout_s", "ray_actor_options", "placement_group_bundles",
+                 "placement_group_strategy", "max_replicas_per_node"):
         if name in options:
             kw[name] = options[name]
     if "max_concurrent_queries" in options and "max_ongoing_requests" not in options:

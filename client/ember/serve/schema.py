@@ -119,9 +119,9 @@ class HTTPOptionsSchema(_Schema):
 
 DEPLOYMENT_FIELDS = ("name", "num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config",
                      "autoscaling_config", "graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s",
-                     "health_check_period_s", "health_check_timeout_s", "ray_actor_options")
-DEPLOYMENT_UNIMPLEMENTED = ("backpressure_config", "placement_group_bundles", "placement_group_strategy",
-                            "placement_group_bundle_label_selector", "max_replicas_per_node", "logging_config",
+                     "health_check_period_s", "health_check_timeout_s", "ray_actor_options",
+                     "placement_group_bundles", "placement_group_strategy", "max_replicas_per_node")
+DEPLOYMENT_UNIMPLEMENTED = ("backpressure_config", "placement_group_bundle_label_selector", "logging_config",
                             "request_router_config", "gang_scheduling_config", "deployment_actors",
                             "rolling_update_percentage", "max_surge_percent")
 
@@ -141,6 +141,9 @@ class DeploymentSchema(_Schema):
     health_check_period_s: float | None = None
     health_check_timeout_s: float | None = None
     ray_actor_options: dict[str, Any] | None = None
+    placement_group_bundles: list[dict[str, float]] | None = None
+    placement_group_strategy: str | None = None
+    max_replicas_per_node: int | None = None
     _set: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @classmethod
@@ -150,8 +153,13 @@ class DeploymentSchema(_Schema):
         if "name" not in d:
             raise SchemaError(f"{where}.name is required")
         _typed(where, "name", d["name"], str)
+        probe = {k: v for k, v in d.items() if k != "name"}
+        if "placement_group_bundles" in probe and "ray_actor_options" not in probe:
+            # the replica's own ray_actor_options are in its code: whether they fit the first
+            # bundle is checked when the overrides are applied to it
+            probe["ray_actor_options"] = {"num_cpus": 0}
         try:
-            build_config({k: v for k, v in d.items() if k != "name"})
+            build_config(probe)
         except (TypeError, ValueError) as e:
             raise SchemaError(f"{where} ({d['name']}): {e}") from e
         return cls(**d, _set=frozenset(d))

@@ -130,7 +130,8 @@ def build_specs(import_path: str, args: dict[str, Any], overrides: dict[str, dic
 
 def pin_versions(root: Application, import_path: str, args: dict[str, Any]) -> None:
     """Gives each deployment without an explicit version one derived from what the config says
-    its code is: the import path, the builder args, its name and its ray_actor_options (with the
+    its code is: the import path, the builder args, its name, its ray_actor_options and placement
+    options (placement_group_*, max_replicas_per_node; ray_actor_options with the
     runtime_env's package URIs, which change with the code in a working_dir). A redeploy that
     changes only num_replicas, user_config, max_ongoing_requests or the like keeps the version,
     so the controller updates the running replicas in place (the hash of a class pickled by value
@@ -142,5 +143,7 @@ def pin_versions(root: Application, import_path: str, args: dict[str, Any]) -> N
         d = n.deployment
         if d.version is not None:
             continue
-        key = json.dumps([import_path, args, d.name, d.config.ray_actor_options], sort_keys=True, default=repr)
+        c = d.config
+        key = json.dumps([import_path, args, d.name, c.ray_actor_options, c.placement_group_bundles,
+                          c.placement_group_strategy, c.max_replicas_per_node], sort_keys=True, default=repr)
         n.deployment = d.options(version=hashlib.sha1(key.encode()).hexdigest()[:16])

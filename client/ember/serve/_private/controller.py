@@ -28,6 +28,7 @@ import ember
 from ember._private.doors import internal_kv as kv
 
 from .deployment_state import NAMESPACE, DeploymentSpec, DeploymentState, Replica
+from .placement_runtime import find_replica_group, remove_replica_group
 from .reconcile import RUNNING
 
 log = logging.getLogger(__name__)
@@ -101,12 +102,17 @@ class ServeController:
                 st = DeploymentState(d["spec"], d["target"], self._changed)
                 st.update(d["spec"])
                 st.target = d["target"]
-                for rid, (actor_name, version) in d["replicas"].items():
+                for rid, (actor_name, version, *rest) in d["replicas"].items():
+                    # its placement group (placement_group_bundles) is found again by its name
+                    pg = find_replica_group(actor_name) if d["spec"].config.placement_group_bundles else None
                     try:
                         h = ember.get_actor(actor_name, namespace=NAMESPACE)
-                    except Exception:
-                        continue  # gone while the controller was down: the reconciler replaces it
-                    st.replicas[rid] = Replica(rid, actor_name, version, RUNNING, time.monotonic(), h)
+                    except Exception:  # gone while the controller was down: the reconciler replaces it
+                        if pg is not None:
+                            remove_replica_group(pg, actor_name)
+                        continue
+                    st.replicas[rid] = Replica(rid, actor_name, version, RUNNING, time.monotonic(), h, pg=pg,
+                                               node_id=rest[0] if rest else None)
                 deps[dname] = st
             self.apps[name] = {"route_prefix": app["route_prefix"], "ingress": app["ingress"], "deployments": deps,
                                "config": app.get("config"), "deployed_at": app.get("deployed_at", 0.0)}
@@ -119,7 +125,8 @@ class ServeController:
             name: {"route_prefix": a["route_prefix"], "ingress": a["ingress"], "config": a.get("config"),
                    "deployed_at": a.get("deployed_at", 0.0), "deployments": {
                 dn: {"spec": st.spec, "target": st.target,
-                     "replicas": {r.replica_id: (r.actor_name, r.version) for r in st.replicas.values()}}
+                     "replicas": {r.replica_id: (r.actor_name, r.version, r.node_id)
+                                  for r in st.replicas.values()}}
                 for dn, st in a["deployments"].items()}}
             for name, a in self.apps.items()}, "proxy": self.proxy_opts}
         kv._internal_kv_put(KV_KEY, cloudpickle.dumps(state), overwrite=True, namespace=NAMESPACE)

@@ -12,8 +12,11 @@ from typing import Any, Callable
 
 import ember
 from ember.serve.config import DeploymentConfig
+from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from .autoscaling import AutoscalingPolicy
+from .placement import choose_node, replica_request
+from .placement_runtime import alive_nodes, remove_replica_group, replica_placement_group
 from .reconcile import RUNNING, STARTING, STOPPING, ReplicaView, reconcile
 from .replica import ServeReplica
 
@@ -32,6 +35,8 @@ class Replica:
     handle: Any = None
     ongoing: int = 0
     task: asyncio.Task | None = None
+    pg: Any = None  # its placement group (placement_group_bundles), removed when it stops
+    node_id: str | None = None  # the node it is pinned to (max_replicas_per_node)
 
 
 @dataclass
@@ -117,7 +122,10 @@ class DeploymentState:
                "graceful_shutdown_wait_loop_s": c.graceful_shutdown_wait_loop_s,
                "graceful_shutdown_timeout_s": c.graceful_shutdown_timeout_s,
                "health_check_period_s": c.health_check_period_s, "health_check_timeout_s": c.health_check_timeout_s,
-               "ray_actor_options": dict(c.ray_actor_options)}
+               "ray_actor_options": dict(c.ray_actor_options),
+               "placement_group_bundles": c.placement_group_bundles,
+               "placement_group_strategy": c.placement_group_strategy,
+               "max_replicas_per_node": c.max_replicas_per_node}
         return {"status": self.status(), "message": self.message, "replica_states": counts, "target": self.target,
                 "replicas": [(r.replica_id, r.state, r.actor_name) for r in self.replicas.values()],
                 "deployment_config": {k: v for k, v in cfg.items() if v is not None or k == "user_config"}}
@@ -141,7 +149,8 @@ class DeploymentState:
             self.stop_replica(rid)
         if d.start and now >= self._retry_after and self.failures < MAX_START_FAILURES:
             for _ in range(d.start):
-                self.start_replica(now)
+                if self.start_replica(now) is None:
+                    break
         if now >= self._next_health:
             self._next_health = now + self._health_period()
             for r in list(self.replicas.values()):
@@ -154,18 +163,35 @@ class DeploymentState:
             p = min(p, self.policy.config.metrics_interval_s, 0.5)
         return max(0.05, p)
 
-    def start_replica(self, now: float) -> Replica:
+    def start_replica(self, now: float) -> Replica | None:
+        """Starts one replica (of the current version); None when max_replicas_per_node leaves
+        no node with room for it now (the next tick tries again)."""
         rid = uuid.uuid4().hex[:8]
         name = f"SERVE_REPLICA::{self.dep_id}#{rid}"
         s = self.spec
-        opts = dict(s.config.ray_actor_options)
-        opts.setdefault("num_cpus", 0)  # Ray's replicas hold no CPU unless asked
+        opts = dict(s.config.ray_actor_options)  # num_cpus is always set (1 unless given)
+        pg, node_id = None, None
+        if s.config.placement_group_bundles is not None:
+            try:
+                pg = replica_placement_group(s.config, name)
+            except Exception as e:  # refused by the GCS (e.g. a bundle no node could ever hold)
+                self._start_failed(f"the placement group of replica {rid} of {self.dep_id} was refused: {e}")
+                return None
+            opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=0, placement_group_capture_child_tasks=True)
+        elif s.config.max_replicas_per_node is not None:
+            node_id = self._pick_node()
+            if node_id is None:
+                self.message = (f"no node has room for another replica of {self.dep_id} "
+                                f"(max_replicas_per_node={s.config.max_replicas_per_node})")
+                return None
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
         cls = ember.remote(ServeReplica).options(
             name=name, namespace=NAMESPACE, lifetime="detached", max_restarts=0,
             max_concurrency=max(1000, s.config.max_ongoing_requests * 2), **opts)
         handle = cls.remote(s.app, s.name, rid, s.serialized_def, s.init_args, s.init_kwargs, s.config.user_config,
                             s.import_paths)
-        r = Replica(rid, name, s.version, STARTING, now, handle)
+        r = Replica(rid, name, s.version, STARTING, now, handle, pg=pg, node_id=node_id)
         self.replicas[rid] = r
         r.task = asyncio.ensure_future(self._wait_ready(r))
         return r
@@ -174,10 +200,7 @@ class DeploymentState:
         try:
             await r.handle.ready.remote()
         except Exception as e:
-            self.failures += 1
-            self.message = f"replica {r.replica_id} of {self.dep_id} failed to start: {e}"
-            log.warning("%s", self.message)
-            self._retry_after = time.monotonic() + min(5.0, 0.5 * 2 ** self.failures)
+            self._start_failed(f"replica {r.replica_id} of {self.dep_id} failed to start: {e}")
             self.replicas.pop(r.replica_id, None)
             self._kill(r)
             self.on_change()
@@ -187,6 +210,12 @@ class DeploymentState:
             self.failures = 0
             self.message = ""
             self.on_change()
+
+    def _start_failed(self, message: str) -> None:
+        self.failures += 1
+        self.message = message
+        log.warning("%s", message)
+        self._retry_after = time.monotonic() + min(5.0, 0.5 * 2 ** self.failures)
 
     async def _check(self, r: Replica) -> None:
         timeout = self.spec.config.health_check_timeout_s
@@ -226,12 +255,24 @@ class DeploymentState:
             self.replicas.pop(r.replica_id, None)
             self.on_change()
 
+    def _pick_node(self) -> str | None:
+        cfg = self.spec.config
+        assert cfg.max_replicas_per_node is not None
+        on: dict[str, int] = {}
+        for r in self.replicas.values():
+            if r.node_id is not None and r.state != STOPPING:
+                on[r.node_id] = on.get(r.node_id, 0) + 1
+        return choose_node(alive_nodes(), on, cfg.max_replicas_per_node, replica_request(cfg.ray_actor_options))
+
     @staticmethod
     def _kill(r: Replica) -> None:
         try:
             ember.kill(r.handle, no_restart=True)
         except Exception as e:
             log.debug("kill %s: %s", r.actor_name, e)
+        if r.pg is not None:
+            remove_replica_group(r.pg, r.actor_name)
+            r.pg = None
 
     def running_handles(self) -> dict[str, Any]:
         return {r.replica_id: r.handle for r in self.replicas.values() if r.state == RUNNING}
