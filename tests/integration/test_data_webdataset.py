@@ -74,6 +74,8 @@ def test_selection_renaming_and_custom_decoder(cluster, shard_dir):
     d, _ = shard_dir
     rows = ember.data.read_webdataset(str(d), suffixes=["txt", "*.cls"]).take_all()
     assert all(set(r) == {"__key__", "__url__", "txt", "cls"} for r in rows)
+    none = ember.data.read_webdataset(str(d / "shard-1.tar"), suffixes=["nope"]).take_all()
+    assert [set(r) for r in none] == [{"__key__", "__url__"}]  # as Ray: the key stays a sample
     sel = ember.data.read_webdataset(str(d), fileselect=lambda n: n.endswith(".txt")).take_all()
     assert sorted(r["txt"] for r in sel) == ["hello", "third", "world"] and "cls" not in sel[0]
     renamed = ember.data.read_webdataset(

@@ -146,14 +146,14 @@ def samples(f: Any, opts: dict, url: str) -> Iterator[dict]:
         if key is None or suffix is None:
             continue
         if cur is None or key != cur["__key__"]:
-            if cur is not None and len(cur) > 2:
+            if cur is not None:
                 yield cur
             cur = {"__key__": key, "__url__": url}
         if suffix in cur:
             raise ValueError(f"{url}: the member {name!r} repeats suffix {suffix!r} of key {key!r}")
         if matches(suffix, opts.get("suffixes")):
             cur[suffix] = data
-    if cur is not None and len(cur) > 2:
+    if cur is not None:
         yield cur
 
 
