@@ -289,8 +289,10 @@ class _MessageError(RayError):
 
 class ActorUnavailableError(RayActorError):
     """The actor cannot be reached for now (restarting, or its worker unreachable) and may be
-    again later; the call may or may not have run. Ember does not raise it: calls to a
-    restarting actor wait for its next incarnation (or fail with ActorDiedError)."""
+    again later; the call may or may not have run. Raised, as Ray does, for a call with no
+    retries left whose actor's worker was lost while it ran and the actor lives on (it
+    restarts, or the GCS still has it ALIVE), and for calls of an actor whose calls have no
+    retries (max_task_retries=0) sent while the GCS says it is RESTARTING."""
 
     def __init__(self, error_message: str = "", actor_id: bytes | str | None = None) -> None:
         aid = actor_id.hex() if isinstance(actor_id, bytes) else (actor_id or "")

@@ -70,7 +70,9 @@ def test_a_delivered_call_costs_a_retry_and_an_undelivered_one_does_not():
     assert q.needs_actor() and q.low == 1
     out = q.actor_alive(3, "c:3")
     assert isinstance(out[0], Fail) and out[0].entry is e[0]
-    assert isinstance(out[0].error, exc.ActorDiedError)
+    # Alive again (restarted): the call may or may not have run: unavailable, not dead (Ray).
+    assert isinstance(out[0].error, exc.ActorUnavailableError)
+    assert not isinstance(out[0].error, exc.ActorDiedError)
     assert "max_task_retries=1" in str(out[0].error)
 
 
@@ -173,3 +175,31 @@ def test_an_application_error_with_retry_exceptions_is_sent_again_as_a_new_call(
     assert q.replied(e[1], failed) == [Complete(e[1], failed)]  # no retry_exceptions
     assert q.replied(e[0], failed) == [Complete(e[0], failed)]  # no retry left
     assert q.low == 3
+
+
+def test_a_restarting_actor_fails_doomed_calls_and_unretried_waiting_ones_as_unavailable():
+    q = ActorCallQueue(ACTOR, max_task_retries=0)
+    q.actor_alive(1, "a:1")
+    e = submit(q, 3)
+    assert pushes(q.ready(e[0])) == [0]
+    assert q.push_failed(e[0], 1, "UNAVAILABLE", delivered=True) == [WaitForActor()]
+    assert q.ready(e[1]) == [] and q.grace_s() == 1.0  # doomed: a short wait for its fate
+    out = q.actor_restarting()
+    assert [f.entry for f in out] == [e[0], e[1]]
+    assert all(isinstance(f.error, exc.ActorUnavailableError) for f in out)
+    assert "is unavailable" in str(out[0].error) and "may or may not have run" in str(out[0].error)
+    assert q.restarting and not q.needs_actor()
+    q.resolved()  # the submitter's wait ends: nothing needs the actor
+    assert q.ready(e[2]) == [WaitForActor()]  # a later call: the GCS is asked first
+    assert pushes(q.actor_alive(2, "b:2")) == [2] and not q.restarting
+
+
+def test_a_restarting_actor_keeps_calls_that_have_retries():
+    q = ActorCallQueue(ACTOR, max_task_retries=-1)
+    q.actor_alive(1, "a:1")
+    e = submit(q, 2)
+    q.ready(e[0])
+    q.push_failed(e[0], 1, "UNAVAILABLE", delivered=True)  # retried: waiting, not doomed
+    q.ready(e[1])
+    assert q.actor_restarting() == [] and q.grace_s() == 5.0
+    assert pushes(q.actor_alive(2, "b:2")) == [0, 1]

@@ -12,11 +12,14 @@ instructions out (carried out by actor_submitter.py):
 
 A call whose push fails is resent to the next incarnation if it never reached the worker (free)
 or if it has `max_task_retries` left (-1: forever; each resend after delivery costs one);
-otherwise it is *doomed*: it fails with ActorDiedError once the GCS has said what became of the
-actor (DEAD: the death cause, e.g. "killed by ember.kill()"; alive again: it died while running
-the call, which was not retried). Once the actor is DEAD — reported by the GCS, or killed by
-this process (`actor_dead` right after its `ember.kill`) — every waiting, in-flight and later
-call fails with ActorDiedError naming the cause. A cancelled call that was not sent yet fails
+otherwise it is *doomed*: it fails once the GCS has said what became of the actor — DEAD:
+ActorDiedError with the death cause (e.g. "killed by ember.kill()"); RESTARTING (`actor_restarting`)
+or alive again: ActorUnavailableError (the actor lives on; the call may or may not have run), as
+Ray. While the actor is RESTARTING, an actor whose calls have no retries (max_task_retries=0,
+Ray's fail-if-unreachable) fails its calls waiting to be sent with ActorUnavailableError too,
+and so later calls until the GCS says it is ALIVE again. Once the actor is DEAD — reported by
+the GCS, or killed by this process (`actor_dead` right after its `ember.kill`) — every waiting,
+in-flight and later call fails with ActorDiedError naming the cause. A cancelled call that was not sent yet fails
 with TaskCancelledError and is skipped (`cancel`); one in flight is the worker's to drop. Pure:
 no I/O.
 """
@@ -64,6 +67,7 @@ class ActorCallQueue:
         self.address: str | None = None
         self.incarnation = 0
         self.dead_cause: str | None = None
+        self.restarting = False  # the GCS last said RESTARTING (cleared when ALIVE again)
         self.waiting: dict[int, TaskEntry] = {}   # ready to send (arguments resolved), by seq
         self.inflight: dict[int, TaskEntry] = {}  # sent, no reply yet
         # Broke after delivery with no retry left: failed once the GCS says what happened
@@ -165,17 +169,34 @@ class ActorCallQueue:
             return None
         self.incarnation = incarnation
         self.address = address
+        self.restarting = False
         if self.waiting:
             self.send_ptr = min(self.send_ptr, min(self.waiting))
         out: list[Instruction] = []
         for seq in sorted(self.doomed):
             entry, code = self.doomed.pop(seq)
-            out.append(Fail(entry, exc.ActorDiedError(
-                f"The actor {self.actor_id.hex()} died while running {entry.spec.name}() "
-                f"({code}); the call was not retried (max_task_retries="
-                f"{self.max_task_retries}).", self.actor_id.hex())))
+            out.append(Fail(entry, self._unavailable(entry, f"its worker was lost ({code})")))
         self._flush(out)
         return out
+
+    def actor_restarting(self) -> list[Instruction]:
+        """The GCS says the actor is RESTARTING: doomed calls fail with ActorUnavailableError,
+        and so do waiting ones when calls have no retries (max_task_retries=0)."""
+        self.restarting = True
+        out: list[Instruction] = []
+        for seq in sorted(self.doomed):
+            entry, code = self.doomed.pop(seq)
+            out.append(Fail(entry, self._unavailable(entry, f"its worker was lost ({code})")))
+        if self.max_task_retries == 0:
+            for seq in sorted(self.waiting):
+                entry = self.waiting.pop(seq)
+                self._fail(entry, self._unavailable(entry, "the actor is restarting"), out)
+        return out
+
+    def grace_s(self) -> float:
+        """How long to wait for the GCS's word on the actor before taking silence as "not
+        dead": short when calls wait to fail (Ray's timeout_ms_task_wait_for_death_info)."""
+        return 1.0 if self.doomed or (self.max_task_retries == 0 and self.waiting) else 5.0
 
     def actor_dead(self, cause: str) -> list[Instruction]:
         """The actor is DEAD: every waiting and doomed call fails, and so will later ones (and
@@ -235,6 +256,11 @@ class ActorCallQueue:
         if setup is not None:  # its runtime env could not be set up: that is the cause
             err.__cause__ = err.cause = exc.RuntimeEnvSetupError(setup)
         return err
+
+    def _unavailable(self, entry: TaskEntry, why: str) -> exc.ActorUnavailableError:
+        return exc.ActorUnavailableError(
+            f"{why} during {entry.spec.name}(), and the call is not retried "
+            f"(max_task_retries={self.max_task_retries})", self.actor_id)
 
     def _died_msg(self) -> str:
         return f"The actor {self.actor_id.hex()} is dead: {self.dead_cause}"

@@ -128,11 +128,12 @@ class ActorSubmitter:
         gcs = self.core.gcs
         try:
             attempts = backoff.Attempts(GCS_WAIT)
+            quick = q.restarting  # known to be restarting: ask for its state now, no wait
             while q.needs_actor():
                 try:
                     a = await gcs.get_actor_info(
-                        q.actor_id, wait_for_change=True, after_incarnation=q.incarnation,
-                        wait_s=5, timeout_s=15, retry=backoff.NO_RETRY)
+                        q.actor_id, wait_for_change=not quick, after_incarnation=q.incarnation,
+                        wait_s=q.grace_s(), timeout_s=15, retry=backoff.NO_RETRY)
                 except rpc.NotFound as e:
                     self._run(q, q.actor_dead(f"the GCS does not know it ({e})"))
                     return
@@ -140,9 +141,13 @@ class ActorSubmitter:
                     await asyncio.sleep(attempts.failed() or GCS_WAIT.max_s)  # the GCS may be restarting
                     continue
                 attempts.reset()
+                quick = False
                 if a.state == A.DEAD:
                     self._run(q, q.actor_dead(a.death_cause))
                     return
+                if a.state == A.RESTARTING:  # no word of death within the grace: unavailable
+                    self._run(q, q.actor_restarting())
+                    continue
                 if a.state == A.ALIVE:
                     # A newer incarnation, or (after 5 s with no change) the same worker, which
                     # the GCS still thinks alive: the failure was the network's; try it again.
