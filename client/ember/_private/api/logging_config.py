@@ -18,7 +18,7 @@ import logging
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 ENV_VAR = "EMBER_LOGGING_CONFIG"
 ENCODINGS = ("TEXT", "JSON")
@@ -133,7 +133,7 @@ class _Formatter(logging.Formatter):
         return line + "".join(f" {k}={v}" for k, v in fields.items())
 
 
-def from_environment(environ: dict[str, str]) -> LoggingConfig | None:
+def from_environment(environ: Mapping[str, str]) -> LoggingConfig | None:
     """The job's config a worker was started with (None: the job gave none)."""
     text = environ.get(ENV_VAR)
     return LoggingConfig._from_json(text) if text else None
