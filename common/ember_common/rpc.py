@@ -31,7 +31,7 @@ Limits (what a caller can make a server hold; config.py has the settings):
                             (pickled functions, up to 100 MB, and runtime-env packages, up to
                             500 MiB, reach the GCS KV in 1 MiB parts: kv_parts.py)
     EMBER_MAX_CONTROL_REQUEST_BYTES   4 MiB: what one request to any other method of the GCS or
-                            a raylet may be (`method_limit`: RESOURCE_EXHAUSTED naming the
+                            a raylet may be (`method_limits`: RESOURCE_EXHAUSTED naming the
                             method and the limit, checked on the request's length before it is
                             parsed); LARGE_CONTROL_METHODS keep the server's 64 MiB
     EMBER_MAX_MESSAGE_BYTES 512 MiB: what core workers and object managers receive in one

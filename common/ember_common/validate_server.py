@@ -11,7 +11,9 @@
 
 Before parsing, a request (each message of a request stream) longer than its method's byte
 limit (`Registrar`'s `limit_of`: rpc.py's per-method table) answers RESOURCE_EXHAUSTED naming
-the method and the limit (`too_big(text)`), without being parsed.
+the method and the limit (`too_big(text)`), without being parsed. A unary request of
+OFF_LOOP_BYTES or more is parsed and checked on a worker thread, so a big one (a placement-group
+round of 200,000 bundles) does not hold off the server's other calls.
 
 The servicer then sees only well-formed requests; the error goes through the kit's one error
 table (`rpc.InvalidArgument`). Messages without rules pass after parsing.
