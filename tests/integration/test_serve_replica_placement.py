@@ -94,6 +94,27 @@ def test_each_replica_gets_a_placement_group_its_tasks_run_in(cluster):
     assert _eventually(lambda: _free_cpus() == 6.0), ember.available_resources()
 
 
+def _controller_pid() -> int | None:
+    try:
+        return ember.get(ember.get_actor("SERVE_CONTROLLER", namespace="serve").ping.remote(), timeout=60)
+    except Exception:  # the controller is restarting
+        return None
+
+
+def test_a_restarted_controller_finds_the_replicas_groups_and_removes_them(cluster):
+    h = serve.run(Grouped.bind(), name="regroup", route_prefix=None)
+    before = h.groups.remote().result(timeout_s=60)["replica"]
+    old_pid = _controller_pid()
+    ember.kill(ember.get_actor("SERVE_CONTROLLER", namespace="serve"), no_restart=False)
+    assert _eventually(lambda: _controller_pid() not in (None, old_pid), 150), "the controller did not restart"
+    assert serve.status().applications["regroup"].status == "RUNNING"
+    assert serve.get_app_handle("regroup").groups.remote().result(timeout_s=60)["replica"] == before
+    serve.delete("regroup")  # the restarted controller knows the group by the replica's name
+    e = _eventually(lambda: (placement_group_table().get(before) or {"state": "REMOVED"})["state"] == "REMOVED")
+    assert e, placement_group_table().get(before)
+    assert _eventually(lambda: _free_cpus() == 6.0), ember.available_resources()
+
+
 def test_bundles_that_cannot_hold_the_replica_are_refused_as_ray_does(cluster):
     with pytest.raises(ValueError, match="must be a subset of the first bundle. `num_cpus` for the actor is 1"):
         Grouped.options(placement_group_bundles=[{"GPU": 1}])
