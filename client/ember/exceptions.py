@@ -323,8 +323,9 @@ class OutOfMemoryError(_MessageError):
     """The node ran low on memory and its raylet's memory monitor killed the task's worker to
     free it (EMBER_MEMORY_USAGE_THRESHOLD); the message names the node, its usage and the
     threshold. Raised by `get` once the task may not run again: it was its owner's last task on
-    the node, it is not retriable (max_retries=0), or EMBER_TASK_OOM_RETRIES are used up. An
-    actor killed so gives ActorDiedError, whose message says the memory monitor killed it."""
+    the node, it is not retriable (max_retries=0), or EMBER_TASK_OOM_RETRIES are used up. The
+    calls of an actor killed so raise it too once the actor is dead (it restarts, as on any
+    death, while max_restarts allows), as Ray's do."""
 
 
 class ObjectFetchTimedOutError(ObjectLostError):

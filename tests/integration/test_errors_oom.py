@@ -1,40 +1,98 @@
 """The raylet's memory monitor on a real node: a task that keeps allocating is killed and its
-owner's get raises OutOfMemoryError (an actor's calls: ActorDiedError saying so); the cluster
-keeps working afterwards.
+owner's get raises OutOfMemoryError (so do the calls of an actor killed so, once it is dead, as
+Ray's); the cluster keeps working afterwards.
 
-The threshold is set relative to the memory the machine uses when the test starts (the node's
-own processes plus about 1 GiB more), so the task never allocates more than 2 GiB whatever
-else runs on the machine; before checking that the cluster still works the test waits for the
-node's memory to be back under the threshold (the killed worker's pages freed)."""
+Where this process may create a memory cgroup (cgroup v1 or v2, as root), the node's raylet is
+moved into one of its own, limited to 2 GiB, with the threshold at half of it: the monitor reads
+the raylet's own cgroup, so what the rest of the machine does cannot move the threshold.
+Elsewhere the threshold is set relative to the memory the machine uses when the test starts
+(plus 1 GiB). Either way the task allocates at most 1.5 GiB; before checking that the cluster
+still works the test waits for the node's memory to be back under the threshold."""
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+from typing import Callable, Iterator
 
 import pytest
 
 import ember
 from ember import exceptions as ex
 from ember.testing import LocalCluster, wait_for
-from ember_raylet.memory_monitor import read_memory
+from ember_raylet.memory_monitor import MemorySnapshot, own_cgroups, read_memory
 
 MiB = 2**20
-MAX_ALLOC = 2048 * MiB
+MAX_ALLOC = 1536 * MiB
+CGROUP_LIMIT = 2048 * MiB
+
+
+@contextlib.contextmanager
+def memory_cgroup() -> Iterator[str | None]:
+    """A fresh memory cgroup under this process's own, limited to CGROUP_LIMIT (None when
+    this process may not make one); removed at the end."""
+    v2, v1 = own_cgroups()
+    root = "/sys/fs/cgroup"
+    if os.path.exists(os.path.join(root, "memory.max")) or (v2 and os.path.exists(
+            os.path.join(root, v2.lstrip("/"), "memory.max"))):
+        base, limit_file = os.path.join(root, (v2 or "/").lstrip("/")), "memory.max"
+    else:
+        base, limit_file = os.path.join(root, "memory", (v1 or "/").lstrip("/")), "memory.limit_in_bytes"
+    path = os.path.join(base, f"ember-oom-test-{os.urandom(4).hex()}")
+    try:
+        os.mkdir(path)
+    except OSError:
+        yield None
+        return
+    try:
+        with open(os.path.join(path, limit_file), "w") as f:
+            f.write(str(CGROUP_LIMIT))
+    except OSError:
+        os.rmdir(path)
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        wait_for(lambda: _rmdir(path), timeout_s=30, what=f"the test cgroup {path} to empty")
+
+
+def _rmdir(path: str) -> bool:
+    try:
+        os.rmdir(path)
+        return True
+    except OSError:
+        return False
 
 
 @pytest.fixture
 def oom_cluster(monkeypatch):
-    snap = read_memory()
-    threshold = (snap.used_bytes + 1024 * MiB) / snap.total_bytes
-    monkeypatch.setenv("EMBER_MEMORY_MONITOR_REFRESH_MS", "50")
-    monkeypatch.setenv("EMBER_MEMORY_USAGE_THRESHOLD", f"{threshold:.6f}")
-    monkeypatch.setenv("EMBER_MIN_MEMORY_FREE_BYTES", "-1")
-    with LocalCluster() as c:
-        node = c.add_node({"CPU": 2}, is_head=True, num_prestart_workers=0)
-        ember.init(address=c.gcs_address)
-        try:
-            yield node, threshold
-        finally:
-            ember.shutdown()
+    with memory_cgroup() as cgroup:
+        if cgroup is not None:
+            threshold = 0.5
+        else:
+            snap = read_memory()
+            threshold = (snap.used_bytes + 1024 * MiB) / snap.total_bytes
+        monkeypatch.setenv("EMBER_MEMORY_MONITOR_REFRESH_MS", "50")
+        monkeypatch.setenv("EMBER_MEMORY_USAGE_THRESHOLD", f"{threshold:.6f}")
+        monkeypatch.setenv("EMBER_MIN_MEMORY_FREE_BYTES", "-1")
+        with LocalCluster() as c:
+            node = c.add_node({"CPU": 2}, is_head=True, num_prestart_workers=0)
+            raylet_pid = node.raylet.pid
+            if cgroup is not None:  # before it starts any worker: they all start in there
+                with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                    f.write(str(raylet_pid))
+
+            def node_memory() -> MemorySnapshot:
+                return read_memory(proc_cgroup=f"/proc/{raylet_pid}/cgroup")
+
+            if cgroup is not None:
+                assert node_memory().total_bytes == CGROUP_LIMIT
+            ember.init(address=c.gcs_address)
+            try:
+                yield node, threshold, node_memory
+            finally:
+                ember.shutdown()
 
 
 def _hog() -> int:
@@ -63,7 +121,7 @@ class Holder:
 
 
 def test_a_task_that_overflows_memory_raises_out_of_memory_error(oom_cluster):
-    node, threshold = oom_cluster
+    node, threshold, node_memory = oom_cluster
     with pytest.raises(ex.OutOfMemoryError) as info:
         ember.get(hog.remote(), timeout=120)
     msg = str(info.value)
@@ -71,20 +129,22 @@ def test_a_task_that_overflows_memory_raises_out_of_memory_error(oom_cluster):
     assert "low on memory" in msg and node.node_id in msg, msg
     assert f"memory usage threshold of {threshold:.6f}" in msg, msg
     assert isinstance(info.value, ex.RayError)
-    _memory_back_under(threshold)
+    _memory_back_under(threshold, node_memory)
     assert ember.get([one.remote() for _ in range(4)], timeout=60) == [1] * 4
 
 
-def _memory_back_under(threshold: float) -> None:
-    wait_for(lambda: read_memory().fraction < threshold - 0.01, timeout_s=60,
-             what=f"the node's memory to come back under the threshold ({read_memory()})")
+def _memory_back_under(threshold: float, node_memory: Callable[[], MemorySnapshot]) -> None:
+    wait_for(lambda: node_memory().fraction < threshold - 0.01, timeout_s=60,
+             what=f"the node's memory to come back under the threshold ({node_memory()})")
 
 
-def test_an_actor_killed_for_memory_dies_saying_so(oom_cluster):
-    _, threshold = oom_cluster
+def test_an_actor_killed_for_memory_dies_with_out_of_memory_error(oom_cluster):
+    _, threshold, node_memory = oom_cluster
     a = Holder.remote()
-    with pytest.raises(ex.ActorDiedError) as info:
+    with pytest.raises(ex.OutOfMemoryError) as info:
         ember.get(a.grow.remote(), timeout=120)
-    assert "memory monitor" in str(info.value), str(info.value)
-    _memory_back_under(threshold)
+    assert "memory monitor" in str(info.value) and "is dead" in str(info.value), str(info.value)
+    with pytest.raises(ex.OutOfMemoryError):  # dead for good (max_restarts=0): later calls too
+        ember.get(a.grow.remote(), timeout=60)
+    _memory_back_under(threshold, node_memory)
     assert ember.get(one.remote(), timeout=60) == 1

@@ -59,7 +59,10 @@ def test_the_cause_names_node_usage_and_threshold_and_is_kept_by_lease_and_worke
         assert text in cause.error_message, text
     assert p.failure_cause(b"other") is None
     reason = p.death_reason("a")
-    assert reason is not None and "memory monitor" in reason and "low on memory" in reason
+    assert reason is not None and "low on memory" in reason
+    # the caller's actor queue recognises it (its calls fail with OutOfMemoryError)
+    from ember._private.owner.actor_queue import OOM_MARKER
+    assert OOM_MARKER in reason
 
 
 def test_a_bad_threshold_is_refused_naming_the_setting():
@@ -74,10 +77,10 @@ def test_read_memory_prefers_a_cgroup_v2_limit_below_the_machine(tmp_path):
     (cg / "memory.max").write_text(f"{4 * GB}\n")
     (cg / "memory.current").write_text(f"{3 * GB}\n")
     (cg / "memory.stat").write_text(f"anon 1\ninactive_file {GB}\n")
-    snap = mm.read_memory(str(cg), str(tmp_path / "meminfo"))
+    snap = mm.read_memory(str(cg), str(tmp_path / "meminfo"), str(tmp_path / "none"))
     assert (snap.used_bytes, snap.total_bytes) == (2 * GB, 4 * GB)
     (cg / "memory.max").write_text("max\n")  # no limit: the machine's memory
-    snap = mm.read_memory(str(cg), str(tmp_path / "meminfo"))
+    snap = mm.read_memory(str(cg), str(tmp_path / "meminfo"), str(tmp_path / "none"))
     assert (snap.used_bytes, snap.total_bytes) == (8000000 * 1024, 16000000 * 1024)
 
 
@@ -88,10 +91,31 @@ def test_read_memory_reads_cgroup_v1_and_falls_back_to_meminfo(tmp_path):
     (v1 / "memory.limit_in_bytes").write_text(f"{2 * GB}\n")
     (v1 / "memory.usage_in_bytes").write_text(f"{GB}\n")
     (v1 / "memory.stat").write_text("total_inactive_file 0\n")
-    snap = mm.read_memory(str(tmp_path / "cg"), str(tmp_path / "meminfo"))
+    snap = mm.read_memory(str(tmp_path / "cg"), str(tmp_path / "meminfo"), str(tmp_path / "none"))
     assert (snap.used_bytes, snap.total_bytes) == (GB, 2 * GB)
-    snap = mm.read_memory(str(tmp_path / "none"), str(tmp_path / "meminfo"))
+    snap = mm.read_memory(str(tmp_path / "none"), str(tmp_path / "meminfo"), str(tmp_path / "none"))
     assert snap.total_bytes == 16000000 * 1024 and snap.used_bytes == 12000000 * 1024
+
+
+def test_read_memory_reads_the_processs_own_cgroup(tmp_path):
+    (tmp_path / "meminfo").write_text("MemTotal:  16000000 kB\nMemAvailable: 4000000 kB\n")
+    (tmp_path / "self").write_text("9:name=systemd:/\n4:memory:/jobs/j1\n0::/\n")
+    assert mm.own_cgroups(str(tmp_path / "self")) == ("/", "/jobs/j1")
+    own = tmp_path / "cg" / "memory" / "jobs" / "j1"
+    own.mkdir(parents=True)
+    (own / "memory.limit_in_bytes").write_text(f"{3 * GB}\n")
+    (own / "memory.usage_in_bytes").write_text(f"{GB}\n")
+    # a parent's lower limit applies (v1's hierarchical_memory_limit)
+    (own / "memory.stat").write_text(f"hierarchical_memory_limit {2 * GB}\ntotal_inactive_file 0\n")
+    snap = mm.read_memory(str(tmp_path / "cg"), str(tmp_path / "meminfo"), str(tmp_path / "self"))
+    assert (snap.used_bytes, snap.total_bytes) == (GB, 2 * GB)
+    (tmp_path / "v2self").write_text("0::/svc/raylet\n")
+    own2 = tmp_path / "cg2" / "svc" / "raylet"
+    own2.mkdir(parents=True)
+    (own2 / "memory.max").write_text(f"{GB}\n")
+    (own2 / "memory.current").write_text(f"{GB // 2}\n")
+    snap = mm.read_memory(str(tmp_path / "cg2"), str(tmp_path / "meminfo"), str(tmp_path / "v2self"))
+    assert (snap.used_bytes, snap.total_bytes) == (GB // 2, GB)
 
 
 class _Proc:

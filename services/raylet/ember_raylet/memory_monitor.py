@@ -1,8 +1,8 @@
 """The raylet's memory monitor: when the node runs low on memory, kill one worker to free it.
 
 As Ray's out-of-memory prevention: every `EMBER_MEMORY_MONITOR_REFRESH_MS` (0: off) the raylet
-reads the node's memory (`read_memory`: the cgroup's limit and usage when a cgroup limit below
-the machine's memory applies, v2 or v1, else /proc/meminfo) and, once usage passes the threshold
+reads the node's memory (`read_memory`: the limit and usage of the raylet's own cgroup, v2 or
+v1, when that limit is below the machine's memory, else /proc/meminfo) and, once usage passes the threshold
 (`threshold_bytes`: the larger of `EMBER_MEMORY_USAGE_THRESHOLD` of the total and the total less
 `EMBER_MIN_MEMORY_FREE_BYTES`), `MemoryPolicy.decide` picks one leased worker to kill:
 
@@ -200,21 +200,49 @@ def _meminfo(path: str) -> MemorySnapshot:
     return MemorySnapshot(total - free, total)
 
 
-def read_memory(cgroup_root: str = "/sys/fs/cgroup", meminfo: str = "/proc/meminfo") -> MemorySnapshot:
-    """The node's memory: the cgroup's (v2, else v1) when its limit is below the machine's
-    memory, else the machine's; page cache that can be dropped (inactive file pages) is not
-    counted as used, as Ray does."""
+def own_cgroups(proc_cgroup: str = "/proc/self/cgroup") -> tuple[str | None, str | None]:
+    """This process's cgroup paths: (cgroup v2's, cgroup v1's memory controller's); None
+    where that hierarchy is not in use."""
+    v2 = v1 = None
+    try:
+        with open(proc_cgroup) as f:
+            for line in f:
+                hid, ctrls, path = line.rstrip("\n").split(":", 2)
+                if hid == "0" and not ctrls:
+                    v2 = path
+                elif "memory" in ctrls.split(","):
+                    v1 = path
+    except (OSError, ValueError):
+        pass
+    return v2, v1
+
+
+def _under(root: str, path: str | None) -> str:
+    """root/path when that directory exists (this process's own cgroup), else root (the
+    mount's top, which in a container with its own cgroup namespace is the container's)."""
+    d = os.path.join(root, path.lstrip("/")) if path else root
+    return d if os.path.isdir(d) else root
+
+
+def read_memory(cgroup_root: str = "/sys/fs/cgroup", meminfo: str = "/proc/meminfo",
+                proc_cgroup: str = "/proc/self/cgroup") -> MemorySnapshot:
+    """The node's memory: this process's cgroup's (v2, else v1's memory controller) when its
+    limit is below the machine's memory, else the machine's; page cache that can be dropped
+    (inactive file pages) is not counted as used, as Ray does."""
     system = _meminfo(meminfo)
-    v2_limit = _read_int(os.path.join(cgroup_root, "memory.max"))
-    if v2_limit is not None:
-        usage = _read_int(os.path.join(cgroup_root, "memory.current")) or 0
-        inactive = _stat_field(os.path.join(cgroup_root, "memory.stat"), "inactive_file")
-        limit = v2_limit
+    v2_path, v1_path = own_cgroups(proc_cgroup)
+    v2 = _under(cgroup_root, v2_path)
+    if os.path.exists(os.path.join(v2, "memory.max")):
+        limit = _read_int(os.path.join(v2, "memory.max")) or 0  # "max": no limit
+        usage = _read_int(os.path.join(v2, "memory.current")) or 0
+        inactive = _stat_field(os.path.join(v2, "memory.stat"), "inactive_file")
     else:
-        v1 = os.path.join(cgroup_root, "memory")
+        v1 = _under(os.path.join(cgroup_root, "memory"), v1_path)
+        stat = os.path.join(v1, "memory.stat")
         limit = _read_int(os.path.join(v1, "memory.limit_in_bytes")) or 0
+        limit = min(limit, _stat_field(stat, "hierarchical_memory_limit") or limit)
         usage = _read_int(os.path.join(v1, "memory.usage_in_bytes")) or 0
-        inactive = _stat_field(os.path.join(v1, "memory.stat"), "total_inactive_file")
+        inactive = _stat_field(stat, "total_inactive_file")
     if 0 < limit < system.total_bytes:
         return MemorySnapshot(max(0, usage - inactive), limit)
     return system

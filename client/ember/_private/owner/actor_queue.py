@@ -19,7 +19,7 @@ Ray. While the actor is RESTARTING, an actor whose calls have no retries (max_ta
 Ray's fail-if-unreachable) fails its calls waiting to be sent with ActorUnavailableError too,
 and so later calls until the GCS says it is ALIVE again. Once the actor is DEAD — reported by
 the GCS, or killed by this process (`actor_dead` right after its `ember.kill`) — every waiting,
-in-flight and later call fails with ActorDiedError naming the cause. A cancelled call that was not sent yet fails
+in-flight and later call fails with ActorDiedError naming the cause (OutOfMemoryError when the memory monitor killed it). A cancelled call that was not sent yet fails
 with TaskCancelledError and is skipped (`cancel`); one in flight is the worker's to drop. Pure:
 no I/O.
 """
@@ -37,6 +37,10 @@ Classify = Callable[[core_worker_pb2.PushTaskReply, tuple[type[BaseException], .
 
 # Calls to one actor in flight at once from one caller (all on one task stream).
 MAX_INFLIGHT = 1000
+# In the death cause of an actor whose worker the raylet's memory monitor killed (the reason the
+# raylet reports; ember_raylet.memory_monitor): its calls fail with OutOfMemoryError, as Ray's
+# (an OOM death cause is an OUT_OF_MEMORY error there, not ACTOR_DIED).
+OOM_MARKER = "was killed by the memory monitor"
 
 
 class PushCall(NamedTuple):
@@ -250,7 +254,9 @@ class ActorCallQueue:
         self._finish(entry.spec.seq_no)
         out.append(Fail(entry, error))
 
-    def _died_error(self) -> exc.ActorDiedError:
+    def _died_error(self) -> exc.RayError:
+        if OOM_MARKER in (self.dead_cause or ""):
+            return exc.OutOfMemoryError(self._died_msg())
         err = exc.ActorDiedError(self._died_msg(), self.actor_id.hex())
         setup = runtime_env.setup_error_from(self.dead_cause or "")
         if setup is not None:  # its runtime env could not be set up: that is the cause
