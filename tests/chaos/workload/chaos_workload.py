@@ -235,7 +235,8 @@ def deploy_serve() -> int:
 
     ember.init()
 
-    @serve.deployment(num_replicas=2, max_ongoing_requests=32)
+    # a quarter CPU each: the task and actor loops keep CPUs while a node is down
+    @serve.deployment(num_replicas=2, max_ongoing_requests=32, ray_actor_options={"num_cpus": 0.25})
     class Doubler:
         def __call__(self, request: Any) -> dict[str, int]:
             return {"y": 2 * int(request.query_params.get("x", "0"))}
