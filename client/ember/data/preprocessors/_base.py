@@ -200,4 +200,5 @@ def upsert(table: pa.Table, name: str, values: Any) -> pa.Table:
 
 def as_float(table: pa.Table, name: str) -> np.ndarray:
     """A column as float64 numpy (nulls as NaN)."""
-    return table.column(name).cast(pa.float64()).to_numpy(zero_copy_only=False)
+    out: np.ndarray = table.column(name).cast(pa.float64()).to_numpy(zero_copy_only=False)
+    return out

@@ -60,7 +60,8 @@ class PowerTransformer(Preprocessor):
     def _apply(self, x: np.ndarray) -> np.ndarray:
         p = self.power
         if self.method == "box-cox":
-            return np.log(x) if p == 0 else (np.power(x, p) - 1) / p
+            boxcox: np.ndarray = np.log(x) if p == 0 else (np.power(x, p) - 1) / p
+            return boxcox
         out = np.full_like(x, np.nan)
         pos = x >= 0
         neg = x < 0

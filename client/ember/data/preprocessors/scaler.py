@@ -49,7 +49,8 @@ class StandardScaler(_ColumnScaler):
         return self
 
     def _scale(self, x: np.ndarray, col: str) -> np.ndarray | None:
-        mean, std = self.stats_[f"mean({col})"], self.stats_[f"std({col})"]
+        mean: float | None = self.stats_[f"mean({col})"]
+        std: float | None = self.stats_[f"std({col})"]
         if mean is None or std is None:
             return None
         return (x - mean) / (1.0 if std < _EPSILON else std)
@@ -64,7 +65,8 @@ class MinMaxScaler(_ColumnScaler):
         return self
 
     def _scale(self, x: np.ndarray, col: str) -> np.ndarray | None:
-        lo, hi = self.stats_[f"min({col})"], self.stats_[f"max({col})"]
+        lo: float | None = self.stats_[f"min({col})"]
+        hi: float | None = self.stats_[f"max({col})"]
         if lo is None or hi is None:
             return None
         diff = hi - lo
@@ -117,8 +119,9 @@ class RobustScaler(_ColumnScaler):
         return self
 
     def _scale(self, x: np.ndarray, col: str) -> np.ndarray | None:
-        lo, med, hi = (self.stats_[f"{k}({col})"] for k in ("low_quantile", "median",
-                                                             "high_quantile"))
+        lo: float | None = self.stats_[f"low_quantile({col})"]
+        med: float | None = self.stats_[f"median({col})"]
+        hi: float | None = self.stats_[f"high_quantile({col})"]
         if lo is None or med is None or hi is None:
             return None
         if hi - lo == 0:

@@ -98,7 +98,7 @@ class CountVectorizer(Preprocessor):
         def counts(batch: pa.Table) -> pa.Table:
             out = {}
             for c in cols:
-                ctr: collections.Counter = collections.Counter()
+                ctr: collections.Counter[str] = collections.Counter()
                 for toks in _tokens(batch.column(c).to_pylist(), fn):
                     if toks is not None:
                         ctr.update(toks)
@@ -108,7 +108,7 @@ class CountVectorizer(Preprocessor):
                              for c, v in out.items()})
 
         def stat(_ds: Any) -> dict[str, Any]:
-            total = {c: collections.Counter() for c in cols}
+            total: dict[str, collections.Counter[str]] = {c: collections.Counter() for c in cols}
             for batch in _ds.map_batches(counts, batch_format="pyarrow").iter_batches(
                     batch_size=None, batch_format="pyarrow"):
                 for c in cols:
