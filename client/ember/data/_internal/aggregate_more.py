@@ -13,7 +13,8 @@ from ember.data.aggregate import AggregateFnV2, _column, _no_counts, _two_zeros
 
 
 def _values(block: pa.Table, on: str) -> list[Any]:
-    return _column(block, on).to_pylist()
+    values: list[Any] = _column(block, on).to_pylist()
+    return values
 
 
 class Quantile(AggregateFnV2):
@@ -34,7 +35,7 @@ class Quantile(AggregateFnV2):
     def combine(self, current_accumulator: Any, new: Any) -> Any:
         return list(current_accumulator) + list(new)
 
-    def finalize(self, accumulator: Any) -> Any:  # type: ignore[override]
+    def finalize(self, accumulator: Any) -> Any:
         arr = pa.array(accumulator)
         if len(arr) == arr.null_count or (arr.null_count and not self._ignore_nulls):
             return None
@@ -61,7 +62,8 @@ class Unique(AggregateFnV2):
             col = col.drop_null()
         if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
             return list({None if v is None else tuple(v): None for v in col.to_pylist()})
-        return pc.unique(col).to_pylist()
+        distinct: list[Any] = pc.unique(col).to_pylist()
+        return distinct
 
     def aggregate_block(self, block: pa.Table) -> Any:
         return set(self._distinct(block))
@@ -69,7 +71,7 @@ class Unique(AggregateFnV2):
     def combine(self, current_accumulator: Any, new: Any) -> Any:
         return set(current_accumulator) | set(new)
 
-    def finalize(self, accumulator: Any) -> Any:  # type: ignore[override]
+    def finalize(self, accumulator: Any) -> Any:
         return list(accumulator)
 
 
@@ -80,7 +82,7 @@ class CountDistinct(Unique):
         super().__init__(on=on, ignore_nulls=ignore_nulls,
                          alias_name=alias_name or f"count_distinct({on})")
 
-    def finalize(self, accumulator: Any) -> Any:  # type: ignore[override]
+    def finalize(self, accumulator: Any) -> Any:
         return len(accumulator)
 
 
@@ -141,7 +143,7 @@ class MissingValuePercentage(AggregateFnV2):
     def combine(self, current_accumulator: Any, new: Any) -> Any:
         return [current_accumulator[0] + new[0], current_accumulator[1] + new[1]]
 
-    def finalize(self, accumulator: Any) -> Any:  # type: ignore[override]
+    def finalize(self, accumulator: Any) -> Any:
         return accumulator[0] / accumulator[1] * 100.0 if accumulator[1] else None
 
 
@@ -163,7 +165,7 @@ class ZeroPercentage(AggregateFnV2):
     def combine(self, current_accumulator: Any, new: Any) -> Any:
         return [current_accumulator[0] + new[0], current_accumulator[1] + new[1]]
 
-    def finalize(self, accumulator: Any) -> Any:  # type: ignore[override]
+    def finalize(self, accumulator: Any) -> Any:
         return accumulator[0] / accumulator[1] * 100.0 if accumulator[1] else None
 
 
@@ -196,7 +198,7 @@ class ApproximateQuantile(AggregateFnV2):
     def combine(self, current_accumulator: Any, new: Any) -> Any:
         return list(current_accumulator) + list(new)
 
-    def finalize(self, accumulator: Any) -> Any:  # type: ignore[override]
+    def finalize(self, accumulator: Any) -> Any:
         vals = sorted(float(v) for v in accumulator)
         return [rank_quantile(vals, q) for q in self._quantiles] if vals else None
 
@@ -231,7 +233,7 @@ class ApproximateTopK(AggregateFnV2):
             out[v] = out.get(v, 0) + n
         return out
 
-    def finalize(self, accumulator: Any) -> Any:  # type: ignore[override]
+    def finalize(self, accumulator: Any) -> Any:
         top = sorted(accumulator.items(), key=lambda p: -p[1])[:self.k]
         on = self._target_col_name or ""
         return [{on: list(v) if isinstance(v, tuple) else v, "count": n} for v, n in top]

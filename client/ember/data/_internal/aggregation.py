@@ -80,8 +80,8 @@ def _group_starts(tbl: pa.Table, keys: list[str]) -> list[int]:
 def _vectorized(tbl: pa.Table, keys: list[str], aggs: list[AggregateFn]) -> list[pa.ChunkedArray]:
     specs: list[tuple[Any, str, Any]] = []
     for a in aggs:
-        fn, opts = a._arrow_kernel()  # type: ignore[misc]
-        on = a.get_target_column()  # type: ignore[attr-defined]
+        fn, opts = a._arrow_kernel()  # type: ignore[misc]  # not None: only those with a kernel come here
+        on = a.get_target_column()  # type: ignore[attr-defined]  # the built-ins with a kernel are V2
         specs.append(([] if fn == "count_all" else on, fn, opts))
         if isinstance(a, Std):  # to tell "too few values" (NaN) from "no values" (None)
             specs.append((on, "count", pc.CountOptions(mode="only_valid")))

@@ -24,16 +24,19 @@ from .operators import Call, RefBundle, RuntimeOp
 from .sizing import slices_at, split_even
 from .tasks import slice_task
 
+StageCall = tuple[Any, tuple[Any, ...], int]  # (remote fn, args, num_returns)
+
 
 @dataclasses.dataclass
 class Stage:
     """Calls to run before the plan continues: (remote fn, args, num_returns)."""
 
-    calls: list[tuple[Any, tuple, int]]
+    calls: list[StageCall]
     final: bool = False
 
 
-Plan = Generator[Stage, list, None]
+# What a plan is sent back after a stage: each call's (refs, value of the last ref), in order.
+Plan = Generator[Stage, list[Any], None]
 
 
 def _remote(fn: Any, num_returns: int | str, remote_args: dict[str, Any]) -> Any:
@@ -57,7 +60,7 @@ def shuffle_plan(inputs: list[list[RefBundle]], p: dict[str, Any], ra: dict[str,
 
 
 def _boundaries(inputs: list[RefBundle], key: str, n_out: int, descending: bool,
-                given: list[Any] | None, ra: dict[str, Any]) -> Generator[Stage, list, list[Any]]:
+                given: list[Any] | None, ra: dict[str, Any]) -> Generator[Stage, list[Any], list[Any]]:
     if given is not None:
         return sorted(given, reverse=descending)
     if n_out <= 1:
@@ -201,7 +204,7 @@ class AllToAllOp(RuntimeOp):
         self.gen: Plan | None = None
         self.done_plan = False
         self.stage: Stage | None = None
-        self.pending: collections.deque[tuple[int, tuple]] = collections.deque()
+        self.pending: collections.deque[tuple[int, StageCall]] = collections.deque()
         self.results: list[Any] = []
         self.left = 0
         self.max_in_flight = 64
@@ -220,7 +223,7 @@ class AllToAllOp(RuntimeOp):
                     self.emit(RefBundle(b.ref, b.meta, (i,)))
                 self.collected = [[]]
                 self.done_plan = True
-                self.gen = iter(())  # type: ignore[assignment]
+                self.gen = randomize_plan(self.collected, self.params, self.remote_args)  # no stages
                 return
             self.gen = PLANS[self.kind](self.collected, self.params, self.remote_args)
             self._advance(None)

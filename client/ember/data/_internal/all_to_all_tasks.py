@@ -28,7 +28,7 @@ def _split_even(tbl: pa.Table, n: int) -> list[pa.Table]:
     return out
 
 
-def shuffle_map(block: pa.Table, n_out: int, seed: int | None) -> tuple:
+def shuffle_map(block: pa.Table, n_out: int, seed: int | None) -> tuple[Any, ...]:
     """Permutes a block's rows and cuts it into n_out pieces (one per reducer)."""
     rng = np.random.default_rng(seed)
     perm = rng.permutation(block.num_rows)
@@ -52,7 +52,8 @@ def sample_keys(block: pa.Table, key: str, n: int) -> list[Any]:
     if block.num_rows == 0:
         return []
     idx = np.linspace(0, block.num_rows - 1, min(n, block.num_rows)).astype(np.int64)
-    return block.column(key).take(pa.array(idx)).to_pylist()
+    keys: list[Any] = block.column(key).take(pa.array(idx)).to_pylist()
+    return keys
 
 
 def _sort(tbl: pa.Table, keys: list[str], descending: list[bool]) -> pa.Table:
@@ -62,7 +63,7 @@ def _sort(tbl: pa.Table, keys: list[str], descending: list[bool]) -> pa.Table:
 
 
 def sort_map(block: pa.Table, keys: list[str], descending: list[bool],
-             boundaries: list[Any]) -> tuple:
+             boundaries: list[Any]) -> tuple[Any, ...]:
     """Sorts a block and cuts it at the boundaries of the first key (len+1 pieces)."""
     tbl = _sort(block, keys, descending)
     if not boundaries or not keys:
@@ -78,14 +79,14 @@ def sort_map(block: pa.Table, keys: list[str], descending: list[bool],
     return (*pieces, [(p.num_rows, B.size_bytes(p)) for p in pieces])
 
 
-def sort_reduce(keys: list[str], descending: list[bool], *pieces: pa.Table) -> tuple:
+def sort_reduce(keys: list[str], descending: list[bool], *pieces: pa.Table) -> tuple[pa.Table, B.BlockMetadata]:
     """Merges the pieces of one key range."""
     t0, c0 = time.perf_counter(), time.process_time()
     tbl = _sort(B.concat(pieces), keys, descending)
     return tbl, _meta(tbl, t0, c0)
 
 
-def agg_reduce(keys: list[str], aggs: list[Any], *pieces: pa.Table) -> tuple:
+def agg_reduce(keys: list[str], aggs: list[Any], *pieces: pa.Table) -> tuple[pa.Table, B.BlockMetadata]:
     """Aggregates one key range (pieces come from sort_map, so every group is whole here)."""
     from .aggregation import aggregate_groups
 
@@ -95,8 +96,9 @@ def agg_reduce(keys: list[str], aggs: list[Any], *pieces: pa.Table) -> tuple:
     return out, _meta(out, t0, c0)
 
 
-def map_groups_reduce(keys: list[str], fn: Any, batch_format: str, fn_args: tuple, fn_kwargs: dict,
-                      op_name: str, *pieces: pa.Table) -> tuple:
+def map_groups_reduce(keys: list[str], fn: Any, batch_format: str, fn_args: tuple[Any, ...],
+                      fn_kwargs: dict[str, Any], op_name: str,
+                      *pieces: pa.Table) -> tuple[pa.Table, B.BlockMetadata]:
     """Calls fn once per group of one key range."""
     t0, c0 = time.perf_counter(), time.process_time()
     tbl = _sort(B.concat(pieces), keys, [False] * len(keys))
@@ -119,7 +121,8 @@ def map_groups_reduce(keys: list[str], fn: Any, batch_format: str, fn_args: tupl
     return out, _meta(out, t0, c0)
 
 
-def zip_blocks(left: pa.Table, parts: list[tuple[int, int]], *rights: pa.Table) -> tuple:
+def zip_blocks(left: pa.Table, parts: list[tuple[int, int]],
+               *rights: pa.Table) -> tuple[pa.Table, B.BlockMetadata]:
     """left's columns next to the rows of the right side that line up with it."""
     t0, c0 = time.perf_counter(), time.process_time()
     right = B.concat([r.slice(o, n) for (o, n), r in zip(parts, rights, strict=False)])

@@ -39,7 +39,8 @@ class DownloadExpr(Expr):
                 fs, path = pafs.FileSystem.from_uri(uri if "://" in uri else
                                                     "file://" + _abs(uri))
             with fs.open_input_stream(path) as f:
-                return f.read()
+                data: bytes = f.read()
+                return data
         except (OSError, pa.ArrowInvalid) as e:
             raise OSError(f"download(): cannot read {uri!r}: {e}") from None
 

@@ -2,6 +2,7 @@
 applied to the expression's values."""
 from __future__ import annotations
 
+import builtins
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -78,7 +79,7 @@ class StringNamespace:
 
 def _list_sort(arr: Any, order: str, null_placement: str) -> pa.Array:
     rows = arr.to_pylist()
-    out = []
+    out: list[list[Any] | None] = []
     for r in rows:
         if r is None:
             out.append(None)
@@ -116,7 +117,7 @@ class ListNamespace:
         return UDFExpr("list.slice", pc.list_slice, [self._expr], (),
                        {"start": start or 0, "stop": stop, "step": step or 1})
 
-    def __getitem__(self, key: int | slice) -> UDFExpr:
+    def __getitem__(self, key: int | builtins.slice) -> UDFExpr:  # `slice` is the method above
         if isinstance(key, int):
             return self.get(key)
         if isinstance(key, slice):

@@ -40,7 +40,7 @@ def _conv(n: ast.AST, src: str) -> Any:
             if isinstance(op, (ast.In, ast.NotIn)):
                 if not isinstance(right, (ast.List, ast.Tuple, ast.Set)):
                     raise ValueError(f"'in' needs a literal list in {src!r}")
-                vals = [ast.literal_eval(e) for e in right.elts]  # type: ignore[attr-defined]
+                vals = [ast.literal_eval(e) for e in right.elts]
                 term = left.isin(vals)
                 term = ~term if isinstance(op, ast.NotIn) else term
             elif type(op) in _CMP:

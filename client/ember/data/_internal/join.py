@@ -61,7 +61,7 @@ def partition_ids(block: pa.Table, keys: list[str], n: int) -> np.ndarray:
     return (h % np.uint64(n)).astype(np.int64)
 
 
-def hash_partition(block: pa.Table, keys: list[str], n: int) -> tuple:
+def hash_partition(block: pa.Table, keys: list[str], n: int) -> tuple[Any, ...]:
     """Cuts a block into n pieces by key hash (piece i goes to join task i)."""
     if block.num_rows == 0:
         pieces = [block] * n
@@ -75,7 +75,7 @@ def hash_partition(block: pa.Table, keys: list[str], n: int) -> tuple:
     return (*pieces, [(p.num_rows, B.size_bytes(p)) for p in pieces])
 
 
-def concat_partition(sort_keys: list[str], *pieces: pa.Table) -> tuple:
+def concat_partition(sort_keys: list[str], *pieces: pa.Table) -> tuple[pa.Table, B.BlockMetadata]:
     """One partition of repartition(keys=...): its pieces together, sorted by sort_keys if any."""
     t0, c0 = time.perf_counter(), time.process_time()
     out = B.concat(pieces)
@@ -94,7 +94,7 @@ def _rename(tbl: pa.Table, names: set[str], suffix: str | None) -> pa.Table:
 
 def join_partition(join_type: str, left_on: list[str], right_on: list[str],
                    left_suffix: str | None, right_suffix: str | None, n_left: int,
-                   *pieces: pa.Table) -> tuple:
+                   *pieces: pa.Table) -> tuple[pa.Table, B.BlockMetadata]:
     """Joins the left pieces of one partition with its right pieces."""
     t0, c0 = time.perf_counter(), time.process_time()
     left = B.concat(pieces[:n_left])
@@ -115,12 +115,12 @@ def join_partition(join_type: str, left_on: list[str], right_on: list[str],
 
 
 def join_plan(inputs: list[list[Any]], p: dict[str, Any], ra: dict[str, Any],
-              remote: Any, stage: Any) -> Generator[Any, list, None]:
+              remote: Any, stage: Any) -> Generator[Any, list[Any], None]:
     """Stage 1: hash_partition every block of both sides; stage 2 (final): join_partition per
     partition, emitting num_partitions blocks."""
     left, right = inputs
     n = p["num_partitions"]
-    schemas = [next((b.meta.schema.names for b in side if b.meta.schema is not None
+    schemas: list[list[str]] = [next((b.meta.schema.names for b in side if b.meta.schema is not None
                      and len(b.meta.schema)), []) for side in (left, right)]
     check_columns(list(schemas[0]), list(schemas[1]), p["join_type"], p["on"], p["right_on"],
                   p["left_suffix"], p["right_suffix"])

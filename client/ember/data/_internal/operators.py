@@ -23,7 +23,7 @@ class RefBundle:
 
     ref: Any
     meta: BlockMetadata
-    seq: tuple = ()  # position in the output order (for preserve_order)
+    seq: tuple[int, ...] = ()  # position in the output order (for preserve_order)
 
     @property
     def num_rows(self) -> int:
@@ -43,10 +43,10 @@ class Call:
     end. Any other call is tracked by its last return, whose value on_done gets."""
 
     fn: Any
-    args: tuple
+    args: tuple[Any, ...]
     on_done: Callable[[list[Any], Any], None]  # (all refs, value of the last ref)
     input_bytes: int = 0  # store bytes of its inputs, held until it finishes
-    seq: tuple = ()
+    seq: tuple[int, ...] = ()
     on_finally: Callable[[], None] | None = None  # after on_done or a failure
     num_returns: int = 2
     index: int = -1  # dispatch index within its operator (ordering, skipping)
@@ -184,7 +184,7 @@ class RuntimeOp:
     def shutdown(self) -> None:
         """Releases actors and anything else the operator started."""
 
-    def next_seq(self, base: tuple) -> tuple:
+    def next_seq(self, base: tuple[int, ...]) -> tuple[int, ...]:
         return base
 
 
@@ -282,8 +282,9 @@ class TaskMapOp(RuntimeOp):
         self.preserve_order = preserve_order
         self._counter = 0
         if read_tasks is not None:
-            rows = [getattr(t, "est_num_rows", None) for t in read_tasks]
-            self.est_rows_total = sum(rows) if rows and all(r is not None for r in rows) else None  # type: ignore[misc]
+            rows: list[int | None] = [getattr(t, "est_num_rows", None) for t in read_tasks]
+            known = [r for r in rows if r is not None]
+            self.est_rows_total = sum(known) if rows and len(known) == len(rows) else None
             self.stats.initial_input_bytes = max(
                 [getattr(t, "est_size_bytes", 0) or 0 for t in read_tasks] or [0])
 

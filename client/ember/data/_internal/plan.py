@@ -9,12 +9,15 @@ Operators on actor pools, all-to-all operators, limit, union and zip stay separa
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
 from .compute import ActorPoolStrategy, TaskPoolStrategy
 from .transforms import FilterExpr, Project, Step
+
+if TYPE_CHECKING:
+    from .operators import RefBundle
 
 # --- logical operators ---------------------------------------------------------------------
 
@@ -42,7 +45,7 @@ class Read(LogicalOp):
 class InputData(LogicalOp):
     """Blocks already in the object store: a list of (ref, BlockMetadata)."""
 
-    bundles: list[Any] = dataclasses.field(default_factory=list)
+    bundles: list[RefBundle] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(eq=False)
@@ -104,7 +107,7 @@ class PhysMap(PhysicalOp):
 class PhysInput(PhysicalOp):
     """Hands existing blocks to its consumer."""
 
-    bundles: list[Any] = dataclasses.field(default_factory=list)
+    bundles: list[RefBundle] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(eq=False)

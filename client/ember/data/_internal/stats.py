@@ -32,7 +32,7 @@ class OpStats:
     end_time: float | None = None
     initial_input_bytes: int = 0
     # Heap growth of the operator's last tasks (what the budget expects of the next one).
-    recent_heap: collections.deque = dataclasses.field(
+    recent_heap: collections.deque[int] = dataclasses.field(
         default_factory=lambda: collections.deque(maxlen=HEAP_WINDOW))
 
     def on_start(self) -> None:

@@ -13,7 +13,7 @@ import dataclasses
 import os
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import pyarrow as pa
 
@@ -24,6 +24,13 @@ from .output_buffer import BlockOutputBuffer
 from .transforms import Step, run_steps
 
 _proc: Any = None
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _streaming(fn: _F) -> _F:
+    """`@ember.method(num_returns="streaming")` with fn's type kept (ember.method is typed as Any)."""
+    decorated: _F = ember.method(num_returns="streaming")(fn)
+    return decorated
 
 
 @dataclasses.dataclass
@@ -143,7 +150,7 @@ class MapWorker:
     def ready(self) -> bool:
         return True
 
-    @ember.method(num_returns="streaming")
+    @_streaming
     def run(self, task_idx: int, read_task: Any, *blocks: pa.Table) -> Iterator[Any]:
         """Maps one block (or one read task); yields (metadata, block) items."""
         yield from run_map_task(self.steps, self.op_name, read_task, blocks,

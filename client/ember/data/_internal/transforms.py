@@ -37,17 +37,22 @@ class _UDF:
         self.kwargs = dict(fn_kwargs or {})
         self.ctor_args = tuple(ctor_args or ())
         self.ctor_kwargs = dict(ctor_kwargs or {})
-        self._callable: Callable | None = None
+        self._callable: Callable[..., Any] | None = None
 
     def setup(self) -> None:
-        if self._callable is None:
-            self._callable = self.fn(*self.ctor_args, **self.ctor_kwargs) if inspect.isclass(self.fn) \
-                else self.fn
+        self._instance()
+
+    def _instance(self) -> Callable[..., Any]:
+        """The function, or the class's instance (built on first use)."""
+        if self._callable is not None:
+            return self._callable
+        is_class = inspect.isclass(self.fn)
+        built: Callable[..., Any] = self.fn(*self.ctor_args, **self.ctor_kwargs) if is_class else self.fn
+        self._callable = built
+        return built
 
     def __call__(self, x: Any) -> Any:
-        if self._callable is None:
-            self.setup()
-        return self._callable(x, *self.args, **self.kwargs)  # type: ignore[misc]
+        return self._instance()(x, *self.args, **self.kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
         d = dict(self.__dict__)

@@ -16,7 +16,7 @@ import pyarrow as pa
 NAME = "ember.variable_shape_tensor"
 
 
-class VariableShapeTensorType(pa.ExtensionType):
+class VariableShapeTensorType(pa.ExtensionType):  # type: ignore[misc]  # pyarrow is untyped (Any)
     """n-d arrays of one dtype and ndim, any shape per row."""
 
     def __init__(self, value_type: pa.DataType, ndim: int) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Hashable
+from typing import Any, Coroutine
 
 
 @dataclasses.dataclass
@@ -21,7 +21,7 @@ class Event:
     "value" (payload: the value of a plain task's last return) or "error" (payload: the
     exception, with the user's type)."""
 
-    key: Hashable
+    key: int  # the key the task was watched under (the executor numbers its tasks)
     kind: str
     payload: Any = None
 
@@ -49,21 +49,21 @@ class Waiter:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self._tasks: dict[asyncio.Task, Hashable] = {}
-        self._by_key: dict[Hashable, asyncio.Task] = {}
+        self._tasks: dict[asyncio.Task[tuple[str, Any]], int] = {}
+        self._by_key: dict[int, asyncio.Task[tuple[str, Any]]] = {}
 
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def watch_stream(self, key: Hashable, gen: Any) -> None:
+    def watch_stream(self, key: int, gen: Any) -> None:
         """Waits for the next (metadata, block) of gen, or its end."""
         self._watch(key, _next_pair(gen))
 
-    def watch_value(self, key: Hashable, ref: Any) -> None:
+    def watch_value(self, key: int, ref: Any) -> None:
         """Waits for ref's value."""
         self._watch(key, _value(ref))
 
-    def _watch(self, key: Hashable, coro: Any) -> None:
+    def _watch(self, key: int, coro: Coroutine[Any, Any, tuple[str, Any]]) -> None:
         t = self.loop.create_task(coro)
         self._tasks[t] = key
         self._by_key[key] = t
@@ -86,7 +86,7 @@ class Waiter:
             events.append(Event(key, kind, payload))
         return events
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: int) -> None:
         """Stops watching key."""
         t = self._by_key.pop(key, None)
         if t is not None:

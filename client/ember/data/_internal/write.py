@@ -32,7 +32,7 @@ class WriteResult(Generic[R]):
     write_returns: list[R]
 
 
-def run_write(plan: P.LogicalOp, sink: Any, name: str, ray_remote_args: dict | None,
+def run_write(plan: P.LogicalOp, sink: Any, name: str, ray_remote_args: dict[str, Any] | None,
               concurrency: int | None, min_rows: int | None) -> Any:
     """Runs the write of `plan` into `sink`; returns the execution's stats (None if skipped)."""
     from ember.data.dataset import Dataset

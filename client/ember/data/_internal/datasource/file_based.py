@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import io
 import json
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -50,8 +50,8 @@ def _finish(tbl: pa.Table, path: str, parts: dict[str, Any], include_paths: bool
     return tbl
 
 
-def _read_files(reader: Callable[[Any, str, dict], Any], fs: Any,
-                files: list[tuple[str, str]], opts: dict, include_paths: bool,
+def _read_files(reader: Callable[[Any, str, dict[str, Any]], Any], fs: Any,
+                files: list[tuple[str, str]], opts: dict[str, Any], include_paths: bool,
                 columns: list[str] | None, filter: Any, partitioning: Any) -> Iterator[pa.Table]:
     """The files' tables; a reader returns a table, or yields tables as it goes (a big
     WebDataset shard or TFRecord file is not held whole)."""
@@ -65,12 +65,12 @@ def _read_files(reader: Callable[[Any, str, dict], Any], fs: Any,
             raise ValueError(f"cannot read {path}: {e}") from None
 
 
-def _open(fs: Any, path: str, opts: dict) -> Any:
+def _open(fs: Any, path: str, opts: dict[str, Any]) -> Any:
     kwargs = {"compression": "detect", **opts.get("open_stream_args", {})}
     return fs.open_input_stream(path, **kwargs)
 
 
-def read_json_file(fs: Any, path: str, opts: dict) -> pa.Table:
+def read_json_file(fs: Any, path: str, opts: dict[str, Any]) -> pa.Table:
     import pyarrow.json as pj
 
     with _open(fs, path, opts) as f:
@@ -89,7 +89,7 @@ def read_json_file(fs: Any, path: str, opts: dict) -> pa.Table:
         raise
 
 
-def read_csv_file(fs: Any, path: str, opts: dict) -> pa.Table:
+def read_csv_file(fs: Any, path: str, opts: dict[str, Any]) -> pa.Table:
     import pyarrow.csv as pcsv
 
     with _open(fs, path, opts) as f:
@@ -97,7 +97,7 @@ def read_csv_file(fs: Any, path: str, opts: dict) -> pa.Table:
                                    if k in ("read_options", "parse_options", "convert_options")})
 
 
-def read_text_file(fs: Any, path: str, opts: dict) -> pa.Table:
+def read_text_file(fs: Any, path: str, opts: dict[str, Any]) -> pa.Table:
     with _open(fs, path, opts) as f:
         text = f.read().decode(opts.get("encoding", "utf-8"))
     lines = text.splitlines()
@@ -106,18 +106,18 @@ def read_text_file(fs: Any, path: str, opts: dict) -> pa.Table:
     return pa.table({"text": pa.array(lines, type=pa.string())})
 
 
-def read_binary_file(fs: Any, path: str, opts: dict) -> pa.Table:
+def read_binary_file(fs: Any, path: str, opts: dict[str, Any]) -> pa.Table:
     with _open(fs, path, opts) as f:
         return pa.table({"bytes": pa.array([f.read()], type=pa.binary())})
 
 
-def read_numpy_file(fs: Any, path: str, opts: dict) -> pa.Table:
+def read_numpy_file(fs: Any, path: str, opts: dict[str, Any]) -> pa.Table:
     with _open(fs, path, opts) as f:
         arr = np.load(io.BytesIO(f.read()), **opts.get("numpy_load_args", {}))
     return pa.table({"data": B.column_to_arrow(arr)})
 
 
-def _media_readers() -> dict[str, Callable[[Any, str, dict], pa.Table]]:
+def _media_readers() -> dict[str, Callable[[Any, str, dict[str, Any]], pa.Table]]:
     from .images import read_image_file
     from .tfrecords import read_tfrecords_file
     from .webdataset import read_webdataset_file
@@ -136,7 +136,7 @@ class FileDatasource:
     supports_projection_pushdown = False
     supports_filter_pushdown = False
 
-    def __init__(self, paths: Any, fmt: str, filesystem: Any = None, options: dict | None = None,
+    def __init__(self, paths: Any, fmt: str, filesystem: Any = None, options: dict[str, Any] | None = None,
                  include_paths: bool = False, file_extensions: list[str] | None = None,
                  ignore_missing_paths: bool = False, partitioning: Any = True,
                  shuffle: Any = None) -> None:
@@ -200,7 +200,7 @@ class ParquetDatasource:
 
     def __init__(self, paths: Any, filesystem: Any = None, columns: list[str] | None = None,
                  filter: Any = None, include_paths: bool = False,
-                 file_extensions: list[str] | None = ("parquet",),  # type: ignore[assignment]
+                 file_extensions: Sequence[str] | None = ("parquet",),
                  ignore_missing_paths: bool = False, partitioning: Any = True,
                  shuffle: Any = None) -> None:
         import pyarrow.parquet as pq
@@ -252,7 +252,8 @@ class ParquetDatasource:
         if per_row is not None:
             return int(rg.num_rows * per_row)
         if columns is None:
-            return rg.total_byte_size
+            encoded: int = rg.total_byte_size
+            return encoded
         total = 0
         for j in range(rg.num_columns):
             c = rg.column(j)
@@ -264,7 +265,7 @@ class ParquetDatasource:
         """In-memory bytes per row of the projection, from up to SAMPLE_ROWS rows of the first
         row group of up to SAMPLE_FILES files spread over the dataset (cached)."""
         key = tuple(columns) if columns is not None else None
-        cache = self.__dict__.setdefault("_per_row", {})
+        cache: dict[tuple[str, ...] | None, float | None] = self.__dict__.setdefault("_per_row", {})
         if key in cache:
             return cache[key]
         import pyarrow.parquet as pq

@@ -62,7 +62,7 @@ def decode_image(data: bytes, path: str, size: tuple[int, int] | None,
     return np.asarray(image)
 
 
-def read_image_file(fs: Any, path: str, opts: dict) -> pa.Table:
+def read_image_file(fs: Any, path: str, opts: dict[str, Any]) -> pa.Table:
     """One file as a one-row table {"image": ndarray}."""
     kwargs = dict(opts.get("open_stream_args", {}))
     with fs.open_input_stream(path, **kwargs) as f:
@@ -113,7 +113,7 @@ class ImageDatasink(FileDatasink):
                 last = self._write_bytes(name, _encode(row[self.image_column], self.file_format))
         return last
 
-    def _row_name(self, row: dict, task_idx: int, block_idx: int, row_idx: int) -> str:
+    def _row_name(self, row: dict[str, Any], task_idx: int, block_idx: int, row_idx: int) -> str:
         if self.filename_provider is None:
             return (f"{self.write_uuid}_{task_idx:06}_{block_idx:06}_{row_idx:06}."
                     f"{self.file_format}")

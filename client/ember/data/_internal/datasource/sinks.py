@@ -15,7 +15,7 @@ import enum
 import inspect
 import logging
 import uuid
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -54,11 +54,11 @@ def save_mode(mode: Any) -> SaveMode:
 class FileDatasink:
     """Writes the blocks of one task into one file of `fmt` under `path`."""
 
-    def __init__(self, path: str, fmt: str, filesystem: Any = None, options: dict | None = None,
+    def __init__(self, path: str, fmt: str, filesystem: Any = None, options: dict[str, Any] | None = None,
                  try_create_dir: bool = True, column: str | None = None,
                  partition_cols: list[str] | None = None, *, mode: Any = SaveMode.APPEND,
-                 filename_provider: Any = None, open_stream_args: dict | None = None,
-                 options_fn: Callable[[], dict] | None = None) -> None:
+                 filename_provider: Any = None, open_stream_args: dict[str, Any] | None = None,
+                 options_fn: Callable[[], dict[str, Any]] | None = None) -> None:
         if not isinstance(path, str) or not path:
             raise ValueError(f"write path must be a non-empty string, got {path!r}")
         self.uri = path
@@ -139,6 +139,7 @@ class FileDatasink:
         if self.filename_provider is None:
             return f"{self.write_uuid}_{uuid.uuid4().hex[:12]}_000000.{self.ext}"
         fn = self.filename_provider.get_filename_for_block
+        params: Mapping[str, inspect.Parameter]
         try:
             params = inspect.signature(fn).parameters
         except (TypeError, ValueError):
@@ -159,7 +160,7 @@ class FileDatasink:
         """Writes the task's blocks to one new file; returns its path ("" when no rows: no file).
         With a filename_provider the task's blocks become one block first (it names that)."""
         self._ctx = ctx
-        it = (b for b in blocks if b.num_rows)
+        it: Iterator[pa.Table] = (b for b in blocks if b.num_rows)
         first = next(it, None)
         if first is None:
             return ""

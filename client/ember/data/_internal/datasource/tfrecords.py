@@ -159,9 +159,9 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def _feature(buf: bytes) -> tuple[str | None, list]:
+def _feature(buf: bytes) -> tuple[str | None, list[Any]]:
     kind: str | None = None
-    values: list = []
+    values: list[Any] = []
     for num, wt, val in _fields(buf):
         if num not in (1, 2, 3) or wt != 2:
             continue
@@ -185,9 +185,9 @@ def _feature(buf: bytes) -> tuple[str | None, list]:
     return kind, values
 
 
-def decode_example(buf: bytes) -> dict[str, tuple[str | None, list]]:
+def decode_example(buf: bytes) -> dict[str, tuple[str | None, list[Any]]]:
     """{feature name: (kind, values)} of a serialized Example."""
-    out: dict[str, tuple[str | None, list]] = {}
+    out: dict[str, tuple[str | None, list[Any]]] = {}
     for num, wt, features in _fields(buf):
         if num != 1 or wt != 2:
             continue
@@ -221,7 +221,7 @@ def _enc_varint(v: int) -> bytes:
             return bytes(out)
 
 
-def encode_feature(kind: str | None, values: list) -> bytes:
+def encode_feature(kind: str | None, values: list[Any]) -> bytes:
     if kind is None:
         return b""
     if kind == "bytes":
@@ -232,7 +232,7 @@ def encode_feature(kind: str | None, values: list) -> bytes:
     return _ld(3, _ld(1, b"".join(_enc_varint(int(v)) for v in values)) if values else b"")
 
 
-def encode_example(features: dict[str, tuple[str | None, list]]) -> bytes:
+def encode_example(features: dict[str, tuple[str | None, list[Any]]]) -> bytes:
     entries = b"".join(_ld(1, _ld(1, k.encode("utf-8")) + _ld(2, encode_feature(*kv)))
                        for k, kv in features.items())
     return _ld(1, entries)
@@ -243,7 +243,7 @@ def encode_example(features: dict[str, tuple[str | None, list]]) -> bytes:
 _ARROW = {"bytes": pa.binary(), "float": pa.float32(), "int": pa.int64()}
 
 
-def examples_to_table(examples: list[dict[str, tuple[str | None, list]]], path: str) -> pa.Table:
+def examples_to_table(examples: list[dict[str, tuple[str | None, list[Any]]]], path: str) -> pa.Table:
     """A row per Example, a list column per feature (null where a record lacks it)."""
     names: dict[str, None] = {}
     for ex in examples:
@@ -297,11 +297,11 @@ def unwrap_single(batch: pa.Table, single: list[str]) -> pa.Table:
 CHUNK_BYTES = 16 * 2**20  # a table per this many record bytes: big files are not held whole
 
 
-def read_tfrecords_file(fs: Any, path: str, opts: dict) -> Iterator[pa.Table]:
+def read_tfrecords_file(fs: Any, path: str, opts: dict[str, Any]) -> Iterator[pa.Table]:
     """A file's Examples as tables of list columns, a table per CHUNK_BYTES of records."""
     with fs.open_input_stream(path, **{"compression": "detect",
                                        **opts.get("open_stream_args", {})}) as f:
-        examples: list = []
+        examples: list[dict[str, tuple[str | None, list[Any]]]] = []
         size = 0
         for i, rec in enumerate(iter_records(f, path)):
             try:
@@ -338,7 +338,7 @@ def table_to_records(table: pa.Table) -> Iterator[bytes]:
         kinds[field.name] = (_kind(t.value_type if is_list else t, field.name), is_list)
     cols = {n: table.column(n).to_pylist() for n in table.column_names}
     for i in range(table.num_rows):
-        feats: dict[str, tuple[str | None, list]] = {}
+        feats: dict[str, tuple[str | None, list[Any]]] = {}
         for n, (kind, is_list) in kinds.items():
             v = cols[n][i]
             vals = [] if v is None else (list(v) if is_list else [v])

@@ -75,7 +75,7 @@ def check_decoder(decoder: Any, what: str = "decoder") -> None:
                             f"{type(d).__name__}")
 
 
-def _apply(fns: Any, sample: dict, default: Callable[[dict], dict]) -> dict:
+def _apply(fns: Any, sample: dict[str, Any], default: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
     for f in fns if isinstance(fns, list) else [fns]:
         if f is None:
             continue
@@ -86,7 +86,7 @@ def _apply(fns: Any, sample: dict, default: Callable[[dict], dict]) -> dict:
     return sample
 
 
-def decode_sample(sample: dict) -> dict:
+def decode_sample(sample: dict[str, Any]) -> dict[str, Any]:
     """The default decoder: values decoded by the last part of their suffix."""
     out = dict(sample)
     for key, value in sample.items():
@@ -120,7 +120,7 @@ def decode_sample(sample: dict) -> dict:
     return out
 
 
-def _members(f: Any, opts: dict, url: str) -> Iterator[tuple[str, bytes]]:
+def _members(f: Any, opts: dict[str, Any], url: str) -> Iterator[tuple[str, bytes]]:
     rename = opts.get("filerename")
     with tarfile.open(fileobj=f, mode="r|*") as tar:
         for info in tar:
@@ -138,9 +138,9 @@ def _members(f: Any, opts: dict, url: str) -> Iterator[tuple[str, bytes]]:
                 yield name, data
 
 
-def samples(f: Any, opts: dict, url: str) -> Iterator[dict]:
+def samples(f: Any, opts: dict[str, Any], url: str) -> Iterator[dict[str, Any]]:
     """The samples of one shard, grouped by key, before decoding."""
-    cur: dict | None = None
+    cur: dict[str, Any] | None = None
     for name, data in _members(f, opts, url):
         key, suffix = split_key(name)
         if key is None or suffix is None:
@@ -160,12 +160,12 @@ def samples(f: Any, opts: dict, url: str) -> Iterator[dict]:
 CHUNK_BYTES = 16 * 2**20  # a table per this many member bytes: big shards are not held whole
 
 
-def read_webdataset_file(fs: Any, path: str, opts: dict) -> Iterator[pa.Table]:
+def read_webdataset_file(fs: Any, path: str, opts: dict[str, Any]) -> Iterator[pa.Table]:
     """One shard's samples as tables, a row per sample, a table per CHUNK_BYTES of members."""
     with fs.open_input_stream(path, **opts.get("open_stream_args", {})) as f:
         if opts.get("verbose_open"):
             print(f"start {{'__url__': {path!r}}}")
-        rows: list[dict] = []
+        rows: list[dict[str, Any]] = []
         size = 0
         try:
             for s in samples(f, opts, path):
@@ -184,7 +184,7 @@ def read_webdataset_file(fs: Any, path: str, opts: dict) -> Iterator[pa.Table]:
             print(f"done {{'__url__': {path!r}}}")
 
 
-def encode_sample(sample: dict) -> dict:
+def encode_sample(sample: dict[str, Any]) -> dict[str, Any]:
     """The default encoder: values encoded by the last part of their column's suffix."""
     out = dict(sample)
     for key, value in sample.items():
@@ -248,7 +248,7 @@ class WebDatasetDatasink(FileDatasink):
                     rows += 1
         return rows
 
-    def _add(self, tar: tarfile.TarFile, row: dict) -> None:
+    def _add(self, tar: tarfile.TarFile, row: dict[str, Any]) -> None:
         sample = _apply(self.encoder, row, encode_sample)
         key = str(sample.get("__key__") or uuid.uuid4().hex)
         if split_key(f"{key}.x") != (key, "x"):
