@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -11,6 +11,10 @@ import ember
 
 from . import block as B
 from ._internal import plan as P
+
+if TYPE_CHECKING:
+    from .dataset import Dataset, MaterializedDataset
+    from .iterator import DataIterator
 
 
 class Schema:
@@ -37,11 +41,16 @@ class ConsumeMixin:
     _plan: P.LogicalOp
     _last_stats: Any
 
+    if TYPE_CHECKING:  # Dataset's own methods, which these call
+        def limit(self, limit: int) -> Dataset: ...
+        def map_batches(self, fn: Any, **kwargs: Any) -> Dataset: ...
+        def random_shuffle(self, **kwargs: Any) -> Dataset: ...
+
     def _iter_bundles(self) -> Iterator[Any]:  # pragma: no cover - in Dataset
         raise NotImplementedError
 
     # --- materializing ------------------------------------------------------------------------
-    def materialize(self) -> Any:
+    def materialize(self) -> MaterializedDataset:
         """Executes the plan and keeps the blocks in the object store."""
         from .dataset import MaterializedDataset
 
@@ -99,7 +108,7 @@ class ConsumeMixin:
         return self._last_stats.to_summary() if self._last_stats is not None else ""
 
     # --- iteration ----------------------------------------------------------------------------
-    def iterator(self) -> Any:
+    def iterator(self) -> DataIterator:
         """A DataIterator over this dataset."""
         from .iterator import DataIterator
 
@@ -119,7 +128,7 @@ class ConsumeMixin:
 
     def take(self, limit: int = 20) -> list[dict[str, Any]]:
         """The first `limit` rows."""
-        return list(self.limit(limit).iter_rows())  # type: ignore[attr-defined]
+        return list(self.limit(limit).iter_rows())
 
     def take_all(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Every row (ValueError past `limit` rows)."""
@@ -130,7 +139,7 @@ class ConsumeMixin:
 
     def take_batch(self, batch_size: int = 20, *, batch_format: str | None = "default") -> Any:
         """The first batch_size rows as one batch."""
-        for batch in self.limit(batch_size).iter_batches(  # type: ignore[attr-defined]
+        for batch in self.limit(batch_size).iter_batches(
                 batch_size=batch_size, batch_format=batch_format):
             return batch
         raise ValueError("the dataset is empty")
@@ -168,7 +177,7 @@ class ConsumeMixin:
             return A.partial_table(t, agg_list)
 
         partial.__name__ = "Aggregate"
-        ds = self.map_batches(partial, batch_format="pyarrow", batch_size=None)  # type: ignore[attr-defined]
+        ds = self.map_batches(partial, batch_format="pyarrow", batch_size=None)
         parts = [pickle.loads(r[A.PARTIAL_COLUMN]) for r in ds.iter_rows()]
         self._last_stats = ds._last_stats
         return A.merge_partials(agg_list, parts)
@@ -177,7 +186,7 @@ class ConsumeMixin:
         def part(t: pa.Table) -> pa.Table:
             import pyarrow.compute as pc
 
-            out: dict[str, list] = {}
+            out: dict[str, list[Any]] = {}
             for c in cols:
                 if c not in t.column_names:
                     raise KeyError(f"no column {c!r} in {t.column_names}")
@@ -196,7 +205,7 @@ class ConsumeMixin:
             return pa.table(out)
 
         part.__name__ = "aggregate"
-        ds = self.map_batches(part, batch_format="pyarrow", batch_size=None)  # type: ignore[attr-defined]
+        ds = self.map_batches(part, batch_format="pyarrow", batch_size=None)
         return ds.take_all()
 
     def _agg(self, kind: str, on: Any, ignore_nulls: bool = True, ddof: int = 1) -> Any:
@@ -206,7 +215,7 @@ class ConsumeMixin:
             cols = [n for n, t in zip(s.names, s.types, strict=False) if pa.types.is_integer(t) or
                     pa.types.is_floating(t)] if s else []
         parts = self._partials(cols)
-        res = {}
+        res: dict[str, Any] = {}
         for c in cols:
             ps = [p for p in parts if p[f"{c}.n"]]
             nulls = sum(p[f"{c}.nulls"] for p in parts)
@@ -264,7 +273,7 @@ class ConsumeMixin:
             return pa.table({"v": pc.unique(t.column(column))})
 
         uniq.__name__ = "unique"
-        vals = self.map_batches(uniq, batch_format="pyarrow", batch_size=None)  # type: ignore[attr-defined]
+        vals = self.map_batches(uniq, batch_format="pyarrow", batch_size=None)
         seen: dict[Any, None] = {}
         for r in vals.iter_rows():
             v = r["v"]
@@ -274,7 +283,7 @@ class ConsumeMixin:
         return list(seen)
 
     # --- splits -------------------------------------------------------------------------------
-    def split_at_indices(self, indices: list[int]) -> list[Any]:
+    def split_at_indices(self, indices: list[int]) -> list[MaterializedDataset]:
         """Materialized datasets cut at the given row indexes."""
         from ._internal.sizing import slices_at
         from ._internal.tasks import slice_task
@@ -301,7 +310,7 @@ class ConsumeMixin:
             out.append(MaterializedDataset(P.InputData(name="InputData", inputs=[], bundles=new)))
         return out
 
-    def split_proportionately(self, proportions: list[float]) -> list[Any]:
+    def split_proportionately(self, proportions: list[float]) -> list[MaterializedDataset]:
         """len(proportions) + 1 materialized datasets: the first ones hold those shares of the
         rows (rounded down, each at least one row), the last the rest."""
         if len(proportions) < 1:
@@ -323,7 +332,8 @@ class ConsumeMixin:
             raise ValueError("Couldn't create non-empty splits with the given proportions.")
         return md.split_at_indices(cuts)
 
-    def split(self, n: int, *, equal: bool = False, locality_hints: Any = None) -> list[Any]:
+    def split(self, n: int, *, equal: bool = False,
+              locality_hints: Any = None) -> list[MaterializedDataset]:
         """n materialized datasets (equal=True: the same number of rows each, remainder dropped)."""
         from .dataset import MaterializedDataset
 
@@ -346,9 +356,10 @@ class ConsumeMixin:
         return md.split_at_indices(cuts)[:n] if share else [md.limit(0).materialize() for _ in range(n)]
 
     def train_test_split(self, test_size: float | int, *, shuffle: bool = False,
-                         seed: int | None = None, stratify: str | None = None) -> tuple[Any, Any]:
+                         seed: int | None = None,
+                         stratify: str | None = None) -> tuple[MaterializedDataset, MaterializedDataset]:
         """(train, test) materialized datasets; test_size is a fraction or a row count."""
-        ds = self.random_shuffle(seed=seed) if shuffle else self  # type: ignore[attr-defined]
+        ds = self.random_shuffle(seed=seed) if shuffle else self
         total = ds.count()
         if isinstance(test_size, float):
             if not 0 < test_size < 1:
@@ -361,7 +372,8 @@ class ConsumeMixin:
         train, test = ds.split_at_indices([total - n_test])
         return train, test
 
-    def streaming_split(self, n: int, *, equal: bool = False, locality_hints: Any = None) -> list[Any]:
+    def streaming_split(self, n: int, *, equal: bool = False,
+                        locality_hints: Any = None) -> list[DataIterator]:
         """n DataIterators fed by one streaming execution (for n Train workers)."""
         from ._internal.streaming_split import make_split_iterators
 

@@ -12,7 +12,7 @@ class WriteMediaMixin:
     _plan: Any
     _last_stats: Any
 
-    def _run_sink(self, sink: Any, ray_remote_args: dict | None, concurrency: int | None,
+    def _run_sink(self, sink: Any, ray_remote_args: dict[str, Any] | None, concurrency: int | None,
                   min_rows_per_file: int | None, num_rows_per_file: int | None) -> None:
         from ._internal.write import run_write
 
@@ -28,8 +28,8 @@ class WriteMediaMixin:
 
     def write_images(self, path: str, column: str, file_format: str = "png", *,
                      filesystem: Any = None, try_create_dir: bool = True,
-                     arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
-                     ray_remote_args: dict | None = None, concurrency: int | None = None,
+                     arrow_open_stream_args: dict[str, Any] | None = None, filename_provider: Any = None,
+                     ray_remote_args: dict[str, Any] | None = None, concurrency: int | None = None,
                      mode: Any = "append") -> None:
         """Writes the image arrays of `column` as one `file_format` file per row (Pillow's
         formats: png, jpeg, bmp, tiff, ...); `filename_provider.get_filename_for_row` names
@@ -43,9 +43,9 @@ class WriteMediaMixin:
         self._run_sink(sink, ray_remote_args, concurrency, None, None)
 
     def write_webdataset(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
-                         arrow_open_stream_args: dict | None = None,
+                         arrow_open_stream_args: dict[str, Any] | None = None,
                          filename_provider: Any = None, min_rows_per_file: int | None = None,
-                         ray_remote_args: dict | None = None, encoder: Any = True,
+                         ray_remote_args: dict[str, Any] | None = None, encoder: Any = True,
                          concurrency: int | None = None, num_rows_per_file: int | None = None,
                          mode: Any = "append") -> None:
         """Writes the rows as WebDataset tar shards (one per write task): a sample per row keyed
@@ -60,9 +60,9 @@ class WriteMediaMixin:
         self._run_sink(sink, ray_remote_args, concurrency, min_rows_per_file, num_rows_per_file)
 
     def write_tfrecords(self, path: str, *, tf_schema: Any = None, filesystem: Any = None,
-                        try_create_dir: bool = True, arrow_open_stream_args: dict | None = None,
+                        try_create_dir: bool = True, arrow_open_stream_args: dict[str, Any] | None = None,
                         filename_provider: Any = None, min_rows_per_file: int | None = None,
-                        ray_remote_args: dict | None = None, concurrency: int | None = None,
+                        ray_remote_args: dict[str, Any] | None = None, concurrency: int | None = None,
                         num_rows_per_file: int | None = None, mode: Any = "append") -> None:
         """Writes the rows as tf.train.Example records in TFRecord files (one per write task);
         int, float and binary/string columns and lists of them."""

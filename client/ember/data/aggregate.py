@@ -65,7 +65,7 @@ class AggregateFn:
 
             def accumulate_block(acc: Any, block: pa.Table) -> Any:
                 for row in block.to_pylist():
-                    acc = row_fn(acc, row)  # type: ignore[misc]
+                    acc = row_fn(acc, row)  # type: ignore[misc]  # not None: checked above
                 return acc
 
         self.name = name
@@ -116,7 +116,7 @@ class AggregateFnV2(AggregateFn, abc.ABC):
     def aggregate_block(self, block: pa.Table) -> Any:
         """The partial accumulator of one block."""
 
-    def finalize(self, accumulator: Any) -> Any:  # type: ignore[override]
+    def finalize(self, accumulator: Any) -> Any:
         """The result from the last accumulator (`_finalize`, itself by default)."""
         return self._finalize(accumulator)
 
@@ -175,7 +175,7 @@ def _neg_inf() -> float:
     return float("-inf")
 
 
-def _no_counts() -> dict[str, list]:
+def _no_counts() -> dict[str, list[Any]]:
     return {"values": [], "counts": []}
 
 
@@ -288,7 +288,7 @@ class Mean(AggregateFnV2):
     def combine(self, current_accumulator: Any, new: Any) -> Any:
         return [current_accumulator[0] + new[0], current_accumulator[1] + new[1]]
 
-    def finalize(self, accumulator: Any) -> Any:  # type: ignore[override]
+    def finalize(self, accumulator: Any) -> Any:
         return accumulator[0] / accumulator[1] if accumulator[1] else float("nan")
 
     def _arrow_kernel(self) -> tuple[str, Any] | None:
@@ -322,7 +322,7 @@ class Std(AggregateFnV2):
         mean = (ma * na + mb * nb) / n
         return [m2a + m2b + (mb - ma) ** 2 * na * nb / n, mean, n]
 
-    def finalize(self, accumulator: Any) -> Any:  # type: ignore[override]
+    def finalize(self, accumulator: Any) -> Any:
         m2, _, n = accumulator
         return math.sqrt(m2 / (n - self._ddof)) if n - self._ddof > 0 else float("nan")
 

@@ -8,14 +8,15 @@ canonical fixed-shape tensor extension type and come back as n-d arrays.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 
 from ._internal import var_tensor as VT
 
-Block = pa.Table
+# pyarrow is untyped (mypy sees its objects as Any), so this alias only names the type.
+Block: TypeAlias = pa.Table
 VALID_BATCH_FORMATS = ("default", "numpy", "pandas", "pyarrow", None)
 
 
@@ -146,14 +147,16 @@ def column_to_numpy(col: pa.ChunkedArray | pa.Array, zero_copy: bool = True) -> 
     if isinstance(col, pa.ChunkedArray):
         if isinstance(col.type, pa.FixedShapeTensorType):
             if col.num_chunks == 1:
-                return col.chunk(0).to_numpy_ndarray()
+                first: np.ndarray = col.chunk(0).to_numpy_ndarray()
+                return first
             return np.concatenate([c.to_numpy_ndarray() for c in col.chunks]) if col.num_chunks \
                 else np.empty((0, *col.type.shape))
         if col.num_chunks == 1:
             return column_to_numpy(col.chunk(0), zero_copy)
         col = col.combine_chunks() if col.num_chunks else pa.array([], type=col.type)
     if isinstance(col.type, pa.FixedShapeTensorType):
-        return col.to_numpy_ndarray()
+        tensor: np.ndarray = col.to_numpy_ndarray()
+        return tensor
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or \
             pa.types.is_fixed_size_list(col.type):
         items = col.to_pylist()
@@ -163,10 +166,12 @@ def column_to_numpy(col: pa.ChunkedArray | pa.Array, zero_copy: bool = True) -> 
             out = np.empty(len(items), dtype=object)
             out[:] = [np.asarray(v) for v in items]
             return out
+    flat: np.ndarray
     try:
-        return col.to_numpy(zero_copy_only=True)
+        flat = col.to_numpy(zero_copy_only=True)
     except (pa.ArrowInvalid, NotImplementedError):
-        return col.to_numpy(zero_copy_only=False)
+        flat = col.to_numpy(zero_copy_only=False)
+    return flat
 
 
 def block_to_batch(block: Block, batch_format: str | None, zero_copy: bool = True) -> Any:
@@ -251,8 +256,9 @@ def compact(block: Block) -> Block:
 
 def _oversized(arr: pa.Array) -> bool:
     try:
-        need = arr.nbytes
-        return arr.get_total_buffer_size() > need + max(4096, need // 8)
+        need: int = arr.nbytes
+        total: int = arr.get_total_buffer_size()
+        return total > need + max(4096, need // 8)
     except Exception:  # pragma: no cover - exotic extension types
         return False
 

@@ -387,8 +387,8 @@ class Dataset(ConsumeMixin, WriteMediaMixin):
     # --- writes -------------------------------------------------------------------------------
     def _write(self, fmt: str, path: str, filesystem: Any, try_create_dir: bool,
                options: dict[str, Any], *, column: str | None = None,
-               partition_cols: list[str] | None = None, ray_remote_args: dict | None = None,
-               arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
+               partition_cols: list[str] | None = None, ray_remote_args: dict[str, Any] | None = None,
+               arrow_open_stream_args: dict[str, Any] | None = None, filename_provider: Any = None,
                options_fn: Any = None, min_rows_per_file: int | None = None,
                num_rows_per_file: int | None = None, concurrency: int | None = None,
                mode: Any = "append") -> None:
@@ -411,7 +411,7 @@ class Dataset(ConsumeMixin, WriteMediaMixin):
         if stats is not None:
             self._last_stats = stats
 
-    def write_datasink(self, datasink: Any, *, ray_remote_args: dict | None = None,
+    def write_datasink(self, datasink: Any, *, ray_remote_args: dict[str, Any] | None = None,
                        concurrency: int | None = None) -> None:
         """Writes the rows into a user-defined `ember.data.Datasink` (on_write_start, then
         write(blocks, ctx) per task, then on_write_complete or on_write_failed)."""
@@ -428,9 +428,9 @@ class Dataset(ConsumeMixin, WriteMediaMixin):
 
     def write_parquet(self, path: str, *, partition_cols: list[str] | None = None,
                       filesystem: Any = None, try_create_dir: bool = True,
-                      arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
+                      arrow_open_stream_args: dict[str, Any] | None = None, filename_provider: Any = None,
                       arrow_parquet_args_fn: Any = None, min_rows_per_file: int | None = None,
-                      max_rows_per_file: int | None = None, ray_remote_args: dict | None = None,
+                      max_rows_per_file: int | None = None, ray_remote_args: dict[str, Any] | None = None,
                       concurrency: int | None = None, num_rows_per_file: int | None = None,
                       mode: Any = "append", **arrow_parquet_args: Any) -> None:
         """Writes the rows as parquet files under path (a directory or a URI such as s3://...).
@@ -447,9 +447,9 @@ class Dataset(ConsumeMixin, WriteMediaMixin):
                     concurrency=concurrency, mode=mode)
 
     def write_json(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
-                   arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
+                   arrow_open_stream_args: dict[str, Any] | None = None, filename_provider: Any = None,
                    pandas_json_args_fn: Any = None, min_rows_per_file: int | None = None,
-                   ray_remote_args: dict | None = None, concurrency: int | None = None,
+                   ray_remote_args: dict[str, Any] | None = None, concurrency: int | None = None,
                    num_rows_per_file: int | None = None, mode: Any = "append",
                    **pandas_json_args: Any) -> None:
         """Writes the rows as JSON lines files under path (`pandas_json_args` go to
@@ -461,9 +461,9 @@ class Dataset(ConsumeMixin, WriteMediaMixin):
                     concurrency=concurrency, mode=mode)
 
     def write_csv(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
-                  arrow_open_stream_args: dict | None = None, filename_provider: Any = None,
+                  arrow_open_stream_args: dict[str, Any] | None = None, filename_provider: Any = None,
                   arrow_csv_args_fn: Any = None, min_rows_per_file: int | None = None,
-                  ray_remote_args: dict | None = None, concurrency: int | None = None,
+                  ray_remote_args: dict[str, Any] | None = None, concurrency: int | None = None,
                   num_rows_per_file: int | None = None, mode: Any = "append",
                   **arrow_csv_args: Any) -> None:
         """Writes the rows as CSV files under path (`arrow_csv_args`, e.g. write_options, go to
@@ -475,9 +475,9 @@ class Dataset(ConsumeMixin, WriteMediaMixin):
                     concurrency=concurrency, mode=mode)
 
     def write_numpy(self, path: str, *, column: str, filesystem: Any = None,
-                    try_create_dir: bool = True, arrow_open_stream_args: dict | None = None,
+                    try_create_dir: bool = True, arrow_open_stream_args: dict[str, Any] | None = None,
                     filename_provider: Any = None, min_rows_per_file: int | None = None,
-                    ray_remote_args: dict | None = None, concurrency: int | None = None,
+                    ray_remote_args: dict[str, Any] | None = None, concurrency: int | None = None,
                     num_rows_per_file: int | None = None, mode: Any = "append") -> None:
         """Writes one column as .npy files under path (options as write_parquet)."""
         self._write("numpy", path, filesystem, try_create_dir, {}, column=column,

@@ -3,6 +3,7 @@ built with factories such as `DataType.int64()`, `DataType.string()`, `DataType.
 Expressions use it for `cast`."""
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import pyarrow as pa
@@ -45,7 +46,7 @@ class DataType:
         return cls(pa.list_(value_type.to_arrow_dtype()))
 
     @classmethod
-    def struct(cls, fields: list[tuple[str, DataType]]) -> DataType:
+    def struct(cls, fields: builtins.list[tuple[str, DataType]]) -> DataType:  # `list` is the method above
         """A struct of named fields."""
         return cls(pa.struct([(n, t.to_arrow_dtype()) for n, t in fields]))
 

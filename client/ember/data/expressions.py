@@ -326,7 +326,7 @@ class UnaryExpr(Expr):
 class UDFExpr(Expr):
     """An Arrow kernel (or any function of Arrow arrays) applied to argument expressions."""
 
-    def __init__(self, fn_name: str, fn: Callable[..., Any], args: list[Expr], extra: tuple,
+    def __init__(self, fn_name: str, fn: Callable[..., Any], args: list[Expr], extra: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> None:
         self.fn_name, self.fn, self.args, self.extra, self.kwargs = fn_name, fn, args, extra, kwargs
 
@@ -373,7 +373,7 @@ class _TypedCall:
     """Calls a user function on Arrow arrays and returns an array of `arrow_type`; a callable
     class is instantiated on first use in each process (not pickled with the plan)."""
 
-    def __init__(self, fn: Any, arrow_type: pa.DataType | None, ctor: tuple | None = None) -> None:
+    def __init__(self, fn: Any, arrow_type: pa.DataType | None, ctor: tuple[Any, ...] | None = None) -> None:
         self.fn, self.arrow_type, self.ctor = fn, arrow_type, ctor
         self._obj: Any = None
 

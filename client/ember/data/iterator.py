@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -22,13 +22,13 @@ from ._internal.transforms import rebatch
 _END = object()
 
 
-def _fetch(bundles: Iterator[Any], prefetch: int) -> Iterator[pa.Table]:
+def _fetch(bundles: Iterator[Any], prefetch: int) -> Generator[pa.Table, None, None]:
     """Blocks of the bundles, fetched `prefetch` blocks ahead by a background thread."""
     if prefetch <= 0:
         for b in bundles:
             yield ember.get(b.ref)
         return
-    q: queue.Queue = queue.Queue(maxsize=prefetch)
+    q: queue.Queue[Any] = queue.Queue(maxsize=prefetch)  # blocks, then _END or the pump's error
     stop = threading.Event()
 
     def pump() -> None:
@@ -98,7 +98,7 @@ class DataIterator:
     def __repr__(self) -> str:
         return f"DataIterator({self._name})"
 
-    def _blocks(self, prefetch: int) -> Iterator[pa.Table]:
+    def _blocks(self, prefetch: int) -> Generator[pa.Table, None, None]:
         return _fetch(self._source(), prefetch)
 
     def iter_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256,
@@ -136,7 +136,7 @@ class DataIterator:
             for blk in blocks:
                 yield from B.iter_rows(blk)
         finally:
-            blocks.close()  # type: ignore[attr-defined]
+            blocks.close()
 
     def iter_torch_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256,
                            dtypes: Any = None, device: Any = "auto",

@@ -220,9 +220,11 @@ class _EngineStage:
         return {"prompt": prompt, "generated_text": text, "num_generated_tokens": generated,
                 "num_input_tokens": prompt_tokens, "request_id": self.done - 1}
 
-    async def _rows(self, rows: list[dict[str, Any]]) -> list[Any]:
+    async def _rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any] | BaseException]:
         """Every row's request in flight at once on the actor's one loop (the engine batches them)."""
-        return await asyncio.gather(*[self._row(r) for r in rows], return_exceptions=True)
+        results: list[dict[str, Any] | BaseException] = await asyncio.gather(
+            *[self._row(r) for r in rows], return_exceptions=True)
+        return results
 
     async def _row(self, row: dict[str, Any]) -> dict[str, Any]:
         prompt, sp = self._request(row)

@@ -18,7 +18,7 @@ from .dataset import Dataset, MaterializedDataset
 
 def _read(ds: Any, name: str, parallelism: int, override_num_blocks: int | None,
           concurrency: int | None, num_cpus: Any, num_gpus: Any, memory: Any,
-          ray_remote_args: dict | None) -> Dataset:
+          ray_remote_args: dict[str, Any] | None) -> Dataset:
     ra = dict(ray_remote_args or {})
     for k, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("memory", memory)):
         if v is not None:
@@ -58,8 +58,8 @@ def _partitioning(p: Any) -> Any:
 
 def read_parquet(paths: str | list[str], *, filesystem: Any = None, columns: list[str] | None = None,
                  parallelism: int = -1, num_cpus: float | None = None, num_gpus: float | None = None,
-                 memory: float | None = None, ray_remote_args: dict | None = None,
-                 tensor_column_schema: dict | None = None, meta_provider: Any = None,
+                 memory: float | None = None, ray_remote_args: dict[str, Any] | None = None,
+                 tensor_column_schema: dict[str, Any] | None = None, meta_provider: Any = None,
                  partition_filter: Any = None, partitioning: Any = "hive", shuffle: Any = None,
                  include_paths: bool = False, file_extensions: list[str] | None = ["parquet"],  # noqa: B006
                  ignore_missing_paths: bool = False, concurrency: int | None = None,
@@ -77,11 +77,11 @@ def read_parquet(paths: str | list[str], *, filesystem: Any = None, columns: lis
                  num_gpus, memory, ray_remote_args)
 
 
-def _file_read(fmt: str, name: str, paths: Any, filesystem: Any, options: dict, include_paths: bool,
+def _file_read(fmt: str, name: str, paths: Any, filesystem: Any, options: dict[str, Any], include_paths: bool,
                file_extensions: Any, ignore_missing_paths: bool, partitioning: Any, shuffle: Any,
                parallelism: int, override_num_blocks: int | None, concurrency: int | None,
-               num_cpus: Any, num_gpus: Any, memory: Any, ray_remote_args: dict | None,
-               arrow_open_stream_args: dict | None = None, meta_provider: Any = None,
+               num_cpus: Any, num_gpus: Any, memory: Any, ray_remote_args: dict[str, Any] | None,
+               arrow_open_stream_args: dict[str, Any] | None = None, meta_provider: Any = None,
                partition_filter: Any = None) -> Dataset:
     fn = {"ReadJSON": "read_json", "ReadCSV": "read_csv", "ReadText": "read_text",
           "ReadBinary": "read_binary_files", "ReadNumpy": "read_numpy"}[name]
@@ -103,8 +103,8 @@ _JSON_EXT = ["json", "jsonl", "json.gz", "jsonl.gz", "json.br", "jsonl.br", "jso
 
 def read_json(paths: str | list[str], *, lines: bool = False, filesystem: Any = None,
               parallelism: int = -1, num_cpus: float | None = None, num_gpus: float | None = None,
-              memory: float | None = None, ray_remote_args: dict | None = None,
-              arrow_open_stream_args: dict | None = None, meta_provider: Any = None,
+              memory: float | None = None, ray_remote_args: dict[str, Any] | None = None,
+              arrow_open_stream_args: dict[str, Any] | None = None, meta_provider: Any = None,
               partition_filter: Any = None, partitioning: Any = "hive", include_paths: bool = False,
               ignore_missing_paths: bool = False, shuffle: Any = None,
               file_extensions: list[str] | None = _JSON_EXT, concurrency: int | None = None,
@@ -120,7 +120,7 @@ def read_json(paths: str | list[str], *, lines: bool = False, filesystem: Any = 
 
 def read_csv(paths: str | list[str], *, filesystem: Any = None, parallelism: int = -1,
              num_cpus: float | None = None, num_gpus: float | None = None, memory: float | None = None,
-             ray_remote_args: dict | None = None, arrow_open_stream_args: dict | None = None,
+             ray_remote_args: dict[str, Any] | None = None, arrow_open_stream_args: dict[str, Any] | None = None,
              meta_provider: Any = None, partition_filter: Any = None,
              partitioning: Any = "hive", include_paths: bool = False, ignore_missing_paths: bool = False,
              shuffle: Any = None, file_extensions: list[str] | None = None,
@@ -138,7 +138,7 @@ def read_csv(paths: str | list[str], *, filesystem: Any = None, parallelism: int
 def read_text(paths: str | list[str], *, encoding: str = "utf-8", drop_empty_lines: bool = True,
               filesystem: Any = None, parallelism: int = -1, num_cpus: float | None = None,
               num_gpus: float | None = None, memory: float | None = None,
-              ray_remote_args: dict | None = None, arrow_open_stream_args: dict | None = None,
+              ray_remote_args: dict[str, Any] | None = None, arrow_open_stream_args: dict[str, Any] | None = None,
               meta_provider: Any = None, partition_filter: Any = None, partitioning: Any = None,
               include_paths: bool = False, ignore_missing_paths: bool = False, shuffle: Any = None,
               file_extensions: list[str] | None = None, concurrency: int | None = None,
@@ -154,8 +154,8 @@ def read_text(paths: str | list[str], *, encoding: str = "utf-8", drop_empty_lin
 def read_binary_files(paths: str | list[str], *, include_paths: bool = False, filesystem: Any = None,
                       parallelism: int = -1, num_cpus: float | None = None,
                       num_gpus: float | None = None, memory: float | None = None,
-                      ray_remote_args: dict | None = None,
-                      arrow_open_stream_args: dict | None = None, meta_provider: Any = None,
+                      ray_remote_args: dict[str, Any] | None = None,
+                      arrow_open_stream_args: dict[str, Any] | None = None, meta_provider: Any = None,
                       partition_filter: Any = None, partitioning: Any = None,
                       ignore_missing_paths: bool = False, shuffle: Any = None,
                       file_extensions: list[str] | None = None, concurrency: int | None = None,
@@ -168,7 +168,7 @@ def read_binary_files(paths: str | list[str], *, include_paths: bool = False, fi
 
 
 def read_numpy(paths: str | list[str], *, filesystem: Any = None, parallelism: int = -1,
-               arrow_open_stream_args: dict | None = None, meta_provider: Any = None,
+               arrow_open_stream_args: dict[str, Any] | None = None, meta_provider: Any = None,
                partition_filter: Any = None, partitioning: Any = None, include_paths: bool = False,
                ignore_missing_paths: bool = False, shuffle: Any = None,
                file_extensions: list[str] | None = ["npy"], concurrency: int | None = None,  # noqa: B006
@@ -185,7 +185,7 @@ def read_numpy(paths: str | list[str], *, filesystem: Any = None, parallelism: i
 
 def read_datasource(datasource: Any, *, parallelism: int = -1, num_cpus: float | None = None,
                     num_gpus: float | None = None, memory: float | None = None,
-                    ray_remote_args: dict | None = None, concurrency: int | None = None,
+                    ray_remote_args: dict[str, Any] | None = None, concurrency: int | None = None,
                     override_num_blocks: int | None = None, **read_args: Any) -> Dataset:
     """A dataset read from a user-defined `ember.data.Datasource` (its get_read_tasks)."""
     from .datasource import Datasource, _SourceAdapter
@@ -204,7 +204,7 @@ def read_datasource(datasource: Any, *, parallelism: int = -1, num_cpus: float |
 def read_sql(sql: str, connection_factory: Any, *, shard_keys: list[str] | None = None,
              shard_hash_fn: str = "MD5", parallelism: int = -1, num_cpus: float | None = None,
              num_gpus: float | None = None, memory: float | None = None,
-             ray_remote_args: dict | None = None, concurrency: int | None = None,
+             ray_remote_args: dict[str, Any] | None = None, concurrency: int | None = None,
              override_num_blocks: int | None = None) -> Dataset:
     """The rows of a SQL query; `connection_factory()` returns a DB-API 2 connection (called
     in the driver and in every read task). Paged into parallel tasks with LIMIT/OFFSET where
@@ -221,7 +221,7 @@ def read_sql(sql: str, connection_factory: Any, *, shard_keys: list[str] | None 
 
 # --- generated data ------------------------------------------------------------------------
 
-def _range_block(start: int, stop: int, shape: tuple | None) -> Iterator[pa.Table]:
+def _range_block(start: int, stop: int, shape: tuple[int, ...] | None) -> Iterator[pa.Table]:
     ids = np.arange(start, stop, dtype=np.int64)
     if shape is None:
         yield pa.table({"id": ids})
@@ -236,7 +236,7 @@ class RangeDatasource:
     supports_projection_pushdown = False
     supports_filter_pushdown = False
 
-    def __init__(self, n: int, shape: tuple | None = None) -> None:
+    def __init__(self, n: int, shape: tuple[int, ...] | None = None) -> None:
         if not isinstance(n, (int, np.integer)) or n < 0:
             raise ValueError(f"range() needs an int n >= 0, got {n!r}")
         self.n = int(n)
@@ -264,7 +264,7 @@ def range(n: int, *, parallelism: int = -1, concurrency: int | None = None,  # n
                  None, None, None, None)
 
 
-def range_tensor(n: int, *, shape: tuple = (1,), parallelism: int = -1,
+def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), parallelism: int = -1,
                  concurrency: int | None = None, override_num_blocks: int | None = None) -> Dataset:
     """Rows {"data": full(shape, i)} for i in 0..n-1."""
     return _read(RangeDatasource(n, shape), "ReadRangeTensor", parallelism, override_num_blocks,
@@ -358,7 +358,9 @@ def from_huggingface(dataset: Any, parallelism: int = -1, concurrency: int | Non
                     for batch in dataset.with_format("arrow").iter(batch_size=4096):
                         yield batch
 
-                return [ReadTask(read, B.BlockMetadata(num_rows=None, size_bytes=None))]
+                # rows and size unknown before reading (None, as Ray's BlockMetadata allows)
+                unknown = B.BlockMetadata(num_rows=None, size_bytes=None)  # type: ignore[arg-type]
+                return [ReadTask(read, unknown)]
 
         return read_datasource(_HFIterable(), parallelism=parallelism, concurrency=concurrency,
                                override_num_blocks=override_num_blocks)

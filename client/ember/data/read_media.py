@@ -11,9 +11,9 @@ from .dataset import Dataset
 from .read_api import _partitioning, _read, _refuse
 
 
-def _source(fmt: str, paths: Any, filesystem: Any, options: dict, include_paths: bool,
+def _source(fmt: str, paths: Any, filesystem: Any, options: dict[str, Any], include_paths: bool,
             file_extensions: Any, ignore_missing_paths: bool, partitioning: Any, shuffle: Any,
-            open_args: dict | None, what: str) -> FileDatasource:
+            open_args: dict[str, Any] | None, what: str) -> FileDatasource:
     if shuffle not in (None, "files"):
         raise ValueError(f"{what}: shuffle must be None or 'files', got {shuffle!r}")
     if open_args is not None:
@@ -26,8 +26,8 @@ def _source(fmt: str, paths: Any, filesystem: Any, options: dict, include_paths:
 
 
 def read_images(paths: str | list[str], *, filesystem: Any = None, parallelism: int = -1,
-                meta_provider: Any = None, ray_remote_args: dict | None = None,
-                arrow_open_file_args: dict | None = None, partition_filter: Any = None,
+                meta_provider: Any = None, ray_remote_args: dict[str, Any] | None = None,
+                arrow_open_file_args: dict[str, Any] | None = None, partition_filter: Any = None,
                 partitioning: Any = None, size: tuple[int, int] | None = None,
                 mode: str | None = None, include_paths: bool = False,
                 ignore_missing_paths: bool = False, shuffle: Any = None,
@@ -47,7 +47,7 @@ def read_images(paths: str | list[str], *, filesystem: Any = None, parallelism: 
 
 
 def read_webdataset(paths: str | list[str], *, filesystem: Any = None, parallelism: int = -1,
-                    arrow_open_stream_args: dict | None = None, meta_provider: Any = None,
+                    arrow_open_stream_args: dict[str, Any] | None = None, meta_provider: Any = None,
                     partition_filter: Any = None, decoder: Any = True, fileselect: Any = None,
                     filerename: Any = None, suffixes: Any = None, verbose_open: bool = False,
                     shuffle: Any = None, include_paths: bool = False,
@@ -76,8 +76,8 @@ def read_webdataset(paths: str | list[str], *, filesystem: Any = None, paralleli
 
 def read_tfrecords(paths: str | list[str], *, filesystem: Any = None, parallelism: int = -1,
                    num_cpus: float | None = None, num_gpus: float | None = None,
-                   memory: float | None = None, ray_remote_args: dict | None = None,
-                   arrow_open_stream_args: dict | None = None, meta_provider: Any = None,
+                   memory: float | None = None, ray_remote_args: dict[str, Any] | None = None,
+                   arrow_open_stream_args: dict[str, Any] | None = None, meta_provider: Any = None,
                    partition_filter: Any = None, include_paths: bool = False,
                    ignore_missing_paths: bool = False, tf_schema: Any = None, shuffle: Any = None,
                    file_extensions: list[str] | None = None, concurrency: int | None = None,

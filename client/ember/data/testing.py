@@ -23,7 +23,8 @@ _ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class LocalS3Server:
@@ -35,7 +36,7 @@ class LocalS3Server:
         self.env = dict(_ENV, AWS_ENDPOINT_URL=self.endpoint, AWS_ENDPOINT_URL_S3=self.endpoint)
         self.set_environ = set_environ
         self.start_timeout_s = start_timeout_s
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self._saved: dict[str, str | None] = {}
 
     def start(self) -> LocalS3Server:
