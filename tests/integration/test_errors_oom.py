@@ -76,6 +76,7 @@ def oom_cluster(monkeypatch):
         monkeypatch.setenv("EMBER_MEMORY_MONITOR_REFRESH_MS", "50")
         monkeypatch.setenv("EMBER_MEMORY_USAGE_THRESHOLD", f"{threshold:.6f}")
         monkeypatch.setenv("EMBER_MIN_MEMORY_FREE_BYTES", "-1")
+        monkeypatch.setenv("EMBER_TASK_OOM_RETRIES", "1")  # the driver's budget
         with LocalCluster() as c:
             node = c.add_node({"CPU": 2}, is_head=True, num_prestart_workers=0)
             raylet_pid = node.raylet.pid
@@ -148,3 +149,33 @@ def test_an_actor_killed_for_memory_dies_with_out_of_memory_error(oom_cluster):
         ember.get(a.grow.remote(), timeout=60)
     _memory_back_under(threshold, node_memory)
     assert ember.get(one.remote(), timeout=60) == 1
+
+
+@ember.remote(max_retries=3)
+def hold(mib: int, started: str, release: str) -> int:
+    block = b"\x01" * (mib * MiB)
+    open(started, "w").close()
+    wait_for(lambda: os.path.exists(release), timeout_s=120, what="the test to release it")
+    return len(block) // MiB
+
+
+@ember.remote(max_retries=3)
+def grow(attempts: str) -> int:
+    with open(attempts, "a") as f:
+        f.write("attempt\n")
+    return _hog()
+
+
+def test_the_newest_of_an_owners_tasks_is_killed_and_retried_on_its_oom_budget(oom_cluster, tmp_path):
+    """Two tasks of one owner: the newer is killed and, its owner having another task there,
+    retried on EMBER_TASK_OOM_RETRIES (1 here) apart from max_retries; then OutOfMemoryError.
+    The older one is left alone and finishes."""
+    started, release, attempts = (str(tmp_path / n) for n in ("started", "release", "attempts"))
+    older = hold.remote(400, started, release)
+    wait_for(lambda: os.path.exists(started), timeout_s=60, what="the older task to hold its memory")
+    with pytest.raises(ex.OutOfMemoryError):
+        ember.get(grow.remote(attempts), timeout=180)
+    with open(attempts) as f:
+        assert len(f.readlines()) == 2  # the first run and its one OOM retry
+    open(release, "w").close()
+    assert ember.get(older, timeout=60) == 400
