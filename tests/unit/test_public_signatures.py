@@ -151,3 +151,23 @@ def test_serve_entry_points_have_rays_explicit_parameters():
         params = inspect.signature(f).parameters
         assert names <= set(params), (f.__qualname__, sorted(names - set(params)))
         assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()), f.__qualname__
+
+
+def test_train_configs_have_rays_parameters():
+    from ember import train
+
+    expected = {
+        train.RunConfig: {"name", "storage_path", "storage_filesystem", "failure_config", "checkpoint_config",
+                          "callbacks", "worker_runtime_env", "logging_config", "sync_config", "verbose", "stop",
+                          "progress_reporter", "log_to_file"},
+        train.LoggingConfig: {"log_level"},
+        train.ScalingConfig: {"num_workers", "use_gpu", "resources_per_worker", "placement_strategy",
+                              "trainer_resources", "accelerator_type"},
+        train.CheckpointConfig: {"num_to_keep", "checkpoint_score_attribute", "checkpoint_score_order",
+                                 "checkpoint_frequency", "checkpoint_at_end"},
+        train.DataConfig: {"datasets_to_split", "execution_options", "enable_shard_locality"},
+    }
+    for cls, names in expected.items():
+        params = inspect.signature(cls).parameters
+        assert names <= set(params), (cls.__qualname__, sorted(names - set(params)))
+        assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()), cls.__qualname__

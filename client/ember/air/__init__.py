@@ -3,7 +3,8 @@
 Both libraries build on it and neither reaches into the other's private modules:
 
 - `checkpoint`: `Checkpoint`, a directory in local or remote storage;
-- `config`: `ScalingConfig`, `RunConfig`, `CheckpointConfig`, `FailureConfig`, `DataConfig`;
+- `config`: `ScalingConfig`, `RunConfig`, `CheckpointConfig`, `FailureConfig`, `DataConfig`,
+  `LoggingConfig`;
 - `result`: `Result`, what a trainer's `fit()` and each Tune trial return;
 - `session`: the per-process session that `ember.train.report` / `ember.tune.report` dispatch to
   (a Train worker or a Tune trial installs one), and `TrainContext`;

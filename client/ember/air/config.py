@@ -2,6 +2,7 @@
 same `RunConfig` / `CheckpointConfig` / `FailureConfig` (`ember.tune` re-exports them)."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,7 +57,8 @@ class ScalingConfig:
 @dataclass
 class CheckpointConfig:
     """Which reported checkpoints to keep: the `num_to_keep` best by
-    `checkpoint_score_attribute` (most recent when no attribute is given)."""
+    `checkpoint_score_attribute` (most recent when no attribute is given). As in Ray 2.60, Train's
+    refuses `checkpoint_frequency` / `checkpoint_at_end` (DeprecationWarning); Tune's takes them."""
 
     num_to_keep: int | None = None
     checkpoint_score_attribute: str | None = None
@@ -70,12 +72,20 @@ class CheckpointConfig:
         if self.checkpoint_score_order not in ("max", "min"):
             raise ValueError("CheckpointConfig.checkpoint_score_order must be 'max' or 'min', "
                              f"got {self.checkpoint_score_order!r}")
+        if type(self) is CheckpointConfig:  # Train's; Tune's subclass saves class trainables by them
+            for what, value, default in (("checkpoint_frequency", self.checkpoint_frequency, 0),
+                                         ("checkpoint_at_end", self.checkpoint_at_end, None)):
+                if value != default:
+                    raise DeprecationWarning(
+                        f"ember.train.CheckpointConfig({what}=...) is deprecated, as in Ray Train 2.60: a "
+                        "training function checkpoints when it calls report(checkpoint=...). Drop it "
+                        "(tune.CheckpointConfig takes it for class trainables)")
 
 
 @dataclass
 class FailureConfig:
     """How many times a failed run (Train worker group, Tune trial) is restarted from its latest
-    checkpoint; -1 means without limit."""
+    checkpoint; -1 means without limit. Train's refuses `fail_fast` (Ray 2.60); Tune's takes it."""
 
     max_failures: int = 0
     fail_fast: bool | str = False
@@ -83,6 +93,31 @@ class FailureConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.max_failures, int) or self.max_failures < -1:
             raise ValueError(f"FailureConfig.max_failures must be an int >= -1, got {self.max_failures!r}")
+        if type(self) is FailureConfig and self.fail_fast is not False:  # Tune's subclass reads it
+            raise DeprecationWarning(
+                "ember.train.FailureConfig(fail_fast=...) is deprecated, as in Ray Train 2.60: it concerns "
+                "the trials of a Tune run. Use tune.FailureConfig(fail_fast=...) there")
+
+
+@dataclass
+class LoggingConfig:
+    """The level of Train's own logger `ember.train` (Ray's `ray.train` logger) on the console
+    and in Train's application log files, in the controller and in every worker. Train's system
+    log files always hold every level; other loggers are not affected."""
+
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        names = logging.getLevelNamesMapping()
+        if not isinstance(self.log_level, str) or self.log_level.upper() not in names:
+            raise ValueError(f"LoggingConfig.log_level must be a logging level name, one of "
+                             f"{', '.join(sorted(names))}; got {self.log_level!r}")
+        self.log_level = self.log_level.upper()
+
+
+# Ray 2.60's Train RunConfig refuses these Tune-era fields (they are Tune's RunConfig's).
+TUNE_ONLY_FIELDS = ("sync_config", "verbose", "stop", "progress_reporter", "log_to_file")
+TRAIN_ONLY_FIELDS = ("worker_runtime_env", "logging_config")
 
 
 @dataclass
@@ -90,19 +125,27 @@ class RunConfig:
     """Where results go and how failures and checkpoints are handled.
 
     `storage_path` is a local directory or any pyarrow.fs URI (default `~/ember_results`);
-    results live under `storage_path/name`. `stop` and `verbose` are read by Tune."""
+    results live under `storage_path/name`. `worker_runtime_env` is the runtime env of every
+    training worker; `logging_config` the level of Train's own logger.
+
+    This is Train's RunConfig (Ray's `ray.train.RunConfig`): as in Ray 2.60, `sync_config`,
+    `verbose`, `stop`, `progress_reporter` and `log_to_file` raise DeprecationWarning when set.
+    Tune's RunConfig subclasses it and takes `stop`, `verbose`, `callbacks` and
+    `progress_reporter` instead of the two worker fields."""
 
     name: str | None = None
     storage_path: str | None = None
     storage_filesystem: pyarrow.fs.FileSystem | None = None
     failure_config: FailureConfig | None = None
     checkpoint_config: CheckpointConfig | None = None
-    stop: Any = None
-    verbose: int | None = None
     callbacks: list[Any] | None = None
-    log_to_file: bool = False
     worker_runtime_env: dict[str, Any] | None = None
+    logging_config: LoggingConfig | None = None
     sync_config: Any = None
+    verbose: int | None = None
+    stop: Any = None
+    progress_reporter: Any = None
+    log_to_file: bool = False
 
     def __post_init__(self) -> None:
         if self.failure_config is None:
@@ -111,11 +154,36 @@ class RunConfig:
             self.checkpoint_config = CheckpointConfig()
         if self.name is not None and ("/" in self.name or not self.name.strip()):
             raise ValueError(f"RunConfig.name must be a non-empty name without '/', got {self.name!r}")
+        if type(self) is RunConfig:
+            self._check_train_fields()
+            return
         for what, value, default in (("log_to_file", self.log_to_file, False),
                                      ("sync_config", self.sync_config, None),
-                                     ("worker_runtime_env", self.worker_runtime_env, None)):
+                                     ("worker_runtime_env", self.worker_runtime_env, None),
+                                     ("logging_config", self.logging_config, None)):
             if value != default:
-                raise NotImplementedError(f"RunConfig({what}=...) is not supported by Ember")
+                owner = " (it is ember.train.RunConfig's)" if what in TRAIN_ONLY_FIELDS else ""
+                raise NotImplementedError(f"RunConfig({what}=...) is not supported by Ember's tune.RunConfig{owner}")
+
+    def _check_train_fields(self) -> None:
+        defaults = {"log_to_file": False}
+        for what in TUNE_ONLY_FIELDS:
+            if getattr(self, what) != defaults.get(what):
+                raise DeprecationWarning(
+                    f"ember.train.RunConfig({what}=...) is deprecated, as in Ray Train 2.60: it was a Tune "
+                    "setting. Drop it, or run the trainer as one trial of ember.tune.Tuner, whose "
+                    "tune.RunConfig takes it")
+        if self.logging_config is None:
+            self.logging_config = LoggingConfig()
+        elif not isinstance(self.logging_config, LoggingConfig):
+            raise TypeError("RunConfig.logging_config must be an ember.train.LoggingConfig, got "
+                            f"{type(self.logging_config).__name__}")
+        env = self.worker_runtime_env
+        if env is None:
+            self.worker_runtime_env = {}
+        elif not isinstance(env, dict):
+            raise TypeError(f"RunConfig.worker_runtime_env must be a dict or an ember.runtime_env.RuntimeEnv, "
+                            f"got {type(env).__name__}")
 
 
 @dataclass

@@ -14,7 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from ember.air.checkpoint import Checkpoint
-from ember.air.config import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+from ember.air.config import (
+    CheckpointConfig,
+    DataConfig,
+    FailureConfig,
+    LoggingConfig,
+    RunConfig,
+    ScalingConfig,
+)
 from ember.air.result import Result
 from ember.air.session import TrainContext, require_session
 
@@ -23,10 +30,12 @@ from .data_parallel_trainer import DataParallelTrainer
 from .exceptions import TrainingFailedError, WorkerGroupError
 
 __all__ = [
-    "BackendConfig", "Checkpoint", "CheckpointConfig", "DataConfig", "DataParallelTrainer",
-    "FailureConfig", "Result", "RunConfig", "ScalingConfig", "TrainContext", "TrainingFailedError",
-    "WorkerGroupError", "get_checkpoint", "get_context", "get_dataset_shard", "report",
+    "TRAIN_DATASET_KEY", "BackendConfig", "Checkpoint", "CheckpointConfig", "DataConfig", "DataParallelTrainer",
+    "FailureConfig", "LoggingConfig", "Result", "RunConfig", "ScalingConfig", "TrainContext",
+    "TrainingFailedError", "WorkerGroupError", "get_checkpoint", "get_context", "get_dataset_shard", "report",
 ]
+
+TRAIN_DATASET_KEY = "train"  # the dataset get_dataset_shard() returns when given no name
 
 
 def report(metrics: dict[str, Any], checkpoint: Checkpoint | None = None,
@@ -53,7 +62,7 @@ def get_context() -> TrainContext:
 def get_dataset_shard(dataset_name: str | None = None) -> Any:
     """This worker's shard of the trainer's dataset `dataset_name` (default "train"; a streaming
     iterator of the Dataset)."""
-    return require_session("ember.train.get_dataset_shard()").get_dataset_shard(dataset_name or "train")
+    return require_session("ember.train.get_dataset_shard()").get_dataset_shard(dataset_name or TRAIN_DATASET_KEY)
 
 
 def __getattr__(name: str) -> Any:

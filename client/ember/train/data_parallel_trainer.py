@@ -9,6 +9,7 @@ the run's recorded state and latest checkpoint.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import inspect
 import os
@@ -21,6 +22,7 @@ from ember.air.config import DataConfig, RunConfig, ScalingConfig
 from ember.air.result import Result
 
 from ._internal import data_shards
+from ._internal import logs as train_logs
 from ._internal.run_state import RunStorage
 from .backend import BackendConfig
 from .exceptions import TrainingFailedError
@@ -113,9 +115,8 @@ class DataParallelTrainer:
         if missing:
             raise ValueError(f"restore() needs the datasets the run was given again: missing {sorted(missing)}")
         rc = kwargs["run_config"]
-        kwargs["run_config"] = RunConfig(**{**rc.__dict__, "name": run.name,
-                                            "storage_path": run.path.rsplit("/", 1)[0] or "/",
-                                            "storage_filesystem": run.fs})
+        kwargs["run_config"] = dataclasses.replace(rc, name=run.name, storage_path=run.path.rsplit("/", 1)[0] or "/",
+                                                   storage_filesystem=run.fs)
         trainer = cls(datasets=datasets, **kwargs)
         trainer._restored_path = run.path
         return trainer
@@ -125,7 +126,7 @@ class DataParallelTrainer:
     def _kwargs(self) -> dict[str, Any]:
         return {"train_loop_per_worker": self.train_loop_per_worker, "train_loop_config": self.train_loop_config,
                 "backend_config": self.backend_config, "scaling_config": self.scaling_config,
-                "run_config": RunConfig(**{**self.run_config.__dict__, "storage_filesystem": None}),
+                "run_config": dataclasses.replace(self.run_config, storage_filesystem=None),
                 "dataset_config": self.dataset_config, "resume_from_checkpoint": self.resume_from_checkpoint,
                 "metadata": self.metadata}
 
@@ -155,7 +156,12 @@ class DataParallelTrainer:
             run_config=rc, backend=self.backend_config, datasets=self.datasets,
             dataset_config=self.dataset_config, run=run, trainer_name=type(self).__name__,
             resume_from=self.resume_from_checkpoint)
-        controller.run_to_end()
+        level = rc.logging_config.log_level if rc.logging_config is not None else "INFO"
+        logs = train_logs.configure("controller", level, {"run_name": name})
+        try:
+            controller.run_to_end()
+        finally:
+            logs.close()
         result = self._result(controller, run)
         if result.error is not None:
             raise TrainingFailedError(

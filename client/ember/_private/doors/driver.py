@@ -24,3 +24,10 @@ def max_inline_bytes() -> int:
     from ..worker import global_worker
 
     return int(global_worker().core.config.max_inline_bytes)
+
+
+def session_dir() -> str:
+    """This node's session directory (its `logs/` holds the node's log files)."""
+    from ..worker import global_worker
+
+    return str(global_worker().core.session_dir)

@@ -14,6 +14,7 @@ until Tune asks for the next result or raise to stop the trial (the group is the
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable
 
@@ -38,6 +39,7 @@ from .worker import WorkerRun
 from .worker_group import WorkerGroup, WorkerStartError
 
 POLL_TIMEOUT_S = 30.0
+log = logging.getLogger(__name__)  # under `ember.train`: RunConfig.logging_config sets its level
 
 
 def _tracer() -> Any:
@@ -102,9 +104,9 @@ class TrainController:
                     return
                 except WorkerGroupError as e:
                     restart = self.failures.on_failure()
-                    print(f"({self.trainer_name} {self.run.name}) worker group failed, "
-                          f"{self.failures.describe()}: {e.args[0].splitlines()[0]}"
-                          + (" - restarting from the latest checkpoint" if restart else ""), flush=True)
+                    log.warning(f"({self.trainer_name} {self.run.name}) worker group failed, "
+                                f"{self.failures.describe()}: {e.args[0].splitlines()[0]}"
+                                + (" - restarting from the latest checkpoint" if restart else ""))
                     if not restart:
                         self.error = e
                         self._save_state("ERRORED")
@@ -118,16 +120,23 @@ class TrainController:
     def _attempt(self) -> None:
         t0 = time.monotonic()
         self.attempts += 1
+        log.debug("attempt %d: starting %d workers with %s each (%s)", self.attempts, self.scaling.num_workers,
+                  self.scaling.worker_resources, self.scaling.placement_strategy)
         with _tracer().start_as_current_span("ember.train.start") as span:
             try:
                 group = WorkerGroup.start(self.scaling, self.backend.worker_env(self.scaling),
-                                          self.backend.preload_modules())
+                                          self.backend.preload_modules(),
+                                          runtime_env=self.run_config.worker_runtime_env or None)
             except (ValueError, WorkerStartError) as e:
                 if self.attempts == 1:
                     raise  # bad input: fit() raises it as it is
                 raise WorkerGroupError(f"the worker group could not be started again: {e}", {}) from e
+            for m in group.metas:
+                log.debug("rank %d: pid %d on node %s (local rank %d of %d, node rank %d)", m.rank, m.pid,
+                          m.node_id[:12], m.local_rank, m.local_world_size, m.node_rank)
             try:
                 devices = self.backend.on_start(group, self.scaling)
+                log.debug("backend %s set up: devices %s", type(self.backend).__name__, devices)
                 carrier: dict[str, str] = {}
                 from opentelemetry import propagate
 
@@ -137,16 +146,16 @@ class TrainController:
                 runs = [(WorkerRun(
                     fn=self.fn, config=self.config, context=self._context(m), run_fs=self.run.fs,
                     run_path=self.run.path, start_index=self.next_index, checkpoint=start_ckpt,
-                    dataset_shards=shards[m.rank], trace_carrier=carrier, device=devices[m.rank]),)
+                    dataset_shards=shards[m.rank], trace_carrier=carrier, device=devices[m.rank],
+                    log_level=self._log_level()),)
                     for m in group.metas]
                 group.call_each("start", runs)
                 span.set_attribute("ember.train.world_size", group.world_size)
             except BaseException:
                 group.shutdown(graceful=False)
                 raise
-        print(f"({self.trainer_name} {self.run.name}) started {group.world_size} workers in "
-              f"{time.monotonic() - t0:.2f} s" + (f", resuming from {start_ckpt.path}" if start_ckpt else ""),
-              flush=True)
+        log.info(f"({self.trainer_name} {self.run.name}) started {group.world_size} workers in "
+                 f"{time.monotonic() - t0:.2f} s" + (f", resuming from {start_ckpt.path}" if start_ckpt else ""))
         ok = False
         try:
             self._follow(group)
@@ -155,6 +164,10 @@ class TrainController:
             if ok:
                 self.backend.on_shutdown(group)
             group.shutdown(graceful=ok)
+
+    def _log_level(self) -> str:
+        lc = self.run_config.logging_config
+        return lc.log_level if lc is not None else "INFO"
 
     def _context(self, m: Any) -> TrainContext:
         return TrainContext(
@@ -215,7 +228,9 @@ class TrainController:
             self._save_state("RUNNING")
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in done.metrics.items())
         where = f" [{done.checkpoint_path.rsplit('/', 1)[-1]}]" if done.checkpoint_path else ""
-        print(f"({self.trainer_name} {self.run.name}) report {done.index}: {shown}{where}", flush=True)
+        log.info(f"({self.trainer_name} {self.run.name}) report {done.index}: {shown}{where}")
+        log.debug("report %d recorded in %s; checkpoints kept: %s", done.index, self.run.path,
+                  [c.path.rsplit("/", 1)[-1] for c in self.checkpoints.checkpoints])
         if self.outer_session is not None:
             ckpt = Checkpoint(done.checkpoint_path, self.run.fs) if done.checkpoint_path else None
             self.outer_session.report(dict(done.metrics), ckpt, None)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import os
 import pickle
 import queue
 import socket
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -33,7 +35,10 @@ from ember.air import storage
 from ember.air.checkpoint import Checkpoint
 from ember.air.session import TrainContext
 
+from . import logs as train_logs
 from .policy import RankReport
+
+log = logging.getLogger(__name__)  # under `ember.train`: RunConfig.logging_config sets its level
 
 
 @dataclass
@@ -50,6 +55,7 @@ class WorkerRun:
     dataset_shards: dict[str, Any] = field(default_factory=dict)
     trace_carrier: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"
+    log_level: str = "INFO"
 
 
 class WorkerSession:
@@ -74,17 +80,22 @@ class WorkerSession:
         path = None
         if checkpoint is not None:
             path = storage.join(self.run.run_path, checkpoint_dir_name or f"checkpoint_{index:06d}")
+            t0 = time.monotonic()
             with _span("ember.train.checkpoint", self.run.trace_carrier,
                        {"ember.train.rank": rank, "ember.train.checkpoint": path}):
                 storage.merge_tree(checkpoint.filesystem, checkpoint.path, self.run.run_fs, path)
+            log.debug("rank %d: checkpoint of report %d uploaded to %s in %.3f s", rank, index, path,
+                      time.monotonic() - t0)
             if isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem) and \
                     os.path.basename(checkpoint.path).startswith(checkpoint_mod.TEMP_PREFIX):
                 import shutil
 
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
         self._events.put(("report", RankReport(index, dict(metrics) if rank == 0 else None, path)))
+        log.debug("rank %d: report %d sent, waiting for every rank", rank, index)
         while not self._wait_acked(index, 1.0):
             pass
+        log.debug("rank %d: report %d recorded", rank, index)
         if path is not None:
             self._latest = Checkpoint(path, self.run.run_fs)
 
@@ -177,6 +188,7 @@ class TrainWorker:
         self._ack_cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._threads: set[int] = set()
+        self._logs: train_logs.TrainLogging | None = None
 
     def node_info(self) -> dict[str, Any]:
         import ember
@@ -203,6 +215,11 @@ class TrainWorker:
         """Starts the training function on its own thread and returns at once."""
         if self._thread is not None:
             raise RuntimeError("this worker already ran a training function")
+        ctx = run.context
+        if self._logs is None:
+            self._logs = train_logs.configure("worker", run.log_level, {
+                "run_name": ctx.experiment_name, "world_rank": ctx.world_rank, "local_rank": ctx.local_rank,
+                "node_rank": ctx.node_rank})
         sess = WorkerSession(run, self._events, self._wait_acked)
         self._thread = threading.Thread(target=self._train, args=(sess,), daemon=True,
                                         name=f"train-rank-{run.context.world_rank}")
@@ -218,8 +235,12 @@ class TrainWorker:
         session_mod.set_session(sess)
         try:
             n_params = len(inspect.signature(run.fn).parameters)
+            log.debug("rank %d: starting the training function on %s%s", run.context.world_rank, run.device,
+                      f", resuming from {run.checkpoint.path}" if run.checkpoint else "")
             with _span("ember.train.worker", run.trace_carrier, {"ember.train.rank": run.context.world_rank}):
                 run.fn(run.config or {}) if n_params >= 1 else run.fn()
+            log.debug("rank %d: the training function returned after %d reports", run.context.world_rank,
+                      sess.next_index - run.start_index)
             self._events.put(("done", sess.next_index))
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the controller
             tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))

@@ -175,12 +175,13 @@ class WorkerGroup:
 
     @classmethod
     def start(cls, scaling: ScalingConfig, env: dict[str, str] | None = None, preload: tuple[str, ...] = (),
-              start_timeout_s: float = 600.0) -> WorkerGroup:
+              start_timeout_s: float = 600.0, runtime_env: dict[str, Any] | None = None) -> WorkerGroup:
         """Creates and gang-waits for the workers (each given `env` and importing `preload` in
-        the background from its start), then orders them into ranks."""
+        the background from its start; in `runtime_env`, RunConfig's `worker_runtime_env`),
+        then orders them into ranks."""
         reservation = reserve(scaling)
         try:
-            actors, infos = _start_actors(scaling, reservation, (env or {}, preload), start_timeout_s)
+            actors, infos = _start_actors(scaling, reservation, (env or {}, preload), start_timeout_s, runtime_env)
         except BaseException:
             reservation.release()
             raise
@@ -228,10 +229,12 @@ class WorkerGroup:
 
 
 def _start_actors(scaling: ScalingConfig, reservation: Reservation, init_args: tuple[Any, ...],
-                  timeout_s: float) -> tuple[list[Any], list[dict[str, Any]]]:
+                  timeout_s: float, runtime_env: dict[str, Any] | None = None) -> tuple[list[Any], list[dict[str, Any]]]:
     """Creates one actor per bundle of the reservation and waits until all of them run
     (their `node_info`); kills them all if one cannot start."""
     opts = actor_options(scaling.worker_resources)
+    if runtime_env:
+        opts["runtime_env"] = runtime_env
     cls = ember.remote(TrainWorker)
     actors = [cls.options(**opts, scheduling_strategy=PlacementGroupSchedulingStrategy(
         reservation.pg, placement_group_bundle_index=reservation.offset + i)).remote(*init_args)

@@ -8,6 +8,7 @@ process group.
 from __future__ import annotations
 
 from .config import TorchConfig
+from .torch_checkpoint import TorchCheckpoint, accelerate, backward, prepare_optimizer
 from .torch_trainer import TorchTrainer
 from .train_loop_utils import (
                                enable_reproducibility,
@@ -17,5 +18,5 @@ from .train_loop_utils import (
                                prepare_model,
 )
 
-__all__ = ["TorchConfig", "TorchTrainer", "enable_reproducibility", "get_device", "get_devices",
-           "prepare_data_loader", "prepare_model"]
+__all__ = ["TorchCheckpoint", "TorchConfig", "TorchTrainer", "accelerate", "backward", "enable_reproducibility",
+           "get_device", "get_devices", "prepare_data_loader", "prepare_model", "prepare_optimizer"]
