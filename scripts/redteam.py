@@ -255,6 +255,27 @@ def _too_many_groups(t: Target) -> tuple[bool, str]:
     return ok, f"{code.name}: {details[:100]}"
 
 
+@check("GCS batch of too many groups: refused naming the cap")
+def _too_many_specs(t: Target) -> tuple[bool, str]:
+    request = gcs_pb2.CreatePlacementGroupsRequest(specs=[_group(1, {"tiny": 1.0})
+                                                          for _ in range(MAX_GROUPS_PER_REQUEST + 1)])
+    return _refused(t, "PlacementGroupInfoGcsServiceStub", "CreatePlacementGroups", request,
+                    f"specs must have at most {MAX_GROUPS_PER_REQUEST} items")
+
+
+@check("1,500 groups created at once: all placed, then removed")
+def _many_groups(t: Target) -> tuple[bool, str]:
+    from ember.util.placement_group import placement_group, remove_placement_group
+
+    t0 = time.monotonic()
+    groups = [placement_group([{"tiny": 1.0}]) for _ in range(1500)]  # sent in batches of 1,000
+    ready = ember.get([g.ready() for g in groups], timeout=60)
+    placed = time.monotonic() - t0
+    for g in groups:
+        remove_placement_group(g)
+    return len(ready) == 1500, f"{len(ready)} placed in {placed:.1f} s"
+
+
 @ember.remote
 def _one() -> int:
     return 1

@@ -6,10 +6,13 @@ the caller-chosen id) are retried while the GCS restarts.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar
 
 from . import backoff
 from .proto import common_pb2, gcs_pb2, gcs_pb2_grpc
+from .validate_rules import MAX_GROUPS_PER_REQUEST
+
+_T = TypeVar("_T")
 
 PG = common_pb2.PlacementGroupInfo
 STRATEGIES = tuple(PG.Strategy.keys())
@@ -61,22 +64,28 @@ class PlacementGroupMethods:
     async def create_placement_groups(self, groups: Sequence[common_pb2.PlacementGroupInfo], *,
                                       timeout_s: float | None = None,
                                       retry: backoff.Backoff | None = None) -> list[str]:
-        """Records many groups in one call (idempotent by id); per group '' or why it was
-        refused (bad bundles, a name taken)."""
-        reply: gcs_pb2.CreatePlacementGroupsReply = await self._call(
-            self._pgs.CreatePlacementGroups, gcs_pb2.CreatePlacementGroupsRequest(specs=list(groups)),
-            idempotent=True, timeout_s=timeout_s, retry=retry)
-        return list(reply.errors)
+        """Records many groups (idempotent by id), in calls of at most MAX_GROUPS_PER_REQUEST;
+        per group '' or why it was refused (bad bundles, a name taken)."""
+        errors: list[str] = []
+        for part in _calls(groups):
+            reply: gcs_pb2.CreatePlacementGroupsReply = await self._call(
+                self._pgs.CreatePlacementGroups, gcs_pb2.CreatePlacementGroupsRequest(specs=part),
+                idempotent=True, timeout_s=timeout_s, retry=retry)
+            errors += reply.errors
+        return errors
 
     async def remove_placement_groups(self, placement_group_ids: Sequence[bytes], *,
                                       timeout_s: float | None = None,
                                       retry: backoff.Backoff | None = None) -> list[bytes]:
-        """Removes many groups in one call; returns the ids the GCS does not know."""
-        reply: gcs_pb2.RemovePlacementGroupsReply = await self._call(
-            self._pgs.RemovePlacementGroups,
-            gcs_pb2.RemovePlacementGroupsRequest(placement_group_ids=list(placement_group_ids)),
-            idempotent=True, timeout_s=timeout_s, retry=retry)
-        return list(reply.not_found)
+        """Removes many groups, in calls of at most MAX_GROUPS_PER_REQUEST; returns the ids the
+        GCS does not know."""
+        not_found: list[bytes] = []
+        for part in _calls(placement_group_ids):
+            reply: gcs_pb2.RemovePlacementGroupsReply = await self._call(
+                self._pgs.RemovePlacementGroups, gcs_pb2.RemovePlacementGroupsRequest(placement_group_ids=part),
+                idempotent=True, timeout_s=timeout_s, retry=retry)
+            not_found += reply.not_found
+        return not_found
 
     async def remove_placement_group(self, placement_group_id: bytes, *, timeout_s: float | None = None,
                                      retry: backoff.Backoff | None = None) -> None:
@@ -130,3 +139,9 @@ class PlacementGroupMethods:
                                                         also_report=list(also_report)),
             idempotent=True, timeout_s=wait_s + 10 if timeout_s is None else timeout_s, retry=retry)
         return bool(reply.ready), reply.placement_group, list(reply.ready_ids)
+
+
+def _calls(items: Sequence[_T]) -> list[list[_T]]:
+    """items cut into the batch calls the GCS takes (MAX_GROUPS_PER_REQUEST each)."""
+    n = MAX_GROUPS_PER_REQUEST
+    return [list(items[i:i + n]) for i in range(0, len(items), n)]

@@ -46,7 +46,8 @@ TEXT_LIMIT = max_len(1 << 20)  # free text (reasons, entrypoints, log lines): 1 
 # must not hold a node's event loop for long.
 MAX_BUNDLES_PER_GROUP = 10_000
 BUNDLES_LIMIT = max_len(MAX_BUNDLES_PER_GROUP)
-# Groups in one raylet placement-group call (the GCS sends a round's groups in calls this big).
+# Groups in one placement-group batch call, to the GCS or a raylet (the clients send bigger
+# batches in calls this big: gcs_pg_client, raylet_client).
 MAX_GROUPS_PER_REQUEST = 1_000
 GROUPS_LIMIT = max_len(MAX_GROUPS_PER_REQUEST)
 # Internal KV keys and namespaces are names (function ids, Serve and Tune state paths), not data.
@@ -134,9 +135,9 @@ GCS: dict[str, list[Rule]] = {
                            Rule("batches[].pid", at_least(0))],
     "CreatePlacementGroupRequest": [Rule("spec", REQUIRED), *under("spec", PLACEMENT_GROUP)],
     # Bad bundles of one spec are that spec's errors[i]; ids and enums must hold for all.
-    "CreatePlacementGroupsRequest": under("specs[]", PLACEMENT_GROUP_IDS),
+    "CreatePlacementGroupsRequest": [Rule("specs", GROUPS_LIMIT), *under("specs[]", PLACEMENT_GROUP_IDS)],
     "RemovePlacementGroupRequest": NEEDS_PG_ID,
-    "RemovePlacementGroupsRequest": [Rule("placement_group_ids[]", PG_ID)],
+    "RemovePlacementGroupsRequest": [Rule("placement_group_ids", GROUPS_LIMIT), Rule("placement_group_ids[]", PG_ID)],
     "GetPlacementGroupRequest": NEEDS_PG_ID,
     "GetNamedPlacementGroupRequest": [Rule("name", REQUIRED)],
     "WaitPlacementGroupUntilReadyRequest": [*NEEDS_PG_ID, Rule("timeout_s", not_nan),

@@ -316,7 +316,7 @@ def ready_ref(pg_id: bytes, value: Any) -> ObjectRef:
                 core.set_error(oid, exc.RaySystemError(f"placement group {pg_id.hex()} does not exist"))
                 return
             except rpc.ServiceError:
-                if core.is_shutdown():
+                if core.is_shutdown:
                     return
                 await asyncio.sleep(1.0)
                 continue
