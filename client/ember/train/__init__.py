@@ -11,7 +11,8 @@ function trainables.
 """
 from __future__ import annotations
 
-from typing import Any
+import enum
+from typing import Any, Callable
 
 from ember.air.checkpoint import Checkpoint
 from ember.air.config import (
@@ -30,23 +31,60 @@ from .data_parallel_trainer import DataParallelTrainer
 from .exceptions import TrainingFailedError, WorkerGroupError
 
 __all__ = [
-    "TRAIN_DATASET_KEY", "BackendConfig", "Checkpoint", "CheckpointConfig", "DataConfig", "DataParallelTrainer",
-    "FailureConfig", "LoggingConfig", "Result", "RunConfig", "ScalingConfig", "TrainContext",
+    "TRAIN_DATASET_KEY", "BackendConfig", "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "DataConfig",
+    "DataParallelTrainer", "FailureConfig", "LoggingConfig", "Result", "RunConfig", "ScalingConfig", "TrainContext",
     "TrainingFailedError", "WorkerGroupError", "get_checkpoint", "get_context", "get_dataset_shard", "report",
 ]
 
 TRAIN_DATASET_KEY = "train"  # the dataset get_dataset_shard() returns when given no name
 
 
+class CheckpointUploadMode(enum.Enum):
+    """How `report()` persists a checkpoint (Ray's names). Ember uploads before `report()`
+    returns in both SYNC and ASYNC; ASYNC also deletes the local directory by default, as Ray's."""
+
+    ASYNC = "ASYNC"
+    SYNC = "SYNC"
+    NO_UPLOAD = "NO_UPLOAD"
+
+    def default_delete_local_checkpoint_after_upload(self) -> bool:
+        return self is CheckpointUploadMode.ASYNC
+
+
 def report(metrics: dict[str, Any], checkpoint: Checkpoint | None = None,
-           checkpoint_dir_name: str | None = None) -> None:
+           checkpoint_dir_name: str | None = None,
+           checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
+           delete_local_checkpoint_after_upload: bool | None = None,
+           checkpoint_upload_fn: Callable[[Checkpoint, str], Checkpoint] | None = None,
+           validation: Any = False) -> None:
     """Reports metrics (and optionally a checkpoint, persisted to the run's storage) from a
-    training function. In a multi-worker run every worker must call it the same number of times."""
+    training function. In a multi-worker run every worker must call it the same number of times.
+
+    `checkpoint_upload_fn(checkpoint, checkpoint_dir_name)` persists the checkpoint itself and
+    returns the persisted Checkpoint; `delete_local_checkpoint_after_upload` removes a local
+    checkpoint directory once persisted (default: only with ASYNC)."""
     if not isinstance(metrics, dict):
         raise TypeError(f"report() expects a dict of metrics, got {type(metrics).__name__}")
     if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
         raise TypeError(f"report(checkpoint=) expects an ember.train.Checkpoint, got {type(checkpoint).__name__}")
-    require_session("ember.train.report()").report(metrics, checkpoint, checkpoint_dir_name)
+    if validation:
+        raise NotImplementedError("report(validation=...) is not supported by Ember (Ray's ValidationConfig is "
+                                  "not implemented): validate in the training function and report the metrics")
+    mode = CheckpointUploadMode(checkpoint_upload_mode)
+    if mode is CheckpointUploadMode.NO_UPLOAD:
+        raise NotImplementedError("report(checkpoint_upload_mode=NO_UPLOAD) is not supported by Ember: give "
+                                  "checkpoint_upload_fn to persist the checkpoint yourself")
+    delete = (mode.default_delete_local_checkpoint_after_upload() if delete_local_checkpoint_after_upload is None
+              else bool(delete_local_checkpoint_after_upload))
+    session = require_session("ember.train.report()")
+    report_with = getattr(session, "report_with", None)
+    if report_with is not None:
+        report_with(metrics, checkpoint, checkpoint_dir_name, delete, checkpoint_upload_fn)
+        return
+    if delete or checkpoint_upload_fn is not None:
+        raise NotImplementedError("report(delete_local_checkpoint_after_upload=, checkpoint_upload_fn=) apply in "
+                                  "a Train worker, not in a Tune trial")
+    session.report(metrics, checkpoint, checkpoint_dir_name)
 
 
 def get_checkpoint() -> Checkpoint | None:

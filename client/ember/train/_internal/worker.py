@@ -74,20 +74,35 @@ class WorkerSession:
 
     def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None,
                checkpoint_dir_name: str | None) -> None:
+        self.report_with(metrics, checkpoint, checkpoint_dir_name)
+
+    def report_with(self, metrics: dict[str, Any], checkpoint: Checkpoint | None, checkpoint_dir_name: str | None,
+                    delete_local: bool = False, upload_fn: Callable[[Checkpoint, str], Any] | None = None) -> None:
+        """`ember.train.report` with Ray's upload options: `upload_fn(checkpoint, dir_name)`
+        persists the checkpoint instead of the copy into the run directory (the Checkpoint it
+        returns is recorded); `delete_local` removes a local checkpoint directory afterwards."""
         index = self.next_index
         self._count += 1
         rank = self.run.context.world_rank
         path = None
         if checkpoint is not None:
-            path = storage.join(self.run.run_path, checkpoint_dir_name or f"checkpoint_{index:06d}")
+            dir_name = checkpoint_dir_name or f"checkpoint_{index:06d}"
+            path = storage.join(self.run.run_path, dir_name)
             t0 = time.monotonic()
             with _span("ember.train.checkpoint", self.run.trace_carrier,
                        {"ember.train.rank": rank, "ember.train.checkpoint": path}):
-                storage.merge_tree(checkpoint.filesystem, checkpoint.path, self.run.run_fs, path)
+                if upload_fn is None:
+                    storage.merge_tree(checkpoint.filesystem, checkpoint.path, self.run.run_fs, path)
+                else:
+                    persisted = upload_fn(checkpoint, dir_name)
+                    if not isinstance(persisted, Checkpoint):
+                        raise ValueError("checkpoint_upload_fn must return an ember.train.Checkpoint, got "
+                                         f"{type(persisted).__name__}")
+                    path = persisted.path
             log.debug("rank %d: checkpoint of report %d uploaded to %s in %.3f s", rank, index, path,
                       time.monotonic() - t0)
-            if isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem) and \
-                    os.path.basename(checkpoint.path).startswith(checkpoint_mod.TEMP_PREFIX):
+            local = isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem)
+            if local and (delete_local or os.path.basename(checkpoint.path).startswith(checkpoint_mod.TEMP_PREFIX)):
                 import shutil
 
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
