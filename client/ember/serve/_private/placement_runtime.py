@@ -37,13 +37,9 @@ def remove_replica_group(pg: PlacementGroup, replica_name: str) -> None:
 
 
 def alive_nodes() -> list[NodeView]:
-    """The alive nodes and their free resources, as the GCS last heard them."""
-    from ember._private.worker import _gcs_nodes
-    from ember_common.proto import common_pb2
+    """The alive nodes and their free resources, as the GCS last heard them (the state API)."""
+    from ember.util.state import list_nodes
 
-    out: list[NodeView] = []
-    for n in _gcs_nodes():
-        if n.state == common_pb2.NodeInfo.ALIVE:
-            out.append(NodeView(n.node_id, {k: float(v) for k, v in n.available_resources.items()}))
-    return out
+    rows = list_nodes(filters=[("state", "=", "ALIVE")], detail=True, limit=1_000_000)
+    return [NodeView(n.node_id, {k: float(v) for k, v in (n.resources_available or {}).items()}) for n in rows]
 
