@@ -18,7 +18,7 @@ import logging
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 ENV_VAR = "EMBER_LOGGING_CONFIG"
 ENCODINGS = ("TEXT", "JSON")
@@ -133,9 +133,11 @@ class _Formatter(logging.Formatter):
         return line + "".join(f" {k}={v}" for k, v in fields.items())
 
 
-def from_environment(environ: Mapping[str, str]) -> LoggingConfig | None:
-    """The job's config a worker was started with (None: the job gave none)."""
-    text = environ.get(ENV_VAR)
+def from_environment() -> LoggingConfig | None:
+    """The job's config this worker was started with (None: the job gave none)."""
+    from ember_common import envvars
+
+    text = envvars.get(ENV_VAR)
     return LoggingConfig._from_json(text) if text else None
 
 

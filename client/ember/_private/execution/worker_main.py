@@ -58,7 +58,7 @@ def main() -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from ..api import logging_config
 
-    job_logging = logging_config.from_environment(os.environ)  # the job's ember.LoggingConfig
+    job_logging = logging_config.from_environment()  # the job's ember.LoggingConfig
     if job_logging is not None:
         logging_config.configure(job_logging)
     from ember_common import rpc, tracing
