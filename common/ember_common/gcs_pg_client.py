@@ -6,7 +6,7 @@ the caller-chosen id) are retried while the GCS restarts.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from . import backoff
 from .proto import common_pb2, gcs_pb2, gcs_pb2_grpc
@@ -66,26 +66,29 @@ class PlacementGroupMethods:
                                       retry: backoff.Backoff | None = None) -> list[str]:
         """Records many groups (idempotent by id), in calls of at most MAX_GROUPS_PER_REQUEST;
         per group '' or why it was refused (bad bundles, a name taken)."""
-        errors: list[str] = []
-        for part in _calls(groups):
-            reply: gcs_pb2.CreatePlacementGroupsReply = await self._call(
-                self._pgs.CreatePlacementGroups, gcs_pb2.CreatePlacementGroupsRequest(specs=part),
-                idempotent=True, timeout_s=timeout_s, retry=retry)
-            errors += reply.errors
-        return errors
+        return [str(e) for e in await self._batched(
+            self._pgs.CreatePlacementGroups, lambda part: gcs_pb2.CreatePlacementGroupsRequest(specs=part),
+            groups, "errors", timeout_s, retry)]
 
     async def remove_placement_groups(self, placement_group_ids: Sequence[bytes], *,
                                       timeout_s: float | None = None,
                                       retry: backoff.Backoff | None = None) -> list[bytes]:
         """Removes many groups, in calls of at most MAX_GROUPS_PER_REQUEST; returns the ids the
         GCS does not know."""
-        not_found: list[bytes] = []
-        for part in _calls(placement_group_ids):
-            reply: gcs_pb2.RemovePlacementGroupsReply = await self._call(
-                self._pgs.RemovePlacementGroups, gcs_pb2.RemovePlacementGroupsRequest(placement_group_ids=part),
-                idempotent=True, timeout_s=timeout_s, retry=retry)
-            not_found += reply.not_found
-        return not_found
+        return [bytes(i) for i in await self._batched(
+            self._pgs.RemovePlacementGroups,
+            lambda part: gcs_pb2.RemovePlacementGroupsRequest(placement_group_ids=part),
+            placement_group_ids, "not_found", timeout_s, retry)]
+
+    async def _batched(self, method: Any, request_of: Callable[[list[Any]], Any], items: Sequence[Any],
+                       answer: str, timeout_s: float | None, retry: backoff.Backoff | None) -> list[Any]:
+        """A batch RPC over items in calls of at most MAX_GROUPS_PER_REQUEST; the replies'
+        `answer` fields, concatenated."""
+        out: list[Any] = []
+        for part in _calls(items):
+            reply = await self._call(method, request_of(part), idempotent=True, timeout_s=timeout_s, retry=retry)
+            out += getattr(reply, answer)
+        return out
 
     async def remove_placement_group(self, placement_group_id: bytes, *, timeout_s: float | None = None,
                                      retry: backoff.Backoff | None = None) -> None:
