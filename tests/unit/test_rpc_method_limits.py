@@ -2,7 +2,8 @@
 loopback: a request to an ordinary control method over EMBER_MAX_CONTROL_REQUEST_BYTES is
 RESOURCE_EXHAUSTED naming the method and the limit and never reaches the servicer, one of the
 methods that carry data (rpc.LARGE_CONTROL_METHODS) takes up to the server's limit, and a data
-server (control=False) has no per-method limit (the request is parsed and its rules apply)."""
+server (control=False) has no per-method limit (the request is parsed and its rules apply). A
+request of OFF_LOOP_BYTES or more, parsed on a worker thread, is checked against its rules too."""
 from __future__ import annotations
 
 import asyncio
@@ -51,7 +52,9 @@ async def _calls(control: bool) -> tuple[list[int], list[grpc.StatusCode | str]]
             stub = gcs_pb2_grpc.InternalKVGcsServiceStub(ch)
             for call in (lambda: stub.InternalKVDel(gcs_pb2.InternalKVDelRequest(key=b"k" * (2 * MIB))),
                          lambda: stub.InternalKVDel(gcs_pb2.InternalKVDelRequest(key=b"k" * 1000)),
-                         lambda: stub.InternalKVPut(gcs_pb2.InternalKVPutRequest(key=b"k", value=bytes(8 * MIB)))):
+                         lambda: stub.InternalKVPut(gcs_pb2.InternalKVPutRequest(key=b"k", value=bytes(8 * MIB))),
+                         # parsed and checked on a worker thread (OFF_LOOP_BYTES), its rules still apply
+                         lambda: stub.InternalKVDel(gcs_pb2.InternalKVDelRequest(key=b"k" * (300 << 10)))):
                 try:
                     await call()
                     out.append("OK")
@@ -67,14 +70,15 @@ def test_an_ordinary_control_method_refuses_a_request_over_its_limit_unparsed(se
     assert out[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert out[1].startswith("/ember.InternalKVGcsService/InternalKVDel: the request is ")
     assert f"over this method's limit of {MIB} bytes (EMBER_MAX_CONTROL_REQUEST_BYTES" in out[1]
-    assert out[2:] == ["OK", "OK"]  # a small Del, and an 8 MiB Put (a method that carries data)
-    assert seen == [1000, 8 * MIB]  # the refused request never reached the servicer
+    assert out[2:4] == ["OK", "OK"]  # a small Del, and an 8 MiB Put (a method that carries data)
+    assert out[4] == grpc.StatusCode.INVALID_ARGUMENT and "key must have at most 16384 items" in out[5]
+    assert seen == [1000, 8 * MIB]  # the refused requests never reached the servicer
 
 
 def test_a_data_server_has_no_per_method_limit(settings):
     seen, out = asyncio.run(_calls(control=False))
     assert out[0] == grpc.StatusCode.INVALID_ARGUMENT and "key" in out[1]  # parsed: the field's rule
-    assert out[2:] == ["OK", "OK"] and seen == [1000, 8 * MIB]
+    assert out[2:4] == ["OK", "OK"] and out[4] == grpc.StatusCode.INVALID_ARGUMENT and seen == [1000, 8 * MIB]
 
 
 def test_the_method_limit_never_exceeds_the_servers(settings, monkeypatch):
