@@ -181,6 +181,9 @@ class RayActorError(RayError):
         self.actor_id = actor_id
         super().__init__(message)
 
+    def __reduce__(self) -> tuple[Any, ...]:  # keeps the actor id (and `cause`) across processes
+        return type(self), (self.args[0] if self.args else "", self.actor_id), self.__dict__
+
 
 class ActorDiedError(RayActorError):
     """The actor died (killed, crashed, or its owner exited)."""
@@ -297,8 +300,11 @@ class ActorUnavailableError(RayActorError):
     def __init__(self, error_message: str = "", actor_id: bytes | str | None = None) -> None:
         aid = actor_id.hex() if isinstance(actor_id, bytes) else (actor_id or "")
         super().__init__(f"The actor {aid} is unavailable: {error_message}. The task may or may "
-                         "not have run on the actor.", actor_id=aid)
+                         "not have been executed on the actor.", actor_id=aid)
         self.error_message = error_message
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the message must not be wrapped again
+        return type(self), (self.error_message, self.actor_id), self.__dict__
 
 
 class ActorUnschedulableError(_MessageError):

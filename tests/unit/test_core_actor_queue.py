@@ -187,7 +187,7 @@ def test_a_restarting_actor_fails_doomed_calls_and_unretried_waiting_ones_as_una
     out = q.actor_restarting()
     assert [f.entry for f in out] == [e[0], e[1]]
     assert all(isinstance(f.error, exc.ActorUnavailableError) for f in out)
-    assert "is unavailable" in str(out[0].error) and "may or may not have run" in str(out[0].error)
+    assert "is unavailable" in str(out[0].error) and "may or may not have been executed" in str(out[0].error)
     assert q.restarting and not q.needs_actor()
     q.resolved()  # the submitter's wait ends: nothing needs the actor
     assert q.ready(e[2]) == [WaitForActor()]  # a later call: the GCS is asked first

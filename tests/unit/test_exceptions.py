@@ -228,3 +228,18 @@ def test_ray_constructor_arguments_of_the_new_classes():
     assert f.object_id == "ab" and pickle.loads(pickle.dumps(f)).object_id == "ab"
     with pytest.raises(TimeoutError):
         raise exc.RayChannelTimeoutError("slow")
+
+
+@pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps])
+def test_actor_errors_keep_their_message_and_actor_id_across_processes(dumps):
+    from ember.exceptions import ActorDiedError, ActorUnavailableError
+
+    un = ActorUnavailableError("its worker was lost", b"\x01" * 16)
+    back = pickle.loads(dumps(un))
+    assert str(back) == str(un) == ("The actor " + "01" * 16 + " is unavailable: its worker was lost. "
+                                    "The task may or may not have been executed on the actor.")
+    assert back.actor_id == "01" * 16 and back.error_message == "its worker was lost"
+    died = ActorDiedError("The actor ab is dead: killed", "ab")
+    died.cause = ValueError("setup")
+    back = pickle.loads(dumps(died))
+    assert (str(back), back.actor_id, repr(back.cause)) == (str(died), "ab", "ValueError('setup')")
