@@ -127,6 +127,10 @@ def test_train_checkpoint_and_failure_config_refuse_tune_fields_as_ray():
     assert tune.FailureConfig(fail_fast="raise").fail_fast == "raise"
 
 
+def test_storage_path_may_be_a_pathlib_path(tmp_path):
+    assert RunConfig(storage_path=tmp_path).storage_path == str(tmp_path)
+
+
 def test_logging_config_levels_are_checked():
     assert LoggingConfig("debug").log_level == "DEBUG"
     assert RunConfig().logging_config == LoggingConfig("INFO") and RunConfig().worker_runtime_env == {}

@@ -3,6 +3,7 @@ same `RunConfig` / `CheckpointConfig` / `FailureConfig` (`ember.tune` re-exports
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -154,6 +155,8 @@ class RunConfig:
             self.checkpoint_config = CheckpointConfig()
         if self.name is not None and ("/" in self.name or not self.name.strip()):
             raise ValueError(f"RunConfig.name must be a non-empty name without '/', got {self.name!r}")
+        if isinstance(self.storage_path, os.PathLike):  # a pathlib.Path, as Ray takes it
+            self.storage_path = os.fspath(self.storage_path)
         if type(self) is RunConfig:
             self._check_train_fields()
             return

@@ -27,13 +27,15 @@ from ember.air.result import Result
 from ember.air.session import TrainContext, require_session
 
 from .backend import BackendConfig
+from .callback import UserCallback
 from .data_parallel_trainer import DataParallelTrainer
 from .exceptions import TrainingFailedError, WorkerGroupError
 
 __all__ = [
     "TRAIN_DATASET_KEY", "BackendConfig", "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "DataConfig",
     "DataParallelTrainer", "FailureConfig", "LoggingConfig", "Result", "RunConfig", "ScalingConfig", "TrainContext",
-    "TrainingFailedError", "WorkerGroupError", "get_checkpoint", "get_context", "get_dataset_shard", "report",
+    "TrainingFailedError", "UserCallback", "WorkerGroupError", "get_checkpoint", "get_context", "get_dataset_shard",
+    "report",
 ]
 
 TRAIN_DATASET_KEY = "train"  # the dataset get_dataset_shard() returns when given no name

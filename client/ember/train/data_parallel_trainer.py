@@ -25,6 +25,7 @@ from ._internal import data_shards
 from ._internal import logs as train_logs
 from ._internal.run_state import RunStorage
 from .backend import BackendConfig
+from .callback import UserCallback
 from .exceptions import TrainingFailedError
 
 
@@ -63,9 +64,12 @@ class DataParallelTrainer:
                                  ("resume_from_checkpoint", resume_from_checkpoint, Checkpoint)):
             if value is not None and not isinstance(value, cls):
                 raise TypeError(f"{what} must be a {cls.__name__}, got {type(value).__name__}")
-        if run_config is not None and run_config.callbacks:
-            raise NotImplementedError("RunConfig(callbacks=...) is not supported by an Ember Trainer (Tune's "
-                                      "Tuner and tune.run call tune.Callbacks; pass them there)")
+        for cb in (run_config.callbacks or []) if run_config is not None else []:
+            if not isinstance(cb, UserCallback):
+                raise NotImplementedError(
+                    f"RunConfig(callbacks=...) is not supported by an Ember Trainer for {type(cb).__name__}: "
+                    "a trainer's callbacks are ember.train.UserCallback instances (Tune's Tuner and tune.run "
+                    "call tune.Callbacks; pass them there)")
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.backend_config = backend_config or self._default_backend()

@@ -24,6 +24,7 @@ from ember.air.config import DataConfig, FailureConfig, RunConfig, ScalingConfig
 from ember.air.session import TrainContext, get_session
 
 from ..backend import BackendConfig
+from ..callback import TrainRunContext
 from ..exceptions import WorkerGroupError
 from . import data_shards
 from .policy import (
@@ -70,6 +71,8 @@ class TrainController:
         self.failures = FailurePolicy(failure_config.max_failures, int(state.get("failures", 0)))
         self.last_metrics: dict[str, Any] | None = state.get("last_metrics")
         self.resume_from = resume_from
+        self.callbacks = list(run_config.callbacks or [])
+        self.run_context = TrainRunContext(run_config, config, scaling, backend, dataset_config)
         self.outer_session = get_session()  # Tune's, when fit() runs as a trial
         self.error: BaseException | None = None
         self.attempts = 0
@@ -103,6 +106,8 @@ class TrainController:
                     self._save_state("FINISHED")
                     return
                 except WorkerGroupError as e:
+                    for cb in self.callbacks if e.worker_failures else []:
+                        cb.after_exception(self.run_context, dict(e.worker_failures))
                     restart = self.failures.on_failure()
                     log.warning(f"({self.trainer_name} {self.run.name}) worker group failed, "
                                 f"{self.failures.describe()}: {e.args[0].splitlines()[0]}"
@@ -231,8 +236,10 @@ class TrainController:
         log.info(f"({self.trainer_name} {self.run.name}) report {done.index}: {shown}{where}")
         log.debug("report %d recorded in %s; checkpoints kept: %s", done.index, self.run.path,
                   [c.path.rsplit("/", 1)[-1] for c in self.checkpoints.checkpoints])
+        ckpt = Checkpoint(done.checkpoint_path, self.run.fs) if done.checkpoint_path else None
+        for cb in self.callbacks:
+            cb.after_report(self.run_context, [dict(m) for m in done.rank_metrics], ckpt)
         if self.outer_session is not None:
-            ckpt = Checkpoint(done.checkpoint_path, self.run.fs) if done.checkpoint_path else None
             self.outer_session.report(dict(done.metrics), ckpt, None)
 
     # --- the outcome -----------------------------------------------------------------------

@@ -21,8 +21,8 @@ from ember.air.config import CheckpointConfig
 
 @dataclass(frozen=True)
 class RankReport:
-    """One rank's `report()` call: its global index in the run, rank 0's metrics (other ranks
-    send None) and the storage path of the checkpoint it uploaded, if any."""
+    """One rank's `report()` call: its global index in the run, its metrics and the storage path
+    of the checkpoint it uploaded, if any."""
 
     index: int
     metrics: dict[str, Any] | None
@@ -37,6 +37,7 @@ class CompletedReport:
     metrics: dict[str, Any]
     checkpoint_path: str | None
     checkpoint_ranks: tuple[int, ...]
+    rank_metrics: tuple[dict[str, Any], ...] = ()  # every rank's, by rank
 
 
 class ReportMismatchError(RuntimeError):
@@ -70,7 +71,9 @@ class ReportBarrier:
         r0 = by_rank.get(0)
         ckpt_ranks = tuple(sorted(r for r, rep in by_rank.items() if rep.checkpoint_path))
         path = by_rank[ckpt_ranks[0]].checkpoint_path if ckpt_ranks else None
-        return CompletedReport(report.index, dict((r0.metrics if r0 else None) or {}), path, ckpt_ranks)
+        by_rank_metrics = tuple(dict(by_rank[r].metrics or {}) for r in sorted(by_rank))
+        return CompletedReport(report.index, dict((r0.metrics if r0 else None) or {}), path, ckpt_ranks,
+                               by_rank_metrics)
 
     def finish(self, rank: int, end_index: int) -> bool:
         """Rank's function returned after reporting up to (not including) end_index. True once

@@ -106,7 +106,7 @@ class WorkerSession:
                 import shutil
 
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
-        self._events.put(("report", RankReport(index, dict(metrics) if rank == 0 else None, path)))
+        self._events.put(("report", RankReport(index, dict(metrics), path)))
         log.debug("rank %d: report %d sent, waiting for every rank", rank, index)
         while not self._wait_acked(index, 1.0):
             pass
