@@ -2,7 +2,7 @@
 
 Usage: python scripts/gen_protos.py [--out DIR]
 
-The generated package is committed; tests/unit/test_protos.py regenerates into a temporary
+The generated package is committed; tests/unit/gates/test_protos.py regenerates into a temporary
 directory and fails on any difference, so edit the .proto files and rerun this script.
 grpcio-tools is pinned (pyproject's `dev` extra) so that output is byte-for-byte reproducible.
 """

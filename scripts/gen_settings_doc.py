@@ -3,7 +3,7 @@
     python scripts/gen_settings_doc.py           rewrite docs/settings.md
     python scripts/gen_settings_doc.py --check   exit 1 when docs/settings.md differs
 
-tests/unit/test_envvars.py fails when the file differs from what `render()` makes.
+tests/unit/gates/test_envvars.py fails when the file differs from what `render()` makes.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Red-team checks against a loopback cluster of real processes (no Docker): the attacks of
 docs/security.md that a caller on the network, with or without the cluster's token, can try.
 Each check prints one line, PASS or FAIL with what it observed; the exit status is 1 when any
-check fails. tests/integration/test_redteam.py runs it under `make test`.
+check fails. tests/integration/security/test_redteam.py runs it under `make test`.
 
     python scripts/redteam.py           # start a cluster, attack it, stop it
     python scripts/redteam.py --list    # the checks' names

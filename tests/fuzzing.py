@@ -1,5 +1,5 @@
-"""Random protobuf messages for the fuzz tests (tests/integration/test_fuzz_rpcs.py,
-test_fuzz_streams.py, tests/unit/test_validate.py): every field type filled with plausible and
+"""Random protobuf messages for the fuzz tests (tests/integration/security/test_fuzz_rpcs.py,
+test_fuzz_streams.py, tests/unit/security/test_validate.py): every field type filled with plausible and
 implausible values (ids of wrong lengths, unknown enum numbers, NaN, negative amounts, bad
 addresses), or with valid-looking values only (mostly=True: requests that pass the rules and
 reach the services' cores); and what the kit's check must find in a message's bytes."""

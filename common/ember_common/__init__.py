@@ -1,5 +1,5 @@
 """ember_common: the kit every Ember process shares. It imports neither `ember` (the client) nor
-any service; services import only this (tests/unit/test_import_boundaries.py checks both).
+any service; services import only this (tests/unit/gates/test_import_boundaries.py checks both).
 
     proto          generated gRPC stubs (scripts/gen_protos.py; a test fails on drift)
     rpc            channels, the server builder, the one error <-> status-code table

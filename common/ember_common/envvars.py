@@ -5,7 +5,7 @@ Every process reads its EMBER_* variables through this module, once where it sta
 task): `Config` (config.py) and the services' settings (settings.py) take their variables,
 defaults and help from the table; docker/entrypoint.py its container defaults; other modules
 call the functions below. docs/settings.md is generated from the table
-(scripts/gen_settings_doc.py). tests/unit/test_envvars.py fails on any other `os.environ` read
+(scripts/gen_settings_doc.py). tests/unit/gates/test_envvars.py fails on any other `os.environ` read
 of an EMBER_* name, on a stale docs/settings.md and on a registered name nothing uses.
 
     get(name[, default])  the raw value, `os.environ.get` for a registered name

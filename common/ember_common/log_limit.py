@@ -1,7 +1,7 @@
 """A budget for log records a caller can trigger at will (a rejected call per request): at most
 `burst` at once and `per_s` a second after that; what it holds back is counted and named in the
 next record it lets through ("N more not logged"), so a flood costs a few lines a second.
-Pure: the clock is injectable (tests/unit/test_log_limit.py).
+Pure: the clock is injectable (tests/unit/operations/test_log_limit.py).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ The rooms, one concept each (each package's `__init__` says what it holds):
 A module that holds the core worker names what it uses of it in a `typing.Protocol` of its own
 (`SubmitterCore`, `ExecutorCore`, ...: beside it, or in its room's `ports`); only core_worker,
 worker and execution.worker_main import `CoreWorker`, and no import circle remains, counting
-function-level and `TYPE_CHECKING` imports (tests/unit/test_core_imports.py).
+function-level and `TYPE_CHECKING` imports (tests/unit/gates/test_core_imports.py).
 
 Tools that use the public API (the CLI, job submission, the microbenchmark) live above the core,
 in `ember._tools`.

@@ -227,7 +227,7 @@ def submit_from_template(core: Any, template: Any, num_returns: Any, key: Any, a
     spec.CopyFrom(template)
     spec.task_id = task_id
     # Only non-empty lists: each repeated field touched grows the spec's upb arena, and that
-    # arena is most of a pending task's memory (tests/integration/test_scale_memory.py bounds it).
+    # arena is most of a pending task's memory (tests/integration/cluster/test_scale_memory.py bounds it).
     if task_args:
         spec.args.extend(task_args)
     if kwarg_names:

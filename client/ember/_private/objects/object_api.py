@@ -367,7 +367,7 @@ def _raise_or_return(value: Any, meta: str) -> Any:
     """The value, or raises it when it is a stored error. The error is dropped from this frame
     as it leaves: a frame that kept it would be in its traceback and the two in a reference
     cycle, which keeps the caller's frames (and the refs in their locals) until the cyclic GC
-    runs (tests/integration/test_free_after_crash.py)."""
+    runs (tests/integration/core/test_free_after_crash.py)."""
     if meta == ERROR_METADATA:
         err = value.as_instanceof_cause() if isinstance(value, exc.RayTaskError) else value
         try:

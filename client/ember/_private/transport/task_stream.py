@@ -148,7 +148,7 @@ class _Conn:
         raises an error adds its own frame to it (a task's entry, with its argument refs).
         One shared err kept here would tie the tasks' arguments to a reference cycle that only
         the cyclic GC breaks, so the owner's Free of an argument would wait for a collection
-        that may not come for a long while (tests/integration/test_free_after_crash.py)."""
+        that may not come for a long while (tests/integration/core/test_free_after_crash.py)."""
         if self.broken is None:
             self.broken = _copy(err)
             if self.streams.conns.get(self.address) is self:

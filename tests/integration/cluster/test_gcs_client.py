@@ -17,7 +17,7 @@ from ember_common import backoff, rpc
 from ember_common.gcs_client import GcsClient, SyncGcsClient
 from ember_common.proto import common_pb2, gcs_pb2
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from ember_gcs.storage import StorageUnavailable
 
 pytestmark = pytest.mark.etcd
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PASSWORD = uuid.uuid4().hex
 
 

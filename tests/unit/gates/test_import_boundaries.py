@@ -28,7 +28,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 # Each service's process entry (`python -m ember_x` runs __main__, which imports server).
 SERVICES = {"ember_gcs": ["ember_gcs.__main__", "ember_gcs.server"],
             "ember_raylet": ["ember_raylet.__main__", "ember_raylet.server"],

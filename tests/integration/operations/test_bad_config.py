@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def run_service(*args: str) -> subprocess.CompletedProcess:

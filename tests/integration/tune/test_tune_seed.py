@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "tune_seed.py"
+EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "tune_seed.py"
 
 
 def _run(*args):

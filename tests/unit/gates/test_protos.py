@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib.util
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 COMMITTED = ROOT / "common" / "ember_common" / "proto"
 SCRIPT = ROOT / "scripts" / "gen_protos.py"
 

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 # Gated paths and what is left out of them: the whole tree (what ruff itself leaves out - .venv,
 # the generated protos in pyproject's extend-exclude - aside).
 GATED = {".": []}

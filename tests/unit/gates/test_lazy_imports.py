@@ -1,7 +1,7 @@
 """`import ember` loads no library (data, serve, train, tune) and none of their heavy
 dependencies; the libraries load on first attribute access. Checked in fresh interpreters (two,
 to keep the unit tier quick), so nothing else imported them first. (A worker that ran a plain
-task is checked in tests/integration/test_lazy_imports_worker.py.)"""
+task is checked in tests/integration/core/test_lazy_imports_worker.py.)"""
 from __future__ import annotations
 
 import json

@@ -25,7 +25,7 @@ from ember_common import envvars
 from ember_common.config import Config
 from ember_common.settings import SERVICES
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 CHECKED = ("client", "common", "services", "docker", "scripts")
 REGISTRY = {ROOT / "common" / "ember_common" / "envvars.py", ROOT / "common" / "ember_common" / "envvars_table.py"}
 

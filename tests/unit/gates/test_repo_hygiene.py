@@ -25,7 +25,7 @@ import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SELF = Path(__file__).resolve().relative_to(ROOT).as_posix()  # names the paths it forbids
 
 _START = r"(?<![\w.~$/-])"

@@ -1,6 +1,6 @@
 """The dashboard's pure readers on real files in a tmp dir: Prometheus text parsed for the
 charts, ember_file spans listed as traces and laid out as a waterfall (log files are read through
-each raylet: tests/unit/test_log_files.py, tests/integration/test_logs_service.py)."""
+each raylet: tests/unit/operations/test_log_files.py, tests/integration/operations/test_logs_service.py)."""
 from __future__ import annotations
 
 import json

@@ -23,7 +23,7 @@ from ember_common.settings import (
     known_env_vars,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 RAYLET = RayletSettings(gcs_address="10.0.0.1:6379", objmgr_address="10.0.0.2:8076", node_id="n" * 28,
                         store_dir="/dev/shm/s", session_dir="/tmp/sess", resources={"CPU": 4, "GPU": 1},

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pathlib
 import tomllib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def test_every_package_is_listed_in_pyproject():
