@@ -4,7 +4,7 @@
 application log file; the system log file takes every level:
 
     logger `ember.train` (level DEBUG, not propagated)
-      ├── console (stderr, TEXT)                        records >= log_level
+      ├── console (stderr, the bare message)            records >= log_level
       ├── <session>/logs/train/ember-train-app-<component>-<worker_id>.log (JSON)   >= log_level
       └── <session>/logs/train/ember-train-sys-<component>-<worker_id>.log (JSON)   every level
 
@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 LOGGER = "ember.train"
-TEXT_FORMAT = "%(asctime)s\t%(levelname)s %(filename)s:%(lineno)d -- %(message)s"
+TEXT_FORMAT = "%(message)s"  # the console shows the bare message, as Ray's Train logger does
 
 
 class _TrainLevel(logging.Filter):
