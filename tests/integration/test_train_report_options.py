@@ -12,7 +12,7 @@ import pytest
 
 import ember
 from ember import train
-from ember.train import CheckpointUploadMode, DataParallelTrainer, RunConfig
+from ember.train import CheckpointUploadMode, DataParallelTrainer, RunConfig, ScalingConfig
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +111,26 @@ def test_upload_options_in_a_tune_trial_fail_naming_them(cluster, tmp_path):
 
     grid = tune.Tuner(fn, run_config=tune.RunConfig(name="t", storage_path=str(tmp_path), verbose=0)).fit()
     assert "apply in a Train worker, not in a Tune trial" in str(grid[0].error)
+
+
+def reported_loop():
+    before = train.get_all_reported_checkpoints()
+    for i, score in enumerate([5, 9, 7]):
+        train.report({"i": i, "score": score}, checkpoint=train.Checkpoint.from_dict({"i": i}))
+    seen = [[r.checkpoint.to_dict()["i"], r.metrics["score"], r.status.value]
+            for r in train.get_all_reported_checkpoints(consistency_mode=train.CheckpointConsistencyMode.COMMITTED)]
+    if seen != [[1, 9, "COMMITTED"], [2, 7, "COMMITTED"]]:  # every rank sees the run's list
+        raise AssertionError(f"rank {train.get_context().get_world_rank()} saw {seen}")
+    train.report({"before": len(before), "seen": seen})
+
+
+def test_get_all_reported_checkpoints_lists_the_kept_ones_on_every_rank(cluster, tmp_path):
+    from ember.train import CheckpointConfig
+
+    rc = RunConfig(name="all", storage_path=str(tmp_path),
+                   checkpoint_config=CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="score"))
+    result = DataParallelTrainer(reported_loop, scaling_config=ScalingConfig(num_workers=2), run_config=rc).fit()
+    assert result.metrics["before"] == 0
+    # The two best by score, and the latest (always kept), in report order, as the run keeps them.
+    assert result.metrics["seen"] == [[1, 9, "COMMITTED"], [2, 7, "COMMITTED"]]
+    assert [c.to_dict()["i"] for c, _ in result.best_checkpoints] == [1, 2]

@@ -11,6 +11,7 @@ function trainables.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 from typing import Any, Callable
 
@@ -32,10 +33,11 @@ from .data_parallel_trainer import DataParallelTrainer
 from .exceptions import TrainingFailedError, WorkerGroupError
 
 __all__ = [
-    "TRAIN_DATASET_KEY", "BackendConfig", "Checkpoint", "CheckpointConfig", "CheckpointUploadMode", "DataConfig",
-    "DataParallelTrainer", "FailureConfig", "LoggingConfig", "Result", "RunConfig", "ScalingConfig", "TrainContext",
-    "TrainingFailedError", "UserCallback", "WorkerGroupError", "get_checkpoint", "get_context", "get_dataset_shard",
-    "report",
+    "TRAIN_DATASET_KEY", "BackendConfig", "Checkpoint", "CheckpointConfig", "CheckpointConsistencyMode",
+    "CheckpointUploadMode", "DataConfig", "DataParallelTrainer", "FailureConfig", "LoggingConfig", "ReportedCheckpoint",
+    "ReportedCheckpointStatus", "Result", "RunConfig", "ScalingConfig", "TrainContext", "TrainingFailedError",
+    "UserCallback", "WorkerGroupError", "get_all_reported_checkpoints", "get_checkpoint", "get_context",
+    "get_dataset_shard", "report",
 ]
 
 TRAIN_DATASET_KEY = "train"  # the dataset get_dataset_shard() returns when given no name
@@ -87,6 +89,50 @@ def report(metrics: dict[str, Any], checkpoint: Checkpoint | None = None,
         raise NotImplementedError("report(delete_local_checkpoint_after_upload=, checkpoint_upload_fn=) apply in "
                                   "a Train worker, not in a Tune trial")
     session.report(metrics, checkpoint, checkpoint_dir_name)
+
+
+class ReportedCheckpointStatus(enum.Enum):
+    """Where a reported checkpoint stands (Ray's names); Ember has no validation, so a recorded
+    checkpoint is COMMITTED."""
+
+    COMMITTED = "COMMITTED"
+    PENDING_VALIDATION = "PENDING_VALIDATION"
+    VALIDATED = "VALIDATED"
+    VALIDATION_TIMEOUT = "VALIDATION_TIMEOUT"
+    VALIDATION_FAILED = "VALIDATION_FAILED"
+
+
+class CheckpointConsistencyMode(enum.Enum):
+    """What `get_all_reported_checkpoints` waits for (Ray's names). `report()` returns once its
+    checkpoint is committed, and there is no validation, so both modes read the same list."""
+
+    COMMITTED = "COMMITTED"
+    VALIDATED = "VALIDATED"
+
+
+@dataclasses.dataclass
+class ReportedCheckpoint:
+    """A checkpoint the run keeps, with the metrics reported with it."""
+
+    checkpoint: Checkpoint
+    metrics: dict[str, Any]
+    status: ReportedCheckpointStatus = ReportedCheckpointStatus.COMMITTED
+
+
+def get_all_reported_checkpoints(
+        consistency_mode: CheckpointConsistencyMode = CheckpointConsistencyMode.VALIDATED,
+        timeout_s: float | None = None) -> list[ReportedCheckpoint]:
+    """The checkpoints the run keeps (per CheckpointConfig), in report order, with their metrics,
+    as of this worker's last `report()` (which returns only once every rank's report is
+    recorded, so nothing is pending and `timeout_s` is never waited for)."""
+    CheckpointConsistencyMode(consistency_mode)
+    if timeout_s is not None and timeout_s < 0:
+        raise ValueError(f"get_all_reported_checkpoints(timeout_s=) must be >= 0 or None, got {timeout_s!r}")
+    session = require_session("ember.train.get_all_reported_checkpoints()")
+    reported = getattr(session, "reported_checkpoints", None)
+    if reported is None:
+        raise RuntimeError("ember.train.get_all_reported_checkpoints() works in a Train worker, not in a Tune trial")
+    return [ReportedCheckpoint(c, m) for c, m in reported()]
 
 
 def get_checkpoint() -> Checkpoint | None:

@@ -204,8 +204,10 @@ class TrainController:
                             raise WorkerGroupError(str(e), {rank: e}) from None
                         if done is not None:
                             self._record(done)
+                            kept = [(c.path, dict(c.metrics)) for c in
+                                    sorted(self.checkpoints.checkpoints, key=lambda c: c.index)]
                             for a in group.actors:
-                                a.ack.remote(done.index)
+                                a.ack.remote(done.index, kept)
                     elif kind == "done":
                         finished = True
                         try:

@@ -61,8 +61,10 @@ class WorkerRun:
 class WorkerSession:
     """The Session (see session.py) of one Train rank."""
 
-    def __init__(self, run: WorkerRun, events: queue.Queue[tuple[str, Any]], acked: Callable[[int, float], bool]) -> None:
+    def __init__(self, run: WorkerRun, events: queue.Queue[tuple[str, Any]], acked: Callable[[int, float], bool],
+                 kept: Callable[[], list[tuple[str, dict[str, Any]]]] = list) -> None:
         self.run = run
+        self._kept = kept
         self._events = events
         self._wait_acked = acked
         self._count = 0
@@ -116,6 +118,10 @@ class WorkerSession:
 
     def get_checkpoint(self) -> Checkpoint | None:
         return self._latest
+
+    def reported_checkpoints(self) -> list[tuple[Checkpoint, dict[str, Any]]]:
+        """The run's kept checkpoints with their metrics as of this rank's last report."""
+        return [(Checkpoint(path, self.run.run_fs), dict(metrics)) for path, metrics in self._kept()]
 
     def get_context(self) -> TrainContext:
         return self.run.context
@@ -200,6 +206,7 @@ class TrainWorker:
         self._preload.start()
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._acked = -1
+        self._kept: list[tuple[str, dict[str, Any]]] = []  # the run's kept checkpoints at the last ack
         self._ack_cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._threads: set[int] = set()
@@ -235,7 +242,7 @@ class TrainWorker:
             self._logs = train_logs.configure("worker", run.log_level, {
                 "run_name": ctx.experiment_name, "world_rank": ctx.world_rank, "local_rank": ctx.local_rank,
                 "node_rank": ctx.node_rank})
-        sess = WorkerSession(run, self._events, self._wait_acked)
+        sess = WorkerSession(run, self._events, self._wait_acked, lambda: list(self._kept))
         self._thread = threading.Thread(target=self._train, args=(sess,), daemon=True,
                                         name=f"train-rank-{run.context.world_rank}")
         self._thread.start()
@@ -270,9 +277,12 @@ class TrainWorker:
         with self._ack_cv:
             return self._ack_cv.wait_for(lambda: self._acked >= index, timeout)
 
-    def ack(self, index: int) -> None:
-        """Every rank's report `index` is recorded: report() calls up to it return."""
+    def ack(self, index: int, kept: list[tuple[str, dict[str, Any]]] | None = None) -> None:
+        """Every rank's report `index` is recorded: report() calls up to it return. `kept` is
+        the run's kept checkpoints then (path, metrics), in report order."""
         with self._ack_cv:
+            if index > self._acked and kept is not None:
+                self._kept = list(kept)
             self._acked = max(self._acked, index)
             self._ack_cv.notify_all()
 
