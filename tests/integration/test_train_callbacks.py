@@ -69,8 +69,11 @@ def test_after_exception_gets_the_failing_ranks_at_each_attempt(cluster, tmp_pat
     log = tmp_path / "hooks.jsonl"
     rc = RunConfig(name="cbfail", storage_path=str(tmp_path), callbacks=[Recorder(str(log))],
                    failure_config=FailureConfig(max_failures=1))
-    with pytest.raises(train.TrainingFailedError, match="rank one breaks"):
+    with pytest.raises(train.WorkerGroupError, match="rank one breaks") as info:  # as Ray 2.60's fit() raises
         DataParallelTrainer(failing_loop, scaling_config=ScalingConfig(num_workers=2), run_config=rc).fit()
+    assert isinstance(info.value, train.TrainingFailedError)
+    assert {r: type(e) for r, e in info.value.worker_failures.items()} == {1: ValueError}
+    assert info.value.result.error.worker_failures.keys() == {1}
     rows = [r for r in _rows(log) if r["hook"] == "exception"]
     assert rows == [{"hook": "exception", "errors": {"1": "ValueError: rank one breaks"}}] * 2
 

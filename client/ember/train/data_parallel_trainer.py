@@ -3,9 +3,9 @@ a framework backend (TorchTrainer is this with `TorchConfig`), and `restore` / `
 
 `fit()` records the trainer's arguments in `storage_path/<name>/trainer.pkl`, runs the
 controller (restarts from the latest checkpoint on failures) and returns a `Result`; when the
-run fails for good it raises `TrainingFailedError` (as Ray Train), whose `.result.error` is the
-cause. `restore(path)` reloads the arguments (datasets must be passed again) and continues from
-the run's recorded state and latest checkpoint.
+run fails for good it raises `WorkerGroupError` (a `TrainingFailedError`, as Ray Train 2.60),
+whose `.result.error` is the cause. `restore(path)` reloads the arguments (datasets must be
+passed again) and continues from the run's recorded state and latest checkpoint.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from ._internal import logs as train_logs
 from ._internal.run_state import RunStorage
 from .backend import BackendConfig
 from .callback import UserCallback
-from .exceptions import TrainingFailedError
+from .exceptions import TrainingFailedError, WorkerGroupError
 
 
 def _check_loop(fn: Any) -> None:
@@ -167,10 +167,13 @@ class DataParallelTrainer:
         finally:
             logs.close()
         result = self._result(controller, run)
-        if result.error is not None:
-            raise TrainingFailedError(
-                f"Training failed ({controller.failures.describe()}); the run is at {run.uri()} and can be "
-                f"resumed with {type(self).__name__}.restore(path). Cause: {result.error}", result) from result.error
+        error = result.error
+        if error is not None:
+            message = (f"Training failed ({controller.failures.describe()}); the run is at {run.uri()} and can be "
+                       f"resumed with {type(self).__name__}.restore(path). Cause: {error}")
+            if isinstance(error, WorkerGroupError):  # what Ray 2.60's fit() raises for failed ranks
+                raise WorkerGroupError(message, error.worker_failures, result) from error
+            raise TrainingFailedError(message, result) from error
         return result
 
     def _init_params(self) -> set[str]:

@@ -22,12 +22,13 @@ class TrainingFailedError(RuntimeError):
         self.result = result
 
 
-class WorkerGroupError(RuntimeError):
+class WorkerGroupError(TrainingFailedError):
     """One or more ranks failed: their exceptions (a user error, or ActorDiedError when the
-    rank's process died) by rank; the message carries the first one's traceback."""
+    rank's process died) by rank; the message carries the first one's traceback. `fit()` raises
+    it (as Ray 2.60 does), with `.result` set."""
 
-    def __init__(self, message: str, worker_failures: dict[int, BaseException]) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, worker_failures: dict[int, BaseException], result: Result | None = None) -> None:
+        super().__init__(message, result)
         self.worker_failures = worker_failures
 
     def __reduce__(self) -> tuple[Any, ...]:
