@@ -108,7 +108,7 @@ def test_debug_level_shows_trains_debug_lines_and_info_hides_them(cluster, tmp_p
     assert logging.getLogger("ember.train").handlers == [] and logging.getLogger("ember.train").propagate
 
 
-@pytest.mark.parametrize("field", [{"verbose": 1}, {"stop": {"training_iteration": 2}}, {"sync_config": object()},
+@pytest.mark.parametrize("field", [{"verbose": 1}, {"stop": {"training_iteration": 2}}, {"sync_config": train.SyncConfig()},
                                    {"progress_reporter": object()}, {"log_to_file": True}])
 def test_tune_era_fields_raise_deprecation_warning_as_ray(field):
     with pytest.raises(DeprecationWarning, match=f"RunConfig\\({next(iter(field))}=...\\) is deprecated"):

@@ -116,6 +116,18 @@ class LoggingConfig:
         self.log_level = self.log_level.upper()
 
 
+@dataclass
+class SyncConfig:
+    """Ray's `SyncConfig` (syncing a Tune experiment's driver files to storage), importable as in
+    Ray 2.60. Ember writes results straight to `storage_path`, so nothing takes it: Train's
+    RunConfig refuses it (DeprecationWarning, as Ray's), Tune's with NotImplementedError."""
+
+    sync_period: int = 300
+    sync_timeout: int = 1800
+    sync_artifacts: bool = False
+    sync_artifacts_on_checkpoint: bool = True
+
+
 # Ray 2.60's Train RunConfig refuses these Tune-era fields (they are Tune's RunConfig's).
 TUNE_ONLY_FIELDS = ("sync_config", "verbose", "stop", "progress_reporter", "log_to_file")
 TRAIN_ONLY_FIELDS = ("worker_runtime_env", "logging_config")

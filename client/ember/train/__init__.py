@@ -23,6 +23,7 @@ from ember.air.config import (
     LoggingConfig,
     RunConfig,
     ScalingConfig,
+    SyncConfig,
 )
 from ember.air.result import Result
 from ember.air.session import TrainContext, require_session
@@ -35,7 +36,7 @@ from .exceptions import TrainingFailedError, WorkerGroupError
 __all__ = [
     "TRAIN_DATASET_KEY", "BackendConfig", "Checkpoint", "CheckpointConfig", "CheckpointConsistencyMode",
     "CheckpointUploadMode", "DataConfig", "DataParallelTrainer", "FailureConfig", "LoggingConfig", "ReportedCheckpoint",
-    "ReportedCheckpointStatus", "Result", "RunConfig", "ScalingConfig", "TrainContext", "TrainingFailedError",
+    "ReportedCheckpointStatus", "Result", "RunConfig", "ScalingConfig", "SyncConfig", "TrainContext", "TrainingFailedError",
     "UserCallback", "WorkerGroupError", "get_all_reported_checkpoints", "get_checkpoint", "get_context",
     "get_dataset_shard", "report",
 ]
