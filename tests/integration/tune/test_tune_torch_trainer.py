@@ -72,3 +72,28 @@ def test_a_stop_criterion_ends_a_trainer_trial_after_that_report(cluster, tmp_pa
     # the stopped trainer's workers went with it: the whole cluster is free again
     wait_for(lambda: ember.available_resources().get("CPU", 0) == 4, timeout_s=30,
              what="the stopped trial's workers to release their CPUs")
+
+
+def test_the_trainers_own_run_config_reaches_each_trials_run(cluster, tmp_path):
+    """worker_runtime_env and the Train callbacks of the trainer's RunConfig hold in every trial."""
+    seen = tmp_path / "seen.txt"
+
+    class Seen(train.UserCallback):  # runs in the trial's process: it writes down what it saw
+        def after_report(self, run_context, metrics, checkpoint):
+            with open(seen, "a") as f:
+                f.write(f"{metrics[0]['x']}\n")
+
+    def env_loop(config):
+        import os
+
+        train.report({"x": os.environ.get("EMBER_TEST_TRIAL_ENV", "missing"), "loss": config["lr"]})
+
+    trainer = TorchTrainer(env_loop, train_loop_config={"lr": 0.0}, scaling_config=ScalingConfig(num_workers=2),
+                           run_config=train.RunConfig(worker_runtime_env={"env_vars": {"EMBER_TEST_TRIAL_ENV": "set"}},
+                                                      callbacks=[Seen()]))
+    results = tune.Tuner(trainer, param_space={"train_loop_config": {"lr": tune.grid_search([0.1, 0.2])}},
+                         tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1),
+                         run_config=tune.RunConfig(storage_path=str(tmp_path), name="env", verbose=0)).fit()
+    assert results.num_terminated == 2, results.errors
+    assert sorted(r.metrics["x"] for r in results) == ["set", "set"]
+    assert seen.read_text().split() == ["set", "set"]

@@ -63,7 +63,10 @@ def wrap_trainer(trainer: Any) -> type[FunctionTrainable]:
         session = cast(_TuneSession, get_session())  # the trial's: this runs as a function trainable
         ctx = session.get_context()
         base = getattr(trainer, "run_config", None) or RunConfig()
-        fields = {k: getattr(base, k) for k in ("failure_config", "checkpoint_config")}
+        keep: tuple[str, ...] = ("failure_config", "checkpoint_config")
+        if not isinstance(base, TuneRunConfig):  # the trainer's own Train fields apply to each trial's run
+            keep += ("worker_runtime_env", "logging_config", "callbacks")
+        fields = {k: getattr(base, k) for k in keep}
         rc = (TuneRunConfig if isinstance(base, TuneRunConfig) else RunConfig)(
             name="trainer", storage_path=ctx.trial_dir, **fields)
         rc.storage_filesystem = session._t._info.filesystem
