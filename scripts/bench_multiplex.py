@@ -21,10 +21,10 @@ import argparse
 import importlib
 import json
 import socket
-import statistics
-import subprocess
 import sys
 import time
+
+from _side_by_side import alternate, print_medians
 
 MODELS = [f"model-{i}" for i in range(4)]
 
@@ -111,19 +111,8 @@ def main() -> None:
         print(json.dumps(run_side(a.module, a.n)))
         return
     sides = {"ember": sys.executable, **({"ray": a.ray_python} if a.ray_python else {})}
-    results: dict[str, list[dict[str, float]]] = {s: [] for s in sides}
-    for trial in range(a.trials):
-        order = list(sides) if trial % 2 == 0 else list(reversed(sides))
-        for side in order:
-            cmd = [sides[side], __file__, "--module", side, "-n", str(a.n)]
-            line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            results[side].append(json.loads(line.strip().splitlines()[-1]))
-    print(f"{'workload':<12} " + " ".join(f"{s + ' req/s':>14}" for s in sides)
-          + ("   ember/ray" if "ray" in sides else ""))
-    for w in ("sequential", "concurrent"):
-        med = {s: statistics.median(r[w] for r in results[s]) for s in sides}
-        ratio = f"   {med['ember'] / med['ray']:.2f}" if "ray" in sides else ""
-        print(f"{w:<12} " + " ".join(f"{med[s]:>14.0f}" for s in sides) + ratio)
+    results = alternate(__file__, sides, ["-n", str(a.n)], a.trials)
+    print_medians(results, ("sequential", "concurrent"), "req/s")
     for w in ("sequential", "concurrent"):
         print(f"model loads during {w} (per run): " + ", ".join(
             f"{s} {[int(r[w + '_loads']) for r in results[s]]}" for s in sides))
