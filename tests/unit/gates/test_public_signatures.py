@@ -20,7 +20,7 @@ MODULES = ("ember", "ember.serve", "ember.util", "ember.train", "ember.tune", "e
 # name -> why its **kwargs is legitimate. Each one's catch-all is used in its body.
 ALLOWED = {
     "ember.init": "Ray's private init arguments: unknown ones raise RuntimeError as in Ray, the "
-                  "known ones are honoured or raise ValueError (_init_extras)",
+                  "known ones are honoured or raise ValueError (api/init_args.check_extras)",
     "ember.remote": "task/actor options, validated by the option checker (unknown ones raise)",
     "ember.method": "actor method options, validated (unknown ones raise)",
     "ember.serve.deployment": "deployment options, validated by build_config (unknown ones raise TypeError)",
