@@ -32,6 +32,7 @@ from ember._private.api.remote_function import (
     by_reference,
     hand_over,
     import_object,
+    label_placement,
 )
 from ember._private.owner.task_errors import split as split_retry_exceptions
 from ember._private.owner.task_queue import TaskEntry
@@ -184,14 +185,15 @@ def _create(w: Any, ac: ActorClass, args: tuple[Any, ...], kwargs: dict[str, Any
         return_ids=[ids.object_id_for_return(task_id, 1)],
         resources=resource_request(opts, 0.0),
         caller=core.address_proto, serialized_runtime_env=renv,
-        label_selector=opts.get("label_selector") or {}, actor_id=os.urandom(16),
-        fallback_strategy=[common_pb2.LabelSelector(selector=s)
-                           for s in fallback_selectors(opts.get("fallback_strategy"), f"actor class {ac.__name__}")],
+        actor_id=os.urandom(16),
         actor_creation=common_pb2.ActorCreationSpec(
             max_restarts=opts.get("max_restarts") or 0, max_task_retries=max_task_retries,
             max_concurrency=max_concurrency, name=name, namespace=namespace,
             detached=opts.get("lifetime") == "detached", is_async=is_async, class_name=ac.__name__,
             methods=ac._methods, owner_node_id=core.node_id, concurrency_groups=ac._groups))
+    fallbacks = fallback_selectors(opts.get("fallback_strategy"), f"actor class {ac.__name__}")
+    if opts.get("label_selector") or fallbacks:
+        spec.labels.CopyFrom(label_placement(opts.get("label_selector"), fallbacks))
     _place(core, ac, spec, opts)
     if tracing.enabled():
         tracing.inject_task(spec)

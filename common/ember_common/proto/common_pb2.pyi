@@ -72,7 +72,7 @@ class TaskArg(_message.Message):
     def __init__(self, value: _Optional[_Union[SerializedObject, _Mapping]] = ..., ref: _Optional[_Union[ObjectRefProto, _Mapping]] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "gpu_ids", "actor_id", "actor_creation", "method_name", "seq_no", "lowest_unacked", "streaming", "placement_group_id", "placement_group_bundle_index", "placement_group_capture_child_tasks", "concurrency_group", "serialized_runtime_env", "trace_parent", "label_selector", "fallback_strategy")
+    __slots__ = ("task_id", "job_id", "name", "function", "args", "kwarg_names", "return_ids", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "gpu_ids", "actor_id", "actor_creation", "method_name", "seq_no", "lowest_unacked", "streaming", "placement_group_id", "placement_group_bundle_index", "placement_group_capture_child_tasks", "concurrency_group", "serialized_runtime_env", "trace_parent", "labels")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -80,13 +80,6 @@ class TaskSpec(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
-    class LabelSelectorEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -112,8 +105,7 @@ class TaskSpec(_message.Message):
     CONCURRENCY_GROUP_FIELD_NUMBER: _ClassVar[int]
     SERIALIZED_RUNTIME_ENV_FIELD_NUMBER: _ClassVar[int]
     TRACE_PARENT_FIELD_NUMBER: _ClassVar[int]
-    LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
-    FALLBACK_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     job_id: bytes
     name: str
@@ -139,9 +131,23 @@ class TaskSpec(_message.Message):
     concurrency_group: str
     serialized_runtime_env: str
     trace_parent: bytes
+    labels: LabelPlacement
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[_Union[ActorCreationSpec, _Mapping]] = ..., method_name: _Optional[str] = ..., seq_no: _Optional[int] = ..., lowest_unacked: _Optional[int] = ..., streaming: _Optional[bool] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., placement_group_capture_child_tasks: _Optional[bool] = ..., concurrency_group: _Optional[str] = ..., serialized_runtime_env: _Optional[str] = ..., trace_parent: _Optional[bytes] = ..., labels: _Optional[_Union[LabelPlacement, _Mapping]] = ...) -> None: ...
+
+class LabelPlacement(_message.Message):
+    __slots__ = ("label_selector", "fallback_strategy")
+    class LabelSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     label_selector: _containers.ScalarMap[str, str]
     fallback_strategy: _containers.RepeatedCompositeFieldContainer[LabelSelector]
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., function: _Optional[_Union[FunctionDescriptor, _Mapping]] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., return_ids: _Optional[_Iterable[bytes]] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[_Union[ActorCreationSpec, _Mapping]] = ..., method_name: _Optional[str] = ..., seq_no: _Optional[int] = ..., lowest_unacked: _Optional[int] = ..., streaming: _Optional[bool] = ..., placement_group_id: _Optional[bytes] = ..., placement_group_bundle_index: _Optional[int] = ..., placement_group_capture_child_tasks: _Optional[bool] = ..., concurrency_group: _Optional[str] = ..., serialized_runtime_env: _Optional[str] = ..., trace_parent: _Optional[bytes] = ..., label_selector: _Optional[_Mapping[str, str]] = ..., fallback_strategy: _Optional[_Iterable[_Union[LabelSelector, _Mapping]]] = ...) -> None: ...
+    def __init__(self, label_selector: _Optional[_Mapping[str, str]] = ..., fallback_strategy: _Optional[_Iterable[_Union[LabelSelector, _Mapping]]] = ...) -> None: ...
 
 class LabelSelector(_message.Message):
     __slots__ = ("selector",)

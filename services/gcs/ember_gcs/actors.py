@@ -284,8 +284,8 @@ class ActorManager:
             lease_id=lease_id, resources=spec.resources, job_id=spec.job_id, name=spec.name,
             actor_id=a.actor_id, placement_group_id=spec.placement_group_id,
             placement_group_bundle_index=spec.placement_group_bundle_index,
-            serialized_runtime_env=spec.serialized_runtime_env, label_selector=spec.label_selector,
-            fallback_label_selectors=spec.fallback_strategy,
+            serialized_runtime_env=spec.serialized_runtime_env, label_selector=spec.labels.label_selector,
+            fallback_label_selectors=spec.labels.fallback_strategy,
             retriable=spec.actor_creation.max_restarts != 0)
         try:
             return await self.raylets.request_worker_lease(

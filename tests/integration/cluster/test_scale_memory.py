@@ -4,8 +4,9 @@ A driver that submits many tasks faster than they run holds every pending one: i
 TaskEntry, its ObjectRef and the reference-table rows. With both CPUs held by two blocked tasks,
 20,000 no-op tasks stay pending while the driver's resident memory is read; each must cost less
 than MAX_BYTES_PER_PENDING_TASK (2.7 KB measured; 3.9 KB before a no-op task's spec stopped
-touching its empty repeated fields, which grew the spec's arena; Ray 2.60: 5.7 KB), and all of
-them then run."""
+touching its empty repeated fields, which grew the spec's arena; 4.1 KB with two more top-level
+TaskSpec fields, whose 16 bytes pushed each spec's arena into a second block, until they became
+one optional submessage; Ray 2.60: 5.7 KB), and all of them then run."""
 from __future__ import annotations
 
 import gc

@@ -174,13 +174,21 @@ def spec_template(w: Any, function: Any, name: str,
         retry_exceptions=retry_flag,
         streaming=num_returns == "streaming", caller=core.address_proto,
         serialized_runtime_env=runtime_env.resolve(options.get("runtime_env"),
-                                                   f"runtime_env of remote function {name}"),
-        label_selector=options.get("label_selector") or {},
-        fallback_strategy=[common_pb2.LabelSelector(selector=s)
-                           for s in fallback_selectors(options.get("fallback_strategy"), f"remote function {name}")])
+                                                   f"runtime_env of remote function {name}"))
+    # Set only when given: every call copies the template (test_scale_memory.py bounds a pending
+    # task's memory).
+    fallbacks = fallback_selectors(options.get("fallback_strategy"), f"remote function {name}")
+    if options.get("label_selector") or fallbacks:
+        spec.labels.CopyFrom(label_placement(options.get("label_selector"), fallbacks))
     placement = scheduling.resolve(options, f"remote function {name}", request=dict(spec.resources))
     return (spec, num_returns, with_placement(spec, placement),
             scheduling.needs_context(options), allowlist)
+
+
+def label_placement(selector: dict[str, str] | None, fallbacks: list[dict[str, str]]) -> common_pb2.LabelPlacement:
+    """TaskSpec.labels: Ray's label_selector and fallback_strategy, already checked."""
+    return common_pb2.LabelPlacement(label_selector=selector or {},
+                                     fallback_strategy=[common_pb2.LabelSelector(selector=s) for s in fallbacks])
 
 
 def with_placement(spec: Any, placement: scheduling.Placement) -> Any:
@@ -189,9 +197,9 @@ def with_placement(spec: Any, placement: scheduling.Placement) -> Any:
     key = tuple(sorted(spec.resources.items()))
     if spec.serialized_runtime_env:  # workers are pooled per runtime env: never shared across envs
         key = (*key, ("runtime_env", spec.serialized_runtime_env))
-    if spec.label_selector or spec.fallback_strategy:  # a lease on a node they picked serves only them
-        key = (*key, ("label_selector", tuple(sorted(spec.label_selector.items())),
-                      tuple(tuple(sorted(f.selector.items())) for f in spec.fallback_strategy)))
+    if spec.HasField("labels"):  # a lease on a node they picked serves only them
+        key = (*key, ("labels", tuple(sorted(spec.labels.label_selector.items())),
+                      tuple(tuple(sorted(f.selector.items())) for f in spec.labels.fallback_strategy)))
     if placement == scheduling.DEFAULT:
         spec.ClearField("placement_group_id")
         spec.placement_group_bundle_index = 0

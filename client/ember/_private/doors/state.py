@@ -93,8 +93,8 @@ def _actors(client: Any, address: str, timeout_s: float) -> tuple[list[dict[str,
             "is_detached": bool(spec.actor_creation.detached), "placement_group_id": pg,
             "repr_name": a.class_name, "num_restarts": int(a.num_restarts),
             "num_restarts_due_to_lineage_reconstruction": 0, "num_restarts_due_to_node_preemption": 0,
-            "call_site": None, "label_selector": dict(spec.label_selector) or None,
-            "fallback_strategy": [{"label_selector": dict(f.selector)} for f in spec.fallback_strategy] or None,
+            "call_site": None, "label_selector": dict(spec.labels.label_selector) or None,
+            "fallback_strategy": [{"label_selector": dict(f.selector)} for f in spec.labels.fallback_strategy] or None,
         })
     return rows, []
 

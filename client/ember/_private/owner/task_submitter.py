@@ -191,8 +191,10 @@ class TaskSubmitter:
         request = raylet_pb2.RequestWorkerLeaseRequest(
             lease_id=lease_id, resources=dict(spec.resources), job_id=self.core.job_id,
             name=spec.name, owner_worker_id=self.core.worker_id,
-            serialized_runtime_env=spec.serialized_runtime_env, label_selector=spec.label_selector,
-            fallback_label_selectors=spec.fallback_strategy)
+            serialized_runtime_env=spec.serialized_runtime_env)
+        if spec.HasField("labels"):  # read only when set: an empty field read would grow the spec
+            request.label_selector.update(spec.labels.label_selector)
+            request.fallback_label_selectors.extend(spec.labels.fallback_strategy)
         request.retriable = spec.max_retries != 0  # the memory monitor kills retriable work first
         placement = key[-1] if key and isinstance(key[-1], Placement) else None
         if placement is not None:
