@@ -146,3 +146,23 @@ def test_the_actor_class_carries_the_user_class_attributes(cluster):
     with pytest.raises(AttributeError, match="no attribute 'missing'"):
         Limits.missing  # noqa: B018
     ray.kill(a)
+
+
+def test_a_job_config_object_as_rays_module_builds_it():
+    """`from ray.job_config import JobConfig`: runtime_env and ray_namespace apply; another set
+    field is refused by name, and nothing starts."""
+    import subprocess
+    import sys
+
+    code = ("import ember\nfrom ember.job_config import JobConfig\n"
+            "try:\n    ember.init(num_cpus=1, job_config=JobConfig(metadata={'team': 'a'}))\n"
+            "except ValueError as e:\n    print('REFUSED', e)\n"
+            "print('RUNNING', ember.is_initialized())\n"
+            "ember.init(num_cpus=1, job_config=JobConfig(runtime_env={'env_vars': {'JC': 'yes'}}, ray_namespace='jc'))\n"
+            "@ember.remote\ndef env():\n    import os\n    return os.environ.get('JC')\n"
+            "print('ENV', ember.get(env.remote()), ember.get_runtime_context().namespace)\n"
+            "from ember.runtime_context import RuntimeContext\n"
+            "print('CTX', isinstance(ember.get_runtime_context(), RuntimeContext))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert "REFUSED job_config ['metadata'] not implemented by Ember" in out and "RUNNING False" in out, out
+    assert "ENV yes jc" in out and "CTX True" in out, out

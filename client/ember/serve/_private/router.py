@@ -14,14 +14,11 @@ import uuid
 from typing import Any
 
 import ember
+from ember.serve.exceptions import BackPressureError
 
 from .router_core import RouterCore
 
 log = logging.getLogger(__name__)
-
-
-class BackPressureError(Exception):
-    """More requests are queued than max_queued_requests allows (HTTP 503)."""
 
 
 class Router:
