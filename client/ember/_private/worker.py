@@ -320,8 +320,9 @@ def _shutdown_at_exit() -> None:
         shutdown()
 
 
-def shutdown(*, _end: tuple[str, str] = ("SUCCEEDED", "")) -> None:
-    """Disconnects; stops the embedded cluster if this driver started it."""
+def shutdown(*, wait_for_processes: bool = False, _end: tuple[str, str] = ("SUCCEEDED", "")) -> None:
+    """Disconnects; stops the embedded cluster if this driver started it. Ember always waits
+    for that cluster's processes to exit, so Ray's wait_for_processes=True holds either way."""
     global _global_worker
     with _init_lock:
         w = _global_worker
@@ -399,11 +400,11 @@ def _get(object_refs: ObjectRef | Sequence[ObjectRef], timeout: float | None) ->
     return w.core.get(list(object_refs), timeout)
 
 
-def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | None = None,
+def wait(ray_waitables: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | None = None,
          fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
-    if isinstance(object_refs, ObjectRef) or not isinstance(object_refs, (list, tuple)):
-        raise TypeError(f"wait() expects a list of ObjectRefs, got {type(object_refs).__name__}")
-    refs = list(object_refs)
+    if isinstance(ray_waitables, ObjectRef) or not isinstance(ray_waitables, (list, tuple)):
+        raise TypeError(f"wait() expects a list of ObjectRefs, got {type(ray_waitables).__name__}")
+    refs = list(ray_waitables)
     for r in refs:
         if not isinstance(r, ObjectRef):
             raise TypeError(f"wait() expects ObjectRefs, got an element of type {type(r).__name__}")
@@ -412,24 +413,24 @@ def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: flo
     if num_returns <= 0 or num_returns > len(refs):
         if not refs and num_returns == 1:
             return [], []
-        raise ValueError(f"num_returns must be between 1 and len(object_refs)={len(refs)}, got {num_returns}")
+        raise ValueError(f"num_returns must be between 1 and len(ray_waitables)={len(refs)}, got {num_returns}")
     if timeout is not None and timeout < 0:
         raise ValueError(f"timeout must be >= 0, got {timeout}")
     w = global_worker()
     return w.core.wait(refs, num_returns, timeout, fetch_local)
 
 
-def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
-    """Cancels the task behind object_ref (see Ray's ray.cancel). A running task is
+def cancel(ray_waitable: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancels the task behind ray_waitable (see Ray's ray.cancel). A running task is
     interrupted (KeyboardInterrupt in it, even while it waits in get/wait; force=True: its
     worker exits). An actor call that has not started never runs; a running async actor call
     is cancelled; force=True is a ValueError for actor calls. recursive=True also cancels the
     tasks and actor calls the cancelled one submitted, and theirs. `get` then raises
     TaskCancelledError."""
-    if not isinstance(object_ref, ObjectRef):
-        raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
+    if not isinstance(ray_waitable, ObjectRef):
+        raise TypeError(f"cancel() expects an ObjectRef, got {type(ray_waitable).__name__}")
     core = global_worker().core
-    core.run(_cancel(core, object_ref.task_id(), bool(force), bool(recursive)))
+    core.run(_cancel(core, ray_waitable.task_id(), bool(force), bool(recursive)))
 
 
 async def _cancel(core: CoreWorker, task_id: bytes, force: bool, recursive: bool) -> None:

@@ -66,12 +66,14 @@ def _not_implemented(where: str, **given: Any) -> None:
 
 
 def start(proxy_location: str | None = None, http_options: HTTPOptions | dict[str, Any] | None = None,
-          grpc_options: Any = None, logging_config: Any = None, *, detached: bool = True) -> None:
+          grpc_options: Any = None, logging_config: Any = None, tracing_config: Any = None,
+          controller_options: Any = None, *, detached: bool = True) -> None:
     """Starts Serve (the controller, and the HTTP proxy unless proxy_location is "Disabled").
     http_options: an HTTPOptions or a dict of its fields (where to listen, the proxy's limits).
     proxy_location: Ray's ProxyLocation ("EveryNode", the default, "HeadOnly" or "Disabled");
     Ember runs one proxy for the cluster, so EveryNode and HeadOnly both start that one.
-    grpc_options and logging_config are not implemented (given, they raise ValueError), nor is
+    grpc_options, logging_config, tracing_config and controller_options are not implemented
+    (given, they raise ValueError), nor is
     detached=False (Serve always outlives the driver that started it, as in Ray 2)."""
     if isinstance(proxy_location, (dict, HTTPOptions)) and http_options is None:
         raise TypeError("serve.start's first parameter is proxy_location; pass http_options=... by keyword")
@@ -79,7 +81,8 @@ def start(proxy_location: str | None = None, http_options: HTTPOptions | dict[st
     if loc is not None and loc not in _PROXY_LOCATIONS:
         raise ValueError(f"proxy_location must be one of {list(_PROXY_LOCATIONS[:3])}, got {proxy_location!r}")
     _not_implemented("serve.start", grpc_options=grpc_options is not None,
-                     logging_config=logging_config is not None, detached=detached is not True)
+                     logging_config=logging_config is not None, tracing_config=tracing_config is not None,
+                     controller_options=controller_options is not None, detached=detached is not True)
     opts = HTTPOptions.from_any(http_options)
     c = _controller()
     if loc in ("Disabled", "NoServer"):
@@ -161,15 +164,17 @@ def _driver_import_paths() -> tuple[str, ...]:
 
 def run(target: Application, blocking: bool = False, name: str = "default", route_prefix: str | None = "/",
         logging_config: Any = None, _local_testing_mode: bool = False, external_scaler_enabled: bool = False,
-        *, host: str | None = None, port: int | None = None, _timeout_s: float = 120.0) -> DeploymentHandle:
+        controller_options: Any = None, *, host: str | None = None, port: int | None = None, _timeout_s: float = 120.0) -> DeploymentHandle:
     """Deploys (or updates) an application and waits until it is RUNNING and this driver's HTTP
     proxy routes its prefix (so a request sent right after never gets a 404); returns its handle.
     host/port (Ember's, as in the seed article) start the HTTP proxy there; default 127.0.0.1:8000.
-    Ray's logging_config, _local_testing_mode and external_scaler_enabled are not implemented:
+    Ray's logging_config, _local_testing_mode, external_scaler_enabled and controller_options
+    are not implemented:
     given a value, they raise ValueError naming them."""
     _not_implemented("serve.run", logging_config=logging_config is not None,
                      _local_testing_mode=bool(_local_testing_mode),
-                     external_scaler_enabled=bool(external_scaler_enabled))
+                     external_scaler_enabled=bool(external_scaler_enabled),
+                     controller_options=controller_options is not None)
     if isinstance(target, Deployment):
         target = target.bind()
     if not isinstance(target, Application):

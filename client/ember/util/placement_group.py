@@ -132,13 +132,16 @@ def _validate_bundles(bundles: Any) -> list[dict[str, float]]:
 
 def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", name: str = "",
                     lifetime: str | None = None, _soft_target_node_id: str | None = None,
-                    bundle_label_selector: Any = None) -> PlacementGroup:
+                    bundle_label_selector: Any = None, topology_strategy: Any = None) -> PlacementGroup:
     """Asynchronously creates a placement group (use `.ready()` or `.wait()`).
 
     strategy: PACK (few nodes, best effort), SPREAD (many nodes, best effort), STRICT_PACK
     (one node), STRICT_SPREAD (one node per bundle). lifetime: None (removed with the job) or
     "detached". bundle_label_selector: one label selector per bundle (Ray's syntax, as
-    `label_selector`); a bundle goes only to a node whose labels match its selector."""
+    `label_selector`); a bundle goes only to a node whose labels match its selector.
+    Ray's topology_strategy is not implemented: given, it raises ValueError."""
+    if topology_strategy is not None:
+        raise ValueError("placement_group(topology_strategy=...) is not implemented by Ember")
     clean = _validate_bundles(bundles)
     selectors = _bundle_label_selectors(bundle_label_selector, len(clean))
     if strategy not in VALID_STRATEGIES:

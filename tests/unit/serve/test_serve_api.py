@@ -93,6 +93,9 @@ def test_deployment_init_args_are_the_bound_arguments():
     (lambda app: serve.start(grpc_options={"port": 9000}), "grpc_options"),
     (lambda app: serve.start(logging_config={"log_level": "DEBUG"}), "logging_config"),
     (lambda app: serve.start(detached=False), "detached"),
+    (lambda app: serve.run(app, controller_options={"x": 1}), "controller_options"),
+    (lambda app: serve.start(tracing_config={"exporter_import_path": "m:f"}), "tracing_config"),
+    (lambda app: serve.start(controller_options={"x": 1}), "controller_options"),
     (lambda app: serve.start(proxy_location="Somewhere"), "proxy_location"),
 ])
 def test_run_and_start_refuse_rays_unimplemented_parameters(call, word):
@@ -201,3 +204,10 @@ def test_batch_size_fn_measures_batches():
     assert asyncio.run(main()) == [2, 3, 1, 4, 6, 1]
     # Filled to 5 "characters" at most; the 6-long one runs alone; order is kept.
     assert batches == [["aa", "bbb"], ["c", "dddd"], ["eeeeee"], ["f"]]
+
+
+def test_placement_group_refuses_rays_topology_strategy():
+    from ember.util import placement_group
+
+    with pytest.raises(ValueError, match="topology_strategy"):
+        placement_group([{"CPU": 1}], topology_strategy={"zone": "a"})
