@@ -1,11 +1,11 @@
-"""`ember job submit|status|logs|stop|list`: run a driver program inside the cluster, as Ray's
+"""`ember job submit|status|logs|stop|delete|list`: run a driver program inside the cluster, as Ray's
 `ray job` CLI does.
 
     ember job submit [--address ADDRESS] [--working-dir DIR] [--runtime-env-json JSON]
                      [--entrypoint-num-cpus N] [--entrypoint-num-gpus N]
                      [--entrypoint-memory BYTES] [--entrypoint-resources JSON] [--metadata-json JSON]
                      [--submission-id ID] [--no-wait] -- python my_program.py
-    ember job status|logs [--follow]|stop ID
+    ember job status|logs [--follow]|stop [--no-wait]|delete ID
     ember job list
 
 ADDRESS is the GCS's HOST:PORT or the dashboard's http://HOST:PORT (cli/common.py; default
@@ -15,8 +15,8 @@ JobSupervisor actor, 0 CPUs unless --entrypoint-num-cpus, in namespace `_ember_j
 job's record in the internal KV, as the dashboard's REST API does). The CLI prints the job's
 output as it comes and exits with the job's exit code (the supervisor ends with the job; its
 record and output stay, so the dashboard and `ember list jobs` show it); with --no-wait it
-prints the submission id, and `ember job logs|status|stop ID` follow it (`stop` also removes
-the job, as `ray job stop` + `ray job delete`).
+prints the submission id, and `ember job logs|status|stop ID` follow it. As Ray's, `stop`
+keeps the job's record and `delete` removes a job that has ended.
 """
 from __future__ import annotations
 
@@ -139,18 +139,34 @@ def main(ns: argparse.Namespace) -> int:
                 return 0
             print(job_manager.logs(ns.submission_id)[0], end="")
             return 0
-        # stop, then remove the job (its supervisor and record), as `ember job stop` always did
-        job_manager.stop(ns.submission_id)
-        deadline = time.monotonic() + 15
-        while (job_manager.info(ns.submission_id) or {}).get("status") not in job_manager.TERMINAL:
-            if time.monotonic() > deadline:
-                print(f"ember: error: job {ns.submission_id!r} did not stop within 15 s", file=sys.stderr)
+        if ns.action == "delete":  # as Ray's: only a job that has ended
+            if rec["status"] not in job_manager.TERMINAL:
+                print(f"ember: error: job {ns.submission_id!r} is {rec['status']}: stop it before deleting it",
+                      file=sys.stderr)
                 return 1
-            time.sleep(0.2)
-        job_manager.delete(ns.submission_id)
-        return 0
+            job_manager.delete(ns.submission_id)
+            print(f"Job '{ns.submission_id}' deleted successfully")
+            return 0
+        return _stop(ns.submission_id, rec["status"], wait=not ns.no_wait)
     finally:
         ember.shutdown()
+
+
+def _stop(sid: str, status: str, wait: bool) -> int:
+    """`job stop`: asks the job to stop and, unless --no-wait, waits (15 s) until it has; the
+    record stays (`job delete` removes it), as Ray's."""
+    if status in job_manager.TERMINAL:
+        print(f"Job '{sid}' has already ended ({status})")
+        return 0
+    job_manager.stop(sid)
+    print(f"Job '{sid}': stop requested")
+    deadline = time.monotonic() + 15
+    while wait and (job_manager.info(sid) or {}).get("status") not in job_manager.TERMINAL:
+        if time.monotonic() > deadline:
+            print(f"ember: error: job {sid!r} did not stop within 15 s", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    return 0
 
 
 def add_parser(sub: Any) -> None:
@@ -176,11 +192,14 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--no-wait", action="store_true", help="print the id and return at once")
     s.add_argument("entrypoint", nargs=argparse.REMAINDER)
     for name, text in (("status", "the job's status"), ("logs", "the job's output so far"),
-                       ("stop", "stop the job and remove it")):
+                       ("stop", "stop the job (waits until it has stopped)"),
+                       ("delete", "remove a job that has ended, with its record and output")):
         q = jsub.add_parser(name, help=text)
         q.add_argument("submission_id")
         q.add_argument("--address", default=None, help=ADDRESS_HELP)
         if name == "logs":
             q.add_argument("--follow", "-f", action="store_true", help="follow the output until the job ends")
+        if name == "stop":
+            q.add_argument("--no-wait", action="store_true", help="return once the stop is asked")
     q = jsub.add_parser("list", help="every submitted job")
     q.add_argument("--address", default=None, help=ADDRESS_HELP)

@@ -77,9 +77,23 @@ def test_no_wait_then_status_logs_stop(cluster_env, workdir) -> None:
         time.sleep(0.3)
     assert "RESULT [0, 2, 4, 6] shipped" in ember_cli(env, "job", "logs", "job-nowait",
                                                       "--address", address).stdout
-    ember_cli(env, "job", "stop", "job-nowait", "--address", address)
+    # as Ray's: stopping an ended job keeps its record; delete removes it
+    assert "already ended (SUCCEEDED)" in ember_cli(env, "job", "stop", "job-nowait", "--address", address).stdout
+    assert "SUCCEEDED" in ember_cli(env, "job", "status", "job-nowait", "--address", address).stdout
+    assert "deleted successfully" in ember_cli(env, "job", "delete", "job-nowait", "--address", address).stdout
     r = ember_cli(env, "job", "status", "job-nowait", "--address", address, check=False)
-    assert r.returncode != 0   # the supervisor is gone
+    assert r.returncode != 0   # the record is gone
+
+
+def test_stop_then_delete_a_running_job(cluster_env, workdir) -> None:
+    env, address, _ = cluster_env
+    ember_cli(env, "job", "submit", "--address", address, "--no-wait", "--submission-id", "job-sleep",
+              "--", "python", "-c", "import time; time.sleep(300)")
+    r = ember_cli(env, "job", "delete", "job-sleep", "--address", address, check=False)
+    assert r.returncode == 1 and "stop it before deleting it" in r.stderr
+    ember_cli(env, "job", "stop", "job-sleep", "--address", address)  # waits until it has stopped
+    assert "STOPPED" in ember_cli(env, "job", "status", "job-sleep", "--address", address).stdout
+    ember_cli(env, "job", "delete", "job-sleep", "--address", address)
 
 
 def test_submit_without_entrypoint_is_an_error(cluster_env) -> None:
