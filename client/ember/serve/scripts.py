@@ -193,6 +193,29 @@ def _connect(address: str | None, env: dict[str, Any]) -> None:
     ember.init(address=address, runtime_env=env or None)
 
 
+def cmd_start(a: argparse.Namespace) -> int:
+    """Starts Serve (its controller and HTTP proxy) on a running cluster and returns; Serve stays
+    up after this command ends, as Ray's `serve start`."""
+    import ember
+    from ember import serve
+
+    for flag, value in (("--grpc-port", a.grpc_port), ("--grpc-servicer-functions", a.grpc_servicer_functions)):
+        if value:
+            print(f"serve: error: {flag} is not implemented by Ember (no gRPC proxy)", file=sys.stderr)
+            return 2
+    try:
+        ember.init(address=a.address or "auto", log_to_driver=False)
+    except ConnectionError as e:
+        print(f"serve: error: {e}", file=sys.stderr)
+        return 1
+    try:
+        serve.start(proxy_location=a.proxy_location, http_options={"host": a.http_host, "port": a.http_port})
+        print(f"Started Serve with its HTTP proxy at http://{a.http_host}:{a.http_port}")
+    finally:
+        ember.shutdown()
+    return 0
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     """Deploys in this process (a driver) and blocks until Ctrl-C, which shuts Serve down."""
     import ember
@@ -298,6 +321,16 @@ def _parser() -> argparse.ArgumentParser:
     sh.add_argument("--address", "-a", default=default_dash)
     sh.add_argument("--yes", "-y", action="store_true")
     sh.set_defaults(fn=cmd_shutdown)
+
+    st = sub.add_parser("start", help="start Serve on a running cluster (it stays up)")
+    st.add_argument("--address", "-a", default=None, help="the cluster's address (default: the one running here)")
+    st.add_argument("--http-host", default="127.0.0.1")
+    st.add_argument("--http-port", type=int, default=8000)
+    st.add_argument("--proxy-location", default=None, help="EveryNode (default), HeadOnly or Disabled")
+    st.add_argument("--grpc-port", type=int, default=None, help="(Ray's; not implemented by Ember)")
+    st.add_argument("--grpc-servicer-functions", action="append", default=None,
+                    help="(Ray's; not implemented by Ember)")
+    st.set_defaults(fn=cmd_start)
 
     b = sub.add_parser("build", help="write a config for applications")
     b.add_argument("import_paths", nargs="+")

@@ -353,3 +353,20 @@ def test_rays_own_serve_cli_against_the_dashboard(cluster, tmp_path):
     assert yaml.safe_load(ray_serve("config")) == cfg["applications"][0]
     ray_serve("shutdown", "-y")
     assert _rest(c["url"])[1]["applications"] == {}
+
+
+def test_serve_start_brings_up_the_proxy_and_returns(cluster):
+    c, port = cluster, _free_port()
+
+    def serve_start(*args):  # `_cli` sends "start" to `ember start`
+        return subprocess.run([SERVE, "start", "--address", c["gcs"], *args], env=c["env"], capture_output=True,
+                              text=True, timeout=120)
+
+    r = serve_start("--http-host", "127.0.0.1", "--http-port", str(port))
+    assert r.returncode == 0 and f"http://127.0.0.1:{port}" in r.stdout, r.stdout + r.stderr
+    # Serve outlives the command: its proxy answers (no application yet: 404)
+    assert _wait(lambda: _get(port, "/")[0] == 404, "the proxy to answer")
+    refused = serve_start("--grpc-port", "9000")
+    assert refused.returncode == 2 and "--grpc-port is not implemented" in refused.stderr
+    _cli(c["env"], "shutdown", "-a", c["url"], "--yes")
+    _wait(lambda: _proxy_closed(port), "the proxy to stop")
