@@ -4,9 +4,10 @@ its parameter names. Run with the Python of a venv that has Ray (never a project
 
     /path/to/ray-venv/bin/python scripts/ray_api_snapshot.py tests/unit/gates/ray_common_api.json
 
-The names are the JSON file's own list (`names`), picked by hand from Ray's quick starts and
-user guides (Core, `ray.util`, `ray.dag`, exceptions, job submission, Serve); the script fills in
-Ray's side for each."""
+The names are the JSON file's own list (`names`), and the command-line options its `cli` map,
+picked by hand from Ray's quick starts and user guides (Core, `ray.util`, `ray.dag`, exceptions,
+job submission, Serve, the `ray` and `serve` commands); the script fills in Ray's side for each
+name and checks that Ray has every listed command and option."""
 from __future__ import annotations
 
 import importlib
@@ -60,6 +61,18 @@ def main() -> None:
     for name in data["names"]:
         obj = resolve(name)
         ray_side[name] = {"kind": kind(obj), "params": params(obj) if kind(obj) != "value" else None}
+    from ray.scripts.scripts import cli as ray_cli
+    from ray.serve.scripts import cli as serve_cli
+
+    for command, options in data.get("cli", {}).items():  # each listed option must be Ray's
+        words = command.split()
+        cmd = ray_cli if words[0] == "ray" else serve_cli
+        for w in words[1:]:
+            cmd = cmd.commands[w]
+        have = {o for p in cmd.params for o in p.opts}
+        unknown = sorted(set(options) - have)
+        if unknown:
+            raise SystemExit(f"{command}: Ray 2.60 has no option(s) {unknown}")
     data["ray_version"] = ray.__version__
     data["ray"] = ray_side
     with open(path, "w") as f:

@@ -1,15 +1,18 @@
 """Ember has the names Ray's docs use most, with Ray's parameter names (issue 40's public-API walk).
 
 `ray_common_api.json` lists the names Ray 2.60's quick starts and user guides use (Core,
-`ray.util`, `ray.dag`, exceptions, job submission, Serve), picked by hand, and what Ray offers
-under each (its kind, and a function's or class's parameter names), written from Ray itself by
-`scripts/ray_api_snapshot.py`. Here each is looked up under `ember`: the name must resolve, and
+`ray.util`, `ray.dag`, exceptions, job submission, Serve) and the options of the `ray` and `serve`
+commands they use, picked by hand, and what Ray offers under each name (its kind, and a
+function's or class's parameter names), written from Ray itself by `scripts/ray_api_snapshot.py`
+(which also checks that Ray has every listed command option). The commands are looked up in
+`ember`'s and `serve`'s argument parsers. Here each is looked up under `ember`: the name must resolve, and
 each of Ray's parameters must be one Ember names (it may refuse a value it does not implement,
 by name; test_public_signatures checks that a catch-all never swallows one) or go to a `**kwargs`
 that is checked. At least 95% of the names and of their parameters must be there; the gaps are
 printed."""
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import json
@@ -88,3 +91,29 @@ def test_ember_has_rays_common_names_and_their_parameters():
     print("missing parameters:", missing_params)
     assert (n_names - len(missing_names)) / n_names >= MIN_SHARE, missing_names
     assert (n_params - len(missing_params)) / n_params >= MIN_SHARE, missing_params
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str) -> dict[str, set[str]]:
+    """Every command of an argparse CLI ("ember job submit") with its option strings."""
+    out = {prefix: set(parser._option_string_actions)}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out.update(_commands(sub, f"{prefix} {name}"))
+    return out
+
+
+def test_ember_has_rays_common_commands_and_their_options():
+    from ember._tools.cli import build_parser
+    from ember.serve.scripts import _parser as serve_parser
+
+    ours = {**_commands(build_parser(), "ray"), **_commands(serve_parser(), "serve")}
+    missing_commands = [c for c in SNAPSHOT["cli"] if c not in ours]
+    missing_options = [f"{c} {o}" for c, opts in SNAPSHOT["cli"].items() if c in ours
+                       for o in opts if o not in ours[c]]
+    n_options = sum(len(o) for o in SNAPSHOT["cli"].values())
+    print(f"commands: {len(SNAPSHOT['cli']) - len(missing_commands)}/{len(SNAPSHOT['cli'])}; "
+          f"options: {n_options - len(missing_options)}/{n_options}")
+    print("missing:", missing_commands, missing_options)
+    assert (len(SNAPSHOT["cli"]) - len(missing_commands)) / len(SNAPSHOT["cli"]) >= MIN_SHARE, missing_commands
+    assert (n_options - len(missing_options)) / n_options >= MIN_SHARE, missing_options
