@@ -55,6 +55,7 @@ class _File:
     dropped: dict[tuple[bytes, str], int] = field(default_factory=dict)  # (job, name) -> lines
     skipped_bytes: int = 0  # rotated away before they were read
     noticed: float = 0.0  # when the last notice went out
+    pid: int = 0  # the worker's pid as last known (0: never known)
 
 
 class LogMonitor:
@@ -115,6 +116,17 @@ class LogMonitor:
                 return i
         return len(self._pending)
 
+    def _pid(self, path: str, wid: str) -> int:
+        """The worker's pid: its raylet's, else the last one known. A worker that has exited (or
+        a child it left writing to its file) still shows under its own pid, not 0."""
+        f = self._files.get(path)
+        pid = self._pid_of(wid)
+        if pid:
+            if f is not None:
+                f.pid = pid
+            return pid
+        return f.pid if f is not None else 0
+
     def _batches(self, pending: list[tuple[str, str, bool, bytes, str, str]]) -> list[gcs_pb2.LogBatch]:
         out: list[gcs_pb2.LogBatch] = []
         last: tuple[str, bytes, str] | None = None
@@ -122,7 +134,7 @@ class LogMonitor:
             if (path, job, name) != last:
                 last = (path, job, name)
                 out.append(gcs_pb2.LogBatch(job_id=job, node_id=self.node_id,
-                                            pid=self._pid_of(wid) or 0, name=name, is_err=is_err))
+                                            pid=self._pid(path, wid), name=name, is_err=is_err))
             out[-1].lines.append(line)
         return out
 
@@ -137,7 +149,7 @@ class LogMonitor:
             if path not in self._files:
                 wid = fn[len("worker-"):-4]
                 if self._mine is None or self._mine(wid):
-                    self._files[path] = _File(wid, fn.endswith(".err"))
+                    self._files[path] = _File(wid, fn.endswith(".err"), pid=self._pid_of(wid) or 0)
         for path, f in list(self._files.items()):
             gone = path not in names or not self._read(path, f, now)
             if f.buf and (gone or final or now - f.buf_since >= PARTIAL_AGE_S

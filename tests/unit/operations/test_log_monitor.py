@@ -320,3 +320,15 @@ def test_only_this_raylets_workers_are_forwarded(tmp_path):
     write(tmp_path, "worker-theirs.out", "from another raylet's worker\n")
     poll(mon)
     assert rec.lines() == ["from my worker"]
+
+
+def test_lines_of_an_exited_worker_keep_its_pid(tmp_path):
+    rec = Recorder()
+    pids = {"w1": 41}
+    mon = make(tmp_path, rec, pids)
+    write(tmp_path, "worker-w1.err", marker(J1, "A.f") + "while alive\n")
+    poll(mon)
+    del pids["w1"]  # the raylet forgets the worker once it exits; a child may still write
+    write(tmp_path, "worker-w1.err", "after it exited\n")
+    poll(mon)
+    assert [b[1] for call in rec.calls for b in call] == [41, 41]
