@@ -71,12 +71,12 @@ def test_default_env_actors_are_forked_from_one_template(local):
     assert "ember._private.execution.fork_server" in _cmdline(template)
     assert len({i[1][0] for i in infos}) == 12, "random is re-seeded in each child"
     assert len({i[2] for i in infos}) == 12, "each child has its own worker id"
-    # Idle forked actors share the template's pages (~17 MB of them dirty), so each one's
-    # proportional share stays well under a fresh interpreter's ~25-28 MB (docs/perf.md). The
-    # PSS of these 12 actors was 15.4-16.4 MB in quiet and loaded runs alike: 20 MB leaves the
-    # noise room and still fails for fresh interpreters.
+    # Idle forked actors share the template's pages (~12 MB of them dirty), so each one's
+    # proportional share stays well under a fresh interpreter's. Measured on the 2-core VM: these
+    # 12 actors 19.0-19.9 MB each, fresh-interpreter actors (EMBER_WORKER_FORK_SERVER=0) 30.7 MB.
+    # 24 MB leaves the noise room and still fails for fresh interpreters.
     pss = sorted(_pss_kb(p) for p in pids)
-    assert pss[len(pss) // 2] < 20 * 1024, pss
+    assert pss[len(pss) // 2] < 24 * 1024, pss
     shared = sorted(_cow_shared_kb(p) for p in pids)
     assert shared[len(shared) // 2] > 8 * 1024, shared
 
