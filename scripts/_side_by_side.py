@@ -3,9 +3,12 @@
 both see the same minute of a shared machine; a side prints its results as one JSON line."""
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
+import sys
+from typing import Callable
 
 
 def alternate(script: str, sides: dict[str, str], args: list[str], trials: int) -> dict[str, list[dict[str, float]]]:
@@ -29,3 +32,23 @@ def print_medians(results: dict[str, list[dict[str, float]]], workloads: tuple[s
         med = {s: statistics.median(r[w] for r in results[s]) for s in sides}
         ratio = f"   {med['ember'] / med['ray']:.2f}" if "ray" in sides else ""
         print(f"{w:<12} " + " ".join(f"{med[s]:>14.0f}" for s in sides) + ratio)
+
+
+def main(script: str, doc: str, run_side: Callable[[str, int], dict[str, float]], workloads: tuple[str, ...],
+         unit: str, n_default: int, n_help: str) -> dict[str, list[dict[str, float]]] | None:
+    """The benchmark's command line: `--module SIDE` runs one side here and prints its JSON;
+    otherwise every side runs in fresh processes and the medians are printed (the results are
+    returned for a benchmark's own extra lines; None after a one-side run)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--module", choices=("ember", "ray"), help="run one side, print JSON")
+    p.add_argument("--ray-python", help="python of a venv with ray installed")
+    p.add_argument("-n", type=int, default=n_default, help=n_help)
+    p.add_argument("--trials", type=int, default=3)
+    a = p.parse_args()
+    if a.module:
+        print(json.dumps(run_side(a.module, a.n)))
+        return None
+    sides = {"ember": sys.executable, **({"ray": a.ray_python} if a.ray_python else {})}
+    results = alternate(script, sides, ["-n", str(a.n)], a.trials)
+    print_medians(results, workloads, unit)
+    return results

@@ -13,13 +13,10 @@ the runs alternate Ember/Ray per trial so both see the same minute of a shared m
 """
 from __future__ import annotations
 
-import argparse
 import importlib
-import json
-import sys
 import time
 
-from _side_by_side import alternate, print_medians
+import _side_by_side as side_by_side
 
 
 def run_side(module: str, n: int) -> dict[str, float]:
@@ -75,18 +72,8 @@ def run_side(module: str, n: int) -> dict[str, float]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--module", choices=("ember", "ray"), help="run one side, print JSON")
-    p.add_argument("--ray-python", help="python of a venv with ray installed")
-    p.add_argument("-n", type=int, default=1000, help="graph executions per workload")
-    p.add_argument("--trials", type=int, default=3)
-    a = p.parse_args()
-    if a.module:
-        print(json.dumps(run_side(a.module, a.n)))
-        return
-    sides = {"ember": sys.executable, **({"ray": a.ray_python} if a.ray_python else {})}
-    results = alternate(__file__, sides, ["-n", str(a.n)], a.trials)
-    print_medians(results, ("sequential", "pipelined", "actor"), "exec/s")
+    side_by_side.main(__file__, __doc__ or "", run_side, ("sequential", "pipelined", "actor"), "exec/s", 1000,
+                      "graph executions per workload")
 
 
 if __name__ == "__main__":

@@ -17,14 +17,11 @@ the runs alternate Ember/Ray per trial so both see the same minute of a shared m
 """
 from __future__ import annotations
 
-import argparse
 import importlib
-import json
 import socket
-import sys
 import time
 
-from _side_by_side import alternate, print_medians
+import _side_by_side as side_by_side
 
 MODELS = [f"model-{i}" for i in range(4)]
 
@@ -101,21 +98,12 @@ def run_side(module: str, n: int) -> dict[str, float]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--module", choices=("ember", "ray"), help="run one side, print JSON")
-    p.add_argument("--ray-python", help="python of a venv with ray installed")
-    p.add_argument("-n", type=int, default=400, help="requests per workload")
-    p.add_argument("--trials", type=int, default=3)
-    a = p.parse_args()
-    if a.module:
-        print(json.dumps(run_side(a.module, a.n)))
-        return
-    sides = {"ember": sys.executable, **({"ray": a.ray_python} if a.ray_python else {})}
-    results = alternate(__file__, sides, ["-n", str(a.n)], a.trials)
-    print_medians(results, ("sequential", "concurrent"), "req/s")
+    results = side_by_side.main(__file__, __doc__ or "", run_side, ("sequential", "concurrent"), "req/s", 400,
+                                "requests per workload")
     for w in ("sequential", "concurrent"):
-        print(f"model loads during {w} (per run): " + ", ".join(
-            f"{s} {[int(r[w + '_loads']) for r in results[s]]}" for s in sides))
+        if results is not None:
+            print(f"model loads during {w} (per run): " + ", ".join(
+                f"{s} {[int(r[w + '_loads']) for r in results[s]]}" for s in results))
 
 
 if __name__ == "__main__":
