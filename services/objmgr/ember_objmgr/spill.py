@@ -1,13 +1,12 @@
 """Spill storage: where objects go when the arena is full. A local directory by default, or any
 pyarrow.fs URI (e.g. s3://bucket/prefix). One file per object, removed when it is freed and,
-for local directories, the whole directory when the node stops."""
+for local directories, the whole directory when the node stops. A local directory is written with
+plain file calls: pyarrow (about 40 MB per process) is loaded only for a URI."""
 from __future__ import annotations
 
 import os
 import shutil
 from typing import Any
-
-import pyarrow.fs as pafs
 
 from ember_common import tracing
 
@@ -24,10 +23,12 @@ class Spiller:
     def __init__(self, uri: str) -> None:
         if "://" not in uri:
             os.makedirs(uri, exist_ok=True)
-            self.fs: pafs.FileSystem = pafs.LocalFileSystem()
+            self.fs: Any = None
             self.root = os.path.abspath(uri)
             self.local = True
         else:
+            import pyarrow.fs as pafs
+
             self.fs, self.root = pafs.FileSystem.from_uri(uri)
             self.local = False
         self.uri = uri
@@ -48,13 +49,10 @@ class Spiller:
     def _write(self, object_id: bytes, data: memoryview) -> str:
         path = self.path(object_id)
         try:
-            with self.fs.open_output_stream(path) as f:
+            with (open(path, "wb") if self.local else self.fs.open_output_stream(path)) as f:
                 f.write(data)
         except OSError as e:
-            try:
-                self.fs.delete_file(path)
-            except OSError:
-                pass
+            self.delete(path)
             raise SpillError(f"cannot spill {len(data)} bytes to {self.uri}: {e}") from None
         return path
 
@@ -67,7 +65,8 @@ class Spiller:
 
     def _read_into(self, path: str, dest: memoryview) -> None:
         try:
-            with self.fs.open_input_stream(path) as f:
+            with (open(path, "rb", buffering=0) if self.local
+                  else self.fs.open_input_stream(path)) as f:
                 n = f.readinto(dest)
         except OSError as e:
             raise SpillReadError(f"spill file {path} is unreadable: {e}") from None
@@ -76,7 +75,10 @@ class Spiller:
 
     def delete(self, path: str) -> None:
         try:
-            self.fs.delete_file(path)
+            if self.local:
+                os.remove(path)
+            else:
+                self.fs.delete_file(path)
         except OSError:
             pass
 
