@@ -31,11 +31,11 @@ from ember.air.session import TrainContext, require_session
 from .backend import BackendConfig
 from .callback import UserCallback
 from .data_parallel_trainer import DataParallelTrainer
-from .exceptions import TrainingFailedError, WorkerGroupError
+from .exceptions import ControllerError, NCCLHangError, TrainingFailedError, WorkerGroupError
 
 __all__ = [
     "TRAIN_DATASET_KEY", "BackendConfig", "Checkpoint", "CheckpointConfig", "CheckpointConsistencyMode",
-    "CheckpointUploadMode", "DataConfig", "DataParallelTrainer", "FailureConfig", "LoggingConfig", "ReportedCheckpoint",
+    "CheckpointUploadMode", "ControllerError", "DataConfig", "DataParallelTrainer", "FailureConfig", "LoggingConfig", "NCCLHangError", "ReportedCheckpoint",
     "ReportedCheckpointStatus", "Result", "RunConfig", "ScalingConfig", "SyncConfig", "TrainContext", "TrainingFailedError",
     "UserCallback", "WorkerGroupError", "get_all_reported_checkpoints", "get_checkpoint", "get_context",
     "get_dataset_shard", "report",

@@ -26,7 +26,7 @@ from ._internal import logs as train_logs
 from ._internal.run_state import RunStorage
 from .backend import BackendConfig
 from .callback import UserCallback
-from .exceptions import TrainingFailedError, WorkerGroupError
+from .exceptions import ControllerError, TrainingFailedError, WorkerGroupError
 
 
 def _check_loop(fn: Any) -> None:
@@ -173,6 +173,8 @@ class DataParallelTrainer:
                        f"resumed with {type(self).__name__}.restore(path). Cause: {error}")
             if isinstance(error, WorkerGroupError):  # what Ray 2.60's fit() raises for failed ranks
                 raise WorkerGroupError(message, error.worker_failures, result) from error
+            if isinstance(error, ControllerError):  # a callback or the group's start failed
+                raise ControllerError(error.controller_failure, result, message) from error.controller_failure
             raise TrainingFailedError(message, result) from error
         return result
 

@@ -85,3 +85,21 @@ def test_a_callback_that_is_not_a_user_callback_is_refused():
 
     with pytest.raises(NotImplementedError, match="not supported by an Ember Trainer for NotOne.*UserCallback"):
         DataParallelTrainer(report_loop, run_config=RunConfig(callbacks=[NotOne()]))
+
+
+class Breaks(UserCallback):
+    def after_report(self, run_context, metrics, checkpoint):
+        raise KeyError("hook breaks")
+
+
+def test_a_hook_that_raises_ends_the_run_with_a_controller_error(cluster, tmp_path):
+    rc = RunConfig(name="cbbreak", storage_path=str(tmp_path), callbacks=[Breaks()],
+                   failure_config=FailureConfig(max_failures=3))  # a controller failure is never retried
+    with pytest.raises(train.ControllerError, match="controller error:\n'hook breaks'") as info:
+        DataParallelTrainer(report_loop, scaling_config=ScalingConfig(num_workers=2), run_config=rc).fit()
+    assert isinstance(info.value, train.TrainingFailedError)
+    assert not isinstance(info.value, train.WorkerGroupError)
+    assert isinstance(info.value.controller_failure, KeyError)
+    assert info.value.result.error.controller_failure is info.value.controller_failure
+    assert json.loads((tmp_path / "cbbreak" / "result.json").read_text().splitlines()[0])["step"] == 0
+    assert len((tmp_path / "cbbreak" / "result.json").read_text().splitlines()) == 1  # no second attempt

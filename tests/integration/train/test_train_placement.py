@@ -93,7 +93,7 @@ def test_a_group_that_cannot_be_placed_now_times_out_naming_what_is_missing(clus
     try:
         assert blocker.wait(60)
         t0 = time.monotonic()
-        with pytest.raises(Exception, match=r"not placed within 3 s; missing now: CPU: need 2, available 0"):
+        with pytest.raises(train.ControllerError, match=r"not placed within 3 s; missing now: CPU: need 2, available 0"):
             DataParallelTrainer(where, scaling_config=ScalingConfig(num_workers=2),
                                 run_config=RunConfig(storage_path=str(tmp_path))).fit()
         assert time.monotonic() - t0 < 20

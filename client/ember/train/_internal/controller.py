@@ -25,7 +25,7 @@ from ember.air.session import TrainContext, get_session
 
 from ..backend import BackendConfig
 from ..callback import TrainRunContext
-from ..exceptions import WorkerGroupError
+from ..exceptions import ControllerError, WorkerGroupError
 from . import data_shards
 from .policy import (
     CheckpointManager,
@@ -105,9 +105,18 @@ class TrainController:
                     self._attempt()
                     self._save_state("FINISHED")
                     return
+                except ControllerError as e:
+                    self.error = e
+                    self._save_state("ERRORED")
+                    return
                 except WorkerGroupError as e:
-                    for cb in self.callbacks if e.worker_failures else []:
-                        cb.after_exception(self.run_context, dict(e.worker_failures))
+                    try:
+                        if e.worker_failures:
+                            self._call_hooks("after_exception", dict(e.worker_failures))
+                    except ControllerError as ce:
+                        self.error = ce
+                        self._save_state("ERRORED")
+                        return
                     restart = self.failures.on_failure()
                     log.warning(f"({self.trainer_name} {self.run.name}) worker group failed, "
                                 f"{self.failures.describe()}: {e.args[0].splitlines()[0]}"
@@ -133,9 +142,11 @@ class TrainController:
                                           self.backend.preload_modules(),
                                           runtime_env=self.run_config.worker_runtime_env or None)
             except (ValueError, WorkerStartError) as e:
-                if self.attempts == 1:
+                if self.attempts > 1:  # a restart that cannot start counts as a failed attempt
+                    raise WorkerGroupError(f"the worker group could not be started again: {e}", {}) from e
+                if isinstance(e, ValueError):
                     raise  # bad input: fit() raises it as it is
-                raise WorkerGroupError(f"the worker group could not be started again: {e}", {}) from e
+                raise ControllerError(e) from e
             for m in group.metas:
                 log.debug("rank %d: pid %d on node %s (local rank %d of %d, node rank %d)", m.rank, m.pid,
                           m.node_id[:12], m.local_rank, m.local_world_size, m.node_rank)
@@ -239,10 +250,20 @@ class TrainController:
         log.debug("report %d recorded in %s; checkpoints kept: %s", done.index, self.run.path,
                   [c.path.rsplit("/", 1)[-1] for c in self.checkpoints.checkpoints])
         ckpt = Checkpoint(done.checkpoint_path, self.run.fs) if done.checkpoint_path else None
-        for cb in self.callbacks:
-            cb.after_report(self.run_context, [dict(m) for m in done.rank_metrics], ckpt)
+        self._call_hooks("after_report", [dict(m) for m in done.rank_metrics], ckpt)
         if self.outer_session is not None:
             self.outer_session.report(dict(done.metrics), ckpt, None)
+
+    def _call_hooks(self, hook: str, *args: Any) -> None:
+        """Calls `hook` on every UserCallback; one that raises ends the run with a ControllerError
+        (Ray's behaviour: a callback's failure is the controller's, never retried)."""
+        for cb in self.callbacks:
+            try:
+                getattr(cb, hook)(self.run_context, *args)
+            except Exception as e:  # noqa: BLE001 - the user's hook: any failure ends the run
+                log.error(f"({self.trainer_name} {self.run.name}) {type(cb).__name__}.{hook} raised "
+                          f"{type(e).__name__}: {e}")
+                raise ControllerError(e) from e
 
     # --- the outcome -----------------------------------------------------------------------
 
