@@ -109,6 +109,11 @@ class ActorClass:
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         from ember._private import worker as _w
 
+        client = _w.client_connection()
+        if client is not None:  # client mode: the session's driver creates it
+            handle: ActorHandle = client.call("create_actor", client.define(self, self._cls, self._options),
+                                              args, kwargs)
+            return handle
         return _create(_w.global_worker(), self, args, kwargs)
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
@@ -435,6 +440,10 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
 
     if not isinstance(name, str) or not name:
         raise ValueError("get_actor() needs a non-empty actor name")
+    client = _w.client_connection()
+    if client is not None:
+        handle: ActorHandle = client.call("get_actor", name, namespace)
+        return handle
     w = _w.global_worker()
     core = w.core
     ns = namespace if namespace is not None else w.current_namespace()
@@ -459,6 +468,10 @@ def list_named_actors(all_namespaces: bool = False) -> list[str] | list[dict[str
     `{"name": ..., "namespace": ...}` for every namespace (as `ray.util.list_named_actors`)."""
     from ember._private import worker as _w
 
+    client = _w.client_connection()
+    if client is not None:
+        names: list[str] | list[dict[str, str]] = client.call("list_named_actors", all_namespaces)
+        return names
     w = _w.global_worker()
     core = w.core
     actors = core.gcs_call(lambda: core.gcs.get_all_actor_info(timeout_s=30))
@@ -479,6 +492,10 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     with no_restart=False it restarts if max_restarts allows."""
     from ember._private import worker as _w
 
+    client = _w.client_connection()
+    if client is not None:
+        client.call("kill", actor, bool(no_restart))
+        return
     if not isinstance(actor, ActorHandle):
         raise ValueError(f"ember.kill() only supports actors, got {type(actor).__name__}")
     core = _w.global_worker().core

@@ -56,11 +56,24 @@ class Worker:
 
 _global_worker: Worker | None = None
 _init_lock = threading.RLock()
+# Client mode (ember.init("ember://HOST:PORT") or "ray://"): the connection to the client proxy
+# (ember.util.client); the public API hands its calls to it and this process has no core.
+_client: Any = None
+
+
+def client_connection() -> Any:
+    """The client-mode connection, or None (a normal driver, or a worker)."""
+    return _client
 
 
 def global_worker() -> Worker:
     w = _global_worker
     if w is None:
+        if _client is not None:  # the API that got here has no client-mode path
+            caller = sys._getframe(1).f_code.co_name
+            from ember.util.client.client import unsupported
+
+            raise unsupported(f"{caller}()")
         init()
         w = _global_worker
     assert w is not None
@@ -207,6 +220,14 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
     unknown = [k for k in kwargs if k not in init_args.PRIVATE_INIT_ARGS]
     if unknown:  # Ray's error for them (a RuntimeError)
         raise RuntimeError(f"Unknown keyword argument(s): {', '.join(unknown)}")
+    target = address if address is not None else (envvars.get("EMBER_ADDRESS") or os.environ.get("RAY_ADDRESS"))
+    if isinstance(target, str) and target.startswith(("ray://", "ember://")):
+        given = {"num_cpus": num_cpus, "num_gpus": num_gpus, "resources": resources, "memory": memory,
+                 "object_store_memory": object_store_memory, "include_dashboard": include_dashboard,
+                 "logging_config": logging_config, "namespace": namespace, "runtime_env": runtime_env,
+                 **kwargs}
+        client_info: RuntimeContextInfo = _init_client(target, ignore_reinit_error, given)  # the same keys
+        return client_info
     connecting = _resolve_address(address) is not None
     include_dashboard, namespace, runtime_env = init_args.check_extras(kwargs, connecting, include_dashboard, namespace,
                                                              runtime_env)
@@ -284,6 +305,26 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
         return RuntimeContextInfo(w)
 
 
+def _init_client(address: str, ignore_reinit_error: bool, given: dict[str, Any]) -> Any:
+    """Client mode: connects to the client proxy, which runs this program's driver on the head."""
+    global _client
+    from ember.util.client import client as client_mod
+
+    bad = [k for k, v in given.items() if v is not None and k not in client_mod.INIT_OPTIONS]
+    if bad:
+        raise client_mod.unsupported(f"ember.init({'=..., '.join(bad)}=...)")
+    with _init_lock:
+        if _client is not None or _global_worker is not None:
+            if ignore_reinit_error:
+                return (RuntimeContextInfo(_global_worker) if _global_worker is not None
+                        else client_mod.ClientInfo(_client))
+            raise RuntimeError("Maybe you called ember.init twice by accident? Call ember.shutdown() "
+                               "first, or pass ignore_reinit_error=True.")
+        _client = client_mod.ClientConnection(address, {k: v for k, v in given.items() if v is not None})
+        atexit.register(shutdown)
+        return client_mod.ClientInfo(_client)
+
+
 def _add_job(gcs_address: str, worker_id: str, namespace: str) -> bytes:
     with SyncGcsClient(gcs_address) as gcs:
         job = common_pb2.JobInfo(driver_pid=os.getpid(), start_time=time.time(),
@@ -323,8 +364,12 @@ def _shutdown_at_exit() -> None:
 def shutdown(*, wait_for_processes: bool = False, _end: tuple[str, str] = ("SUCCEEDED", "")) -> None:
     """Disconnects; stops the embedded cluster if this driver started it. Ember always waits
     for that cluster's processes to exit, so Ray's wait_for_processes=True holds either way."""
-    global _global_worker
+    global _global_worker, _client
     with _init_lock:
+        if _client is not None:  # client mode: the session's driver ends the job
+            c, _client = _client, None
+            c.disconnect()
+            return
         w = _global_worker
         if w is None:
             return
@@ -357,13 +402,15 @@ def shutdown(*, wait_for_processes: bool = False, _end: tuple[str, str] = ("SUCC
 
 
 def is_initialized() -> bool:
-    return _global_worker is not None
+    return _global_worker is not None or _client is not None
 
 
 def put(value: Any, *, _owner: Any = None) -> ObjectRef:
     if isinstance(value, ObjectRef):
         raise TypeError("Calling put() on an ObjectRef is not allowed: it is already a reference. "
                         "Pass the ObjectRef itself, or get() its value first.")
+    if _client is not None:
+        return _client.call("put", value)  # type: ignore[no-any-return]
     w = global_worker()
     if tracing.enabled():
         with tracing.span("put") as sp:
@@ -376,6 +423,8 @@ def put(value: Any, *, _owner: Any = None) -> ObjectRef:
 
 
 def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
+    if _client is not None:
+        return _client.get(object_refs, timeout)
     if tracing.enabled():
         n = 1 if isinstance(object_refs, ObjectRef) else len(object_refs) if isinstance(
             object_refs, (list, tuple)) else None
@@ -416,6 +465,8 @@ def wait(ray_waitables: Sequence[ObjectRef], *, num_returns: int = 1, timeout: f
         raise ValueError(f"num_returns must be between 1 and len(ray_waitables)={len(refs)}, got {num_returns}")
     if timeout is not None and timeout < 0:
         raise ValueError(f"timeout must be >= 0, got {timeout}")
+    if _client is not None:
+        return _client.wait(refs, num_returns, timeout, fetch_local)  # type: ignore[no-any-return]
     w = global_worker()
     return w.core.wait(refs, num_returns, timeout, fetch_local)
 
@@ -429,6 +480,9 @@ def cancel(ray_waitable: ObjectRef, *, force: bool = False, recursive: bool = Tr
     TaskCancelledError."""
     if not isinstance(ray_waitable, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(ray_waitable).__name__}")
+    if _client is not None:
+        _client.call("cancel", ray_waitable, bool(force), bool(recursive))
+        return
     core = global_worker().core
     core.run(_cancel(core, ray_waitable.task_id(), bool(force), bool(recursive)))
 
@@ -451,6 +505,8 @@ def _gcs_nodes() -> list[common_pb2.NodeInfo]:
 
 def nodes() -> list[dict[str, Any]]:
     """Every node the GCS knows, in Ray's format."""
+    if _client is not None:
+        return _client.call("nodes")  # type: ignore[no-any-return]
     out = []
     for n in _gcs_nodes():
         alive = n.state == common_pb2.NodeInfo.ALIVE
@@ -481,10 +537,14 @@ def _sum(field: str) -> dict[str, float]:
 
 
 def cluster_resources() -> dict[str, float]:
+    if _client is not None:
+        return _client.call("cluster_resources")  # type: ignore[no-any-return]
     return _sum("total_resources")
 
 
 def available_resources() -> dict[str, float]:
+    if _client is not None:
+        return _client.call("available_resources")  # type: ignore[no-any-return]
     return {k: v for k, v in _sum("available_resources").items() if v > 0}
 
 

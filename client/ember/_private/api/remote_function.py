@@ -58,6 +58,9 @@ class RemoteFunction:
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         from .. import worker as _w
 
+        client = _w.client_connection()
+        if client is not None:  # client mode: the task runs from the session's driver
+            return client.call("task", client.define(self, self._function, self._options), args, kwargs)
         w = _w.global_worker()
         t = self._template
         if t is None or t[0] is not w.core:

@@ -165,6 +165,10 @@ class RuntimeContext:
 
 
 def get_runtime_context() -> RuntimeContext:
-    from ..worker import global_worker
+    from ..worker import client_connection, global_worker
 
+    client = client_connection()
+    if client is not None:  # client mode: the session driver's job, node and namespace
+        ctx: RuntimeContext = client.runtime_context()
+        return ctx
     return RuntimeContext(global_worker())

@@ -1,0 +1,83 @@
+"""The client-proxy wire: two gRPC methods with raw-bytes messages, and the pickling on both ends.
+
+    Connect  (unary -> stream)   request: pickle of the init options; first reply: pickle of the
+                                 session's info; the stream then stays open for as long as the
+                                 client is connected (its end is the session's end).
+    Call     (stream -> stream)  request: one pickle of (op, args, releases), cut into chunks;
+                                 reply: one pickle of ("ok", value) or ("err", exception), cut
+                                 into chunks. Every operation goes through Call, so a value of
+                                 any size travels as a stream of CHUNK_BYTES messages.
+
+Every message is opaque bytes: the payloads are pickles (functions, classes, arguments) that
+only the two ends read, and the proxy in between forwards them without parsing. Refs and actor
+handles never travel as such: the client's stubs pickle as ("ref", id) / ("actor", id) and the
+session maps them to its real ones; the session's real ones pickle as the same ids, and the
+client builds stubs from them (pickle's persistent ids).
+"""
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any, Callable, Iterable, Iterator
+
+import cloudpickle
+
+SERVICE = "ember.client.ClientProxy"
+CONNECT = f"/{SERVICE}/Connect"
+CALL = f"/{SERVICE}/Call"
+CLIENT_ID_HEADER = "ember-client-id"
+CHUNK_BYTES = 4 * 1024 * 1024  # a few MiB per message: never one giant message
+DEFAULT_PORT = 10001  # Ray's client server port
+
+
+def chunks(data: bytes) -> Iterator[bytes]:
+    """data as CHUNK_BYTES slices (at least one message, even for b"")."""
+    view = memoryview(data)
+    yield bytes(view[:CHUNK_BYTES])
+    for start in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
+        yield bytes(view[start:start + CHUNK_BYTES])
+
+
+def join(messages: Iterable[bytes]) -> bytes:
+    """The bytes a chunked message stream carried."""
+    parts = list(messages)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+    def __init__(self, file: io.BytesIO, persistent: Callable[[Any], Any]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._persistent = persistent
+
+    def persistent_id(self, obj: Any) -> Any:  # noqa: D102 - pickle's hook
+        return self._persistent(obj)
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, load: Callable[[Any], Any]) -> None:
+        super().__init__(file)
+        self._load = load
+
+    def persistent_load(self, pid: Any) -> Any:  # noqa: D102 - pickle's hook
+        return self._load(pid)
+
+
+def dumps(obj: Any, persistent: Callable[[Any], Any]) -> bytes:
+    """cloudpickle of obj; `persistent(x)` returns an id for x (a ref, a handle) or None."""
+    buf = io.BytesIO()
+    _Pickler(buf, persistent).dump(obj)
+    return buf.getvalue()
+
+
+def loads(data: bytes, load: Callable[[Any], Any]) -> Any:
+    """The object `dumps` wrote; `load(pid)` turns each persistent id back into an object."""
+    return _Unpickler(io.BytesIO(data), load).load()
+
+
+def dumps_error(exc: BaseException, persistent: Callable[[Any], Any]) -> bytes:
+    """("err", exc), or ("err", RuntimeError(text)) when the exception does not pickle."""
+    try:
+        return dumps(("err", exc), persistent)
+    except Exception as e:  # an exception holding something unpicklable
+        return dumps(("err", RuntimeError(f"{type(exc).__name__}: {exc} (not picklable: {e})")),
+                     persistent)
