@@ -124,38 +124,44 @@ for _service in SERVICES:
     check(f"auth: every {_service} method needs the token")(_auth_check(_service))
 
 
+FEW_MIB = 8 * MIB  # what a refused request may cost the GCS's RSS (read buffers, sampling noise)
+
+
 @check("unauthenticated 256 MiB message: refused unread")
 def _unauth_big(t: Target) -> tuple[bool, str]:
     request = kv_put_request(256 * MIB)
     with raw_channel(t.gcs) as ch, PeakRss(t.cluster.gcs.pid) as rss:
         code, _ = _code(lambda: call_raw(ch, KV_PUT, request))
-    return (code == grpc.StatusCode.UNAUTHENTICATED and rss.growth < 16 * MIB,
+    return (code == grpc.StatusCode.UNAUTHENTICATED and rss.growth < FEW_MIB,
             f"{code.name}, GCS RSS +{rss.growth / MIB:.1f} MiB")
 
 
-@check("authenticated message over the GCS's limit: refused unbuffered")
+@check("authenticated message just over the GCS's limit: refused unbuffered")
 def _over_server_limit(t: Target) -> tuple[bool, str]:
     request = kv_put_request(rpc.receive_limit(control=True) + MIB)
     with raw_channel(t.gcs) as ch, PeakRss(t.cluster.gcs.pid) as rss:
         code, _ = _code(lambda: call_raw(ch, KV_PUT, request, metadata=auth.client_metadata()))
-    return (code == grpc.StatusCode.RESOURCE_EXHAUSTED and rss.growth < 16 * MIB,
+    return (code == grpc.StatusCode.RESOURCE_EXHAUSTED and rss.growth < FEW_MIB,
             f"{code.name}, GCS RSS +{rss.growth / MIB:.1f} MiB")
 
 
-@check("authenticated 40 MiB request to a small control method: refused unparsed")
-def _over_method_limit(t: Target) -> tuple[bool, str]:
+@check("40 MiB request to a control method, with and without the token: refused unbuffered")
+def _forty_mib(t: Target) -> tuple[bool, str]:
     path = "/ember.PlacementGroupInfoGcsService/RemovePlacementGroups"
     request = (varint(1 << 3 | 2) + varint(18) + bytes(18)) * 2_000_000  # two million group ids
-    with raw_channel(t.gcs) as ch, PeakRss(t.cluster.gcs.pid) as rss:
-        t0 = time.monotonic()
-        code, details = _code(lambda: call_raw(ch, path, request, metadata=auth.client_metadata()))
-        elapsed = time.monotonic() - t0
-    ok = (code == grpc.StatusCode.RESOURCE_EXHAUSTED and "EMBER_MAX_CONTROL_REQUEST_BYTES" in details
-          and rss.growth < 4 * len(request) and elapsed < 10)
-    return ok, f"{code.name} in {elapsed:.1f} s, GCS RSS +{rss.growth / MIB:.0f} MiB: {details[:90]}"
+    seen, ok = [], True
+    for md, want in ((auth.client_metadata(), grpc.StatusCode.RESOURCE_EXHAUSTED),
+                     (None, grpc.StatusCode.UNAUTHENTICATED)):
+        with raw_channel(t.gcs) as ch, PeakRss(t.cluster.gcs.pid) as rss:
+            t0 = time.monotonic()
+            code, _ = _code(lambda: call_raw(ch, path, request, metadata=md))  # noqa: B023
+            elapsed = time.monotonic() - t0
+        ok = ok and code == want and rss.growth < FEW_MIB and elapsed < 10
+        seen.append(f"{code.name} in {elapsed:.1f} s, GCS RSS +{rss.growth / MIB:.1f} MiB")
+    return ok, "; ".join(seen)
 
 
-@check("legitimate 8 MiB KV value: stored")
+@check("legitimate 8 MiB KV value: stored (in chunks)")
 def _big_kv_value(t: Target) -> tuple[bool, str]:
     from ember.experimental import internal_kv as kv
 
@@ -281,11 +287,27 @@ def _one() -> int:
     return 1
 
 
+def _latency(n: int) -> list[float]:
+    """The latencies of n tasks run one after another (each submitted, then awaited)."""
+    out = []
+    for _ in range(n):
+        t1 = time.monotonic()
+        ember.get(_one.remote(), timeout=60)
+        out.append(time.monotonic() - t1)
+        time.sleep(0.05)
+    return out
+
+
 @check("tasks run while the raylet reserves 200,000 bundles")
 def _busy_raylet(t: Target) -> tuple[bool, str]:
+    """The slowest task during the round is held to 1 s, or on a loaded machine to 10 times the
+    slowest of the same task at rest just before, or to a quarter of the round (which load
+    stretches as much): a raylet that held its loop for the round keeps a task waiting for
+    most of it, and fails all three."""
     request = raylet_pb2.PrepareBundleResourcesRequest(groups=_groups(200, 1000))
     address = t.addresses["raylet"]
     answered: list[Any] = []
+    rest = max(_latency(20))
 
     def prepare() -> None:
         with rpc.sync_channel(address) as ch:
@@ -297,18 +319,17 @@ def _busy_raylet(t: Target) -> tuple[bool, str]:
     worker.start()
     slowest, tasks = 0.0, 0
     while worker.is_alive():
-        t1 = time.monotonic()
-        ember.get(_one.remote(), timeout=60)
-        slowest, tasks = max(slowest, time.monotonic() - t1), tasks + 1
-        time.sleep(0.05)
+        slowest, tasks = max(slowest, *_latency(1)), tasks + 1
     worker.join()
     with rpc.sync_channel(address) as ch:
         raylet_pb2_grpc.RayletStub(ch).CancelResourceReserve(raylet_pb2.CancelResourceReserveRequest(
             groups=[raylet_pb2.GroupBundleIndexes(placement_group_id=g.placement_group_id)
                     for g in request.groups]), timeout=300)
     (code, _), busy = answered[0], answered[1] - t0
-    return (code == grpc.StatusCode.OK and slowest < 1.0,
-            f"the round took {busy:.1f} s ({code.name}); {tasks} tasks meanwhile, the slowest {slowest:.2f} s")
+    bound = max(1.0, 10 * rest, busy / 4)
+    return (code == grpc.StatusCode.OK and slowest < bound,
+            f"the round took {busy:.1f} s ({code.name}); {tasks} tasks meanwhile, the slowest "
+            f"{slowest:.2f} s (bound {bound:.2f} s: at rest the slowest of 20 took {rest * 1000:.0f} ms)")
 
 
 @check("worker direct port: a first frame longer than the secret is refused unbuffered")

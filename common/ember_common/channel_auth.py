@@ -4,7 +4,8 @@ The asyncio side wraps the channel rather than using a grpc.aio client intercept
 intercepted aio call runs in an extra task per call, measurable on the task hot path, while this
 wrapper only merges one cached metadata tuple into the call's arguments (no allocation when the
 caller passes no metadata of its own). The blocking side (CLI, sync GCS client: not hot) uses
-`grpc.intercept_channel`.
+`grpc.intercept_channel`. Both send a big request to a data-carrying control method in chunks
+(`chunked`), whether or not auth is on.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any, Callable
 
 import grpc
 from grpc.aio import Metadata
+
+from . import chunked
 
 MetadataArg = Any  # None, a sequence of (key, value) pairs or a grpc.aio.Metadata
 
@@ -59,7 +62,8 @@ class _StreamCall:
 
 
 class AioAuthChannel(grpc.aio.Channel):
-    """A grpc.aio.Channel whose calls all carry `md` (the cached auth metadata)."""
+    """A grpc.aio.Channel whose calls all carry `md` (the cached auth metadata; () with auth
+    off) and whose data-carrying control methods chunk big requests (`chunked.AioCall`)."""
 
     def __init__(self, inner: grpc.aio.Channel, md: tuple[tuple[str, str], ...]) -> None:
         self._inner, self._md = inner, md
@@ -89,7 +93,13 @@ class AioAuthChannel(grpc.aio.Channel):
     def unary_unary(self, method: str, request_serializer: Callable[..., Any] | None = None,
                     response_deserializer: Callable[..., Any] | None = None,
                     _registered_method: bool | None = False) -> Any:
-        """A unary-unary multicallable that sends the auth metadata."""
+        """A unary-unary multicallable that sends the auth metadata; for a method of
+        `chunked.LARGE_METHODS`, one that sends a request over the control limit in chunks."""
+        if method in chunked.LARGE_METHODS:
+            return chunked.AioCall(
+                method, request_serializer,
+                _UnaryCall(self._inner.unary_unary(method, None, response_deserializer), self._md),
+                _StreamCall(self._inner.stream_unary(chunked.METHOD, None, response_deserializer), self._md))
         return _UnaryCall(self._inner.unary_unary(method, request_serializer, response_deserializer,  # type: ignore[call-arg]
                                                   _registered_method), self._md)
 

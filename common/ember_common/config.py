@@ -60,10 +60,11 @@ class Config:
     # Big objects travel through the object store, not in one message; a message over its limit
     # is refused from its length prefix (rpc.py's Limits).
     max_message_bytes: int = tunable("EMBER_MAX_MESSAGE_BYTES")
-    # At most max_message_bytes; pickled functions and runtime-env packages reach the GCS KV in
-    # 1 MiB parts (ember_common.kv_parts).
+    # A request to one of rpc.LARGE_CONTROL_METHODS, in chunks (ember_common.chunked); at most
+    # max_message_bytes. Pickled functions and runtime-env packages reach the GCS KV in 1 MiB
+    # parts (ember_common.kv_parts).
     max_control_message_bytes: int = tunable("EMBER_MAX_CONTROL_MESSAGE_BYTES")
-    # What one request to a GCS or raylet method may be, but rpc.LARGE_CONTROL_METHODS.
+    # What the GCS and raylets receive in one message (their gRPC receive limit).
     max_control_request_bytes: int = tunable("EMBER_MAX_CONTROL_REQUEST_BYTES")
     # The framed TCP connection is the client's wire.py.
     direct_task_transport: int = tunable("EMBER_DIRECT_TASK_TRANSPORT")

@@ -102,12 +102,13 @@ _group(
      "the largest gRPC message: every channel's limit, and what core workers and object managers "
      "receive; bigger is RESOURCE_EXHAUSTED (never unlimited; Ray's max_grpc_message_size)"),
     ("EMBER_MAX_CONTROL_MESSAGE_BYTES", "int", 64 * 1024 ** 2, "bytes", ALL,
-     "what the GCS and raylets receive in one message (at most EMBER_MAX_MESSAGE_BYTES); "
-     "functions and runtime-env packages reach the GCS KV in 1 MiB parts"),
+     "what one request to a GCS or raylet method that carries data may be (KV puts, actor specs, "
+     "task events, log batches, placement-group batches: docs/security.md), sent in chunks when "
+     "over EMBER_MAX_CONTROL_REQUEST_BYTES (at most EMBER_MAX_MESSAGE_BYTES); functions and "
+     "runtime-env packages reach the GCS KV in 1 MiB parts"),
     ("EMBER_MAX_CONTROL_REQUEST_BYTES", "int", 4 * 1024 ** 2, "bytes", ALL,
-     "what one request to a GCS or raylet method may be, but the few that carry data (KV puts, "
-     "actor specs, task events, log batches, placement-group batches: docs/security.md); "
-     "bigger is RESOURCE_EXHAUSTED naming the method, before it is parsed"),
+     "what the GCS and raylets receive in one message, whatever the method; bigger is "
+     "RESOURCE_EXHAUSTED from gRPC, before it is buffered"),
     ("EMBER_DIRECT_TASK_TRANSPORT", "int", 1, "", CORE,
      "1: task pushes ride a framed TCP connection when TLS is off; 0: always the gRPC TaskStream"),
     ("EMBER_TASK_EVENTS_ENABLED", "bool", True, "", CORE, "record task state transitions for `ember list tasks`"),

@@ -27,13 +27,13 @@ Limits (what a caller can make a server hold; config.py has the settings):
     before authentication   nothing of the request is read: auth.py rejects a call on its
                             metadata; a worker's direct port reads at most the secret's size
                             (32 bytes) before the secret (client wire.py)
-    EMBER_MAX_CONTROL_MESSAGE_BYTES   64 MiB: what the GCS and raylets receive in one message
-                            (pickled functions, up to 100 MB, and runtime-env packages, up to
-                            500 MiB, reach the GCS KV in 1 MiB parts: kv_parts.py)
-    EMBER_MAX_CONTROL_REQUEST_BYTES   4 MiB: what one request to any other method of the GCS or
-                            a raylet may be (`method_limits`: RESOURCE_EXHAUSTED naming the
-                            method and the limit, checked on the request's length before it is
-                            parsed); LARGE_CONTROL_METHODS keep the server's 64 MiB
+    EMBER_MAX_CONTROL_REQUEST_BYTES   4 MiB: what the GCS and raylets receive in one message
+                            (`receive_limit(True)`)
+    EMBER_MAX_CONTROL_MESSAGE_BYTES   64 MiB: what one request to a method that carries data
+                            (LARGE_CONTROL_METHODS) may be, sent in chunks of at most 2 MiB
+                            when over the control limit (`chunked`; `data_limit`); pickled
+                            functions, up to 100 MB, and runtime-env packages, up to 500 MiB,
+                            reach the GCS KV in 1 MiB parts (kv_parts.py)
     EMBER_MAX_MESSAGE_BYTES 512 MiB: what core workers and object managers receive in one
                             message (inline task args and replies; 16 MiB object chunks) and
                             every channel's send and receive limit
@@ -43,8 +43,7 @@ Limits (what a caller can make a server hold; config.py has the settings):
                             an advertised IP this machine does not own (NAT) every interface,
                             with a warning (`bind_host`)
 A message over its server's limit is RESOURCE_EXHAUSTED, refused by gRPC from its length prefix
-before it is buffered; one under it but over its method's limit is received (gRPC buffers it)
-and dropped unparsed.
+before it is buffered; a chunked request over the data limit as soon as its pieces pass it.
 """
 from __future__ import annotations
 
@@ -60,7 +59,7 @@ from typing import Any, Awaitable, Callable, TypeVar, cast
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from . import auth, channel_auth, envvars, metrics, tls, tracing, validate_rules, validate_server
+from . import auth, channel_auth, chunked, envvars, metrics, tls, tracing, validate_rules, validate_server
 from .config import get_config
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -234,7 +233,7 @@ def status_to_exception(err: grpc.RpcError) -> ServiceError:
     if typ is not None and issubclass(typ, AuthenticationError):
         return typ(auth_hint(details))
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
-        details += (" (a gRPC message limit on the receiving side: EMBER_MAX_CONTROL_MESSAGE_BYTES "
+        details += (" (a gRPC message limit on the receiving side: EMBER_MAX_CONTROL_REQUEST_BYTES "
                     "for the GCS and raylets, EMBER_MAX_MESSAGE_BYTES otherwise; big values "
                     "belong in the object store, e.g. ember.put)")
     return typ(details) if typ is not None else ServiceError(f"{code.name}: {details}", code=code)
@@ -286,9 +285,9 @@ def build_server(
     stream) leniently and checks it against `validate_rules.RULES` before the servicer sees it
     (`validate_server`; INVALID_ARGUMENT naming the field);
     a request message bigger than the server's limit is RESOURCE_EXHAUSTED (gRPC's own check,
-    from the message's length prefix, before it is buffered): `receive_limit(control)`; on a
-    control server one bigger than its method's limit (`method_limits`) is RESOURCE_EXHAUSTED
-    naming the method and the limit, before it is parsed.
+    from the message's length prefix, before it is buffered): `receive_limit(control)`; a
+    control server also serves `chunked.METHOD`, the bigger requests of LARGE_CONTROL_METHODS
+    in pieces (up to `data_limit()`).
 
     host: the interface to listen on, "" for `default_bind_host()` (the node's IP).
     Returns (server, bound_port, health_servicer). Binding a port in use raises OSError naming it.
@@ -305,11 +304,11 @@ def build_server(
     if metrics.enabled():
         interceptors.append(_AioInterceptor(metrics.ServerInterceptor()))
     server = grpc.aio.server(options=server_options(control), interceptors=interceptors or None)
-    limit_of = method_limits() if control else None
-    registrar = cast(grpc.aio.Server, validate_server.Registrar(
-        server, validate_rules.RULES, InvalidArgument, limit_of, _over_method_limit))
+    registrar = validate_server.Registrar(server, validate_rules.RULES, InvalidArgument)
     for add in add_servicers:
-        add(registrar)
+        add(cast(grpc.aio.Server, registrar))
+    if control:
+        server.add_generic_rpc_handlers((chunked.ServerHandler(registrar.handlers, data_limit()),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     creds = tls.server_credentials() if tls.enabled() else None  # TLSConfigError before binding
@@ -364,45 +363,24 @@ def message_limit() -> int:
 
 
 def receive_limit(control: bool) -> int:
-    """A server's receive limit: EMBER_MAX_CONTROL_MESSAGE_BYTES for a control service (the GCS,
+    """A server's receive limit: EMBER_MAX_CONTROL_REQUEST_BYTES for a control service (the GCS,
     a raylet), never more than `message_limit()`; `message_limit()` for the others."""
     if not control:
         return message_limit()
+    return min(_limit("EMBER_MAX_CONTROL_REQUEST_BYTES", get_config().max_control_request_bytes),
+               message_limit())
+
+
+def data_limit() -> int:
+    """The largest request to a control method that carries data (LARGE_CONTROL_METHODS, sent
+    in chunks when over `receive_limit(True)`): EMBER_MAX_CONTROL_MESSAGE_BYTES, never more
+    than `message_limit()`."""
     return min(_limit("EMBER_MAX_CONTROL_MESSAGE_BYTES", get_config().max_control_message_bytes),
                message_limit())
 
 
-# Control methods that legitimately carry more than EMBER_MAX_CONTROL_REQUEST_BYTES: they keep
-# the server's limit (EMBER_MAX_CONTROL_MESSAGE_BYTES).
-LARGE_CONTROL_METHODS = frozenset({
-    "/ember.InternalKVGcsService/InternalKVPut",  # a user's value (functions, packages: 1 MiB parts)
-    "/ember.ActorInfoGcsService/RegisterActor",  # the creation spec, its inline args included
-    "/ember.TaskInfoGcsService/AddTaskEventData",  # a batch of task events
-    "/ember.InternalPubSubGcsService/PublishLogs",  # a raylet's batch of worker output
-    "/ember.PlacementGroupInfoGcsService/CreatePlacementGroups",  # a driver's batch of groups
-    # a round's groups on one raylet, up to validate_rules.MAX_BUNDLES_PER_GROUP bundles each
-    "/ember.Raylet/PrepareBundleResources",
-    "/ember.Raylet/CommitBundleResources",
-    "/ember.Raylet/CancelResourceReserve",
-})
-
-
-def _over_method_limit(text: str) -> ResourceExhausted:
-    return ResourceExhausted(f"{text} (EMBER_MAX_CONTROL_REQUEST_BYTES; big values belong in the "
-                             "object store, e.g. ember.put)")
-
-
-def method_limits() -> Callable[[str], int | None]:
-    """A control server's per-method request limit, by full method name: the server's own
-    (`receive_limit(True)`, None: nothing more to check) for LARGE_CONTROL_METHODS,
-    EMBER_MAX_CONTROL_REQUEST_BYTES (never above the server's) for every other method."""
-    server = receive_limit(control=True)
-    small = min(_limit("EMBER_MAX_CONTROL_REQUEST_BYTES", get_config().max_control_request_bytes), server)
-
-    def limit_of(method: str) -> int | None:
-        return None if method in LARGE_CONTROL_METHODS or small >= server else small
-
-    return limit_of
+# Control methods whose requests carry data: up to `data_limit()`, in chunks (chunked.py).
+LARGE_CONTROL_METHODS = chunked.LARGE_METHODS
 
 
 def channel_options() -> list[tuple[str, Any]]:
@@ -465,8 +443,7 @@ def aio_channel(address: str, extra_options: list[tuple[str, Any]] | None = None
     opts = _merged(channel_options() + keepalive_options() + (extra_options or []))
     channel = (grpc.aio.secure_channel(address, tls.channel_credentials(), options=opts) if tls.enabled()
                else grpc.aio.insecure_channel(address, options=opts))
-    md = auth.client_metadata()
-    return channel_auth.AioAuthChannel(channel, md) if md else channel
+    return channel_auth.AioAuthChannel(channel, auth.client_metadata())
 
 
 def sync_channel(address: str, extra_options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
@@ -476,7 +453,8 @@ def sync_channel(address: str, extra_options: list[tuple[str, Any]] | None = Non
     channel = (grpc.secure_channel(address, tls.channel_credentials(), options=opts)
                if tls.enabled() else grpc.insecure_channel(address, options=opts))
     md = auth.client_metadata()
-    return grpc.intercept_channel(channel, channel_auth.SyncAuthInterceptor(md)) if md else channel
+    return chunked.SyncChannel(grpc.intercept_channel(channel, channel_auth.SyncAuthInterceptor(md))
+                               if md else channel)
 
 
 def _merged(options: list[tuple[str, Any]]) -> list[tuple[str, Any]]:

@@ -204,15 +204,17 @@ class Registrar:
         self._invalid = invalid
         self._limit_of = limit_of or (lambda method: None)
         self._too_big = too_big
+        self.handlers: dict[str, Any] = {}  # full method name -> its wrapped registered handler
 
     def wrap(self, handler: Any, method: str) -> Any:
         """handler wrapped for method (a full name, /package.Service/Method)."""
         return wrap_handler(handler, method, self._rules, self._invalid, self._limit_of(method), self._too_big)
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
-        """Registers the handlers of `service`, each wrapped."""
-        self._server.add_registered_method_handlers(service, {
-            name: self.wrap(h, f"/{service}/{name}") for name, h in handlers.items()})
+        """Registers the handlers of `service`, each wrapped (and kept in `handlers`)."""
+        wrapped = {name: self.wrap(h, f"/{service}/{name}") for name, h in handlers.items()}
+        self.handlers.update((f"/{service}/{name}", h) for name, h in wrapped.items())
+        self._server.add_registered_method_handlers(service, wrapped)
 
     def add_generic_rpc_handlers(self, handlers: Any) -> None:
         """Registers generic handlers whose method handlers are wrapped on first use."""

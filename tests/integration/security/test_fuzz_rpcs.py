@@ -11,8 +11,8 @@ exception in a handler), nor a unary call left hanging (a stream may wait for ne
 subscription to channels nothing is published on); where the same bytes fail to parse locally, or the kit's rules
 (`validate_rules.RULES`) find a problem, the answer is INVALID_ARGUMENT naming that problem —
 garbage is never OK where a required field is missing. Then the cluster still runs tasks, an
-actor and objects. A request over EMBER_MAX_MESSAGE_BYTES is RESOURCE_EXHAUSTED with gRPC's
-"larger than max" text. Bounded: PER_METHOD cases per method, each call 15 s at most, and the
+actor and objects. A message over EMBER_MAX_MESSAGE_BYTES is RESOURCE_EXHAUSTED with gRPC's
+"larger than max" text, a chunked KV put over it RESOURCE_EXHAUSTED naming the limit. Bounded: PER_METHOD cases per method, each call 15 s at most, and the
 whole fuzz stops at DEADLINE_S.
 """
 from __future__ import annotations
@@ -143,8 +143,15 @@ def test_an_oversized_request_is_resource_exhausted_and_the_gcs_keeps_serving(cl
         put = ch.unary_unary("/ember.InternalKVGcsService/InternalKVPut",
                              request_serializer=gcs_pb2.InternalKVPutRequest.SerializeToString,
                              response_deserializer=gcs_pb2.InternalKVPutReply.FromString)
-        with pytest.raises(grpc.RpcError) as err:
+        with pytest.raises(grpc.RpcError) as err:  # sent in chunks (a method that carries data)
             put(request, timeout=30)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert f"over this method's limit of {MAX_MESSAGE_BYTES} bytes" in err.value.details()
+        assert "EMBER_MAX_MESSAGE_BYTES" in err.value.details()
+        delete = ch.unary_unary("/ember.InternalKVGcsService/InternalKVDel",
+                                request_serializer=gcs_pb2.InternalKVDelRequest.SerializeToString)
+        with pytest.raises(grpc.RpcError) as err:  # one message, refused by gRPC
+            delete(gcs_pb2.InternalKVDelRequest(key=b"k" * (MAX_MESSAGE_BYTES + 1)), timeout=30)
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "larger than max" in err.value.details(), err.value.details()
         assert "EMBER_MAX_MESSAGE_BYTES" in str(rpc.status_to_exception(err.value))  # the kit's hint

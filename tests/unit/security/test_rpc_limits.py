@@ -1,5 +1,6 @@
 """The kit's message limits and bind address (ember_common.rpc), without servers: the control
-services' receive limit is its own setting and never above the general one; every channel
+services' receive limit and their data limit are settings of their own, never above the
+general one; every channel
 and server option carries a limit; a server listens on the node's IP when this machine has it,
 else on every interface (an advertised address it does not own)."""
 from __future__ import annotations
@@ -21,22 +22,23 @@ def limits(monkeypatch):
 
 def test_defaults_bound_every_message(limits):
     limits()
-    assert rpc.receive_limit(control=True) == 64 << 20
+    assert rpc.receive_limit(control=True) == 4 << 20
+    assert rpc.data_limit() == 64 << 20
     assert rpc.receive_limit(control=False) == rpc.message_limit() == 512 << 20
     opts = dict(rpc.server_options(control=True))
-    assert opts["grpc.max_receive_message_length"] == 64 << 20
+    assert opts["grpc.max_receive_message_length"] == 4 << 20
     assert dict(rpc.channel_options())["grpc.max_send_message_length"] == 512 << 20
 
 
 def test_the_control_limit_never_exceeds_the_general_one(limits):
-    limits(EMBER_MAX_MESSAGE_BYTES=str(4 << 20))
-    assert rpc.receive_limit(control=True) == 4 << 20
+    limits(EMBER_MAX_MESSAGE_BYTES=str(2 << 20))
+    assert rpc.receive_limit(control=True) == rpc.data_limit() == 2 << 20
 
 
 def test_a_limit_of_zero_is_refused_naming_it(limits):
     limits(EMBER_MAX_CONTROL_MESSAGE_BYTES="0")
     with pytest.raises(ValueError, match="EMBER_MAX_CONTROL_MESSAGE_BYTES must be > 0"):
-        rpc.server_options(control=True)
+        rpc.data_limit()
 
 
 def test_bind_host_is_the_node_ip_when_this_machine_has_it(monkeypatch):
