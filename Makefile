@@ -22,10 +22,11 @@ demo: $(DEV)
 	$(PY) examples/seed_demo.py
 
 # With a Docker engine, the images are (re)built first (cached) so the e2e tests run on this tree;
-# without one the e2e tests skip, saying so.
+# without one the e2e tests skip, saying so. The 40 slowest tests are listed at the end, to keep
+# the suite's time in view.
 test: lint
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images; fi
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=40 tests
 
 # Lint gates (configured in pyproject.toml): ruff on the whole tree; mypy, strict, on the kit and
 # the services, then on the client's modules: the modules pyproject's strict [[tool.mypy.overrides]]
