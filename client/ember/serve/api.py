@@ -185,6 +185,13 @@ def run(target: Application, blocking: bool = False, name: str = "default", rout
         route_prefix = route_prefix.rstrip("/")
     if target.deployment.route_prefix is not None and route_prefix == "/":
         route_prefix = target.deployment.route_prefix
+    from ember.util.client import client as client_mode
+
+    remote = client_mode.active()
+    if remote is not None:  # client mode (ray://): deploy from the session's driver on the head
+        return remote.serve_run(target, {"blocking": blocking, "name": name,  # type: ignore[return-value]
+                                         "route_prefix": route_prefix, "host": host, "port": port,
+                                         "_timeout_s": _timeout_s})
     specs = _flatten(target, name)
     c = _controller()
     if route_prefix is not None and (host is not None or port is not None):

@@ -6,21 +6,25 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+# One queued call: its item and the future its caller awaits.
+_Pending = tuple[Any, asyncio.Future[Any]]
 
 
 class _Batcher:
-    def __init__(self, fn: Callable, max_batch_size: int, timeout_s: float, max_concurrent: int = 1,
-                 size_fn: Callable[[list], int] | None = None) -> None:
+    def __init__(self, fn: Callable[..., Awaitable[Any]], max_batch_size: int, timeout_s: float,
+                 max_concurrent: int = 1, size_fn: Callable[[list[Any]], int] | None = None) -> None:
         self.fn = fn
         self.max = max_batch_size
         self.timeout_s = timeout_s
         self.max_concurrent = max_concurrent
         self.size_fn = size_fn
-        self.queue: asyncio.Queue | None = None
-        self.task: asyncio.Task | None = None
-        self.carry: tuple[Any, asyncio.Future] | None = None  # taken, but it did not fit the last batch
-        self.running: set[asyncio.Task] = set()
+        self.queue: asyncio.Queue[_Pending] | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.carry: _Pending | None = None  # taken, but it did not fit the last batch
+        self.running: set[asyncio.Task[None]] = set()
 
     async def submit(self, self_arg: Any, item: Any) -> Any:
         if self.queue is None:
@@ -30,11 +34,11 @@ class _Batcher:
         await self.queue.put((item, fut))
         return await fut
 
-    def _size(self, batch: list[tuple[Any, asyncio.Future]]) -> int:
+    def _size(self, batch: list[_Pending]) -> int:
         items = [b[0] for b in batch]
         return len(items) if self.size_fn is None else int(self.size_fn(items))
 
-    async def _next_batch(self) -> list[tuple[Any, asyncio.Future]]:
+    async def _next_batch(self) -> list[_Pending]:
         """Up to max_batch_size requests (by batch_size_fn when given), or what came within the
         wait timeout after the first. A request that would overflow a batch starts the next one
         (one alone that is bigger than max_batch_size runs alone)."""
@@ -72,9 +76,13 @@ class _Batcher:
                 raise
             t = asyncio.ensure_future(self._run(self_arg, batch))
             self.running.add(t)
-            t.add_done_callback(lambda t: (self.running.discard(t), slots.release()))
+            t.add_done_callback(functools.partial(self._finished, slots))
 
-    async def _run(self, self_arg: Any, batch: list[tuple[Any, asyncio.Future]]) -> None:
+    def _finished(self, slots: asyncio.Semaphore, t: asyncio.Task[None]) -> None:
+        self.running.discard(t)
+        slots.release()
+
+    async def _run(self, self_arg: Any, batch: list[_Pending]) -> None:
         items = [b[0] for b in batch]
         try:
             args = (self_arg, items) if self_arg is not None else (items,)
@@ -91,8 +99,9 @@ class _Batcher:
                     f.set_exception(e)
 
 
-def batch(_func: Callable | None = None, /, max_batch_size: int = 10, batch_wait_timeout_s: float = 0.01,
-          max_concurrent_batches: int = 1, batch_size_fn: Callable[[list], int] | None = None) -> Any:
+def batch(_func: Callable[..., Awaitable[Any]] | None = None, /, max_batch_size: int = 10,
+          batch_wait_timeout_s: float = 0.01, max_concurrent_batches: int = 1,
+          batch_size_fn: Callable[[list[Any]], int] | None = None) -> Any:
     """`@serve.batch` or `@serve.batch(max_batch_size=8, batch_wait_timeout_s=0.05)` on an async
     method (or function) that takes a list and returns a list of the same length.
     max_concurrent_batches: how many batches may run at once (the method awaits, so a second
@@ -109,7 +118,7 @@ def batch(_func: Callable | None = None, /, max_batch_size: int = 10, batch_wait
     if batch_size_fn is not None and not callable(batch_size_fn):
         raise TypeError(f"batch_size_fn must be a callable, got {type(batch_size_fn).__name__}")
 
-    def decorate(fn: Callable) -> Callable:
+    def decorate(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"@serve.batch needs an async function, {fn.__name__} is not")
         params = list(inspect.signature(fn).parameters)

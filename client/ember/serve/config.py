@@ -87,9 +87,9 @@ class DeploymentConfig:
     max_replicas_per_node: int | None = None
 
     def __post_init__(self) -> None:
-        if self.num_replicas is not None and self.num_replicas != "auto" and (
-                not isinstance(self.num_replicas, int) or self.num_replicas < 0):
-            raise ValueError(f"num_replicas must be an int >= 0, got {self.num_replicas!r}")
+        n: object = self.num_replicas  # as given: checked before it is trusted to be an int
+        if n is not None and n != "auto" and (not isinstance(n, int) or n < 0):
+            raise ValueError(f"num_replicas must be an int >= 0, got {n!r}")
         if not isinstance(self.max_ongoing_requests, int) or self.max_ongoing_requests < 1:
             raise ValueError(f"max_ongoing_requests must be an int >= 1, got {self.max_ongoing_requests!r}")
         if not isinstance(self.max_queued_requests, int) or self.max_queued_requests < -1:

@@ -12,7 +12,7 @@ class Application:
     """A bound deployment: the deployment plus the arguments its replicas are built with. Bound
     applications passed as arguments become DeploymentHandles inside the replicas."""
 
-    def __init__(self, deployment: Deployment, args: tuple, kwargs: dict) -> None:
+    def __init__(self, deployment: Deployment, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.deployment = deployment
         self.args = args
         self.kwargs = kwargs
@@ -26,7 +26,7 @@ class Deployment:
 
     def __init__(self, func_or_class: Any, name: str, config: DeploymentConfig,
                  version: str | None = None, route_prefix: str | None = None,
-                 init_args: tuple | None = None, init_kwargs: dict[str, Any] | None = None) -> None:
+                 init_args: tuple[Any, ...] | None = None, init_kwargs: dict[str, Any] | None = None) -> None:
         self.func_or_class = func_or_class
         self.name = name
         self.config = config

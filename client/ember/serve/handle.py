@@ -19,15 +19,18 @@ import concurrent.futures
 import os
 import threading
 import uuid
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from ember.exceptions import ActorDiedError, RayActorError
 
 from ._private.router import RouteTable
 from ._private.stream_poller import FETCH_ERROR, ChannelPoller, StreamPoller
-from ._private.stream_response import DeploymentResponseGenerator, _Items
+from ._private.stream_response import DeploymentResponseGenerator as DeploymentResponseGenerator
+from ._private.stream_response import _Items
 
 _MAX_ATTEMPTS = 3
+_T = TypeVar("_T")
 
 
 class _HandleRuntime:
@@ -49,7 +52,7 @@ class _HandleRuntime:
         t.start()
         return t
 
-    def submit(self, coro: Any) -> concurrent.futures.Future:
+    def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def stop(self) -> None:
@@ -123,7 +126,8 @@ async def _resolve(v: Any) -> Any:
     return v
 
 
-async def _call(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs: dict, model_id: str = "") -> Any:
+async def _call(table: RouteTable, dep_id: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                model_id: str = "") -> Any:
     if args or kwargs:
         args = tuple([await _resolve(a) for a in args])
         kwargs = {k: await _resolve(v) for k, v in kwargs.items()}
@@ -144,7 +148,7 @@ async def _call(table: RouteTable, dep_id: str, method: str, args: tuple, kwargs
             router.release(k)
 
 
-async def _stream(rt: _HandleRuntime, dep_id: str, method: str, args: tuple, kwargs: dict,
+async def _stream(rt: _HandleRuntime, dep_id: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                   out: _Items, model_id: str = "") -> None:
     """Runs one streamed call: starts it on a replica (whose reply brings the first batch, sent
     as soon as the first item is produced), then takes what the runtime's poller of that replica
@@ -198,7 +202,7 @@ async def _stream(rt: _HandleRuntime, dep_id: str, method: str, args: tuple, kwa
 class DeploymentResponse:
     """The future result of a handle call: `.result(timeout_s=...)` or `await`."""
 
-    def __init__(self, fut: concurrent.futures.Future) -> None:
+    def __init__(self, fut: concurrent.futures.Future[Any]) -> None:
         self._fut = fut
 
     def result(self, timeout_s: float | None = None) -> Any:

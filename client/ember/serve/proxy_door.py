@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from ._private.multiplex import model_id_from_headers
 from ._private.proxies import register, unregister
-from ._private.router import BackPressureError, RouteTable
+from ._private.router import RouteTable
 from ._private.stream_poller import ChannelPoller, Inbox, StreamPoller
+from .exceptions import BackPressureError
 
 __all__ = ["BackPressureError", "ChannelPoller", "Inbox", "RouteTable", "StreamPoller", "model_id_from_headers",
            "register", "unregister"]

@@ -81,8 +81,8 @@ class ServeController:
         self.apps: dict[str, dict[str, Any]] = {}  # name → {route_prefix, ingress, deployments: {name: state}}
         self.version = 0
         self._cond: asyncio.Condition | None = None
-        self._loop_task: asyncio.Task | None = None
-        self.proxy: subprocess.Popen | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self.proxy: subprocess.Popen[bytes] | None = None
         self.proxy_opts: dict[str, Any] | None = None
         self.proxy_port = 0
         self._dirty = False

@@ -34,7 +34,7 @@ class Replica:
     started_at: float
     handle: Any = None
     ongoing: int = 0
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
     pg: Any = None  # its placement group (placement_group_bundles), removed when it stops
     node_id: str | None = None  # the node it is pinned to (max_replicas_per_node)
 
@@ -46,8 +46,8 @@ class DeploymentSpec:
     app: str
     name: str
     serialized_def: bytes
-    init_args: tuple
-    init_kwargs: dict
+    init_args: tuple[Any, ...]
+    init_kwargs: dict[str, Any]
     config: DeploymentConfig
     version: str
     # The deploying driver's import paths (script dir, cwd): replicas add them before loading the

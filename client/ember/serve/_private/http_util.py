@@ -11,7 +11,7 @@ import inspect
 import json
 from typing import Any, AsyncIterator
 
-from starlette.exceptions import HTTPException
+from starlette.exceptions import HTTPException as HTTPException  # replica.py tells it apart
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
@@ -87,7 +87,7 @@ def error_reply(e: BaseException) -> tuple[Any, ...]:
 async def run_asgi(app: Any, scope: dict[str, Any], body: bytes,
                    disconnected: asyncio.Event) -> tuple[tuple[Any, ...], AsyncIterator[bytes] | None]:
     """Runs an ASGI app on one buffered request; a body sent in several parts becomes a stream."""
-    q: asyncio.Queue = asyncio.Queue()
+    q: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
     sent = False
 
     async def receive() -> dict[str, Any]:

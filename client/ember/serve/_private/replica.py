@@ -76,7 +76,7 @@ class ServeReplica:
     __ember_core_loop_methods__: frozenset[str] = frozenset()
 
     def __init__(self, app_name: str, deployment: str, replica_id: str, serialized_def: bytes,
-                 init_args: tuple, init_kwargs: dict, user_config: Any,
+                 init_args: tuple[Any, ...], init_kwargs: dict[str, Any], user_config: Any,
                  import_paths: tuple[str, ...] = ()) -> None:
         global _context
         for p in import_paths:  # the deploying driver's modules (see DeploymentSpec.import_paths)
@@ -86,7 +86,7 @@ class ServeReplica:
         self._is_function = not inspect.isclass(target)
         _context = ReplicaContext(app_name, deployment, replica_id)
         # An `async def __init__` (Ray accepts one) is awaited in ready(), before any request.
-        self._pending_init: tuple[tuple, dict] | None = None
+        self._pending_init: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         if not self._is_function and inspect.iscoroutinefunction(getattr(target, "__init__", None)):
             self.user: Any = target.__new__(target)
             self._pending_init = (init_args, init_kwargs)
@@ -102,7 +102,7 @@ class ServeReplica:
             self._asgi = http_util.bind_ingress(ingress, target, self.user)
         self._pending_user_config = user_config
         self.ongoing = 0
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._disconnects: dict[str, asyncio.Event] = {}
         self._streams: dict[str, StreamPump] = {}
         self._muxes: dict[str, StreamMux] = {}  # by caller (group): its open HTTP streams
@@ -114,7 +114,7 @@ class ServeReplica:
         self._dep_id = f"{app_name}#{deployment}"
         self._replica_id = replica_id
         self._model_ids: list[str] = []  # the latest report of multiplex.model_ids()
-        self._models_push: asyncio.Task | None = None
+        self._models_push: asyncio.Task[None] | None = None
         self._controller: Any = None
         multiplex.set_reporter(self._report_models)
 
@@ -207,7 +207,7 @@ class ServeReplica:
             return True
         return False
 
-    def stream_stats(self) -> dict[str, int]:
+    def stream_stats(self) -> dict[str, int | str]:
         """Streams open now, the stream_poll / stream_next calls served, the stream channels
         open and the sends made on them, and the thread the replica's methods run on
         (`ember-core` or `ember-actor-loop`, see core_loop.py) (for tests and debugging)."""
@@ -329,7 +329,7 @@ class ServeReplica:
         streaming = False
         disc = asyncio.Event()
         self._disconnects[request_id] = disc
-        self._tasks[request_id] = asyncio.current_task()  # type: ignore[assignment]
+        self._tasks[request_id] = asyncio.current_task()  # type: ignore[assignment]  # never None in a task
         token = multiplex.set_model_id(multiplex.model_id_from_headers(scope.get("headers") or ()))
         try:
             if self._asgi is not None:
@@ -374,7 +374,8 @@ class ServeReplica:
                 self.ongoing -= 1
 
     # ------------------------------------------------------------------ handle calls
-    async def handle_request(self, method: str, args: tuple, kwargs: dict, model_id: str = "") -> Any:
+    async def handle_request(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                             model_id: str = "") -> Any:
         """A handle call; model_id is its options(multiplexed_model_id=...)."""
         self.ongoing += 1
         token = multiplex.set_model_id(model_id)
@@ -388,8 +389,8 @@ class ServeReplica:
             multiplex.reset_model_id(token)
             self.ongoing -= 1
 
-    async def handle_request_streaming(self, stream_id: str, method: str, args: tuple,
-                                       kwargs: dict, group: str | None = None,
+    async def handle_request_streaming(self, stream_id: str, method: str, args: tuple[Any, ...],
+                                       kwargs: dict[str, Any], group: str | None = None,
                                        model_id: str = "") -> tuple[list[Any], bool]:
         """Starts a streamed handle call; returns its first batch like stream_next(). With a
         group, the rest comes from stream_poll(group) (shared with the caller's other streams

@@ -30,9 +30,9 @@ class Router:
         self.core: RouterCore[str] = RouterCore()
         self.handles: dict[str, Any] = {}
         # Queued requests in arrival order: (future, model id, matching deadline).
-        self.waiters: collections.deque[tuple[asyncio.Future, str, float]] = collections.deque()
+        self.waiters: collections.deque[tuple[asyncio.Future[str], str, float]] = collections.deque()
         self.router_id = uuid.uuid4().hex[:8]
-        self._reporter: asyncio.Task | None = None
+        self._reporter: asyncio.Task[None] | None = None
 
     def update(self, info: dict[str, Any]) -> None:
         self.core.max_ongoing = info["max_ongoing"]
@@ -45,7 +45,7 @@ class Router:
     def _wake(self) -> None:
         """Hands replicas to waiting requests in arrival order; one waiting for its model's
         holders does not hold up the requests behind it."""
-        kept: collections.deque[tuple[asyncio.Future, str, float]] = collections.deque()
+        kept: collections.deque[tuple[asyncio.Future[str], str, float]] = collections.deque()
         while self.waiters and self.core.has_room():
             f, model_id, deadline = self.waiters.popleft()
             if f.done():
@@ -68,7 +68,7 @@ class Router:
             raise BackPressureError(f"deployment {self.dep_id} has {self.core.queued} queued requests "
                                     f"(max_queued_requests={self.core.max_queued})")
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut: asyncio.Future[str] = loop.create_future()
         deadline = self.core.matching_deadline()
         self.waiters.append((fut, model_id, deadline))
         self.core.queued += 1
@@ -120,7 +120,7 @@ class RouteTable:
         self.routers: dict[str, Router] = {}
         self.prefixes: list[tuple[str, str]] = []  # (prefix, app) longest first
         self._controller: Any = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
 
     async def controller(self) -> Any:

@@ -89,7 +89,8 @@ def _dumps(items: list[Any]) -> bytes:
     try:
         return pickle.dumps(items, protocol=5)
     except Exception:
-        return cloudpickle.dumps(items, protocol=5)
+        out: bytes = cloudpickle.dumps(items, protocol=5)  # cloudpickle is untyped
+        return out
 
 
 class Decoder:

@@ -76,7 +76,7 @@ class _Items:
             self.sink = sink
         deliver(ready)
 
-    def cancelled(self, fut: concurrent.futures.Future) -> None:
+    def cancelled(self, fut: concurrent.futures.Future[Any]) -> None:
         """fut's done-callback: a call cancelled before it started still ends its consumer's wait."""
         if fut.cancelled():
             self.put([("error", asyncio.CancelledError())])
@@ -99,12 +99,12 @@ class _Items:
                 if self.buf:
                     return self.buf.popleft()
                 loop = asyncio.get_running_loop()
-                f = loop.create_future()
+                f: asyncio.Future[None] = loop.create_future()
                 self.waiter = functools.partial(loop.call_soon_threadsafe, _wake, f)
             await f
 
 
-def _wake(f: asyncio.Future) -> None:
+def _wake(f: asyncio.Future[None]) -> None:
     if not f.done():
         f.set_result(None)
 
@@ -113,7 +113,7 @@ class DeploymentResponseGenerator:
     """The items of a streaming handle call (`handle.options(stream=True)`), as they are produced;
     iterate with `for` or `async for`."""
 
-    def __init__(self, runtime: _HandleRuntime, items: _Items, fut: concurrent.futures.Future) -> None:
+    def __init__(self, runtime: _HandleRuntime, items: _Items, fut: concurrent.futures.Future[Any]) -> None:
         self._rt = runtime
         self._items = items
         self._fut = fut

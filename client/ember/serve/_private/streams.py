@@ -58,11 +58,11 @@ class StreamPump:
         self._error: BaseException | None = None
         self._max = max_buffered
         self._idle_timeout_s = idle_timeout_s
-        self._ready: asyncio.Future | None = None   # a take() waiting for an item
-        self._space: asyncio.Future | None = None   # the reader waiting for room
+        self._ready: asyncio.Future[bool] | None = None   # a take() waiting for an item
+        self._space: asyncio.Future[None] | None = None   # the reader waiting for room
         self.listener: Callable[[], None] | None = None  # called when items or the end arrive
         self._source: Any = None
-        self._task: asyncio.Future | None = None
+        self._task: asyncio.Future[None] | None = None
         attach = getattr(it, "_ember_attach", None)
         if attach is not None:  # a push source (see the module docstring): no task, no await per item
             self._source = it
@@ -161,7 +161,7 @@ class StreamMux:
         self._pumps: dict[str, StreamPump] = {}
         self._raw: set[str] = set()  # handle streams: items as a list, errors fetched by stream_next
         self._ready: dict[str, None] = {}  # stream ids with something to take (ordered)
-        self._waiter: asyncio.Future | None = None
+        self._waiter: asyncio.Future[bool] | None = None
         self.notify = notify
 
     def __len__(self) -> int:
@@ -235,7 +235,7 @@ class StreamMux:
         return out
 
 
-async def _wait(f: asyncio.Future, timeout_s: float | None) -> bool:
+async def _wait(f: asyncio.Future[bool], timeout_s: float | None) -> bool:
     """Waits for f (set to True by a wake) at most timeout_s: False on the timeout. One timer
     handle, no wait_for/shield tasks and callbacks (a pump's first take and every poll)."""
     h = None if timeout_s is None else asyncio.get_running_loop().call_later(timeout_s, _expire, f)
@@ -246,7 +246,7 @@ async def _wait(f: asyncio.Future, timeout_s: float | None) -> bool:
             h.cancel()
 
 
-def _expire(f: asyncio.Future) -> None:
+def _expire(f: asyncio.Future[bool]) -> None:
     if not f.done():
         f.set_result(False)
 

@@ -52,8 +52,8 @@ def build_tokenizer(path: str, vocab_size: int = 512) -> Any:
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>",
-                                   pad_token="<|pad|>")
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # unannotated in transformers
+        tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|pad|>")
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(path)
     return fast
@@ -90,7 +90,7 @@ def build_tiny_model(path: str, *, arch: str = "llama", hidden_size: int = 64, n
     else:
         raise ValueError(f"arch must be 'llama' or 'gpt2', not {arch!r}")
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)
+    model = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]  # unannotated in transformers
     model.generation_config.max_length = max_position_embeddings
     model.save_pretrained(path)
     with open(marker, "w") as f:

@@ -16,7 +16,7 @@ used when an LLMServer deployment is itself the ingress (build_llm_deployment).
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator, AsyncIterator
 
 from starlette.responses import Response, StreamingResponse
 
@@ -61,7 +61,7 @@ class _Relayed:
             self._gen.cancel()
 
 
-async def _relay(gen: Any) -> AsyncIterator[Any]:
+async def _relay(gen: Any) -> AsyncGenerator[Any, None]:
     """The items of a local LLMServer's generator."""
     try:
         async for x in gen:

@@ -15,7 +15,7 @@ the same.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from transformers import DynamicCache
@@ -41,6 +41,12 @@ def last_logits_arg(model: Any) -> dict[str, int]:
     """{"logits_to_keep": 1} where forward() takes it: a multi-token pass (prefill, mixed)
     then computes the vocabulary projection for the last position only."""
     return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
+class _LMOutput(Protocol):
+    """What KVBatch reads of a causal LM's forward output."""
+
+    logits: torch.Tensor  # [rows, positions, vocab]
 
 
 class KVBatch:
@@ -93,7 +99,7 @@ class KVBatch:
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+        out: _LMOutput = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          **{self._kw: cache}, **self._last)
         rows = KVBatch(self.model, self.device, like=self)
         rows.seq_ids = list(seq_ids)
@@ -108,7 +114,7 @@ class KVBatch:
         n = len(self.seq_ids)
         ids = torch.tensor(self.pending, dtype=torch.long, device=self.device).view(n, 1)
         self.mask = torch.cat([self.mask, torch.ones((n, 1), dtype=torch.long, device=self.device)], dim=1)
-        out = self.model(input_ids=ids, attention_mask=self._decode_mask(), position_ids=self.pos.view(n, 1),
+        out: _LMOutput = self.model(input_ids=ids, attention_mask=self._decode_mask(), position_ids=self.pos.view(n, 1),
                          use_cache=True, **{self._kw: self.cache})
         self.pos = self.pos + 1
         return out.logits[:, -1, :]
@@ -155,7 +161,7 @@ class KVBatch:
         self._set_layers([(torch.cat([key, key.new_zeros((k,) + tuple(key.shape[1:]))]),
                            torch.cat([val, val.new_zeros((k,) + tuple(val.shape[1:]))])) for key, val in self._layers()])
         mask = torch.cat([torch.cat([self.mask, self.mask.new_zeros((k, old))]), new_mask], dim=1)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+        out: _LMOutput = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          **{self._kw: self.cache}, **self._last)
         self.mask = mask
         self.pos = torch.cat([self.pos + 1, new_pos])

@@ -31,7 +31,7 @@ import asyncio
 import bisect
 import collections
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from ember_common import envvars, metrics, tracing
 
@@ -39,6 +39,24 @@ _TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0
 _ITL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5)
 _REQ_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _WINDOW_S = 10.0
+
+
+class _Observer(Protocol):
+    """A histogram child (or _Noop)."""
+
+    def observe(self, amount: float, /) -> None: ...
+
+
+class _Incrementer(Protocol):
+    """A counter child (or _Noop)."""
+
+    def inc(self, amount: float = 1, /) -> None: ...
+
+
+class _ByOutcome(Protocol):
+    """The request histogram of one model, labelled by outcome (_Bound, or _Noop)."""
+
+    def labels(self, outcome: str, /) -> _Observer: ...
 
 
 class _Noop:
@@ -92,7 +110,11 @@ class LLMMetrics:
         self.new_tokens = 0  # this loop iteration's tokens
         self.flush_queued = False
         noop = _Noop()
-        self.ttft = self.itl = self.req = self.prompt_tokens = self.gen_tokens = noop  # type: ignore[assignment]
+        self.ttft: _Observer = noop
+        self.itl: _Observer = noop
+        self.req: _ByOutcome = noop
+        self.prompt_tokens: _Incrementer = noop
+        self.gen_tokens: _Incrementer = noop
         if enabled:
             self._register()
 
@@ -108,7 +130,7 @@ class LLMMetrics:
         mid = self.model_id
         self.ttft = fam["ttft"].labels(mid)
         self.itl = fam["itl"].labels(mid)
-        self.req = _Bound(fam["req"], mid)  # type: ignore[assignment]
+        self.req = _Bound(fam["req"], mid)
         self.prompt_tokens = fam["prompt"].labels(mid)
         self.gen_tokens = fam["gen"].labels(mid)
         _instances[mid] = self

@@ -56,7 +56,7 @@ class SSEStream:
         self._finished = False
         # the async-iterator side (when no pump attached)
         self._buf: list[Any] = []
-        self._waiter: asyncio.Future | None = None
+        self._waiter: asyncio.Future[None] | None = None
 
     # ---------------------------------------------------------------- the push protocol
     def _ember_attach(self, put: Callable[[Any], None], end: Callable[[BaseException | None], None]) -> None:

@@ -60,7 +60,7 @@ def load_tokenizer(model_source: str, trust_remote_code: bool = False) -> Any:
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
     return AutoTokenizer.from_pretrained(model_source, trust_remote_code=trust_remote_code)
 
 
@@ -128,8 +128,9 @@ class TorchEngine(EngineFrontend, LLMEngine):
         dtype = getattr(torch, self.kw.get("dtype") or ("float16" if device.startswith("cuda") else "float32"))
         trust = bool(self.kw.get("trust_remote_code", False))
         self.tokenizer = load_tokenizer(self.model_source, trust)
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_source, dtype=dtype,
-                                                          trust_remote_code=trust).to(device).eval()
+        model = AutoModelForCausalLM.from_pretrained(self.model_source, dtype=dtype, trust_remote_code=trust)
+        # @wraps on PreTrainedModel.to hides the method's self from mypy, which takes `device` for it
+        self.model = model.to(device).eval()  # type: ignore[arg-type]
         self.device = torch.device(device)
         cfg = self.model.config
         limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 2048
