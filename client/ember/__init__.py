@@ -67,7 +67,7 @@ def remote(*args: Any, **options: Any) -> Any:
         raise TypeError("The @ember.remote decorator must be applied either with no arguments and "
                         "no parentheses, or with keyword arguments only, e.g. @ember.remote(num_cpus=1)")
 
-    def decorator(fn: Callable) -> Any:
+    def decorator(fn: Callable[..., Any]) -> Any:
         return _make_remote(fn, options)
 
     return decorator

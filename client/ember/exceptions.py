@@ -81,6 +81,8 @@ class RayTaskError(RayError):
     its cause (as Ray does); its traceback text names every task on the way.
     """
 
+    cause: BaseException | None
+
     def __init__(self, function_name: str, traceback_str: str, cause: BaseException | None,
                  pid: int = 0, ip: str = "", trace_id: str = "") -> None:
         while isinstance(cause, RayTaskError) and cause.cause is not None:
@@ -118,12 +120,13 @@ class RayTaskError(RayError):
             return self
         name = f"RayTaskError({cause_cls.__name__})"
         try:
-            cls = type(name, (RayTaskError, cause_cls), {
+            namespace: dict[str, Any] = {
                 "__init__": lambda s, *a: None,
                 "__str__": RayTaskError.__str__,
                 "__reduce__": RayTaskError.__reduce__,
                 "__module__": __name__,
-            })
+            }
+            cls: type[RayTaskError] = type(name, (RayTaskError, cause_cls), namespace)
             inst = cls.__new__(cls)
         except TypeError:  # the cause's type cannot be mixed in (layout conflict)
             return self

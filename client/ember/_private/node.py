@@ -58,7 +58,7 @@ class ServiceProcess:
     name: str
     pid: int
     port: int
-    popen: subprocess.Popen | None = field(default=None, repr=False, compare=False)
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
     # How it was started (start_service's module and args): a restart repeats them.
     module: str = field(default="", repr=False, compare=False)
     args: list[str] = field(default_factory=list, repr=False, compare=False)
@@ -118,7 +118,7 @@ def _tail(path: str, n: int = 5) -> str:
         return "(no log)"
 
 
-def stop_process(pid: int, timeout_s: float = 5.0, popen: subprocess.Popen | None = None) -> None:
+def stop_process(pid: int, timeout_s: float = 5.0, popen: subprocess.Popen[bytes] | None = None) -> None:
     """SIGTERM, wait, then SIGKILL."""
     try:
         os.kill(pid, signal.SIGTERM)
@@ -246,13 +246,13 @@ def remove_session_store(session_dir: str) -> None:
     shutil.rmtree(os.path.join(session_dir, "spill"), ignore_errors=True)
 
 
-def write_current_cluster(info: dict) -> None:
+def write_current_cluster(info: dict[str, Any]) -> None:
     """Records the head node `ember start` started (0600, in the user's private temp root)."""
     ensure_private_dir(EMBER_TMP)
     write_private_json(CURRENT_CLUSTER_FILE, info)
 
 
-def read_current_cluster() -> dict | None:
+def read_current_cluster() -> dict[str, Any] | None:
     """The cluster `ember start --head` recorded, None when there is none; UnsafePathError when
     the temp root or the pointer belongs to another user or is a symlink (a planted pointer
     could send the auth token to someone else's GCS)."""

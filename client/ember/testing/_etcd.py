@@ -27,7 +27,8 @@ from ember_common import envvars
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def find_etcd(binary: str | None = None) -> str | None:
@@ -84,7 +85,11 @@ class EtcdProcess:
     @property
     def running(self) -> bool:
         """Whether the process is alive."""
-        return self._proc is not None and self._proc.poll() is None
+        return self._live() is not None
+
+    def _live(self) -> subprocess.Popen[bytes] | None:
+        """The process, while it is alive."""
+        return self._proc if self._proc is not None and self._proc.poll() is None else None
 
     def start(self) -> EtcdProcess:
         """Starts etcd (on a fresh data dir the first time) and waits until it is healthy."""
@@ -145,14 +150,15 @@ class EtcdProcess:
         """SIGSTOPs etcd: connections stay open but nothing answers (a hung server). Returns once
         every thread of it has stopped: the signal is delivered asynchronously, and on a busy
         machine etcd could still answer a request sent right after send_signal returned."""
-        if self.running:
-            self._proc.send_signal(signal.SIGSTOP)
+        proc = self._live()
+        if proc is not None:
+            proc.send_signal(signal.SIGSTOP)
             deadline = time.monotonic() + 10
-            while not self._stopped() and time.monotonic() < deadline:
+            while not self._stopped(proc.pid) and time.monotonic() < deadline:
                 time.sleep(0.001)
 
-    def _stopped(self) -> bool:
-        pid = self._proc.pid
+    @staticmethod
+    def _stopped(pid: int) -> bool:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
@@ -169,8 +175,9 @@ class EtcdProcess:
 
     def resume(self) -> None:
         """SIGCONTs a paused etcd."""
-        if self.running:
-            self._proc.send_signal(signal.SIGCONT)
+        proc = self._live()
+        if proc is not None:
+            proc.send_signal(signal.SIGCONT)
 
     def restart(self) -> EtcdProcess:
         """Stops etcd if it runs, then starts it again on the same ports and data dir."""

@@ -74,7 +74,7 @@ def start(out_path: str, host: str = "127.0.0.1", grpc_port: int = 0,
             return pb.ExportTraceServiceResponse()
 
     server = grpc.server(futures.ThreadPoolExecutor(4))
-    pbg.add_TraceServiceServicer_to_server(TraceService(), server)
+    pbg.add_TraceServiceServicer_to_server(TraceService(), server)  # type: ignore[no-untyped-call]  # generated code
     bound_grpc = server.add_insecure_port(f"{host}:{grpc_port}")
     server.start()
 

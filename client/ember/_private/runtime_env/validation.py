@@ -145,7 +145,7 @@ def _config(v: Any, what: str) -> dict[str, Any]:
     eager = v.get("eager_install", True)
     if not isinstance(eager, bool):
         raise TypeError(f"{what}['eager_install'] must be a bool, got {eager!r}")
-    out = {"setup_timeout_seconds": t, "eager_install": eager}
+    out: dict[str, Any] = {"setup_timeout_seconds": t, "eager_install": eager}
     if v.get("log_files"):
         out["log_files"] = list(v["log_files"])
     return out
