@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
+import urllib.request
 
 import pytest
 
@@ -164,6 +166,41 @@ WORKLOAD = textwrap.dedent('''
         except ex.RayActorError as e:
             return {"died": type(e).__name__}
 
+    @part("release")
+    def _():
+        conn = ember.util.client.client.active()
+        before = conn.call("held")["refs"]
+        refs = [ember.put(i) for i in range(5)]
+        copy = refs[0]
+        held = conn.call("held")["refs"]
+        del refs
+        time.sleep(1.5)  # releases go out within a second
+        one_left = conn.call("held")["refs"]
+        del copy
+        time.sleep(1.5)
+        return {"added": held - before, "one_left": one_left - before,
+                "none_left": conn.call("held")["refs"] - before}
+
+    @part("serve")
+    def _():
+        import urllib.request
+        from ember import serve
+
+        @serve.deployment
+        class Hello:
+            def __call__(self, request):
+                return "hello from a remote driver"
+
+        handle = serve.run(Hello.bind(), port=int(os.environ["SERVE_PORT"]), route_prefix="/remote")
+        url = f"http://127.0.0.1:{os.environ['SERVE_PORT']}/remote"
+        body = urllib.request.urlopen(url, timeout=30).read().decode()
+        try:
+            handle.remote()
+            relayed = True
+        except NotImplementedError:
+            relayed = False
+        return {"body": body, "handle_relayed": relayed}
+
     @part("cluster")
     def _():
         ctx = ember.get_runtime_context()
@@ -191,11 +228,17 @@ WORKLOAD = textwrap.dedent('''
 ''')
 
 
-def _client_env(proxy_port: int, token: str) -> dict[str, str]:
+def _client_env(proxy_port: int, token: str, scheme: str = "ember") -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
     env["EMBER_AUTH_TOKEN"] = token
-    env["PROXY_ADDRESS"] = f"ember://127.0.0.1:{proxy_port}"
+    env["PROXY_ADDRESS"] = f"{scheme}://127.0.0.1:{proxy_port}"
     return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -218,11 +261,12 @@ def proxy(tmp_path_factory):
 def report(proxy, tmp_path_factory):
     script = tmp_path_factory.mktemp("client") / "workload.py"
     script.write_text(WORKLOAD)
-    out = subprocess.run([sys.executable, str(script)], env=_client_env(proxy, auth.load().token or ""),
-                         capture_output=True, text=True, timeout=240)
+    env = _client_env(proxy, auth.load().token or "", scheme="ray")  # Ray's scheme works too
+    env["SERVE_PORT"] = str(_free_port())
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=240)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("REPORT ")]
     assert lines, f"the client failed (rc={out.returncode}): {out.stderr[-3000:]}"
-    return json.loads(lines[-1][len("REPORT "):])
+    return {**json.loads(lines[-1][len("REPORT "):]), "serve_port": env["SERVE_PORT"]}
 
 
 def _ok(part):
@@ -284,6 +328,18 @@ def test_cluster_queries_and_runtime_context(report):
 
 def test_unsupported_api_names_itself(report):
     assert "get_gpu_ids" in report["unsupported"] and "client mode" in report["unsupported"]
+
+
+def test_dropped_refs_are_released_in_the_session(report):
+    assert _ok(report["release"]) == {"added": 5, "one_left": 1, "none_left": 0}
+
+
+def test_serve_run_from_a_client_deploys(report):
+    s = _ok(report["serve"])
+    assert s == {"body": "hello from a remote driver", "handle_relayed": False}
+    # The application outlives the client: its controller and HTTP proxy are cluster actors.
+    url = f"http://127.0.0.1:{report['serve_port']}/remote"
+    assert urllib.request.urlopen(url, timeout=30).read().decode() == "hello from a remote driver"
 
 
 def test_wrong_token_is_refused(proxy):

@@ -27,6 +27,15 @@ INIT_OPTIONS = ("namespace", "runtime_env", "logging_level")
 LOCAL_PATH_KEYS = ("working_dir", "py_modules")
 
 
+_active: ClientConnection | None = None  # this process's connection while in client mode
+
+
+def active() -> ClientConnection | None:
+    """The connection when this process is in client mode, else None (for libraries such as
+    Serve, whose `serve.run` then runs in the session's driver)."""
+    return _active
+
+
 def is_client_address(address: Any) -> bool:
     return isinstance(address, str) and address.startswith(SCHEMES)
 
@@ -51,7 +60,8 @@ class ClientConnection:
         self.client_id = uuid.uuid4().hex
         self._md = ((protocol.CLIENT_ID_HEADER, self.client_id),)
         self._channel = rpc.sync_channel(self.address)
-        self._call: Any = self._channel.stream_stream(protocol.CALL)
+        self._call: Any = self._channel.unary_stream(protocol.CALL)
+        self._call_chunked: Any = self._channel.stream_stream(protocol.CALL_CHUNKED)
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, bytes], int] = {}  # live stubs per id
         self._receipts: dict[tuple[str, bytes], int] = {}  # times the session handed the id out
@@ -70,6 +80,8 @@ class ClientConnection:
             self._channel.close()
             raise info
         self.info: dict[str, Any] = info
+        global _active
+        _active = self
         threading.Thread(target=self._watch, name="ember-client-watch", daemon=True).start()
         threading.Thread(target=self._flush_loop, name="ember-client-release", daemon=True).start()
 
@@ -92,6 +104,9 @@ class ClientConnection:
 
     def disconnect(self) -> None:
         """Ends the session (its driver's job ends; what it owned is freed)."""
+        global _active
+        if _active is self:
+            _active = None
         self.closed.set()
         self._stream.cancel()
         self._channel.close()
@@ -105,7 +120,9 @@ class ClientConnection:
             releases, self._releases = self._releases, []
         data = protocol.dumps((op, args, releases), self._out)
         try:
-            reply = protocol.join(self._call(protocol.chunks(data), metadata=self._md))
+            replies = (self._call(data, metadata=self._md) if len(data) <= protocol.CHUNK_BYTES
+                       else self._call_chunked(protocol.chunks(data), metadata=self._md))
+            reply = protocol.join(replies)
         except grpc.RpcError as e:
             raise _connection_error(e, self.address) from None
         status, value = protocol.loads(reply, self._in)
@@ -189,6 +206,16 @@ class ClientConnection:
         return ([r for i, r in enumerate(refs) if i in ready],
                 [r for i, r in enumerate(refs) if i not in ready])
 
+    def serve_run(self, target: Any, kwargs: dict[str, Any]) -> ClientAppHandle:
+        """serve.run in the session's driver (the controller and the HTTP proxy are actors of
+        the cluster, so the application outlives this client)."""
+        blocking = kwargs.pop("blocking", False)
+        self.call("serve_run", target, kwargs)
+        if blocking:
+            while not self.closed.wait(3600):
+                pass
+        return ClientAppHandle(str(kwargs.get("name", "default")))
+
     def runtime_context(self) -> ClientRuntimeContext:
         return ClientRuntimeContext(self.call("runtime_context"))
 
@@ -225,6 +252,17 @@ class ClientRuntimeContext:
 
     def __getattr__(self, name: str) -> Any:
         raise unsupported(f"get_runtime_context().{name}")
+
+
+class ClientAppHandle:
+    """What serve.run returns in client mode: the application is deployed; calls through a
+    handle are not relayed (send HTTP requests to the Serve proxy instead)."""
+
+    def __init__(self, app_name: str) -> None:
+        self.app_name = app_name
+
+    def __getattr__(self, name: str) -> Any:
+        raise unsupported(f"DeploymentHandle.{name} (application {self.app_name!r})")
 
 
 class ClientInfo(dict[str, Any]):

@@ -85,6 +85,11 @@ class Operations:
                     if e[1] <= 0:
                         del table[key]
 
+    def op_held(self) -> dict[str, int]:
+        """How many refs and actor handles the session holds for its client (diagnostics)."""
+        with self.lock:
+            return {"refs": len(self.refs), "actors": len(self.actors)}
+
     # --- tasks and actors -----------------------------------------------------------------
     def op_define(self, key: str, obj: Any, options: dict[str, Any]) -> None:
         """Defines a remote function or actor class under the client's key."""

@@ -3,10 +3,13 @@
     Connect  (unary -> stream)   request: pickle of the init options; first reply: pickle of the
                                  session's info; the stream then stays open for as long as the
                                  client is connected (its end is the session's end).
-    Call     (stream -> stream)  request: one pickle of (op, args, releases), cut into chunks;
-                                 reply: one pickle of ("ok", value) or ("err", exception), cut
-                                 into chunks. Every operation goes through Call, so a value of
-                                 any size travels as a stream of CHUNK_BYTES messages.
+    Call     (unary -> stream)   request: one pickle of (op, args, releases) that fits in one
+                                 chunk; reply: one pickle of ("ok", value) or ("err", exception),
+                                 cut into chunks.
+    CallChunked (stream -> stream)  the same, for a request bigger than one chunk.
+
+Every operation goes through Call or CallChunked, so a value of any size travels as a stream
+of CHUNK_BYTES messages, never as one giant message.
 
 Every message is opaque bytes: the payloads are pickles (functions, classes, arguments) that
 only the two ends read, and the proxy in between forwards them without parsing. Refs and actor
@@ -25,6 +28,7 @@ import cloudpickle
 SERVICE = "ember.client.ClientProxy"
 CONNECT = f"/{SERVICE}/Connect"
 CALL = f"/{SERVICE}/Call"
+CALL_CHUNKED = f"/{SERVICE}/CallChunked"
 CLIENT_ID_HEADER = "ember-client-id"
 CHUNK_BYTES = 4 * 1024 * 1024  # a few MiB per message: never one giant message
 DEFAULT_PORT = 10001  # Ray's client server port

@@ -89,20 +89,29 @@ class Proxy:
             await _stop(session.proc)
             log.info("client %s disconnected", cid)
 
-    async def call(self, request_iterator: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+    async def _session(self, context: Any) -> Session:
         session = self.sessions.get(self._client_id(context))
         if session is None:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 "no session for this client: Connect first (or it has ended)")
-            return
-        forward: Any = session.channel.stream_stream(protocol.CALL)
+        assert session is not None
+        return session
+
+    async def call(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
+        forward: Any = (await self._session(context)).channel.unary_stream(protocol.CALL)
+        async for msg in forward(request):
+            yield msg
+
+    async def call_chunked(self, request_iterator: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        forward: Any = (await self._session(context)).channel.stream_stream(protocol.CALL_CHUNKED)
         async for msg in forward(request_iterator):
             yield msg
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(protocol.SERVICE, {
             "Connect": grpc.unary_stream_rpc_method_handler(self.connect),
-            "Call": grpc.stream_stream_rpc_method_handler(self.call),
+            "Call": grpc.unary_stream_rpc_method_handler(self.call),
+            "CallChunked": grpc.stream_stream_rpc_method_handler(self.call_chunked),
         })
 
     async def close(self) -> None:

@@ -51,8 +51,15 @@ class SessionServer:
         finally:
             self.closed.set()
 
-    async def call(self, request_iterator: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
-        data = protocol.join([m async for m in request_iterator])
+    async def call(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
+        async for chunk in self._run(request):
+            yield chunk
+
+    async def call_chunked(self, request_iterator: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        async for chunk in self._run(protocol.join([m async for m in request_iterator])):
+            yield chunk
+
+    async def _run(self, data: bytes) -> AsyncIterator[bytes]:
         loop = asyncio.get_running_loop()
         reply = await loop.run_in_executor(self.pool, self.ops.handle, data)
         for chunk in protocol.chunks(reply):
@@ -61,7 +68,8 @@ class SessionServer:
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(protocol.SERVICE, {
             "Connect": grpc.unary_stream_rpc_method_handler(self.connect),
-            "Call": grpc.stream_stream_rpc_method_handler(self.call),
+            "Call": grpc.unary_stream_rpc_method_handler(self.call),
+            "CallChunked": grpc.stream_stream_rpc_method_handler(self.call_chunked),
         })
 
 
