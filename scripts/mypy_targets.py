@@ -2,7 +2,7 @@
 one list of what is checked strictly (adding a module or package there adds it to the gate).
 
     python scripts/mypy_targets.py services   # -p ember_common -p ember_gcs ...
-    python scripts/mypy_targets.py client     # -m ember._private.core_worker ... -p ember.dag ...
+    python scripts/mypy_targets.py client     # -p ember
 
 An entry "pkg.*" is the package `pkg` (`-p pkg`, its "pkg" entry included); any other entry is
 one module (`-m module`). `client` is the entries of the `ember` package, `services` the others
