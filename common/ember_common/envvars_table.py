@@ -234,6 +234,14 @@ _group(
 )
 
 _group(
+    "Client proxy (remote drivers: `ember.init(\"ember://HOST:10001\")`, ember.util.client)",
+    ("EMBER_CLIENT_PROXY_CHUNK_BYTES", "int", 4 * 1024 ** 2, "bytes", ("driver", "client-proxy"),
+     "the size of each message a value travels in between a remote driver, the client proxy and its session"),
+    ("EMBER_CLIENT_PROXY_SESSION_START_TIMEOUT_S", "float", 60.0, "s", ("client-proxy",),
+     "how long the client proxy waits for a client's session process (its driver) to start"),
+)
+
+_group(
     "Tracing and metrics (OTEL_* variables, the OpenTelemetry standard, configure the exporters)",
     ("EMBER_TRACE_DIR", "str", None, "", ALL,
      "the directory of the ember_file span exporter (read by `ember trace show` and the dashboard)"),

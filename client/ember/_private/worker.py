@@ -15,6 +15,7 @@ from ember_common.config import Config, get_config
 from ember_common.gcs_client import SyncGcsClient
 from ember_common.proto import common_pb2
 
+from . import client_mode
 from . import node as node_mod
 from .api import init_args
 from .api import logging_config as logging_config_mod
@@ -56,24 +57,18 @@ class Worker:
 
 _global_worker: Worker | None = None
 _init_lock = threading.RLock()
-# Client mode (ember.init("ember://HOST:PORT") or "ray://"): the connection to the client proxy
-# (ember.util.client); the public API hands its calls to it and this process has no core.
-_client: Any = None
 
 
 def client_connection() -> Any:
-    """The client-mode connection, or None (a normal driver, or a worker)."""
-    return _client
+    """The client-mode connection (ember.init("ember://...")), or None: a driver or a worker."""
+    return client_mode.active
 
 
 def global_worker() -> Worker:
     w = _global_worker
     if w is None:
-        if _client is not None:  # the API that got here has no client-mode path
-            caller = sys._getframe(1).f_code.co_name
-            from ember.util.client.client import unsupported
-
-            raise unsupported(f"{caller}()")
+        if client_mode.active is not None:  # the API that got here has no client-mode path
+            client_mode.unsupported_here()
         init()
         w = _global_worker
     assert w is not None
@@ -221,13 +216,11 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
     if unknown:  # Ray's error for them (a RuntimeError)
         raise RuntimeError(f"Unknown keyword argument(s): {', '.join(unknown)}")
     target = address if address is not None else (envvars.get("EMBER_ADDRESS") or os.environ.get("RAY_ADDRESS"))
-    if isinstance(target, str) and target.startswith(("ray://", "ember://")):
-        given = {"num_cpus": num_cpus, "num_gpus": num_gpus, "resources": resources, "memory": memory,
-                 "object_store_memory": object_store_memory, "include_dashboard": include_dashboard,
-                 "logging_config": logging_config, "namespace": namespace, "runtime_env": runtime_env,
-                 **kwargs}
-        client_info: RuntimeContextInfo = _init_client(target, ignore_reinit_error, given)  # the same keys
-        return client_info
+    if client_mode.is_client_address(target):  # returns a ClientInfo: the same keys
+        return _init_client(target, ignore_reinit_error, dict(  # type: ignore[no-any-return]
+            kwargs, num_cpus=num_cpus, num_gpus=num_gpus, resources=resources, memory=memory,
+            object_store_memory=object_store_memory, include_dashboard=include_dashboard,
+            logging_config=logging_config, namespace=namespace, runtime_env=runtime_env))
     connecting = _resolve_address(address) is not None
     include_dashboard, namespace, runtime_env = init_args.check_extras(kwargs, connecting, include_dashboard, namespace,
                                                              runtime_env)
@@ -262,6 +255,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                                       labels=kwargs.get("labels"))
             if include_dashboard:  # Ray's include_dashboard / dashboard_host / dashboard_port
                 node_mod.start_embedded_dashboard(cluster, kwargs)
+            if kwargs.get("_ray_client_server_port") is not None:  # the client proxy, for tests
+                client_mode.start_embedded_proxy(cluster, int(kwargs["_ray_client_server_port"]))
             gcs_address = cluster.gcs_address
             node = cluster.node
             node_id, raylet, objmgr, store_dir, session_dir = (
@@ -306,23 +301,15 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
 
 
 def _init_client(address: str, ignore_reinit_error: bool, given: dict[str, Any]) -> Any:
-    """Client mode: connects to the client proxy, which runs this program's driver on the head."""
-    global _client
-    from ember.util.client import client as client_mod
-
-    bad = [k for k, v in given.items() if v is not None and k not in client_mod.INIT_OPTIONS]
-    if bad:
-        raise client_mod.unsupported(f"ember.init({'=..., '.join(bad)}=...)")
-    with _init_lock:
-        if _client is not None or _global_worker is not None:
+    with _init_lock:  # client mode: the client proxy runs this program's driver on the head
+        if client_mode.active is not None or _global_worker is not None:
             if ignore_reinit_error:
-                return (RuntimeContextInfo(_global_worker) if _global_worker is not None
-                        else client_mod.ClientInfo(_client))
+                return RuntimeContextInfo(_global_worker) if _global_worker is not None else client_mode.info()
             raise RuntimeError("Maybe you called ember.init twice by accident? Call ember.shutdown() "
                                "first, or pass ignore_reinit_error=True.")
-        _client = client_mod.ClientConnection(address, {k: v for k, v in given.items() if v is not None})
+        info = client_mode.connect(address, given)
         atexit.register(shutdown)
-        return client_mod.ClientInfo(_client)
+        return info
 
 
 def _add_job(gcs_address: str, worker_id: str, namespace: str) -> bytes:
@@ -340,6 +327,8 @@ class RuntimeContextInfo(dict[str, Any]):
         super().__init__(address=w.core.gcs_address, node_id=w.core.node_id,
                          session_dir=w.core.session_dir,
                          dashboard_url=getattr(w.cluster, "dashboard_url", None))
+        if addr := getattr(w.cluster, "client_server_address", None):  # _ray_client_server_port
+            self["client_server_address"] = addr
         self.address_info = dict(self)
 
     def __enter__(self) -> RuntimeContextInfo:
@@ -364,11 +353,9 @@ def _shutdown_at_exit() -> None:
 def shutdown(*, wait_for_processes: bool = False, _end: tuple[str, str] = ("SUCCEEDED", "")) -> None:
     """Disconnects; stops the embedded cluster if this driver started it. Ember always waits
     for that cluster's processes to exit, so Ray's wait_for_processes=True holds either way."""
-    global _global_worker, _client
+    global _global_worker
     with _init_lock:
-        if _client is not None:  # client mode: the session's driver ends the job
-            c, _client = _client, None
-            c.disconnect()
+        if client_mode.disconnect():  # client mode: the session's driver ends the job
             return
         w = _global_worker
         if w is None:
@@ -402,15 +389,15 @@ def shutdown(*, wait_for_processes: bool = False, _end: tuple[str, str] = ("SUCC
 
 
 def is_initialized() -> bool:
-    return _global_worker is not None or _client is not None
+    return _global_worker is not None or client_mode.active is not None
 
 
 def put(value: Any, *, _owner: Any = None) -> ObjectRef:
     if isinstance(value, ObjectRef):
         raise TypeError("Calling put() on an ObjectRef is not allowed: it is already a reference. "
                         "Pass the ObjectRef itself, or get() its value first.")
-    if _client is not None:
-        return _client.call("put", value)  # type: ignore[no-any-return]
+    if client_mode.active is not None:
+        return client_mode.active.call("put", value)  # type: ignore[no-any-return]
     w = global_worker()
     if tracing.enabled():
         with tracing.span("put") as sp:
@@ -423,8 +410,8 @@ def put(value: Any, *, _owner: Any = None) -> ObjectRef:
 
 
 def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
-    if _client is not None:
-        return _client.get(object_refs, timeout)
+    if client_mode.active is not None:
+        return client_mode.active.get(object_refs, timeout)
     if tracing.enabled():
         n = 1 if isinstance(object_refs, ObjectRef) else len(object_refs) if isinstance(
             object_refs, (list, tuple)) else None
@@ -465,8 +452,8 @@ def wait(ray_waitables: Sequence[ObjectRef], *, num_returns: int = 1, timeout: f
         raise ValueError(f"num_returns must be between 1 and len(ray_waitables)={len(refs)}, got {num_returns}")
     if timeout is not None and timeout < 0:
         raise ValueError(f"timeout must be >= 0, got {timeout}")
-    if _client is not None:
-        return _client.wait(refs, num_returns, timeout, fetch_local)  # type: ignore[no-any-return]
+    if client_mode.active is not None:
+        return client_mode.active.wait(refs, num_returns, timeout, fetch_local)  # type: ignore[no-any-return]
     w = global_worker()
     return w.core.wait(refs, num_returns, timeout, fetch_local)
 
@@ -480,8 +467,8 @@ def cancel(ray_waitable: ObjectRef, *, force: bool = False, recursive: bool = Tr
     TaskCancelledError."""
     if not isinstance(ray_waitable, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(ray_waitable).__name__}")
-    if _client is not None:
-        _client.call("cancel", ray_waitable, bool(force), bool(recursive))
+    if client_mode.active is not None:
+        client_mode.active.call("cancel", ray_waitable, bool(force), bool(recursive))
         return
     core = global_worker().core
     core.run(_cancel(core, ray_waitable.task_id(), bool(force), bool(recursive)))
@@ -505,8 +492,8 @@ def _gcs_nodes() -> list[common_pb2.NodeInfo]:
 
 def nodes() -> list[dict[str, Any]]:
     """Every node the GCS knows, in Ray's format."""
-    if _client is not None:
-        return _client.call("nodes")  # type: ignore[no-any-return]
+    if client_mode.active is not None:
+        return client_mode.active.call("nodes")  # type: ignore[no-any-return]
     out = []
     for n in _gcs_nodes():
         alive = n.state == common_pb2.NodeInfo.ALIVE
@@ -525,6 +512,8 @@ def nodes() -> list[dict[str, Any]]:
 def _sum(field: str) -> dict[str, float]:
     """Adds up a resource map over the alive nodes, with each node's object store capacity as
     `object_store_memory` (as Ray reports it: a capacity, not a count of free bytes)."""
+    if client_mode.active is not None:
+        return client_mode.active.call("resources", field)  # type: ignore[no-any-return]
     total: dict[str, float] = {}
     for n in _gcs_nodes():
         if n.state != common_pb2.NodeInfo.ALIVE:
@@ -537,14 +526,10 @@ def _sum(field: str) -> dict[str, float]:
 
 
 def cluster_resources() -> dict[str, float]:
-    if _client is not None:
-        return _client.call("cluster_resources")  # type: ignore[no-any-return]
     return _sum("total_resources")
 
 
 def available_resources() -> dict[str, float]:
-    if _client is not None:
-        return _client.call("available_resources")  # type: ignore[no-any-return]
     return {k: v for k, v in _sum("available_resources").items() if v > 0}
 
 

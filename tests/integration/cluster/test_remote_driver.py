@@ -15,8 +15,7 @@ import urllib.request
 
 import pytest
 
-from ember._private import node as node_mod
-from ember.testing import LocalCluster
+import ember
 from ember_common import auth
 
 WORKLOAD = textwrap.dedent('''
@@ -242,19 +241,13 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def proxy(tmp_path_factory):
-    c = LocalCluster()
-    proc = None
+def proxy():
+    """An embedded cluster with its client proxy (as `ember start --head --ray-client-server-port`)."""
+    info = ember.init(num_cpus=2, _ray_client_server_port=0)
     try:
-        c.add_node({"CPU": 2}, is_head=True)
-        proc = node_mod.start_service("ember.util.client.proxy",
-                                      ["--gcs-address", c.gcs_address, "--host", "127.0.0.1", "--port", "0"],
-                                      c.session_dir, "client_proxy")
-        yield proc.port
+        yield int(info["client_server_address"].rsplit(":", 1)[1])
     finally:
-        if proc is not None:
-            node_mod.stop_process(proc.pid, popen=proc.popen, timeout_s=15)
-        c.shutdown()
+        ember.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ def is_loopback(host: str) -> bool:
 
 # Ray's init arguments outside its signature that Ember takes (check_extras says how).
 PRIVATE_INIT_ARGS = {"dashboard_host", "dashboard_port", "local_mode", "_temp_dir", "_system_config",
-                     "job_config", "_node_ip_address", "_metrics_export_port", "labels"}
+                     "job_config", "_node_ip_address", "_metrics_export_port", "labels",
+                     "_ray_client_server_port"}
 # Ray's JobConfig fields (a JobConfig's attributes, or a dict's keys): runtime_env and
 # ray_namespace are honoured, the others raise when set.
 JOB_CONFIG_FIELDS = ("runtime_env", "ray_namespace", "metadata", "jvm_options", "code_search_path",
@@ -44,7 +45,8 @@ def check_extras(kwargs: dict[str, Any], connecting: bool, include_dashboard: bo
         kit_labels.validate_node_labels(kwargs["labels"], "ember.init(labels=...)")
     dash = [k for k in ("dashboard_host", "dashboard_port") if kwargs.get(k) is not None]
     if connecting:
-        given = dash + [k for k in ("_metrics_export_port", "labels") if kwargs.get(k)]
+        given = dash + [k for k in ("_metrics_export_port", "labels") if kwargs.get(k)] + [
+            k for k in ("_ray_client_server_port",) if kwargs.get(k) is not None]
         if include_dashboard:
             given.insert(0, "include_dashboard")
         if given:

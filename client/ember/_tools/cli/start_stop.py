@@ -48,6 +48,10 @@ def add_parser(sub: Any) -> None:
                    help="start the dashboard on the head on this port (0 = any free one)")
     s.add_argument("--dashboard-host", default="127.0.0.1",
                    help="interface the dashboard listens on (default loopback; 0.0.0.0 = all)")
+    s.add_argument("--ray-client-server-port", type=int, default=None,
+                   help="start the client proxy on the head on this port (Ray's is 10001; 0 = any "
+                        "free one): drivers elsewhere connect with ember.init('ember://HOST:PORT') "
+                        "or ray://; it listens on --node-ip-address")
     s.add_argument("--autoscaling-config", default=None,
                    help="run the autoscaler on the head with this cluster config (YAML or JSON)")
     s.add_argument("--block", action="store_true",
@@ -102,6 +106,8 @@ def cmd_start(ns: argparse.Namespace) -> int:
 
     if ns.head == bool(ns.address):
         raise UsageError("give exactly one of --head or --address HOST:PORT")
+    if ns.ray_client_server_port is not None and not ns.head:
+        raise UsageError("--ray-client-server-port starts the client proxy on the head: give --head")
     if ns.autoscaling_config and not ns.head:
         raise UsageError("--autoscaling-config runs the autoscaler on the head: give --head")
     if ns.autoscaling_config:  # a bad config fails before anything starts
@@ -140,21 +146,31 @@ def cmd_start(ns: argparse.Namespace) -> int:
             port = node_mod.DEFAULT_DASHBOARD_PORT if ns.dashboard_port is None else ns.dashboard_port
             dashboard = node_mod.start_dashboard(session_dir, gcs_address, host=ns.dashboard_host, port=port)
             procs.append(dashboard)
+        client_proxy = None
+        if ns.head and ns.ray_client_server_port is not None:
+            from ember._private import client_mode
+
+            client_proxy = client_mode.start_proxy(session_dir, gcs_address, host=ns.node_ip_address,
+                                                   port=ns.ray_client_server_port)
+            procs.append(client_proxy)
     except (RuntimeError, ValueError) as e:  # ValueError: the auth token configuration
         for p in procs:
             node_mod.stop_process(p.pid, popen=p.popen)
         print(f"ember: error: {e}", file=sys.stderr)
         return 1
     scaler = _start_autoscaler(ns.autoscaling_config, gcs_address, session_dir) if ns.autoscaling_config else None
-    # Stop order: the autoscaler (it stops the nodes it started), the dashboard (a driver),
-    # raylet, objmgr, then the GCS.
-    record.pids = ([scaler.pid] if scaler else []) + ([dashboard.pid] if dashboard else []) + [
-        p.pid for p in node_procs] + [p.pid for p in procs if p not in node_procs and p is not dashboard]
+    # Stop order: the autoscaler (it stops the nodes it started), the dashboard and the client
+    # proxy (drivers), raylet, objmgr, then the GCS.
+    drivers = [p for p in (dashboard, client_proxy) if p is not None]
+    record.pids = ([scaler.pid] if scaler else []) + [p.pid for p in drivers] + [
+        p.pid for p in node_procs] + [p.pid for p in procs if p not in node_procs and p not in drivers]
     record.save()
     if ns.head:
         info = {"gcs_address": gcs_address, "session_dir": session_dir}
         if dashboard is not None:
             info["dashboard_url"] = f"http://{ns.dashboard_host}:{dashboard.port}"
+        if client_proxy is not None:
+            info["client_server_address"] = f"ember://{ns.node_ip_address}:{client_proxy.port}"
         node_mod.write_current_cluster(info)
         print(f"Ember head node started: GCS at {gcs_address} (storage: {ns.gcs_storage}).")
         print(f"  Add nodes:        ember start --address={gcs_address}")
@@ -166,6 +182,9 @@ def cmd_start(ns: argparse.Namespace) -> int:
         host = ns.node_ip_address if ns.dashboard_host in ("0.0.0.0", "::") else ns.dashboard_host
         print(f"  Dashboard: http://{host}:{dashboard.port}   (jobs: ember job submit / Ray's "
               f"JobSubmissionClient('http://{host}:{dashboard.port}'))")
+    if client_proxy is not None:
+        print(f"  Remote drivers: ember.init('ember://{ns.node_ip_address}:{client_proxy.port}')   "
+              f"(or Ray's ray://)")
     print(f"  Resources: {res}")
     if node_labels:
         print(f"  Labels:    {node_labels}")

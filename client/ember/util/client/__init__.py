@@ -8,6 +8,6 @@ pickles in chunks (`protocol.py`); the connection and its reference counts live 
 """
 from __future__ import annotations
 
-from .client import SCHEMES, ClientConnection, is_client_address
+from .client import ClientConnection, active
 
-__all__ = ["SCHEMES", "ClientConnection", "is_client_address"]
+__all__ = ["ClientConnection", "active"]

@@ -21,7 +21,6 @@ from ember_common import rpc
 from . import protocol
 from .stubs import ClientActorHandle, ClientObjectRef
 
-SCHEMES = ("ray://", "ember://")
 # ember.init's arguments a session's driver takes; the others describe a cluster or this process.
 INIT_OPTIONS = ("namespace", "runtime_env", "logging_level")
 LOCAL_PATH_KEYS = ("working_dir", "py_modules")
@@ -34,10 +33,6 @@ def active() -> ClientConnection | None:
     """The connection when this process is in client mode, else None (for libraries such as
     Serve, whose `serve.run` then runs in the session's driver)."""
     return _active
-
-
-def is_client_address(address: Any) -> bool:
-    return isinstance(address, str) and address.startswith(SCHEMES)
 
 
 def unsupported(what: str) -> NotImplementedError:
@@ -120,7 +115,7 @@ class ClientConnection:
             releases, self._releases = self._releases, []
         data = protocol.dumps((op, args, releases), self._out)
         try:
-            replies = (self._call(data, metadata=self._md) if len(data) <= protocol.CHUNK_BYTES
+            replies = (self._call(data, metadata=self._md) if len(data) <= protocol.chunk_bytes()
                        else self._call_chunked(protocol.chunks(data), metadata=self._md))
             reply = protocol.join(replies)
         except grpc.RpcError as e:

@@ -141,11 +141,9 @@ class Operations:
         ember.cancel(ref, force=force, recursive=recursive)
 
     # --- the cluster ---------------------------------------------------------------------------
-    def op_cluster_resources(self) -> dict[str, float]:
-        return ember.cluster_resources()
-
-    def op_available_resources(self) -> dict[str, float]:
-        return ember.available_resources()
+    def op_resources(self, field: str) -> dict[str, float]:
+        """ember.cluster_resources() ("total_resources") or ember.available_resources()."""
+        return ember.cluster_resources() if field == "total_resources" else ember.available_resources()
 
     def op_nodes(self) -> list[dict[str, Any]]:
         return ember.nodes()

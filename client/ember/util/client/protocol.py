@@ -9,7 +9,7 @@
     CallChunked (stream -> stream)  the same, for a request bigger than one chunk.
 
 Every operation goes through Call or CallChunked, so a value of any size travels as a stream
-of CHUNK_BYTES messages, never as one giant message.
+of EMBER_CLIENT_PROXY_CHUNK_BYTES messages, never as one giant message.
 
 Every message is opaque bytes: the payloads are pickles (functions, classes, arguments) that
 only the two ends read, and the proxy in between forwards them without parsing. Refs and actor
@@ -25,21 +25,37 @@ from typing import Any, Callable, Iterable, Iterator
 
 import cloudpickle
 
+from ember_common import envvars
+
 SERVICE = "ember.client.ClientProxy"
 CONNECT = f"/{SERVICE}/Connect"
 CALL = f"/{SERVICE}/Call"
 CALL_CHUNKED = f"/{SERVICE}/CallChunked"
 CLIENT_ID_HEADER = "ember-client-id"
-CHUNK_BYTES = 4 * 1024 * 1024  # a few MiB per message: never one giant message
 DEFAULT_PORT = 10001  # Ray's client server port
 
 
+_chunk_bytes = 0
+
+
+def chunk_bytes() -> int:
+    """EMBER_CLIENT_PROXY_CHUNK_BYTES (read once): a few MiB per message, never one giant one."""
+    global _chunk_bytes
+    if not _chunk_bytes:
+        n = int(envvars.value("EMBER_CLIENT_PROXY_CHUNK_BYTES"))
+        if n <= 0:
+            raise ValueError(f"EMBER_CLIENT_PROXY_CHUNK_BYTES must be > 0, got {n}")
+        _chunk_bytes = n
+    return _chunk_bytes
+
+
 def chunks(data: bytes) -> Iterator[bytes]:
-    """data as CHUNK_BYTES slices (at least one message, even for b"")."""
+    """data as chunk_bytes() slices (at least one message, even for b"")."""
+    size = chunk_bytes()
     view = memoryview(data)
-    yield bytes(view[:CHUNK_BYTES])
-    for start in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
-        yield bytes(view[start:start + CHUNK_BYTES])
+    yield bytes(view[:size])
+    for start in range(size, len(data), size):
+        yield bytes(view[start:start + size])
 
 
 def join(messages: Iterable[bytes]) -> bytes:

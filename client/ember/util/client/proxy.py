@@ -25,13 +25,12 @@ from typing import Any, AsyncIterator
 
 import grpc
 
-from ember_common import auth, rpc, tls
+from ember_common import auth, envvars, rpc, tls
 
 from . import protocol
 from .session import die_with_parent
 
 log = logging.getLogger(__name__)
-SESSION_START_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -46,6 +45,7 @@ class Proxy:
     def __init__(self, gcs_address: str) -> None:
         self.gcs_address = gcs_address
         self.sessions: dict[str, Session] = {}
+        self.start_timeout_s = float(envvars.value("EMBER_CLIENT_PROXY_SESSION_START_TIMEOUT_S"))
 
     @staticmethod
     def _client_id(context: Any) -> str:
@@ -61,7 +61,7 @@ class Proxy:
             stdout=asyncio.subprocess.PIPE, env=env)
         assert proc.stdout is not None
         try:
-            line = await asyncio.wait_for(proc.stdout.readline(), SESSION_START_TIMEOUT_S)
+            line = await asyncio.wait_for(proc.stdout.readline(), self.start_timeout_s)
             port = int(line)
         except (asyncio.TimeoutError, ValueError):
             await _stop(proc)
