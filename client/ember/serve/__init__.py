@@ -14,8 +14,18 @@ DeploymentHandle), and the HTTP proxy service `ember_serve_proxy` (services/serv
 from __future__ import annotations
 
 from ._private.replica import get_replica_context
-from .api import (ApplicationStatus, DeploymentStatus, ServeStatus, delete, get_app_handle,
-                  get_deployment_handle, run, shutdown, start, status)
+from .api import (
+    ApplicationStatus,
+    DeploymentStatus,
+    ServeStatus,
+    delete,
+    get_app_handle,
+    get_deployment_handle,
+    run,
+    shutdown,
+    start,
+    status,
+)
 from .batching import batch
 from .config import AutoscalingConfig, DeploymentConfig, HTTPOptions
 from .deployment import Application, Deployment, deployment, ingress

@@ -90,7 +90,7 @@ class _Batcher:
             if not isinstance(results, (list, tuple)) or len(results) != len(items):
                 raise TypeError(f"@serve.batch function {self.fn.__name__} must return a list of "
                                 f"{len(items)} results (one per input), got {type(results).__name__}")
-            for (_, f), r in zip(batch, results):
+            for (_, f), r in zip(batch, results, strict=True):
                 if not f.done():
                     f.set_result(r)
         except Exception as e:
