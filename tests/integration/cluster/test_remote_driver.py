@@ -13,9 +13,11 @@ import sys
 import textwrap
 import urllib.request
 
+import psutil
 import pytest
 
 import ember
+from ember.testing import wait_for
 from ember_common import auth
 
 WORKLOAD = textwrap.dedent('''
@@ -342,3 +344,63 @@ def test_wrong_token_is_refused(proxy):
     out = subprocess.run([sys.executable, "-c", code, f"ember://127.0.0.1:{proxy}"],
                          env=_client_env(proxy, "not-the-token"), capture_output=True, text=True, timeout=60)
     assert "REFUSED" in out.stdout, out.stderr[-2000:]
+
+
+HOLDER = textwrap.dedent('''
+    import os, sys, time
+    import ember
+
+    ember.init(os.environ["PROXY_ADDRESS"])
+
+    @ember.remote
+    class Box:
+        def get(self):
+            return "alive"
+
+    box = Box.remote()
+    print("READY", ember.get(box.get.remote()), flush=True)
+    while not os.path.exists(sys.argv[1]):  # the test's go-ahead
+        time.sleep(0.05)
+    print("AFTER", ember.get(box.get.remote()), flush=True)
+''')
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:  # gone, or a zombie
+        return ""
+
+
+def _sessions() -> list[psutil.Process]:
+    """The proxy's live session processes."""
+    proxies = [p for p in psutil.Process().children(recursive=True)
+               if "ember.util.client.proxy" in _cmdline(p)]
+    assert len(proxies) == 1, proxies
+    return [p for p in proxies[0].children() if "ember.util.client.session" in _cmdline(p)]
+
+
+def test_a_killed_client_ends_its_own_session_only(proxy, report, tmp_path):
+    """Two clients at once: SIGKILL one; its session process goes away, the other's session and
+    actor keep working."""
+    script, go = tmp_path / "holder.py", tmp_path / "go"
+    script.write_text(HOLDER)
+    env = _client_env(proxy, auth.load().token or "")
+    procs = [subprocess.Popen([sys.executable, str(script), str(go)], env=env, stdout=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "READY alive"
+        wait_for(lambda: len(_sessions()) == 2, timeout_s=30, what="two sessions")
+        procs[0].kill()
+        procs[0].wait()
+        wait_for(lambda: len(_sessions()) == 1, timeout_s=30, what="the killed client's session to end")
+        go.touch()
+        out, _ = procs[1].communicate(timeout=60)
+        assert out.strip() == "AFTER alive" and procs[1].returncode == 0
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
