@@ -4,7 +4,7 @@ A control server (the GCS, a raylet) receives messages of at most EMBER_MAX_CONT
 (`rpc.receive_limit(True)`, 4 MiB): gRPC refuses a longer one from its length prefix, before it
 buffers any of it. The few methods whose requests carry data (LARGE_METHODS: a user's KV value,
 an actor's creation spec with its inline arguments, batches of task events and log lines,
-placement-group rounds) may take up to EMBER_MAX_CONTROL_MESSAGE_BYTES (`rpc.data_limit()`,
+placement-group rounds, the heartbeat of a node holding many bundles) may take up to EMBER_MAX_CONTROL_MESSAGE_BYTES (`rpc.data_limit()`,
 64 MiB). A request to one of them over the control limit travels as one client-streaming call,
 
     /ember.Chunked/Call   metadata  ember-chunked-method: /ember.Raylet/PrepareBundleResources
@@ -36,6 +36,8 @@ LARGE_METHODS = frozenset({
     "/ember.TaskInfoGcsService/AddTaskEventData",  # a batch of task events
     "/ember.InternalPubSubGcsService/PublishLogs",  # a raylet's batch of worker output
     "/ember.PlacementGroupInfoGcsService/CreatePlacementGroups",  # a driver's batch of groups
+    # a raylet's resources, each committed bundle's named ones included (two names a bundle)
+    "/ember.NodeInfoGcsService/ReportHeartbeat",
     # a round's groups on one raylet, up to validate_rules.MAX_BUNDLES_PER_GROUP bundles each
     "/ember.Raylet/PrepareBundleResources",
     "/ember.Raylet/CommitBundleResources",

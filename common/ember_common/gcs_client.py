@@ -375,6 +375,14 @@ class SyncGcsClient:
             node_id=node_id, available_resources=available, total_resources=total),
             idempotent=True, timeout_s=timeout_s, retry=retry)
 
+    def send_heartbeat(self, request: gcs_pb2.ReportHeartbeatRequest, *, timeout_s: float | None = None,
+                       retry: backoff.Backoff | None = backoff.NO_RETRY) -> gcs_pb2.ReportHeartbeatReply:
+        """A heartbeat as built (a raylet's `HeartbeatReport`: whole maps or a delta); its reply
+        says whether the GCS wants the whole maps next. NotFound as for report_heartbeat."""
+        reply: gcs_pb2.ReportHeartbeatReply = self._call(self._nodes.ReportHeartbeat, request, idempotent=True,
+                                                         timeout_s=timeout_s, retry=retry)
+        return reply
+
     def get_all_job_info(self, *, timeout_s: float | None = None,
                          retry: backoff.Backoff | None = None) -> list[common_pb2.JobInfo]:
         """Every job, in id order."""

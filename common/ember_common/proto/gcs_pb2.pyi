@@ -20,7 +20,7 @@ class RegisterNodeReply(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ...) -> None: ...
 
 class ReportHeartbeatRequest(_message.Message):
-    __slots__ = ("node_id", "available_resources", "total_resources")
+    __slots__ = ("node_id", "available_resources", "total_resources", "delta", "removed_resources", "seq", "base_seq")
     class AvailableResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -38,14 +38,24 @@ class ReportHeartbeatRequest(_message.Message):
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     TOTAL_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    BASE_SEQ_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     available_resources: _containers.ScalarMap[str, float]
     total_resources: _containers.ScalarMap[str, float]
-    def __init__(self, node_id: _Optional[str] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., total_resources: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    delta: bool
+    removed_resources: _containers.RepeatedScalarFieldContainer[str]
+    seq: int
+    base_seq: int
+    def __init__(self, node_id: _Optional[str] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., delta: _Optional[bool] = ..., removed_resources: _Optional[_Iterable[str]] = ..., seq: _Optional[int] = ..., base_seq: _Optional[int] = ...) -> None: ...
 
 class ReportHeartbeatReply(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("resend_full",)
+    RESEND_FULL_FIELD_NUMBER: _ClassVar[int]
+    resend_full: bool
+    def __init__(self, resend_full: _Optional[bool] = ...) -> None: ...
 
 class UnregisterNodeRequest(_message.Message):
     __slots__ = ("node_id", "reason")

@@ -49,6 +49,8 @@ class GcsCore:
         self.cluster_id = cluster_id
         self.nodes: dict[str, common_pb2.NodeInfo] = {}
         self._last_seen: dict[str, float] = {}
+        # Per node, the number of the heartbeat whose resource maps it holds (deltas build on it).
+        self._resource_seq: dict[str, int] = {}
         self._subs: list[Subscriber] = []
         # Recent worker deaths, replayed to each new "workers" subscriber: one that was
         # reconnecting (this GCS restarted, or its stream broke) when a death was published would
@@ -113,6 +115,7 @@ class GcsCore:
         await self.storage.put(NODES, info.node_id.encode(), info.SerializeToString())
         self.nodes[info.node_id] = info
         self._last_seen[info.node_id] = time.monotonic()
+        self._resource_seq.pop(info.node_id, None)  # its maps are the registration's now
         log.info("node %s registered (raylet %s, resources %s)", info.node_id[:8],
                  info.raylet_address, dict(info.total_resources))
         self._publish_node(info)
@@ -126,13 +129,17 @@ class GcsCore:
             await self.pgs.on_node_dead(info.node_id)
         self.pgs.wake()
 
-    def heartbeat(self, node_id: str, available: dict[str, float], total: dict[str, float]) -> None:
-        """A node is alive with these resources (published when they changed). NotFound when the
-        node is not known as ALIVE: it must register again."""
+    def heartbeat(self, node_id: str, available: dict[str, float], total: dict[str, float],
+                  with_resources: bool = True) -> None:
+        """A node is alive with these resources (published when they changed; with_resources=False:
+        alive, resources untouched). NotFound when the node is not known as ALIVE: it must
+        register again."""
         info = self.nodes.get(node_id)
         if info is None or info.state != common_pb2.NodeInfo.ALIVE:
             raise NotFound(f"node {node_id} is not registered as alive with this GCS")
         self._last_seen[node_id] = time.monotonic()
+        if not with_resources:
+            return
         changed = dict(info.available_resources) != available or (
             total and dict(info.total_resources) != total)
         if changed:
@@ -142,6 +149,28 @@ class GcsCore:
                 info.total_resources.clear()
                 info.total_resources.update(total)
             self._publish_node(info)
+
+    def heartbeat_report(self, r: gcs_pb2.ReportHeartbeatRequest) -> bool:
+        """A raylet's heartbeat (resources.HeartbeatReport): the whole maps, or a delta on the
+        heartbeat `base_seq`. Returns True when it was a delta on maps this GCS does not hold
+        (the node is still alive; the raylet sends them whole next). NotFound as `heartbeat`."""
+        if not r.delta:
+            self.heartbeat(r.node_id, dict(r.available_resources), dict(r.total_resources))
+            self._resource_seq[r.node_id] = r.seq
+            return False
+        self.heartbeat(r.node_id, {}, {}, with_resources=False)  # alive; NotFound when not
+        if self._resource_seq.get(r.node_id) != r.base_seq:
+            return True
+        self._resource_seq[r.node_id] = r.seq
+        if r.available_resources or r.total_resources or r.removed_resources:
+            info = self.nodes[r.node_id]
+            info.available_resources.update(r.available_resources)
+            info.total_resources.update(r.total_resources)
+            for k in r.removed_resources:
+                info.available_resources.pop(k, None)
+                info.total_resources.pop(k, None)
+            self._publish_node(info)
+        return False
 
     async def mark_dead(self, node_id: str, reason: str) -> None:
         """Marks a node DEAD (idempotent); its actors restart or die. NotFound if unknown."""
@@ -154,6 +183,7 @@ class GcsCore:
         info.death_reason = reason
         info.available_resources.clear()
         self._last_seen.pop(node_id, None)
+        self._resource_seq.pop(node_id, None)
         await self.storage.put(NODES, node_id.encode(), info.SerializeToString())
         log.warning("node %s marked DEAD: %s", node_id[:8], reason)
         self._publish_node(info)

@@ -44,9 +44,7 @@ class NodeInfoServicer(gcs_pb2_grpc.NodeInfoGcsServiceServicer):
 
     @rpc_errors
     async def ReportHeartbeat(self, request: gcs_pb2.ReportHeartbeatRequest, context: rpc.Context) -> gcs_pb2.ReportHeartbeatReply:
-        self.core.heartbeat(request.node_id, dict(request.available_resources),
-                            dict(request.total_resources))
-        return gcs_pb2.ReportHeartbeatReply()
+        return gcs_pb2.ReportHeartbeatReply(resend_full=self.core.heartbeat_report(request))
 
     @rpc_errors
     async def GetAllNodeInfo(self, request: gcs_pb2.GetAllNodeInfoRequest, context: rpc.Context) -> gcs_pb2.GetAllNodeInfoReply:

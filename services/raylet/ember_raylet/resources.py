@@ -1,6 +1,6 @@
 """Node resources: scalar amounts (CPU, memory, custom) plus GPUs as instances with fractions.
 
-Pure logic, no I/O. A request for num_gpus < 1 takes that fraction of one GPU (two 0.5 requests
+Pure logic, no I/O (`HeartbeatReport` builds the heartbeat's message). A request for num_gpus < 1 takes that fraction of one GPU (two 0.5 requests
 share GPU 0); a whole-number request takes that many entirely free GPUs. Allocations return the
 GPU ids so the worker can set CUDA_VISIBLE_DEVICES.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ember_common import resources as kit_resources
+from ember_common.proto import gcs_pb2
 
 EPS = 1e-9
 GPU = kit_resources.GPU
@@ -117,3 +118,44 @@ class NodeResources:
         the dict's own lock on a free-threaded build), then read from the copies."""
         available, total = dict(self.available), dict(self.total)
         return {k: round(max(v, 0.0), 6) for k, v in available.items()}, total
+
+
+class HeartbeatReport:
+    """What a raylet's heartbeats carry: the whole (available, total) maps first, then only the
+    entries that changed since the heartbeat the GCS took last (`delta`), so a node holding
+    many placement-group bundles (two named resources each: bundles.py) sends a few names a
+    period, not all of them. The GCS answers `resend_full` to a delta it cannot apply (it holds
+    another heartbeat, or none after a restart); a failed call, or a registration anew
+    (`forget`), also makes the next heartbeat whole. Used from the heartbeat thread only."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self.seq = 0
+        self._taken: tuple[int, dict[str, float], dict[str, float]] | None = None  # (seq, available, total)
+        self._sent: tuple[int, dict[str, float], dict[str, float]] | None = None
+
+    def build(self, available: dict[str, float], total: dict[str, float]) -> gcs_pb2.ReportHeartbeatRequest:
+        """The next heartbeat for this snapshot (from `NodeResources.snapshot`)."""
+        self.seq += 1
+        self._sent = (self.seq, available, total)
+        if self._taken is None:
+            return gcs_pb2.ReportHeartbeatRequest(node_id=self.node_id, available_resources=available,
+                                                  total_resources=total, seq=self.seq)
+        base, old_available, old_total = self._taken
+        return gcs_pb2.ReportHeartbeatRequest(
+            node_id=self.node_id, delta=True, seq=self.seq, base_seq=base,
+            available_resources=_changed(old_available, available), total_resources=_changed(old_total, total),
+            removed_resources=[k for k in old_total.keys() | old_available.keys()
+                               if k not in total and k not in available])
+
+    def taken(self, reply: gcs_pb2.ReportHeartbeatReply) -> None:
+        """The GCS answered the last heartbeat built."""
+        self._taken = None if reply.resend_full else self._sent
+
+    def forget(self) -> None:
+        """The GCS may hold other maps (a failed call, a registration anew): send them whole."""
+        self._taken = None
+
+
+def _changed(old: dict[str, float], new: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in new.items() if old.get(k) != v}

@@ -24,6 +24,7 @@ from . import memory_monitor as mem
 from .log_monitor import LogMonitor
 from .log_service import LogServiceServicer, StartedWorkers, WorkerPids
 from .raylet import Raylet
+from .resources import HeartbeatReport
 from .worker_ledger import KV_NAMESPACE, LedgerWriter, WorkerLedger, ledger_key
 from .worker_pool import WorkerState
 
@@ -136,6 +137,7 @@ class Heartbeats(threading.Thread):
         self.node.CopyFrom(node)  # its own copy: the loop never shares a message with this thread
         self.registered_again = registered_again
         self.gcs = SyncGcsClient(raylet.gcs_address, timeout_s=max(self.period_s * 4, 2))
+        self.report = HeartbeatReport(self.node_id)  # whole maps first, then what changed
         self._halt = threading.Event()  # not `_stop`: Thread.join calls its own _stop()
 
     def run(self) -> None:
@@ -150,14 +152,15 @@ class Heartbeats(threading.Thread):
     def beat(self) -> None:
         """One heartbeat (failures are logged: the next period is the retry)."""
         try:
-            available, total = self.resources.snapshot()
             try:
-                self.gcs.report_heartbeat(self.node_id, available, total)
+                self.report.taken(self.gcs.send_heartbeat(self.report.build(*self.resources.snapshot())))
             except rpc.NotFound:
+                self.report.forget()
                 log.warning("the GCS does not know this node (restarted?): registering again")
                 self.gcs.register_node(self.node, retry=backoff.NO_RETRY)
                 self.registered_again()
         except rpc.ServiceError as e:
+            self.report.forget()  # the GCS may or may not have taken it
             log.debug("heartbeat failed: %s", e)
 
     def stop(self) -> None:
