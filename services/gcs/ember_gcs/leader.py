@@ -14,10 +14,14 @@ replica's, a deposed leader's writes are refused by etcd itself.
 
 The leader renews its lease every third of its TTL. It knows it holds the lease only until
 `LeaseClock.valid_until`: the send time of the last renewal etcd answered plus the TTL etcd gave
-(etcd counts from when it received the renewal, later, so the local bound ends first). Past it,
-or when etcd answers that the lease is gone, the leadership is lost; the process then exits
-(server.py) rather than unwind its in-memory state, and a supervisor (compose, Kubernetes)
-restarts it as a follower. This is etcd's election recipe (concurrency.Election: a key per
+(etcd counts from when it received the renewal, later, so the local bound ends first). Past it
+the gate closes (`leading()` is false) but the leadership is not yet given up: a renewal that
+was slow (a loaded host stalls the event loop, or etcd, for a second) may still have reached
+etcd in time. The leader asks etcd for up to one more TTL (`_confirm`): a lease etcd still holds
+means the key is still this replica's, so no other replica can lead, and it serves again from
+the renewal's send time. When etcd answers that the lease is gone, or does not answer within
+that grace, the leadership is lost; the process then exits (server.py) rather than unwind its
+in-memory state, and a supervisor (compose, Kubernetes) restarts it as a follower. This is etcd's election recipe (concurrency.Election: a key per
 candidate, the lowest create revision leads) reduced to one key, since only the leader's identity
 matters here, not a queue of successors.
 """
@@ -27,7 +31,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Awaitable, Callable
 
 from .etcd_storage import EtcdStorage
 from .storage import StorageUnavailable
@@ -77,6 +81,9 @@ class Leadership:
         self.why_lost = ""
         self._clock = clock
         self._granted_ttl = float(ttl_s)
+        # told False when the gate closes past the local bound, True when etcd confirms the
+        # lease again (server.py: the health service's ember.Gcs says what the gate does)
+        self.on_serving: Callable[[bool], Awaitable[None]] | None = None
 
     def leading(self) -> bool:
         """This replica leads and surely still holds its lease."""
@@ -131,8 +138,9 @@ class Leadership:
         while not stop.is_set() and not self.lost.is_set():
             now = self._clock()
             if not self.lease.holds(now):
-                self.lose("its lease could not be renewed before it ended")
-                return
+                if not await self._confirm(stop):
+                    return
+                continue
             try:
                 await asyncio.wait_for(stop.wait(), self.lease.next_renewal(now, self._granted_ttl))
                 return
@@ -151,6 +159,35 @@ class Leadership:
                 self.lose("etcd says its lease has expired")
                 return
             self.lease.renewed(sent, ttl)
+
+    async def _confirm(self, stop: asyncio.Event) -> bool:
+        """Past the local bound (the gate is closed): renews with etcd until it answers, for up
+        to one more TTL. True when etcd still held the lease (leading again); else the
+        leadership is lost (False), as it is when stop is set meanwhile."""
+        give_up = self.lease.valid_until + self._granted_ttl
+        if self.on_serving is not None:
+            await self.on_serving(False)
+        while not stop.is_set():
+            sent = self._clock()
+            if sent >= give_up:
+                self.lose(f"its lease could not be renewed before it ended (etcd did not answer "
+                          f"within {self._granted_ttl:.0f} s more)")
+                return False
+            try:
+                ttl = await asyncio.wait_for(self.storage.refresh_lease(self.lease_id), give_up - sent)
+            except (StorageUnavailable, asyncio.TimeoutError):
+                await asyncio.sleep(min(0.1, max(0.0, give_up - self._clock())))
+                continue
+            if ttl <= 0:
+                self.lose("its lease ended before a renewal reached etcd")
+                return False
+            self.lease.renewed(sent, ttl)
+            if self.on_serving is not None:
+                await self.on_serving(True)
+            log.warning("GCS leader %s renewed its lease %.2f s after its local bound ended; serving again",
+                        self.address, sent - (give_up - self._granted_ttl))
+            return True
+        return False
 
     async def resign(self) -> None:
         """Ends the lease (a graceful stop): the key goes at once and a follower takes over."""

@@ -66,6 +66,7 @@ async def serve(ns: GcsSettings, stop: asyncio.Event) -> None:
         storage.on_fenced = functools.partial(leadership.lose, "etcd refused a write guarded by its leadership")
         gate.serving = leadership.leading
         gate.leader = functools.partial(_leader_of, leadership)
+        leadership.on_serving = functools.partial(_health_says, health)
     register_metrics(core, tasks)
     await server.start()
     await rpc.mark_serving(health, [servicers.REPLICA_HEALTH_NAME])
@@ -135,6 +136,12 @@ def advertised_address(ns: GcsSettings, port: int) -> str:
         return ns.advertise_address
     host = ns.host if ns.host not in ("", "0.0.0.0", "::") else rpc.default_bind_host()
     return rpc.host_port(host, port)
+
+
+async def _health_says(health: Any, serving: bool) -> None:
+    """ember.Gcs follows the gate while a leader past its lease clock asks etcd (leader.py)."""
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    await health.set(servicers.HEALTH_NAME, status)
 
 
 def _leader_of(leadership: Leadership) -> str:

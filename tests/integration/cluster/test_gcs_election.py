@@ -22,8 +22,8 @@ def etcd():
         yield proc
 
 
-async def _replicas(endpoint: str, n: int, ttl_s: int = 2) -> list[Leadership]:
-    cluster = f"test-{uuid.uuid4().hex[:8]}"
+async def _replicas(endpoint: str, n: int, ttl_s: int = 2, cluster: str = "") -> list[Leadership]:
+    cluster = cluster or f"test-{uuid.uuid4().hex[:8]}"
     out = []
     for i in range(n):
         storage = EtcdStorage(endpoint, cluster_name=cluster)
@@ -76,6 +76,49 @@ def test_a_leader_that_renews_keeps_the_lease_past_its_ttl(etcd):
             await keeper
             assert await follower is False
         finally:
+            await _close([a, b])
+    asyncio.run(main())
+
+
+def test_past_its_local_bound_a_leader_asks_etcd_and_serves_again_or_steps_down(etcd):
+    """A stalled renewal (a loaded host) can end the leader's local bound while etcd still
+    holds its lease: the gate closes, the leader asks etcd, and leads again (nobody else could
+    take over). When etcd says the lease is gone, it steps down."""
+    async def main() -> None:
+        ahead = [0.0]  # the leader's clock jumps past its bound, as after a stall
+        cluster = f"test-{uuid.uuid4().hex[:8]}"
+        (b,) = await _replicas(etcd.endpoint, 1, cluster=cluster)
+        storage = EtcdStorage(etcd.endpoint, cluster_name=cluster)
+        await storage.start()
+        a = Leadership(storage, "replica-a:1", 2, poll_s=0.05, clock=lambda: time.monotonic() + ahead[0])
+        told: list[bool] = []  # what the health service is told (server.py)
+
+        async def on_serving(serving: bool) -> None:
+            told.append(serving)
+        a.on_serving = on_serving
+        stop = asyncio.Event()
+        try:
+            assert await a.campaign(stop)
+            keeper = asyncio.ensure_future(a.keep(stop))
+            follower = asyncio.ensure_future(b.campaign(stop))
+            revision = a.revision
+            ahead[0] += 2.5
+            assert not a.leading()  # the gate is closed at once
+            deadline = time.monotonic() + 3
+            while not a.leading():
+                assert time.monotonic() < deadline and not a.lost.is_set(), a.why_lost
+                await asyncio.sleep(0.05)
+            assert a.revision == revision and not follower.done() and told == [False, True]
+            await a.storage.put("t", b"k", b"v")  # still fenced with its revision: accepted
+            await b.storage.revoke_lease(a.lease_id)  # etcd forgets the lease (as on expiry)
+            ahead[0] += 2.5
+            await asyncio.wait_for(a.lost.wait(), 5)
+            assert "ended before a renewal reached etcd" in a.why_lost and not a.leading()
+            assert told == [False, True, False]
+            await keeper
+            assert await asyncio.wait_for(follower, 10)  # and then another replica leads
+        finally:
+            stop.set()
             await _close([a, b])
     asyncio.run(main())
 
