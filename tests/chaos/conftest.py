@@ -1,8 +1,11 @@
 """The chaos suite's compose cluster: a project of its own (so the e2e tests' cluster never sees
 its faults), brought up from the repository's docker-compose.yml plus `compose.chaos.yml`, and
-always torn down (`down -v`) at the end, its logs kept as artifacts when a test failed.
+always torn down (`down -v`) at the end, its logs kept as artifacts when a test failed. By
+default it is the highly available GCS: docker/compose.ha.yml's three replicas (gcs, gcs-2,
+gcs-3) electing a leader on etcd, with `compose.chaos-ha.yml`.
 
 Settings (environment):
+  EMBER_CHAOS_GCS          ha (default: three GCS replicas) or single (one GCS, no leader kinds)
   EMBER_CHAOS_DURATION_S   how long faults are injected (default 90: the CI run; longer runs, e.g.
                            600, are the "long" run)
   EMBER_CHAOS_SEED         the fault schedule's seed (default: a random one, logged and printed)
@@ -26,9 +29,14 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+GCS_MODE = os.environ.get("EMBER_CHAOS_GCS", "ha")
+if GCS_MODE not in ("ha", "single"):
+    raise ValueError(f"EMBER_CHAOS_GCS must be ha or single, not {GCS_MODE!r}")
+GCS_REPLICAS = ("gcs", "gcs-2", "gcs-3") if GCS_MODE == "ha" else ("gcs",)
 ROOT = HERE.parent.parent
 IMAGES = ["ember-etcd", "ember-gcs", "ember-raylet", "ember-objmgr", "ember-serve-proxy"]
 UP_BOUND_S = 240
+LEADER_LEASE_S = 4  # the HA cluster's leader lease (compose.ha.yml's default is 2)
 
 
 def _engine_problem() -> str | None:
@@ -80,6 +88,7 @@ class ChaosCluster:
     gcs_port: int
     http_port: int
     token: str
+    gcs_replicas: tuple[str, ...] = GCS_REPLICAS
 
     def run(self, args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         r = subprocess.run(f"{self.compose} {args}", shell=True, capture_output=True, text=True,
@@ -120,30 +129,35 @@ def chaos_cluster(artifacts: Path, tmp_path_factory: pytest.TempPathFactory,
         f"EMBER_DASHBOARD_HOST_PORT={_free_port()}\n"
         "EMBER_OBJECT_STORE_BYTES=268435456\nEMBER_SHM_SIZE=512m\n"
         "EMBER_NODE_DEATH_TIMEOUT_S=10\n"  # a loaded machine must not declare live nodes dead
+        # nor the GCS leader lose a 2 s lease to a stalled renewal (a failover takes ~4-5 s)
+        f"EMBER_GCS_LEADER_LEASE_S={LEADER_LEASE_S}\n"
         f"EMBER_DRIVER_DIR={HERE / 'workload'}\n")
     from compose_leftovers import remove_stale_projects
 
     remove_stale_projects("emberchaos", "embere2e")
     project = f"emberchaos{os.getpid()}"
-    compose = (f'{_compose_binary()} --env-file "{env_file}" -f "{ROOT / "docker-compose.yml"}" '
-               f'-f "{HERE / "compose.chaos.yml"}" -p "{project}"')
+    files = [ROOT / "docker-compose.yml", *([ROOT / "docker" / "compose.ha.yml"] if GCS_MODE == "ha" else []),
+             HERE / "compose.chaos.yml", *([HERE / "compose.chaos-ha.yml"] if GCS_MODE == "ha" else [])]
+    compose = (f'{_compose_binary()} --env-file "{env_file}" ' + " ".join(f'-f "{f}"' for f in files)
+               + f' -p "{project}"')
     c = ChaosCluster(project, compose, gcs_port, http_port, token)
     failed_before = request.session.testsfailed
     setup_failed = True
     try:
         if c.run("up -d --no-build", check=False, timeout=UP_BOUND_S).returncode != 0:
             c.run("up -d --no-build", timeout=UP_BOUND_S)  # a dependency slow to be healthy
-        from .docker_faults import ALL_SERVICES, DockerCluster
+        from .docker_faults import DockerCluster
 
-        dc = DockerCluster(project, http_port)
+        dc = DockerCluster(project, http_port, GCS_REPLICAS)
         t0 = time.monotonic()
         while True:
             h = dc.health()
-            if all(h.get(s) == "healthy" for s in ALL_SERVICES):
+            if all(h.get(s) == "healthy" for s in dc.services):
                 break
             if time.monotonic() - t0 > UP_BOUND_S:
                 raise AssertionError(f"chaos cluster not healthy after {UP_BOUND_S}s: {h}")
             time.sleep(1)
+        dc.close()
         setup_failed = False
         yield c
     finally:

@@ -4,7 +4,9 @@ the cluster network; processes inside them listed and SIGKILLed; health read fro
 from the GCS's metrics. Compose itself (up/down) stays with the compose binary (conftest).
 
 `FaultRunner` carries out a `faults.FaultSchedule` against it, one fault at a time, logging each
-step to a `faults.FaultLog` and timing the recovery of the cluster after each.
+step to a `faults.FaultLog` and timing the recovery of the cluster after each. With GCS replicas
+(`gcs_replicas`: the HA cluster) the GCS's figures come from whichever replica leads, and the
+leader kinds are carried out by `leader_faults`.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Any
 import docker
 from docker.models.containers import Container
 
-from .faults import FaultEvent, FaultLog, FaultSchedule
+from .faults import LEADER_KINDS, FaultEvent, FaultLog, FaultSchedule
 
 NODE_SERVICES = ["objmgr-head", "raylet-head", "objmgr-worker", "raylet-worker"]
 ALL_SERVICES = ["etcd", "gcs", *NODE_SERVICES, "serve-proxy"]
@@ -49,11 +51,14 @@ print("\n".join(l for l in body.splitlines() if l.startswith({prefixes!r})))
 class DockerCluster:
     """One compose project's containers, by service name, through the Engine API."""
 
-    def __init__(self, project: str, http_port: int) -> None:
+    def __init__(self, project: str, http_port: int, gcs_replicas: tuple[str, ...] = ("gcs",)) -> None:
         self.project = project
         self.http_port = http_port
+        self.gcs_replicas = gcs_replicas
+        self.services = [*ALL_SERVICES, *(r for r in gcs_replicas if r not in ALL_SERVICES)]
         self.client = docker.from_env(timeout=60)
         self.network_name = f"{project}_default"
+        self.etcd_network_name = f"{project}_etcd"  # etcd and the GCS replicas only
 
     def close(self) -> None:
         self.client.close()
@@ -98,8 +103,16 @@ class DockerCluster:
                 out[name] = float(value)
         return out
 
+    def gcs_serving(self) -> str:
+        """The GCS service whose tables are live: the one GCS, or the replica leading now."""
+        if len(self.gcs_replicas) == 1:
+            return self.gcs_replicas[0]
+        from .leader_faults import find_leader
+
+        return find_leader(self)
+
     def alive_nodes(self) -> int:
-        m = self.metrics("gcs", 9092, ('ember_nodes_total{state="ALIVE"}',))
+        m = self.metrics(self.gcs_serving(), 9092, ('ember_nodes_total{state="ALIVE"}',))
         return int(sum(m.values()))
 
     def worker_pids(self, service: str) -> list[int]:
@@ -154,17 +167,19 @@ class DockerCluster:
         if c.status != "running":
             c.start()
 
-    def disconnect(self, service: str) -> list[str]:
-        """Cuts a container off the cluster network; returns the aliases to reconnect with."""
+    def disconnect(self, service: str, network: str = "") -> list[str]:
+        """Cuts a container off a network (the cluster's by default); returns the aliases to
+        reconnect with."""
+        network = network or self.network_name
         c = self.container(service)
-        net = self.client.networks.get(self.network_name)
-        aliases = c.attrs["NetworkSettings"]["Networks"][self.network_name].get("Aliases") or []
+        net = self.client.networks.get(network)
+        aliases = c.attrs["NetworkSettings"]["Networks"][network].get("Aliases") or []
         aliases = [a for a in aliases if not c.id.startswith(a)] or [service]
         net.disconnect(c, force=True)
         return aliases
 
-    def connect(self, service: str, aliases: list[str]) -> None:
-        net = self.client.networks.get(self.network_name)
+    def connect(self, service: str, aliases: list[str], network: str = "") -> None:
+        net = self.client.networks.get(network or self.network_name)
         net.connect(self.container(service), aliases=aliases)
 
 
@@ -180,6 +195,7 @@ class FaultRunner:
         self.health_probe = health_probe  # None when healthy, else what is not
         self.recovery_bound_s = recovery_bound_s
         self.sleep = sleep
+        self._also_check: Callable[[], str | None] | None = None  # the fault's own recovery check
 
     def run(self, duration_s: float, stop: Callable[[], bool] = lambda: False) -> None:
         t_end = time.monotonic() + duration_s
@@ -195,8 +211,13 @@ class FaultRunner:
     def inject(self, ev: FaultEvent) -> None:
         c = self.cluster
         detail: dict[str, Any] = {}
+        self._also_check = None
         self.log.fault(ev, "inject")
-        if ev.kind == "kill":
+        if ev.kind in LEADER_KINDS:
+            from . import leader_faults
+
+            detail, self._also_check = leader_faults.inject(c, ev, self.sleep, self.recovery_bound_s)
+        elif ev.kind == "kill":
             c.kill(ev.target)
             self.sleep(ev.down_s)
             c.start(ev.target)
@@ -230,6 +251,8 @@ class FaultRunner:
         while time.monotonic() - t0 < self.recovery_bound_s:
             try:
                 problem = self.health_probe()
+                if problem is None and self._also_check is not None:
+                    problem = self._also_check()
             except Exception as e:  # a probe that fails is a cluster not yet healthy
                 problem = f"probe failed: {type(e).__name__}: {e}"
             if problem is None:
@@ -248,8 +271,8 @@ def cluster_problem(cluster: DockerCluster, http_path: str | None) -> str | None
     """None when every container is healthy, the GCS counts 2 nodes alive and (when given) the
     Serve route answers 200 through the proxy; else what is not."""
     h = cluster.health()
-    bad = {s: v for s, v in h.items() if s in ALL_SERVICES and v != "healthy"}
-    missing = [s for s in ALL_SERVICES if s not in h]
+    bad = {s: v for s, v in h.items() if s in cluster.services and v != "healthy"}
+    missing = [s for s in cluster.services if s not in h]
     if bad or missing:
         return f"containers {json.dumps(bad)} missing {missing}"
     n = cluster.alive_nodes()

@@ -12,6 +12,13 @@ Kinds:
   sigkill    SIGKILL one worker process (chosen by `pick`) inside a node's raylet container
   netcut     disconnect a node (its objmgr container owns the node's network namespace) from
              the cluster network for `down_s`, then connect it again with its aliases
+  leader-kill       (HA cluster) SIGKILL whichever GCS replica leads now, found as clients find
+                    it; start it again after `down_s`
+  leader-partition  (HA cluster) disconnect the leader from etcd's network only, for `down_s`
+                    (longer than the lease): it loses its lease while clients still reach it
+
+`lead` names kinds that each come once, in a seeded order, before the weighted draws: a short
+run still exercises them (the HA suite leads with both leader kinds).
 """
 from __future__ import annotations
 
@@ -25,8 +32,13 @@ from typing import IO, Any
 KILL_TARGETS = ("raylet-head", "raylet-worker", "objmgr-worker", "gcs", "etcd", "serve-proxy")
 SIGKILL_TARGETS = ("raylet-head", "raylet-worker")
 NETCUT_TARGETS = ("objmgr-worker",)
+LEADER_TARGETS = ("gcs-leader",)  # resolved when the fault is injected: whichever replica leads
+TARGETS = {"kill": KILL_TARGETS, "sigkill": SIGKILL_TARGETS, "netcut": NETCUT_TARGETS,
+           "leader-kill": LEADER_TARGETS, "leader-partition": LEADER_TARGETS}
+LEADER_KINDS = ("leader-kill", "leader-partition")
 # Relative weights of the kinds: worker kills are cheap and frequent in real clusters.
-DEFAULT_WEIGHTS = {"kill": 3.0, "sigkill": 2.0, "netcut": 1.0}
+DEFAULT_WEIGHTS = {"kill": 3.0, "sigkill": 2.0, "netcut": 1.0, "leader-kill": 1.0,
+                   "leader-partition": 1.0}
 
 
 @dataclass(frozen=True)
@@ -53,11 +65,14 @@ class FaultSchedule:
     seed: int
     kinds: dict[str, tuple[str, ...]] = field(default_factory=lambda: {
         "kill": KILL_TARGETS, "sigkill": SIGKILL_TARGETS, "netcut": NETCUT_TARGETS})
+    lead: tuple[str, ...] = ()  # kinds that each come once first, in a seeded order
     weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     down_s: tuple[float, float] = (1.0, 4.0)
     # a cut longer than the GCS's node death timeout (10 s in the suite) makes the node die and
     # come back; a shorter one must go unnoticed
     netcut_down_s: tuple[float, float] = (2.0, 14.0)
+    # a partition must outlast the leader's lease (4 s in the suite) for another replica to lead
+    partition_down_s: tuple[float, float] = (6.0, 10.0)
     gap_s: tuple[float, float] = (2.0, 6.0)
 
     def __post_init__(self) -> None:
@@ -67,30 +82,37 @@ class FaultSchedule:
         self.kinds = {k: tuple(v) for k, v in self.kinds.items() if v}
         if not self.kinds:
             raise ValueError("a fault schedule needs at least one kind with a target")
+        missing = sorted(set(self.lead) - set(self.kinds))
+        if missing:
+            raise ValueError(f"lead kinds {missing} are not among the schedule's kinds {sorted(self.kinds)}")
         for name, (lo, hi) in (("down_s", self.down_s), ("netcut_down_s", self.netcut_down_s),
-                               ("gap_s", self.gap_s)):
+                               ("partition_down_s", self.partition_down_s), ("gap_s", self.gap_s)):
             if not 0 <= lo <= hi:
                 raise ValueError(f"{name} must be (low, high) with 0 <= low <= high, got {(lo, hi)}")
 
     @classmethod
-    def of_kinds(cls, seed: int, kinds: list[str]) -> FaultSchedule:
+    def of_kinds(cls, seed: int, kinds: list[str], lead: tuple[str, ...] = ()) -> FaultSchedule:
         """The default targets of the named kinds only (ValueError naming an unknown kind)."""
-        targets = {"kill": KILL_TARGETS, "sigkill": SIGKILL_TARGETS, "netcut": NETCUT_TARGETS}
-        unknown = sorted(set(kinds) - set(targets))
+        unknown = sorted(set(kinds) - set(TARGETS))
         if unknown:
-            raise ValueError(f"unknown fault kinds {unknown}; known: {sorted(targets)}")
-        return cls(seed, kinds={k: targets[k] for k in kinds})
+            raise ValueError(f"unknown fault kinds {unknown}; known: {sorted(TARGETS)}")
+        return cls(seed, kinds={k: TARGETS[k] for k in kinds}, lead=tuple(k for k in lead if k in kinds))
+
+    def _down(self, kind: str) -> tuple[float, float]:
+        return {"netcut": self.netcut_down_s, "leader-partition": self.partition_down_s}.get(kind, self.down_s)
 
     def events(self) -> Iterator[FaultEvent]:
         """The endless sequence; the caller stops taking events when its time is up."""
         rng = random.Random(self.seed)
         kinds = sorted(self.kinds)
         weights = [self.weights.get(k, 1.0) for k in kinds]
+        first = sorted(set(self.lead))
+        rng.shuffle(first)
         i = 0
         while True:
-            kind = rng.choices(kinds, weights)[0]
+            kind = first[i] if i < len(first) else rng.choices(kinds, weights)[0]
             target = rng.choice(self.kinds[kind])
-            down = round(rng.uniform(*(self.netcut_down_s if kind == "netcut" else self.down_s)), 2)
+            down = round(rng.uniform(*self._down(kind)), 2)
             gap = round(rng.uniform(*self.gap_s), 2)
             pick = rng.randrange(1 << 16)
             yield FaultEvent(i, kind, target, down, gap, pick)
@@ -149,3 +171,30 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"faults_by_kind": by_kind, "faults_by_target": by_target, "recovery": recovery,
             "not_recovered": [f"#{r['index']} {r['kind']} {r['target']}: {r.get('error', '')}"
                               for r in failed]}
+
+
+def availability_by_kind(records: list[dict[str, Any]],
+                         samples: list[tuple[float, bool]]) -> dict[str, dict[str, Any]]:
+    """HTTP availability while each kind of fault was on: the requests (wall time they started,
+    answered right or not) that started between a fault's `inject` and its `recovered` (or
+    `not_recovered`) record, grouped by the fault's kind."""
+    windows: dict[int, list[Any]] = {}
+    for r in records:
+        if r.get("event") != "fault":
+            continue
+        if r["phase"] == "inject":
+            windows[r["index"]] = [r["kind"], r["wall"], None]
+        elif r["phase"] in ("recovered", "not_recovered") and r["index"] in windows:
+            windows[r["index"]][2] = r["wall"]
+    out: dict[str, dict[str, Any]] = {}
+    for kind, start, end in windows.values():
+        if end is None:
+            continue
+        fig = out.setdefault(kind, {"requests": 0, "failed": 0})
+        hit = [ok for t, ok in samples if start <= t <= end]
+        fig["requests"] += len(hit)
+        fig["failed"] += hit.count(False)
+    for fig in out.values():
+        n = fig["requests"]
+        fig["availability"] = round(1 - fig["failed"] / n, 4) if n else None
+    return out

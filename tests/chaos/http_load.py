@@ -3,7 +3,8 @@
 One request every `period_s` to `/chaos?x=N`; a request that fails (connection refused or reset,
 timeout, a non-200 status) is retried once after `retry_after_s`, as the issue's client does.
 A 200 whose body is not the right answer is a violation, whatever the retry. Availability is the
-share of requests answered 200 within the two tries. Bounded: it stops at `stop()` or after
+share of requests answered 200 within the two tries; `samples` keeps each request's start (wall
+time) and outcome, to tell availability while one kind of fault was on. Bounded: it stops at `stop()` or after
 `max_requests`.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ class HttpLoad:
         self.failures: Counter[str] = Counter()  # reason of each failed try
         self.violations: list[str] = []
         self.max_latency_s = 0.0
+        self.samples: list[tuple[float, bool]] = []  # (wall time it started, answered right)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="http-load", daemon=True)
 
@@ -70,6 +72,7 @@ class HttpLoad:
         x = 0
         while not self._stop.is_set() and self.requests < self.max_requests:
             t0 = time.monotonic()
+            started = time.time()
             x += 1
             self.requests += 1
             reason = self._try(x)
@@ -84,6 +87,7 @@ class HttpLoad:
                 else:
                     self.failures[reason] += 1
                     self.failed += 1
+            self.samples.append((started, reason is None))
             self._stop.wait(max(0.0, self.period_s - (time.monotonic() - t0)))
 
     def figures(self) -> dict[str, Any]:

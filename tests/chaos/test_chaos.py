@@ -1,15 +1,24 @@
-"""The chaos suite: a mixed workload on the compose cluster while a seeded fault loop kills and
-restarts containers (raylet, objmgr, GCS, etcd, serve-proxy), SIGKILLs worker processes and cuts
-the worker node off the network, all through the `docker` SDK.
+"""The chaos suite: a mixed workload on the compose cluster (by default the HA one: three GCS
+replicas, conftest) while a seeded fault loop kills and restarts containers (raylet, objmgr, a
+GCS replica, etcd, serve-proxy), SIGKILLs worker processes, cuts the worker node off the network,
+SIGKILLs the GCS leader and cuts the leader off etcd (leader_faults; the run starts with these
+two), all through the `docker` SDK.
 
 Invariants checked at the end:
   - every result that returned is correct (tasks, actor calls, 50 MB objects, Data, HTTP);
+  - nothing made before the faults is lost: a named detached actor (its count), a KV entry, a
+    named detached placement group, the set-up's job (a fresh driver checks, after the faults);
+  - after a leader fault another replica leads, and the deposed one refuses writes (while cut
+    off from etcd and after it is back);
   - every failure is an Ember exception whose message names its cause;
   - no operation hangs past its bound (EMBER_CHAOS_OP_BOUND_S, each `get` has that timeout);
   - every fault is followed by a healthy cluster within the recovery bound, and so is the end;
   - the object stores and spill directories come back to their baseline (nothing leaked).
-HTTP availability through the proxy (client retrying once) is reported; the run fails below
-EMBER_CHAOS_MIN_AVAILABILITY (default 0.9; the issue's goal is 0.99, see docs/perf.md).
+HTTP availability through the proxy (client retrying once) is reported overall and per fault
+kind (requests started between a fault's injection and its recovery); the run fails below
+EMBER_CHAOS_MIN_AVAILABILITY overall (default 0.9: container kills of the node serving a request
+lose it) or below EMBER_CHAOS_MIN_LEADER_AVAILABILITY (default 0.99, the issue's goal) during the
+leader faults.
 
 Figures (faults by kind, operations, errors by type, recovery time per fault, availability) go to
 `<artifacts>/chaos-<seed>.json` next to the fault log `faults-<seed>.jsonl`, and are printed.
@@ -27,17 +36,20 @@ from typing import Any
 
 import pytest
 
-from .conftest import ChaosCluster
+from .conftest import GCS_MODE, ChaosCluster
 from .docker_faults import DockerCluster, FaultRunner, cluster_problem
-from .faults import FaultLog, FaultSchedule, summarize
+from .faults import LEADER_KINDS, FaultLog, FaultSchedule, availability_by_kind, summarize
 from .http_load import HttpLoad
 
 DURATION_S = float(os.environ.get("EMBER_CHAOS_DURATION_S", "90"))
 OP_BOUND_S = float(os.environ.get("EMBER_CHAOS_OP_BOUND_S", "120"))
 RECOVERY_BOUND_S = float(os.environ.get("EMBER_CHAOS_RECOVERY_BOUND_S", "120"))
 MIN_AVAILABILITY = float(os.environ.get("EMBER_CHAOS_MIN_AVAILABILITY", "0.9"))
-# Which fault kinds run (comma-separated, of faults.DEFAULT_WEIGHTS); all by default.
-KINDS = [k for k in os.environ.get("EMBER_CHAOS_KINDS", "kill,sigkill,netcut").split(",") if k]
+MIN_LEADER_AVAILABILITY = float(os.environ.get("EMBER_CHAOS_MIN_LEADER_AVAILABILITY", "0.99"))
+# Which fault kinds run (comma-separated, of faults.DEFAULT_WEIGHTS); all that fit the cluster
+# by default (the leader kinds need the HA one).
+KINDS = [k for k in os.environ.get("EMBER_CHAOS_KINDS", "kill,sigkill,netcut" + (
+    ",leader-kill,leader-partition" if GCS_MODE == "ha" else "")).split(",") if k]
 # Which workload loops run (the driver's LOOPS); all by default.
 LOOPS = os.environ.get("EMBER_CHAOS_LOOPS", "task,actor,object50MB,data")
 # Bytes an objmgr may hold above its baseline once the workload is gone (small inline leftovers
@@ -153,7 +165,7 @@ def test_mixed_workload_under_faults(chaos_cluster: ChaosCluster, artifacts: Pat
     seed = int(os.environ.get("EMBER_CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
     print(f"\nchaos seed {seed} (replay: EMBER_CHAOS_SEED={seed}), duration {DURATION_S:.0f}s, "
           f"artifacts {artifacts}")
-    dc = DockerCluster(c.project, c.http_port)
+    dc = DockerCluster(c.project, c.http_port, c.gcs_replicas)
     try:
         _run_suite(c, dc, seed, artifacts)
     finally:
@@ -165,6 +177,7 @@ def _run_suite(c: ChaosCluster, dc: DockerCluster, seed: int, artifacts: Path) -
     setup = DriverOutput(c.driver("serve"))
     try:
         setup.wait_for("serve_ready", 300)
+        kept_job = setup.wait_for("kept", 10)["job_id"]
         assert setup.finish(60) == 0, setup.tail()
     finally:
         setup.close()
@@ -182,7 +195,7 @@ def _run_suite(c: ChaosCluster, dc: DockerCluster, seed: int, artifacts: Path) -
         log = FaultLog(f, seed)
         try:
             work.wait_for("ready", 180)
-            schedule = FaultSchedule.of_kinds(seed, KINDS)
+            schedule = FaultSchedule.of_kinds(seed, KINDS, lead=LEADER_KINDS)
             runner = FaultRunner(dc, schedule, log,
                                  lambda: cluster_problem(dc, "/chaos?x=0"), RECOVERY_BOUND_S)
             runner.run(DURATION_S, stop=lambda: work.proc.poll() is not None)
@@ -203,6 +216,13 @@ def _run_suite(c: ChaosCluster, dc: DockerCluster, seed: int, artifacts: Path) -
             raise AssertionError(f"{e} (seed {seed}); objects left: {json.dumps(left, indent=1)}; "
                                  f"fault log {log_path}") from None
         log.write({"event": "stores_at_baseline", "after_s": round(leak_s, 2)})
+        check = DriverOutput(c.driver(f"check {kept_job}"))
+        try:
+            kept = check.wait_for("kept_check", 180)
+            assert check.finish(60) == 0, check.tail()
+        finally:
+            check.close()
+        log.write({"event": "kept_check", **kept})
         records = log.records
 
     with open(artifacts / f"driver-{seed}.jsonl", "w") as f:  # every line the driver wrote
@@ -210,6 +230,11 @@ def _run_suite(c: ChaosCluster, dc: DockerCluster, seed: int, artifacts: Path) -
         f.writelines(json.dumps({"stderr": ln}) + "\n" for ln in work.err[-200:])
     summary = work.first("summary")
     report.update(summarize(records))
+    report["http_by_fault_kind"] = availability_by_kind(records, http.samples)
+    leader_faults = [{k: r.get(k) for k in ("index", "kind", "old_leader", "new_leader", "failover_s",
+                                             "old_write", "violation")}
+                     for r in records if r.get("phase") == "injected" and r.get("kind") in LEADER_KINDS]
+    report["leader_faults"] = leader_faults
     report.update({
         "workload_exit": rc, "workload": summary, "http": http.figures(),
         "final_recovery_s": round(final_recovery_s, 2), "stores_back_after_s": round(leak_s, 2),
@@ -217,7 +242,8 @@ def _run_suite(c: ChaosCluster, dc: DockerCluster, seed: int, artifacts: Path) -
         "loadavg_end": Path("/proc/loadavg").read_text().split()[:3], "fault_log": str(log_path)})
     (artifacts / f"chaos-{seed}.json").write_text(json.dumps(report, indent=1, sort_keys=True))
     print(json.dumps({k: report[k] for k in ("seed", "faults_by_kind", "recovery", "http",
-                                             "final_recovery_s", "loadavg_start", "loadavg_end")}))
+                                             "http_by_fault_kind", "leader_faults", "final_recovery_s",
+                                             "loadavg_start", "loadavg_end")}))
     if summary:
         print(json.dumps({k: summary[k] for k in ("ops", "ok", "errors", "max_s")}))
 
@@ -227,6 +253,14 @@ def _run_suite(c: ChaosCluster, dc: DockerCluster, seed: int, artifacts: Path) -
     assert not report["not_recovered"], f"faults the cluster did not recover from (seed {seed}): " \
                                         f"{report['not_recovered']}"
     assert not http.violations, http.violations
+    assert not kept["lost"], f"lost across the faults (seed {seed}): {kept['lost']}"
+    fenced = [f["violation"] for f in leader_faults if f.get("violation")]
+    assert not fenced, f"a deposed GCS leader took writes (seed {seed}): {fenced}"
+    for kind in set(KINDS) & set(LEADER_KINDS):
+        fig = report["http_by_fault_kind"].get(kind)
+        assert fig and fig["requests"], f"no {kind} fault with HTTP load in the run: {report['faults_by_kind']}"
+        assert fig["availability"] >= MIN_LEADER_AVAILABILITY, \
+            f"HTTP availability during {kind} {fig} < {MIN_LEADER_AVAILABILITY} (seed {seed})"
     for kind in LOOPS.split(","):
         assert summary["ok"].get(kind, 0) > 0, f"no {kind} operation succeeded: {summary}"
     avail = report["http"]["availability"]

@@ -1,6 +1,8 @@
 """The chaos suite's workload: a driver run in the compose `driver` service (mounted at /app).
 
-  python /app/chaos_workload.py serve             deploy the Serve app the HTTP load calls
+  python /app/chaos_workload.py serve             deploy the Serve app the HTTP load calls, and
+                                                  the state kept across the faults (KEPT)
+  python /app/chaos_workload.py check JOB_ID      after the faults: the kept state is all there
   python /app/chaos_workload.py run DURATION_S OP_BOUND_S [LOOPS]
                                                   the mixed workload (LOOPS: comma-separated, of
                                                   task,actor,object50MB,data), then a summary line
@@ -230,10 +232,67 @@ def _guard(f: Callable[[Tally, threading.Event], None], t: Tally) -> Callable[..
     return wrapped
 
 
+# What must outlive every fault (the GCS's tables on etcd, whichever replica leads): a named
+# detached actor with its count, a KV entry, a named detached placement group, and the set-up's job.
+KEPT = {"namespace": "chaos", "actor": "chaos-keeper", "pg": "chaos-held", "kv": (b"chaos-key", b"chaos-value")}
+
+
+@ember.remote(num_cpus=0)
+class Keeper:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def incr(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def keep_state() -> None:
+    from ember.experimental import internal_kv
+    from ember.util.placement_group import placement_group
+
+    k = Keeper.options(name=KEPT["actor"], namespace=KEPT["namespace"], lifetime="detached").remote()
+    assert ember.get(k.incr.remote(), timeout=60) == 1
+    pg = placement_group([{"CPU": 0.1}], name=KEPT["pg"], lifetime="detached")
+    assert pg.wait(60), "the kept placement group was not placed"
+    internal_kv._internal_kv_put(*KEPT["kv"])
+    emit(type="kept", job_id=ember.get_runtime_context().get_job_id())
+
+
+def check_kept(job_id: str) -> int:
+    """Prints one `kept_check` line: what of KEPT is missing (empty when nothing is)."""
+    from ember.experimental import internal_kv
+    from ember.util.placement_group import get_placement_group
+    from ember.util.state import list_jobs
+
+    ember.init(namespace=KEPT["namespace"])
+    lost = []
+    try:
+        n = ember.get(ember.get_actor(KEPT["actor"]).incr.remote(), timeout=60)
+        if n != 2:
+            lost.append(f"the keeper actor's count is {n}, want 2 (restarted or called twice)")
+    except Exception as e:
+        lost.append(f"the named actor {KEPT['actor']}: {type(e).__name__}: {e}")
+    if internal_kv._internal_kv_get(KEPT["kv"][0]) != KEPT["kv"][1]:
+        lost.append(f"the KV entry {KEPT['kv'][0]!r}")
+    try:
+        if not get_placement_group(KEPT["pg"]).wait(60):
+            lost.append(f"the placement group {KEPT['pg']} is not placed")
+    except Exception as e:
+        lost.append(f"the placement group {KEPT['pg']}: {type(e).__name__}: {e}")
+    jobs = {j.job_id for j in list_jobs()}
+    if job_id not in jobs:
+        lost.append(f"the set-up's job {job_id} (jobs: {sorted(jobs)})")
+    emit(type="kept_check", lost=lost, jobs=len(jobs))
+    ember.shutdown()
+    return 0
+
+
 def deploy_serve() -> int:
     from ember import serve
 
-    ember.init()
+    ember.init(namespace=KEPT["namespace"])  # a named placement group lives in its job's namespace
+    keep_state()
 
     # a quarter CPU each: the task and actor loops keep CPUs while a node is down
     @serve.deployment(num_replicas=2, max_ongoing_requests=32, ray_actor_options={"num_cpus": 0.25})
@@ -250,5 +309,7 @@ def deploy_serve() -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
         sys.exit(deploy_serve())
+    if sys.argv[1:2] == ["check"]:
+        sys.exit(check_kept(sys.argv[2]))
     sys.exit(run(float(sys.argv[2]), float(sys.argv[3]),
                  sys.argv[4].split(",") if len(sys.argv) > 4 else sorted(LOOPS)))
