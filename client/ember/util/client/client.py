@@ -113,14 +113,15 @@ class ClientConnection:
             raise ConnectionError(f"the connection to the Ember client proxy at {self.address} is closed")
         with self._lock:
             releases, self._releases = self._releases, []
-        data = protocol.dumps((op, args, releases), self._out)
+        payload = protocol.encode((op, args, releases), self._out)
         try:
-            replies = (self._call(data, metadata=self._md) if len(data) <= protocol.chunk_bytes()
-                       else self._call_chunked(protocol.chunks(data), metadata=self._md))
-            reply = protocol.join(replies)
+            replies = (self._call(payload[0], metadata=self._md)
+                       if not payload[1] and len(payload[0]) <= protocol.chunk_bytes()
+                       else self._call_chunked(protocol.frames(payload), metadata=self._md))
+            stream, buffers = protocol.unframe(replies)
         except grpc.RpcError as e:
             raise _connection_error(e, self.address) from None
-        status, value = protocol.loads(reply, self._in)
+        status, value = protocol.loads(stream, self._in, buffers)
         if status == "err":
             if isinstance(value, ember.exceptions.RayTaskError):  # both it and the cause's type
                 value = value.as_instanceof_cause()

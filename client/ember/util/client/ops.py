@@ -52,17 +52,17 @@ class Operations:
             raise ValueError(f"{pid[0]} {pid[1].hex()} is not held by this client's session")
         return e[0]
 
-    def handle(self, data: bytes) -> bytes:
+    def handle(self, data: bytes, buffers: list[Any]) -> protocol.Payload:
         """One Call: (op, args, releases) in, ("ok", value) or ("err", exception) out."""
         try:
-            op, args, releases = protocol.loads(data, self._in)
+            op, args, releases = protocol.loads(data, self._in, buffers)
             self.op_release(releases)
             fn: Callable[..., Any] | None = getattr(self, f"op_{op}", None)
             if fn is None:
                 raise ValueError(f"unknown client operation {op!r}")
-            return protocol.dumps(("ok", fn(*args)), self._out)
+            return protocol.encode(("ok", fn(*args)), self._out)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the client
-            return protocol.dumps_error(e, self._out)
+            return protocol.encode_error(e, self._out)
 
     # --- session ------------------------------------------------------------------------------
     def init(self, gcs_address: str, options: dict[str, Any]) -> dict[str, Any]:

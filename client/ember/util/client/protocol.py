@@ -4,12 +4,14 @@
                                  session's info; the stream then stays open for as long as the
                                  client is connected (its end is the session's end).
     Call     (unary -> stream)   request: one pickle of (op, args, releases) that fits in one
-                                 chunk; reply: one pickle of ("ok", value) or ("err", exception),
-                                 cut into chunks.
-    CallChunked (stream -> stream)  the same, for a request bigger than one chunk.
+                                 chunk and has no out-of-band buffers; reply: ("ok", value) or
+                                 ("err", exception), framed.
+    CallChunked (stream -> stream)  the same, for a bigger request, framed.
 
-Every operation goes through Call or CallChunked, so a value of any size travels as a stream
-of EMBER_CLIENT_PROXY_CHUNK_BYTES messages, never as one giant message.
+Framed: a pickle (protocol 5) whose large buffers (numpy, Arrow) are kept out of band, sent as
+a header message (the length of the pickle stream and of each buffer) then each of them cut
+into EMBER_CLIENT_PROXY_CHUNK_BYTES messages: a value of any size streams in messages of a few
+MiB, never as one giant message, and its buffers are copied only into and out of the messages.
 
 Every message is opaque bytes: the payloads are pickles (functions, classes, arguments) that
 only the two ends read, and the proxy in between forwards them without parsing. Refs and actor
@@ -49,24 +51,52 @@ def chunk_bytes() -> int:
     return _chunk_bytes
 
 
-def chunks(data: bytes) -> Iterator[bytes]:
-    """data as chunk_bytes() slices (at least one message, even for b"")."""
+Payload = tuple[bytes, list[pickle.PickleBuffer]]  # a pickle stream and its out-of-band buffers
+
+
+def frames(payload: Payload) -> Iterator[bytes]:
+    """The messages of a framed payload: the header, then every segment in chunks."""
+    stream, buffers = payload
+    views = [memoryview(stream)] + [_raw(b) for b in buffers]
+    yield pickle.dumps([v.nbytes for v in views])
     size = chunk_bytes()
-    view = memoryview(data)
-    yield bytes(view[:size])
-    for start in range(size, len(data), size):
-        yield bytes(view[start:start + size])
+    for v in views:
+        for start in range(0, v.nbytes, size):
+            yield bytes(v[start:start + size])
 
 
-def join(messages: Iterable[bytes]) -> bytes:
-    """The bytes a chunked message stream carried."""
-    parts = list(messages)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+def _raw(b: pickle.PickleBuffer) -> memoryview:
+    try:
+        return b.raw()
+    except BufferError:  # not contiguous: one copy
+        return memoryview(bytes(memoryview(b)))
+
+
+def unframe(messages: Iterable[bytes]) -> tuple[bytes, list[Any]]:
+    """The pickle stream and buffers that `frames` sent (a segment that came in one message is
+    that message; a longer one is assembled into one bytearray)."""
+    it = iter(messages)
+    segments: list[Any] = []
+    for n in pickle.loads(next(it)):
+        first = next(it) if n else b""
+        if len(first) == n:
+            segments.append(first)
+            continue
+        seg = bytearray(n)
+        seg[:len(first)] = first
+        pos = len(first)
+        while pos < n:
+            m = next(it)
+            seg[pos:pos + len(m)] = m
+            pos += len(m)
+        segments.append(seg)
+    return segments[0], segments[1:]
 
 
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
-    def __init__(self, file: io.BytesIO, persistent: Callable[[Any], Any]) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+    def __init__(self, file: io.BytesIO, persistent: Callable[[Any], Any],
+                 buffer_callback: Callable[[pickle.PickleBuffer], Any] | None = None) -> None:
+        super().__init__(file, protocol=5, buffer_callback=buffer_callback)
         self._persistent = persistent
 
     def persistent_id(self, obj: Any) -> Any:  # noqa: D102 - pickle's hook
@@ -74,8 +104,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, load: Callable[[Any], Any]) -> None:
-        super().__init__(file)
+    def __init__(self, file: io.BytesIO, load: Callable[[Any], Any], buffers: Iterable[Any] = ()) -> None:
+        super().__init__(file, buffers=buffers)
         self._load = load
 
     def persistent_load(self, pid: Any) -> Any:  # noqa: D102 - pickle's hook
@@ -83,21 +113,36 @@ class _Unpickler(pickle.Unpickler):
 
 
 def dumps(obj: Any, persistent: Callable[[Any], Any]) -> bytes:
-    """cloudpickle of obj; `persistent(x)` returns an id for x (a ref, a handle) or None."""
+    """cloudpickle of obj, buffers in band; `persistent(x)` returns an id for x (a ref, a
+    handle) or None."""
     buf = io.BytesIO()
     _Pickler(buf, persistent).dump(obj)
     return buf.getvalue()
 
 
-def loads(data: bytes, load: Callable[[Any], Any]) -> Any:
-    """The object `dumps` wrote; `load(pid)` turns each persistent id back into an object."""
-    return _Unpickler(io.BytesIO(data), load).load()
+def encode(obj: Any, persistent: Callable[[Any], Any]) -> Payload:
+    """cloudpickle of obj with its large buffers out of band (see `frames`)."""
+    buffers: list[pickle.PickleBuffer] = []
+    buf = io.BytesIO()
+    _Pickler(buf, persistent, buffers.append).dump(obj)
+    return buf.getvalue(), buffers
+
+
+def loads(data: bytes, load: Callable[[Any], Any], buffers: Iterable[Any] = ()) -> Any:
+    """The object `dumps`/`encode` wrote; `load(pid)` turns each persistent id back into an object."""
+    return _Unpickler(io.BytesIO(data), load, buffers).load()
 
 
 def dumps_error(exc: BaseException, persistent: Callable[[Any], Any]) -> bytes:
+    """("err", exc) in band (Connect's reply; see encode_error)."""
+    stream, buffers = encode_error(exc, persistent)
+    return stream if not buffers else dumps(("err", RuntimeError(f"{type(exc).__name__}: {exc}")), persistent)
+
+
+def encode_error(exc: BaseException, persistent: Callable[[Any], Any]) -> Payload:
     """("err", exc), or ("err", RuntimeError(text)) when the exception does not pickle."""
     try:
-        return dumps(("err", exc), persistent)
+        return encode(("err", exc), persistent)
     except Exception as e:  # an exception holding something unpicklable
-        return dumps(("err", RuntimeError(f"{type(exc).__name__}: {exc} (not picklable: {e})")),
-                     persistent)
+        return encode(("err", RuntimeError(f"{type(exc).__name__}: {exc} (not picklable: {e})")),
+                      persistent)

@@ -52,18 +52,19 @@ class SessionServer:
             self.closed.set()
 
     async def call(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
-        async for chunk in self._run(request):
-            yield chunk
+        async for message in self._run(request, []):
+            yield message
 
     async def call_chunked(self, request_iterator: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
-        async for chunk in self._run(protocol.join([m async for m in request_iterator])):
-            yield chunk
+        stream, buffers = protocol.unframe([m async for m in request_iterator])
+        async for message in self._run(stream, buffers):
+            yield message
 
-    async def _run(self, data: bytes) -> AsyncIterator[bytes]:
+    async def _run(self, data: bytes, buffers: list[Any]) -> AsyncIterator[bytes]:
         loop = asyncio.get_running_loop()
-        reply = await loop.run_in_executor(self.pool, self.ops.handle, data)
-        for chunk in protocol.chunks(reply):
-            yield chunk
+        reply = await loop.run_in_executor(self.pool, self.ops.handle, data, buffers)
+        for message in protocol.frames(reply):
+            yield message
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(protocol.SERVICE, {
