@@ -13,6 +13,11 @@ The TorchTrainer has set torchrun's environment and joined the process group on 
 `RayTrainReportCallback` reports `trainer.callback_metrics` with a checkpoint
 (`checkpoint.ckpt`, Lightning's format) at the end of every training epoch. Needs `lightning`
 (`pip install 'ember[train]'`).
+
+`RayFSDPStrategy` is Lightning's FSDPStrategy (torch's FullyShardedDataParallel) on the same
+group: on CPU ranks (gloo) too, with `accelerator="cpu"`. `RayDeepSpeedStrategy` is Lightning's
+DeepSpeedStrategy; it needs the `deepspeed` package, which Ember does not install (PyPI ships it
+as a source build only), and raises ImportError naming it when absent.
 """
 from __future__ import annotations
 
@@ -23,11 +28,12 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.environments.lightning import LightningEnvironment
-from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, FSDPStrategy
 
 from ember.air.checkpoint import Checkpoint
 
-__all__ = ["RayDDPStrategy", "RayLightningEnvironment", "RayTrainReportCallback", "prepare_trainer"]
+__all__ = ["RayDDPStrategy", "RayDeepSpeedStrategy", "RayFSDPStrategy", "RayLightningEnvironment",
+           "RayTrainReportCallback", "prepare_trainer"]
 
 
 def _context() -> Any:
@@ -76,6 +82,77 @@ class RayDDPStrategy(DDPStrategy):
         return {"num_replicas": self.world_size, "rank": self.global_rank}
 
 
+class RayFSDPStrategy(FSDPStrategy):
+    """Lightning's FSDPStrategy on the process group the TorchTrainer set up (every FSDP option
+    of Lightning's class: `sharding_strategy`, `auto_wrap_policy`, `state_dict_type`, ...)."""
+
+    @property
+    def root_device(self) -> torch.device:
+        from ember.train.torch import get_device
+
+        device: torch.device = get_device()
+        return device
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if self.root_device.type == "cpu" and not any(isinstance(m, FullyShardedDataParallel)
+                                                      for m in model.modules()):
+            # Lightning gives FSDP no device on CPU, and FSDP then looks for an accelerator:
+            # wrap here with the CPU as the device (FSDP shards over gloo); Lightning's own
+            # set-up then takes the wrapped module as it is.
+            kwargs = dict(self.kwargs)
+            self.kwargs.pop("auto_wrap_policy", None)  # applied here
+            model = FullyShardedDataParallel(
+                module=model, cpu_offload=self.cpu_offload, mixed_precision=self.mixed_precision_config,
+                sharding_strategy=self.sharding_strategy, device_id=torch.device("cpu"), **kwargs)
+        wrapped: torch.nn.Module = super()._setup_model(model)
+        return wrapped
+
+    def lightning_module_state_dict(self) -> dict[str, Any]:
+        if self.root_device.type != "cpu" or self._state_dict_type != "full":
+            state: dict[str, Any] = super().lightning_module_state_dict()
+            return state
+        # Lightning gathers the full state dict with offload_to_cpu=True, which on a CPU device
+        # leaves rank 0 cloning freed memory (a segfault): the tensors are on the CPU already.
+        from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
+
+        assert self.model is not None
+        with FullyShardedDataParallel.state_dict_type(self.model, StateDictType.FULL_STATE_DICT,
+                                                      FullStateDictConfig(offload_to_cpu=False, rank0_only=True)):
+            full: dict[str, Any] = self.model.state_dict()
+            return full
+
+
+class RayDeepSpeedStrategy(DeepSpeedStrategy):
+    """Lightning's DeepSpeedStrategy on the process group the TorchTrainer set up; needs the
+    `deepspeed` package."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("deepspeed") is None:
+            raise ImportError("RayDeepSpeedStrategy needs the 'deepspeed' package, which is not installed "
+                              "(pip install deepspeed; Ember does not ship it); RayFSDPStrategy shards "
+                              "parameters without it")
+        super().__init__(*args, **kwargs)
+
+    @property
+    def root_device(self) -> torch.device:
+        from ember.train.torch import get_device
+
+        device: torch.device = get_device()
+        return device
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+
 class RayTrainReportCallback(pl.Callback):
     """Reports the epoch's metrics and a Lightning checkpoint to Ember Train after each epoch."""
 
@@ -95,8 +172,9 @@ def prepare_trainer(trainer: pl.Trainer) -> pl.Trainer:
     """Checks that the Trainer runs on Ember's strategy and environment (as Ray's does)."""
     if not isinstance(trainer, pl.Trainer):
         raise TypeError(f"prepare_trainer expects a lightning Trainer, got {type(trainer).__name__}")
-    if not isinstance(trainer.strategy, RayDDPStrategy):
-        raise ValueError(f"the Trainer's strategy must be RayDDPStrategy, got {type(trainer.strategy).__name__}")
+    if not isinstance(trainer.strategy, (RayDDPStrategy, RayFSDPStrategy, RayDeepSpeedStrategy)):
+        raise ValueError("the Trainer's strategy must be RayDDPStrategy, RayFSDPStrategy or RayDeepSpeedStrategy, "
+                         f"got {type(trainer.strategy).__name__}")
     env = getattr(trainer.strategy, "cluster_environment", None)
     if not isinstance(env, RayLightningEnvironment):
         raise ValueError("the Trainer needs plugins=[RayLightningEnvironment()], got "
