@@ -26,6 +26,9 @@ class ScalingConfig:
     accelerator_type: str | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.num_workers, tuple):
+            raise NotImplementedError(f"ScalingConfig(num_workers={self.num_workers!r}): Ray's elastic training "
+                                      "(num_workers=(min, max)) is not supported by Ember; give an int")
         if not isinstance(self.num_workers, int) or self.num_workers < 1:
             raise ValueError(f"ScalingConfig.num_workers must be an int >= 1, got {self.num_workers!r}")
         if self.placement_strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):

@@ -73,6 +73,8 @@ def test_storage_upload_replaces_whole_directory(tmp_path):
 def test_config_validation_names_the_field():
     with pytest.raises(ValueError, match="num_workers"):
         train.ScalingConfig(num_workers=0)
+    with pytest.raises(NotImplementedError, match=r"num_workers=\(1, 4\).*elastic training"):
+        train.ScalingConfig(num_workers=(1, 4))  # Ray 2.60's elastic range
     with pytest.raises(ValueError, match="placement_strategy"):
         train.ScalingConfig(placement_strategy="DIAGONAL")
     with pytest.raises(ValueError, match="num_to_keep"):
