@@ -2,16 +2,21 @@
 
 Each scenario of scripts/scale_workloads.py runs in its own process, for Ember (this
 interpreter) and then Ray (`--ray-python`), under a time limit; a scenario that fails or runs
-out of time shows as such in the table (an Ember failure makes the exit status 1). Full sizes: 500 actors alive
-at once; 1,000,000 no-op tasks from one driver; get of 100,000 refs; 10 one-CPU nodes running
-1,000 tasks of 50 ms (the spread), grown to 20 nodes (join time, GCS idle CPU, a 10,000-task
-fan-out); 100,000 tasks pending behind busy CPUs (driver memory per pending task). `--quick`
-runs the short form (100 actors, 100k tasks, 20k refs, 20k pending, 5 -> 10 nodes).
+out of time shows as such in the table (an Ember failure makes the exit status 1). Full sizes:
+100 lightweight nodes joining and heart-beating (GCS CPU per node per second, memory per node);
+300 actors alive at once (creation rate, GCS memory per actor) and 10,000 actor records waiting
+for a resource; 10,000 placement groups; 1,000,000 small puts held by one driver (20,000
+through the store); 1,000,000 no-op tasks from one driver; get of 100,000 refs; 10 one-CPU
+nodes running 1,000 tasks of 50 ms (the spread), grown to 20 nodes (join time, GCS idle CPU, a
+10,000-task fan-out); 1,000,000 tasks pending behind busy CPUs (driver memory per pending
+task). `--quick` runs the short form (12 nodes, 50 actors, 1,000 records and groups, 50k puts,
+100k tasks, 20k refs, 20k pending, 5 -> 10 nodes) in a few minutes. docs/scale.md reads it.
 
     .venv/bin/python scripts/scale_envelope.py --quick
     .venv/bin/python scripts/scale_envelope.py --only nodes,actors --ray-python .rayvenv/bin/python
 
-Ray's side of "actors" is capped by memory (about 60 MB per idle Ray actor): the cap is shown.
+Ray's side of "actors" is capped by memory (about 60 MB per idle Ray actor), and of
+"lightnodes" (about 300 MB per Ray node: a raylet and its two agents): the cap is shown.
 """
 from __future__ import annotations
 
@@ -28,9 +33,25 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "scale_workloads.py")
-SCENARIOS = ("nodes", "actors", "tasks", "get", "pending")
+SCENARIOS = ("lightnodes", "nodes", "actors", "actor_records", "pgs", "objects", "store_objects",
+             "tasks", "get", "pending")
 # (scenario, key, label) rows of the table, in order.
 ROWS = [
+    ("lightnodes", "light_nodes", "lightweight nodes started"),
+    ("lightnodes", "light_alive", "lightweight nodes alive"),
+    ("lightnodes", "node_deaths", "nodes declared dead by a late heartbeat (flaps)"),
+    ("lightnodes", "heartbeat_period_s", "heartbeat period (s)"),
+    ("lightnodes", "light_join_per_s", "nodes joined per second"),
+    ("lightnodes", "light_node_pss_mb", "memory per node (PSS MB: raylet + store)"),
+    ("lightnodes", "light_gcs_cpu_pct_quarter", "GCS CPU at N/4 nodes (% of a core)"),
+    ("lightnodes", "light_gcs_cpu_pct", "GCS CPU at N nodes (% of a core)"),
+    ("lightnodes", "gcs_us_per_node_s", "GCS CPU per node per second (us, slope)"),
+    ("lightnodes", "light_gcs_pss_mb", "GCS memory at N nodes (PSS MB)"),
+    ("lightnodes", "node_idle_cpu_pct", "idle CPU per node (% of a core: raylet + store)"),
+    ("lightnodes", "churn_cycles", "churn: all nodes' free CPU flipped (cycles)"),
+    ("lightnodes", "churn_gcs_cpu_pct", "churn: GCS CPU (% of a core)"),
+    ("lightnodes", "gcs_us_per_node_change", "churn: GCS CPU per node change (us)"),
+    ("lightnodes", "gcs_us_per_change_per_reader", "churn: GCS CPU per change per reader (us)"),
     ("nodes", "join_s_first", "nodes: first N joined (s)"),
     ("nodes", "spread_s", "spread: 50 ms tasks on N one-CPU nodes (s)"),
     ("nodes", "spread_nodes_used", "spread: nodes used"),
@@ -46,6 +67,25 @@ ROWS = [
     ("actors", "actors_per_s", "actors created per second"),
     ("actors", "pss_mb_median", "PSS per idle actor (MB)"),
     ("actors", "all_answer", "all actors still answer"),
+    ("actors", "gcs_kb_per_actor", "GCS memory per live actor (KB)"),
+    ("actor_records", "actor_records", "actors waiting for a resource"),
+    ("actor_records", "records_per_s", "actor submissions per second"),
+    ("actor_records", "gcs_kb_per_actor_record", "GCS memory per actor record (KB)"),
+    ("pgs", "pgs", "placement groups"),
+    ("pgs", "pgs_ready", "placement groups ready"),
+    ("pgs", "pgs_ready_per_s", "placement groups ready per second"),
+    ("pgs", "gcs_kb_per_pg", "GCS memory per placement group (KB)"),
+    ("pgs", "pgs_removed_per_s", "removals per second (the calls)"),
+    ("pgs", "node_resource_entries", "resource entries in the node's record"),
+    ("objects", "objects", "small puts held by one driver (own path)"),
+    ("objects", "puts_per_s", "puts per second"),
+    ("objects", "owner_bytes_per_object", "owner memory per object (bytes)"),
+    ("objects", "store_bytes_per_object", "store memory per object (bytes)"),
+    ("objects", "free_s", "free them all (s)"),
+    ("store_objects", "store_objects", "small puts through the store"),
+    ("store_objects", "store_puts_per_s", "store puts per second"),
+    ("store_objects", "store_owner_bytes_per_object", "owner memory per stored object (bytes)"),
+    ("store_objects", "store_store_bytes_per_object", "store memory per stored object (bytes)"),
     ("tasks", "tasks", "no-op tasks from one driver"),
     ("tasks", "tasks_per_s", "tasks per second"),
     ("tasks", "peak_driver_rss_mb", "peak driver RSS (MB)"),
@@ -73,12 +113,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def ray_actor_cap(quick: bool) -> int:
-    """How many idle Ray actors fit in half of the available memory (~60 MB each)."""
+def ray_cap(scenario: str, quick: bool) -> int:
+    """Ray's size for scenarios capped by memory: how many idle Ray actors (~60 MB each) or
+    Ray nodes (~300 MB each) fit in a third of the available memory, at most 8 GiB; 0: no cap."""
+    per_mb = {"actors": 60, "lightnodes": 300}.get(scenario)
+    if per_mb is None:
+        return 0
     with open("/proc/meminfo") as f:
         avail_kb = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
-    want = 100 if quick else 500
-    return max(10, min(want, int(avail_kb / 2 / (60 * 1024))))
+    want = {"actors": (300, 50), "lightnodes": (100, 12)}[scenario][1 if quick else 0]
+    return max(4, min(want, int(min(avail_kb / 3, 8 * 2**20) / (per_mb * 1024))))
 
 
 def run_one(python: str, runtime: str, scenario: str, quick: bool, timeout_s: float,
@@ -173,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for scen in scenarios:
         for rt, py in runtimes:
-            n = ray_actor_cap(args.quick) if (rt, scen) == ("ray", "actors") else 0
+            n = ray_cap(scen, args.quick) if rt == "ray" else 0
             results.setdefault(rt, {})[scen] = run_one(py, rt, scen, args.quick, timeout_s, n)
     mode = "quick" if args.quick else "full"
     print(f"\nScale envelope ({mode}), {os.cpu_count()} CPUs, "

@@ -7,15 +7,23 @@ level, so Ray's interpreter runs it as a plain script; the same code drives both
 Scenarios:
 
 - actors:  N actors (num_cpus=0) alive at once on a 2-CPU local cluster: creation rate (each
-           answers a call), PSS per idle actor (/proc/<pid>/smaps_rollup), all still answering.
+           answers a call), PSS per idle actor (/proc/<pid>/smaps_rollup), all still answering,
+           the GCS's memory per live actor.
+- actor_records: N actors registered but waiting for a resource another actor holds (no
+           process each): submit rate and the GCS's memory per actor record, at sizes that
+           live actor processes could not reach on one machine.
+- pgs:     N placement groups of one bundle each, created, ready, then removed: rates and the
+           GCS's memory per placement group.
+- objects: N small puts (100 bytes) held by one driver on the runtime's own path (Ember: inline
+           in the owner's memory; Ray: plasma): put rate, owner (driver) and store memory per
+           object, the time to free them all.
+- store_objects: the same through the node's store (Ember: EMBER_MAX_INLINE_BYTES=0, as
+           Ray's puts always go to plasma).
 - tasks:   N no-op tasks submitted by one driver, then one get: throughput, peak driver RSS.
 - get:     N small objects put, then one get of all N refs.
 - pending: N no-op tasks pending behind two blocked tasks that hold both CPUs: the driver's
            resident memory and CPU (all its threads) per pending task, then all of them run.
-- nodes:   a cluster of one-CPU nodes (Ember: `ember start --head` + `ember start --address`;
-           Ray: ray.cluster_utils.Cluster, which starts the same processes without `ray stop`
-           touching other clusters on the machine): join time, spread of 50 ms tasks, then
-           more nodes: join time, the GCS's idle CPU, a fan-out of no-op tasks over them.
+- nodes, lightnodes: clusters of many nodes on this machine (scale_clusters.py).
 """
 from __future__ import annotations
 
@@ -27,8 +35,6 @@ import json
 import os
 import resource
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,10 +43,12 @@ from typing import Any
 if __name__ == "__main__":  # run as a plain script: this directory must not shadow packages
     _HERE = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    sys.path.append(_HERE)  # last: scale_clusters (the cluster scenarios) and nothing it shadows
 
 SIZES = {  # scenario -> (full, quick) sizes
-    "actors": (500, 100), "tasks": (1_000_000, 100_000), "get": (100_000, 20_000),
-    "pending": (100_000, 20_000),
+    "actors": (300, 50), "actor_records": (10_000, 1000), "pgs": (10_000, 1000),
+    "objects": (1_000_000, 50_000), "store_objects": (20_000, 5000), "lightnodes": (100, 12), "tasks": (1_000_000, 100_000), "get": (100_000, 20_000),
+    "pending": (1_000_000, 20_000),
     "spread_nodes": (10, 5), "spread_tasks": (1000, 300), "fanout_nodes": (20, 10),
     "fanout_tasks": (10_000, 2000), "idle_s": (10, 5),
 }
@@ -81,6 +89,55 @@ def load() -> float:
         return float(f.read().split()[0])
 
 
+def descendants(root: int | None = None) -> list[int]:
+    """The pids of this process's descendants (read from /proc: Ray's venv has no psutil)."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    children[int(f.read().rsplit(")", 1)[1].split()[1])].append(int(name))
+            except OSError:
+                continue
+    out, todo = [], [root or os.getpid()]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def find_proc(*needles: bytes) -> int:
+    """This process's descendant whose command line holds one of needles (the GCS, the store)."""
+    for pid in descendants():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if any(n in cmd for n in needles):
+            return pid
+    raise RuntimeError(f"no descendant process runs {needles}")
+
+
+def gcs_pid() -> int:
+    return find_proc(b"ember_gcs", b"gcs_server")
+
+
+def settle(pid: int, quiet_pct: float = 5.0, timeout_s: float = 600) -> None:
+    """Waits until pid uses under quiet_pct of a core over one second (its backlog is done)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        c0 = cpu_s(pid)
+        time.sleep(1)
+        if 100 * (cpu_s(pid) - c0) < quiet_pct:
+            return
+
+
+def pss_self_kb() -> int:
+    return pss_kb(os.getpid())
+
+
 # --------------------------------------------------------------------------- local scenarios
 
 def actors(mod: Any, n: int) -> dict[str, Any]:
@@ -95,16 +152,116 @@ def actors(mod: Any, n: int) -> dict[str, Any]:
         warm = Idle.remote()
         mod.get(warm.pid.remote(), timeout=120)
         mod.kill(warm)
+        gcs = gcs_pid()
+        settle(gcs)
+        g0 = pss_kb(gcs)
         t0 = time.monotonic()
         handles = [Idle.remote() for _ in range(n)]
         pids = mod.get([h.pid.remote() for h in handles], timeout=900)
         took = time.monotonic() - t0
         time.sleep(3)  # settle: idle
+        settle(gcs)
+        gcs_kb = (pss_kb(gcs) - g0) / n
         pss = sorted(pss_kb(p) for p in pids)
         again = mod.get([h.pid.remote() for h in handles], timeout=300)
         return {"actors": n, "create_s": round(took, 2), "actors_per_s": round(n / took, 2),
                 "pss_mb_median": round(pss[len(pss) // 2] / 1024, 1),
-                "pss_mb_total": round(sum(pss) / 1024), "all_answer": again == pids}
+                "pss_mb_total": round(sum(pss) / 1024), "all_answer": again == pids,
+                "gcs_kb_per_actor": round(gcs_kb, 1)}
+    finally:
+        mod.shutdown()
+
+
+def actor_records(mod: Any, n: int) -> dict[str, Any]:
+    mod.init(**init_kwargs(mod.__name__, num_cpus=2, resources={"slot": 1}))
+
+    @mod.remote(num_cpus=0)
+    class Waiter:
+        def ping(self) -> int:
+            return 1
+
+    try:
+        holder = Waiter.options(resources={"slot": 1}).remote()
+        mod.get(holder.ping.remote(), timeout=120)
+        gcs = gcs_pid()
+        settle(gcs)
+        g0 = pss_kb(gcs)
+        t0 = time.monotonic()
+        waiting = [Waiter.options(resources={"slot": 1}).remote() for _ in range(n)]
+        submit_s = time.monotonic() - t0
+        time.sleep(2)
+        settle(gcs)
+        took = time.monotonic() - t0
+        gcs_kb = (pss_kb(gcs) - g0) / n
+        assert len(waiting) == n and mod.get(holder.ping.remote(), timeout=120) == 1
+        return {"actor_records": n, "records_per_s": round(n / submit_s),
+                "gcs_settled_s": round(took, 1), "gcs_kb_per_actor_record": round(gcs_kb, 2),
+                "gcs_pss_mb": round(pss_kb(gcs) / 1024)}
+    finally:
+        mod.shutdown()
+
+
+def pgs(mod: Any, n: int) -> dict[str, Any]:
+    mod.init(**init_kwargs(mod.__name__, num_cpus=2, resources={"slot": n}))
+    util = importlib.import_module(f"{mod.__name__}.util.placement_group")
+    try:
+        warm = util.placement_group([{"slot": 1}])
+        mod.get(warm.ready(), timeout=120)
+        util.remove_placement_group(warm)
+        gcs = gcs_pid()
+        settle(gcs)
+        g0 = pss_kb(gcs)
+        t0 = time.monotonic()
+        groups = [util.placement_group([{"slot": 1}]) for _ in range(n)]
+        submit_s = time.monotonic() - t0
+        # Bounded: with thousands of groups on one node its heartbeats grow (each bundle adds
+        # resources to the node's record) and may come late; count what got ready.
+        done, _ = mod.wait([g.ready() for g in groups], num_returns=n, timeout=300 + n / 10)
+        ready_s = time.monotonic() - t0
+        settle(gcs)
+        gcs_kb = (pss_kb(gcs) - g0) / n
+        # Each placed bundle adds resources to its node's record (the heartbeat, the node feed).
+        entries = max(len(x["Resources"]) for x in mod.nodes() if x["Alive"])
+        t0 = time.monotonic()
+        for g in groups:
+            util.remove_placement_group(g)
+        remove_s = time.monotonic() - t0
+        return {"pgs": n, "pgs_ready": len(done), "pg_submit_s": round(submit_s, 1),
+                "pgs_ready_per_s": round(len(done) / ready_s),
+                "gcs_kb_per_pg": round(gcs_kb, 2), "pgs_removed_per_s": round(n / remove_s),
+                "node_resource_entries": entries}
+    finally:
+        mod.shutdown()
+
+
+def objects(mod: Any, n: int, store_path: bool = False) -> dict[str, Any]:
+    if mod.__name__ == "ember" and store_path:
+        os.environ["EMBER_MAX_INLINE_BYTES"] = "0"  # every put goes to the store, as Ray's do
+    mod.init(**init_kwargs(mod.__name__, num_cpus=2, object_store_memory=2 * 2**30))
+    value = b"x" * 100
+    try:
+        mod.get(mod.put(value))
+        store = find_proc(b"ember_objmgr", b"/raylet")
+        gc.collect()
+        d0, s0 = pss_self_kb(), pss_kb(store)
+        t0 = time.monotonic()
+        refs = [mod.put(value) for _ in range(n)]
+        put_s = time.monotonic() - t0
+        time.sleep(2)
+        settle(store)
+        gc.collect()
+        d1, s1 = pss_self_kb(), pss_kb(store)
+        assert mod.get(refs[-1], timeout=60) == value
+        t0 = time.monotonic()
+        del refs
+        gc.collect()
+        settle(store)
+        free_s = time.monotonic() - t0
+        pre = "store_" if store_path else ""
+        return {f"{pre}objects": n, f"{pre}puts_per_s": round(n / put_s),
+                f"{pre}owner_bytes_per_object": round((d1 - d0) * 1024 / n),
+                f"{pre}store_bytes_per_object": round((s1 - s0) * 1024 / n),
+                f"{pre}free_s": round(free_s, 1)}
     finally:
         mod.shutdown()
 
@@ -189,156 +346,30 @@ def pending(mod: Any, n: int) -> dict[str, Any]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-# --------------------------------------------------------------------------- clusters
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class EmberNodes:
-    """Nodes started with the `ember` command, recorded in a private EMBER_TEMP_DIR."""
-
-    def __init__(self) -> None:
-        # scale_envelope.py gives the directory, to stop the nodes even if this process is killed.
-        self.tmp = os.environ.get("SCALE_ENVELOPE_TMP") or tempfile.mkdtemp(prefix="ember-scale-")
-        self.env = dict(os.environ, EMBER_TEMP_DIR=self.tmp)
-        self.cli = [sys.executable, "-m", "ember._tools.cli"]
-        self.port = _free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.count = 0
-
-    def _start(self, args: list[str]) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(self.cli + ["start", "--num-cpus", "1", "--object-store-memory",
-                                            str(80 * 2**20)] + args, env=self.env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    def head(self) -> None:
-        p = self._start(["--head", "--port", str(self.port)])
-        if p.wait(120) != 0:
-            raise RuntimeError(f"ember start --head failed: {p.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-        self.count = 1
-
-    def add(self, n: int) -> None:
-        """Starts n nodes, four `ember start --address` at a time."""
-        for i in range(0, n, 4):
-            procs = [self._start(["--address", self.address]) for _ in range(min(4, n - i))]
-            for p in procs:
-                if p.wait(120) != 0:
-                    raise RuntimeError(f"ember start failed: {p.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-        self.count += n
-
-    def gcs_pid(self) -> int:
-        for name in os.listdir(os.path.join(self.tmp, "nodes")):
-            with open(os.path.join(self.tmp, "nodes", name)) as f:
-                rec = json.load(f)
-            for pid in rec.get("pids", []):
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if b"gcs" in f.read():
-                        return int(pid)
-        raise RuntimeError("no GCS process recorded")
-
-    def stop(self) -> None:
-        subprocess.run(self.cli + ["stop"], env=self.env, stdout=subprocess.DEVNULL, timeout=300)
-
-
-class RayNodes:
-    """Nodes of ray.cluster_utils.Cluster (its own processes only)."""
-
-    def __init__(self) -> None:
-        from ray.cluster_utils import Cluster
-
-        self.cluster = Cluster()
-        self.count = 0
-        self.address = ""
-
-    def head(self) -> None:
-        self.cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20, include_dashboard=False)
-        self.address = self.cluster.address
-        self.count = 1
-
-    def add(self, n: int) -> None:
-        for _ in range(n):
-            self.cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20)
-        self.count += n
-
-    def gcs_pid(self) -> int:
-        procs = self.cluster.head_node.all_processes["gcs_server"]
-        return int(procs[0].process.pid)
-
-    def stop(self) -> None:
-        self.cluster.shutdown()
-
-
-def nodes(mod: Any, quick: bool) -> dict[str, Any]:
-    c: Any = EmberNodes() if mod.__name__ == "ember" else RayNodes()
-    first, total = size("spread_nodes", quick), size("fanout_nodes", quick)
-    out: dict[str, Any] = {}
-    try:
-        t0 = time.monotonic()
-        c.head()
-        c.add(first - 1)
-        mod.init(address=c.address, **init_kwargs(mod.__name__))
-        _wait_nodes(mod, first)
-        out["join_s_first"] = round(time.monotonic() - t0, 1)
-
-        @mod.remote(num_cpus=1)
-        def nap(s: float) -> str:
-            time.sleep(s)
-            return str(mod.get_runtime_context().get_node_id())
-
-        n = size("spread_tasks", quick)
-        mod.get([nap.remote(0) for _ in range(first)], timeout=300)  # workers up
-        t0 = time.monotonic()
-        where = collections.Counter(mod.get([nap.remote(0.05) for _ in range(n)], timeout=900))
-        out.update(spread_s=round(time.monotonic() - t0, 1), spread_nodes_used=len(where),
-                   spread_min=min(where.values()), spread_max=max(where.values()))
-        t0 = time.monotonic()
-        c.add(total - first)
-        _wait_nodes(mod, total)
-        out["join_s_more"] = round(time.monotonic() - t0, 1)
-        time.sleep(2)
-        gcs, idle = c.gcs_pid(), size("idle_s", quick)
-        cpu0 = cpu_s(gcs)
-        time.sleep(idle)
-        out["gcs_idle_cpu_pct"] = round(100 * (cpu_s(gcs) - cpu0) / idle, 1)
-        out["gcs_pss_mb"] = round(pss_kb(gcs) / 1024)
-        n = size("fanout_tasks", quick)
-        t0 = time.monotonic()
-        where = collections.Counter(mod.get([nap.remote(0) for _ in range(n)], timeout=900))
-        out.update(fanout_s=round(time.monotonic() - t0, 1), fanout_nodes_used=len(where),
-                   nodes=total)
-        return out
-    finally:
-        try:
-            mod.shutdown()
-        finally:
-            c.stop()
-
-
-def _wait_nodes(mod: Any, n: int, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while sum(1 for x in mod.nodes() if x["Alive"]) < n:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{n} nodes not alive after {timeout_s:g}s")
-        time.sleep(0.1)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runtime", default="ember", choices=("ember", "ray"))
     p.add_argument("--scenario", required=True,
-                   choices=("actors", "tasks", "get", "pending", "nodes"))
+                   choices=("actors", "actor_records", "pgs", "objects",
+                            "store_objects", "tasks", "get", "pending",
+                            "nodes", "lightnodes"))
     p.add_argument("--quick", action="store_true")
     p.add_argument("--n", type=int, default=0, help="override the scenario's size")
     a = p.parse_args(argv)
+    if a.runtime == "ember":  # an arena populated in the background (by the store and the
+        # driver) would grow their memory while it is measured: only pages in use count here
+        os.environ.setdefault("EMBER_OBJECT_STORE_PREFAULT_BYTES", "0")
     mod = importlib.import_module(a.runtime)
     l0 = load()
-    if a.scenario == "nodes":
-        res = nodes(mod, a.quick)
+    if a.scenario in ("nodes", "lightnodes"):
+        import scale_clusters
+
+        res = (scale_clusters.nodes(mod, a.quick) if a.scenario == "nodes" else
+               scale_clusters.lightnodes(mod, a.n or size("lightnodes", a.quick), a.quick))
     else:
-        fn = {"actors": actors, "tasks": tasks, "get": get_refs, "pending": pending}[a.scenario]
+        fn = {"actors": actors, "actor_records": actor_records, "pgs": pgs, "objects": objects,
+              "store_objects": lambda m, k: objects(m, k, store_path=True),
+              "tasks": tasks, "get": get_refs, "pending": pending}[a.scenario]
         res = fn(mod, a.n or size(a.scenario, a.quick))
     res["load"] = f"{l0:.1f}->{load():.1f}"
     print(json.dumps(res), flush=True)
