@@ -114,14 +114,42 @@ class WorkerDeath(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., node_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class PubMessage(_message.Message):
-    __slots__ = ("node", "logs", "worker_death")
+    __slots__ = ("node", "logs", "worker_death", "node_resources")
     NODE_FIELD_NUMBER: _ClassVar[int]
     LOGS_FIELD_NUMBER: _ClassVar[int]
     WORKER_DEATH_FIELD_NUMBER: _ClassVar[int]
+    NODE_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     node: _common_pb2.NodeInfo
     logs: LogBatch
     worker_death: WorkerDeath
-    def __init__(self, node: _Optional[_Union[_common_pb2.NodeInfo, _Mapping]] = ..., logs: _Optional[_Union[LogBatch, _Mapping]] = ..., worker_death: _Optional[_Union[WorkerDeath, _Mapping]] = ...) -> None: ...
+    node_resources: NodeResourcesDelta
+    def __init__(self, node: _Optional[_Union[_common_pb2.NodeInfo, _Mapping]] = ..., logs: _Optional[_Union[LogBatch, _Mapping]] = ..., worker_death: _Optional[_Union[WorkerDeath, _Mapping]] = ..., node_resources: _Optional[_Union[NodeResourcesDelta, _Mapping]] = ...) -> None: ...
+
+class NodeResourcesDelta(_message.Message):
+    __slots__ = ("node_id", "available_resources", "total_resources", "removed_resources")
+    class AvailableResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class TotalResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    available_resources: _containers.ScalarMap[str, float]
+    total_resources: _containers.ScalarMap[str, float]
+    removed_resources: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_id: _Optional[str] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., removed_resources: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PublishLogsRequest(_message.Message):
     __slots__ = ("batches",)

@@ -153,7 +153,9 @@ class GcsCore:
     def heartbeat_report(self, r: gcs_pb2.ReportHeartbeatRequest) -> bool:
         """A raylet's heartbeat (resources.HeartbeatReport): the whole maps, or a delta on the
         heartbeat `base_seq`. Returns True when it was a delta on maps this GCS does not hold
-        (the node is still alive; the raylet sends them whole next). NotFound as `heartbeat`."""
+        (the node is still alive; the raylet sends them whole next). NotFound as `heartbeat`.
+        A delta is published as it came (`NodeResourcesDelta`), not as the whole record: a node
+        holding many bundles has two named resources per bundle."""
         if not r.delta:
             self.heartbeat(r.node_id, dict(r.available_resources), dict(r.total_resources))
             self._resource_seq[r.node_id] = r.seq
@@ -169,7 +171,9 @@ class GcsCore:
             for k in r.removed_resources:
                 info.available_resources.pop(k, None)
                 info.total_resources.pop(k, None)
-            self._publish_node(info)
+            self._deliver(gcs_pb2.PubMessage(node_resources=gcs_pb2.NodeResourcesDelta(
+                node_id=r.node_id, available_resources=r.available_resources,
+                total_resources=r.total_resources, removed_resources=r.removed_resources)), "nodes", None)
         return False
 
     async def mark_dead(self, node_id: str, reason: str) -> None:

@@ -25,6 +25,7 @@ from .log_monitor import LogMonitor
 from .log_service import LogServiceServicer, StartedWorkers, WorkerPids
 from .raylet import Raylet
 from .resources import HeartbeatReport
+from .scheduler import with_delta
 from .worker_ledger import KV_NAMESPACE, LedgerWriter, WorkerLedger, ledger_key
 from .worker_pool import WorkerState
 
@@ -201,6 +202,13 @@ class GcsLink:
         def on_message(msg: Any) -> None:
             if msg.HasField("node"):
                 self.raylet.update_node(msg.node)
+            elif msg.HasField("node_resources"):  # what changed; ignored until the record came
+                d = msg.node_resources
+                old = self.raylet.queue.cluster.get(d.node_id)
+                if old is not None:
+                    self.raylet.queue.update_node(with_delta(old, d.total_resources, d.available_resources,
+                                                             d.removed_resources))
+                    self.raylet.dispatch()
             elif msg.HasField("worker_death"):
                 self.raylet.owner_died(msg.worker_death.worker_id)
 
