@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 import grpc
 
+from . import limits
+
 METHOD = "/ember.Chunked/Call"
 TARGET_KEY = "ember-chunked-method"
 CHUNK_BYTES = 2 * 1024 * 1024  # a piece; never more than the control limit (`chunk_bytes`)
@@ -46,9 +48,7 @@ LARGE_METHODS = frozenset({
 
 
 def _limits() -> tuple[int, int]:
-    from . import rpc  # rpc builds its channels from this module
-
-    return rpc.receive_limit(control=True), rpc.data_limit()
+    return limits.receive_limit(control=True), limits.data_limit()
 
 
 def chunk_bytes(control_limit: int) -> int:

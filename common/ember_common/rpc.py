@@ -61,6 +61,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from . import auth, channel_auth, chunked, envvars, metrics, tls, tracing, validate_rules, validate_server
 from .config import get_config
+from .limits import data_limit as data_limit
+from .limits import message_limit as message_limit
+from .limits import receive_limit as receive_limit
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 # The context every async servicer method receives.
@@ -348,35 +351,6 @@ def bind_host(ip: str) -> str:
 def host_port(host: str, port: int) -> str:
     """HOST:PORT for gRPC, an IPv6 literal in brackets."""
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
-
-
-def _limit(name: str, value: int) -> int:
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value} (no unlimited messages)")
-    return value
-
-
-def message_limit() -> int:
-    """EMBER_MAX_MESSAGE_BYTES (config.py): the largest message any channel sends or receives and
-    the receive limit of the servers that carry user data (core workers, object managers)."""
-    return _limit("EMBER_MAX_MESSAGE_BYTES", get_config().max_message_bytes)
-
-
-def receive_limit(control: bool) -> int:
-    """A server's receive limit: EMBER_MAX_CONTROL_REQUEST_BYTES for a control service (the GCS,
-    a raylet), never more than `message_limit()`; `message_limit()` for the others."""
-    if not control:
-        return message_limit()
-    return min(_limit("EMBER_MAX_CONTROL_REQUEST_BYTES", get_config().max_control_request_bytes),
-               message_limit())
-
-
-def data_limit() -> int:
-    """The largest request to a control method that carries data (LARGE_CONTROL_METHODS, sent
-    in chunks when over `receive_limit(True)`): EMBER_MAX_CONTROL_MESSAGE_BYTES, never more
-    than `message_limit()`."""
-    return min(_limit("EMBER_MAX_CONTROL_MESSAGE_BYTES", get_config().max_control_message_bytes),
-               message_limit())
 
 
 # Control methods whose requests carry data: up to `data_limit()`, in chunks (chunked.py).
