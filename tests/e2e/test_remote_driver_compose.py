@@ -12,6 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 WORKLOAD = (Path(__file__).parents[1] / "integration" / "cluster" / "remote_driver_workload.py").read_text()
 # Run first in the container: the GCS must be out of its reach (only the proxy is on its network).
 PRELUDE = '''
@@ -30,6 +32,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# Room for the package's compose cluster coming up first when this test runs alone.
+@pytest.mark.timeout(480)
 def test_a_container_that_reaches_only_the_proxy_runs_the_workload(cluster):
     c = cluster.with_settings(f"EMBER_CLIENT_PROXY_HOST_PORT={_free_port()}")
     try:
