@@ -26,6 +26,8 @@ from typing import Any
 
 from scale_workloads import cpu_s, init_kwargs, pss_kb, size
 
+from ember_common import envvars
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -254,7 +256,7 @@ def lightnodes(mod: Any, n: int, quick: bool) -> dict[str, Any]:
                    gcs_us_per_node_s_avg=round(1e6 * cpu_n / 100 / n, 1),
                    light_gcs_pss_mb=round(pss_kb(c.gcs) / 1024),
                    node_idle_cpu_pct=round(node_pct[len(node_pct) // 2], 2),
-                   heartbeat_period_s=float(os.environ.get("EMBER_HEARTBEAT_PERIOD_S", 0.5)),
+                   heartbeat_period_s=float(envvars.value("EMBER_HEARTBEAT_PERIOD_S")),
                    node_deaths=c.deaths())
         if _wait_alive(mod, n + base, 60) == n + base:  # the churn's group needs every node
             out.update(_churn(mod, c.gcs, n, 2 * size("idle_s", quick), cpu_n))
