@@ -71,3 +71,5 @@ def test_a_container_that_reaches_only_the_proxy_runs_the_workload(cluster):
               f"{report['big']['put_s']:.2f}s, get {report['big']['get_s']:.2f}s")
     finally:
         c.run("--profile client rm -sfv client-proxy remote-driver", check=False, timeout=120)
+        # The package's `down` leaves networks only this profile's services use.
+        subprocess.run(["docker", "network", "rm", f"{c.project}_client"], capture_output=True, timeout=60)
