@@ -9,10 +9,9 @@
    the first problem answers INVALID_ARGUMENT naming the field, e.g.
    ``/ember.Raylet/ReturnWorker: lease_id must be 16 bytes, got 3``.
 
-Before parsing, a request (each message of a request stream) longer than its method's byte
-limit (`Registrar`'s `limit_of`: rpc.py's per-method table) answers RESOURCE_EXHAUSTED naming
-the method and the limit (`too_big(text)`), without being parsed. A unary request of
-OFF_LOOP_BYTES or more is parsed and checked on a worker thread, so a big one (a placement-group
+A request's size is bounded before it gets here: the server's receive limit (gRPC refuses a
+longer message from its length prefix; bigger data requests arrive in pieces, see chunked.py).
+A unary request of OFF_LOOP_BYTES or more is parsed and checked on a worker thread, so a big one (a placement-group
 round of 200,000 bundles) does not hold off the server's other calls.
 
 The servicer then sees only well-formed requests; the error goes through the kit's one error
@@ -58,21 +57,12 @@ class _Deferred:
         self.data = data
 
 
-class _TooBig(_Malformed):
-    """What the lenient deserializer returns for bytes over the method's limit (never parsed)."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
 def wrap_handler(handler: Any, method: str, rules_by_type: dict[str, list[Rule]],
-                 invalid: Callable[[str], Exception], max_bytes: int | None = None,
-                 too_big: Callable[[str], Exception] | None = None) -> Any:
+                 invalid: Callable[[str], Exception]) -> Any:
     """handler (a grpc RpcMethodHandler) with lenient parsing and the rules of its request type
     checked first, for the request or each message of a request stream; a handler without a
     protobuf request type is returned as it is. A bad request aborts the call with the status
-    code of `invalid(text)` (rpc.InvalidArgument: the kit's error table says INVALID_ARGUMENT);
-    one longer than max_bytes (None: no limit of its own) with that of `too_big(text)`, unparsed."""
+    code of `invalid(text)` (rpc.InvalidArgument: the kit's error table says INVALID_ARGUMENT)."""
     if handler is None:
         return handler
     parse = handler.request_deserializer
@@ -83,8 +73,6 @@ def wrap_handler(handler: Any, method: str, rules_by_type: dict[str, list[Rule]]
     rules = rules_by_type.get(type_name, [])
 
     def lenient(data: bytes) -> Any:
-        if max_bytes is not None and len(data) > max_bytes:
-            return _TooBig(f"the request is {len(data)} bytes, over this method's limit of {max_bytes} bytes")
         return _Deferred(data) if len(data) >= OFF_LOOP_BYTES and not handler.request_streaming else parsed(data)
 
     def parsed(data: bytes) -> Any:
@@ -108,7 +96,7 @@ def wrap_handler(handler: Any, method: str, rules_by_type: dict[str, list[Rule]]
         return first(request, rules) if rules else None
 
     def refusal(request: Any, text: str) -> Exception:
-        return (too_big or invalid)(text) if isinstance(request, _TooBig) else invalid(text)
+        return invalid(text)
 
     async def refuse(context: Any, request: Any, problem: str) -> None:
         await _abort(context, refusal(request, f"{method}: {problem}"))
@@ -193,22 +181,17 @@ def _wrap_request_stream(handler: Any, lenient: Callable[[bytes], Any],
 class Registrar:
     """What `rpc.build_server` hands to the generated `add_*Servicer_to_server` functions: the
     server, except that method handlers get `wrap_handler` on their way in (the per-service
-    registered handlers and generic ones alike), each with its byte limit from `limit_of(method)`
-    (None: none but the server's own)."""
+    registered handlers and generic ones alike)."""
 
-    def __init__(self, server: Any, rules: dict[str, list[Rule]], invalid: Callable[[str], Exception],
-                 limit_of: Callable[[str], "int | None"] | None = None,
-                 too_big: Callable[[str], Exception] | None = None) -> None:
+    def __init__(self, server: Any, rules: dict[str, list[Rule]], invalid: Callable[[str], Exception]) -> None:
         self._server = server
         self._rules = rules
         self._invalid = invalid
-        self._limit_of = limit_of or (lambda method: None)
-        self._too_big = too_big
         self.handlers: dict[str, Any] = {}  # full method name -> its wrapped registered handler
 
     def wrap(self, handler: Any, method: str) -> Any:
         """handler wrapped for method (a full name, /package.Service/Method)."""
-        return wrap_handler(handler, method, self._rules, self._invalid, self._limit_of(method), self._too_big)
+        return wrap_handler(handler, method, self._rules, self._invalid)
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
         """Registers the handlers of `service`, each wrapped (and kept in `handlers`)."""
