@@ -194,6 +194,24 @@ def test_a_restarting_actor_fails_doomed_calls_and_unretried_waiting_ones_as_una
     assert pushes(q.actor_alive(2, "b:2")) == [2] and not q.restarting
 
 
+def test_a_restarting_actor_goes_by_each_calls_own_retries():
+    """@method(max_task_retries=N) overrides the actor's setting: with the actor at 0, a call
+    given retries waits for the restart (and the long grace), a call without them fails."""
+    q = ActorCallQueue(ACTOR, max_task_retries=0)
+    q.actor_alive(1, "a:1")
+    kept, dropped = call(0, retries=1), call(1)
+    for e in (kept, dropped):
+        q.assign_seq(e)
+    q.ready(kept)
+    q.push_failed(kept, 1, "UNAVAILABLE", delivered=True)  # one retry used: waiting again
+    assert q.grace_s() == 5.0
+    q.ready(dropped)
+    assert q.grace_s() == 1.0  # a waiting call has no retry: a short wait for its fate
+    out = q.actor_restarting()
+    assert [f.entry for f in out] == [dropped] and isinstance(out[0].error, exc.ActorUnavailableError)
+    assert pushes(q.actor_alive(2, "b:2")) == [0]
+
+
 def test_a_restarting_actor_keeps_calls_that_have_retries():
     q = ActorCallQueue(ACTOR, max_task_retries=-1)
     q.actor_alive(1, "a:1")

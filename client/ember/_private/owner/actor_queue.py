@@ -82,6 +82,10 @@ class ActorCallQueue:
         # Every seq below `low` is finished (replied or failed); `done` holds finished ones above.
         self.low = 0
         self.done: set[int] = set()
+        # Calls given no retries (their own max_task_retries, else the actor's, is 0), by seq:
+        # Ray's fail-if-unreachable while the actor restarts. A call that has spent its retries
+        # on a resend is not one of them: that resend waits for the restart.
+        self.unretried: set[int] = set()
 
     # ------------------------------------------------------------------ events
     def assign_seq(self, entry: TaskEntry) -> None:
@@ -93,6 +97,8 @@ class ActorCallQueue:
         """A call's arguments are resolved: it may be sent."""
         if entry.retries_left is None:
             entry.retries_left = self.max_task_retries
+        if entry.retries_left == 0:
+            self.unretried.add(entry.spec.seq_no)
         out: list[Instruction] = []
         if entry.cancelled:
             return out  # cancelled while its arguments were resolved: already failed
@@ -185,14 +191,15 @@ class ActorCallQueue:
 
     def actor_restarting(self) -> list[Instruction]:
         """The GCS says the actor is RESTARTING: doomed calls fail with ActorUnavailableError,
-        and so do waiting ones when calls have no retries (max_task_retries=0)."""
+        and so do waiting ones that have no retries (the call's max_task_retries, else the
+        actor's, is 0)."""
         self.restarting = True
         out: list[Instruction] = []
         for seq in sorted(self.doomed):
             entry, code = self.doomed.pop(seq)
             out.append(Fail(entry, self._unavailable(entry, f"its worker was lost ({code})")))
-        if self.max_task_retries == 0:
-            for seq in sorted(self.waiting):
+        for seq in sorted(self.waiting):
+            if seq in self.unretried:
                 entry = self.waiting.pop(seq)
                 self._fail(entry, self._unavailable(entry, "the actor is restarting"), out)
         return out
@@ -200,7 +207,8 @@ class ActorCallQueue:
     def grace_s(self) -> float:
         """How long to wait for the GCS's word on the actor before taking silence as "not
         dead": short when calls wait to fail (Ray's timeout_ms_task_wait_for_death_info)."""
-        return 1.0 if self.doomed or (self.max_task_retries == 0 and self.waiting) else 5.0
+        no_retry = not self.unretried.isdisjoint(self.waiting)
+        return 1.0 if self.doomed or no_retry else 5.0
 
     def actor_dead(self, cause: str) -> list[Instruction]:
         """The actor is DEAD: every waiting and doomed call fails, and so will later ones (and
@@ -246,6 +254,7 @@ class ActorCallQueue:
 
     def _finish(self, seq: int) -> None:
         self.done.add(seq)
+        self.unretried.discard(seq)
         while self.low in self.done:
             self.done.discard(self.low)
             self.low += 1
