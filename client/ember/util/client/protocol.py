@@ -40,6 +40,19 @@ DEFAULT_PORT = 10001  # Ray's client server port
 _chunk_bytes = 0
 
 
+def handler(servicer: Any) -> Any:
+    """The wire's three methods (a grpc.GenericRpcHandler), served by `servicer`'s async
+    `connect`, `call` and `call_chunked`: the proxy's, which forward, and the session's, which
+    run them."""
+    import grpc
+
+    return grpc.method_handlers_generic_handler(SERVICE, {
+        "Connect": grpc.unary_stream_rpc_method_handler(servicer.connect),
+        "Call": grpc.unary_stream_rpc_method_handler(servicer.call),
+        "CallChunked": grpc.stream_stream_rpc_method_handler(servicer.call_chunked),
+    })
+
+
 def chunk_bytes() -> int:
     """EMBER_CLIENT_PROXY_CHUNK_BYTES (read once): a few MiB per message, never one giant one."""
     global _chunk_bytes

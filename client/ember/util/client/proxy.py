@@ -107,13 +107,6 @@ class Proxy:
         async for msg in forward(request_iterator):
             yield msg
 
-    def handler(self) -> grpc.GenericRpcHandler:
-        return grpc.method_handlers_generic_handler(protocol.SERVICE, {
-            "Connect": grpc.unary_stream_rpc_method_handler(self.connect),
-            "Call": grpc.unary_stream_rpc_method_handler(self.call),
-            "CallChunked": grpc.stream_stream_rpc_method_handler(self.call_chunked),
-        })
-
     async def close(self) -> None:
         for session in list(self.sessions.values()):
             await _stop(session.proc)
@@ -141,7 +134,7 @@ async def serve(gcs_address: str, host: str, port: int, port_file: str | None) -
     if src.token is not None:
         interceptors.append(auth.ServerInterceptor(src.token))
     server = grpc.aio.server(options=rpc.server_options(control=False), interceptors=interceptors or None)
-    server.add_generic_rpc_handlers((proxy.handler(),))
+    server.add_generic_rpc_handlers((protocol.handler(proxy),))
     where = rpc.host_port(host or rpc.default_bind_host(), port)
     bound = (server.add_secure_port(where, tls.server_credentials()) if tls.enabled()
              else server.add_insecure_port(where))

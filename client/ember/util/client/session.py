@@ -66,13 +66,6 @@ class SessionServer:
         for message in protocol.frames(reply):
             yield message
 
-    def handler(self) -> grpc.GenericRpcHandler:
-        return grpc.method_handlers_generic_handler(protocol.SERVICE, {
-            "Connect": grpc.unary_stream_rpc_method_handler(self.connect),
-            "Call": grpc.unary_stream_rpc_method_handler(self.call),
-            "CallChunked": grpc.stream_stream_rpc_method_handler(self.call_chunked),
-        })
-
 
 def _no_ids(x: Any) -> None:
     return None
@@ -97,7 +90,7 @@ async def serve(gcs_address: str) -> None:
     if src.token is not None:
         interceptors.append(auth.ServerInterceptor(src.token))
     server = grpc.aio.server(options=rpc.server_options(control=False), interceptors=interceptors or None)
-    server.add_generic_rpc_handlers((server_impl.handler(),))
+    server.add_generic_rpc_handlers((protocol.handler(server_impl),))
     port = server.add_insecure_port("127.0.0.1:0")  # loopback: only the proxy on this host
     await server.start()
     print(port, flush=True)
