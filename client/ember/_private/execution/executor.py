@@ -316,13 +316,12 @@ class TaskExecutor(PipelineEffects):
     def _run_in_pool(self, item: QueueItem) -> None:
         """A pool thread runs one actor call."""
         spec, fut = item
-        self.core.post(_resolve, fut, self.execute(spec))
+        self._reply(fut, self.execute(spec))
 
     def _reply(self, fut: ReplyFuture, reply: core_worker_pb2.PushTaskReply) -> None:
-        """Main thread: with nothing more queued here, a direct connection's sink sends the
-        reply from this thread when it can (wire_server.py), sparing the loop a wake-up; else
-        it is set on the loop, which sends the replies of a busy stretch together."""
-        send = getattr(fut, "send_now", None) if self._queue.empty() else None
+        """Main or pool thread: a direct connection's sink sends the reply from this thread
+        when it can (wire_server.py); else it is set on the loop."""
+        send = getattr(fut, "send_now", None)
         if send is None or not send(reply):
             self.core.post(_resolve, fut, reply)
 
