@@ -305,25 +305,19 @@ class TaskExecutor(PipelineEffects):
                 self._queued.pop(spec.task_id, None)
             if self._cancel_queued and spec.task_id in self._cancel_queued:
                 self._cancel_queued.discard(spec.task_id)
-                self._reply(fut, self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex())))
+                self.core.post(_resolve, fut, self._error_reply(
+                    spec, exc.TaskCancelledError(spec.task_id.hex())))
                 continue
             try:
                 reply = self.execute(spec)
             except KeyboardInterrupt:  # a cancel that landed after the task finished
                 reply = self._error_reply(spec, exc.TaskCancelledError(spec.task_id.hex()))
-            self._reply(fut, reply)
+            self.core.post(_resolve, fut, reply)
 
     def _run_in_pool(self, item: QueueItem) -> None:
         """A pool thread runs one actor call."""
         spec, fut = item
-        self._reply(fut, self.execute(spec))
-
-    def _reply(self, fut: ReplyFuture, reply: core_worker_pb2.PushTaskReply) -> None:
-        """Main or pool thread: a direct connection's sink sends the reply from this thread
-        when it can (wire_server.py); else it is set on the loop."""
-        send = getattr(fut, "send_now", None)
-        if send is None or not send(reply):
-            self.core.post(_resolve, fut, reply)
+        self.core.post(_resolve, fut, self.execute(spec))
 
     def current_task(self) -> common_pb2.TaskSpec | None:
         """The task or call the calling thread or coroutine runs now (None: none)."""

@@ -26,10 +26,7 @@ call or the connection fails (task_stream.py's `_Conn`). A malformed frame close
 connection with a log line; the worker keeps serving the others.
 
 Writes: the first message of a loop iteration goes out at once; later ones of the same
-iteration are coalesced into one frame written on the next iteration. Reads go into one
-buffer per loop thread, which every connection on it shares (`_BufferedReads`: asyncio's
-plain recv allocates a fresh 256 KiB each read, a map and unmap of memory per frame), and
-each read's frames are copied out before the next. Semantics are
+iteration are coalesced into one frame written on the next iteration. Semantics are
 TaskStream's: when the connection ends, a task written to it fails with a delivered
 `_StreamEnded` (it may have run), a task still queued here with an undelivered one.
 The worker's side (the listener and its connections) is in wire_server.py. Loop thread only.
@@ -41,7 +38,6 @@ import asyncio
 import logging
 import socket
 import struct
-import threading
 from typing import cast
 
 from google.protobuf.message import DecodeError
@@ -60,8 +56,6 @@ _HEADER = struct.Struct(">IB")  # length of (type byte + payload), type
 CONNECT_TIMEOUT_S = 5.0
 HELLO_TIMEOUT_S = 10.0
 ITEM_ACK_TIMEOUT_S = 60.0  # as the unary ReportGeneratorItem's deadline
-READ_BUFFER_BYTES = 256 * 1024  # as asyncio's own read size
-_local = threading.local()
 
 
 class CallerConnectionLost(ConnectionError):
@@ -95,11 +89,11 @@ class FrameDecoder:
         """Whether the first frame has not come out yet and has a cap of its own."""
         return self._first is not None
 
-    def feed(self, data: bytes | memoryview) -> list[tuple[int, bytes]]:
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         """The frames completed by data; raises FrameError on a bad length or type."""
         if self._buf:
             self._buf += data
-            buf: bytes | bytearray | memoryview = self._buf
+            buf: bytes | bytearray = self._buf
         else:
             buf = data  # the common case: a chunk that starts at a frame boundary, no copy
         frames: list[tuple[int, bytes]] = []
@@ -151,31 +145,7 @@ class _Coalescer(abc.ABC):
         """Whether anything was queued since the last flush."""
 
 
-class _BufferedReads(asyncio.BufferedProtocol):
-    """A protocol that reads into its loop thread's shared buffer and hands each read to
-    data_received (which copies out what it keeps)."""
-
-    _rbuf: memoryview
-
-    def _init_reads(self) -> None:
-        """Loop thread: takes this thread's buffer (made on first use)."""
-        buf = getattr(_local, "read_buffer", None)
-        if buf is None:
-            buf = _local.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
-        self._rbuf = buf
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._rbuf
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self._rbuf[:nbytes])
-
-    @abc.abstractmethod
-    def data_received(self, data: bytes | memoryview) -> None:
-        """One read's bytes (valid only during the call)."""
-
-
-class DirectConn(_BufferedReads, _Coalescer):
+class DirectConn(asyncio.Protocol, _Coalescer):
     """Caller side: TaskStream's `_Conn` contract over a direct connection. Until connected,
     tasks wait in the outbox; if the endpoint call or the connection fails they (and every
     later push to this worker) go to a gRPC `_Conn` instead."""
@@ -192,7 +162,6 @@ class DirectConn(_BufferedReads, _Coalescer):
         self.give_back = False
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(streams.core.config.max_message_bytes)
-        self._init_reads()
         self.refused = False  # the worker refused the secret: nothing sent here ran
         ka = self.keepalive_s
         self._ka = streams.core.config.grpc_keepalive_s if ka is None else ka
@@ -280,7 +249,7 @@ class DirectConn(_BufferedReads, _Coalescer):
             return
         self._ka_timer = self.loop.call_later(self._ka / 4, self._keepalive)
 
-    def data_received(self, data: bytes | memoryview) -> None:
+    def data_received(self, data: bytes) -> None:
         self._reads += 1
         try:
             for kind, payload in self.decoder.feed(data):

@@ -1,19 +1,13 @@
 """The worker's side of the direct task transport (wire.py has the frames, the caller's side
 and the why): a listener on the core loop with a random secret, and per caller connection a
 protocol that checks the secret, runs each batch's tasks as TaskStream would, sends replies
-and streamed generator items back, and closes on a malformed frame. Loop thread, except one
-path: the thread that ran a task (not a generator) writes its reply itself when the
-connection has nothing queued (`_ServerConn.send_now`), sparing the loop a wake-up and the
-thread hand-off per call; every write holds the connection's lock, so frames never interleave,
-and connection_lost takes it too, before asyncio closes the socket."""
+and streamed generator items back, and closes on a malformed frame. Loop thread only."""
 from __future__ import annotations
 
 import asyncio
 import hmac
 import logging
-import os
 import secrets
-import threading
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from google.protobuf.message import DecodeError
@@ -36,7 +30,6 @@ from .wire import (
     CallerConnectionLost,
     FrameDecoder,
     FrameError,
-    _BufferedReads,
     _Coalescer,
     _nodelay,
     encode,
@@ -82,7 +75,7 @@ class DirectServer:
             self._server.close()
 
 
-class _ServerConn(_BufferedReads, _Coalescer):
+class _ServerConn(asyncio.Protocol, _Coalescer):
     """Worker side of one caller's connection: runs each task as TaskStream would."""
 
     def __init__(self, server: DirectServer) -> None:
@@ -91,35 +84,21 @@ class _ServerConn(_BufferedReads, _Coalescer):
         self.transport: asyncio.Transport | None = None
         # Before the secret, a frame may be no longer than the secret (wire.py's Auth).
         self.decoder = FrameDecoder(server.core.config.max_message_bytes, len(server.secret))
-        self._init_reads()
         self.authed = False
         self.out: list[core_worker_pb2.TaskStreamReply] = []
         self.peer: Any = None
         self._hello_timer: asyncio.TimerHandle | None = None
         self.streaming: set[bytes] = set()  # this connection's entries in server.routes
         self.acks: dict[tuple[bytes, int], tuple[asyncio.Future[None], asyncio.TimerHandle]] = {}
-        # Writes from other threads (send_now): every write holds the lock. A thread writes
-        # only while the transport's buffer is empty (`_backlog`: paused at a high-water
-        # mark of 0) and no thread's unsent tail (`_tail`) waits for the loop to write it.
-        self._wlock = threading.Lock()
-        self._backlog = False
-        self._tail: bytes | None = None
-        self._fd = -1
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self.peer = transport.get_extra_info("peername")
         _nodelay(self.transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            self._fd = sock.fileno()
-            self.transport.set_write_buffer_limits(high=0, low=0)  # pause_writing = any backlog
         self._hello_timer = self.loop.call_later(HELLO_TIMEOUT_S, self._drop, "no secret presented in time")
 
     def connection_lost(self, exc: Exception | None) -> None:
-        with self._wlock:  # asyncio closes the socket after this: no thread writes to it then
-            self.transport = None  # replies of tasks still running are dropped, as a broken stream's
-            self._fd = -1
+        self.transport = None  # replies of tasks still running are dropped, as a broken stream's
         if self._hello_timer is not None:
             self._hello_timer.cancel()
         for task_id in self.streaming:
@@ -134,71 +113,30 @@ class _ServerConn(_BufferedReads, _Coalescer):
     def _drop(self, why: str) -> None:
         log.warning("direct task connection from %s closed: %s", self.peer, why)
         if self.transport is not None:
-            with self._wlock:
-                self.transport.close()
-                self.transport = None
-                self._fd = -1
+            self.transport.close()
+            self.transport = None
 
-    def pause_writing(self) -> None:  # loop thread, inside transport.write (lock held)
-        self._backlog = True
-
-    def resume_writing(self) -> None:  # loop thread: the transport's buffer is empty again
-        self._backlog = False
-
-    def _write(self, frame: bytes) -> None:
-        """Loop thread: writes frame after whatever a thread left unsent."""
-        with self._wlock:
-            if self.transport is None:
-                return
-            if self._tail is not None:
-                self.transport.write(self._tail)
-                self._tail = None
-            if frame:
-                self.transport.write(frame)
-
-    def send_now(self, sink: _DirectReply, reply: Reply) -> bool:
-        """Any thread: writes sink's reply at once when nothing is queued before it; False
-        when the loop must send it (emit). A reply to a closed connection is dropped."""
-        frame = encode(REPLIES, core_worker_pb2.TaskReplyBatch(replies=[
-            core_worker_pb2.TaskStreamReply(task_id=sink.task_id, reply=reply)]).SerializeToString())
-        with self._wlock:
-            if sink.done_ or self.transport is None:
-                sink.done_ = True
-                return True
-            if self._backlog or self._tail is not None or self.out or self._fd < 0:
-                return False
-            try:
-                n = os.write(self._fd, frame)
-            except BlockingIOError:
-                n = 0
-            except OSError:
-                return False  # the loop's write meets the same error and closes the connection
-            sink.done_ = True
-            if n < len(frame):
-                self._tail = frame[n:]
-                self.loop.call_soon_threadsafe(self._write, b"")
-        return True
-
-    def data_received(self, data: bytes | memoryview) -> None:
+    def data_received(self, data: bytes) -> None:
         try:
             frames = self.decoder.feed(data)
         except FrameError as e:
-            if self.decoder.capping_first:  # e.g. longer than the secret
-                self._write(encode(REFUSED, b"wrong or missing secret"))
+            if self.decoder.capping_first and self.transport is not None:  # e.g. longer than the secret
+                self.transport.write(encode(REFUSED, b"wrong or missing secret"))
             return self._drop(f"malformed frame: {e}")
         for kind, payload in frames:
             if self.transport is None:
                 return
             if not self.authed:
                 if kind != HELLO or not hmac.compare_digest(payload, self.server.secret):
-                    self._write(encode(REFUSED, b"wrong or missing secret"))
+                    assert self.transport is not None
+                    self.transport.write(encode(REFUSED, b"wrong or missing secret"))
                     return self._drop("wrong or missing secret")
                 self.authed = True
                 if self._hello_timer is not None:
                     self._hello_timer.cancel()
                 continue
             if kind == PING:
-                self._write(encode(PONG, b""))
+                self.transport.write(encode(PONG, b""))
                 continue
             if kind == ITEM_ACK:
                 self._acked(payload)
@@ -216,12 +154,10 @@ class _ServerConn(_BufferedReads, _Coalescer):
         for spec in batch.specs:
             problem = task_spec_problem(spec) if executor is not None else "this process executes no tasks"
             if problem is None:
-                if spec.streaming:  # its reply follows its items: sent from the loop
+                if spec.streaming:
                     self.server.routes[spec.task_id] = self
                     self.streaming.add(spec.task_id)
-                    executor.submit(spec, _StreamReply(spec.task_id, self.emit))  # type: ignore[union-attr]
-                else:
-                    executor.submit(spec, _DirectReply(spec.task_id, self))  # type: ignore[union-attr]
+                executor.submit(spec, _StreamReply(spec.task_id, self.emit))  # type: ignore[union-attr]
             else:
                 self.emit(spec.task_id, refused_reply(spec, f"direct task transport: {problem}"))
         if batch.give_back and executor is not None:
@@ -240,7 +176,7 @@ class _ServerConn(_BufferedReads, _Coalescer):
         if self.out and self.transport is not None:
             msg = core_worker_pb2.TaskReplyBatch(replies=self.out)
             self.out = []
-            self._write(encode(REPLIES, msg.SerializeToString()))
+            self.transport.write(encode(REPLIES, msg.SerializeToString()))
 
     def _has_more(self) -> bool:
         return bool(self.out)
@@ -257,7 +193,7 @@ class _ServerConn(_BufferedReads, _Coalescer):
         if fut is not None:
             key = (request.task_id, request.index)
             self.acks[key] = (fut, self.loop.call_later(ITEM_ACK_TIMEOUT_S, self._ack_late, key))
-        self._write(encode(ITEM, request.SerializeToString()))
+        self.transport.write(encode(ITEM, request.SerializeToString()))
         return fut
 
     def _acked(self, payload: bytes) -> None:
@@ -276,28 +212,3 @@ class _ServerConn(_BufferedReads, _Coalescer):
         if entry is not None and not entry[0].done():
             entry[0].set_exception(CallerConnectionLost(
                 f"the caller at {self.peer} did not take item {key[1]} within {ITEM_ACK_TIMEOUT_S:.0f}s"))
-
-
-class _DirectReply:
-    """The reply sink of one task (not a generator) that came on a direct connection: set on
-    the loop (emit, batched) or sent by the thread that ran it (send_now), once."""
-
-    __slots__ = ("task_id", "conn", "done_")
-
-    def __init__(self, task_id: bytes, conn: _ServerConn) -> None:
-        self.task_id = task_id
-        self.conn = conn
-        self.done_ = False
-
-    def done(self) -> bool:
-        return self.done_
-
-    def set_result(self, result: Reply, /) -> None:
-        if not self.done_:
-            self.done_ = True
-            self.conn.emit(self.task_id, result)
-
-    def send_now(self, result: Reply) -> bool:
-        """Any thread: the reply goes out from here if the connection allows (see
-        _ServerConn.send_now); False: resolve it on the loop instead."""
-        return self.conn.send_now(self, result)
