@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator
 
 import grpc
 
-from ember_common import auth, envvars, rpc, tls
+from ember_common import auth, envvars, rpc
 
 from . import protocol
 from .session import die_with_parent
@@ -129,17 +129,10 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 async def serve(gcs_address: str, host: str, port: int, port_file: str | None) -> None:
     """Serves until SIGTERM/SIGINT."""
     proxy = Proxy(gcs_address)
-    interceptors: list[grpc.aio.ServerInterceptor] = []
-    src = auth.require_token()
-    if src.token is not None:
-        interceptors.append(auth.ServerInterceptor(src.token))
-    server = grpc.aio.server(options=rpc.server_options(control=False), interceptors=interceptors or None)
-    server.add_generic_rpc_handlers((protocol.handler(proxy),))
-    where = rpc.host_port(host or rpc.default_bind_host(), port)
-    bound = (server.add_secure_port(where, tls.server_credentials()) if tls.enabled()
-             else server.add_insecure_port(where))
-    if bound == 0:
-        raise OSError(f"cannot listen on {where} (address in use?)")
+    # The kit's server: the token check, TLS, tracing and metrics as on every Ember port; the
+    # wire's raw-bytes methods pass its request checks untouched.
+    server, bound, _ = rpc.build_server(
+        [lambda s: s.add_generic_rpc_handlers((protocol.handler(proxy),))], host, port, control=False)
     await server.start()
     rpc.write_port_file(port_file, bound)
     log.info("Ember client proxy on %s for the cluster at %s", rpc.host_port(host or "0.0.0.0", bound),
